@@ -1,0 +1,50 @@
+# hostqos — the two commands of the README:
+#   make demo   run the end-to-end demo (as root)
+#   make test   run every test (as root for the kernel tests)
+
+GO       ?= go
+BIN      := bin
+PKGS     := ./...
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X main.version=$(VERSION)
+# Test timeout per package; the whole suite stays well under 15 minutes.
+TEST_TIMEOUT ?= 600s
+
+.PHONY: all build deps generate test test-unit vet fmt bench demo clean
+
+all: build
+
+deps:
+	scripts/install-deps.sh
+
+build:
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+# Rebuild vmlinux.h (if missing) and the BPF objects and their Go bindings.
+# The results are committed, so a plain build needs no clang.
+generate:
+	scripts/install-deps.sh --bpf
+	scripts/gen-bpf.sh
+
+vet:
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l cmd internal tests bench 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l cmd internal tests bench; exit 1; }
+
+# Unit tests only (no root needed).
+test-unit:
+	$(GO) test -count=1 $(PKGS)
+
+# Everything: unit, BPF test-run, and namespace integration tests (root).
+# Packages run one at a time (-p 1): the kernel tests measure rates and
+# latencies and must not compete with each other for the CPU.
+test: deps vet build
+	$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+bench: deps build
+	$(BIN)/hostqos bench --results bench/RESULTS.md
+
+demo: deps build
+	$(BIN)/hostqos demo $(DEMO_ARGS)
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Shared definitions of hostqos's BPF programs: map value layouts and limits.
+ * The Go side (internal/datapath) mirrors these through the types bpf2go
+ * generates; change both together and bump HQ_ABI_VERSION whenever a pinned
+ * map's layout changes, so that an old pinned state is refused rather than
+ * misread.
+ */
+#ifndef HOSTQOS_H
+#define HOSTQOS_H
+
+#define HQ_ABI_VERSION 1
+
+#define HQ_MAX_RULES 4096     /* rule slots and rules per buffer */
+#define HQ_MAX_APP_RULES 256  /* rules with app selectors (bits of a bitmap) */
+#define HQ_BITMAP_WORDS 4     /* 256 bits */
+#define HQ_CG_LEVELS 8        /* cgroup ancestor ids kept per socket (0..7) */
+#define HQ_CG_LEVEL_WALK 32   /* bound of the walk that finds the own level */
+#define HQ_COMM_LEN 16
+#define HQ_SLOT_NONE 0xffff
+#define HQ_IPV6_EXT_MAX 4     /* IPv6 extension headers skipped at most */
+#define HQ_MAX_CPUS 1024      /* bound of per-CPU sums */
+
+/* App-selector map sizes (both policy buffers share them). */
+#define HQ_EXE_ENTRIES 8192
+#define HQ_COMM_ENTRIES 4096
+#define HQ_UID_ENTRIES 4096
+#define HQ_CG_ENTRIES 8192
+
+enum hq_action {
+	HQ_ACT_PASS = 0,
+	HQ_ACT_DROP = 1,
+	HQ_ACT_OBSERVE = 2,
+};
+
+enum hq_family {
+	HQ_AF_ANY = 0,
+	HQ_AF_INET = 4,
+	HQ_AF_INET6 = 6,
+};
+
+/* A socket owner's identity, stored with the socket at birth (sk_storage). */
+struct hq_ident {
+	__u32 tgid;
+	__u32 uid;
+	__u64 exe_ino;
+	__u32 exe_dev;   /* s_dev, kernel encoding major<<20|minor */
+	__u32 cg_level;  /* level of the own cgroup (root = 0) */
+	__u64 cg_own;    /* own cgroup id (also valid when cg_level >= 8) */
+	__u64 cg[HQ_CG_LEVELS]; /* ancestor ids, levels 0..min(cg_level,7) */
+	char comm[HQ_COMM_LEN];
+};
+
+struct hq_bitmap {
+	__u64 w[HQ_BITMAP_WORDS];
+};
+
+/*
+ * Flow key: egress direction, local = source. IPv4 addresses live in
+ * src[0]/dst[0] (network byte order) with the other words zero. Ports are
+ * in host byte order; 0 for ICMP and non-first fragments.
+ */
+struct hq_flow_key {
+	__u8 family; /* HQ_AF_INET or HQ_AF_INET6 */
+	__u8 proto;
+	__u16 sport;
+	__u16 dport;
+	__u16 pad;
+	__u32 src[4];
+	__u32 dst[4];
+};
+
+struct hq_flow {
+	__u64 packets;
+	__u64 bytes;
+	__u64 drops;
+	__u64 first_ns;
+	__u64 last_ns;
+	__u32 gen;     /* policy generation the cached result was evaluated at */
+	__u32 classid; /* cached: skb->priority to set, 0 = leave */
+	__u16 slot;    /* cached: matching rule slot, HQ_SLOT_NONE = none */
+	__u8 action;   /* cached: enum hq_action */
+	__s8 dscp;     /* cached: DSCP to write, -1 = leave */
+	__u32 tgid;    /* owner at socket birth, 0 = unknown */
+	__u32 uid;
+	__u32 pad;
+	char comm[HQ_COMM_LEN];
+};
+
+/* One compiled rule; addresses and masks are pre-masked by the loader. */
+struct hq_rule {
+	__u32 local_addr[4];
+	__u32 local_mask[4];
+	__u32 remote_addr[4];
+	__u32 remote_mask[4];
+	__u32 classid;
+	__u16 slot;
+	__u16 app_bit;   /* valid when has_app */
+	__u16 lport_lo;  /* port ranges, inclusive; 0..65535 = any */
+	__u16 lport_hi;
+	__u16 rport_lo;
+	__u16 rport_hi;
+	__u8 proto;      /* 0 = any */
+	__u8 family;     /* enum hq_family */
+	__u8 action;
+	__s8 dscp;       /* -1 = leave */
+	__s8 dscp_in;    /* -1 = any */
+	__u8 has_app;
+	__u8 pad[2];
+};
+
+struct hq_counters {
+	__u64 packets;
+	__u64 bytes;
+	__u64 drops;
+};
+
+/* Record of the rule-counter dump (hq_iter_rule_ctr). */
+struct hq_ctr_rec {
+	__u32 slot;
+	__u32 pad;
+	__u64 packets;
+	__u64 bytes;
+	__u64 drops;
+};
+
+struct hq_stats {
+	__u64 packets;
+	__u64 classified;
+	__u64 flow_insert_fail;
+	__u64 parse_errors;
+	__u64 no_identity;
+	__u64 evaluations;
+	__u64 drops;
+	__u64 ident_fail; /* sock_create could not store an identity */
+};
+
+/* Per-buffer policy header. */
+struct hq_buf {
+	__u32 nrules;
+	__u32 pad;
+	struct hq_bitmap r_exe; /* rules that have an exe selector */
+	struct hq_bitmap r_comm;
+	struct hq_bitmap r_uid;
+	struct hq_bitmap r_cg;
+};
+
+/*
+ * Policy state, a global variable of the program (.bss). It is pinned and
+ * shared by every load so a restarted daemon keeps the active policy.
+ * gen's low bit selects the active buffer; Apply writes buf[gen+1 & 1] and
+ * then stores gen+1 atomically.
+ */
+struct hq_state {
+	__u32 gen;
+	__u32 pad;
+	struct hq_buf buf[2];
+};
+
+/* App-selector map keys: (buffer, value). */
+struct hq_exe_key {
+	__u32 buf;
+	__u32 dev;
+	__u64 ino;
+};
+
+struct hq_comm_key {
+	__u32 buf;
+	char comm[HQ_COMM_LEN];
+};
+
+struct hq_uid_key {
+	__u32 buf;
+	__u32 uid;
+};
+
+struct hq_cg_key {
+	__u64 buf;
+	__u64 id;
+};
+
+#endif /* HOSTQOS_H */

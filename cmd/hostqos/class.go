@@ -1,0 +1,216 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// classFlags are the property flags of class add/set.
+type classFlags struct {
+	dscp, priority, minbw, maxbw string
+	userAllowed                  string
+	temp                         bool
+}
+
+func (f *classFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.dscp, "dscp", "", "DSCP mark: a name (EF, AF41, CS1 …) or 0-63")
+	cmd.Flags().StringVar(&f.priority, "priority", "", "scheduling priority 0 (first) … 7 (last)")
+	cmd.Flags().StringVar(&f.minbw, "minbw", "", "guaranteed rate on every shaped link, e.g. 2mbit (\"0\" to clear)")
+	cmd.Flags().StringVar(&f.maxbw, "maxbw", "", "ceiling on every shaped link, e.g. 50mbit (\"0\" to clear)")
+	cmd.Flags().StringVar(&f.userAllowed, "user-allowed", "", "true: ordinary users may run their programs in this class")
+	cmd.Flags().BoolVar(&f.temp, "temporary", false, "do not persist the change")
+}
+
+// patch turns the flags that were given into a JSON patch, checking each.
+func (f *classFlags) patch(cmd *cobra.Command) (map[string]any, error) {
+	p := map[string]any{}
+	if cmd.Flags().Changed("dscp") {
+		d, err := policy.ParseDSCP(f.dscp)
+		if err != nil {
+			return nil, fmt.Errorf("flag --dscp = %q: %w", f.dscp, err)
+		}
+		p["dscp"] = d
+	}
+	if cmd.Flags().Changed("priority") {
+		n, err := strconv.Atoi(f.priority)
+		if err != nil || n < 0 || n > 7 {
+			return nil, fmt.Errorf("flag --priority = %q: want 0 (first) … 7 (last)", f.priority)
+		}
+		p["priority"] = n
+	}
+	for _, x := range []struct {
+		name, val string
+	}{{"minbw", f.minbw}, {"maxbw", f.maxbw}} {
+		if !cmd.Flags().Changed(x.name) {
+			continue
+		}
+		if x.val == "0" || x.val == "" {
+			p[x.name] = nil
+			continue
+		}
+		r, err := policy.ParseRate(x.val)
+		if err != nil {
+			return nil, fmt.Errorf("flag --%s = %q: %w", x.name, x.val, err)
+		}
+		p[x.name] = r
+	}
+	if cmd.Flags().Changed("user-allowed") {
+		b, err := strconv.ParseBool(f.userAllowed)
+		if err != nil {
+			return nil, fmt.Errorf("flag --user-allowed = %q: want true or false", f.userAllowed)
+		}
+		p["user_allowed"] = b
+	}
+	return p, nil
+}
+
+func init() {
+	class := &cobra.Command{
+		Use:   "class",
+		Short: "Manage service classes (DSCP mark, priority, guaranteed share, ceiling)",
+		Long: `A class is a named service level: the DSCP mark its packets leave with, its
+scheduling priority, and optionally a guaranteed rate (minbw) and a ceiling
+(maxbw) on every shaped link. The defaults follow DiffServ: voice (EF, 0),
+interactive (AF41, 1), default (CS0, 2), bulk (AF11, 4), scavenger (CS1, 7).
+Traffic no rule matches goes to class default without being re-marked.`,
+	}
+
+	list := &cobra.Command{Use: "list", Short: "List classes", Args: cobra.NoArgs}
+	out := outputFlag(list)
+	list.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		c, cancel := ctx()
+		defer cancel()
+		var cs []api.ClassInfo
+		if err := client().Get(c, "/v1/classes", &cs); err != nil {
+			return err
+		}
+		if *out == "json" {
+			return printJSON(cs)
+		}
+		printClasses(cs)
+		return nil
+	}
+
+	show := &cobra.Command{Use: "show NAME", Short: "Show one class", Args: cobra.ExactArgs(1)}
+	sout := outputFlag(show)
+	show.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(*sout); err != nil {
+			return err
+		}
+		c, cancel := ctx()
+		defer cancel()
+		var ci api.ClassInfo
+		if err := client().Get(c, "/v1/classes/"+url.PathEscape(args[0]), &ci); err != nil {
+			return err
+		}
+		if *sout == "json" {
+			return printJSON(ci)
+		}
+		printClasses([]api.ClassInfo{ci})
+		return nil
+	}
+
+	var af classFlags
+	add := &cobra.Command{
+		Use:     "add NAME --dscp D [--priority N] [--minbw RATE] [--maxbw RATE]",
+		Short:   "Add a class",
+		Example: "  hostqos class add backup --dscp CS1 --priority 6 --maxbw 50mbit",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := af.patch(cmd)
+			if err != nil {
+				return err
+			}
+			if _, ok := p["dscp"]; !ok {
+				return fmt.Errorf("flag --dscp is required for a new class (e.g. --dscp AF21)")
+			}
+			p["name"] = args[0]
+			if _, ok := p["priority"]; !ok {
+				p["priority"] = 3
+			}
+			for k, v := range p {
+				if v == nil {
+					delete(p, k)
+				}
+			}
+			c, cancel := ctx()
+			defer cancel()
+			var cl policy.Class
+			if err := client().Do(c, "POST", "/v1/classes"+tempQuery(af.temp), p, &cl); err != nil {
+				return err
+			}
+			fmt.Printf("added class %s\n", cl.Name)
+			return nil
+		},
+	}
+	af.register(add)
+
+	var sf classFlags
+	set := &cobra.Command{
+		Use:     "set NAME [--dscp D] [--priority N] [--minbw RATE] [--maxbw RATE]",
+		Short:   "Change a class; only the flags given change",
+		Example: "  hostqos class set voice --minbw 2mbit",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := sf.patch(cmd)
+			if err != nil {
+				return err
+			}
+			if len(p) == 0 {
+				return fmt.Errorf("nothing to change: give at least one of --dscp, --priority, --minbw, --maxbw, --user-allowed")
+			}
+			c, cancel := ctx()
+			defer cancel()
+			var cl policy.Class
+			if err := client().Do(c, "PATCH", "/v1/classes/"+url.PathEscape(args[0])+tempQuery(sf.temp), p, &cl); err != nil {
+				return err
+			}
+			fmt.Printf("changed class %s\n", cl.Name)
+			return nil
+		},
+	}
+	sf.register(set)
+
+	rm := &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Remove a class (rules using it must go first; class default cannot be removed)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, cancel := ctx()
+			defer cancel()
+			if err := client().Do(c, "DELETE", "/v1/classes/"+url.PathEscape(args[0]), nil, nil); err != nil {
+				return err
+			}
+			fmt.Println("removed class", args[0])
+			return nil
+		},
+	}
+	class.AddCommand(list, show, add, set, rm)
+	rootCmd.AddCommand(class)
+}
+
+func printClasses(cs []api.ClassInfo) {
+	var rows [][]string
+	for _, ci := range cs {
+		c := ci.Class
+		minbw, maxbw := "-", "-"
+		if c.MinBW > 0 {
+			minbw = c.MinBW.String()
+		}
+		if c.MaxBW > 0 {
+			maxbw = c.MaxBW.String()
+		}
+		rows = append(rows, []string{c.Name, c.DSCP.String(), strconv.Itoa(c.Priority), minbw, maxbw,
+			strconv.FormatBool(c.UserAllowed), ci.Source})
+	}
+	table([]string{"CLASS", "DSCP", "PRIO", "MINBW", "MAXBW", "USERS", "SOURCE"}, rows)
+}

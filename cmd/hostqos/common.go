@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hostqos/hostqos/internal/api"
+)
+
+var socketFlag string
+
+func init() {
+	rootCmd.PersistentFlags().StringVar(&socketFlag, "socket", "", "hostqosd API socket (default $HOSTQOS_SOCKET or "+api.DefaultSocket+")")
+}
+
+func client() *api.Client { return api.NewClient(socketFlag) }
+
+func ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 60*time.Second)
+}
+
+// outputFlag adds -o/--output to a command and returns where it lands.
+func outputFlag(cmd *cobra.Command) *string {
+	var o string
+	cmd.Flags().StringVarP(&o, "output", "o", "table", "output format: table or json")
+	return &o
+}
+
+func checkOutput(o string) error {
+	if o != "table" && o != "json" {
+		return fmt.Errorf("flag --output = %q: want table or json", o)
+	}
+	return nil
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table prints rows under a header, aligned.
+func table(header []string, rows [][]string) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+// humanRate formats bits per second.
+func humanRate(bps float64) string {
+	switch {
+	case bps >= 1e9:
+		return fmt.Sprintf("%.2fGbit/s", bps/1e9)
+	case bps >= 1e6:
+		return fmt.Sprintf("%.2fMbit/s", bps/1e6)
+	case bps >= 1e3:
+		return fmt.Sprintf("%.1fkbit/s", bps/1e3)
+	}
+	return fmt.Sprintf("%.0fbit/s", bps)
+}
+
+// humanBytes formats a byte count.
+func humanBytes(b uint64) string {
+	f := float64(b)
+	switch {
+	case f >= 1<<30:
+		return fmt.Sprintf("%.2fGiB", f/(1<<30))
+	case f >= 1<<20:
+		return fmt.Sprintf("%.2fMiB", f/(1<<20))
+	case f >= 1<<10:
+		return fmt.Sprintf("%.1fKiB", f/(1<<10))
+	}
+	return fmt.Sprintf("%dB", b)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// ruleFlags are the selector and property flags of rule add/set.
+type ruleFlags struct {
+	exe, comm, cgroup, unit, user                 string
+	proto, local, remote, lport, rport, dscpIn    string
+	class, dscp, maxbw, minbw, action, precedence string
+	temp                                          bool
+}
+
+func (f *ruleFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.exe, "exe", "", "app selector: executable path or glob (e.g. /usr/bin/restic, /opt/zoom/*)")
+	fl.StringVar(&f.comm, "comm", "", "app selector: process command name (as in ps -o comm, at most 15 bytes)")
+	fl.StringVar(&f.cgroup, "cgroup", "", "app selector: cgroup v2 path, e.g. /system.slice/nginx.service (and below)")
+	fl.StringVar(&f.unit, "unit", "", "app selector: systemd unit, e.g. nginx.service")
+	fl.StringVar(&f.user, "user", "", "app selector: user name or uid owning the process")
+	fl.StringVar(&f.proto, "proto", "", "flow selector: tcp, udp or icmp")
+	fl.StringVar(&f.local, "local", "", "flow selector: local address or CIDR (IPv4 or IPv6)")
+	fl.StringVar(&f.remote, "remote", "", "flow selector: remote address or CIDR (IPv4 or IPv6)")
+	fl.StringVar(&f.lport, "lport", "", "flow selector: local port or range N-M (needs --proto tcp|udp)")
+	fl.StringVar(&f.rport, "rport", "", "flow selector: remote port or range N-M (needs --proto tcp|udp)")
+	fl.StringVar(&f.dscpIn, "dscp-in", "", "flow selector: DSCP the packet already carries")
+	fl.StringVar(&f.class, "class", "", "property: service class (default: default)")
+	fl.StringVar(&f.dscp, "dscp", "", "property: DSCP to mark, overriding the class's (name or 0-63)")
+	fl.StringVar(&f.maxbw, "maxbw", "", "property: ceiling for all matching traffic together, e.g. 20mbit")
+	fl.StringVar(&f.minbw, "minbw", "", "property: guaranteed rate (admission-controlled), e.g. 5mbit")
+	fl.StringVar(&f.action, "action", "", "property: pass (default), drop, or observe (count only)")
+	fl.StringVar(&f.precedence, "precedence", "", "evaluation order: higher first (0-65535); ties go to the most specific rule")
+	fl.BoolVar(&f.temp, "temporary", false, "do not persist: forget the rule when the daemon is brought down or the host reboots")
+}
+
+// patch checks every flag that was given and turns them into JSON fields;
+// "" clears a field on rule set.
+func (f *ruleFlags) patch(cmd *cobra.Command) (map[string]any, error) {
+	p := map[string]any{}
+	ch := cmd.Flags().Changed
+	str := func(flag, field, v string, check func(string) error) error {
+		if !ch(flag) {
+			return nil
+		}
+		if v == "" {
+			p[field] = nil
+			return nil
+		}
+		if check != nil {
+			if err := check(v); err != nil {
+				return fmt.Errorf("flag --%s = %q: %w", flag, v, err)
+			}
+		}
+		p[field] = v
+		return nil
+	}
+	checks := []error{
+		str("exe", "exe", f.exe, func(v string) error {
+			if !strings.HasPrefix(v, "/") {
+				return fmt.Errorf("want an absolute path or glob, e.g. /usr/bin/curl")
+			}
+			return nil
+		}),
+		str("comm", "comm", f.comm, func(v string) error {
+			if len(v) > 15 {
+				return fmt.Errorf("command names have at most 15 bytes (the kernel truncates them)")
+			}
+			return nil
+		}),
+		str("cgroup", "cgroup", f.cgroup, func(v string) error {
+			if !strings.HasPrefix(v, "/") {
+				return fmt.Errorf("want a path below the cgroup2 root starting with /, e.g. /system.slice/nginx.service")
+			}
+			return nil
+		}),
+		str("unit", "unit", f.unit, nil),
+		str("user", "user", f.user, nil),
+		str("proto", "proto", f.proto, func(v string) error {
+			if v != "tcp" && v != "udp" && v != "icmp" {
+				return fmt.Errorf("want tcp, udp or icmp")
+			}
+			return nil
+		}),
+		str("local", "local", f.local, checkPrefix),
+		str("remote", "remote", f.remote, checkPrefix),
+		str("lport", "lport", f.lport, checkPorts),
+		str("rport", "rport", f.rport, checkPorts),
+		str("dscp-in", "dscp_in", f.dscpIn, checkDSCP),
+		str("class", "class", f.class, nil),
+		str("dscp", "dscp", f.dscp, checkDSCP),
+		str("maxbw", "maxbw", f.maxbw, checkRate),
+		str("minbw", "minbw", f.minbw, checkRate),
+		str("action", "action", f.action, func(v string) error {
+			if v != "pass" && v != "drop" && v != "observe" {
+				return fmt.Errorf("want pass, drop or observe")
+			}
+			return nil
+		}),
+	}
+	for _, err := range checks {
+		if err != nil {
+			return nil, err
+		}
+	}
+	if ch("precedence") {
+		n, err := strconv.Atoi(f.precedence)
+		if err != nil || n < 0 || n > 65535 {
+			return nil, fmt.Errorf("flag --precedence = %q: want 0 … 65535 (higher is evaluated first)", f.precedence)
+		}
+		p["precedence"] = n
+	}
+	// Normalise values the daemon reads in canonical form.
+	for _, k := range []string{"dscp", "dscp_in"} {
+		if v, ok := p[k].(string); ok {
+			d, _ := policy.ParseDSCP(v)
+			p[k] = d
+		}
+	}
+	for _, k := range []string{"maxbw", "minbw"} {
+		if v, ok := p[k].(string); ok {
+			r, _ := policy.ParseRate(v)
+			p[k] = r
+		}
+	}
+	for _, k := range []string{"lport", "rport"} {
+		if v, ok := p[k].(string); ok {
+			r, _ := policy.ParsePortRange(v)
+			p[k] = r
+		}
+	}
+	return p, nil
+}
+
+func checkRate(v string) error   { _, err := policy.ParseRate(v); return err }
+func checkDSCP(v string) error   { _, err := policy.ParseDSCP(v); return err }
+func checkPorts(v string) error  { _, err := policy.ParsePortRange(v); return err }
+func checkPrefix(v string) error { _, err := policy.ParsePrefix(v); return err }
+
+func init() {
+	rule := &cobra.Command{
+		Use:   "rule",
+		Short: "Manage rules: selectors (app and flow attributes) → properties (class, DSCP, limits, action)",
+		Long: `A rule selects traffic by app (executable, command name, cgroup, systemd unit,
+user) and/or by flow (protocol, local/remote address or CIDR, ports, incoming
+DSCP) and gives it properties: a class, a DSCP mark, a ceiling (maxbw), a
+guarantee (minbw), or an action (drop, observe). All selectors given must match.
+Rules are evaluated by --precedence (higher first), then the most specific rule
+first; the first match wins. Apps are recognised when they open a socket, so
+programs started later and static binaries are covered, UDP included.`,
+	}
+
+	var af ruleFlags
+	add := &cobra.Command{
+		Use:   "add NAME [selectors] [properties]",
+		Short: "Add a rule",
+		Example: `  hostqos rule add zoom --exe /opt/zoom/zoom --class voice
+  hostqos rule add backup --exe /usr/bin/restic --maxbw 20mbit
+  hostqos rule add https --proto tcp --rport 443 --minbw 5mbit
+  hostqos rule add block-dns --proto udp --rport 53 --remote 198.18.0.0/15 --action drop`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := af.patch(cmd)
+			if err != nil {
+				return err
+			}
+			for k, v := range p {
+				if v == nil {
+					delete(p, k)
+				}
+			}
+			p["name"] = args[0]
+			c, cancel := ctx()
+			defer cancel()
+			var r policy.Rule
+			if err := client().Do(c, "POST", "/v1/rules"+tempQuery(af.temp), p, &r); err != nil {
+				return err
+			}
+			fmt.Printf("added rule %s\n", r.Name)
+			return nil
+		},
+	}
+	af.register(add)
+
+	var sf ruleFlags
+	set := &cobra.Command{
+		Use:     "set NAME [selectors] [properties]",
+		Short:   "Change a rule; only the flags given change (give a flag as \"\" to clear it)",
+		Example: "  hostqos rule set backup --maxbw 50mbit\n  hostqos rule set backup --maxbw \"\"",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := sf.patch(cmd)
+			if err != nil {
+				return err
+			}
+			if len(p) == 0 {
+				return fmt.Errorf("nothing to change: give at least one selector or property flag (see hostqos rule set --help)")
+			}
+			c, cancel := ctx()
+			defer cancel()
+			var r policy.Rule
+			if err := client().Do(c, "PATCH", "/v1/rules/"+url.PathEscape(args[0])+tempQuery(sf.temp), p, &r); err != nil {
+				return err
+			}
+			fmt.Printf("changed rule %s\n", r.Name)
+			return nil
+		},
+	}
+	sf.register(set)
+
+	rm := &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Remove a rule",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, cancel := ctx()
+			defer cancel()
+			if err := client().Do(c, "DELETE", "/v1/rules/"+url.PathEscape(args[0]), nil, nil); err != nil {
+				return err
+			}
+			fmt.Println("removed rule", args[0])
+			return nil
+		},
+	}
+
+	list := &cobra.Command{Use: "list", Short: "List rules in evaluation order", Args: cobra.NoArgs}
+	out := outputFlag(list)
+	list.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		c, cancel := ctx()
+		defer cancel()
+		var rs []api.RuleInfo
+		if err := client().Get(c, "/v1/rules", &rs); err != nil {
+			return err
+		}
+		if *out == "json" {
+			return printJSON(rs)
+		}
+		printRules(rs)
+		return nil
+	}
+
+	show := &cobra.Command{Use: "show NAME", Short: "Show one rule and what its selectors resolve to", Args: cobra.ExactArgs(1)}
+	sout := outputFlag(show)
+	show.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(*sout); err != nil {
+			return err
+		}
+		c, cancel := ctx()
+		defer cancel()
+		var ri api.RuleInfo
+		if err := client().Get(c, "/v1/rules/"+url.PathEscape(args[0]), &ri); err != nil {
+			return err
+		}
+		if *sout == "json" {
+			return printJSON(ri)
+		}
+		printRules([]api.RuleInfo{ri})
+		for _, r := range ri.Resolved {
+			fmt.Println("resolved:", r)
+		}
+		return nil
+	}
+	rule.AddCommand(add, set, rm, list, show)
+	rootCmd.AddCommand(rule)
+}
+
+// selectors renders a rule's selectors compactly.
+func selectors(r policy.Rule) string {
+	var s []string
+	add := func(k, v string) {
+		if v != "" {
+			s = append(s, k+"="+v)
+		}
+	}
+	add("exe", r.Exe)
+	add("comm", r.Comm)
+	add("cgroup", r.Cgroup)
+	add("unit", r.Unit)
+	add("user", r.User)
+	add("proto", r.Proto)
+	if r.Local.IsValid() {
+		add("local", r.Local.String())
+	}
+	if r.Remote.IsValid() {
+		add("remote", r.Remote.String())
+	}
+	if r.LPort != (policy.PortRange{}) {
+		add("lport", r.LPort.String())
+	}
+	if r.RPort != (policy.PortRange{}) {
+		add("rport", r.RPort.String())
+	}
+	if r.DSCPIn != policy.NoDSCP {
+		add("dscp-in", r.DSCPIn.String())
+	}
+	return strings.Join(s, " ")
+}
+
+func printRules(rs []api.RuleInfo) {
+	var rows [][]string
+	for _, ri := range rs {
+		r := ri.Rule
+		action := string(r.Action)
+		if action == "" {
+			action = "pass"
+		}
+		cl := r.Class
+		if cl == "" {
+			cl = "default"
+		}
+		dscp := "class"
+		if r.DSCP != policy.NoDSCP {
+			dscp = r.DSCP.String()
+		}
+		limits := []string{}
+		if r.MinBW > 0 {
+			limits = append(limits, "min "+r.MinBW.String())
+		}
+		if r.MaxBW > 0 {
+			limits = append(limits, "max "+r.MaxBW.String())
+		}
+		src := ri.Source
+		rows = append(rows, []string{r.Name, strconv.Itoa(r.Precedence), selectors(r), action, cl, dscp,
+			orDash(strings.Join(limits, ", ")), src})
+	}
+	table([]string{"RULE", "PREC", "SELECTORS", "ACTION", "CLASS", "DSCP", "LIMITS", "SOURCE"}, rows)
+}

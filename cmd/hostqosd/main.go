@@ -1,0 +1,135 @@
+// Command hostqosd is the hostqos daemon: it loads the eBPF datapath,
+// builds the HTB trees, enforces the policy and serves the API.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/internal/daemon"
+)
+
+const usage = `hostqosd — the hostqos daemon
+
+Usage:
+  hostqosd [flags]          run the daemon (as root)
+  hostqosd down [flags]     remove everything hostqos made in this network
+                            namespace without a running daemon (what
+                            'hostqos down' falls back to)
+
+It reads the policy from --config, keeps API changes in --state-dir, pins its
+BPF programs and maps under --bpffs-dir and serves the API on --socket.
+SIGHUP reloads the config (an invalid file changes nothing); SIGTERM stops the
+daemon and leaves the datapath enforcing the last policy; a restarted daemon
+adopts it without a gap.
+
+Flags:
+`
+
+func main() {
+	fs := flag.NewFlagSet("hostqosd", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, usage)
+		fs.PrintDefaults()
+	}
+	cfg := daemon.Config{}
+	fs.StringVar(&cfg.ConfigPath, "config", "/etc/hostqos/hostqos.toml", "policy file (TOML); a missing default file means no policy yet")
+	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/hostqos", "directory for persistent state (policy changes made through the API)")
+	fs.StringVar(&cfg.BPFFSDir, "bpffs-dir", "/sys/fs/bpf/hostqos", "where BPF programs and maps are pinned")
+	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "Unix socket of the API")
+	fs.IntVar(&cfg.FlowTableSize, "flow-table-size", 65536, "entries of the flow table (LRU)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logJSON := fs.Bool("log-json", false, "log as JSON lines")
+	args := os.Args[1:]
+	downMode := false
+	if len(args) > 0 && args[0] == "down" {
+		downMode, args = true, args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "config" {
+			cfg.ConfigExplicit = true
+		}
+	})
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "hostqosd: flag --log-level = %q: want debug, info, warn or error\n", *logLevel)
+		os.Exit(2)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	if *logJSON {
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	}
+	cfg.Logger = slog.New(h)
+	slog.SetDefault(cfg.Logger)
+	if cfg.FlowTableSize < 1024 || cfg.FlowTableSize > 1<<24 {
+		fmt.Fprintf(os.Stderr, "hostqosd: flag --flow-table-size = %d: want 1024 … 16777216\n", cfg.FlowTableSize)
+		os.Exit(2)
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "hostqosd: must run as root (it loads BPF programs and changes qdiscs)")
+		os.Exit(1)
+	}
+	if downMode {
+		if err := daemon.Teardown(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "hostqosd down:", err)
+			os.Exit(1)
+		}
+		fmt.Println("hostqos removed: classifiers, HTB trees, pins and cgroups of this network namespace")
+		return
+	}
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "hostqosd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg daemon.Config) error {
+	d, err := daemon.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		d.Wait(ctx)
+		close(done)
+	}()
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				_ = d.Reload() // errors are logged; the running policy stays
+				continue
+			}
+			cfg.Logger.Info("stopping", "signal", s.String())
+			cancel()
+			d.Stop()
+			return nil
+		case <-done:
+			// hostqos down: give the answer a moment to leave.
+			time.Sleep(100 * time.Millisecond)
+			d.Stop()
+			return nil
+		}
+	}
+}

@@ -1,0 +1,194 @@
+// Package api defines hostqosd's HTTP/JSON API on its Unix socket: the wire
+// types, the routes, and a client. The CLI and any script talk to the daemon
+// only through it.
+//
+// Routes (all JSON):
+//
+//	GET    /v1/status
+//	GET    /v1/links               PUT /v1/links/{name}    DELETE /v1/links/{name}
+//	GET    /v1/classes[/{name}]    POST /v1/classes        PATCH /v1/classes/{name}   DELETE /v1/classes/{name}
+//	GET    /v1/rules[/{name}]      POST /v1/rules          PATCH /v1/rules/{name}     DELETE /v1/rules/{name}
+//	POST   /v1/runs                DELETE /v1/runs/{id}
+//	GET    /v1/stats/{rules|classes|apps|flows}
+//	POST   /v1/reload              POST /v1/down
+//
+// Changing requests accept ?temporary=1: the change is kept until reboot or
+// `hostqos down` but is not written to the persistent state.
+// Errors come back as an ErrorBody with a 4xx/5xx status.
+package api
+
+import (
+	"time"
+
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// DefaultSocket is where hostqosd listens unless told otherwise.
+const DefaultSocket = "/run/hostqos/hostqosd.sock"
+
+// SocketEnv names the environment variable the CLI reads the socket path from.
+const SocketEnv = "HOSTQOS_SOCKET"
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Error string `json:"error"`
+	// Fields lists every invalid field when the request failed validation.
+	Fields []*policy.FieldError `json:"fields,omitempty"`
+}
+
+// Status is the answer to GET /v1/status.
+type Status struct {
+	Daemon   DaemonStatus   `json:"daemon"`
+	Datapath DatapathStatus `json:"datapath"`
+	Links    []LinkStatus   `json:"links"`
+	Counts   Counts         `json:"counts"`
+	Warnings []string       `json:"warnings,omitempty"`
+}
+
+// DaemonStatus describes the running daemon.
+type DaemonStatus struct {
+	Version    string    `json:"version"`
+	PID        int       `json:"pid"`
+	Started    time.Time `json:"started"`
+	Config     string    `json:"config"`
+	StateDir   string    `json:"state_dir"`
+	BPFFSDir   string    `json:"bpffs_dir"`
+	Socket     string    `json:"socket"`
+	Netns      uint64    `json:"netns_inode"`
+	Adopted    bool      `json:"adopted"` // took over pinned state of an earlier run
+	Generation uint64    `json:"generation"`
+}
+
+// DatapathStatus reports the BPF side.
+type DatapathStatus struct {
+	Loaded         bool   `json:"loaded"`
+	Error          string `json:"error,omitempty"`
+	Packets        uint64 `json:"packets"`
+	Classified     uint64 `json:"classified"`
+	FlowInsertFail uint64 `json:"flow_insert_fail"`
+	ParseErrors    uint64 `json:"parse_errors"`
+	NoIdentity     uint64 `json:"no_identity"`
+	TaggedSockets  int    `json:"tagged_existing_sockets"`
+}
+
+// LinkStatus is a managed link as configured and as found in the kernel.
+type LinkStatus struct {
+	policy.Link
+	Ifindex    int         `json:"ifindex"`
+	Attached   bool        `json:"attached"` // egress classifier attached
+	Shaping    bool        `json:"shaping"`  // HTB tree in place
+	Reserved   policy.Rate `json:"reserved"`
+	Reservable policy.Rate `json:"reservable_capacity"`
+	Error      string      `json:"error,omitempty"`
+}
+
+// Counts summarises the policy and the flow table.
+type Counts struct {
+	Links   int `json:"links"`
+	Classes int `json:"classes"`
+	Rules   int `json:"rules"`
+	Flows   int `json:"flows"`
+	Runs    int `json:"runs"`
+}
+
+// RuleInfo is a rule as listed by the API, with where it came from.
+type RuleInfo struct {
+	// Rule is nested, not embedded: policy.Rule has its own UnmarshalJSON,
+	// which would swallow the other fields.
+	Rule   policy.Rule `json:"rule"`
+	Source string      `json:"source"` // "config", "api" or "run"
+	Slot   int         `json:"slot"`
+	// Resolved says what the app selectors resolved to right now, e.g.
+	// "exe: 2 files", "unit: not running".
+	Resolved []string `json:"resolved,omitempty"`
+}
+
+// ClassInfo is a class as listed by the API.
+type ClassInfo struct {
+	Class  policy.Class `json:"class"`
+	Source string       `json:"source"`
+}
+
+// RunRequest asks the daemon to put a process (the caller itself) under a
+// policy; the CLI then starts the program as its child.
+type RunRequest struct {
+	PID   int         `json:"pid"`
+	Class string      `json:"class,omitempty"`
+	DSCP  policy.DSCP `json:"dscp"`
+	MaxBW policy.Rate `json:"maxbw,omitempty"`
+	Cmd   string      `json:"cmd,omitempty"` // for display
+}
+
+// Run is an active `hostqos run`.
+type Run struct {
+	ID     string    `json:"id"`
+	PID    int       `json:"pid"`
+	UID    uint32    `json:"uid"`
+	Cgroup string    `json:"cgroup"`
+	Rule   string    `json:"rule"`
+	Cmd    string    `json:"cmd,omitempty"`
+	Since  time.Time `json:"since"`
+}
+
+// Counter is a cumulative counter with its current rate.
+type Counter struct {
+	Packets uint64  `json:"packets"`
+	Bytes   uint64  `json:"bytes"`
+	Drops   uint64  `json:"drops"`
+	RateBps float64 `json:"rate_bps"` // bits per second over the last sample interval
+	PktRate float64 `json:"rate_pps"` // packets per second
+}
+
+// RuleStat is one row of GET /v1/stats/rules.
+type RuleStat struct {
+	Rule  string `json:"rule"`
+	Class string `json:"class"`
+	Counter
+}
+
+// ClassStat is one row of GET /v1/stats/classes: what the class's HTB leaf on
+// a link carried (including traffic no rule matched), or the sum of the
+// rules in the class when the link does not shape.
+type ClassStat struct {
+	Class      string `json:"class"`
+	Link       string `json:"link"`
+	Backlog    uint32 `json:"backlog_packets"`
+	Overlimits uint64 `json:"overlimits"`
+	Counter
+}
+
+// AppStat is one row of GET /v1/stats/apps: flows aggregated by process.
+type AppStat struct {
+	PID   uint32   `json:"pid"`
+	Comm  string   `json:"comm"`
+	Exe   string   `json:"exe,omitempty"`
+	UID   uint32   `json:"uid"`
+	Flows int      `json:"flows"`
+	Rules []string `json:"rules,omitempty"`
+	Counter
+}
+
+// FlowStat is one row of GET /v1/stats/flows.
+type FlowStat struct {
+	Proto   string  `json:"proto"`
+	Local   string  `json:"local"`
+	Remote  string  `json:"remote"`
+	Rule    string  `json:"rule,omitempty"`
+	PID     uint32  `json:"pid,omitempty"`
+	Comm    string  `json:"comm,omitempty"`
+	Exe     string  `json:"exe,omitempty"`
+	UID     uint32  `json:"uid"`
+	AgeSec  float64 `json:"age_s"`
+	IdleSec float64 `json:"idle_s"`
+	Counter
+}
+
+// Stats is the answer to GET /v1/stats/{kind}; exactly one slice is set.
+type Stats struct {
+	Time     time.Time   `json:"time"`
+	Interval float64     `json:"interval_s"`
+	Rules    []RuleStat  `json:"rules,omitempty"`
+	Classes  []ClassStat `json:"classes,omitempty"`
+	Apps     []AppStat   `json:"apps,omitempty"`
+	Flows    []FlowStat  `json:"flows,omitempty"`
+}

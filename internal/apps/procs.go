@@ -1,0 +1,91 @@
+// Package apps maps processes to their identity (executable, command name,
+// user, cgroup) and their sockets. It reads /proc, off the packet path.
+package apps
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// PIDs lists the process ids in /proc.
+func PIDs() ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	var out []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+// NetnsOf returns the inode of a process's network namespace.
+func NetnsOf(pid int) (uint64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st); err != nil {
+		return 0, fmt.Errorf("read netns of pid %d: %w", pid, err)
+	}
+	return st.Ino, nil
+}
+
+// SocketFDs lists the descriptors of a process that refer to sockets.
+func SocketFDs(pid int) ([]int, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list fds of pid %d: %w", pid, err)
+	}
+	var out []int
+	for _, e := range entries {
+		target, err := os.Readlink(dir + "/" + e.Name())
+		if err != nil || !strings.HasPrefix(target, "socket:[") {
+			continue
+		}
+		if fd, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, fd)
+		}
+	}
+	return out, nil
+}
+
+// Exe returns the path of a process's executable ("" when gone or hidden).
+func Exe(pid int) string {
+	p, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(p, " (deleted)")
+}
+
+// PeerGroups returns the real gid and supplementary groups of a process.
+func PeerGroups(pid int) ([]uint32, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, fmt.Errorf("read groups of pid %d: %w", pid, err)
+	}
+	var out []uint32
+	for _, line := range strings.Split(string(data), "\n") {
+		switch {
+		case strings.HasPrefix(line, "Gid:"):
+			f := strings.Fields(line)
+			if len(f) > 1 {
+				if g, err := strconv.ParseUint(f[1], 10, 32); err == nil {
+					out = append(out, uint32(g))
+				}
+			}
+		case strings.HasPrefix(line, "Groups:"):
+			for _, g := range strings.Fields(strings.TrimPrefix(line, "Groups:")) {
+				if v, err := strconv.ParseUint(g, 10, 32); err == nil {
+					out = append(out, uint32(v))
+				}
+			}
+		}
+	}
+	return out, nil
+}

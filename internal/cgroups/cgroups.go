@@ -1,0 +1,221 @@
+// Package cgroups finds the cgroup v2 hierarchy, resolves cgroup paths and
+// systemd units to cgroup ids, and manages the cgroups hostqos creates for
+// `hostqos run`.
+package cgroups
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Root returns the mount point of the cgroup v2 (unified) hierarchy, read
+// from the mount table. Hybrid layouts mount it below /sys/fs/cgroup (for
+// example /sys/fs/cgroup/unified); pure v2 systems at /sys/fs/cgroup.
+func Root() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("read mount table: %w", err)
+	}
+	defer f.Close()
+	return parseMountinfo(f)
+}
+
+func parseMountinfo(f interface{ Read([]byte) (int, error) }) (string, error) {
+	sc := bufio.NewScanner(f)
+	best := ""
+	for sc.Scan() {
+		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - cgroup2 cgroup rw
+		line := sc.Text()
+		sep := strings.Index(line, " - ")
+		if sep < 0 {
+			continue
+		}
+		pre := strings.Fields(line[:sep])
+		post := strings.Fields(line[sep+3:])
+		if len(pre) < 5 || len(post) < 1 || post[0] != "cgroup2" {
+			continue
+		}
+		// The first cgroup2 mount is the system's; later ones are
+		// usually bind mounts made for containers or tests.
+		if best == "" {
+			best = unescapeMount(pre[4])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", fmt.Errorf("read mount table: %w", err)
+	}
+	if best == "" {
+		return "", errors.New("find cgroup v2 mount: no cgroup2 filesystem is mounted (mount one with: mount -t cgroup2 none /sys/fs/cgroup/unified)")
+	}
+	return best, nil
+}
+
+// unescapeMount decodes the octal escapes (\040 for space) of mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Ref is a resolved cgroup: its id (inode of its directory) and its depth
+// below the root (the root itself is level 0).
+type Ref struct {
+	Path  string // relative to the root, starting with "/"
+	ID    uint64
+	Level int
+}
+
+// Resolve returns the id and level of the cgroup at rel (relative to root).
+func Resolve(root, rel string) (Ref, error) {
+	rel = "/" + strings.Trim(filepath.Clean("/"+rel), "/")
+	full := filepath.Join(root, rel)
+	var st syscall.Stat_t
+	if err := syscall.Stat(full, &st); err != nil {
+		return Ref{}, fmt.Errorf("resolve cgroup %s: %w", rel, err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return Ref{}, fmt.Errorf("resolve cgroup %s: not a directory", rel)
+	}
+	level := 0
+	if rel != "/" {
+		level = strings.Count(rel, "/")
+	}
+	return Ref{Path: rel, ID: st.Ino, Level: level}, nil
+}
+
+// FindUnit searches the hierarchy for the cgroup of a systemd unit (a
+// directory named like the unit, e.g. nginx.service), breadth first and at
+// most maxDepth levels deep. It returns every match (a user unit may exist
+// once per user session).
+func FindUnit(root, unit string, maxDepth int) ([]string, error) {
+	var found []string
+	type item struct {
+		rel   string
+		depth int
+	}
+	queue := []item{{"/", 0}}
+	for len(queue) > 0 {
+		it := queue[0]
+		queue = queue[1:]
+		entries, err := os.ReadDir(filepath.Join(root, it.rel))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+				continue
+			}
+			return nil, fmt.Errorf("search cgroups for unit %s: %w", unit, err)
+		}
+		for _, e := range entries {
+			if !e.IsDir() {
+				continue
+			}
+			rel := filepath.Join(it.rel, e.Name())
+			if e.Name() == unit {
+				found = append(found, rel)
+				continue
+			}
+			if it.depth+1 < maxDepth {
+				queue = append(queue, item{rel, it.depth + 1})
+			}
+		}
+	}
+	return found, nil
+}
+
+// OfPID returns the cgroup v2 path (relative to the root) of a process.
+func OfPID(pid int) (string, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return "", fmt.Errorf("read cgroup of pid %d: %w", pid, err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			return rest, nil
+		}
+	}
+	return "", fmt.Errorf("read cgroup of pid %d: no cgroup v2 entry", pid)
+}
+
+// Create makes the cgroup rel (and its parents) if missing.
+func Create(root, rel string) error {
+	if err := os.MkdirAll(filepath.Join(root, rel), 0o755); err != nil {
+		return fmt.Errorf("create cgroup %s: %w", rel, err)
+	}
+	return nil
+}
+
+// MovePID moves a whole process into the cgroup rel.
+func MovePID(root, rel string, pid int) error {
+	p := filepath.Join(root, rel, "cgroup.procs")
+	if err := os.WriteFile(p, []byte(strconv.Itoa(pid)), 0); err != nil {
+		return fmt.Errorf("move pid %d into cgroup %s: %w", pid, rel, err)
+	}
+	return nil
+}
+
+// Populated reports whether any process lives in rel or below.
+func Populated(root, rel string) (bool, error) {
+	data, err := os.ReadFile(filepath.Join(root, rel, "cgroup.events"))
+	if err != nil {
+		return false, fmt.Errorf("read events of cgroup %s: %w", rel, err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "populated "); ok {
+			return v == "1", nil
+		}
+	}
+	return false, nil
+}
+
+// RemoveTree removes rel and every cgroup below it, deepest first. Processes
+// still inside are moved to the parent of rel first so that the removal
+// cannot fail on a busy cgroup.
+func RemoveTree(root, rel string) error {
+	full := filepath.Join(root, rel)
+	if _, err := os.Stat(full); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	var dirs []string
+	err := filepath.WalkDir(full, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("list cgroup %s: %w", rel, err)
+	}
+	parentProcs := filepath.Join(filepath.Dir(full), "cgroup.procs")
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if procs, err := os.ReadFile(filepath.Join(dirs[i], "cgroup.procs")); err == nil {
+			for _, pid := range strings.Fields(string(procs)) {
+				_ = os.WriteFile(parentProcs, []byte(pid), 0)
+			}
+		}
+		if err := syscall.Rmdir(dirs[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove cgroup %s: %w", dirs[i], err)
+		}
+	}
+	return nil
+}

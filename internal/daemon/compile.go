@@ -1,0 +1,224 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/cgroups"
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/shaper"
+)
+
+// compiled is a policy turned into what the kernel needs.
+type compiled struct {
+	Datapath datapath.Policy
+	Classes  []shaper.ClassSpec
+	Rules    []shaper.RuleSpec
+	Resolved map[string][]string // rule name → what its app selectors resolved to
+	Warnings []string
+}
+
+// never is an executable identity no file has: a rule whose app selector
+// resolves to nothing gets it, so that it matches nothing rather than all.
+var never = datapath.FileID{Dev: 0, Ino: 0}
+
+// compile resolves app selectors against the running system and produces
+// datapath rules (in evaluation order) and shaper inputs.
+func compile(p *policy.Policy, slots *slotTable, cgRoot string) (*compiled, error) {
+	c := &compiled{Resolved: map[string][]string{}}
+	classIdx := map[string]int{}
+	classByName := map[string]policy.Class{}
+	for _, cl := range p.Classes {
+		idx, ok := slots.Classes[cl.Name]
+		if !ok {
+			return nil, fmt.Errorf("compile class %q: no index assigned", cl.Name)
+		}
+		classIdx[cl.Name] = idx
+		classByName[cl.Name] = cl
+		c.Classes = append(c.Classes, shaper.ClassSpec{
+			Name: cl.Name, Index: idx, Priority: cl.Priority,
+			MinBW: uint64(cl.MinBW), MaxBW: uint64(cl.MaxBW),
+			Default: cl.Name == "default",
+		})
+	}
+	for _, r := range p.OrderedRules() {
+		slot, ok := slots.Rules[r.Name]
+		if !ok {
+			return nil, fmt.Errorf("compile rule %q: no slot assigned", r.Name)
+		}
+		className := r.Class
+		if className == "" {
+			className = "default"
+		}
+		cl, ok := classByName[className]
+		if !ok {
+			return nil, fmt.Errorf("compile rule %q: class %q does not exist", r.Name, className)
+		}
+		dr := datapath.Rule{
+			Slot:         uint16(slot),
+			DSCPIn:       int8(r.DSCPIn),
+			DSCP:         -1,
+			ServiceClass: uint8(classIdx[className]),
+		}
+		if err := resolveApp(&dr, r, cgRoot, c); err != nil {
+			return nil, err
+		}
+		switch r.Proto {
+		case "tcp":
+			dr.Proto = unix.IPPROTO_TCP
+		case "udp":
+			dr.Proto = unix.IPPROTO_UDP
+		case "icmp":
+			dr.Proto = unix.IPPROTO_ICMP
+		}
+		dr.Local, dr.Remote = r.Local, r.Remote
+		dr.LPortFrom, dr.LPortTo = r.LPort.From, r.LPort.To
+		dr.RPortFrom, dr.RPortTo = r.RPort.From, r.RPort.To
+		switch r.Action {
+		case policy.ActionDrop:
+			dr.ActionCode = datapath.ActDrop
+		case policy.ActionObserve:
+			dr.ActionCode = datapath.ActObserve
+		default:
+			dr.ActionCode = datapath.ActPass
+			dr.DSCP = int8(cl.DSCP)
+			if r.DSCP != policy.NoDSCP {
+				dr.DSCP = int8(r.DSCP)
+			}
+			if r.MinBW > 0 || r.MaxBW > 0 {
+				dr.ClassID = shaper.RuleClassID(uint16(slot))
+				c.Rules = append(c.Rules, shaper.RuleSpec{
+					Slot: uint16(slot), Class: classIdx[className],
+					MinBW: uint64(r.MinBW), MaxBW: uint64(r.MaxBW),
+				})
+			} else {
+				dr.ClassID = classLeafID(classIdx[className])
+			}
+		}
+		c.Datapath.Rules = append(c.Datapath.Rules, dr)
+	}
+	return c, nil
+}
+
+// resolveApp fills the app selectors of dr from r.
+func resolveApp(dr *datapath.Rule, r policy.Rule, cgRoot string, c *compiled) error {
+	var notes []string
+	if r.Exe != "" {
+		ids, err := resolveExe(r.Exe)
+		if err != nil {
+			return fmt.Errorf("compile rule %q: %w", r.Name, err)
+		}
+		if len(ids) == 0 {
+			ids = []datapath.FileID{never}
+			notes = append(notes, "exe: no such file yet")
+			c.Warnings = append(c.Warnings, fmt.Sprintf("rule %q: exe %s matches no file; the rule matches nothing until it exists", r.Name, r.Exe))
+		} else {
+			notes = append(notes, fmt.Sprintf("exe: %d file(s)", len(ids)))
+		}
+		dr.Exes = ids
+	}
+	if r.Comm != "" {
+		dr.Comm = r.Comm
+	}
+	if r.User != "" {
+		uid, err := policy.ResolveUser(r.User)
+		if err != nil {
+			return fmt.Errorf("compile rule %q: resolve user %q: %w", r.Name, r.User, err)
+		}
+		dr.UID = &uid
+	}
+	var cgPaths []string
+	if r.Cgroup != "" {
+		cgPaths = append(cgPaths, r.Cgroup)
+	}
+	if r.Unit != "" {
+		found, err := cgroups.FindUnit(cgRoot, r.Unit, 6)
+		if err != nil {
+			return fmt.Errorf("compile rule %q: %w", r.Name, err)
+		}
+		if len(found) == 0 {
+			notes = append(notes, "unit: not running")
+			c.Warnings = append(c.Warnings, fmt.Sprintf("rule %q: unit %s has no cgroup (not running?); the rule matches nothing until it starts", r.Name, r.Unit))
+		} else {
+			notes = append(notes, "unit: "+strings.Join(found, ","))
+		}
+		if r.Cgroup != "" && len(found) > 0 {
+			// Both given: the unit must lie inside the cgroup.
+			var inside []string
+			for _, f := range found {
+				if f == r.Cgroup || strings.HasPrefix(f, strings.TrimSuffix(r.Cgroup, "/")+"/") {
+					inside = append(inside, f)
+				}
+			}
+			found = inside
+		}
+		if len(found) == 0 {
+			dr.Cgroups = []datapath.CgroupRef{{ID: 0, Level: 0}}
+		}
+		cgPaths = found
+	}
+	for _, p := range cgPaths {
+		ref, err := cgroups.Resolve(cgRoot, p)
+		if err != nil {
+			notes = append(notes, "cgroup "+p+": missing")
+			c.Warnings = append(c.Warnings, fmt.Sprintf("rule %q: cgroup %s does not exist; the rule matches nothing until it does", r.Name, p))
+			continue
+		}
+		dr.Cgroups = append(dr.Cgroups, datapath.CgroupRef{ID: ref.ID, Level: ref.Level})
+	}
+	if (r.Cgroup != "" || r.Unit != "") && len(dr.Cgroups) == 0 {
+		dr.Cgroups = []datapath.CgroupRef{{ID: 0, Level: 0}}
+	}
+	if len(notes) > 0 {
+		c.Resolved[r.Name] = notes
+	}
+	return nil
+}
+
+// resolveExe turns a path or glob into file identities. Symlinks are
+// followed: the kernel knows a process by the file it executes.
+func resolveExe(pattern string) ([]datapath.FileID, error) {
+	paths := []string{pattern}
+	if strings.ContainsAny(pattern, "*?[") {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			return nil, fmt.Errorf("expand exe glob %s: %w", pattern, err)
+		}
+		paths = m
+	}
+	seen := map[datapath.FileID]bool{}
+	var out []datapath.FileID
+	for _, p := range paths {
+		id, err := datapath.FileIDOf(p)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+				continue
+			}
+			return nil, fmt.Errorf("resolve exe %s: %w", p, err)
+		}
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Dev != out[j].Dev {
+			return out[i].Dev < out[j].Dev
+		}
+		return out[i].Ino < out[j].Ino
+	})
+	return out, nil
+}
+
+// classLeafID is the HTB classid of a service class's general leaf, the
+// same on every shaped link.
+func classLeafID(idx int) uint32 {
+	return uint32(shaper.Handle)<<16 | uint32(shaper.LeafBase+uint16(idx))
+}

@@ -1,0 +1,498 @@
+// Package daemon is hostqosd: it keeps the desired policy (config file plus
+// changes made through the API), validates and admits every change whole,
+// compiles it into BPF map entries and HTB classes, applies it as one
+// transaction, persists it, and serves the API and statistics.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hostqos/hostqos/internal/cgroups"
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/shaper"
+)
+
+// Version is set at build time.
+var Version = "dev"
+
+// Config are the daemon's command-line settings.
+type Config struct {
+	ConfigPath     string // TOML policy file
+	ConfigExplicit bool   // the path was given on the command line: it must exist
+	StateDir       string // persistent state (API changes, slots)
+	BPFFSDir       string // pins
+	Socket         string // API socket
+	FlowTableSize  int
+	RescanInterval time.Duration
+	Logger         *slog.Logger
+}
+
+// Daemon is a running hostqosd.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	started time.Time
+	netns   uint64
+	cgRoot  string
+	cgBase  string // our cgroup subtree, relative to cgRoot
+
+	mu       sync.Mutex // serialises changes
+	base     *policy.Policy
+	persist  *overlay
+	temp     *overlay
+	slots    *slotTable
+	eff      merged
+	comp     *compiled
+	gen      uint64
+	links    map[string]int // managed link name → ifindex currently set up
+	linkErrs map[string]string
+
+	dp      *datapath.Datapath
+	dpErr   error
+	adopted bool
+	tagged  int
+
+	stats *sampler
+	ln    net.Listener
+	srv   *http.Server
+	down  chan struct{}
+}
+
+func (d *Daemon) statePath() string { return filepath.Join(d.cfg.StateDir, "state.json") }
+func (d *Daemon) runtimePath() string {
+	return filepath.Join(filepath.Dir(d.cfg.Socket), "runtime.json")
+}
+
+// New prepares a daemon: it reads the config and state and validates them,
+// but touches nothing in the kernel yet.
+func New(cfg Config) (*Daemon, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.RescanInterval == 0 {
+		cfg.RescanInterval = time.Second
+	}
+	d := &Daemon{
+		cfg: cfg, log: cfg.Logger.With("component", "daemon"), started: time.Now(),
+		links: map[string]int{}, linkErrs: map[string]string{}, down: make(chan struct{}),
+	}
+	var err error
+	if d.netns, err = netnsInode(); err != nil {
+		return nil, err
+	}
+	if d.cgRoot, err = cgroups.Root(); err != nil {
+		return nil, err
+	}
+	d.cgBase = fmt.Sprintf("/hostqos/ns-%d", d.netns)
+	if d.base, err = d.loadConfig(); err != nil {
+		return nil, err
+	}
+	var slots *slotTable
+	if d.persist, slots, err = readState(d.statePath()); err != nil {
+		return nil, err
+	}
+	if d.temp, _, err = readState(d.runtimePath()); err != nil {
+		return nil, err
+	}
+	d.slots = newSlotTable()
+	if slots != nil {
+		d.slots = slots
+	}
+	d.eff = merge(d.base, d.persist, d.temp)
+	if err := checkPolicy(d.eff.Policy, "state"); err != nil {
+		return nil, fmt.Errorf("validate policy (config %s with changes in %s): %w", d.cfg.ConfigPath, d.statePath(), err)
+	}
+	return d, nil
+}
+
+// loadConfig reads the policy file. A missing default file means "no
+// policy yet"; a missing file named on the command line is an error.
+func (d *Daemon) loadConfig() (*policy.Policy, error) {
+	p, err := policy.LoadFile(d.cfg.ConfigPath)
+	if errors.Is(err, fs.ErrNotExist) && !d.cfg.ConfigExplicit {
+		d.log.Info("no config file; starting with the default classes", "path", d.cfg.ConfigPath)
+		return policy.Load(nil, d.cfg.ConfigPath)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// checkPolicy validates and admits a whole policy.
+func checkPolicy(p *policy.Policy, source string) error {
+	if err := p.Validate(source); err != nil {
+		return err
+	}
+	if err := p.Admit(); err != nil {
+		for _, fe := range policy.AsErrors(err) {
+			if fe.Source == "" {
+				fe.Source = source
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// Start loads (or adopts) the datapath, applies the policy, and starts the
+// API and the background loops. It returns once the API socket listens.
+func (d *Daemon) Start(ctx context.Context) error {
+	dp, err := datapath.Open(datapath.Options{
+		BPFFSDir: d.cfg.BPFFSDir, CgroupPath: d.cgRoot, FlowTableSize: d.cfg.FlowTableSize,
+	})
+	if err != nil {
+		return fmt.Errorf("load datapath: %w", err)
+	}
+	d.dp = dp
+	d.adopted = dp.Adopted()
+	d.stats = newSampler(d)
+	d.mu.Lock()
+	err = d.applyLocked(d.eff, d.slots.clone(), false)
+	d.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("apply policy: %w", err)
+	}
+	if err := d.listen(); err != nil {
+		return err
+	}
+	go d.tagExistingSockets()
+	go d.loop(ctx)
+	d.log.Info("hostqosd running", "socket", d.cfg.Socket, "adopted", d.adopted, "netns", d.netns,
+		"links", len(d.eff.Policy.Links), "rules", len(d.eff.Policy.Rules))
+	return nil
+}
+
+// Wait blocks until the daemon was told to go down or ctx ends.
+func (d *Daemon) Wait(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-d.down:
+	}
+}
+
+// Stop ends serving and releases file descriptors. Pinned programs and maps
+// stay in the kernel and keep enforcing the last applied policy.
+func (d *Daemon) Stop() {
+	if d.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_ = d.srv.Shutdown(ctx) // let answers in flight (e.g. to down) go out
+		cancel()
+		os.Remove(d.cfg.Socket)
+	}
+	if d.dp != nil {
+		d.dp.Close()
+	}
+	d.log.Info("hostqosd stopped; the datapath keeps enforcing the last policy")
+}
+
+// applyLocked makes the kernel match m and, when persist is set, writes
+// the state files. On any error it restores the previous kernel state and
+// returns the error; nothing of the change remains.
+func (d *Daemon) applyLocked(m merged, slots *slotTable, persist bool) error {
+	if err := slots.assign(m.Policy, d.slotCounter); err != nil {
+		return err
+	}
+	comp, err := compile(m.Policy, slots, d.cgRoot)
+	if err != nil {
+		return err
+	}
+	plans, ifindexes, err := d.planLinks(m.Policy, comp)
+	if err != nil {
+		return err
+	}
+	prev := d.comp
+	prevLinks := d.links
+	if err := d.pushKernel(comp, plans, ifindexes); err != nil {
+		if prev != nil {
+			prevPlans, prevIdx, perr := d.planLinks(d.eff.Policy, prev)
+			if perr == nil {
+				perr = d.pushKernel(prev, prevPlans, prevIdx)
+			}
+			if perr != nil {
+				d.log.Error("restore previous policy after a failed change", "err", perr)
+			}
+		}
+		_ = prevLinks
+		return err
+	}
+	if persist {
+		if err := writeState(d.statePath(), d.persist, slots); err != nil {
+			return err
+		}
+		if err := writeState(d.runtimePath(), d.temp, nil); err != nil {
+			return err
+		}
+	}
+	d.eff, d.comp, d.slots = m, comp, slots
+	d.gen++
+	return nil
+}
+
+// linkPlan is the shaper plan of one managed link (nil Plan: mark only).
+type linkPlan struct {
+	name    string
+	ifindex int
+	plan    *shaper.Plan
+}
+
+func (d *Daemon) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[string]int, error) {
+	var out []linkPlan
+	idx := map[string]int{}
+	for _, l := range p.Links {
+		ifi, err := net.InterfaceByName(l.Name)
+		if err != nil {
+			return nil, nil, &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", l.Name), Field: "name", Value: l.Name,
+				Reason: "no such interface in this network namespace", Fix: "check `ip link`"}
+		}
+		lp := linkPlan{name: l.Name, ifindex: ifi.Index}
+		if l.EgressRate > 0 {
+			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifi.Index, Name: l.Name, Rate: uint64(l.EgressRate)}, comp.Classes, comp.Rules)
+			if err != nil {
+				return nil, nil, fmt.Errorf("plan HTB tree for link %s: %w", l.Name, err)
+			}
+			lp.plan = &plan
+		}
+		out = append(out, lp)
+		idx[l.Name] = ifi.Index
+	}
+	return out, idx, nil
+}
+
+// pushKernel applies a compiled policy: shaper trees first (so that classes
+// exist before packets are steered into them), then the datapath rules,
+// then attachments; links no longer managed are released last.
+func (d *Daemon) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[string]int) error {
+	for _, lp := range plans {
+		if lp.plan != nil {
+			if err := shaper.Apply(*lp.plan); err != nil {
+				return fmt.Errorf("shape link %s: %w", lp.name, err)
+			}
+		} else if owned, _ := shaper.Owned(lp.ifindex); owned {
+			if err := shaper.Remove(lp.ifindex); err != nil {
+				return fmt.Errorf("stop shaping link %s: %w", lp.name, err)
+			}
+		}
+	}
+	if err := d.dp.Apply(comp.Datapath); err != nil {
+		return fmt.Errorf("apply datapath rules: %w", err)
+	}
+	for _, lp := range plans {
+		if err := d.dp.AttachLink(lp.ifindex); err != nil {
+			return fmt.Errorf("attach classifier to link %s: %w", lp.name, err)
+		}
+	}
+	for name, ifindex := range d.links {
+		if _, still := ifindexes[name]; still {
+			continue
+		}
+		if err := d.dp.DetachLink(ifindex); err != nil {
+			d.log.Warn("detach classifier", "link", name, "err", err)
+		}
+		if owned, _ := shaper.Owned(ifindex); owned {
+			if err := shaper.Remove(ifindex); err != nil {
+				d.log.Warn("remove HTB tree", "link", name, "err", err)
+			}
+		}
+	}
+	d.links = ifindexes
+	return nil
+}
+
+// slotCounter reads a slot's raw counters (for baselines of reused slots).
+func (d *Daemon) slotCounter(slot int) baseCounter {
+	if d.dp == nil {
+		return baseCounter{}
+	}
+	cs, err := d.dp.RuleCounters()
+	if err != nil || slot >= len(cs) {
+		return baseCounter{}
+	}
+	return baseCounter{Packets: cs[slot].Packets, Bytes: cs[slot].Bytes, Drops: cs[slot].Drops}
+}
+
+// change runs a mutation of the overlays as one transaction: mutate works
+// on copies; the result is validated, admitted, applied and persisted, or
+// nothing changes.
+func (d *Daemon) change(source string, mutate func(persist, temp *overlay, eff *policy.Policy) error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	persist, temp := d.persist.clone(), d.temp.clone()
+	if err := mutate(persist, temp, d.eff.Policy); err != nil {
+		return err
+	}
+	m := merge(d.base, persist, temp)
+	if err := checkPolicy(m.Policy, source); err != nil {
+		return err
+	}
+	oldP, oldT := d.persist, d.temp
+	d.persist, d.temp = persist, temp
+	if err := d.applyLocked(m, d.slots.clone(), true); err != nil {
+		d.persist, d.temp = oldP, oldT
+		return err
+	}
+	return nil
+}
+
+// Reload re-reads the config file. An invalid file changes nothing.
+func (d *Daemon) Reload() error {
+	base, err := d.loadConfig()
+	if err != nil {
+		d.log.Error("reload: config rejected; keeping the running policy", "err", err)
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m := merge(base, d.persist, d.temp)
+	if err := checkPolicy(m.Policy, d.cfg.ConfigPath); err != nil {
+		d.log.Error("reload: policy rejected; keeping the running policy", "err", err)
+		return err
+	}
+	if err := d.applyLocked(m, d.slots.clone(), true); err != nil {
+		d.log.Error("reload: apply failed; kept the running policy", "err", err)
+		return err
+	}
+	d.base = base
+	d.log.Info("reloaded", "config", d.cfg.ConfigPath, "rules", len(m.Policy.Rules))
+	return nil
+}
+
+// Down removes everything hostqos made in this network namespace: the
+// classifiers, HTB trees, pins and cgroups. The persistent state (the
+// policy the admin wrote) is kept; temporary changes are dropped.
+func (d *Daemon) Down() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for name, ifindex := range d.links {
+		if owned, _ := shaper.Owned(ifindex); owned {
+			if err := shaper.Remove(ifindex); err != nil {
+				errs = append(errs, fmt.Errorf("remove HTB tree of %s: %w", name, err))
+			}
+		}
+	}
+	if d.dp != nil {
+		d.dp.Close()
+		d.dp = nil
+	}
+	if err := datapath.Remove(d.cfg.BPFFSDir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := cgroups.RemoveTree(d.cgRoot, d.cgBase); err != nil {
+		errs = append(errs, err)
+	}
+	removeIfEmpty(filepath.Join(d.cgRoot, "hostqos"))
+	if err := os.Remove(d.runtimePath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("remove runtime state: %w", err))
+	}
+	d.links = map[string]int{}
+	select {
+	case <-d.down:
+	default:
+		close(d.down)
+	}
+	return errors.Join(errs...)
+}
+
+func removeIfEmpty(dir string) { _ = syscall.Rmdir(dir) }
+
+// netnsInode identifies the daemon's network namespace.
+func netnsInode() (uint64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/net", &st); err != nil {
+		return 0, fmt.Errorf("identify network namespace: %w", err)
+	}
+	return st.Ino, nil
+}
+
+// loop runs the periodic work: re-resolving app selectors (new files for
+// an exe glob, units that started), reaping finished runs, and sampling
+// counters for rates.
+func (d *Daemon) loop(ctx context.Context) {
+	t := time.NewTicker(d.cfg.RescanInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.down:
+			return
+		case <-t.C:
+			d.stats.sample()
+			d.reapRuns()
+			d.rescan()
+		}
+	}
+}
+
+// rescan recompiles the current policy and pushes it when what the app
+// selectors resolve to has changed.
+func (d *Daemon) rescan() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dp == nil {
+		return
+	}
+	comp, err := compile(d.eff.Policy, d.slots, d.cgRoot)
+	if err != nil {
+		d.log.Warn("rescan", "err", err)
+		return
+	}
+	if d.comp != nil && sameDatapath(comp.Datapath, d.comp.Datapath) {
+		d.comp.Warnings, d.comp.Resolved = comp.Warnings, comp.Resolved
+		return
+	}
+	if err := d.dp.Apply(comp.Datapath); err != nil {
+		d.log.Warn("rescan: apply datapath rules", "err", err)
+		return
+	}
+	d.comp = comp
+	d.gen++
+	d.log.Info("app selectors re-resolved; datapath updated")
+}
+
+// Teardown removes what hostqos made in this network namespace without a
+// running daemon: every HTB root of ours on any interface, the pinned
+// programs and maps, our cgroups and the temporary state.
+func Teardown(cfg Config) error {
+	var errs []error
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return fmt.Errorf("list interfaces: %w", err)
+	}
+	for _, ifi := range ifs {
+		if owned, _ := shaper.Owned(ifi.Index); owned {
+			if err := shaper.Remove(ifi.Index); err != nil {
+				errs = append(errs, fmt.Errorf("remove HTB tree of %s: %w", ifi.Name, err))
+			}
+		}
+	}
+	if err := datapath.Remove(cfg.BPFFSDir); err != nil {
+		errs = append(errs, err)
+	}
+	if ns, err := netnsInode(); err == nil {
+		if root, err := cgroups.Root(); err == nil {
+			if err := cgroups.RemoveTree(root, fmt.Sprintf("/hostqos/ns-%d", ns)); err != nil {
+				errs = append(errs, err)
+			}
+			removeIfEmpty(filepath.Join(root, "hostqos"))
+		}
+	}
+	rt := filepath.Join(filepath.Dir(cfg.Socket), "runtime.json")
+	if err := os.Remove(rt); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("remove runtime state: %w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,764 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/internal/apps"
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+type credKey struct{}
+
+// peer is who is calling, from SO_PEERCRED of the connection.
+type peer struct {
+	PID        int
+	UID, GID   uint32
+	Privileged bool // root or member of group hostqos: may change policy
+}
+
+// listen creates the API socket. The socket file is born with mode 0600
+// (umask) and only then opened up to 0666, so there is no moment when it is
+// more open than intended; authorisation is by peer credentials.
+func (d *Daemon) listen() error {
+	dir := filepath.Dir(d.cfg.Socket)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create socket dir %s: %w", dir, err)
+	}
+	if c, err := net.DialTimeout("unix", d.cfg.Socket, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("listen on %s: another hostqosd is already serving it", d.cfg.Socket)
+	}
+	_ = os.Remove(d.cfg.Socket) // stale socket of a dead daemon
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", d.cfg.Socket)
+	syscall.Umask(old)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", d.cfg.Socket, err)
+	}
+	if err := os.Chmod(d.cfg.Socket, 0o666); err != nil {
+		ln.Close()
+		return fmt.Errorf("open up socket %s: %w", d.cfg.Socket, err)
+	}
+	d.ln = ln
+	srv := &http.Server{
+		Handler:           d.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, credKey{}, peerOf(c))
+		},
+	}
+	d.srv = srv
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
+			d.log.Error("api server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+func peerOf(c net.Conn) *peer {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return &peer{UID: ^uint32(0), GID: ^uint32(0)}
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return &peer{UID: ^uint32(0), GID: ^uint32(0)}
+	}
+	var cred *unix.Ucred
+	_ = raw.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err != nil || cred == nil {
+		return &peer{UID: ^uint32(0), GID: ^uint32(0)}
+	}
+	p := &peer{PID: int(cred.Pid), UID: cred.Uid, GID: cred.Gid}
+	p.Privileged = cred.Uid == 0 || inHostqosGroup(p)
+	return p
+}
+
+// inHostqosGroup reports whether the caller belongs to group "hostqos".
+func inHostqosGroup(p *peer) bool {
+	g, err := user.LookupGroup("hostqos")
+	if err != nil {
+		return false
+	}
+	gid, err := strconv.ParseUint(g.Gid, 10, 32)
+	if err != nil {
+		return false
+	}
+	if p.GID == uint32(gid) {
+		return true
+	}
+	groups, err := apps.PeerGroups(p.PID)
+	if err != nil {
+		return false
+	}
+	for _, x := range groups {
+		if x == uint32(gid) {
+			return true
+		}
+	}
+	return false
+}
+
+func callerOf(r *http.Request) *peer {
+	if p, ok := r.Context().Value(credKey{}).(*peer); ok {
+		return p
+	}
+	return &peer{UID: ^uint32(0)}
+}
+
+// forbidden is a policy change by someone not allowed to make it.
+type forbidden struct{ why string }
+
+func (e *forbidden) Error() string { return e.why }
+
+// conflict is an add of something that exists.
+type conflict struct{ what, name string }
+
+func (e *conflict) Error() string {
+	return fmt.Sprintf("%s %q already exists; change it with hostqos %s set %s", e.what, e.name, e.what, e.name)
+}
+
+// badRequest is a malformed request body or parameter.
+type badRequest struct{ err error }
+
+func (e *badRequest) Error() string { return e.err.Error() }
+func (e *badRequest) Unwrap() error { return e.err }
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	body := api.ErrorBody{Error: err.Error()}
+	code := http.StatusInternalServerError
+	var fe *policy.FieldError
+	var fes policy.Errors
+	var nf *notFoundError
+	var fb *forbidden
+	var cf *conflict
+	var br *badRequest
+	switch {
+	case errors.As(err, &fes):
+		code = http.StatusBadRequest
+		body.Fields = fes
+		body.Error = fmt.Sprintf("invalid policy: %d problem(s); nothing was changed", len(fes))
+	case errors.As(err, &fe):
+		code = http.StatusBadRequest
+		body.Fields = []*policy.FieldError{fe}
+		body.Error = "invalid policy; nothing was changed"
+	case errors.As(err, &nf):
+		code = http.StatusNotFound
+	case errors.As(err, &fb):
+		code = http.StatusForbidden
+	case errors.As(err, &cf):
+		code = http.StatusConflict
+	case errors.As(err, &br):
+		code = http.StatusBadRequest
+	}
+	writeJSON(w, code, body)
+}
+
+// mutating wraps handlers that change policy: only privileged callers.
+func mutating(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !callerOf(r).Privileged {
+			writeErr(w, &forbidden{why: "changing host policy needs root or membership of group hostqos; you may read status and stats, and run your own programs in classes the admin allows (hostqos run)"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &badRequest{fmt.Errorf("decode request body: %w", err)}
+	}
+	return nil
+}
+
+func temporary(r *http.Request) bool {
+	v := r.URL.Query().Get("temporary")
+	return v == "1" || v == "true"
+}
+
+func (d *Daemon) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", d.handleStatus)
+	mux.HandleFunc("GET /v1/links", d.handleLinks)
+	mux.HandleFunc("PUT /v1/links/{name}", mutating(d.handleSetLink))
+	mux.HandleFunc("DELETE /v1/links/{name}", mutating(d.handleRemoveLink))
+	mux.HandleFunc("GET /v1/classes", d.handleClasses)
+	mux.HandleFunc("GET /v1/classes/{name}", d.handleClasses)
+	mux.HandleFunc("POST /v1/classes", mutating(d.handleAddClass))
+	mux.HandleFunc("PATCH /v1/classes/{name}", mutating(d.handleSetClass))
+	mux.HandleFunc("DELETE /v1/classes/{name}", mutating(d.handleRemoveClass))
+	mux.HandleFunc("GET /v1/rules", d.handleRules)
+	mux.HandleFunc("GET /v1/rules/{name}", d.handleRules)
+	mux.HandleFunc("POST /v1/rules", mutating(d.handleAddRule))
+	mux.HandleFunc("PATCH /v1/rules/{name}", mutating(d.handleSetRule))
+	mux.HandleFunc("DELETE /v1/rules/{name}", mutating(d.handleRemoveRule))
+	mux.HandleFunc("GET /v1/runs", d.handleRuns)
+	mux.HandleFunc("POST /v1/runs", d.handleStartRun)
+	mux.HandleFunc("DELETE /v1/runs/{id}", d.handleEndRun)
+	mux.HandleFunc("GET /v1/stats/{kind}", d.handleStats)
+	mux.HandleFunc("POST /v1/reload", mutating(d.handleReload))
+	mux.HandleFunc("POST /v1/down", mutating(d.handleDown))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
+	})
+	return mux
+}
+
+func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, d.status())
+}
+
+func (d *Daemon) status() api.Status {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := api.Status{Daemon: api.DaemonStatus{
+		Version: Version, PID: os.Getpid(), Started: d.started, Config: d.cfg.ConfigPath,
+		StateDir: d.cfg.StateDir, BPFFSDir: d.cfg.BPFFSDir, Socket: d.cfg.Socket,
+		Netns: d.netns, Adopted: d.adopted,
+	}}
+	st.Datapath.Loaded = d.dp != nil
+	st.Datapath.TaggedSockets = d.tagged
+	if d.dp != nil {
+		st.Daemon.Generation = uint64(d.dp.Generation())
+		if s, err := d.dp.Stats(); err == nil {
+			st.Datapath.Packets, st.Datapath.Classified = s.Packets, s.Classified
+			st.Datapath.FlowInsertFail, st.Datapath.ParseErrors, st.Datapath.NoIdentity = s.FlowInsertFail, s.ParseErrors, s.NoIdentity
+		} else {
+			st.Datapath.Error = err.Error()
+		}
+		n := 0
+		_ = d.dp.Flows(func(datapath.Flow) bool { n++; return true })
+		st.Counts.Flows = n
+	}
+	st.Links = d.linkStatusLocked()
+	st.Counts.Links = len(d.eff.Policy.Links)
+	st.Counts.Classes = len(d.eff.Policy.Classes)
+	st.Counts.Rules = len(d.eff.Policy.Rules)
+	st.Counts.Runs = len(d.temp.Runs)
+	st.Warnings = append(st.Warnings, d.eff.Policy.Warnings()...)
+	if d.comp != nil {
+		st.Warnings = append(st.Warnings, d.comp.Warnings...)
+	}
+	return st
+}
+
+func (d *Daemon) linkStatusLocked() []api.LinkStatus {
+	var out []api.LinkStatus
+	for _, l := range d.eff.Policy.Links {
+		ls := api.LinkStatus{Link: l}
+		if ifindex, ok := d.links[l.Name]; ok {
+			ls.Ifindex = ifindex
+			ls.Attached = true
+			ls.Shaping = l.EgressRate > 0
+		}
+		frac := l.Reservable
+		if frac == 0 {
+			frac = policy.DefaultReservable
+		}
+		ls.Reservable = policy.Rate(float64(l.EgressRate) * frac)
+		var sum policy.Rate
+		for _, c := range d.eff.Policy.Classes {
+			sum += c.MinBW
+		}
+		for _, r := range d.eff.Policy.Rules {
+			if r.Action == "" || r.Action == policy.ActionPass {
+				sum += r.MinBW
+			}
+		}
+		ls.Reserved = sum
+		out = append(out, ls)
+	}
+	return out
+}
+
+func (d *Daemon) handleLinks(w http.ResponseWriter, r *http.Request) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	writeJSON(w, http.StatusOK, d.linkStatusLocked())
+}
+
+func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var l policy.Link
+	if err := decode(r, &l); err != nil {
+		writeErr(w, err)
+		return
+	}
+	l.Name = name
+	tmp := temporary(r)
+	err := d.change("api", func(persist, temp *overlay, _ *policy.Policy) error {
+		ov := persist
+		if tmp {
+			ov = temp
+		}
+		ov.Links[name] = &l
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	d.handleLinks(w, r)
+}
+
+func (d *Daemon) handleRemoveLink(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		if !hasLink(eff, name) {
+			return &notFoundError{what: "link", name: name}
+		}
+		delete(temp.Links, name)
+		persist.Links[name] = nil
+		if !hasLink(d.base, name) {
+			delete(persist.Links, name)
+		}
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"removed": name})
+}
+
+func hasLink(p *policy.Policy, name string) bool {
+	for _, l := range p.Links {
+		if l.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Daemon) handleClasses(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []api.ClassInfo
+	for _, c := range d.eff.Policy.Classes {
+		if name != "" && c.Name != name {
+			continue
+		}
+		out = append(out, api.ClassInfo{Class: c, Source: d.eff.Sources["class/"+c.Name]})
+	}
+	if name != "" {
+		if len(out) == 0 {
+			writeErr(w, &notFoundError{what: "class", name: name})
+			return
+		}
+		writeJSON(w, http.StatusOK, out[0])
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func findClass(p *policy.Policy, name string) (policy.Class, bool) {
+	for _, c := range p.Classes {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return policy.Class{}, false
+}
+
+func (d *Daemon) handleAddClass(w http.ResponseWriter, r *http.Request) {
+	c := policy.Class{DSCP: policy.NoDSCP}
+	if err := decode(r, &c); err != nil {
+		writeErr(w, err)
+		return
+	}
+	tmp := temporary(r)
+	err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		if _, ok := findClass(eff, c.Name); ok {
+			return &conflict{what: "class", name: c.Name}
+		}
+		ov := persist
+		if tmp {
+			ov = temp
+		}
+		ov.Classes[c.Name] = &c
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, c)
+}
+
+// patchJSON lays the JSON object in patch over cur (any struct) into out.
+func patchJSON(cur any, patch []byte, out any) error {
+	base, err := json.Marshal(cur)
+	if err != nil {
+		return err
+	}
+	m := map[string]json.RawMessage{}
+	if err := json.Unmarshal(base, &m); err != nil {
+		return err
+	}
+	pm := map[string]json.RawMessage{}
+	if err := json.Unmarshal(patch, &pm); err != nil {
+		return &badRequest{fmt.Errorf("decode request body: %w", err)}
+	}
+	for k, v := range pm {
+		if k == "name" {
+			return &badRequest{errors.New("decode request body: the name cannot be changed; remove and add instead")}
+		}
+		if string(v) == "null" {
+			delete(m, k)
+			continue
+		}
+		m[k] = v
+	}
+	merged, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(merged))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(out); err != nil {
+		return &badRequest{fmt.Errorf("decode request body: %w", err)}
+	}
+	return nil
+}
+
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return nil, &badRequest{fmt.Errorf("read request body: %w", err)}
+	}
+	return b, nil
+}
+
+func (d *Daemon) handleSetClass(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	body, err := readBody(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	tmp := temporary(r)
+	var out policy.Class
+	err = d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		cur, ok := findClass(eff, name)
+		if !ok {
+			return &notFoundError{what: "class", name: name}
+		}
+		n := policy.Class{DSCP: policy.NoDSCP}
+		if err := patchJSON(cur, body, &n); err != nil {
+			return err
+		}
+		n.Name = name
+		ov := persist
+		if _, inTemp := temp.Classes[name]; tmp || inTemp {
+			ov = temp
+		}
+		ov.Classes[name] = &n
+		out = n
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (d *Daemon) handleRemoveClass(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		if _, ok := findClass(eff, name); !ok {
+			return &notFoundError{what: "class", name: name}
+		}
+		delete(temp.Classes, name)
+		persist.Classes[name] = nil
+		if _, inBase := findClass(d.base, name); !inBase {
+			delete(persist.Classes, name)
+		}
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"removed": name})
+}
+
+func (d *Daemon) handleRules(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []api.RuleInfo
+	for _, ru := range d.eff.Policy.OrderedRules() {
+		if name != "" && ru.Name != name {
+			continue
+		}
+		ri := api.RuleInfo{Rule: ru, Source: d.eff.Sources["rule/"+ru.Name], Slot: -1}
+		if s, ok := d.slots.Rules[ru.Name]; ok {
+			ri.Slot = s
+		}
+		if d.comp != nil {
+			ri.Resolved = d.comp.Resolved[ru.Name]
+		}
+		out = append(out, ri)
+	}
+	if name != "" {
+		if len(out) == 0 {
+			writeErr(w, &notFoundError{what: "rule", name: name})
+			return
+		}
+		writeJSON(w, http.StatusOK, out[0])
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func findRule(p *policy.Policy, name string) (policy.Rule, bool) {
+	for _, r := range p.Rules {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return policy.Rule{}, false
+}
+
+func newRule() policy.Rule { return policy.Rule{DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP} }
+
+func (d *Daemon) handleAddRule(w http.ResponseWriter, r *http.Request) {
+	ru := newRule()
+	if err := decode(r, &ru); err != nil {
+		writeErr(w, err)
+		return
+	}
+	tmp := temporary(r)
+	err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		if _, ok := findRule(eff, ru.Name); ok {
+			return &conflict{what: "rule", name: ru.Name}
+		}
+		ov := persist
+		if tmp {
+			ov = temp
+		}
+		ov.Rules[ru.Name] = &ru
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	ru.Temporary = tmp
+	writeJSON(w, http.StatusCreated, ru)
+}
+
+func (d *Daemon) isRunRule(name string) bool {
+	for _, run := range d.temp.Runs {
+		if run.Rule == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Daemon) handleSetRule(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	body, err := readBody(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	tmp := temporary(r)
+	var out policy.Rule
+	err = d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		cur, ok := findRule(eff, name)
+		if !ok {
+			return &notFoundError{what: "rule", name: name}
+		}
+		n := newRule()
+		if err := patchJSON(cur, body, &n); err != nil {
+			return err
+		}
+		n.Name = name
+		ov := persist
+		if _, inTemp := temp.Rules[name]; tmp || inTemp {
+			ov = temp
+		}
+		ov.Rules[name] = &n
+		out = n
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (d *Daemon) handleRemoveRule(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		if _, ok := findRule(eff, name); !ok {
+			return &notFoundError{what: "rule", name: name}
+		}
+		for _, run := range temp.Runs {
+			if run.Rule == name {
+				return &badRequest{fmt.Errorf("rule %q belongs to a running `hostqos run` (pid %d); it goes away when the program ends", name, run.PID)}
+			}
+		}
+		delete(temp.Rules, name)
+		persist.Rules[name] = nil
+		if _, inBase := findRule(d.base, name); !inBase {
+			delete(persist.Rules, name)
+		}
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"removed": name})
+}
+
+func (d *Daemon) handleRuns(w http.ResponseWriter, r *http.Request) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := []*api.Run{}
+	for _, id := range sortedKeys(d.temp.Runs) {
+		out = append(out, toAPIRun(d.temp.Runs[id]))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (d *Daemon) handleStartRun(w http.ResponseWriter, r *http.Request) {
+	req := api.RunRequest{DSCP: policy.NoDSCP}
+	if err := decode(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	who := callerOf(r)
+	if req.PID == 0 {
+		req.PID = who.PID
+	}
+	if !who.Privileged {
+		if req.PID != who.PID {
+			writeErr(w, &forbidden{why: fmt.Sprintf("you may only put your own process under a policy (pid %d is not the caller)", req.PID)})
+			return
+		}
+		if req.DSCP != policy.NoDSCP {
+			writeErr(w, &forbidden{why: "choosing a DSCP needs root or group hostqos; use --class with a class the admin allows (user_allowed = true)"})
+			return
+		}
+		cname := req.Class
+		if cname == "" {
+			cname = "default"
+		}
+		d.mu.Lock()
+		c, ok := findClass(d.eff.Policy, cname)
+		d.mu.Unlock()
+		if ok && !c.UserAllowed {
+			writeErr(w, &forbidden{why: fmt.Sprintf("class %q is not open to ordinary users; ask the admin to set user_allowed = true, or pick another class", cname)})
+			return
+		}
+	}
+	run, err := d.startRun(req, who.UID)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, run)
+}
+
+func (d *Daemon) handleEndRun(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	who := callerOf(r)
+	d.mu.Lock()
+	run, ok := d.temp.Runs[id]
+	d.mu.Unlock()
+	if !ok {
+		writeErr(w, &notFoundError{what: "run", name: id})
+		return
+	}
+	if !who.Privileged && run.UID != who.UID {
+		writeErr(w, &forbidden{why: "that run belongs to another user"})
+		return
+	}
+	if err := d.endRun(id); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"ended": id})
+}
+
+func (d *Daemon) handleStats(w http.ResponseWriter, r *http.Request) {
+	kind := r.PathValue("kind")
+	who := callerOf(r)
+	uid := int64(-1)
+	if !who.Privileged {
+		uid = int64(who.UID)
+	}
+	st := api.Stats{Time: time.Now(), Interval: d.cfg.RescanInterval.Seconds()}
+	var err error
+	switch kind {
+	case "rules":
+		st.Rules, err = d.stats.ruleStats()
+	case "classes":
+		st.Classes, err = d.stats.classStats()
+	case "apps":
+		st.Apps, err = d.stats.appStats(uid)
+	case "flows":
+		st.Flows, err = d.stats.flowStats(uid)
+	default:
+		err = &notFoundError{what: "stat kind", name: kind}
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request) {
+	if err := d.Reload(); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d.status())
+}
+
+func (d *Daemon) handleDown(w http.ResponseWriter, r *http.Request) {
+	if err := d.Down(); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"down": "removed every qdisc, program, pin and cgroup hostqos made"})
+}

@@ -1,0 +1,99 @@
+package daemon
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+func rule(name string) policy.Rule {
+	return policy.Rule{Name: name, Proto: "udp", DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP}
+}
+
+func TestMergeLayers(t *testing.T) {
+	base := &policy.Policy{
+		Links:   []policy.Link{{Name: "eth0", EgressRate: 20e6}},
+		Classes: policy.DefaultClasses(),
+		Rules:   []policy.Rule{rule("a"), rule("b")},
+	}
+	persist, temp := newOverlay(), newOverlay()
+	persist.Rules["b"] = nil // removed through the API
+	c := rule("c")
+	persist.Rules["c"] = &c
+	a2 := rule("a")
+	a2.Class = "voice"
+	temp.Rules["a"] = &a2 // temporarily changed
+	m := merge(base, persist, temp)
+	var names []string
+	for _, r := range m.Policy.Rules {
+		names = append(names, r.Name)
+	}
+	if len(names) != 2 || names[0] != "a" || names[1] != "c" {
+		t.Fatalf("rules = %v, want [a c]", names)
+	}
+	if m.Policy.Rules[0].Class != "voice" || !m.Policy.Rules[0].Temporary {
+		t.Fatalf("temporary overlay not applied: %+v", m.Policy.Rules[0])
+	}
+	if m.Sources["rule/a"] != srcTemp || m.Sources["rule/c"] != srcAPI || m.Sources["link/eth0"] != srcConfig {
+		t.Fatalf("sources = %v", m.Sources)
+	}
+}
+
+func TestSlotsStableAndBaselined(t *testing.T) {
+	s := newSlotTable()
+	p := &policy.Policy{Classes: policy.DefaultClasses(), Rules: []policy.Rule{rule("a"), rule("b")}}
+	if err := s.assign(p, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, b := s.Rules["a"], s.Rules["b"]
+	if a == b {
+		t.Fatalf("slots collide: %d", a)
+	}
+	// Remove a, add c: b keeps its slot, c reuses a's with a baseline.
+	p.Rules = []policy.Rule{rule("b"), rule("c")}
+	counter := func(slot int) baseCounter { return baseCounter{Packets: uint64(100 + slot)} }
+	if err := s.assign(p, counter); err != nil {
+		t.Fatal(err)
+	}
+	if s.Rules["b"] != b {
+		t.Fatalf("b moved from %d to %d", b, s.Rules["b"])
+	}
+	if s.Rules["c"] != a || s.Baselines[a].Packets != uint64(100+a) {
+		t.Fatalf("c = %d baseline %+v, want slot %d baselined", s.Rules["c"], s.Baselines[a], a)
+	}
+	if len(s.Classes) != len(policy.DefaultClasses()) {
+		t.Fatalf("classes = %v", s.Classes)
+	}
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	ov := newOverlay()
+	r := rule("x")
+	r.MaxBW = 10e6
+	ov.Rules["x"] = &r
+	ov.Rules["gone"] = nil
+	slots := newSlotTable()
+	slots.Rules["x"] = 7
+	if err := writeState(path, ov, slots); err != nil {
+		t.Fatal(err)
+	}
+	got, gs, err := readState(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Rules["x"] == nil || got.Rules["x"].MaxBW != 10e6 {
+		t.Fatalf("rule x = %+v", got.Rules["x"])
+	}
+	if v, ok := got.Rules["gone"]; !ok || v != nil {
+		t.Fatal("tombstone lost")
+	}
+	if gs.Rules["x"] != 7 {
+		t.Fatalf("slots = %+v", gs)
+	}
+	if _, _, err := readState(filepath.Join(dir, "missing.json")); err != nil {
+		t.Fatalf("missing state must be empty, got %v", err)
+	}
+}

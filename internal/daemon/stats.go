@@ -1,0 +1,336 @@
+package daemon
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/internal/apps"
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/shaper"
+)
+
+// sampler keeps the previous reading of every counter so the API can show
+// current rates next to the cumulative counts.
+type sampler struct {
+	d  *Daemon
+	mu sync.Mutex
+
+	ruleAt   time.Time
+	rulePrev []datapath.Counters
+	ruleRate map[int][2]float64 // slot → bits/s, pkts/s
+
+	classAt   time.Time
+	classPrev map[[2]int]shaper.ClassStats // (ifindex, minor)
+	classRate map[[2]int][2]float64
+
+	flowAt   time.Time
+	flowPrev map[datapath.FlowKey]datapath.Counters
+
+	exeCache map[uint32]string
+}
+
+func newSampler(d *Daemon) *sampler {
+	return &sampler{d: d, ruleRate: map[int][2]float64{}, classPrev: map[[2]int]shaper.ClassStats{},
+		classRate: map[[2]int][2]float64{}, flowPrev: map[datapath.FlowKey]datapath.Counters{}, exeCache: map[uint32]string{}}
+}
+
+func rate(now, prev uint64, dt float64) float64 {
+	if dt <= 0 || now < prev {
+		return 0
+	}
+	return float64(now-prev) / dt
+}
+
+// sample reads rule and class counters and updates their rates.
+func (s *sampler) sample() {
+	s.d.mu.Lock()
+	dp := s.d.dp
+	links := map[string]int{}
+	for k, v := range s.d.links {
+		links[k] = v
+	}
+	s.d.mu.Unlock()
+	if dp == nil {
+		return
+	}
+	now := time.Now()
+	cs, err := dp.RuleCounters()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		if s.rulePrev != nil {
+			dt := now.Sub(s.ruleAt).Seconds()
+			for i := range cs {
+				if i < len(s.rulePrev) {
+					s.ruleRate[i] = [2]float64{8 * rate(cs[i].Bytes, s.rulePrev[i].Bytes, dt), rate(cs[i].Packets, s.rulePrev[i].Packets, dt)}
+				}
+			}
+		}
+		s.rulePrev, s.ruleAt = cs, now
+	}
+	seen := map[[2]int]bool{}
+	for _, ifindex := range links {
+		st, err := shaper.Stats(ifindex)
+		if err != nil {
+			continue
+		}
+		dt := now.Sub(s.classAt).Seconds()
+		for _, c := range st {
+			k := [2]int{ifindex, int(c.Minor)}
+			seen[k] = true
+			if p, ok := s.classPrev[k]; ok {
+				s.classRate[k] = [2]float64{8 * rate(c.Bytes, p.Bytes, dt), rate(c.Packets, p.Packets, dt)}
+			}
+			s.classPrev[k] = c
+		}
+	}
+	for k := range s.classPrev {
+		if !seen[k] {
+			delete(s.classPrev, k)
+			delete(s.classRate, k)
+		}
+	}
+	s.classAt = now
+}
+
+// ruleStats answers GET /v1/stats/rules.
+func (s *sampler) ruleStats() ([]api.RuleStat, error) {
+	s.d.mu.Lock()
+	dp, eff, slots := s.d.dp, s.d.eff, s.d.slots
+	s.d.mu.Unlock()
+	if dp == nil {
+		return nil, fmt.Errorf("read rule counters: datapath not loaded")
+	}
+	cs, err := dp.RuleCounters()
+	if err != nil {
+		return nil, fmt.Errorf("read rule counters: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []api.RuleStat
+	for _, r := range eff.Policy.Rules {
+		slot, ok := slots.Rules[r.Name]
+		if !ok || slot >= len(cs) {
+			continue
+		}
+		b := slots.Baselines[slot]
+		c := cs[slot]
+		cl := r.Class
+		if cl == "" {
+			cl = "default"
+		}
+		rr := s.ruleRate[slot]
+		out = append(out, api.RuleStat{Rule: r.Name, Class: cl, Counter: api.Counter{
+			Packets: sub(c.Packets, b.Packets), Bytes: sub(c.Bytes, b.Bytes), Drops: sub(c.Drops, b.Drops),
+			RateBps: rr[0], PktRate: rr[1],
+		}})
+	}
+	return out, nil
+}
+
+func sub(a, b uint64) uint64 {
+	if a < b {
+		return 0
+	}
+	return a - b
+}
+
+// classStats answers GET /v1/stats/classes: per managed link, what each
+// class's HTB subtree carried. Links without shaping report the sum of the
+// class's rules instead.
+func (s *sampler) classStats() ([]api.ClassStat, error) {
+	s.d.mu.Lock()
+	eff, slots := s.d.eff, s.d.slots
+	links := map[string]int{}
+	for k, v := range s.d.links {
+		links[k] = v
+	}
+	s.d.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []api.ClassStat
+	for _, l := range eff.Policy.Links {
+		ifindex, ok := links[l.Name]
+		if !ok {
+			continue
+		}
+		for _, c := range eff.Policy.Classes {
+			idx := slots.Classes[c.Name]
+			row := api.ClassStat{Class: c.Name, Link: l.Name}
+			// The class's general leaf and the leaves of its rules.
+			minors := []int{int(classLeafID(idx) & 0xffff)}
+			for _, r := range eff.Policy.Rules {
+				rc := r.Class
+				if rc == "" {
+					rc = "default"
+				}
+				if rc == c.Name && (r.MinBW > 0 || r.MaxBW > 0) {
+					minors = append(minors, int(shaper.RuleClassID(uint16(slots.Rules[r.Name]))&0xffff))
+				}
+			}
+			for _, m := range minors {
+				k := [2]int{ifindex, m}
+				st, ok := s.classPrev[k]
+				if !ok {
+					continue
+				}
+				row.Packets += st.Packets
+				row.Bytes += st.Bytes
+				row.Drops += st.Drops
+				row.Overlimits += st.Overlimits
+				row.Backlog += st.Backlog
+				rr := s.classRate[k]
+				row.RateBps += rr[0]
+				row.PktRate += rr[1]
+			}
+			out = append(out, row)
+		}
+	}
+	return out, nil
+}
+
+// flowStats answers GET /v1/stats/flows; uid >= 0 limits the answer to that
+// user's flows.
+func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
+	s.d.mu.Lock()
+	dp, eff, slots := s.d.dp, s.d.eff, s.d.slots
+	s.d.mu.Unlock()
+	if dp == nil {
+		return nil, fmt.Errorf("read flows: datapath not loaded")
+	}
+	names := map[int]string{}
+	for _, r := range eff.Policy.Rules {
+		if slot, ok := slots.Rules[r.Name]; ok {
+			names[slot] = r.Name
+		}
+	}
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	mono := uint64(ts.Nano())
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dt := now.Sub(s.flowAt).Seconds()
+	fresh := map[datapath.FlowKey]datapath.Counters{}
+	var out []api.FlowStat
+	err := dp.Flows(func(f datapath.Flow) bool {
+		fresh[f.Key] = f.Counters
+		if uid >= 0 && int64(f.UID) != uid {
+			return true
+		}
+		fs := api.FlowStat{
+			Proto: protoName(f.Key.Proto), Local: addrPort(f.Key.Local), Remote: addrPort(f.Key.Remote),
+			PID: f.PID, Comm: f.Comm, UID: f.UID, Exe: s.exe(f.PID),
+			Counter: api.Counter{Packets: f.Packets, Bytes: f.Bytes, Drops: f.Drops},
+		}
+		if f.RuleSlot >= 0 {
+			fs.Rule = names[f.RuleSlot]
+		}
+		if mono > f.FirstSeenNS && f.FirstSeenNS > 0 {
+			fs.AgeSec = float64(mono-f.FirstSeenNS) / 1e9
+		}
+		if mono > f.LastSeenNS && f.LastSeenNS > 0 {
+			fs.IdleSec = float64(mono-f.LastSeenNS) / 1e9
+		}
+		if p, ok := s.flowPrev[f.Key]; ok && dt > 0 && dt < 30 {
+			fs.RateBps = 8 * rate(f.Bytes, p.Bytes, dt)
+			fs.PktRate = rate(f.Packets, p.Packets, dt)
+		}
+		out = append(out, fs)
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read flows: %w", err)
+	}
+	s.flowPrev, s.flowAt = fresh, now
+	sort.Slice(out, func(i, j int) bool { return out[i].Bytes > out[j].Bytes })
+	return out, nil
+}
+
+// appStats aggregates flows by owning process.
+func (s *sampler) appStats(uid int64) ([]api.AppStat, error) {
+	flows, err := s.flowStats(uid)
+	if err != nil {
+		return nil, err
+	}
+	byPID := map[uint32]*api.AppStat{}
+	var order []uint32
+	for _, f := range flows {
+		if f.PID == 0 {
+			continue
+		}
+		a, ok := byPID[f.PID]
+		if !ok {
+			a = &api.AppStat{PID: f.PID, Comm: f.Comm, Exe: f.Exe, UID: f.UID}
+			byPID[f.PID] = a
+			order = append(order, f.PID)
+		}
+		a.Flows++
+		a.Packets += f.Packets
+		a.Bytes += f.Bytes
+		a.Drops += f.Drops
+		a.RateBps += f.RateBps
+		a.PktRate += f.PktRate
+		if f.Rule != "" && !contains(a.Rules, f.Rule) {
+			a.Rules = append(a.Rules, f.Rule)
+		}
+	}
+	out := make([]api.AppStat, 0, len(order))
+	for _, p := range order {
+		out = append(out, *byPID[p])
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Bytes > out[j].Bytes })
+	return out, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// exe resolves (and caches) a pid's executable path.
+func (s *sampler) exe(pid uint32) string {
+	if pid == 0 {
+		return ""
+	}
+	if e, ok := s.exeCache[pid]; ok {
+		return e
+	}
+	if len(s.exeCache) > 4096 {
+		s.exeCache = map[uint32]string{}
+	}
+	e := apps.Exe(int(pid))
+	s.exeCache[pid] = e
+	return e
+}
+
+func protoName(p uint8) string {
+	switch p {
+	case unix.IPPROTO_TCP:
+		return "tcp"
+	case unix.IPPROTO_UDP:
+		return "udp"
+	case unix.IPPROTO_ICMP:
+		return "icmp"
+	case unix.IPPROTO_ICMPV6:
+		return "icmpv6"
+	}
+	return fmt.Sprint(p)
+}
+
+func addrPort(ap netip.AddrPort) string {
+	if ap.Port() == 0 {
+		return ap.Addr().String()
+	}
+	return ap.String()
+}

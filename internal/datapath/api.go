@@ -1,0 +1,124 @@
+// Package datapath loads, pins, adopts and feeds hostqos's eBPF programs:
+// the cgroup sock_create program that records each socket's app identity at
+// birth, and the TCX egress program that classifies, marks, counts, drops and
+// selects the HTB class of every packet on a managed link.
+//
+// It is the only package that imports cilium/ebpf.
+package datapath
+
+import "net/netip"
+
+// Action codes as the BPF program sees them.
+type Action uint8
+
+const (
+	ActPass    Action = 0
+	ActDrop    Action = 1
+	ActObserve Action = 2
+)
+
+// FileID identifies an executable by device and inode, as the kernel sees
+// task->mm->exe_file->f_inode (dev is the superblock's s_dev, in the
+// kernel's internal encoding: major<<20 | minor).
+type FileID struct {
+	Dev uint32
+	Ino uint64
+}
+
+// CgroupRef is a cgroup v2 directory: its id (the inode number of the
+// directory in cgroup2fs) and its level (root = 0).
+type CgroupRef struct {
+	ID    uint64
+	Level int
+}
+
+// Rule is one compiled rule. Rules are evaluated in slice order; the first
+// rule whose selectors all match wins.
+type Rule struct {
+	// Slot is the rule's stable index (0..MaxRules-1) into the per-rule
+	// counter array; it must stay the same for a rule across Apply calls so
+	// counters continue.
+	Slot uint16
+
+	// App selectors; a nil/zero field matches any. Within a field, any
+	// element matching is enough; across fields all must match.
+	Exes    []FileID
+	Comm    string      // exact task comm, "" = any
+	Cgroups []CgroupRef // socket's creating task is in this cgroup or below
+	UID     *uint32
+
+	// Flow selectors.
+	Proto        uint8        // IPPROTO_TCP/UDP/ICMP; 0 = any (ICMP also matches ICMPv6)
+	Local        netip.Prefix // invalid = any; an IPv4 prefix matches only IPv4
+	Remote       netip.Prefix
+	LPortFrom    uint16 // 0..65535 = any when From=0 and To=0
+	LPortTo      uint16
+	RPortFrom    uint16
+	RPortTo      uint16
+	DSCPIn       int8 // -1 = any
+	ActionCode   Action
+	DSCP         int8   // -1 = do not rewrite
+	ClassID      uint32 // HTB classid (major<<16|minor) for skb->priority; 0 = leave
+	ServiceClass uint8  // index of the service class, for attribution
+}
+
+// Policy is a complete compiled policy, applied atomically.
+type Policy struct {
+	Rules []Rule
+}
+
+// Options configure Open.
+type Options struct {
+	BPFFSDir      string // pin directory, e.g. /sys/fs/bpf/hostqos
+	CgroupPath    string // cgroup v2 directory to attach sock_create to (the cgroup2 root)
+	FlowTableSize int    // LRU flow table entries; 0 = default 65536
+}
+
+// Counters are cumulative packet/byte/drop counts.
+type Counters struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+	Drops   uint64 `json:"drops"`
+}
+
+// FlowKey is a flow's 5-tuple, egress direction (local = source).
+type FlowKey struct {
+	Proto  uint8
+	Local  netip.AddrPort
+	Remote netip.AddrPort
+}
+
+// Flow is one entry of the flow table.
+type Flow struct {
+	Key      FlowKey
+	RuleSlot int    // -1 = no rule matched
+	PID      uint32 // owning process (tgid) at socket birth, 0 = unknown/forwarded
+	Comm     string
+	UID      uint32
+	Counters
+	FirstSeenNS uint64 // bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC, tick resolution) at first packet
+	LastSeenNS  uint64 // same clock, at the latest packet
+}
+
+// Identity is a socket owner's app identity, as the sock_create program
+// records it; the daemon computes it for sockets created before the
+// datapath was loaded.
+type Identity struct {
+	PID     uint32
+	UID     uint32
+	Comm    string
+	Exe     FileID
+	Cgroups []uint64 // ancestor cgroup ids by level: Cgroups[0] = root ... Cgroups[n] = own
+}
+
+// Stats are the datapath's own health counters (things it could not do).
+type Stats struct {
+	Packets        uint64 // packets seen by the egress program
+	Classified     uint64 // packets that matched a rule
+	FlowInsertFail uint64
+	ParseErrors    uint64
+	NoIdentity     uint64 // local-socket packets whose socket had no identity
+	Evaluations    uint64 // rule evaluations (flow misses and policy changes)
+	Drops          uint64 // packets dropped by drop rules
+	IdentityFail   uint64 // sockets sock_create could not attach an identity to
+}

@@ -1,0 +1,750 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Limits of the datapath (mirrors bpf/include/hostqos.h).
+const (
+	MaxRules          = 4096 // rule slots, and rules per policy
+	MaxAppRules       = 256  // rules with at least one app selector
+	DefaultFlowTable  = 65536
+	DefaultBPFFSDir   = "/sys/fs/bpf/hostqos"
+	abiVersion        = 1
+	slotNone          = 0xffff
+	cgLevels          = 8
+	maxExeKeys        = 8192 / 2 // per policy buffer
+	maxCommKeys       = 4096 / 2
+	maxUIDKeys        = 4096 / 2
+	maxCgroupKeys     = 8192 / 2
+	stateMapName      = "hq_policy"
+	metaMapName       = "hq_meta"
+	linksDir          = "links"
+	sockCreateLink    = "sock_create"
+	tcxEgressPrefix   = "tcx_egress_"
+	bpfFSMagic        = 0xcafe4a11
+	defaultBPFFSMount = "/sys/fs/bpf"
+)
+
+// Datapath is a loaded (or adopted) set of hostqos BPF objects.
+type Datapath struct {
+	mu      sync.Mutex
+	dir     string
+	log     *slog.Logger
+	objs    hostqosObjects
+	state   *ebpf.Map // pinned .bss (struct hq_state)
+	mem     []byte    // mmap of state
+	sock    link.Link // nil when not attached by us
+	tcx     map[int]link.Link
+	adopted bool
+	// Map iterators for Flows and RuleCounters, attached on first use;
+	// guarded by mu.
+	flowIter, ctrIter *link.Iter
+	dumpBuf           []uint64    // read buffer of the iterators (1 MiB)
+	noIter            atomic.Bool // iterators unavailable: use batch lookups
+	ncpu              int
+	flowMax           uint32
+}
+
+// meta is the value of the pinned hq_meta map: it tells a later Open what
+// layout the pinned maps have and which network namespace they serve.
+type meta struct {
+	Version     uint32
+	Pad         uint32
+	NetnsCookie uint64
+}
+
+// Open loads the programs and maps, adopting pinned ones under opts.BPFFSDir
+// so that a restarted daemon takes over without a gap, and attaches the
+// sock_create program to opts.CgroupPath (scoped to the caller's netns).
+// An empty CgroupPath leaves sock_create unattached (tests, forwarders).
+func Open(opts Options) (_ *Datapath, err error) {
+	dir := opts.BPFFSDir
+	if dir == "" {
+		dir = DefaultBPFFSDir
+	}
+	dir = filepath.Clean(dir)
+	d := &Datapath{
+		dir: dir,
+		log: slog.Default().With("component", "datapath"),
+		tcx: map[int]link.Link{},
+	}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+
+	if err := ensureBPFFS(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, linksDir), 0o700); err != nil {
+		return nil, fmt.Errorf("create pin directory %s: %w", dir, err)
+	}
+	cookie, err := NetnsCookie()
+	if err != nil {
+		return nil, err
+	}
+	if d.ncpu, err = ebpf.PossibleCPU(); err != nil {
+		return nil, fmt.Errorf("count possible CPUs: %w", err)
+	}
+
+	// Pinned state from a previous run?
+	metaPin := filepath.Join(dir, metaMapName)
+	metaMap, err := ebpf.LoadPinnedMap(metaPin, nil)
+	switch {
+	case err == nil:
+		defer metaMap.Close()
+		var m meta
+		if err := metaMap.Lookup(uint32(0), &m); err != nil {
+			return nil, fmt.Errorf("read pinned %s: %w", metaPin, err)
+		}
+		if m.Version != abiVersion {
+			return nil, fmt.Errorf("adopt pinned state in %s: layout version %d, this build uses %d (run `hostqos down` to remove the old state)", dir, m.Version, abiVersion)
+		}
+		if m.NetnsCookie != cookie {
+			return nil, fmt.Errorf("adopt pinned state in %s: it serves another network namespace (cookie %d, ours %d); use another BPFFS dir or run `hostqos down` there", dir, m.NetnsCookie, cookie)
+		}
+		d.adopted = true
+	case errors.Is(err, os.ErrNotExist):
+		metaMap = nil
+	default:
+		return nil, fmt.Errorf("open pinned %s: %w", metaPin, err)
+	}
+
+	spec, err := loadHostqos()
+	if err != nil {
+		return nil, fmt.Errorf("parse BPF object: %w", err)
+	}
+
+	// Flow table size: a pinned table keeps its size.
+	d.flowMax = DefaultFlowTable
+	if opts.FlowTableSize > 0 {
+		d.flowMax = uint32(opts.FlowTableSize)
+	}
+	if fm, err := ebpf.LoadPinnedMap(filepath.Join(dir, "hq_flows"), nil); err == nil {
+		if fm.MaxEntries() != d.flowMax && opts.FlowTableSize > 0 {
+			d.log.Warn("pinned flow table keeps its size", "pinned", fm.MaxEntries(), "requested", d.flowMax)
+		}
+		d.flowMax = fm.MaxEntries()
+		fm.Close()
+	}
+	spec.Maps["hq_flows"].MaxEntries = d.flowMax
+
+	if err := spec.Variables["hq_netns_cookie"].Set(cookie); err != nil {
+		return nil, fmt.Errorf("set netns cookie: %w", err)
+	}
+	if err := spec.Variables["hq_ncpu"].Set(uint32(d.ncpu)); err != nil {
+		return nil, fmt.Errorf("set CPU count: %w", err)
+	}
+
+	// The policy state is the program's .bss; pin it under our own name so
+	// the active policy survives a restart, and never overwrite it on load.
+	bss, ok := spec.Maps[".bss"]
+	if !ok {
+		return nil, errors.New("parse BPF object: no .bss section")
+	}
+	ss := bss.Copy()
+	ss.Name = stateMapName
+	ss.Pinning = ebpf.PinByName
+	ss.Contents = nil
+	ss.Flags |= unix.BPF_F_MMAPABLE
+	d.state, err = ebpf.NewMapWithOptions(ss, ebpf.MapOptions{PinPath: dir})
+	if err != nil {
+		return nil, incompatible(stateMapName, err)
+	}
+	size := int(ss.ValueSize+4095) &^ 4095
+	d.mem, err = unix.Mmap(d.state.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap policy state: %w", err)
+	}
+
+	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{
+		Maps:            ebpf.MapOptions{PinPath: dir},
+		MapReplacements: map[string]*ebpf.Map{".bss": d.state},
+	})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			d.log.Error("BPF verifier rejected a program", "log", fmt.Sprintf("%+v", ve))
+			return nil, fmt.Errorf("load BPF programs: %+v", ve)
+		}
+		return nil, incompatible("", err)
+	}
+
+	if metaMap == nil {
+		m, err := ebpf.NewMapWithOptions(&ebpf.MapSpec{
+			Name:       metaMapName,
+			Type:       ebpf.Array,
+			KeySize:    4,
+			ValueSize:  uint32(unsafe.Sizeof(meta{})),
+			MaxEntries: 1,
+			Pinning:    ebpf.PinByName,
+		}, ebpf.MapOptions{PinPath: dir})
+		if err != nil {
+			return nil, fmt.Errorf("create %s: %w", metaMapName, err)
+		}
+		err = m.Put(uint32(0), meta{Version: abiVersion, NetnsCookie: cookie})
+		m.Close()
+		if err != nil {
+			return nil, fmt.Errorf("write %s: %w", metaMapName, err)
+		}
+	}
+
+	if err := d.attachSockCreate(opts.CgroupPath); err != nil {
+		return nil, err
+	}
+	if err := d.adoptTCX(); err != nil {
+		return nil, err
+	}
+	d.log.Info("datapath ready", "dir", dir, "adopted", d.adopted, "flow_table", d.flowMax)
+	return d, nil
+}
+
+func incompatible(name string, err error) error {
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		if name == "" {
+			return fmt.Errorf("adopt pinned maps: %w (the pinned state was made by another hostqos version; run `hostqos down` to remove it)", err)
+		}
+		return fmt.Errorf("adopt pinned map %s: %w (the pinned state was made by another hostqos version; run `hostqos down` to remove it)", name, err)
+	}
+	if name == "" {
+		return fmt.Errorf("load BPF objects: %w", err)
+	}
+	return fmt.Errorf("load map %s: %w", name, err)
+}
+
+// Adopted reports whether Open took over pinned state from a previous run.
+func (d *Datapath) Adopted() bool { return d.adopted }
+
+// Dir is the pin directory.
+func (d *Datapath) Dir() string { return d.dir }
+
+// FlowTableSize is the number of entries of the flow table.
+func (d *Datapath) FlowTableSize() int { return int(d.flowMax) }
+
+func (d *Datapath) attachSockCreate(cgroupPath string) error {
+	pin := filepath.Join(d.dir, linksDir, sockCreateLink)
+	l, err := link.LoadPinnedLink(pin, nil)
+	if err == nil {
+		if err := l.Update(d.objs.HqSockCreate); err != nil {
+			l.Close()
+			return fmt.Errorf("update sock_create program in pinned link %s: %w", pin, err)
+		}
+		d.sock = l
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("open pinned link %s: %w", pin, err)
+	}
+	if cgroupPath == "" {
+		return nil
+	}
+	l, err = link.AttachCgroup(link.CgroupOptions{
+		Path:    cgroupPath,
+		Attach:  ebpf.AttachCGroupInetSockCreate,
+		Program: d.objs.HqSockCreate,
+	})
+	if err != nil {
+		return fmt.Errorf("attach sock_create to cgroup %s: %w", cgroupPath, err)
+	}
+	if err := l.Pin(pin); err != nil {
+		l.Close()
+		return fmt.Errorf("pin sock_create link %s: %w", pin, err)
+	}
+	d.sock = l
+	return nil
+}
+
+// adoptTCX takes over the pinned TCX links of a previous run, swapping in
+// the freshly loaded program without detaching (no gap).
+func (d *Datapath) adoptTCX() error {
+	dir := filepath.Join(d.dir, linksDir)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list pinned links in %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, tcxEgressPrefix) {
+			continue
+		}
+		ifindex, err := strconv.Atoi(strings.TrimPrefix(name, tcxEgressPrefix))
+		if err != nil {
+			continue
+		}
+		pin := filepath.Join(dir, name)
+		l, err := link.LoadPinnedLink(pin, nil)
+		if err != nil {
+			return fmt.Errorf("open pinned link %s: %w", pin, err)
+		}
+		info, err := l.Info()
+		if err != nil || info.TCX() == nil || int(info.TCX().Ifindex) != ifindex {
+			// The interface is gone (link defunct) or was replaced.
+			d.log.Info("dropping stale egress link", "ifindex", ifindex)
+			_ = l.Unpin()
+			l.Close()
+			continue
+		}
+		if err := l.Update(d.egressProgram(ifindex)); err != nil {
+			l.Close()
+			return fmt.Errorf("update egress program in pinned link %s: %w", pin, err)
+		}
+		d.tcx[ifindex] = l
+	}
+	return nil
+}
+
+// egressProgram picks the classifier variant for the interface's link
+// layer: Ethernet-like devices (6-byte hardware address, including
+// loopback) carry a 14-byte header, tunnels and tun devices carry none.
+func (d *Datapath) egressProgram(ifindex int) *ebpf.Program {
+	ifi, err := net.InterfaceByIndex(ifindex)
+	if err == nil && len(ifi.HardwareAddr) != 6 {
+		return d.objs.HqTcEgressL3
+	}
+	return d.objs.HqTcEgress
+}
+
+// AttachLink attaches the egress classifier to an interface (idempotent).
+// It runs at the head of the interface's TCX egress chain and always lets
+// later programs run (it only ends the chain for explicit drop rules).
+func (d *Datapath) AttachLink(ifindex int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.tcx[ifindex]; ok {
+		return nil
+	}
+	l, err := link.AttachTCX(link.TCXOptions{
+		Interface: ifindex,
+		Program:   d.egressProgram(ifindex),
+		Attach:    ebpf.AttachTCXEgress,
+		Anchor:    link.Head(),
+	})
+	if err != nil {
+		return fmt.Errorf("attach egress classifier to ifindex %d: %w", ifindex, err)
+	}
+	pin := filepath.Join(d.dir, linksDir, tcxEgressPrefix+strconv.Itoa(ifindex))
+	if err := l.Pin(pin); err != nil {
+		l.Close()
+		return fmt.Errorf("pin egress link %s: %w", pin, err)
+	}
+	d.tcx[ifindex] = l
+	return nil
+}
+
+// LinkAttached reports whether the egress classifier is attached to ifindex
+// by this datapath.
+func (d *Datapath) LinkAttached(ifindex int) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.tcx[ifindex]
+	return ok
+}
+
+// DetachLink removes hostqos's egress classifier from an interface.
+func (d *Datapath) DetachLink(ifindex int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l, ok := d.tcx[ifindex]
+	if !ok {
+		pin := filepath.Join(d.dir, linksDir, tcxEgressPrefix+strconv.Itoa(ifindex))
+		var err error
+		l, err = link.LoadPinnedLink(pin, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("open pinned link %s: %w", pin, err)
+		}
+	}
+	delete(d.tcx, ifindex)
+	return dropLink(l)
+}
+
+func dropLink(l link.Link) error {
+	defer l.Close()
+	if err := l.Detach(); err != nil && !errors.Is(err, unix.ENOLINK) && !errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("detach link: %w", err)
+	}
+	if err := l.Unpin(); err != nil {
+		return fmt.Errorf("unpin link: %w", err)
+	}
+	return nil
+}
+
+// TagSocket records id for the socket behind fd unless it already has one.
+// It reports whether it wrote an identity.
+func (d *Datapath) TagSocket(fd int, id Identity) (bool, error) {
+	v := identToBPF(id)
+	err := d.objs.HqSkIdent.Update(int32(fd), &v, ebpf.UpdateNoExist)
+	if errors.Is(err, ebpf.ErrKeyExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("tag socket fd %d: %w", fd, err)
+	}
+	return true, nil
+}
+
+// IdentityOf returns the identity stored with the socket behind fd; ok is
+// false when the socket has none.
+func (d *Datapath) IdentityOf(fd int) (id Identity, ok bool, err error) {
+	var v hostqosHqIdent
+	err = d.objs.HqSkIdent.Lookup(int32(fd), &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return Identity{}, false, nil
+	}
+	if err != nil {
+		return Identity{}, false, fmt.Errorf("read identity of socket fd %d: %w", fd, err)
+	}
+	return identFromBPF(&v), true, nil
+}
+
+func identToBPF(id Identity) hostqosHqIdent {
+	v := hostqosHqIdent{
+		Tgid:   id.PID,
+		Uid:    id.UID,
+		ExeIno: id.Exe.Ino,
+		ExeDev: id.Exe.Dev,
+	}
+	putComm(&v.Comm, id.Comm)
+	if n := len(id.Cgroups); n > 0 {
+		v.CgLevel = uint32(n - 1)
+		v.CgOwn = id.Cgroups[n-1]
+		for i := 0; i < n && i < cgLevels; i++ {
+			v.Cg[i] = id.Cgroups[i]
+		}
+	}
+	return v
+}
+
+func identFromBPF(v *hostqosHqIdent) Identity {
+	id := Identity{
+		PID:  v.Tgid,
+		UID:  v.Uid,
+		Comm: commString(&v.Comm),
+		Exe:  FileID{Dev: v.ExeDev, Ino: v.ExeIno},
+	}
+	n := int(v.CgLevel) + 1
+	for i := 0; i < n && i < cgLevels; i++ {
+		id.Cgroups = append(id.Cgroups, v.Cg[i])
+	}
+	if n > cgLevels {
+		// Deeper than the kept levels: the own id closes the list.
+		id.Cgroups = append(id.Cgroups, v.CgOwn)
+	}
+	return id
+}
+
+func putComm(dst *[16]int8, s string) {
+	for i := 0; i < len(s) && i < 15; i++ {
+		dst[i] = int8(s[i])
+	}
+}
+
+func commString(c *[16]int8) string {
+	b := make([]byte, 0, 16)
+	for _, x := range c {
+		if x == 0 {
+			break
+		}
+		b = append(b, byte(x))
+	}
+	return string(b)
+}
+
+// RuleCounters returns cumulative counters indexed by rule slot (MaxRules
+// entries), summed over CPUs. It dumps the per-CPU array with a BPF map
+// iterator that sums in the kernel and skips idle slots (one read(2) for
+// the whole array); without iterator support it falls back to one batch
+// lookup.
+func (d *Datapath) RuleCounters() ([]Counters, error) {
+	if !d.noIter.Load() {
+		out := make([]Counters, MaxRules)
+		err := d.dumpRuleCounters(out)
+		if err == nil {
+			return out, nil
+		}
+		d.log.Warn("map iterator unavailable, using batch lookups", "error", err)
+		d.noIter.Store(true)
+	}
+	return d.ruleCountersBatch()
+}
+
+func (d *Datapath) ruleCountersBatch() ([]Counters, error) {
+	keys := make([]uint32, MaxRules)
+	vals := make([]hostqosHqCounters, MaxRules*d.ncpu)
+	var cur ebpf.MapBatchCursor
+	n, err := d.objs.HqRuleCtr.BatchLookup(&cur, keys, vals, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, fmt.Errorf("read rule counters: %w", err)
+	}
+	out := make([]Counters, MaxRules)
+	for i := 0; i < n; i++ {
+		k := keys[i]
+		if k >= MaxRules {
+			continue
+		}
+		for c := 0; c < d.ncpu; c++ {
+			v := &vals[i*d.ncpu+c]
+			out[k].Packets += v.Packets
+			out[k].Bytes += v.Bytes
+			out[k].Drops += v.Drops
+		}
+	}
+	return out, nil
+}
+
+// flowBatch is the number of flows read per batch syscall.
+const flowBatch = 4096
+
+// Flows calls fn for every flow in the flow table until fn returns false.
+// It dumps the table with a BPF map iterator (falling back to batch
+// lookups); the table keeps changing meanwhile, so a flow created or
+// evicted during the dump may be missed. fn must not call back into d.
+func (d *Datapath) Flows(fn func(Flow) bool) error {
+	if !d.noIter.Load() {
+		err := d.dumpFlows(fn)
+		if err == nil {
+			return nil
+		}
+		d.log.Warn("map iterator unavailable, using batch lookups", "error", err)
+		d.noIter.Store(true)
+	}
+	return d.flowsBatch(fn)
+}
+
+func (d *Datapath) flowsBatch(fn func(Flow) bool) error {
+	keys := make([]hostqosHqFlowKey, flowBatch)
+	vals := make([]hostqosHqFlow, flowBatch)
+	var cur ebpf.MapBatchCursor
+	for {
+		n, err := d.objs.HqFlows.BatchLookup(&cur, keys, vals, nil)
+		done := errors.Is(err, ebpf.ErrKeyNotExist)
+		if err != nil && !done {
+			if errors.Is(err, ebpf.ErrNotSupported) {
+				return d.flowsIter(fn)
+			}
+			return fmt.Errorf("read flow table: %w", err)
+		}
+		for i := 0; i < n; i++ {
+			if !fn(flowFromBPF(&keys[i], &vals[i])) {
+				return nil
+			}
+		}
+		if done || n == 0 {
+			return nil
+		}
+	}
+}
+
+func (d *Datapath) flowsIter(fn func(Flow) bool) error {
+	var k hostqosHqFlowKey
+	var v hostqosHqFlow
+	it := d.objs.HqFlows.Iterate()
+	for it.Next(&k, &v) {
+		if !fn(flowFromBPF(&k, &v)) {
+			return nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("iterate flow table: %w", err)
+	}
+	return nil
+}
+
+func flowFromBPF(k *hostqosHqFlowKey, v *hostqosHqFlow) Flow {
+	f := Flow{
+		Key: FlowKey{
+			Proto:  k.Proto,
+			Local:  netip.AddrPortFrom(addrFromWords(k.Family, &k.Src), k.Sport),
+			Remote: netip.AddrPortFrom(addrFromWords(k.Family, &k.Dst), k.Dport),
+		},
+		RuleSlot:    -1,
+		PID:         v.Tgid,
+		UID:         v.Uid,
+		Comm:        commString(&v.Comm),
+		Counters:    Counters{Packets: v.Packets, Bytes: v.Bytes, Drops: v.Drops},
+		FirstSeenNS: v.FirstNs,
+		LastSeenNS:  v.LastNs,
+	}
+	if v.Slot != slotNone {
+		f.RuleSlot = int(v.Slot)
+	}
+	return f
+}
+
+// Stats returns the datapath's health counters.
+func (d *Datapath) Stats() (Stats, error) {
+	vals := make([]hostqosHqStats, d.ncpu)
+	if err := d.objs.HqHealth.Lookup(uint32(0), vals); err != nil {
+		return Stats{}, fmt.Errorf("read datapath stats: %w", err)
+	}
+	var s Stats
+	for _, v := range vals {
+		s.Packets += v.Packets
+		s.Classified += v.Classified
+		s.FlowInsertFail += v.FlowInsertFail
+		s.ParseErrors += v.ParseErrors
+		s.NoIdentity += v.NoIdentity
+		s.Evaluations += v.Evaluations
+		s.Drops += v.Drops
+		s.IdentityFail += v.IdentFail
+	}
+	return s, nil
+}
+
+// stateView gives typed access to the mmapped policy state.
+func (d *Datapath) stateView() *hostqosHqState {
+	return (*hostqosHqState)(unsafe.Pointer(&d.mem[0]))
+}
+
+// Generation is the active policy generation (incremented by each Apply).
+func (d *Datapath) Generation() uint32 {
+	return atomic.LoadUint32(&d.stateView().Gen)
+}
+
+// Close releases file descriptors; pinned programs keep enforcing.
+func (d *Datapath) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, l := range d.tcx {
+		l.Close()
+		delete(d.tcx, i)
+	}
+	for _, it := range []**link.Iter{&d.flowIter, &d.ctrIter} {
+		if *it != nil {
+			(*it).Close()
+			*it = nil
+		}
+	}
+	if d.sock != nil {
+		d.sock.Close()
+		d.sock = nil
+	}
+	d.objs.Close()
+	if d.mem != nil {
+		_ = unix.Munmap(d.mem)
+		d.mem = nil
+	}
+	if d.state != nil {
+		d.state.Close()
+		d.state = nil
+	}
+	return nil
+}
+
+// Remove detaches and unpins everything under bpffsDir that hostqos created,
+// then removes the directory. It touches nothing outside bpffsDir.
+func Remove(bpffsDir string) error {
+	if bpffsDir == "" {
+		bpffsDir = DefaultBPFFSDir
+	}
+	dir := filepath.Clean(bpffsDir)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	if uint32(st.Type) != bpfFSMagic {
+		return fmt.Errorf("remove %s: not on a BPF filesystem, refusing", dir)
+	}
+	ldir := filepath.Join(dir, linksDir)
+	ents, err := os.ReadDir(ldir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("list pinned links in %s: %w", ldir, err)
+	}
+	var errs []error
+	for _, e := range ents {
+		pin := filepath.Join(ldir, e.Name())
+		l, err := link.LoadPinnedLink(pin, nil)
+		if err != nil {
+			// Not a link we can open: unpinning is all we can do.
+			if err := os.Remove(pin); err != nil {
+				errs = append(errs, fmt.Errorf("remove pin %s: %w", pin, err))
+			}
+			continue
+		}
+		if err := dropLink(l); err != nil {
+			errs = append(errs, fmt.Errorf("remove link %s: %w", pin, err))
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove pins in %s: %w", dir, err))
+	}
+	return errors.Join(errs...)
+}
+
+// ensureBPFFS makes sure dir lives on a BPF filesystem, mounting one at
+// /sys/fs/bpf when dir is below it and nothing is mounted there yet.
+func ensureBPFFS(dir string) error {
+	onBPF := func() (bool, error) {
+		p := dir
+		for {
+			var st unix.Statfs_t
+			err := unix.Statfs(p, &st)
+			if err == nil {
+				return uint32(st.Type) == bpfFSMagic, nil
+			}
+			if !errors.Is(err, unix.ENOENT) {
+				return false, fmt.Errorf("statfs %s: %w", p, err)
+			}
+			parent := filepath.Dir(p)
+			if parent == p {
+				return false, nil
+			}
+			p = parent
+		}
+	}
+	ok, err := onBPF()
+	if err != nil || ok {
+		return err
+	}
+	if dir != defaultBPFFSMount && !strings.HasPrefix(dir, defaultBPFFSMount+"/") {
+		return fmt.Errorf("use pin directory %s: not on a BPF filesystem (mount one with `mount -t bpf bpf <dir>`)", dir)
+	}
+	if err := os.MkdirAll(defaultBPFFSMount, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", defaultBPFFSMount, err)
+	}
+	if err := unix.Mount("bpf", defaultBPFFSMount, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mount bpffs at %s: %w", defaultBPFFSMount, err)
+	}
+	slog.Default().Info("mounted bpffs", "component", "datapath", "path", defaultBPFFSMount)
+	return nil
+}
+
+// NetnsCookie returns the cookie of the calling thread's network namespace.
+func NetnsCookie() (uint64, error) {
+	// The socket must be created by the calling OS thread's netns.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("create socket for netns cookie: %w", err)
+	}
+	defer unix.Close(fd)
+	c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		return 0, fmt.Errorf("read netns cookie: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,102 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"unsafe"
+
+	"github.com/cilium/ebpf/link"
+)
+
+// ctrRec mirrors struct hq_ctr_rec (bpf/include/hostqos.h).
+type ctrRec struct {
+	Slot    uint32
+	Pad     uint32
+	Packets uint64
+	Bytes   uint64
+	Drops   uint64
+}
+
+const (
+	flowRecSize = int(unsafe.Sizeof(hostqosHqFlowKey{}) + unsafe.Sizeof(hostqosHqFlow{}))
+	ctrRecSize  = int(unsafe.Sizeof(ctrRec{}))
+	dumpBufSize = 1 << 20
+)
+
+// dump runs a map-element iterator and calls fn for each fixed-size record
+// it writes. The record's memory is only valid during the call.
+func dump(it **link.Iter, bufp *[]uint64, attach func() (*link.Iter, error), recSize int, fn func(rec []byte) bool) error {
+	if *it == nil {
+		var err error
+		if *it, err = attach(); err != nil {
+			return err
+		}
+	}
+	rd, err := (*it).Open()
+	if err != nil {
+		return fmt.Errorf("open map iterator: %w", err)
+	}
+	defer rd.Close()
+	// Records are multiples of 8 bytes; the buffer is 8-byte aligned, so
+	// records can be viewed in place as their Go structs.
+	if *bufp == nil {
+		*bufp = make([]uint64, dumpBufSize/8)
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&(*bufp)[0])), dumpBufSize)
+	have := 0
+	for {
+		n, err := rd.Read(b[have:])
+		have += n
+		off := 0
+		for ; have-off >= recSize; off += recSize {
+			if !fn(b[off : off+recSize]) {
+				return nil
+			}
+		}
+		have = copy(b, b[off:have])
+		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
+			if have != 0 {
+				return fmt.Errorf("read map iterator: %d trailing bytes", have)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read map iterator: %w", err)
+		}
+	}
+}
+
+func (d *Datapath) dumpFlows(fn func(Flow) bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return dump(&d.flowIter, &d.dumpBuf, func() (*link.Iter, error) {
+		it, err := link.AttachIter(link.IterOptions{Program: d.objs.HqIterFlows, Map: d.objs.HqFlows})
+		if err != nil {
+			return nil, fmt.Errorf("attach flow table iterator: %w", err)
+		}
+		return it, nil
+	}, flowRecSize, func(rec []byte) bool {
+		k := (*hostqosHqFlowKey)(unsafe.Pointer(&rec[0]))
+		v := (*hostqosHqFlow)(unsafe.Pointer(&rec[unsafe.Sizeof(hostqosHqFlowKey{})]))
+		return fn(flowFromBPF(k, v))
+	})
+}
+
+func (d *Datapath) dumpRuleCounters(out []Counters) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return dump(&d.ctrIter, &d.dumpBuf, func() (*link.Iter, error) {
+		it, err := link.AttachIter(link.IterOptions{Program: d.objs.HqIterRuleCtr, Map: d.objs.HqRuleCtr})
+		if err != nil {
+			return nil, fmt.Errorf("attach rule counter iterator: %w", err)
+		}
+		return it, nil
+	}, ctrRecSize, func(rec []byte) bool {
+		r := (*ctrRec)(unsafe.Pointer(&rec[0]))
+		if r.Slot < MaxRules {
+			out[r.Slot] = Counters{Packets: r.Packets, Bytes: r.Bytes, Drops: r.Drops}
+		}
+		return true
+	})
+}

@@ -1,0 +1,202 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Admission control
+//
+// A guarantee (minbw) is a promise that the shaper can always deliver that
+// rate, however busy the link. Promises can only be kept if, on every link
+// the traffic may leave by, they add up to no more than the link can carry.
+// hostqos follows the RSVP QoS manager's bandwidth bookkeeping (seed 001): a
+// link has a configured capacity, each class has a minimum and a maximum,
+// and a reservation is admitted only while the reserved total stays within
+// the configured bounds. Concretely, Admit checks:
+//
+//  1. Per shaped link (EgressRate > 0):
+//
+//     Σ class.MinBW + Σ rule.MinBW (pass rules)  ≤  Reservable × EgressRate
+//
+//     Rules are not bound to a link (a flow may leave by any of them), so
+//     every guarantee is counted on every shaped link. Reservable (default
+//     0.8) keeps a share of the link that no guarantee can claim, for
+//     unclassified and control traffic and for the shaper's own error; like
+//     the RSVP manager's minimum for best effort, it means best effort is
+//     never starved. The capacity is rounded to the nearest bit per second.
+//
+//  2. Per class with a ceiling (MaxBW > 0) whose rules claim guarantees:
+//
+//     class.MinBW + Σ rule.MinBW (pass rules in the class)  ≤  class.MaxBW
+//
+//     A class's ceiling caps everything inside it, so guarantees given to
+//     its rules must fit under it (the RSVP manager's per-queue maximum).
+//
+// Links without an EgressRate only mark and count; guarantees are not
+// enforceable there and produce a warning (see Warnings), not an error.
+
+// contribution is one object's share of a guarantee total.
+type contribution struct {
+	kind, name string
+	rate       Rate
+}
+
+func (c contribution) String() string { return c.kind + " " + c.name + " " + c.rate.String() }
+
+// formatContributions lists the largest contributions first, at most five.
+func formatContributions(cs []contribution) string {
+	sort.SliceStable(cs, func(i, j int) bool {
+		if cs[i].rate != cs[j].rate {
+			return cs[i].rate > cs[j].rate
+		}
+		if cs[i].kind != cs[j].kind {
+			return cs[i].kind < cs[j].kind
+		}
+		return cs[i].name < cs[j].name
+	})
+	const show = 5
+	parts := make([]string, 0, show+1)
+	for i, c := range cs {
+		if i == show {
+			var rest Rate
+			for _, r := range cs[show:] {
+				rest += r.rate
+			}
+			parts = append(parts, fmt.Sprintf("and %d more (%s)", len(cs)-show, rest))
+			break
+		}
+		parts = append(parts, c.String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// guarantees returns every explicit guarantee in the policy and their sum.
+func (p *Policy) guarantees() ([]contribution, Rate) {
+	var cs []contribution
+	var total Rate
+	for _, c := range p.Classes {
+		if c.MinBW > 0 {
+			cs = append(cs, contribution{"class", c.Name, c.MinBW})
+			total += c.MinBW
+		}
+	}
+	for _, r := range p.Rules {
+		if r.MinBW > 0 && r.EffectiveAction() == ActionPass {
+			cs = append(cs, contribution{"rule", r.Name, r.MinBW})
+			total += r.MinBW
+		}
+	}
+	return cs, total
+}
+
+// Capacity is the total that guarantees may claim on the link:
+// ReservableShare × EgressRate, rounded to the nearest bit per second.
+// It is 0 for a link without an EgressRate.
+func (l Link) Capacity() Rate {
+	return Rate(math.Round(l.ReservableShare() * float64(l.EgressRate)))
+}
+
+// Admit runs admission control over the whole policy (see the comment at
+// the top of admission.go) and returns every violation as Errors, or nil.
+// The FieldErrors have no Source; Load fills it in.
+func (p *Policy) Admit() error {
+	var errs Errors
+	cs, total := p.guarantees()
+	for i, l := range p.Links {
+		if l.EgressRate == 0 {
+			continue
+		}
+		capacity := l.Capacity()
+		if total > capacity {
+			errs = append(errs, &FieldError{
+				Object: objectLabel("link", l.Name, i),
+				Reason: fmt.Sprintf("guarantees %s exceed reservable capacity %s (%s × %s): %s",
+					total, capacity, strconv.FormatFloat(l.ReservableShare(), 'g', -1, 64), l.EgressRate,
+					formatContributions(append([]contribution(nil), cs...))),
+				Fix: "lower a minbw or raise egress_rate/reservable",
+			})
+		}
+	}
+	for i, c := range p.Classes {
+		if c.MaxBW == 0 {
+			continue
+		}
+		var in []contribution
+		var sum, rules Rate
+		if c.MinBW > 0 {
+			in = append(in, contribution{"class", c.Name, c.MinBW})
+			sum += c.MinBW
+		}
+		for _, r := range p.Rules {
+			if r.MinBW > 0 && r.EffectiveAction() == ActionPass && r.EffectiveClass() == c.Name {
+				in = append(in, contribution{"rule", r.Name, r.MinBW})
+				sum += r.MinBW
+				rules += r.MinBW
+			}
+		}
+		if rules > 0 && sum > c.MaxBW {
+			errs = append(errs, &FieldError{
+				Object: objectLabel("class", c.Name, i),
+				Reason: fmt.Sprintf("guarantees %s exceed the class ceiling maxbw %s: %s", sum, c.MaxBW, formatContributions(in)),
+				Fix:    "lower a minbw or raise the class's maxbw",
+			})
+		}
+	}
+	return errs.err()
+}
+
+// Warnings lists things that are valid but probably not what the admin
+// meant: guarantees and ceilings with no shaped link to enforce them, class
+// ceilings above a link's rate, and rules that can never match because an
+// earlier rule has the same selectors.
+func (p *Policy) Warnings() []string {
+	var ws []string
+	shaped := false
+	for _, l := range p.Links {
+		if l.EgressRate > 0 {
+			shaped = true
+		}
+	}
+	if !shaped {
+		for _, c := range p.Classes {
+			if c.MinBW > 0 || c.MaxBW > 0 {
+				ws = append(ws, fmt.Sprintf("class %q: minbw/maxbw are not enforced: no link has an egress_rate, so nothing is shaped", c.Name))
+			}
+		}
+		for _, r := range p.Rules {
+			if r.MinBW > 0 {
+				ws = append(ws, fmt.Sprintf("rule %q: minbw %s is not enforced: no link has an egress_rate, so nothing is shaped", r.Name, r.MinBW))
+			}
+		}
+	}
+	for _, l := range p.Links {
+		if l.EgressRate == 0 {
+			continue
+		}
+		for _, c := range p.Classes {
+			if c.MaxBW > l.EgressRate {
+				ws = append(ws, fmt.Sprintf("class %q: maxbw %s exceeds link %q egress_rate %s; it is capped at the link rate there", c.Name, c.MaxBW, l.Name, l.EgressRate))
+			}
+		}
+	}
+	ordered := p.OrderedRules()
+	for i, r := range ordered {
+		for _, earlier := range ordered[:i] {
+			if sameSelectors(earlier, r) {
+				ws = append(ws, fmt.Sprintf("rule %q never matches: rule %q has the same selectors and is evaluated first", r.Name, earlier.Name))
+				break
+			}
+		}
+	}
+	return ws
+}
+
+func sameSelectors(a, b Rule) bool {
+	return a.Exe == b.Exe && a.Comm == b.Comm && a.Cgroup == b.Cgroup && a.Unit == b.Unit && a.User == b.User &&
+		a.Proto == b.Proto && a.Local == b.Local && a.Remote == b.Remote && a.LPort == b.LPort && a.RPort == b.RPort &&
+		a.DSCPIn == b.DSCPIn
+}

@@ -1,0 +1,158 @@
+package policy
+
+// DefaultClassName is the class of traffic no rule puts elsewhere. Every
+// policy has it; it may be changed but not removed.
+const DefaultClassName = "default"
+
+// NoPriority marks an unset Class.Priority in decoded input (TOML, JSON);
+// Normalize replaces it. A validated policy never contains it.
+const NoPriority = -1
+
+// defaultCustomPriority is the priority of a class that does not set one
+// and is not a built-in: the same as class default.
+const defaultCustomPriority = 2
+
+// DefaultClasses returns the built-in classes, mapped to DiffServ:
+//
+//	voice        EF    priority 0
+//	interactive  AF41  priority 1
+//	default      CS0   priority 2  (user_allowed)
+//	bulk         AF11  priority 4  (user_allowed)
+//	scavenger    CS1   priority 7  (user_allowed)
+//
+// None has a minbw or maxbw: the shaper gives classes without minbw an
+// equal share of what the guarantees leave.
+func DefaultClasses() []Class {
+	return []Class{
+		{Name: "voice", DSCP: 46, Priority: 0},
+		{Name: "interactive", DSCP: 34, Priority: 1},
+		{Name: DefaultClassName, DSCP: 0, Priority: 2, UserAllowed: true},
+		{Name: "bulk", DSCP: 10, Priority: 4, UserAllowed: true},
+		{Name: "scavenger", DSCP: 8, Priority: 7, UserAllowed: true},
+	}
+}
+
+// builtinClass returns the built-in class of that name.
+func builtinClass(name string) (Class, bool) {
+	for _, c := range DefaultClasses() {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Class{}, false
+}
+
+// DefaultPolicy is the policy with no config: the built-in classes, no
+// links, no rules.
+func DefaultPolicy() *Policy {
+	return &Policy{Classes: DefaultClasses(), Links: []Link{}, Rules: []Rule{}}
+}
+
+// Normalize fills unset fields that have defaults: a class's DSCP (NoDSCP)
+// and priority (NoPriority) come from the built-in class of the same name,
+// else CS0 and priority 2. Load, AddClass and Policy's JSON decoding call
+// it; call it yourself after building classes from other input.
+func (p *Policy) Normalize() {
+	for i := range p.Classes {
+		p.Classes[i].fillDefaults()
+	}
+	if p.Links == nil {
+		p.Links = []Link{}
+	}
+	if p.Classes == nil {
+		p.Classes = []Class{}
+	}
+	if p.Rules == nil {
+		p.Rules = []Rule{}
+	}
+}
+
+func (c *Class) fillDefaults() {
+	b, ok := builtinClass(c.Name)
+	if c.DSCP == NoDSCP {
+		c.DSCP = 0
+		if ok {
+			c.DSCP = b.DSCP
+		}
+	}
+	if c.Priority == NoPriority {
+		c.Priority = defaultCustomPriority
+		if ok {
+			c.Priority = b.Priority
+		}
+	}
+}
+
+// Class returns the class of that name; "" means class default.
+func (p *Policy) Class(name string) (Class, bool) {
+	if name == "" {
+		name = DefaultClassName
+	}
+	for _, c := range p.Classes {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Class{}, false
+}
+
+// Rule returns the rule of that name.
+func (p *Policy) Rule(name string) (Rule, bool) {
+	for _, r := range p.Rules {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Rule{}, false
+}
+
+// Link returns the link of that name.
+func (p *Policy) Link(name string) (Link, bool) {
+	for _, l := range p.Links {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Link{}, false
+}
+
+// ReservableShare is the link's effective reservable fraction.
+func (l Link) ReservableShare() float64 {
+	if l.Reservable == 0 {
+		return DefaultReservable
+	}
+	return l.Reservable
+}
+
+// EffectiveClass is the rule's class name with "" resolved to "default".
+func (r Rule) EffectiveClass() string {
+	if r.Class == "" {
+		return DefaultClassName
+	}
+	return r.Class
+}
+
+// EffectiveAction is the rule's action with "" resolved to pass.
+func (r Rule) EffectiveAction() Action {
+	if r.Action == "" {
+		return ActionPass
+	}
+	return r.Action
+}
+
+// NewRule returns a rule with the given name and every selector and
+// property unset (DSCP fields NoDSCP). Use it instead of Rule{} so that DSCP
+// fields do not silently mean CS0.
+func NewRule(name string) Rule {
+	return Rule{Name: name, DSCP: NoDSCP, DSCPIn: NoDSCP}
+}
+
+// Clone returns a deep copy of p.
+func (p *Policy) Clone() *Policy {
+	q := &Policy{
+		Links:   append([]Link{}, p.Links...),
+		Classes: append([]Class{}, p.Classes...),
+		Rules:   append([]Rule{}, p.Rules...),
+	}
+	return q
+}

@@ -1,0 +1,148 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// FieldError is one precise problem with a policy: where it came from, which
+// object and field, the offending value, why it is wrong and how to fix it.
+//
+// Error() reads like
+//
+//	/etc/hostqos/hostqos.toml:12: rule "web": field remote = "10.0.0.300/8": not a valid CIDR prefix (want e.g. 198.18.0.0/15 or 2001:db8::/32)
+type FieldError struct {
+	Source string // file path or "api"; "" when unknown
+	Line   int    // 1-based line in Source; 0 when unknown (API input)
+	Object string // e.g. `rule "web"`, `class "voice"`, `link "eth0"`; "" for the whole file
+	Field  string // e.g. "remote"; "" when the problem is the object as a whole
+	Value  string // the offending value ("" when not applicable); printed quoted
+	// Literal prints Value as it is, without quotes: for numbers and booleans.
+	Literal bool
+	Reason  string // why it is wrong
+	Fix     string // how to fix it; optional
+}
+
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	if e.Source != "" {
+		b.WriteString(e.Source)
+		if e.Line > 0 {
+			b.WriteString(":" + strconv.Itoa(e.Line))
+		}
+		b.WriteString(": ")
+	} else if e.Line > 0 {
+		b.WriteString("line " + strconv.Itoa(e.Line) + ": ")
+	}
+	if e.Object != "" {
+		b.WriteString(e.Object + ": ")
+	}
+	if e.Field != "" {
+		b.WriteString("field " + e.Field)
+		if e.Value != "" {
+			if e.Literal {
+				b.WriteString(" = " + e.Value)
+			} else {
+				b.WriteString(" = " + strconv.Quote(e.Value))
+			}
+		}
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Reason)
+	if e.Fix != "" {
+		b.WriteString("; " + e.Fix)
+	}
+	return b.String()
+}
+
+// Errors is every problem found in one policy, reported together so a user
+// can fix them all in one go. Error() gives one problem per line.
+type Errors []*FieldError
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap lets errors.As find each *FieldError.
+func (es Errors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// err returns es as an error, or nil when empty.
+func (es Errors) err() error {
+	if len(es) == 0 {
+		return nil
+	}
+	return es
+}
+
+// sortByLine orders errors by source line (unknown lines last), keeping the
+// original order otherwise.
+func (es Errors) sortByLine() {
+	sort.SliceStable(es, func(i, j int) bool {
+		li, lj := es[i].Line, es[j].Line
+		if li == 0 || lj == 0 {
+			return li != 0 && lj == 0
+		}
+		return li < lj
+	})
+}
+
+// AsErrors flattens err into its FieldErrors: an Errors value, a single
+// *FieldError, or anything wrapping them. Other errors yield nil.
+func AsErrors(err error) Errors {
+	var es Errors
+	if errors.As(err, &es) {
+		return es
+	}
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return Errors{fe}
+	}
+	return nil
+}
+
+// ErrNotFound and ErrExists classify mutation errors (see mutate.go), so an
+// API can answer 404 and 409.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrExists   = errors.New("already exists")
+)
+
+// NameError reports a missing or duplicate object in a mutation.
+type NameError struct {
+	Kind string // "rule", "class", "link"
+	Name string
+	Err  error // ErrNotFound or ErrExists
+	Hint string
+}
+
+func (e *NameError) Error() string {
+	msg := fmt.Sprintf("%s %q %v", e.Kind, e.Name, e.Err)
+	if e.Hint != "" {
+		msg += "; " + e.Hint
+	}
+	return msg
+}
+
+func (e *NameError) Unwrap() error { return e.Err }
+
+// objectLabel names an object in messages: `rule "web"`, or `rule #3` when
+// it has no name (idx is 0-based).
+func objectLabel(kind, name string, idx int) string {
+	if name == "" {
+		return fmt.Sprintf("%s #%d", kind, idx+1)
+	}
+	return fmt.Sprintf("%s %q", kind, name)
+}

@@ -1,0 +1,95 @@
+// Package policy holds hostqos's policy model: links, service classes and
+// rules, their units (rates, DSCP, ports, prefixes), validation of a whole
+// policy, the TOML config file, and admission control of guarantees.
+//
+// Everything here is pure Go with no kernel access, so it can be unit-tested
+// anywhere and imported by the CLI.
+package policy
+
+import "net/netip"
+
+// Rate is a bit rate in bits per second. Zero means "not set".
+type Rate uint64
+
+// DSCP is a Differentiated Services code point 0..63. NoDSCP means "not set".
+type DSCP int8
+
+// NoDSCP marks an unset DSCP field.
+const NoDSCP DSCP = -1
+
+// PortRange is an inclusive port range. The zero value means "any port".
+type PortRange struct {
+	From, To uint16
+}
+
+// Action is what a rule does to matching packets.
+type Action string
+
+const (
+	ActionPass    Action = "pass"    // classify, mark, shape (default)
+	ActionDrop    Action = "drop"    // drop and count
+	ActionObserve Action = "observe" // count only; no marking, no class change
+)
+
+// Link is a managed network interface.
+type Link struct {
+	Name string `json:"name" toml:"name"`
+	// EgressRate is the link's egress capacity; the HTB root is built at this
+	// rate. Zero means "mark and count only, no shaping".
+	EgressRate Rate `json:"egress_rate" toml:"egress_rate"`
+	// Reservable is the fraction of EgressRate that guarantees (minbw) may
+	// claim in total. Zero means the default, DefaultReservable.
+	Reservable float64 `json:"reservable" toml:"reservable"`
+}
+
+// DefaultReservable is the share of a link that admission control lets
+// guarantees claim when a link does not say.
+const DefaultReservable = 0.8
+
+// Class is a named service level.
+type Class struct {
+	Name     string `json:"name" toml:"name"`
+	DSCP     DSCP   `json:"dscp" toml:"dscp"`
+	Priority int    `json:"priority" toml:"priority"` // 0 (highest) .. 7
+	MinBW    Rate   `json:"minbw,omitempty" toml:"minbw"`
+	MaxBW    Rate   `json:"maxbw,omitempty" toml:"maxbw"`
+	// UserAllowed lets non-root users run their own programs in this class.
+	UserAllowed bool `json:"user_allowed" toml:"user_allowed"`
+}
+
+// Rule maps selectors to properties. A selector that is empty matches
+// anything; all set selectors must match (AND).
+type Rule struct {
+	Name string `json:"name" toml:"name"`
+
+	// App selectors.
+	Exe    string `json:"exe,omitempty" toml:"exe"`       // absolute path or glob
+	Comm   string `json:"comm,omitempty" toml:"comm"`     // task command name (<= 15 bytes)
+	Cgroup string `json:"cgroup,omitempty" toml:"cgroup"` // path relative to the cgroup2 root, e.g. /system.slice/x.service
+	Unit   string `json:"unit,omitempty" toml:"unit"`     // systemd unit, e.g. nginx.service
+	User   string `json:"user,omitempty" toml:"user"`     // user name or numeric uid
+
+	// Flow selectors.
+	Proto  string       `json:"proto,omitempty" toml:"proto"` // tcp|udp|icmp ("" any); icmp covers icmpv6
+	Local  netip.Prefix `json:"local,omitzero" toml:"local"`
+	Remote netip.Prefix `json:"remote,omitzero" toml:"remote"`
+	LPort  PortRange    `json:"lport,omitzero" toml:"lport"`
+	RPort  PortRange    `json:"rport,omitzero" toml:"rport"`
+	DSCPIn DSCP         `json:"dscp_in,omitzero" toml:"dscp_in"`
+
+	// Properties.
+	Class      string `json:"class,omitempty" toml:"class"` // "" = default
+	DSCP       DSCP   `json:"dscp,omitzero" toml:"dscp"`    // overrides the class's DSCP
+	MaxBW      Rate   `json:"maxbw,omitempty" toml:"maxbw"`
+	MinBW      Rate   `json:"minbw,omitempty" toml:"minbw"`
+	Action     Action `json:"action,omitempty" toml:"action"`
+	Precedence int    `json:"precedence,omitempty" toml:"precedence"`
+	Temporary  bool   `json:"temporary,omitempty" toml:"-"`
+}
+
+// Policy is the whole desired state the daemon enforces.
+type Policy struct {
+	Links   []Link  `json:"links"`
+	Classes []Class `json:"classes"`
+	Rules   []Rule  `json:"rules"`
+}

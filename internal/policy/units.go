@@ -1,0 +1,444 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Rate units. Suffixes are case-insensitive. The "bit" family counts bits
+// per second; the "bps" family follows tc(8) and counts BYTES per second
+// (1mbps = 8mbit). Multipliers are decimal (k = 1000), as in tc.
+var rateUnits = []struct {
+	suffix string
+	mult   uint64 // bits per second per unit
+}{
+	// Longest suffixes first so "kbit" is not taken for "bit".
+	{"kbit", 1_000},
+	{"mbit", 1_000_000},
+	{"gbit", 1_000_000_000},
+	{"tbit", 1_000_000_000_000},
+	{"kbps", 8 * 1_000},
+	{"mbps", 8 * 1_000_000},
+	{"gbps", 8 * 1_000_000_000},
+	{"tbps", 8 * 1_000_000_000_000},
+	{"bit", 1},
+	{"bps", 8},
+}
+
+const rateUnitHelp = "units: bit, kbit, mbit, gbit, tbit (bits/s) or bps, kbps, mbps, gbps, tbps (BYTES/s, as in tc)"
+
+// ParseRate parses a bit rate such as "10mbit", "1.5mbit", "128kbit",
+// "1gbit" or "500bit". Units are case-insensitive; bit/kbit/mbit/gbit/tbit
+// are bits per second and bps/kbps/mbps/gbps/tbps are bytes per second (tc
+// convention: "1mbps" = 8mbit). Multipliers are powers of 1000. A number
+// without a unit is rejected because it is ambiguous, except "0", which means
+// "not set". Fractions are exact; a result that is not a whole number of
+// bits per second is rounded to the nearest bit.
+func ParseRate(s string) (Rate, error) {
+	in := strings.TrimSpace(s)
+	if in == "" {
+		return 0, errors.New("empty rate; write e.g. 10mbit")
+	}
+	if in == "0" {
+		return 0, nil
+	}
+	i := 0
+	for i < len(in) && (in[i] >= '0' && in[i] <= '9' || in[i] == '.') {
+		i++
+	}
+	num, unit := in[:i], strings.ToLower(strings.TrimSpace(in[i:]))
+	if num == "" {
+		if strings.HasPrefix(in, "-") {
+			return 0, errors.New("a rate cannot be negative")
+		}
+		return 0, errors.New("not a rate; write a number and a unit, e.g. 10mbit (" + rateUnitHelp + ")")
+	}
+	unit = strings.TrimSuffix(unit, "/s")
+	if unit == "" {
+		return 0, fmt.Errorf("%s has no unit; add one, e.g. %sbit, %skbit or %smbit (%s)", in, num, num, num, rateUnitHelp)
+	}
+	var mult uint64
+	for _, u := range rateUnits {
+		if unit == u.suffix {
+			mult = u.mult
+			break
+		}
+	}
+	if mult == 0 {
+		hint := ""
+		switch unit {
+		case "k", "m", "g", "t", "kb", "mb", "gb", "tb":
+			hint = fmt.Sprintf("; %q is ambiguous: write %s%sbit for bits/s or %s%sbps for bytes/s", unit, num, unit[:1], num, unit[:1])
+		case "b":
+			hint = fmt.Sprintf("; write %sbit for bits/s or %sbps for bytes/s", num, num)
+		}
+		return 0, fmt.Errorf("unknown rate unit %q%s (%s)", unit, hint, rateUnitHelp)
+	}
+	v, err := mulDecimal(num, mult)
+	if err != nil {
+		return 0, err
+	}
+	return Rate(v), nil
+}
+
+// mulDecimal computes round(dec × mult) exactly for a decimal string with
+// at most one '.', without floating point.
+func mulDecimal(dec string, mult uint64) (uint64, error) {
+	whole, frac, hasDot := strings.Cut(dec, ".")
+	if strings.Contains(frac, ".") || (hasDot && whole == "" && frac == "") {
+		return 0, fmt.Errorf("%q is not a number", dec)
+	}
+	if whole == "" {
+		whole = "0"
+	}
+	w, err := strconv.ParseUint(whole, 10, 64)
+	if err != nil {
+		return 0, errors.New("rate too large")
+	}
+	if w != 0 && w > math.MaxUint64/mult {
+		return 0, errors.New("rate too large")
+	}
+	total := w * mult
+	// Fraction: digits d1 d2 ... ; value = mult × 0.d1d2... ; compute with
+	// at most 19 significant digits (mult ≤ 8e12 so 1e19-scale is plenty).
+	if frac != "" {
+		if len(frac) > 18 {
+			frac = frac[:18]
+		}
+		f, err := strconv.ParseUint(frac, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a number", dec)
+		}
+		scale := uint64(math.Pow10(len(frac)))
+		// mult × f / scale with rounding, avoiding overflow by splitting.
+		q, r := mult/scale, mult%scale
+		part := q * f
+		// r, f < scale ≤ 1e18, so r×f fits 128 bits and its high word is
+		// below scale, as bits.Div64 requires.
+		hi, lo := bits.Mul64(r, f)
+		quo, rem := bits.Div64(hi, lo, scale)
+		part += quo
+		if rem*2 >= scale {
+			part++
+		}
+		if total > math.MaxUint64-part {
+			return 0, errors.New("rate too large")
+		}
+		total += part
+	}
+	return total, nil
+}
+
+// String formats the rate with the largest bit unit that keeps it exact to
+// the bit: "10mbit", "1.5mbit", "128kbit", "500bit". Zero is "0".
+func (r Rate) String() string {
+	if r == 0 {
+		return "0"
+	}
+	v := uint64(r)
+	for _, u := range []struct {
+		s string
+		m uint64
+	}{{"tbit", 1e12}, {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}} {
+		if v >= u.m {
+			whole, frac := v/u.m, v%u.m
+			if frac == 0 {
+				return strconv.FormatUint(whole, 10) + u.s
+			}
+			digits := len(strconv.FormatUint(u.m, 10)) - 1
+			fs := strings.TrimRight(fmt.Sprintf("%0*d", digits, frac), "0")
+			return strconv.FormatUint(whole, 10) + "." + fs + u.s
+		}
+	}
+	return strconv.FormatUint(v, 10) + "bit"
+}
+
+// MarshalText writes the rate as String does.
+func (r Rate) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText parses a rate as ParseRate does; "" means not set.
+func (r *Rate) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*r = 0
+		return nil
+	}
+	v, err := ParseRate(string(b))
+	if err != nil {
+		return err
+	}
+	*r = v
+	return nil
+}
+
+// MarshalJSON writes the rate as a string, e.g. "10mbit".
+func (r Rate) MarshalJSON() ([]byte, error) { return json.Marshal(r.String()) }
+
+// UnmarshalJSON accepts a string with a unit ("10mbit") or a JSON number
+// meaning bits per second (10000000).
+func (r *Rate) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		return r.UnmarshalText([]byte(s))
+	}
+	v, err := strconv.ParseUint(string(b), 10, 64)
+	if err != nil {
+		return fmt.Errorf("rate %s: want a whole number of bits per second or a string like \"10mbit\"", b)
+	}
+	*r = Rate(v)
+	return nil
+}
+
+// dscpNames maps code point names to values. CS0 is the canonical name of
+// 0; DF, BE and default are accepted aliases.
+var dscpNames = map[string]DSCP{
+	"CS0": 0, "CS1": 8, "CS2": 16, "CS3": 24, "CS4": 32, "CS5": 40, "CS6": 48, "CS7": 56,
+	"AF11": 10, "AF12": 12, "AF13": 14,
+	"AF21": 18, "AF22": 20, "AF23": 22,
+	"AF31": 26, "AF32": 28, "AF33": 30,
+	"AF41": 34, "AF42": 36, "AF43": 38,
+	"EF": 46, "VA": 44, "LE": 1,
+	"DF": 0, "BE": 0, "DEFAULT": 0,
+}
+
+// dscpCanonical is the name String prints for each named value.
+var dscpCanonical = func() map[DSCP]string {
+	m := map[DSCP]string{}
+	for n, v := range dscpNames {
+		switch n {
+		case "DF", "BE", "DEFAULT":
+			continue
+		}
+		m[v] = n
+	}
+	return m
+}()
+
+// ParseDSCP parses a DSCP name (EF, VA, LE, AF11..AF43, CS0..CS7, and
+// DF/BE/default for 0; case-insensitive) or a number 0..63. "" is NoDSCP.
+func ParseDSCP(s string) (DSCP, error) {
+	in := strings.TrimSpace(s)
+	if in == "" {
+		return NoDSCP, nil
+	}
+	if v, ok := dscpNames[strings.ToUpper(in)]; ok {
+		return v, nil
+	}
+	n, err := strconv.ParseUint(in, 10, 8)
+	if err == nil {
+		if n > 63 {
+			return NoDSCP, fmt.Errorf("DSCP %s out of range; want 0..63 or a name such as EF, AF41, CS1", in)
+		}
+		return DSCP(n), nil
+	}
+	return NoDSCP, fmt.Errorf("unknown DSCP %q; want 0..63 or a name: EF, VA, LE, AF11..AF43, CS0..CS7, DF", in)
+}
+
+// String gives the code point's name when it has one ("EF", "AF41",
+// "CS0"), else its number; NoDSCP is "unset".
+func (d DSCP) String() string {
+	if d == NoDSCP {
+		return "unset"
+	}
+	if n, ok := dscpCanonical[d]; ok {
+		return n
+	}
+	return strconv.Itoa(int(d))
+}
+
+// IsZero reports whether d is unset (NoDSCP). encoding/json's omitzero
+// uses it, so unset DSCP fields are omitted.
+func (d DSCP) IsZero() bool { return d == NoDSCP }
+
+// Valid reports whether d is a code point 0..63.
+func (d DSCP) Valid() bool { return d >= 0 && d <= 63 }
+
+// MarshalText writes the name (or number); NoDSCP is "".
+func (d DSCP) MarshalText() ([]byte, error) {
+	if d == NoDSCP {
+		return nil, nil
+	}
+	return []byte(d.String()), nil
+}
+
+// UnmarshalText parses as ParseDSCP does.
+func (d *DSCP) UnmarshalText(b []byte) error {
+	v, err := ParseDSCP(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// MarshalJSON writes the name as a JSON string; NoDSCP is "".
+func (d DSCP) MarshalJSON() ([]byte, error) {
+	b, _ := d.MarshalText()
+	return json.Marshal(string(b))
+}
+
+// UnmarshalJSON accepts a name, a numeric string, a number, "" or null
+// (both unset).
+func (d *DSCP) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*d = NoDSCP
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		return d.UnmarshalText([]byte(s))
+	}
+	return d.UnmarshalText(b)
+}
+
+// ParsePortRange parses "80" or "1000-2000" (inclusive). "" is the zero
+// value, meaning any port.
+func ParsePortRange(s string) (PortRange, error) {
+	in := strings.TrimSpace(s)
+	if in == "" {
+		return PortRange{}, nil
+	}
+	a, b, isRange := strings.Cut(in, "-")
+	if !isRange && strings.Contains(in, ":") {
+		return PortRange{}, fmt.Errorf("port range %q: write ranges as FROM-TO, e.g. 1000-2000", in)
+	}
+	from, err := parsePort(a)
+	if err != nil {
+		return PortRange{}, err
+	}
+	to := from
+	if isRange {
+		if to, err = parsePort(b); err != nil {
+			return PortRange{}, err
+		}
+		if to < from {
+			return PortRange{}, fmt.Errorf("port range %q is backwards; write %d-%d", in, to, from)
+		}
+	}
+	return PortRange{From: from, To: to}, nil
+}
+
+func parsePort(s string) (uint16, error) {
+	s = strings.TrimSpace(s)
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a port number 1..65535 (write a port like 80 or a range like 1000-2000)", s)
+	}
+	if n == 0 {
+		return 0, errors.New("port 0 is not a port; leave the field unset to match any port")
+	}
+	return uint16(n), nil
+}
+
+// IsZero reports whether the range is unset (any port).
+func (p PortRange) IsZero() bool { return p.From == 0 && p.To == 0 }
+
+// Contains reports whether port is in the range; the zero range contains
+// every port.
+func (p PortRange) Contains(port uint16) bool {
+	return p.IsZero() || (port >= p.From && port <= p.To)
+}
+
+// String gives "80", "1000-2000", or "" for any port.
+func (p PortRange) String() string {
+	switch {
+	case p.IsZero():
+		return ""
+	case p.From == p.To:
+		return strconv.Itoa(int(p.From))
+	default:
+		return strconv.Itoa(int(p.From)) + "-" + strconv.Itoa(int(p.To))
+	}
+}
+
+// MarshalText writes String's form.
+func (p PortRange) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText parses as ParsePortRange does.
+func (p *PortRange) UnmarshalText(b []byte) error {
+	v, err := ParsePortRange(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// MarshalJSON writes the range as a string ("80", "1000-2000").
+func (p PortRange) MarshalJSON() ([]byte, error) { return json.Marshal(p.String()) }
+
+// UnmarshalJSON accepts a string ("80", "1000-2000") or a number (80).
+func (p *PortRange) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*p = PortRange{}
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		return p.UnmarshalText([]byte(s))
+	}
+	return p.UnmarshalText(b)
+}
+
+const prefixHelp = "want e.g. 198.18.0.0/15 or 2001:db8::/32"
+
+// ParsePrefix parses a CIDR prefix ("198.18.0.0/15", "2001:db8::/32"); a
+// bare address means a single host (/32 or /128). A prefix with host bits
+// set is rejected with the canonical form suggested, because it usually
+// means a typo in the address or the length. "" is the zero (unset) prefix.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	in := strings.TrimSpace(s)
+	if in == "" {
+		return netip.Prefix{}, nil
+	}
+	var p netip.Prefix
+	if strings.Contains(in, "/") {
+		var err error
+		if p, err = netip.ParsePrefix(in); err != nil {
+			return netip.Prefix{}, fmt.Errorf("not a valid CIDR prefix (%s)", prefixHelp)
+		}
+	} else {
+		a, err := netip.ParseAddr(in)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("not a valid address or CIDR prefix (%s)", prefixHelp)
+		}
+		if a.Zone() != "" {
+			return netip.Prefix{}, errors.New("addresses with a zone (%iface) are not supported; drop the zone")
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	return p, checkPrefix(p)
+}
+
+// checkPrefix reports problems with a parsed prefix: host bits set or an
+// IPv4-mapped IPv6 address.
+func checkPrefix(p netip.Prefix) error {
+	if !p.IsValid() {
+		return nil
+	}
+	if p.Addr().Is4In6() {
+		un := netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0)).Masked()
+		return fmt.Errorf("IPv4-mapped IPv6 prefixes never match; did you mean %s?", un)
+	}
+	if m := p.Masked(); m != p {
+		return fmt.Errorf("%s has host bits set; did you mean %s?", p, m)
+	}
+	return nil
+}

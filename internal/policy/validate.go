@@ -1,0 +1,333 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"os/user"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+var (
+	nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+	userRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?$`)
+	unitRE = regexp.MustCompile(`^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.(service|socket|device|mount|automount|swap|target|path|timer|slice|scope)$`)
+)
+
+// Protocols a rule may select.
+var validProtos = map[string]bool{"": true, "tcp": true, "udp": true, "icmp": true}
+
+// MaxPrecedence is the largest Rule.Precedence.
+const MaxPrecedence = 65535
+
+// MaxCommLen is the longest task command name the kernel keeps.
+const MaxCommLen = 15
+
+// MaxIfaceNameLen is the longest Linux interface name (IFNAMSIZ-1).
+const MaxIfaceNameLen = 15
+
+// validator collects FieldErrors for one policy.
+type validator struct {
+	src  string
+	errs Errors
+}
+
+func (v *validator) add(obj, field, value, reason, fix string) {
+	v.errs = append(v.errs, &FieldError{Source: v.src, Object: obj, Field: field, Value: value, Reason: reason, Fix: fix})
+}
+
+// addNum is add for a numeric value, printed without quotes.
+func (v *validator) addNum(obj, field, value, reason, fix string) {
+	v.add(obj, field, value, reason, fix)
+	v.errs[len(v.errs)-1].Literal = true
+}
+
+// Validate checks the whole policy and returns every problem found as
+// Errors (nil when valid). source names where the policy came from (a file
+// path, or "api") and is copied into each FieldError. Validate does not
+// check admission; see Admit.
+func (p *Policy) Validate(source string) error {
+	v := &validator{src: source}
+	v.links(p)
+	v.classes(p)
+	v.rules(p)
+	return v.errs.err()
+}
+
+func (v *validator) checkName(kind, name string, idx int, seen map[string]bool) string {
+	obj := objectLabel(kind, name, idx)
+	switch {
+	case name == "":
+		v.add(obj, "name", "", "missing", "every "+kind+" needs a name")
+	case !nameRE.MatchString(name):
+		v.add(obj, "name", name, "not a valid name", "use 1-63 of a-z 0-9 _ . - starting with a letter or digit, e.g. "+suggestName(name))
+	case seen[name]:
+		v.add(obj, "name", name, "duplicate "+kind+" name", "names must be unique")
+	}
+	seen[name] = true
+	return obj
+}
+
+// suggestName turns s into a valid name, for hints.
+func suggestName(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_', r == '.', r == '-':
+			b.WriteRune(r)
+		case unicode.IsSpace(r), r == '/':
+			b.WriteByte('-')
+		}
+	}
+	out := strings.TrimLeft(b.String(), "_.-")
+	if out == "" {
+		out = "my-name"
+	}
+	if len(out) > 63 {
+		out = out[:63]
+	}
+	return out
+}
+
+func (v *validator) links(p *Policy) {
+	seen := map[string]bool{}
+	for i, l := range p.Links {
+		obj := objectLabel("link", l.Name, i)
+		if err := checkIfaceName(l.Name); err != "" {
+			v.add(obj, "name", l.Name, err, "")
+		} else if seen[l.Name] {
+			v.add(obj, "name", l.Name, "duplicate link", "list each interface once")
+		}
+		seen[l.Name] = true
+		if math.IsNaN(l.Reservable) || l.Reservable < 0 || l.Reservable > 1 {
+			v.addNum(obj, "reservable", strconv.FormatFloat(l.Reservable, 'g', -1, 64),
+				"must be a fraction in (0, 1]", fmt.Sprintf("e.g. 0.8; leave it out for the default %g", DefaultReservable))
+		}
+	}
+}
+
+// checkIfaceName returns why name is not a valid Linux interface name, or "".
+func checkIfaceName(name string) string {
+	switch {
+	case name == "":
+		return "missing; every link needs the interface name, e.g. eth0"
+	case len(name) > MaxIfaceNameLen:
+		return fmt.Sprintf("interface names are at most %d bytes", MaxIfaceNameLen)
+	case name == "." || name == "..":
+		return "not a valid interface name"
+	case strings.ContainsAny(name, "/:") || strings.IndexFunc(name, unicode.IsSpace) >= 0:
+		return "not a valid interface name (no '/', ':' or spaces)"
+	}
+	return ""
+}
+
+func (v *validator) classes(p *Policy) {
+	seen := map[string]bool{}
+	for i, c := range p.Classes {
+		obj := v.checkName("class", c.Name, i, seen)
+		if !c.DSCP.Valid() {
+			v.addNum(obj, "dscp", strconv.Itoa(int(c.DSCP)), "a class needs a DSCP 0..63", "e.g. EF, AF41, CS0")
+		}
+		if c.Priority < 0 || c.Priority > 7 {
+			v.addNum(obj, "priority", strconv.Itoa(c.Priority), "out of range", "use 0 (highest) .. 7 (lowest)")
+		}
+		if c.MaxBW != 0 && c.MinBW > c.MaxBW {
+			v.add(obj, "minbw", c.MinBW.String(), "greater than maxbw "+c.MaxBW.String(), "a guarantee cannot exceed the ceiling")
+		}
+	}
+	if !seen[DefaultClassName] {
+		v.add(objectLabel("class", DefaultClassName, 0), "", "", "missing", "the policy must always have class default; change it rather than removing it")
+	}
+}
+
+func (v *validator) rules(p *Policy) {
+	seen := map[string]bool{}
+	for i, r := range p.Rules {
+		obj := v.checkName("rule", r.Name, i, seen)
+		v.ruleSelectors(obj, r)
+		v.ruleProperties(obj, r, p)
+		if r.Precedence < 0 || r.Precedence > MaxPrecedence {
+			v.addNum(obj, "precedence", strconv.Itoa(r.Precedence), "out of range", fmt.Sprintf("use 1..%d (larger is evaluated first) or 0 for unset", MaxPrecedence))
+		}
+	}
+}
+
+func (v *validator) ruleSelectors(obj string, r Rule) {
+	if r.Exe != "" {
+		if msg, fix := checkExe(r.Exe); msg != "" {
+			v.add(obj, "exe", r.Exe, msg, fix)
+		}
+	}
+	if len(r.Comm) > MaxCommLen {
+		v.add(obj, "comm", r.Comm, fmt.Sprintf("longer than %d bytes; the kernel keeps only the first %d", MaxCommLen, MaxCommLen),
+			fmt.Sprintf("use comm = %q or match the executable with exe", r.Comm[:MaxCommLen]))
+	}
+	if r.Cgroup != "" {
+		switch {
+		case !strings.HasPrefix(r.Cgroup, "/"):
+			v.add(obj, "cgroup", r.Cgroup, "must start with /", "give the path from the cgroup2 root, e.g. /"+strings.TrimLeft(r.Cgroup, "./"))
+		case path.Clean(r.Cgroup) != r.Cgroup:
+			v.add(obj, "cgroup", r.Cgroup, "not a clean path", "write "+path.Clean(r.Cgroup))
+		}
+	}
+	if r.Unit != "" && (len(r.Unit) > 255 || !unitRE.MatchString(r.Unit)) {
+		fix := "e.g. nginx.service, user@1000.service, system.slice"
+		if !strings.Contains(r.Unit, ".") && nameRE.MatchString(r.Unit) {
+			fix = "did you mean " + r.Unit + ".service?"
+		}
+		v.add(obj, "unit", r.Unit, "not a systemd unit name", fix)
+	}
+	if r.User != "" && !validUser(r.User) {
+		v.add(obj, "user", r.User, "not a user name or numeric uid", "e.g. www-data or 33")
+	}
+	if !validProtos[r.Proto] {
+		fix := "use tcp, udp or icmp (icmp also covers icmpv6), or leave it out for any"
+		if lp := strings.ToLower(r.Proto); validProtos[lp] {
+			fix = "write it in lower case: " + lp
+		}
+		v.add(obj, "proto", r.Proto, "unknown protocol", fix)
+	}
+	ports := r.Proto == "tcp" || r.Proto == "udp"
+	for _, pf := range []struct {
+		name string
+		pr   PortRange
+	}{{"lport", r.LPort}, {"rport", r.RPort}} {
+		if pf.pr.IsZero() {
+			continue
+		}
+		if pf.pr.From == 0 || pf.pr.To < pf.pr.From {
+			v.add(obj, pf.name, fmt.Sprintf("%d-%d", pf.pr.From, pf.pr.To), "not a port range", "use 1..65535, FROM-TO with FROM <= TO")
+			continue
+		}
+		if !ports {
+			v.add(obj, pf.name, pf.pr.String(), pf.name+" needs --proto tcp or udp", "add proto = \"tcp\" or \"udp\" (ports only exist for those)")
+		}
+	}
+	for _, pf := range []struct {
+		name string
+		p    netip.Prefix
+	}{{"local", r.Local}, {"remote", r.Remote}} {
+		if err := checkPrefix(pf.p); err != nil {
+			v.add(obj, pf.name, pf.p.String(), err.Error(), "")
+		}
+	}
+	if r.Local.IsValid() && r.Remote.IsValid() && r.Local.Addr().Is4() != r.Remote.Addr().Is4() {
+		v.add(obj, "remote", r.Remote.String(), fmt.Sprintf("address family differs from local %s; no packet can match both", r.Local),
+			"use two rules, one for IPv4 and one for IPv6")
+	}
+	if r.DSCPIn != NoDSCP && !r.DSCPIn.Valid() {
+		v.addNum(obj, "dscp_in", strconv.Itoa(int(r.DSCPIn)), "out of range", "use 0..63 or a name such as EF")
+	}
+	if !r.HasSelector() {
+		v.add(obj, "", "", "a rule needs at least one selector (exe, comm, cgroup, unit, user, proto, local, remote, lport, rport, dscp_in)",
+			"to change unmatched traffic edit class default")
+	}
+}
+
+func (v *validator) ruleProperties(obj string, r Rule, p *Policy) {
+	switch r.Action {
+	case "", ActionPass:
+	case ActionDrop, ActionObserve:
+		var set []string
+		if r.Class != "" {
+			set = append(set, "class")
+		}
+		if r.DSCP != NoDSCP {
+			set = append(set, "dscp")
+		}
+		if r.MinBW != 0 {
+			set = append(set, "minbw")
+		}
+		if r.MaxBW != 0 {
+			set = append(set, "maxbw")
+		}
+		if len(set) > 0 {
+			v.add(obj, "action", string(r.Action), fmt.Sprintf("%s would be ignored with action %s", strings.Join(set, ", "), r.Action),
+				"remove "+strings.Join(set, ", ")+" or use action pass")
+		}
+	default:
+		fix := "use pass, drop or observe"
+		if la := Action(strings.ToLower(string(r.Action))); la == ActionPass || la == ActionDrop || la == ActionObserve {
+			fix = "write it in lower case: " + string(la)
+		}
+		v.add(obj, "action", string(r.Action), "unknown action", fix)
+	}
+	cls, clsOK := p.Class(r.Class)
+	if !clsOK {
+		v.add(obj, "class", r.EffectiveClass(), "no such class", "defined classes: "+strings.Join(classNames(p), ", ")+"; add it with [[class]] or hostqos class add")
+	}
+	if r.DSCP != NoDSCP && !r.DSCP.Valid() {
+		v.addNum(obj, "dscp", strconv.Itoa(int(r.DSCP)), "out of range", "use 0..63 or a name such as EF")
+	}
+	if r.MaxBW != 0 && r.MinBW > r.MaxBW {
+		v.add(obj, "minbw", r.MinBW.String(), "greater than maxbw "+r.MaxBW.String(), "a guarantee cannot exceed the ceiling")
+	}
+	if clsOK && cls.MaxBW != 0 && r.MaxBW > cls.MaxBW {
+		v.add(obj, "maxbw", r.MaxBW.String(), fmt.Sprintf("exceeds the maxbw %s of its class %s", cls.MaxBW, cls.Name),
+			"lower the rule's maxbw or raise the class's")
+	}
+}
+
+func classNames(p *Policy) []string {
+	out := make([]string, 0, len(p.Classes))
+	for _, c := range p.Classes {
+		out = append(out, c.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkExe validates an exe selector: absolute, clean, valid glob syntax.
+func checkExe(exe string) (msg, fix string) {
+	if !strings.HasPrefix(exe, "/") {
+		return "must be an absolute path or glob", "e.g. /usr/bin/" + path.Base(exe) + " (see: command -v " + path.Base(exe) + ")"
+	}
+	if _, err := path.Match(exe, ""); err != nil {
+		return "bad glob syntax", "check [ ] pairs and escapes; * ? [a-z] are supported"
+	}
+	if path.Clean(exe) != exe {
+		return "not a clean path", "write " + path.Clean(exe)
+	}
+	return "", ""
+}
+
+// IsGlob reports whether an exe selector is a pattern rather than one path.
+func IsGlob(exe string) bool { return strings.ContainsAny(exe, "*?[\\") }
+
+func validUser(u string) bool {
+	if n, err := strconv.ParseUint(u, 10, 32); err == nil {
+		return n != math.MaxUint32 // (uid_t)-1 is "no user"
+	}
+	return userRE.MatchString(u)
+}
+
+// HasSelector reports whether the rule sets any selector.
+func (r Rule) HasSelector() bool {
+	return r.Exe != "" || r.Comm != "" || r.Cgroup != "" || r.Unit != "" || r.User != "" ||
+		r.Proto != "" || r.Local.IsValid() || r.Remote.IsValid() || !r.LPort.IsZero() || !r.RPort.IsZero() ||
+		r.DSCPIn != NoDSCP
+}
+
+// ResolveUser turns a rule's user selector (a name or a numeric uid) into
+// a uid. Numeric uids are returned as they are, whether or not the user
+// exists. This is the daemon's job at compile time; Validate only checks
+// the syntax.
+func ResolveUser(name string) (uint32, error) {
+	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
+		return uint32(n), nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, fmt.Errorf("resolve user %q: %w", name, err)
+	}
+	n, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("resolve user %q: uid %q is not numeric", name, u.Uid)
+	}
+	return uint32(n), nil
+}

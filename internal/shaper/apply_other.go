@@ -1,0 +1,31 @@
+//go:build !linux
+
+package shaper
+
+import "errors"
+
+// ErrForeignQdisc is wrapped by Apply's error when the link's root qdisc
+// belongs to someone else.
+var ErrForeignQdisc = errors.New("foreign root qdisc")
+
+var errUnsupported = errors.New("HTB shaping needs Linux")
+
+// ClassStats are the kernel counters of one HTB class.
+type ClassStats struct {
+	Minor                             uint16
+	Bytes, Packets, Drops, Overlimits uint64
+	Backlog                           uint32
+	RateBps                           uint64
+}
+
+// Apply is only supported on Linux.
+func Apply(plan Plan) error { return errUnsupported }
+
+// Remove is only supported on Linux.
+func Remove(ifindex int) error { return errUnsupported }
+
+// Owned is only supported on Linux.
+func Owned(ifindex int) (bool, error) { return false, errUnsupported }
+
+// Stats is only supported on Linux.
+func Stats(ifindex int) ([]ClassStats, error) { return nil, errUnsupported }

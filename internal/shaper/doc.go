@@ -1,0 +1,64 @@
+// Package shaper builds and maintains hostqos's HTB tree on a managed link.
+//
+// Planning (Build) is pure Go and runs anywhere; applying a plan (Apply,
+// Remove, Owned, Stats) talks rtnetlink in the network namespace of the
+// calling thread and needs CAP_NET_ADMIN.
+//
+// # Tree shape
+//
+// With H = Handle (0x4851, "HQ") and rates in bits/s:
+//
+//	H:0       root qdisc htb, default = general leaf of the default class
+//	└─ H:1        root class, rate = ceil = link rate
+//	   ├─ H:10+i  inner class of service class i (0..63), parent H:1
+//	   │          rate = share(i) + Σ rate of i's rule leaves
+//	   │          ceil = MaxBW(i) or the link rate
+//	   │  ├─ H:40+i    general leaf of class i: rate = share(i),
+//	   │  │            ceil = class ceil, prio = class priority
+//	   │  └─ H:100+s   leaf of rule slot s (0..4095), only for rules with a
+//	   │               MinBW or MaxBW: rate = MinBW (or a token rate of
+//	   │               max(8 kbit, link/1000) when only MaxBW is set — not a
+//	   │               guarantee), ceil = MaxBW (or the class ceil),
+//	   │               prio = class priority
+//	   └─ ...
+//
+// (Minors above are hexadecimal, as tc prints them.)
+//
+// share(i) is the class's MinBW when set. Classes without MinBW split what
+// the explicit guarantees (class MinBW + rule MinBW + rule token rates) leave
+// of the link: equal weights, a quarter weight for scavenger-like classes
+// (priority 7), each at least 8 kbit and at most what fits under the class
+// ceiling. The children of every class sum to at most its rate and the inner
+// classes sum to exactly the link rate whenever some class has an implicit
+// share; ceil >= rate everywhere; every rate is at least 8 kbit and a whole
+// number of bytes per second.
+//
+// The BPF datapath selects a leaf by writing its classid (H<<16 | minor) into
+// skb->priority (see ClassIDFor and RuleClassID); unclassified traffic goes to
+// the default class's general leaf.
+//
+// # Bursts and quanta
+//
+// HTB charges each packet with its length as the qdisc sees it: skb->len of
+// the L2 frame (Ethernet header + IP packet, no FCS, preamble or inter-frame
+// gap), and for GSO packets the sum over the segments they will become
+// (qdisc_pkt_len). Rates in a plan are in those units.
+//
+// burst and cburst are one full-size frame plus 2 ms at the class's rate or
+// ceil. HTB's own default (rate/HZ + MTU) is tight at high rates, where a 64
+// KiB GSO packet or a late watchdog timer then costs throughput; the 2 ms term
+// covers timer slack, and bursts stay small enough that a priority class
+// waits at most about 2 ms behind a bulk class. The quantum (DRR share when
+// classes borrow) is max(frame, rate/8/100) bytes clamped to 200000, set
+// explicitly so the kernel's r2q heuristics never warn.
+//
+// Leaves keep HTB's default pfifo (limit = txqueuelen).
+//
+// # Ownership
+//
+// Any HTB root qdisc whose handle is Handle is ours; Apply replaces a kernel
+// default root (handle 0: noqueue, pfifo_fast, mq, ...) but refuses any other
+// root qdisc, and never touches clsact/ingress qdiscs or their filters.
+// HTB cannot change its default class in place, so a plan whose default class
+// differs from the kernel's rebuilds the root (its counters restart).
+package shaper

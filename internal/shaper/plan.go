@@ -1,0 +1,482 @@
+package shaper
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Handle is the major number of our HTB root qdisc ("HQ"). Any HTB root qdisc
+// with this handle is ours.
+const Handle = 0x4851
+
+// Minor numbers of the tree (see the package comment).
+const (
+	RootMinor   uint16 = 0x1   // root class, rate = ceil = link rate
+	InnerBase   uint16 = 0x10  // + class index: inner class of a service class
+	LeafBase    uint16 = 0x40  // + class index: general leaf of a service class
+	RuleBase    uint16 = 0x100 // + rule slot: a rule's own leaf
+	MaxClass           = 63    // highest service-class index
+	MaxRuleSlot        = 4095  // highest rule slot
+)
+
+// MinRate is the smallest rate (bits/s) the shaper configures on any class.
+const MinRate uint64 = 8000
+
+const (
+	// frameBytes is the full-size frame HTB charges on an Ethernet link with a
+	// 1500-byte MTU: IP packet + 14-byte Ethernet header.
+	frameBytes = 1514
+	// burstMillis is the time at a class's rate (ceil) added to one frame to
+	// give its burst (cburst).
+	burstMillis = 2
+	// maxQuantum is the largest quantum the kernel accepts without warning.
+	maxQuantum = 200000
+	// scavengerPriority gets a quarter weight when splitting implicit shares.
+	scavengerPriority = 7
+)
+
+// ClassSpec is one service class as the shaper needs it.
+type ClassSpec struct {
+	Name     string
+	Index    int    // 0..63, stable service-class index
+	Priority int    // 0 (highest) .. 7
+	MinBW    uint64 // bits/s, 0 = unset
+	MaxBW    uint64 // bits/s, 0 = unset
+	Default  bool   // the class unmatched traffic goes to
+}
+
+// RuleSpec is one rule as the shaper needs it. Rules with neither MinBW nor
+// MaxBW get no leaf of their own; their traffic uses the class's general leaf.
+type RuleSpec struct {
+	Slot  uint16 // stable rule slot 0..4095
+	Class int    // ClassSpec.Index
+	MinBW uint64 // bits/s, 0 = unset
+	MaxBW uint64 // bits/s, 0 = unset
+}
+
+// LinkSpec is the managed link.
+type LinkSpec struct {
+	Ifindex int
+	Name    string
+	Rate    uint64 // bits/s
+}
+
+// Plan is the complete HTB tree for one link.
+type Plan struct {
+	Link LinkSpec
+	// Classes lists every class, parents before their children: the root
+	// class, then per service class (by index) its inner class, its general
+	// leaf and its rule leaves (by slot).
+	Classes      []HTBClass
+	DefaultMinor uint16
+}
+
+// HTBClass is one HTB class of a plan.
+type HTBClass struct {
+	Minor       uint16
+	ParentMinor uint16 // 0 = qdisc root
+	Rate, Ceil  uint64 // bits/s, multiples of 8
+	Prio        int
+	Leaf        bool
+	Label       string // e.g. "class voice", "rule 12"
+	// Burst and Cburst are the token bucket depths in bytes at Rate and
+	// Ceil; Quantum is the DRR quantum in bytes.
+	Burst, Cburst, Quantum uint32
+}
+
+// ClassIDFor returns the HTB classid (Handle<<16 | minor) of the general leaf
+// of service class index class: the value the datapath writes into
+// skb->priority. A class the plan does not have maps to the default leaf.
+func ClassIDFor(plan Plan, class int) uint32 {
+	if class >= 0 && class <= MaxClass {
+		minor := LeafBase + uint16(class)
+		for _, c := range plan.Classes {
+			if c.Minor == minor {
+				return classID(minor)
+			}
+		}
+	}
+	return classID(plan.DefaultMinor)
+}
+
+// RuleClassID returns the classid of the leaf of rule slot slot.
+func RuleClassID(slot uint16) uint32 {
+	return classID(RuleBase + slot)
+}
+
+// ClassIDForRule returns the classid a rule's traffic should carry: its own
+// leaf when the plan has one, otherwise its class's general leaf.
+func ClassIDForRule(plan Plan, r RuleSpec) uint32 {
+	minor := RuleBase + r.Slot
+	for _, c := range plan.Classes {
+		if c.Minor == minor {
+			return classID(minor)
+		}
+	}
+	return ClassIDFor(plan, r.Class)
+}
+
+func classID(minor uint16) uint32 { return uint32(Handle)<<16 | uint32(minor) }
+
+// Build plans the HTB tree of link for classes and rules. It checks the
+// inputs (indexes, slots, priorities, min <= max, guarantees within the link)
+// and returns an error naming the offending class or rule.
+func Build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
+	p, err := build(link, classes, rules)
+	if err != nil {
+		return Plan{}, fmt.Errorf("planning HTB tree for link %s: %w", linkName(link), err)
+	}
+	return p, nil
+}
+
+func linkName(l LinkSpec) string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return fmt.Sprintf("ifindex %d", l.Ifindex)
+}
+
+// classPlan is the working state of one service class in build.
+type classPlan struct {
+	spec     ClassSpec
+	ceil     uint64
+	rules    []*rulePlan
+	ruleSum  uint64 // Σ rule leaf rates
+	share    uint64
+	implicit bool
+}
+
+type rulePlan struct {
+	spec  RuleSpec
+	rate  uint64
+	ceil  uint64
+	token bool // rate is a token rate, not a guarantee
+}
+
+func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
+	L := round8(link.Rate)
+	if L < MinRate {
+		return Plan{}, fmt.Errorf("link rate %s below the %s minimum", fmtRate(link.Rate), fmtRate(MinRate))
+	}
+	if len(classes) == 0 {
+		return Plan{}, fmt.Errorf("no service classes")
+	}
+
+	byIndex := map[int]*classPlan{}
+	var order []*classPlan
+	var def *classPlan
+	for _, c := range classes {
+		name := fmt.Sprintf("class %q (index %d)", c.Name, c.Index)
+		if c.Index < 0 || c.Index > MaxClass {
+			return Plan{}, fmt.Errorf("%s: index outside 0..%d", name, MaxClass)
+		}
+		if prev, dup := byIndex[c.Index]; dup {
+			return Plan{}, fmt.Errorf("%s: index already used by class %q", name, prev.spec.Name)
+		}
+		if c.Priority < 0 || c.Priority > 7 {
+			return Plan{}, fmt.Errorf("%s: priority %d outside 0..7", name, c.Priority)
+		}
+		if err := checkSet(c.MinBW, "minbw"); err != nil {
+			return Plan{}, fmt.Errorf("%s: %w", name, err)
+		}
+		if err := checkSet(c.MaxBW, "maxbw"); err != nil {
+			return Plan{}, fmt.Errorf("%s: %w", name, err)
+		}
+		cp := &classPlan{spec: c, ceil: L}
+		cp.spec.MinBW = round8(c.MinBW)
+		if c.MaxBW != 0 && round8(c.MaxBW) < L {
+			cp.ceil = round8(c.MaxBW)
+		}
+		if cp.spec.MinBW > cp.ceil {
+			return Plan{}, fmt.Errorf("%s: minbw %s exceeds its ceiling %s", name, fmtRate(c.MinBW), fmtRate(cp.ceil))
+		}
+		if c.Default {
+			if def != nil {
+				return Plan{}, fmt.Errorf("%s: class %q is already the default class", name, def.spec.Name)
+			}
+			def = cp
+		}
+		byIndex[c.Index] = cp
+		order = append(order, cp)
+	}
+	if def == nil {
+		return Plan{}, fmt.Errorf("no default class")
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i].spec.Index < order[j].spec.Index })
+
+	slots := map[uint16]bool{}
+	var explicit uint64 // Σ class MinBW + Σ rule MinBW
+	var tokenRules []*rulePlan
+	for _, cp := range order {
+		explicit += cp.spec.MinBW
+	}
+	sorted := append([]RuleSpec(nil), rules...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Slot < sorted[j].Slot })
+	for _, r := range sorted {
+		name := fmt.Sprintf("rule %d", r.Slot)
+		if r.Slot > MaxRuleSlot {
+			return Plan{}, fmt.Errorf("%s: slot outside 0..%d", name, MaxRuleSlot)
+		}
+		if slots[r.Slot] {
+			return Plan{}, fmt.Errorf("%s: slot used twice", name)
+		}
+		slots[r.Slot] = true
+		cp, ok := byIndex[r.Class]
+		if !ok {
+			return Plan{}, fmt.Errorf("%s: unknown class index %d", name, r.Class)
+		}
+		if err := checkSet(r.MinBW, "minbw"); err != nil {
+			return Plan{}, fmt.Errorf("%s: %w", name, err)
+		}
+		if err := checkSet(r.MaxBW, "maxbw"); err != nil {
+			return Plan{}, fmt.Errorf("%s: %w", name, err)
+		}
+		if r.MinBW == 0 && r.MaxBW == 0 {
+			continue // uses the class's general leaf
+		}
+		if r.MinBW != 0 && r.MaxBW != 0 && r.MinBW > r.MaxBW {
+			return Plan{}, fmt.Errorf("%s: minbw %s exceeds maxbw %s", name, fmtRate(r.MinBW), fmtRate(r.MaxBW))
+		}
+		rp := &rulePlan{spec: r, ceil: cp.ceil}
+		if r.MaxBW != 0 && round8(r.MaxBW) < cp.ceil {
+			rp.ceil = round8(r.MaxBW)
+		}
+		if r.MinBW != 0 {
+			rp.rate = round8(r.MinBW)
+			if rp.rate > cp.ceil {
+				return Plan{}, fmt.Errorf("%s: minbw %s exceeds the ceiling %s of class %q", name, fmtRate(r.MinBW), fmtRate(cp.ceil), cp.spec.Name)
+			}
+			explicit += rp.rate
+		} else {
+			rp.token = true
+			tokenRules = append(tokenRules, rp)
+		}
+		cp.rules = append(cp.rules, rp)
+	}
+	if explicit > L {
+		return Plan{}, fmt.Errorf("explicit guarantees %s exceed the link rate %s", fmtRate(explicit), fmtRate(L))
+	}
+
+	// Token rates: max(8 kbit, link/1000), shrunk to 8 kbit when they do not
+	// fit beside the guarantees; never above the rule's ceiling.
+	token := round8(L / 1000)
+	if token < MinRate {
+		token = MinRate
+	}
+	if !fits(order, L, token, explicit) {
+		token = MinRate
+	}
+	for _, rp := range tokenRules {
+		rp.rate = min(token, rp.ceil)
+	}
+	for _, cp := range order {
+		cp.ruleSum = 0
+		for _, rp := range cp.rules {
+			cp.ruleSum += rp.rate
+		}
+		cp.implicit = cp.spec.MinBW == 0
+		floor := cp.spec.MinBW
+		if cp.implicit {
+			floor = MinRate
+		}
+		if floor+cp.ruleSum > cp.ceil {
+			return Plan{}, fmt.Errorf("class %q: its share %s and its rules' rates %s exceed its ceiling %s",
+				cp.spec.Name, fmtRate(floor), fmtRate(cp.ruleSum), fmtRate(cp.ceil))
+		}
+	}
+	var used uint64
+	for _, cp := range order {
+		used += cp.ruleSum
+		if !cp.implicit {
+			cp.share = cp.spec.MinBW
+			used += cp.share
+		}
+	}
+	if used > L {
+		return Plan{}, fmt.Errorf("guarantees and rule rates %s exceed the link rate %s", fmtRate(used), fmtRate(L))
+	}
+	if err := splitImplicit(order, def, L-used); err != nil {
+		return Plan{}, err
+	}
+
+	p := Plan{Link: link, DefaultMinor: LeafBase + uint16(def.spec.Index)}
+	p.Link.Rate = L
+	p.Classes = append(p.Classes, mkClass(RootMinor, 0, L, L, 0, false, "link "+linkName(link)))
+	for _, cp := range order {
+		i := uint16(cp.spec.Index)
+		label := "class " + cp.spec.Name
+		prio := cp.spec.Priority
+		p.Classes = append(p.Classes,
+			mkClass(InnerBase+i, RootMinor, cp.share+cp.ruleSum, cp.ceil, prio, false, label),
+			mkClass(LeafBase+i, InnerBase+i, cp.share, cp.ceil, prio, true, label+" general"))
+		for _, rp := range cp.rules {
+			p.Classes = append(p.Classes,
+				mkClass(RuleBase+rp.spec.Slot, InnerBase+i, rp.rate, rp.ceil, prio, true, fmt.Sprintf("rule %d", rp.spec.Slot)))
+		}
+	}
+	return p, nil
+}
+
+// fits reports whether explicit guarantees, token rates and an 8 kbit floor
+// for every implicit share fit in the link and under every class ceiling.
+func fits(order []*classPlan, L, token, explicit uint64) bool {
+	total := explicit
+	for _, cp := range order {
+		sum := cp.spec.MinBW
+		if sum == 0 {
+			sum = MinRate
+			total += MinRate
+		}
+		for _, rp := range cp.rules {
+			if rp.token {
+				t := min(token, rp.ceil)
+				sum += t
+				total += t
+			} else {
+				sum += rp.rate
+			}
+		}
+		if sum > cp.ceil {
+			return false
+		}
+	}
+	return total <= L
+}
+
+// splitImplicit gives the classes without MinBW their shares of rest:
+// weighted water-filling with a floor of MinRate and a cap of what fits under
+// each class ceiling. What rounding leaves goes to the default class (or the
+// first implicit class with room) so the root sums to the link rate.
+func splitImplicit(order []*classPlan, def *classPlan, rest uint64) error {
+	var active []*classPlan
+	for _, cp := range order {
+		if cp.implicit {
+			active = append(active, cp)
+		}
+	}
+	if len(active) == 0 {
+		return nil
+	}
+	all := append([]*classPlan(nil), active...)
+	weight := func(cp *classPlan) uint64 {
+		if cp.spec.Priority == scavengerPriority {
+			return 1
+		}
+		return 4
+	}
+	capOf := func(cp *classPlan) uint64 { return cp.ceil - cp.ruleSum }
+	remaining := rest
+	for len(active) > 0 {
+		var W uint64
+		for _, cp := range active {
+			W += weight(cp)
+		}
+		pool := remaining // tentative shares split the pool as it was at the start of the round
+		tentative := func(cp *classPlan) uint64 { return pool * weight(cp) / W }
+		var keep []*classPlan
+		fixed := false
+		for _, cp := range active {
+			if t := tentative(cp); t > capOf(cp) {
+				cp.share = capOf(cp)
+				remaining -= cp.share
+				fixed = true
+			} else {
+				keep = append(keep, cp)
+			}
+		}
+		if fixed {
+			active = keep
+			continue
+		}
+		keep = keep[:0]
+		for _, cp := range active {
+			if t := tentative(cp); t < MinRate {
+				if remaining < MinRate {
+					return fmt.Errorf("class %q: guarantees leave less than %s of the link for it", cp.spec.Name, fmtRate(MinRate))
+				}
+				cp.share = MinRate
+				remaining -= MinRate
+				fixed = true
+			} else {
+				keep = append(keep, cp)
+			}
+		}
+		if fixed {
+			active = keep
+			continue
+		}
+		for _, cp := range active {
+			cp.share = round8(tentative(cp))
+		}
+		for _, cp := range active {
+			remaining -= cp.share
+		}
+		active = nil
+	}
+	// remaining is a multiple of 8: hand it out without crossing a cap.
+	cands := all
+	if def.implicit {
+		cands = append([]*classPlan{def}, all...)
+	}
+	for _, cp := range cands {
+		if remaining == 0 {
+			break
+		}
+		room := capOf(cp) - cp.share
+		add := min(room, remaining)
+		cp.share += add
+		remaining -= add
+	}
+	return nil
+}
+
+func mkClass(minor, parent uint16, rate, ceil uint64, prio int, leaf bool, label string) HTBClass {
+	return HTBClass{
+		Minor: minor, ParentMinor: parent,
+		Rate: rate, Ceil: ceil, Prio: prio, Leaf: leaf, Label: label,
+		Burst: burstBytes(rate), Cburst: burstBytes(ceil), Quantum: quantumBytes(rate),
+	}
+}
+
+// burstBytes is one full frame plus burstMillis at rate (bits/s).
+func burstBytes(rate uint64) uint32 {
+	b := uint64(frameBytes) + rate/8*burstMillis/1000
+	if b > 1<<30 {
+		b = 1 << 30
+	}
+	return uint32(b)
+}
+
+// quantumBytes is max(frame, rate/8/100) clamped to maxQuantum.
+func quantumBytes(rate uint64) uint32 {
+	q := rate / 8 / 100
+	if q < frameBytes {
+		q = frameBytes
+	}
+	if q > maxQuantum {
+		q = maxQuantum
+	}
+	return uint32(q)
+}
+
+func checkSet(r uint64, field string) error {
+	if r != 0 && r < MinRate {
+		return fmt.Errorf("%s %s below the %s minimum", field, fmtRate(r), fmtRate(MinRate))
+	}
+	return nil
+}
+
+// round8 rounds a rate in bits/s down to whole bytes per second.
+func round8(r uint64) uint64 { return r &^ 7 }
+
+func fmtRate(r uint64) string {
+	switch {
+	case r >= 1e9 && r%1e6 == 0:
+		return fmt.Sprintf("%gGbit", float64(r)/1e9)
+	case r >= 1e6 && r%1e3 == 0:
+		return fmt.Sprintf("%gMbit", float64(r)/1e6)
+	case r >= 1e3:
+		return fmt.Sprintf("%gkbit", float64(r)/1e3)
+	}
+	return fmt.Sprintf("%dbit", r)
+}

@@ -1,0 +1,281 @@
+package shaper
+
+import (
+	"strings"
+	"testing"
+)
+
+const (
+	kbit = 1000
+	mbit = 1000 * kbit
+	gbit = 1000 * mbit
+)
+
+func defaultClasses() []ClassSpec {
+	return []ClassSpec{
+		{Name: "voice", Index: 0, Priority: 0, MinBW: 2 * mbit, MaxBW: 5 * mbit},
+		{Name: "interactive", Index: 1, Priority: 2},
+		{Name: "default", Index: 2, Priority: 4, Default: true},
+		{Name: "bulk", Index: 3, Priority: 6},
+		{Name: "scavenger", Index: 4, Priority: 7},
+	}
+}
+
+func byMinor(t *testing.T, p Plan) map[uint16]HTBClass {
+	t.Helper()
+	m := map[uint16]HTBClass{}
+	for _, c := range p.Classes {
+		if _, dup := m[c.Minor]; dup {
+			t.Fatalf("minor %x twice", c.Minor)
+		}
+		m[c.Minor] = c
+	}
+	return m
+}
+
+// checkInvariants verifies the structural promises of the package comment.
+func checkInvariants(t *testing.T, p Plan) {
+	t.Helper()
+	m := byMinor(t, p)
+	seen := map[uint16]bool{}
+	sums := map[uint16]uint64{}
+	for _, c := range p.Classes {
+		if c.ParentMinor != 0 && !seen[c.ParentMinor] {
+			t.Errorf("%s (%x): parent %x not listed before it", c.Label, c.Minor, c.ParentMinor)
+		}
+		seen[c.Minor] = true
+		if c.Rate < MinRate {
+			t.Errorf("%s: rate %d below 8 kbit", c.Label, c.Rate)
+		}
+		if c.Ceil < c.Rate {
+			t.Errorf("%s: ceil %d < rate %d", c.Label, c.Ceil, c.Rate)
+		}
+		if c.Rate%8 != 0 || c.Ceil%8 != 0 {
+			t.Errorf("%s: rate %d / ceil %d not whole bytes", c.Label, c.Rate, c.Ceil)
+		}
+		if c.ParentMinor != 0 {
+			sums[c.ParentMinor] += c.Rate
+			if par := m[c.ParentMinor]; c.Ceil > par.Ceil {
+				t.Errorf("%s: ceil %d above parent ceil %d", c.Label, c.Ceil, par.Ceil)
+			}
+		}
+		if c.Burst < frameBytes || c.Cburst < c.Burst || c.Quantum < frameBytes || c.Quantum > maxQuantum {
+			t.Errorf("%s: burst %d cburst %d quantum %d", c.Label, c.Burst, c.Cburst, c.Quantum)
+		}
+	}
+	for parent, sum := range sums {
+		if sum > m[parent].Rate {
+			t.Errorf("children of %s sum to %d > its rate %d", m[parent].Label, sum, m[parent].Rate)
+		}
+	}
+	root := m[RootMinor]
+	if root.Rate != p.Link.Rate || root.Ceil != p.Link.Rate || root.ParentMinor != 0 {
+		t.Errorf("root class %+v, link rate %d", root, p.Link.Rate)
+	}
+	if d, ok := m[p.DefaultMinor]; !ok || !d.Leaf {
+		t.Errorf("default minor %x is not a leaf", p.DefaultMinor)
+	}
+}
+
+func TestBuildShares(t *testing.T) {
+	link := LinkSpec{Ifindex: 2, Name: "eth0", Rate: 100 * mbit}
+	rules := []RuleSpec{
+		{Slot: 12, Class: 3, MaxBW: 10 * mbit}, // token rate only
+		{Slot: 7, Class: 1, MinBW: 5 * mbit},   // guarantee, class ceil
+		{Slot: 9, Class: 2},                    // no leaf
+		{Slot: 30, Class: 0, MinBW: 1 * mbit, MaxBW: 2 * mbit},
+	}
+	p, err := Build(link, defaultClasses(), rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, p)
+	m := byMinor(t, p)
+
+	if p.DefaultMinor != LeafBase+2 {
+		t.Errorf("default minor %x, want %x", p.DefaultMinor, LeafBase+2)
+	}
+	// Voice: explicit share 2 Mbit, ceil 5 Mbit, plus a 1 Mbit rule leaf.
+	if v := m[LeafBase+0]; v.Rate != 2*mbit || v.Ceil != 5*mbit || v.Prio != 0 {
+		t.Errorf("voice leaf %+v", v)
+	}
+	if v := m[InnerBase+0]; v.Rate != 3*mbit || v.Ceil != 5*mbit {
+		t.Errorf("voice inner %+v", v)
+	}
+	if r := m[RuleBase+30]; r.Rate != 1*mbit || r.Ceil != 2*mbit || r.ParentMinor != InnerBase+0 || !r.Leaf || r.Label != "rule 30" {
+		t.Errorf("rule 30 leaf %+v", r)
+	}
+	// Rule 12: MaxBW only -> token rate link/1000 = 100 kbit, ceil 10 Mbit.
+	if r := m[RuleBase+12]; r.Rate != 100*kbit || r.Ceil != 10*mbit || r.ParentMinor != InnerBase+3 || r.Prio != 6 {
+		t.Errorf("rule 12 leaf %+v", r)
+	}
+	// Rule 7: MinBW only -> ceil = class ceil (link).
+	if r := m[RuleBase+7]; r.Rate != 5*mbit || r.Ceil != 100*mbit {
+		t.Errorf("rule 7 leaf %+v", r)
+	}
+	if _, ok := m[RuleBase+9]; ok {
+		t.Errorf("rule 9 without bandwidth got a leaf")
+	}
+	// Implicit shares: 100 - 2 - 1 - 5 - 0.1 = 91.9 Mbit split 4:4:4:1.
+	rest := uint64(100*mbit - 2*mbit - 1*mbit - 5*mbit - 100*kbit)
+	unit := rest / 13
+	for _, tc := range []struct {
+		idx    uint16
+		weight uint64
+	}{{1, 4}, {2, 4}, {3, 4}, {4, 1}} {
+		got := m[LeafBase+tc.idx].Rate
+		want := unit * tc.weight
+		if got+64 < want || got > want+64 {
+			t.Errorf("class %d share %d, want ~%d", tc.idx, got, want)
+		}
+	}
+	// The root's children sum to the link rate exactly.
+	var sum uint64
+	for _, c := range p.Classes {
+		if c.ParentMinor == RootMinor {
+			sum += c.Rate
+		}
+	}
+	if sum != link.Rate {
+		t.Errorf("inner classes sum to %d, want link rate %d", sum, link.Rate)
+	}
+	if ClassIDFor(p, 3) != Handle<<16|0x43 {
+		t.Errorf("ClassIDFor(3) = %x", ClassIDFor(p, 3))
+	}
+	if ClassIDFor(p, 42) != Handle<<16|uint32(p.DefaultMinor) {
+		t.Errorf("ClassIDFor(unknown) = %x, want the default leaf", ClassIDFor(p, 42))
+	}
+	if RuleClassID(12) != 0x4851010c {
+		t.Errorf("RuleClassID(12) = %x", RuleClassID(12))
+	}
+	if got := ClassIDForRule(p, RuleSpec{Slot: 9, Class: 2}); got != 0x48510042 {
+		t.Errorf("ClassIDForRule(no leaf) = %x", got)
+	}
+	if got := ClassIDForRule(p, RuleSpec{Slot: 12, Class: 3}); got != 0x4851010c {
+		t.Errorf("ClassIDForRule(leaf) = %x", got)
+	}
+}
+
+func TestBuildCapsAndFloors(t *testing.T) {
+	// A capped implicit class gives its excess to the others; the sum at the
+	// root stays the link rate.
+	classes := []ClassSpec{
+		{Name: "capped", Index: 0, Priority: 1, MaxBW: 1 * mbit},
+		{Name: "default", Index: 1, Priority: 4, Default: true},
+		{Name: "big", Index: 2, Priority: 5, MinBW: 9*mbit - 16*kbit},
+		{Name: "scav", Index: 3, Priority: 7},
+	}
+	p, err := Build(LinkSpec{Name: "x", Rate: 10 * mbit}, classes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, p)
+	m := byMinor(t, p)
+	var sum uint64
+	for i := uint16(0); i < 4; i++ {
+		sum += m[InnerBase+i].Rate
+	}
+	if sum != 10*mbit {
+		t.Errorf("inner sum %d", sum)
+	}
+	for i := uint16(0); i < 4; i++ {
+		if i != 2 && m[LeafBase+i].Rate < MinRate {
+			t.Errorf("class %d below floor", i)
+		}
+	}
+
+	// Everything explicit: nothing implicit to adjust, sum below the link.
+	p, err = Build(LinkSpec{Rate: 10 * mbit}, []ClassSpec{
+		{Name: "a", Index: 5, MinBW: 3 * mbit, Default: true},
+		{Name: "b", Index: 9, MinBW: 2 * mbit, MaxBW: 4 * mbit},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, p)
+	if p.DefaultMinor != LeafBase+5 {
+		t.Errorf("default minor %x", p.DefaultMinor)
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	link := LinkSpec{Name: "eth0", Rate: 10 * mbit}
+	def := ClassSpec{Name: "default", Index: 0, Default: true}
+	for _, tc := range []struct {
+		name    string
+		classes []ClassSpec
+		rules   []RuleSpec
+		link    LinkSpec
+		want    string
+	}{
+		{"guarantees over link", []ClassSpec{def, {Name: "v", Index: 1, MinBW: 6 * mbit}}, []RuleSpec{{Slot: 1, Class: 0, MinBW: 5 * mbit}}, link, "exceed the link rate"},
+		{"no room for implicit", []ClassSpec{def, {Name: "v", Index: 1, MinBW: 10 * mbit}}, nil, link, "less than"},
+		{"no default", []ClassSpec{{Name: "a", Index: 0}}, nil, link, "no default class"},
+		{"two defaults", []ClassSpec{def, {Name: "b", Index: 1, Default: true}}, nil, link, "already the default"},
+		{"dup index", []ClassSpec{def, {Name: "b", Index: 0}}, nil, link, "already used"},
+		{"index range", []ClassSpec{def, {Name: "b", Index: 64}}, nil, link, "index outside"},
+		{"prio range", []ClassSpec{{Name: "b", Index: 1, Priority: 8, Default: true}}, nil, link, "priority 8"},
+		{"class min>max", []ClassSpec{{Name: "b", Index: 1, MinBW: 2 * mbit, MaxBW: 1 * mbit, Default: true}}, nil, link, "exceeds its ceiling"},
+		{"tiny rate", []ClassSpec{{Name: "b", Index: 1, MaxBW: 100, Default: true}}, nil, link, "below the"},
+		{"rule unknown class", []ClassSpec{def}, []RuleSpec{{Slot: 3, Class: 7, MaxBW: mbit}}, link, "unknown class"},
+		{"rule dup slot", []ClassSpec{def}, []RuleSpec{{Slot: 3, Class: 0, MaxBW: mbit}, {Slot: 3, Class: 0}}, link, "slot used twice"},
+		{"rule slot range", []ClassSpec{def}, []RuleSpec{{Slot: 4096, Class: 0}}, link, "slot outside"},
+		{"rule min>max", []ClassSpec{def}, []RuleSpec{{Slot: 3, Class: 0, MinBW: 2 * mbit, MaxBW: mbit}}, link, "exceeds maxbw"},
+		{"rule min over class ceil", []ClassSpec{{Name: "c", Index: 0, MaxBW: mbit, Default: true}}, []RuleSpec{{Slot: 3, Class: 0, MinBW: 2 * mbit}}, link, "exceeds the ceiling"},
+		{"rules fill class ceil", []ClassSpec{{Name: "c", Index: 0, MaxBW: mbit, Default: true}}, []RuleSpec{{Slot: 3, Class: 0, MinBW: mbit}}, link, "exceed its ceiling"},
+		{"link too slow", []ClassSpec{def}, nil, LinkSpec{Rate: 100}, "link rate"},
+		{"no classes", nil, nil, link, "no service classes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Build(tc.link, tc.classes, tc.rules)
+			if err == nil {
+				t.Fatalf("Build succeeded, want error containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestBuildTokensShrink(t *testing.T) {
+	// 50 MaxBW-only rules: link/1000 tokens (1 Mbit at 1 Gbit) do not fit
+	// under a 20 Mbit class ceiling, 8 kbit tokens do.
+	classes := []ClassSpec{{Name: "bulk", Index: 3, Priority: 6, MaxBW: 20 * mbit, Default: true}}
+	var rules []RuleSpec
+	for i := 0; i < 50; i++ {
+		rules = append(rules, RuleSpec{Slot: uint16(100 + i), Class: 3, MaxBW: 5 * mbit})
+	}
+	p, err := Build(LinkSpec{Rate: gbit}, classes, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, p)
+	if r := byMinor(t, p)[RuleBase+100]; r.Rate != MinRate || r.Ceil != 5*mbit {
+		t.Errorf("rule leaf %+v", r)
+	}
+}
+
+func TestBuildBursts(t *testing.T) {
+	for _, rate := range []uint64{128 * kbit, 1 * mbit, 10 * mbit, 100 * mbit, gbit, 10 * gbit} {
+		p, err := Build(LinkSpec{Rate: rate}, []ClassSpec{{Name: "d", Index: 0, Default: true}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInvariants(t, p)
+		c := byMinor(t, p)[LeafBase]
+		bytesPerMs := rate / 8 / 1000
+		// At least one frame and at least 1 ms of traffic at the rate;
+		// at most one frame + 3 ms (so a queue behind it waits little).
+		if uint64(c.Burst) < frameBytes || uint64(c.Burst) < bytesPerMs || uint64(c.Burst) > frameBytes+3*bytesPerMs {
+			t.Errorf("rate %s: burst %d bytes", fmtRate(rate), c.Burst)
+		}
+		if rate >= gbit && c.Burst < 65536 {
+			t.Errorf("rate %s: burst %d below one GSO packet", fmtRate(rate), c.Burst)
+		}
+		wantQ := max(uint64(frameBytes), min(rate/800, maxQuantum))
+		if uint64(c.Quantum) != wantQ {
+			t.Errorf("rate %s: quantum %d, want %d", fmtRate(rate), c.Quantum, wantQ)
+		}
+	}
+}

@@ -1,0 +1,311 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostqos/hostqos/internal/traffic"
+)
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+}
+
+func mp(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// threeNode is client — router — server with IPv4 and IPv6; the router's
+// egress toward the server is the bottleneck (rate, optional DiffServ).
+func threeNode(name string, rate uint64, diffserv bool) Topology {
+	return Topology{
+		Name: name,
+		Nodes: []NodeSpec{
+			{Name: "client"}, {Name: "router", Router: true}, {Name: "server"},
+		},
+		Links: []LinkSpec{
+			{A: "client", B: "router",
+				AAddrs: []netip.Prefix{mp("198.18.1.1/24"), mp("2001:db8:1::1/64")},
+				BAddrs: []netip.Prefix{mp("198.18.1.2/24"), mp("2001:db8:1::2/64")}},
+			{A: "router", B: "server",
+				AAddrs:   []netip.Prefix{mp("198.18.2.1/24"), mp("2001:db8:2::1/64")},
+				BAddrs:   []netip.Prefix{mp("198.18.2.2/24"), mp("2001:db8:2::2/64")},
+				RateAtoB: rate, DiffServAtoB: diffserv},
+		},
+	}
+}
+
+func build(t *testing.T, topo Topology) *Testbed {
+	t.Helper()
+	needRoot(t)
+	tb, err := Build(topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tb.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return tb
+}
+
+func hp(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
+
+// sink opens a UDP sink inside node and runs it in the background.
+func startSink(t *testing.T, n *Node, addr netip.Addr, cfg traffic.SinkConfig) (netip.AddrPort, <-chan *traffic.SinkResult) {
+	t.Helper()
+	cfg.Listen = hp(addr, 0)
+	var s *traffic.Sink
+	if err := n.Do(func() (err error) {
+		s, err = traffic.ListenSink(context.Background(), cfg)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan *traffic.SinkResult, 1)
+	go func() {
+		r, err := s.Run(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		out <- r
+	}()
+	return s.Addr(), out
+}
+
+func TestReachabilityBothFamilies(t *testing.T) {
+	tb := build(t, threeNode("hqtbreach", 0, false))
+	client, server := tb.Node("client"), tb.Node("server")
+	if client.Iface("router") == "" || client.AddrV4() != netip.MustParseAddr("198.18.1.1") ||
+		server.LinkAddr("router", true) != netip.MustParseAddr("2001:db8:2::2") {
+		t.Fatalf("lookup: iface %q v4 %v v6 %v", client.Iface("router"), client.AddrV4(), server.LinkAddr("router", true))
+	}
+	for _, v6 := range []bool{false, true} {
+		dst := server.AddrV4()
+		if v6 {
+			dst = server.AddrV6()
+		}
+		// Echo in the server, client pings it through the router.
+		var e *traffic.Echo
+		if err := server.Do(func() (err error) {
+			e, err = traffic.ListenEcho(context.Background(), hp(dst, 0))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); e.Run(ctx, 10*time.Second) }()
+		var r *traffic.VoiceResult
+		err := client.Do(func() (err error) {
+			r, err = traffic.RunVoice(context.Background(), traffic.VoiceConfig{To: e.Addr().String(), Calls: 1, PacketRate: 100, Duration: 200 * time.Millisecond, DSCP: traffic.NoDSCP})
+			return err
+		})
+		stop()
+		<-done
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Sent == 0 || r.Received != r.Sent {
+			t.Fatalf("v6=%v: sent %d received %d", v6, r.Sent, r.Received)
+		}
+	}
+	// Command runs inside the namespace.
+	out, err := client.Command("ip", "-o", "addr", "show", "dev", client.Iface("router")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "198.18.1.1/24") {
+		t.Fatalf("Command: %v: %s", err, out)
+	}
+	// No route out of the testbed.
+	if err := client.Do(func() error {
+		c, err := net.Dial("udp", "192.0.2.1:9")
+		if err == nil {
+			c.Close()
+			return errors.New("192.0.2.1 routable from inside the testbed")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	const rate = 20_000_000
+	tb := build(t, threeNode("hqtbrate", rate, false))
+	client, server := tb.Node("client"), tb.Node("server")
+	addr, res := startSink(t, server, server.AddrV4(), traffic.SinkConfig{Duration: 10 * time.Second, Flows: 1})
+	var sent *traffic.SendResult
+	if err := client.Do(func() (err error) {
+		// Offer 1.5× the bottleneck for 2 s.
+		sent, err = traffic.SendCBR(context.Background(), traffic.CBRConfig{To: addr.String(), Size: 1400, BitRate: rate * 3 / 2, Duration: 2 * time.Second, DSCP: traffic.NoDSCP})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if len(r.Flows) != 1 {
+		t.Fatalf("flows %+v", r.Flows)
+	}
+	got := r.Flows[0].IPBitRate
+	// HTB counts the 14-byte Ethernet header too; the sink sees IP bytes.
+	wire := got * float64(1400+28+14) / float64(1400+28)
+	t.Logf("offered %.1f Mbit/s, received %.2f Mbit/s IP (%.2f on the wire), loss %.1f%%", sent.IPBitRate/1e6, got/1e6, wire/1e6, r.Loss*100)
+	if wire < 0.9*rate || wire > 1.1*rate {
+		t.Fatalf("achieved %.2f Mbit/s on a %d Mbit/s limit", wire/1e6, rate/1_000_000)
+	}
+}
+
+func TestDiffServProtectsEF(t *testing.T) {
+	const rate = 20_000_000
+	tb := build(t, threeNode("hqtbds", rate, true))
+	client, server := tb.Node("client"), tb.Node("server")
+	bulkAddr, bulkRes := startSink(t, server, server.AddrV4(), traffic.SinkConfig{Duration: 15 * time.Second, Flows: 1})
+	voiceAddr, voiceRes := startSink(t, server, server.AddrV4(), traffic.SinkConfig{Duration: 15 * time.Second, Flows: 10})
+	bulkDone := make(chan error, 1)
+	go func() {
+		bulkDone <- client.Do(func() error {
+			// Default-class traffic at 1.5× the bottleneck.
+			_, err := traffic.SendCBR(context.Background(), traffic.CBRConfig{To: bulkAddr.String(), Size: 1400, BitRate: rate * 3 / 2, Duration: 2500 * time.Millisecond, DSCP: 0})
+			return err
+		})
+	}()
+	time.Sleep(500 * time.Millisecond) // let the default queue fill
+	if err := client.Do(func() error {
+		_, err := traffic.RunVoice(context.Background(), traffic.VoiceConfig{To: voiceAddr.String(), Calls: 10, Mode: traffic.VoiceOneWay, Duration: 1500 * time.Millisecond, DSCP: 46})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bulkDone; err != nil {
+		t.Fatal(err)
+	}
+	v, b := <-voiceRes, <-bulkRes
+	t.Logf("EF: %d pkts loss %.2f%% p50 %.3fms p99 %.3fms; default: loss %.1f%% p50 %.3fms p99 %.3fms",
+		v.Packets, v.Loss*100, v.Latency.P50, v.Latency.P99, b.Loss*100, b.Latency.P50, b.Latency.P99)
+	if v.Packets == 0 || v.DSCP["EF"] != v.Packets {
+		t.Fatalf("voice sink %+v", v)
+	}
+	if b.Loss < 0.1 {
+		t.Fatalf("default traffic did not saturate the bottleneck: loss %.3f", b.Loss)
+	}
+	if v.Loss > 0.01 {
+		t.Fatalf("EF loss %.3f under saturating default traffic", v.Loss)
+	}
+	// EF's queueing is a small fraction of the default class's.
+	if v.Latency.P99*5 > b.Latency.P50 {
+		t.Fatalf("EF p99 %.3fms not well below default p50 %.3fms", v.Latency.P99, b.Latency.P50)
+	}
+}
+
+func TestCloseLeavesNothing(t *testing.T) {
+	needRoot(t)
+	tb, err := Build(threeNode("hqtbclose", 10_000_000, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range tb.Nodes() {
+		names = append(names, n.NetnsName)
+		if _, err := os.Stat(filepath.Join("/run/netns", n.NetnsName)); err != nil {
+			t.Fatalf("namespace %s missing: %v", n.NetnsName, err)
+		}
+		if !strings.HasPrefix(n.NetnsName, "hq-hqtbclose-"+n.Name+"-") {
+			t.Fatalf("namespace name %q", n.NetnsName)
+		}
+	}
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Close(); err != nil {
+		t.Fatal("second Close:", err)
+	}
+	for _, n := range names {
+		for _, p := range []string{filepath.Join("/run/netns", n), markerPath(n)} {
+			if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("%s left behind (%v)", p, err)
+			}
+		}
+	}
+}
+
+func TestBuildIsAllOrNothing(t *testing.T) {
+	needRoot(t)
+	topo := threeNode("hqtbfail", 0, false)
+	// The same address twice on one node's two links fails at the second.
+	topo.Links[1].AAddrs = []netip.Prefix{mp("198.18.1.2/24")}
+	before := netnsWithPrefix(t, "hq-hqtbfail-")
+	if _, err := Build(topo); err == nil {
+		t.Fatal("Build succeeded with a duplicate address")
+	}
+	if after := netnsWithPrefix(t, "hq-hqtbfail-"); after != before {
+		t.Fatalf("failed Build left %d namespaces (before %d)", after, before)
+	}
+	if _, err := Build(Topology{Name: "Bad Name"}); err == nil || !strings.Contains(err.Error(), "topology name") {
+		t.Fatalf("bad name: %v", err)
+	}
+}
+
+func netnsWithPrefix(t *testing.T, prefix string) int {
+	ents, _ := os.ReadDir("/run/netns")
+	n := 0
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestCleanStaleRemovesDeadRunsLeftovers(t *testing.T) {
+	needRoot(t)
+	// A "crashed run": a namespace with a marker naming a dead pid.
+	tb, err := Build(Topology{Name: "hqtbstale", Nodes: []NodeSpec{{Name: "a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := tb.Node("a").NetnsName
+	t.Cleanup(func() { tb.Close() })
+	dead := deadPid(t)
+	if err := os.WriteFile(markerPath(n), []byte(strconv.Itoa(dead)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A live one (ours) must survive.
+	live, err := Build(Topology{Name: "hqtblive", Nodes: []NodeSpec{{Name: "b"}}})
+	if err != nil { // Build runs CleanStale first
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { live.Close() })
+	if _, err := os.Stat(filepath.Join("/run/netns", n)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale namespace %s not removed (%v)", n, err)
+	}
+	if _, err := os.Stat(markerPath(n)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale marker not removed (%v)", err)
+	}
+	if err := CleanStale(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", live.Node("b").NetnsName)); err != nil {
+		t.Fatalf("live namespace removed: %v", err)
+	}
+}
+
+// deadPid returns the pid of a process that has exited.
+func deadPid(t *testing.T) int {
+	p, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	return p.Pid
+}

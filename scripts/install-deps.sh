@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what building, testing and benchmarking hostqos needs on a fresh
+# Debian/Ubuntu machine. Idempotent: installs only what is missing.
+#   scripts/install-deps.sh          runtime/test needs (iproute2, nsenter, nftables)
+#   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate`
+set -euo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have ip || need+=(iproute2)
+have tc || need+=(iproute2)
+have nsenter || need+=(util-linux)
+have nft || need+=(nftables)
+if [[ "${1:-}" == "--bpf" ]]; then
+	have clang || need+=(clang)
+	have llvm-strip || need+=(llvm)
+	have bpftool || need+=(bpftool)
+	[[ -e /usr/include/bpf/bpf_helpers.h ]] || need+=(libbpf-dev)
+fi
+have go || { echo "install-deps: Go is required (https://go.dev/dl); this script does not install toolchains" >&2; exit 1; }
+
+if ((${#need[@]})); then
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "install-deps: missing ${need[*]}; run as root to install them" >&2
+		exit 1
+	fi
+	echo "install-deps: installing ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+go mod download
