@@ -41,7 +41,7 @@ test: deps vet build
 	$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 bench: deps build
-	$(BIN)/hostqos bench --results bench/RESULTS.md
+	$(BIN)/hostqos bench $(BENCH_ARGS)
 
 demo: deps build
 	$(BIN)/hostqos demo $(DEMO_ARGS)

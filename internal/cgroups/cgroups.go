@@ -185,9 +185,29 @@ func Populated(root, rel string) (bool, error) {
 	return false, nil
 }
 
+// MoveAll moves every process of cgroup from into cgroup to; when to is
+// gone, into the root.
+func MoveAll(root, from, to string) error {
+	procs, err := os.ReadFile(filepath.Join(root, from, "cgroup.procs"))
+	if err != nil {
+		return fmt.Errorf("list processes of cgroup %s: %w", from, err)
+	}
+	dst := filepath.Join(root, to, "cgroup.procs")
+	if _, err := os.Stat(dst); err != nil {
+		dst = filepath.Join(root, "cgroup.procs")
+	}
+	var errs []error
+	for _, pid := range strings.Fields(string(procs)) {
+		if err := os.WriteFile(dst, []byte(pid), 0); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("move pid %s out of cgroup %s: %w", pid, from, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // RemoveTree removes rel and every cgroup below it, deepest first. Processes
-// still inside are moved to the parent of rel first so that the removal
-// cannot fail on a busy cgroup.
+// still inside (callers move them to where they belong first) are moved to
+// the root so that the removal cannot fail on a busy cgroup.
 func RemoveTree(root, rel string) error {
 	full := filepath.Join(root, rel)
 	if _, err := os.Stat(full); errors.Is(err, fs.ErrNotExist) {
@@ -206,7 +226,7 @@ func RemoveTree(root, rel string) error {
 	if err != nil {
 		return fmt.Errorf("list cgroup %s: %w", rel, err)
 	}
-	parentProcs := filepath.Join(filepath.Dir(full), "cgroup.procs")
+	parentProcs := filepath.Join(root, "cgroup.procs")
 	for i := len(dirs) - 1; i >= 0; i-- {
 		if procs, err := os.ReadFile(filepath.Join(dirs[i], "cgroup.procs")); err == nil {
 			for _, pid := range strings.Fields(string(procs)) {

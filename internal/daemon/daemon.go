@@ -390,6 +390,7 @@ func (d *Daemon) Down() error {
 	if err := datapath.Remove(d.cfg.BPFFSDir); err != nil {
 		errs = append(errs, err)
 	}
+	releaseRuns(d.cgRoot, d.temp.Runs)
 	if err := cgroups.RemoveTree(d.cgRoot, d.cgBase); err != nil {
 		errs = append(errs, err)
 	}
@@ -482,15 +483,18 @@ func Teardown(cfg Config) error {
 	if err := datapath.Remove(cfg.BPFFSDir); err != nil {
 		errs = append(errs, err)
 	}
+	rt := filepath.Join(filepath.Dir(cfg.Socket), "runtime.json")
 	if ns, err := netnsInode(); err == nil {
 		if root, err := cgroups.Root(); err == nil {
+			if temp, _, err := readState(rt); err == nil {
+				releaseRuns(root, temp.Runs)
+			}
 			if err := cgroups.RemoveTree(root, fmt.Sprintf("/hostqos/ns-%d", ns)); err != nil {
 				errs = append(errs, err)
 			}
 			removeIfEmpty(filepath.Join(root, "hostqos"))
 		}
 	}
-	rt := filepath.Join(filepath.Dir(cfg.Socket), "runtime.json")
 	if err := os.Remove(rt); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("remove runtime state: %w", err))
 	}

@@ -39,11 +39,15 @@ func (d *Daemon) startRun(req api.RunRequest, uid uint32) (*api.Run, error) {
 		MaxBW:      req.MaxBW,
 		Precedence: runPrecedence,
 	}
+	origin, err := cgroups.OfPID(req.PID)
+	if err != nil {
+		return nil, err
+	}
 	if err := cgroups.Create(d.cgRoot, cg); err != nil {
 		return nil, err
 	}
-	run := &runState{ID: id, PID: req.PID, UID: uid, Cgroup: cg, Rule: rule.Name, Cmd: req.Cmd, Since: time.Now().Unix()}
-	err := d.change("api", func(_, temp *overlay, _ *policy.Policy) error {
+	run := &runState{ID: id, PID: req.PID, UID: uid, Cgroup: cg, Origin: origin, Rule: rule.Name, Cmd: req.Cmd, Since: time.Now().Unix()}
+	err = d.change("api", func(_, temp *overlay, _ *policy.Policy) error {
 		r := rule
 		temp.Rules[rule.Name] = &r
 		temp.Runs[id] = run
@@ -115,4 +119,16 @@ type notFoundError struct{ what, name string }
 
 func (e *notFoundError) Error() string {
 	return fmt.Sprintf("%s %q not found; see hostqos %s list", e.what, e.name, e.what)
+}
+
+// releaseRuns moves the processes of every run back to the cgroup they
+// came from, so that removing our cgroups leaves programs where they were.
+func releaseRuns(cgRoot string, runs map[string]*runState) {
+	for _, run := range runs {
+		origin := run.Origin
+		if origin == "" {
+			origin = "/"
+		}
+		_ = cgroups.MoveAll(cgRoot, run.Cgroup, origin)
+	}
 }

@@ -66,7 +66,7 @@ func (d *Daemon) listen() error {
 	}
 	d.srv = srv
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("api server stopped", "err", err)
 		}
 	}()

@@ -29,6 +29,7 @@ type runState struct {
 	PID    int    `json:"pid"`
 	UID    uint32 `json:"uid"`
 	Cgroup string `json:"cgroup"`
+	Origin string `json:"origin"` // the cgroup the process came from
 	Rule   string `json:"rule"`
 	Cmd    string `json:"cmd,omitempty"`
 	Since  int64  `json:"since_unix"`

@@ -16,7 +16,9 @@ import (
 // belongs to someone else.
 var ErrForeignQdisc = errors.New("foreign root qdisc")
 
-var logger = slog.Default().With("component", "shaper")
+// logger is looked up per call so that a handler the daemon installs later
+// with slog.SetDefault is honoured.
+func logger() *slog.Logger { return slog.Default().With("component", "shaper") }
 
 // kclass is an HTB class in kernel units: rates in bytes/s, buffers in psched
 // ticks, as rtnetlink carries them.
@@ -93,7 +95,7 @@ func (t *txn) do(what string, op func() error, undo func() error) error {
 		return fmt.Errorf("%s on %s: %w", what, t.link.Attrs().Name, err)
 	}
 	t.ops++
-	logger.Debug("applied", "op", what, "link", t.link.Attrs().Name)
+	logger().Debug("applied", "op", what, "link", t.link.Attrs().Name)
 	if undo != nil {
 		t.undo = append(t.undo, undo)
 	}
@@ -205,8 +207,14 @@ func apply(plan Plan) (int, error) {
 		}
 		return 0, fmt.Errorf("applying HTB plan to %s: %w", link.Attrs().Name, err)
 	}
+	if err := setGSO(h, link, GSOCap(plan.Link.Rate)); err != nil {
+		if rerr := t.rollback(); rerr != nil {
+			err = fmt.Errorf("%w (rolling back: %v)", err, rerr)
+		}
+		return 0, err
+	}
 	if t.ops > 0 {
-		logger.Info("HTB tree updated", "link", link.Attrs().Name, "changes", t.ops, "classes", len(plan.Classes))
+		logger().Info("HTB tree updated", "link", link.Attrs().Name, "changes", t.ops, "classes", len(plan.Classes))
 	}
 	return t.ops, nil
 }
@@ -418,7 +426,10 @@ func Remove(ifindex int) error {
 	if err := h.QdiscDel(root); err != nil {
 		return fmt.Errorf("deleting HTB root qdisc of %s: %w", link.Attrs().Name, err)
 	}
-	logger.Info("HTB tree removed", "link", link.Attrs().Name)
+	if err := setGSO(h, link, defaultGSO(link)); err != nil {
+		return err
+	}
+	logger().Info("HTB tree removed", "link", link.Attrs().Name)
 	return nil
 }
 

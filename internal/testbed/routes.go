@@ -85,6 +85,13 @@ func (tb *Testbed) addRoutes() error {
 			for _, f := range n.ifaces {
 				if p, ok := familyAddr(f.addrs, v6); ok {
 					done[p.Masked()] = true
+					peerAddrs := f.link.spec.BAddrs
+					if f.link.bNode == n {
+						peerAddrs = f.link.spec.AAddrs
+					}
+					if pp, ok := familyAddr(peerAddrs, v6); ok {
+						n.expect = append(n.expect, pp.Addr())
+					}
 				}
 			}
 			for _, l := range tb.links {
@@ -113,6 +120,14 @@ func (tb *Testbed) addRoutes() error {
 						return err
 					}
 					done[subnet] = true
+					for _, e := range []struct {
+						p  netip.Prefix
+						ok bool
+					}{{pa, okA}, {pb, okB}} {
+						if e.ok {
+							n.expect = append(n.expect, e.p.Addr())
+						}
+					}
 					continue
 				}
 				// No router on the link: host routes to each end's own address.
@@ -133,6 +148,7 @@ func (tb *Testbed) addRoutes() error {
 						return err
 					}
 					done[hp] = true
+					n.expect = append(n.expect, hp.Addr())
 				}
 			}
 		}
@@ -174,21 +190,16 @@ func (tb *Testbed) waitRoutes(timeout time.Duration) error {
 		}
 	}
 	for _, n := range tb.nodes {
-		for _, m := range tb.nodes {
-			if m == n {
-				continue
-			}
-			for _, p := range m.Prefixes() {
-				for {
-					_, err := n.h.RouteGet(p.Addr().AsSlice())
-					if err == nil {
-						break
-					}
-					if time.Now().After(deadline) {
-						return fmt.Errorf("wait for a route to %v in %s: %w", p.Addr(), n.Name, err)
-					}
-					time.Sleep(10 * time.Millisecond)
+		for _, a := range n.expect {
+			for {
+				_, err := n.h.RouteGet(a.AsSlice())
+				if err == nil {
+					break
 				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("wait for a route to %v in %s: %w", a, n.Name, err)
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 		}
 	}

@@ -101,6 +101,7 @@ type Node struct {
 	ns     netns.NsHandle
 	h      *netlink.Handle
 	ifaces []nodeIface
+	expect []netip.Addr // addresses the routes must reach (waitRoutes)
 }
 
 type nodeIface struct {

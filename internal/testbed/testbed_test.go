@@ -309,3 +309,105 @@ func deadPid(t *testing.T) int {
 	}
 	return p.Pid
 }
+
+func TestDiffServDropPrecedence(t *testing.T) {
+	const rate = 20_000_000
+	tb := build(t, threeNode("hqtbdp", rate, true))
+	client, server := tb.Node("client"), tb.Node("server")
+	lowAddr, lowRes := startSink(t, server, server.AddrV6(), traffic.SinkConfig{Duration: 10 * time.Second, Flows: 1})
+	highAddr, highRes := startSink(t, server, server.AddrV6(), traffic.SinkConfig{Duration: 10 * time.Second, Flows: 1})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- client.Do(func() error {
+			_, err := traffic.SendCBR(context.Background(), traffic.CBRConfig{To: highAddr.String(), Size: 1400, BitRate: rate * 3 / 2, Duration: 2 * time.Second, DSCP: 14}) // AF13
+			return err
+		})
+	}()
+	if err := client.Do(func() error {
+		_, err := traffic.SendCBR(context.Background(), traffic.CBRConfig{To: lowAddr.String(), Size: 1000, BitRate: rate / 10, Duration: 2 * time.Second, DSCP: 10}) // AF11
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	low, high := <-lowRes, <-highRes
+	t.Logf("AF11 loss %.2f%% p99 %.2fms; AF13 loss %.1f%% p99 %.2fms", low.Loss*100, low.Latency.P99, high.Loss*100, high.Latency.P99)
+	if high.Loss < 0.2 || low.Loss > 0.01 || low.DSCP["AF11"] == 0 || high.DSCP["AF13"] == 0 {
+		t.Fatalf("AF11 %+v / AF13 %+v", low, high)
+	}
+}
+
+func TestShortestPathRoutesThroughTwoRouters(t *testing.T) {
+	// h1 — r1 — r2 — h2, plus a direct r1 — h3 stub; every node reaches every
+	// other node's addresses in both families.
+	tb := build(t, Topology{
+		Name:  "hqtbchain",
+		Nodes: []NodeSpec{{Name: "h1"}, {Name: "r1", Router: true}, {Name: "r2", Router: true}, {Name: "h2"}, {Name: "h3"}},
+		Links: []LinkSpec{
+			{A: "h1", B: "r1", AAddrs: []netip.Prefix{mp("198.18.10.1/24"), mp("2001:db8:10::1/64")}, BAddrs: []netip.Prefix{mp("198.18.10.2/24"), mp("2001:db8:10::2/64")}},
+			{A: "r1", B: "r2", AAddrs: []netip.Prefix{mp("198.18.11.1/30"), mp("2001:db8:11::1/64")}, BAddrs: []netip.Prefix{mp("198.18.11.2/30"), mp("2001:db8:11::2/64")}},
+			{A: "r2", B: "h2", AAddrs: []netip.Prefix{mp("198.18.12.1/24"), mp("2001:db8:12::1/64")}, BAddrs: []netip.Prefix{mp("198.18.12.2/24"), mp("2001:db8:12::2/64")}},
+			{A: "r1", B: "h3", AAddrs: []netip.Prefix{mp("198.18.13.1/24")}, BAddrs: []netip.Prefix{mp("198.18.13.2/24")}},
+		},
+	})
+	for _, from := range tb.Nodes() {
+		for _, to := range tb.Nodes() {
+			if from == to {
+				continue
+			}
+			for _, p := range to.Prefixes() {
+				if p.Addr().Is6() && !from.AddrV6().IsValid() {
+					continue // h3 has no IPv6
+				}
+				var e *traffic.Echo
+				if err := to.Do(func() (err error) {
+					e, err = traffic.ListenEcho(context.Background(), hp(p.Addr(), 0))
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				ctx, stop := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				go func() { defer close(done); e.Run(ctx, 10*time.Second) }()
+				var r *traffic.VoiceResult
+				err := from.Do(func() (err error) {
+					r, err = traffic.RunVoice(context.Background(), traffic.VoiceConfig{To: e.Addr().String(), Calls: 1, PacketRate: 200, Duration: 10 * time.Millisecond, DSCP: traffic.NoDSCP, Drain: 20 * time.Millisecond})
+					return err
+				})
+				stop()
+				<-done
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Sent == 0 || r.Received != r.Sent {
+					t.Errorf("%s → %s %v: sent %d received %d", from.Name, to.Name, p.Addr(), r.Sent, r.Received)
+				}
+			}
+		}
+	}
+}
+
+func TestDoRunsInNamespaceAndPropagatesPanics(t *testing.T) {
+	tb := build(t, Topology{Name: "hqtbdo", Nodes: []NodeSpec{{Name: "a"}}})
+	a := tb.Node("a")
+	var inside, outside string
+	if err := a.Do(func() error {
+		l, err := os.Readlink("/proc/thread-self/ns/net")
+		inside = l
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	outside, _ = os.Readlink("/proc/self/ns/net")
+	if inside == outside || inside == "" {
+		t.Fatalf("Do ran in %q, process is in %q", inside, outside)
+	}
+	defer func() {
+		if p := recover(); p != "boom" {
+			t.Fatalf("recovered %v, want boom", p)
+		}
+	}()
+	a.Do(func() error { panic("boom") })
+}

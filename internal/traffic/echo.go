@@ -55,6 +55,8 @@ func (e *Echo) Run(ctx context.Context, duration time.Duration) (*EchoResult, er
 	oob := make([]byte, oobSize)
 	start := time.Now()
 	end := start.Add(duration)
+	// Wake the read at once when ctx is cancelled.
+	defer context.AfterFunc(ctx, func() { _ = e.conn.SetReadDeadline(time.Now()) })()
 	for ctx.Err() == nil && time.Now().Before(end) {
 		_ = e.conn.SetReadDeadline(minTime(end, time.Now().Add(100*time.Millisecond)))
 		n, oobn, _, from, err := e.conn.ReadMsgUDPAddrPort(buf, oob)

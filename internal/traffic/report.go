@@ -144,7 +144,7 @@ func (r *ParetoResult) WriteTable(w io.Writer) error {
 		FormatRate(r.K), r.Alpha, FormatRate(r.Cap), r.IntervalS, r.Seed, FormatRate(r.ExpectedMeanBps))
 	rows := [][]string{{"START", "TARGET", "SENT"}}
 	for _, t := range r.Trace {
-		rows = append(rows, []string{fmt.Sprintf("%.1fs", t.StartS), FormatRate(t.TargetBps), FormatRate(t.SentBps)})
+		rows = append(rows, []string{fmt.Sprintf("%.2fs", t.StartS), FormatRate(t.TargetBps), FormatRate(t.SentBps)})
 	}
 	return table(w, rows)
 }

@@ -170,6 +170,8 @@ func (s *Sink) Run(ctx context.Context) (*SinkResult, error) {
 	oob := make([]byte, oobSize)
 	start := time.Now()
 	end := start.Add(s.cfg.Duration)
+	// Wake the read at once when ctx is cancelled.
+	defer context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(time.Now()) })()
 	var lastRx time.Time
 	ended := 0
 	for ctx.Err() == nil {

@@ -36,11 +36,11 @@ type VoiceConfig struct {
 
 // CallResult is one call's measurements.
 type CallResult struct {
-	Call     int    `json:"call"`
-	Local    string `json:"local"`
-	Sent     uint64 `json:"sent"`
-	Received uint64 `json:"received"`
-	Lost     uint64 `json:"lost"`
+	Call     int     `json:"call"`
+	Local    string  `json:"local"`
+	Sent     uint64  `json:"sent"`
+	Received uint64  `json:"received"`
+	Lost     uint64  `json:"lost"`
 	Loss     float64 `json:"loss"`
 	// RTT is the round trip; Forward and Return its one-way halves (exact
 	// when both ends share a clock, as network namespaces of one host do).

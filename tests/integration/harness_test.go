@@ -7,11 +7,7 @@ package integration
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -22,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/testbed"
 )
 
@@ -38,10 +35,8 @@ func TestMain(m *testing.M) {
 		fmt.Println("integration:", err)
 		os.Exit(1)
 	}
-	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/hostqos", "../../cmd/hostqosd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Printf("integration: build binaries: %v\n%s", err, out)
+	if err := lab.BuildBinaries("../..", dir); err != nil {
+		fmt.Println("integration:", err)
 		os.Exit(1)
 	}
 	binDir = dir
@@ -58,29 +53,19 @@ func needRoot(t *testing.T) {
 	}
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // env is one test's world: a client host running hostqosd and a server
-// host, joined by a veth pair (client→server egress is what hostqos manages).
+// host, joined by a veth pair; the client's egress is what hostqos manages.
 type env struct {
 	t      *testing.T
 	tb     *testbed.Testbed
 	client *testbed.Node
 	server *testbed.Node
-	dir    string // per-test scratch: config, state, socket, app copies
-	bpffs  string
-	sock   string
-	config string
-	daemon *exec.Cmd
-	logf   *os.File
+	dir    string
+	d      *lab.Daemon
 	cli    *api.Client
 }
 
-// Client and server addresses.
+// Addresses of the two hosts.
 var (
 	clientV4 = netip.MustParsePrefix("198.18.0.1/24")
 	serverV4 = netip.MustParsePrefix("198.18.0.2/24")
@@ -88,7 +73,7 @@ var (
 	serverV6 = netip.MustParsePrefix("2001:db8::2/64")
 )
 
-// newEnv builds the two hosts. It does not start the daemon.
+// newEnv builds the two hosts; the daemon is prepared, not started.
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	needRoot(t)
@@ -104,191 +89,91 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatalf("build testbed: %v", err)
 	}
+	dir := t.TempDir()
+	e := &env{t: t, tb: tb, client: tb.Node("client"), server: tb.Node("server"), dir: dir}
+	e.d = lab.NewDaemon(e.client, binDir, dir)
+	e.cli = e.d.Client
 	t.Cleanup(func() {
+		if err := e.d.Stop(); err != nil {
+			t.Errorf("stop daemon: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("hostqosd log:\n%s", e.d.Log())
+		}
 		if err := tb.Close(); err != nil {
 			t.Errorf("close testbed: %v", err)
 		}
 	})
-	dir := t.TempDir()
-	e := &env{
-		t: t, tb: tb, client: tb.Node("client"), server: tb.Node("server"), dir: dir,
-		bpffs:  "/sys/fs/bpf/hqit-" + randHex(4),
-		sock:   filepath.Join(dir, "run", "hostqosd.sock"),
-		config: filepath.Join(dir, "hostqos.toml"),
-	}
-	e.cli = api.NewClient(e.sock)
-	t.Cleanup(e.teardown)
 	return e
 }
 
 // iface is the client's interface towards the server.
 func (e *env) iface() string { return e.client.Iface("server") }
 
-// writeConfig writes the daemon's config file.
 func (e *env) writeConfig(toml string) {
 	e.t.Helper()
-	if err := os.WriteFile(e.config, []byte(toml), 0o644); err != nil {
+	if err := e.d.WriteConfig(toml); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
-// daemonArgs are the flags every hostqosd of this env gets.
-func (e *env) daemonArgs() []string {
-	return []string{"--socket", e.sock, "--state-dir", filepath.Join(e.dir, "state"),
-		"--bpffs-dir", e.bpffs, "--config", e.config}
-}
-
-// startDaemon runs hostqosd in the client namespace and waits until its API
-// answers.
 func (e *env) startDaemon() {
 	e.t.Helper()
-	if _, err := os.Stat(e.config); err != nil {
-		e.writeConfig("")
-	}
-	logf, err := os.OpenFile(filepath.Join(e.dir, "hostqosd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := e.d.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	e.logf = logf
-	cmd := e.client.Command(filepath.Join(binDir, "hostqosd"), e.daemonArgs()...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		e.t.Fatalf("start hostqosd: %v", err)
-	}
-	e.daemon = cmd
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		var st api.Status
-		err := e.cli.Get(ctx, "/v1/status", &st)
-		cancel()
-		if err == nil {
-			// Keep reaping in the background.
-			go func() { <-exited }()
-			return
-		}
-		select {
-		case werr := <-exited:
-			e.daemon = nil
-			e.t.Fatalf("hostqosd exited during start: %v\n%s", werr, e.daemonLog())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("hostqosd did not answer within 20 s: %v\n%s", err, e.daemonLog())
-		}
-	}
 }
 
-// killDaemon sends sig to the daemon and waits until it is gone.
-func (e *env) killDaemon(sig syscall.Signal) {
-	e.t.Helper()
-	if e.daemon == nil || e.daemon.Process == nil {
-		return
-	}
-	// nsenter execs hostqosd, so the pid is the daemon's.
-	_ = e.daemon.Process.Signal(sig)
-	for i := 0; i < 100; i++ {
-		if err := syscall.Kill(e.daemon.Process.Pid, 0); err != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	e.daemon = nil
-}
-
-func (e *env) daemonLog() string {
-	data, _ := os.ReadFile(filepath.Join(e.dir, "hostqosd.log"))
-	return string(data)
-}
-
-// teardown stops the daemon and removes whatever hostqos left.
-func (e *env) teardown() {
-	e.killDaemon(syscall.SIGTERM)
-	down := e.client.Command(filepath.Join(binDir, "hostqosd"), append([]string{"down"}, e.daemonArgs()...)...)
-	if out, err := down.CombinedOutput(); err != nil {
-		e.t.Logf("hostqosd down: %v\n%s", err, out)
-	}
-	if e.logf != nil {
-		e.logf.Close()
-	}
-	if e.t.Failed() {
-		e.t.Logf("hostqosd log:\n%s", e.daemonLog())
-	}
-	os.RemoveAll(e.bpffs)
-}
-
-// hostqos runs the CLI (in the client namespace) and returns its output;
-// it fails the test on a non-zero exit.
+// hostqos runs the CLI in the client namespace; a non-zero exit fails.
 func (e *env) hostqos(args ...string) string {
 	e.t.Helper()
-	out, err := e.hostqosErr(args...)
+	out, err := e.d.CLI(args...)
 	if err != nil {
-		e.t.Fatalf("hostqos %s: %v\n%s", strings.Join(args, " "), err, out)
+		e.t.Fatal(err)
 	}
 	return out
 }
 
-// hostqosErr runs the CLI and returns its combined output and exit error.
-func (e *env) hostqosErr(args ...string) (string, error) {
-	cmd := e.client.Command(filepath.Join(binDir, "hostqos"), append([]string{"--socket", e.sock}, args...)...)
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	err := cmd.Run()
-	return buf.String(), err
-}
+// hostqosErr runs the CLI and returns its output and exit error.
+func (e *env) hostqosErr(args ...string) (string, error) { return e.d.CLI(args...) }
 
 // hostqosJSON runs the CLI with -o json and decodes the answer.
 func (e *env) hostqosJSON(out any, args ...string) {
 	e.t.Helper()
-	cmd := e.client.Command(filepath.Join(binDir, "hostqos"), append(append([]string{"--socket", e.sock}, args...), "-o", "json")...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		e.t.Fatalf("hostqos %s -o json: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
-		e.t.Fatalf("decode output of hostqos %s: %v\n%s", strings.Join(args, " "), err, stdout.String())
+	if err := e.d.CLIJSON(out, args...); err != nil {
+		e.t.Fatal(err)
 	}
 }
 
-// app copies the hostqos binary to a new file: a distinct executable
-// (its own inode) that exe rules can name. It is a static binary (built
-// with CGO_ENABLED=0); its `tool` subcommands generate the traffic.
+// app copies the (static) hostqos binary to a new file: a distinct
+// executable that exe rules can name, whose `tool` subcommands generate
+// traffic.
 func (e *env) app(name string) string {
 	e.t.Helper()
-	src, err := os.Open(filepath.Join(binDir, "hostqos"))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer src.Close()
 	dst := filepath.Join(e.dir, name)
-	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := io.Copy(f, src); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
+	if err := lab.CopyExecutable(filepath.Join(binDir, "hostqos"), dst); err != nil {
 		e.t.Fatal(err)
 	}
 	return dst
 }
 
-// start runs a program in the client namespace in the background.
+// hostqosBin is the CLI binary (for `hostqos run`).
+func hostqosBin() string { return filepath.Join(binDir, "hostqos") }
+
+// start runs a program in the client namespace in the background; it is
+// killed at cleanup if still running.
 func (e *env) start(name string, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	e.t.Helper()
 	cmd := e.client.Command(name, args...)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		e.t.Fatalf("start %s: %v", name, err)
 	}
 	e.t.Cleanup(func() {
 		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // and its children
 			_ = cmd.Wait()
 		}
 	})
@@ -298,21 +183,17 @@ func (e *env) start(name string, args ...string) (*exec.Cmd, *bytes.Buffer) {
 // runApp runs a program in the client namespace to completion.
 func (e *env) runApp(name string, args ...string) string {
 	e.t.Helper()
-	cmd := e.client.Command(name, args...)
-	out, err := cmd.CombinedOutput()
+	out, err := e.client.Command(name, args...).CombinedOutput()
 	if err != nil {
 		e.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return string(out)
 }
 
-// status reads the daemon's status through the API.
 func (e *env) status() api.Status {
 	e.t.Helper()
-	var st api.Status
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.cli.Get(ctx, "/v1/status", &st); err != nil {
+	st, err := e.d.Status()
+	if err != nil {
 		e.t.Fatalf("status: %v", err)
 	}
 	return st
@@ -321,10 +202,8 @@ func (e *env) status() api.Status {
 // ruleStat returns the counters of one rule.
 func (e *env) ruleStat(name string) api.RuleStat {
 	e.t.Helper()
-	var s api.Stats
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.cli.Get(ctx, "/v1/stats/rules", &s); err != nil {
+	s, err := e.d.Stats("rules")
+	if err != nil {
 		e.t.Fatalf("stats: %v", err)
 	}
 	for _, r := range s.Rules {
@@ -335,3 +214,29 @@ func (e *env) ruleStat(name string) api.RuleStat {
 	e.t.Fatalf("rule %q not in stats", name)
 	return api.RuleStat{}
 }
+
+// killDaemon signals the daemon and waits until it is gone.
+func (e *env) killDaemon(sig syscall.Signal) {
+	e.t.Helper()
+	if err := e.d.Signal(sig); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v: %s", what, timeout, last)
+}
+
+var _ = context.Background

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+)
+
+// The demo and the benchmarks build testbeds of network namespaces, which
+// needs netlink and BPF code the CLI does not carry; they live in the
+// hostqos-lab binary next to this one.
+func init() {
+	for _, c := range []struct{ name, short string }{
+		{"demo", "Show what hostqos does: the same scenario without and with hostqos, side by side (root)"},
+		{"bench", "Run the benchmark suite and record the results (root)"},
+	} {
+		name := c.name
+		rootCmd.AddCommand(&cobra.Command{
+			Use:                name + " [flags]",
+			Short:              c.short,
+			DisableFlagParsing: true,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				bin := findLab()
+				x := exec.Command(bin, append([]string{name}, args...)...)
+				x.Stdin, x.Stdout, x.Stderr = os.Stdin, os.Stdout, os.Stderr
+				if err := x.Run(); err != nil {
+					if xe, ok := err.(*exec.ExitError); ok {
+						return &exitError{code: xe.ExitCode()}
+					}
+					return fmt.Errorf("run %s: %w (build it with: make build)", bin, err)
+				}
+				return nil
+			},
+		})
+	}
+}
+
+// findLab looks for hostqos-lab next to this binary, then in PATH.
+func findLab() string {
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "hostqos-lab")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("hostqos-lab"); err == nil {
+		return p
+	}
+	return "hostqos-lab"
+}

@@ -1,0 +1,646 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hostqos/hostqos/internal/traffic"
+)
+
+// toolCmd carries the traffic generators and measurement tools. They run
+// in-process and need no daemon.
+var toolCmd = &cobra.Command{
+	Use:   "tool",
+	Short: "Traffic generators and measurement tools (UDP CBR, voice, echo, TCP bulk, Pareto, video, FCT)",
+	Long: `Traffic generators and receivers that measure what the network gave each flow:
+loss, one-way or round-trip latency percentiles, RFC 3550 jitter, goodput, frame
+loss, flow completion times, and the DSCP each packet arrived with.
+
+Pair a sender with a receiver:
+  udp-send, voice --mode oneway, pareto, video  →  udp-sink
+  voice (default mode echo)                     →  echo
+  tcp-send, fct                                 →  tcp-sink
+
+Senders and receivers stop by themselves (--duration; sinks also stop once the
+expected flows ended). Results print as a table, or as JSON with -o json.
+One-way latency is exact when both ends share a clock (network namespaces of
+one host); across hosts it includes the clock offset.`,
+}
+
+func init() {
+	rootCmd.AddCommand(toolCmd)
+	toolCmd.PersistentFlags().StringP("output", "o", "table", "output format: table or json")
+	toolCmd.AddCommand(udpSendCmd(), udpSinkCmd(), echoCmd(), voiceCmd(), tcpSendCmd(), tcpSinkCmd(),
+		paretoCmd(), videoCmd(), fctCmd())
+}
+
+// toolCtx is cancelled by SIGINT/SIGTERM so a tool still prints its result.
+func toolCtx() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func flagErr(flag, value, why, fix string) error {
+	return fmt.Errorf("--%s %q: %s; %s", flag, value, why, fix)
+}
+
+func outputFormat(cmd *cobra.Command) (string, error) {
+	o, _ := cmd.Flags().GetString("output")
+	if o != "table" && o != "json" {
+		return "", flagErr("output", o, "unknown format", "use table or json")
+	}
+	return o, nil
+}
+
+func printResult(cmd *cobra.Command, format string, r traffic.Reporter) error {
+	if format == "json" {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	return r.WriteTable(cmd.OutOrStdout())
+}
+
+func parseDSCPFlag(v string) (int, error) {
+	if v == "" {
+		return traffic.NoDSCP, nil
+	}
+	d, err := traffic.ParseDSCP(v)
+	if err != nil {
+		return 0, flagErr("dscp", v, "not a DSCP", "use a name (EF, AF41, AF11, CS1, CS0) or a number 0..63")
+	}
+	return d, nil
+}
+
+func parseRateFlag(name, v string) (uint64, error) {
+	r, err := traffic.ParseRate(v)
+	if err != nil || r == 0 {
+		return 0, flagErr(name, v, "not a positive rate", "use a rate like 10mbit, 128kbit, 1gbit or 500bit")
+	}
+	return r, nil
+}
+
+func checkDuration(name string, d time.Duration) error {
+	if d <= 0 || d > traffic.MaxDuration {
+		return flagErr(name, d.String(), "out of range", "use a duration between 1ms and 24h, e.g. 10s")
+	}
+	return nil
+}
+
+func checkAddr(name, v string) error {
+	if v == "" {
+		return fmt.Errorf("--%s is required; give host:port, e.g. 198.18.2.2:5001 or [2001:db8:2::2]:5001", name)
+	}
+	if _, _, err := splitHostPort(v); err != nil {
+		return flagErr(name, v, "not host:port", "use host:port, e.g. 198.18.2.2:5001 or [2001:db8:2::2]:5001")
+	}
+	return nil
+}
+
+func splitHostPort(v string) (string, int, error) {
+	i := strings.LastIndex(v, ":")
+	if i < 0 {
+		return "", 0, fmt.Errorf("no port")
+	}
+	p, err := strconv.Atoi(v[i+1:])
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("bad port")
+	}
+	return v[:i], p, nil
+}
+
+// parseBytes reads "1500", "10k", "2m", "1g" (decimal multiples).
+func parseBytes(name, v string) (uint64, error) {
+	s := strings.ToLower(strings.TrimSpace(v))
+	mult := uint64(1)
+	switch {
+	case strings.HasSuffix(s, "k"):
+		mult, s = 1000, strings.TrimSuffix(s, "k")
+	case strings.HasSuffix(s, "m"):
+		mult, s = 1000_000, strings.TrimSuffix(s, "m")
+	case strings.HasSuffix(s, "g"):
+		mult, s = 1000_000_000, strings.TrimSuffix(s, "g")
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n == 0 {
+		return 0, flagErr(name, v, "not a positive byte count", "use bytes like 1500, 10k, 2m or 1g (decimal)")
+	}
+	return n * mult, nil
+}
+
+func runWith(cmd *cobra.Command, run func(ctx context.Context) (traffic.Reporter, error)) error {
+	format, err := outputFormat(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, stop := toolCtx()
+	defer stop()
+	r, err := run(ctx)
+	if err != nil {
+		return err
+	}
+	return printResult(cmd, format, r)
+}
+
+func udpSendCmd() *cobra.Command {
+	var to, from, profile, rate, dscp string
+	var size int
+	var pps float64
+	var dur time.Duration
+	var count uint64
+	var flow uint32
+	c := &cobra.Command{
+		Use:   "udp-send --to HOST:PORT (--rate RATE | --pps N | --profile g729) [flags]",
+		Short: "Send constant-bit-rate UDP to a udp-sink",
+		Long: `Send a constant-bit-rate UDP flow. Every datagram carries a 32-byte header with
+the flow id, a sequence number and the send time; at the end FIN packets tell the
+sink how many were sent so it can count tail loss.
+
+--size is the UDP payload in bytes (at least 32). --rate counts whole IP packets
+(payload + 8 UDP + 20 IPv4 or 40 IPv6 header bytes). --profile g729 is a G.729
+call as in the Q-Pod seed: 50 packets/s of 32-byte payload (RTP header + 20 bytes
+of voice), a 60-byte IPv4 packet, 78 bytes on Ethernet with FCS, 31.2 kbit/s.`,
+		Example: `  hostqos tool udp-send --to 198.18.2.2:5001 --rate 10mbit --size 1200 --duration 5s --dscp AF11
+  hostqos tool udp-send --to [2001:db8:2::2]:5001 --profile g729 --dscp EF -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := traffic.CBRConfig{To: to, From: from, Profile: profile, Size: size, PacketRate: pps, Duration: dur, Count: count, Flow: flow}
+			if err := checkAddr("to", to); err != nil {
+				return err
+			}
+			if profile != "" && profile != traffic.ProfileG729 {
+				return flagErr("profile", profile, "unknown profile", "use g729 or leave it out")
+			}
+			if size != 0 && (size < traffic.HeaderSize || size > traffic.MaxPayload) {
+				return flagErr("size", strconv.Itoa(size), "out of range", fmt.Sprintf("use %d..%d bytes of UDP payload", traffic.HeaderSize, traffic.MaxPayload))
+			}
+			if rate != "" && pps != 0 {
+				return flagErr("pps", fmt.Sprint(pps), "given together with --rate", "use one of --rate and --pps")
+			}
+			if pps < 0 || pps > 10e6 {
+				return flagErr("pps", fmt.Sprint(pps), "out of range", "use 0 < pps ≤ 10000000")
+			}
+			if rate != "" {
+				r, err := parseRateFlag("rate", rate)
+				if err != nil {
+					return err
+				}
+				cfg.BitRate = r
+			}
+			if cfg.BitRate == 0 && pps == 0 && profile == "" {
+				return fmt.Errorf("no rate: give --rate (e.g. 10mbit), --pps (e.g. 1000) or --profile g729")
+			}
+			if err := checkDuration("duration", dur); err != nil {
+				return err
+			}
+			d, err := parseDSCPFlag(dscp)
+			if err != nil {
+				return err
+			}
+			cfg.DSCP = d
+			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendCBR(ctx, cfg) })
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&to, "to", "", "destination host:port (required)")
+	f.StringVar(&from, "from", "", "local host:port to send from (optional)")
+	f.StringVar(&profile, "profile", "", "preset: g729 (50 pkt/s, 32-byte payload, 78 bytes on the wire)")
+	f.IntVar(&size, "size", 0, "UDP payload bytes, 32..65507 (default 1200, or 32 with g729)")
+	f.StringVar(&rate, "rate", "", "bit rate over whole IP packets, e.g. 10mbit, 128kbit")
+	f.Float64Var(&pps, "pps", 0, "packet rate in packets/s (instead of --rate)")
+	f.DurationVar(&dur, "duration", 10*time.Second, "how long to send")
+	f.Uint64Var(&count, "count", 0, "stop after this many packets (0 = no limit)")
+	f.StringVar(&dscp, "dscp", "", "DSCP to mark: EF, AF41, AF11, CS1, CS0 or 0..63 (default: leave unmarked)")
+	f.Uint32Var(&flow, "flow", 0, "flow id carried in every packet")
+	return c
+}
+
+func udpSinkCmd() *cobra.Command {
+	var listen string
+	var dur, idle time.Duration
+	var flows int
+	c := &cobra.Command{
+		Use:   "udp-sink --listen HOST:PORT [flags]",
+		Short: "Receive UDP and report loss, latency, jitter, frames and DSCP per flow",
+		Long: `Receive datagrams from udp-send, voice --mode oneway, pareto or video and report,
+per flow (source address + flow id): packets, loss (from sequence numbers and the
+sender's FIN), duplicates, reordering, one-way latency percentiles, RFC 3550
+jitter, received IP rate, per-DSCP packet counts and the DSCP of the very first
+packet; for video also frames complete/lost and frame latency.
+
+It stops after --duration, once --flows flows have ended, or after --idle without
+traffic, whichever comes first.`,
+		Example: `  hostqos tool udp-sink --listen 198.18.2.2:5001 --duration 30s --flows 1 -o json`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkAddr("listen", listen); err != nil {
+				return err
+			}
+			if err := checkDuration("duration", dur); err != nil {
+				return err
+			}
+			if flows < 0 {
+				return flagErr("flows", strconv.Itoa(flows), "negative", "use 0 (wait for --duration) or the number of flows to expect")
+			}
+			if idle < 0 {
+				return flagErr("idle", idle.String(), "negative", "use 0 (off) or a duration like 2s")
+			}
+			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) {
+				s, err := traffic.ListenSink(ctx, traffic.SinkConfig{Listen: listen, Duration: dur, Flows: flows, Idle: idle})
+				if err != nil {
+					return nil, err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "udp-sink listening on %s\n", s.Addr())
+				return s.Run(ctx)
+			})
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&listen, "listen", "", "host:port to listen on (required; port 0 picks one)")
+	f.DurationVar(&dur, "duration", 60*time.Second, "longest run")
+	f.IntVar(&flows, "flows", 0, "stop once this many flows sent their end marker (0 = run for --duration)")
+	f.DurationVar(&idle, "idle", 0, "stop after this long without packets once traffic started (0 = off)")
+	return c
+}
+
+func echoCmd() *cobra.Command {
+	var listen string
+	var dur time.Duration
+	c := &cobra.Command{
+		Use:   "echo --listen HOST:PORT [flags]",
+		Short: "UDP echo server for round-trip measurements (voice)",
+		Long: `Send every datagram back to its sender with the DSCP it arrived with. Packets
+from our tools are stamped with the echo's receive time, so the sender can split
+the round trip into its forward and return halves.`,
+		Example: `  hostqos tool echo --listen [2001:db8:2::2]:7 --duration 5m`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkAddr("listen", listen); err != nil {
+				return err
+			}
+			if err := checkDuration("duration", dur); err != nil {
+				return err
+			}
+			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) {
+				e, err := traffic.ListenEcho(ctx, listen)
+				if err != nil {
+					return nil, err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "echo listening on %s\n", e.Addr())
+				return e.Run(ctx, dur)
+			})
+		},
+	}
+	c.Flags().StringVar(&listen, "listen", "", "host:port to listen on (required)")
+	c.Flags().DurationVar(&dur, "duration", 60*time.Second, "how long to serve")
+	return c
+}
+
+func voiceCmd() *cobra.Command {
+	var to, from, mode, dscp string
+	var calls, size int
+	var pps float64
+	var dur, drain time.Duration
+	c := &cobra.Command{
+		Use:   "voice --to HOST:PORT --calls N [flags]",
+		Short: "Emulate N G.729 voice calls and report per-call loss, latency and jitter",
+		Long: `Emulate N voice calls, each its own UDP socket (its own 5-tuple) sending G.729-
+sized packets (32-byte payload, 50 packets/s; see udp-send --help), with the
+calls' packets spread evenly in time.
+
+--mode echo (default): send to a "hostqos tool echo" and measure the reflected
+packets: per-call loss, round-trip and one-way (forward/return) latency
+percentiles and RFC 3550 jitter.
+--mode oneway: send to a "hostqos tool udp-sink", which reports each call as a
+flow with one-way latency.`,
+		Example: `  hostqos tool voice --to 198.18.2.2:7 --calls 20 --duration 10s --dscp EF
+  hostqos tool voice --to 198.18.2.2:5001 --calls 640 --mode oneway --dscp AF11`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkAddr("to", to); err != nil {
+				return err
+			}
+			if calls < 1 || calls > 10000 {
+				return flagErr("calls", strconv.Itoa(calls), "out of range", "use 1..10000 calls")
+			}
+			if mode != traffic.VoiceEcho && mode != traffic.VoiceOneWay {
+				return flagErr("mode", mode, "unknown mode", "use echo or oneway")
+			}
+			if size != 0 && (size < traffic.HeaderSize || size > traffic.MaxPayload) {
+				return flagErr("size", strconv.Itoa(size), "out of range", fmt.Sprintf("use %d..%d bytes", traffic.HeaderSize, traffic.MaxPayload))
+			}
+			if pps < 0 || pps*float64(calls) > 1e6 {
+				return flagErr("pps", fmt.Sprint(pps), "out of range", "use a positive per-call rate, at most 1000000 packets/s over all calls")
+			}
+			if err := checkDuration("duration", dur); err != nil {
+				return err
+			}
+			if drain < 0 || drain > time.Minute {
+				return flagErr("drain", drain.String(), "out of range", "use 0 (default 500ms) up to 1m")
+			}
+			d, err := parseDSCPFlag(dscp)
+			if err != nil {
+				return err
+			}
+			cfg := traffic.VoiceConfig{To: to, From: from, Calls: calls, Mode: mode, Duration: dur, DSCP: d, Size: size, PacketRate: pps, Drain: drain}
+			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.RunVoice(ctx, cfg) })
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&to, "to", "", "echo server (mode echo) or udp-sink (mode oneway) host:port (required)")
+	f.StringVar(&from, "from", "", "local IP address to send from (optional)")
+	f.IntVar(&calls, "calls", 1, "number of calls")
+	f.StringVar(&mode, "mode", traffic.VoiceEcho, "echo (round trip via an echo server) or oneway (to a udp-sink)")
+	f.DurationVar(&dur, "duration", 10*time.Second, "call length")
+	f.StringVar(&dscp, "dscp", "", "DSCP to mark, e.g. EF (default: leave unmarked)")
+	f.IntVar(&size, "size", 0, "UDP payload bytes per packet (default 32, G.729)")
+	f.Float64Var(&pps, "pps", 0, "packets per second per call (default 50, G.729)")
+	f.DurationVar(&drain, "drain", 0, "how long to wait for the last echoes (default 500ms)")
+	return c
+}
+
+func tcpSendCmd() *cobra.Command {
+	var to, from, dscp string
+	var streams int
+	var dur time.Duration
+	c := &cobra.Command{
+		Use:   "tcp-send --to HOST:PORT [flags]",
+		Short: "Bulk TCP over N parallel streams to a tcp-sink",
+		Long: `Open --streams TCP connections to a tcp-sink and write as fast as TCP allows for
+--duration. The sink reports the goodput (bytes received over time); this side
+reports what the kernel accepted.`,
+		Example: `  hostqos tool tcp-send --to 198.18.2.2:5002 --streams 4 --duration 10s --dscp AF11`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkAddr("to", to); err != nil {
+				return err
+			}
+			if streams < 1 || streams > 1024 {
+				return flagErr("streams", strconv.Itoa(streams), "out of range", "use 1..1024 streams")
+			}
+			if err := checkDuration("duration", dur); err != nil {
+				return err
+			}
+			d, err := parseDSCPFlag(dscp)
+			if err != nil {
+				return err
+			}
+			cfg := traffic.BulkConfig{To: to, From: from, Streams: streams, Duration: dur, DSCP: d}
+			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendBulk(ctx, cfg) })
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&to, "to", "", "tcp-sink host:port (required)")
+	f.StringVar(&from, "from", "", "local IP address to connect from (optional)")
+	f.IntVar(&streams, "streams", 1, "parallel TCP connections")
+	f.DurationVar(&dur, "duration", 10*time.Second, "how long to send")
+	f.StringVar(&dscp, "dscp", "", "DSCP to mark (default: leave unmarked)")
+	return c
+}
+
+func tcpSinkCmd() *cobra.Command {
+	var listen string
+	var streams int
+	var dur time.Duration
+	c := &cobra.Command{
+		Use:   "tcp-sink --listen HOST:PORT [flags]",
+		Short: "Receive bulk TCP (goodput) and serve short transfers for fct",
+		Long: `Accept tcp-send streams and report goodput per stream and in total (bytes
+received from the first to the last byte), and serve the short transfers of
+"hostqos tool fct". Stops after --duration or once --streams bulk streams closed.`,
+		Example: `  hostqos tool tcp-sink --listen 198.18.2.2:5002 --streams 4 --duration 30s`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkAddr("listen", listen); err != nil {
+				return err
+			}
+			if streams < 0 {
+				return flagErr("streams", strconv.Itoa(streams), "negative", "use 0 (run for --duration) or the number of bulk streams to expect")
+			}
+			if err := checkDuration("duration", dur); err != nil {
+				return err
+			}
+			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) {
+				s, err := traffic.ListenTCPSink(ctx, traffic.TCPSinkConfig{Listen: listen, Duration: dur, Streams: streams})
+				if err != nil {
+					return nil, err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "tcp-sink listening on %s\n", s.Addr())
+				return s.Run(ctx)
+			})
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&listen, "listen", "", "host:port to listen on (required)")
+	f.IntVar(&streams, "streams", 0, "stop once this many bulk streams closed (0 = run for --duration)")
+	f.DurationVar(&dur, "duration", 60*time.Second, "longest run")
+	return c
+}
+
+func paretoCmd() *cobra.Command {
+	var to, from, k, capRate, dscp string
+	var size int
+	var alpha, offProb float64
+	var interval, dur time.Duration
+	var seed uint64
+	var flow uint32
+	c := &cobra.Command{
+		Use:   "pareto --to HOST:PORT --k RATE --cap RATE [flags]",
+		Short: "Bursty Pareto cross traffic (UDP) as in the Q-Pod seed",
+		Long: `Send bursty UDP cross traffic to a udp-sink: every --interval (the seed: 2s) the
+rate is drawn from a Pareto distribution P[X ≤ x] = 1 - (k/x)^alpha, x ≥ k
+(the seed: k = 40mbit, alpha = 1.05), capped at --cap (use the bottleneck link
+rate; the seed: 155mbit), and held for the interval. --k is the Pareto scale
+(the smallest rate), not the mean; the expected mean is printed. With --off-prob p
+an interval is silent with probability p (on/off). --seed makes runs repeatable.`,
+		Example: `  hostqos tool pareto --to 198.18.2.2:5001 --k 4mbit --alpha 1.05 --cap 20mbit --duration 30s --dscp AF13`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkAddr("to", to); err != nil {
+				return err
+			}
+			kr, err := parseRateFlag("k", k)
+			if err != nil {
+				return err
+			}
+			cr, err := parseRateFlag("cap", capRate)
+			if err != nil {
+				return err
+			}
+			if cr < kr {
+				return flagErr("cap", capRate, "below --k "+k, "give a cap at least k, normally the bottleneck link rate")
+			}
+			if !(alpha > 0) || alpha > 100 {
+				return flagErr("alpha", fmt.Sprint(alpha), "out of range", "use a shape in (0, 100]; the seed used 1.05")
+			}
+			if offProb < 0 || offProb >= 1 {
+				return flagErr("off-prob", fmt.Sprint(offProb), "out of range", "use a probability in [0, 1)")
+			}
+			if size < traffic.HeaderSize || size > traffic.MaxPayload {
+				return flagErr("size", strconv.Itoa(size), "out of range", fmt.Sprintf("use %d..%d bytes", traffic.HeaderSize, traffic.MaxPayload))
+			}
+			if interval < time.Millisecond || interval > time.Hour {
+				return flagErr("interval", interval.String(), "out of range", "use 1ms..1h; the seed used 2s")
+			}
+			if err := checkDuration("duration", dur); err != nil {
+				return err
+			}
+			d, err := parseDSCPFlag(dscp)
+			if err != nil {
+				return err
+			}
+			cfg := traffic.ParetoConfig{To: to, From: from, Size: size, K: kr, Alpha: alpha, Cap: cr, Interval: interval,
+				OffProb: offProb, Duration: dur, Seed: seed, DSCP: d, Flow: flow}
+			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendPareto(ctx, cfg) })
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&to, "to", "", "udp-sink host:port (required)")
+	f.StringVar(&from, "from", "", "local host:port (optional)")
+	f.StringVar(&k, "k", "", "Pareto scale = smallest on-rate, e.g. 40mbit (required)")
+	f.Float64Var(&alpha, "alpha", 1.05, "Pareto shape")
+	f.StringVar(&capRate, "cap", "", "largest rate, normally the bottleneck link rate (required)")
+	f.DurationVar(&interval, "interval", 2*time.Second, "aggregation interval: each drawn rate is held this long")
+	f.Float64Var(&offProb, "off-prob", 0, "probability that an interval is silent")
+	f.IntVar(&size, "size", 1200, "UDP payload bytes")
+	f.DurationVar(&dur, "duration", 20*time.Second, "how long to send")
+	f.Uint64Var(&seed, "seed", 1, "random seed (same seed, same trace)")
+	f.StringVar(&dscp, "dscp", "", "DSCP to mark (default: leave unmarked)")
+	f.Uint32Var(&flow, "flow", 0, "flow id")
+	return c
+}
+
+func videoCmd() *cobra.Command {
+	var to, from, gop, dscp string
+	var fps float64
+	var iSize, pSize, bSize, maxPayload int
+	var dur time.Duration
+	var flow uint32
+	c := &cobra.Command{
+		Use:   "video --to HOST:PORT [flags]",
+		Short: "Frame-based video source (I/P/B frames, GOP pattern) to a udp-sink",
+		Long: `Send video frames at --fps following the repeating --gop pattern; each frame of
+--i-size/--p-size/--b-size bytes is cut into datagrams of at most --max-payload
+bytes of UDP payload and sent back to back. A udp-sink reports frame loss (a
+frame with any fragment missing is lost) and frame latency (from the frame's
+send time to its last fragment).`,
+		Example: `  hostqos tool video --to 198.18.2.2:5001 --fps 30 --gop IBBPBBPBBPBB --i-size 60000 --dscp AF41`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkAddr("to", to); err != nil {
+				return err
+			}
+			if fps <= 0 || fps > 1000 {
+				return flagErr("fps", fmt.Sprint(fps), "out of range", "use 0 < fps ≤ 1000")
+			}
+			if g := strings.ToUpper(gop); g == "" || strings.Trim(g, "IPB") != "" {
+				return flagErr("gop", gop, "not a GOP pattern", "use the letters I, P and B, e.g. IBBPBBPBBPBB")
+			}
+			for _, s := range []struct {
+				n string
+				v int
+			}{{"i-size", iSize}, {"p-size", pSize}, {"b-size", bSize}} {
+				if s.v < 1 || s.v > 16<<20 {
+					return flagErr(s.n, strconv.Itoa(s.v), "out of range", "use 1..16777216 bytes")
+				}
+			}
+			if maxPayload <= traffic.HeaderSize || maxPayload > traffic.MaxPayload {
+				return flagErr("max-payload", strconv.Itoa(maxPayload), "out of range", fmt.Sprintf("use %d..%d bytes (1400 fits a 1500-byte MTU)", traffic.HeaderSize+1, traffic.MaxPayload))
+			}
+			if err := checkDuration("duration", dur); err != nil {
+				return err
+			}
+			d, err := parseDSCPFlag(dscp)
+			if err != nil {
+				return err
+			}
+			cfg := traffic.VideoConfig{To: to, From: from, FPS: fps, GOP: gop, ISize: iSize, PSize: pSize, BSize: bSize,
+				MaxPayload: maxPayload, Duration: dur, DSCP: d, Flow: flow}
+			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendVideo(ctx, cfg) })
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&to, "to", "", "udp-sink host:port (required)")
+	f.StringVar(&from, "from", "", "local host:port (optional)")
+	f.Float64Var(&fps, "fps", 25, "frames per second")
+	f.StringVar(&gop, "gop", "IBBPBBPBBPBB", "group-of-pictures pattern, repeated")
+	f.IntVar(&iSize, "i-size", 40000, "I-frame bytes")
+	f.IntVar(&pSize, "p-size", 12000, "P-frame bytes")
+	f.IntVar(&bSize, "b-size", 5000, "B-frame bytes")
+	f.IntVar(&maxPayload, "max-payload", 1400, "largest UDP payload per datagram, header included")
+	f.DurationVar(&dur, "duration", 10*time.Second, "how long to send")
+	f.StringVar(&dscp, "dscp", "", "DSCP to mark (default: leave unmarked)")
+	f.Uint32Var(&flow, "flow", 0, "flow id")
+	return c
+}
+
+func fctCmd() *cobra.Command {
+	var to, from, size, direction, dscp string
+	var count, conc int
+	var timeout, dur time.Duration
+	c := &cobra.Command{
+		Use:   "fct --to HOST:PORT --count N --size BYTES [flags]",
+		Short: "Short TCP transfers against a tcp-sink; report flow completion times",
+		Long: `Run --count TCP transfers of --size bytes each against a tcp-sink, at most
+--concurrency at a time, each on a new connection. --direction down (default):
+the sink sends the bytes (a download); up: this side sends them and the sink
+acknowledges. The completion time runs from the start of the TCP handshake to the
+last byte (down) or the acknowledgement (up); p50/p90/p99 are reported.`,
+		Example: `  hostqos tool fct --to 198.18.2.2:5002 --count 200 --size 50k --concurrency 4 --dscp AF41`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkAddr("to", to); err != nil {
+				return err
+			}
+			if count < 1 || count > 1_000_000 {
+				return flagErr("count", strconv.Itoa(count), "out of range", "use 1..1000000 transfers")
+			}
+			sz, err := parseBytes("size", size)
+			if err != nil {
+				return err
+			}
+			if sz > traffic.MaxTransfer {
+				return flagErr("size", size, "too large", "use at most 17g per transfer")
+			}
+			if conc < 1 || conc > 1024 {
+				return flagErr("concurrency", strconv.Itoa(conc), "out of range", "use 1..1024")
+			}
+			if direction != traffic.FCTDown && direction != traffic.FCTUp {
+				return flagErr("direction", direction, "unknown direction", "use down or up")
+			}
+			if err := checkDuration("timeout", timeout); err != nil {
+				return err
+			}
+			if dur != 0 {
+				if err := checkDuration("duration", dur); err != nil {
+					return err
+				}
+			}
+			d, err := parseDSCPFlag(dscp)
+			if err != nil {
+				return err
+			}
+			cfg := traffic.FCTConfig{To: to, From: from, Count: count, Size: sz, Concurrency: conc, Direction: direction, DSCP: d, Timeout: timeout, Duration: dur}
+			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.RunFCT(ctx, cfg) })
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&to, "to", "", "tcp-sink host:port (required)")
+	f.StringVar(&from, "from", "", "local IP address to connect from (optional)")
+	f.IntVar(&count, "count", 100, "number of transfers")
+	f.StringVar(&size, "size", "10k", "bytes per transfer (1500, 10k, 2m; decimal)")
+	f.IntVar(&conc, "concurrency", 1, "transfers in flight at once")
+	f.StringVar(&direction, "direction", traffic.FCTDown, "down (sink sends) or up (we send)")
+	f.StringVar(&dscp, "dscp", "", "DSCP to mark (default: leave unmarked)")
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "per-transfer timeout")
+	f.DurationVar(&dur, "duration", 0, "bound on the whole run (default count × timeout, at most 24h)")
+	return c
+}

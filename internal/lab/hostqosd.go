@@ -1,0 +1,236 @@
+// Package lab runs the real hostqos daemon and CLI inside testbed nodes. The
+// integration tests, the demo and the benchmarks all start hostqos this
+// way, so there is one way to do it.
+package lab
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/internal/testbed"
+)
+
+// Daemon is a hostqosd running in a testbed node, with private paths so
+// that several can run at once and none touches the host's hostqos.
+type Daemon struct {
+	Node    *testbed.Node
+	BinDir  string // where hostqos and hostqosd are
+	Dir     string // scratch: config, state, socket, log
+	BPFFS   string
+	Socket  string
+	Config  string
+	Client  *api.Client
+	cmd     *exec.Cmd
+	exited  chan error
+	logFile *os.File
+}
+
+// NewDaemon prepares (does not start) a daemon for node. dir must exist.
+func NewDaemon(node *testbed.Node, binDir, dir string) *Daemon {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	d := &Daemon{
+		Node: node, BinDir: binDir, Dir: dir,
+		BPFFS:  "/sys/fs/bpf/hqlab-" + hex.EncodeToString(b[:]),
+		Socket: filepath.Join(dir, "run", "hostqosd.sock"),
+		Config: filepath.Join(dir, "hostqos.toml"),
+	}
+	d.Client = api.NewClient(d.Socket)
+	return d
+}
+
+// Args are the flags every hostqosd (and hostqosd down) of this daemon gets.
+func (d *Daemon) Args() []string {
+	return []string{"--socket", d.Socket, "--state-dir", filepath.Join(d.Dir, "state"),
+		"--bpffs-dir", d.BPFFS, "--config", d.Config}
+}
+
+// WriteConfig writes the policy file.
+func (d *Daemon) WriteConfig(toml string) error {
+	if err := os.WriteFile(d.Config, []byte(toml), 0o644); err != nil {
+		return fmt.Errorf("write config %s: %w", d.Config, err)
+	}
+	return nil
+}
+
+// Start runs hostqosd in the node and waits until its API answers.
+func (d *Daemon) Start() error {
+	if _, err := os.Stat(d.Config); err != nil {
+		if err := d.WriteConfig(""); err != nil {
+			return err
+		}
+	}
+	logf, err := os.OpenFile(d.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open daemon log: %w", err)
+	}
+	d.logFile = logf
+	cmd := d.Node.Command(filepath.Join(d.BinDir, "hostqosd"), d.Args()...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start hostqosd: %w", err)
+	}
+	d.cmd = cmd
+	d.exited = make(chan error, 1)
+	go func() { d.exited <- cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		var st api.Status
+		err := d.Client.Get(ctx, "/v1/status", &st)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case werr := <-d.exited:
+			d.cmd = nil
+			return fmt.Errorf("hostqosd exited during start: %v\n%s", werr, d.Log())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("hostqosd did not answer within 20 s: %v\n%s", err, d.Log())
+		}
+	}
+}
+
+// PID is the daemon's process id (0 when not running).
+func (d *Daemon) PID() int {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return 0
+	}
+	return d.cmd.Process.Pid // nsenter execs hostqosd: same pid
+}
+
+// Signal sends sig and, for SIGTERM/SIGKILL, waits until the daemon is gone.
+func (d *Daemon) Signal(sig syscall.Signal) error {
+	if d.cmd == nil {
+		return nil
+	}
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		if errors.Is(err, os.ErrProcessDone) {
+			<-d.exited
+			d.cmd = nil
+			return nil
+		}
+		return fmt.Errorf("signal hostqosd: %w", err)
+	}
+	if sig != syscall.SIGTERM && sig != syscall.SIGKILL {
+		return nil
+	}
+	select {
+	case <-d.exited:
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("hostqosd still running 10 s after %v", sig)
+	}
+	d.cmd = nil
+	return nil
+}
+
+// Stop ends the daemon (SIGTERM) and removes everything hostqos made
+// (hostqosd down), leaving the node as it was.
+func (d *Daemon) Stop() error {
+	err := d.Signal(syscall.SIGTERM)
+	down := d.Node.Command(filepath.Join(d.BinDir, "hostqosd"), append([]string{"down"}, d.Args()...)...)
+	if out, derr := down.CombinedOutput(); derr != nil && err == nil {
+		err = fmt.Errorf("hostqosd down: %v: %s", derr, out)
+	}
+	if d.logFile != nil {
+		d.logFile.Close()
+		d.logFile = nil
+	}
+	os.RemoveAll(d.BPFFS)
+	return err
+}
+
+// LogPath is the daemon's log file.
+func (d *Daemon) LogPath() string { return filepath.Join(d.Dir, "hostqosd.log") }
+
+// Log returns the daemon's log so far.
+func (d *Daemon) Log() string {
+	data, _ := os.ReadFile(d.LogPath())
+	return string(data)
+}
+
+// CLI runs `hostqos --socket S args...` inside the node; it returns the
+// combined output and the exit error.
+func (d *Daemon) CLI(args ...string) (string, error) {
+	cmd := d.Node.Command(filepath.Join(d.BinDir, "hostqos"), append([]string{"--socket", d.Socket}, args...)...)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	if err != nil {
+		return buf.String(), fmt.Errorf("hostqos %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(buf.String()))
+	}
+	return buf.String(), nil
+}
+
+// CLIJSON runs the CLI with -o json and decodes its answer into out.
+func (d *Daemon) CLIJSON(out any, args ...string) error {
+	cmd := d.Node.Command(filepath.Join(d.BinDir, "hostqos"), append(append([]string{"--socket", d.Socket}, args...), "-o", "json")...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("hostqos %s -o json: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
+		return fmt.Errorf("decode output of hostqos %s: %w", strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+// Stats reads /v1/stats/{kind}.
+func (d *Daemon) Stats(kind string) (api.Stats, error) {
+	var s api.Stats
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := d.Client.Get(ctx, "/v1/stats/"+kind, &s)
+	return s, err
+}
+
+// Status reads /v1/status.
+func (d *Daemon) Status() (api.Status, error) {
+	var s api.Status
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := d.Client.Get(ctx, "/v1/status", &s)
+	return s, err
+}
+
+// BuildBinaries compiles hostqos, hostqosd (static, CGO off) into dir from
+// the module rooted at modRoot. Programs that ship next to the binaries
+// (the demo, the benchmarks) use their own directory instead.
+func BuildBinaries(modRoot, dir string) error {
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/hostqos", "./cmd/hostqosd")
+	build.Dir = modRoot
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build hostqos binaries: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// CopyExecutable copies the binary at src to dst as a new file: a distinct
+// executable (its own inode) that exe rules can name.
+func CopyExecutable(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("copy executable %s: %w", src, err)
+	}
+	if err := os.WriteFile(dst, data, 0o755); err != nil {
+		return fmt.Errorf("copy executable to %s: %w", dst, err)
+	}
+	return nil
+}

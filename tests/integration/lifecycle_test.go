@@ -1,0 +1,294 @@
+package integration
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/internal/cgroups"
+	"github.com/hostqos/hostqos/internal/datapath"
+)
+
+// TestKill9KeepsEnforcing: after kill -9 of the daemon under traffic,
+// marking and limits continue; a restarted daemon adopts the pinned state
+// and its counters continue instead of restarting.
+func TestKill9KeepsEnforcing(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	marked, capped := e.app("marked-app"), e.app("capped-app")
+	e.hostqos("link", "set", e.iface(), "--egress-rate", "200mbit")
+	e.hostqos("rule", "add", "mark", "--exe", marked, "--dscp", "EF")
+	e.hostqos("rule", "add", "cap", "--exe", capped, "--maxbw", "10mbit")
+	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.stop()
+	to := serverV4.Addr().String() + ":7020"
+	e.udpSink(to, 60*time.Second)
+	sender, _ := e.start(marked, "tool", "udp-send", "--to", to, "--pps", "200", "--size", "200", "--duration", "12s")
+	eventually(t, 5*time.Second, "marked traffic", func() (bool, string) {
+		c, n := sn.dscpCounts(unix.IPPROTO_UDP, 7020)
+		return n > 100, fmt.Sprintf("%v", c)
+	})
+	before := e.ruleStat("mark")
+	pid := e.d.PID()
+	e.killDaemon(syscall.SIGKILL)
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Fatal("daemon still alive after SIGKILL")
+	}
+	// Marking goes on without the daemon.
+	_, n0 := sn.dscpCounts(unix.IPPROTO_UDP, 7020)
+	time.Sleep(1500 * time.Millisecond)
+	c, n1 := sn.dscpCounts(unix.IPPROTO_UDP, 7020)
+	if n1-n0 < 100 {
+		t.Fatalf("only %d packets arrived in 1.5 s after the kill", n1-n0)
+	}
+	if c[dscpEF] != n1 {
+		t.Errorf("DSCP counts %v: some packets were not marked EF while the daemon was dead", c)
+	}
+	// So does the limit.
+	tcpTo := serverV4.Addr().String() + ":7021"
+	sink := e.tcpSink(tcpTo, 30*time.Second, 1)
+	e.runApp(capped, "tool", "tcp-send", "--to", tcpTo, "--duration", "4s")
+	r := waitResult(t, sink, 30*time.Second)
+	if ratio := r.GoodputBps / 10e6; ratio < 0.90 || ratio > 1.01 {
+		t.Errorf("goodput without daemon %.2f Mbit/s, want the 10 Mbit/s limit to hold", r.GoodputBps/1e6)
+	}
+	// A restarted daemon adopts the state; counters continue.
+	e.startDaemon()
+	st := e.status()
+	if !st.Daemon.Adopted {
+		t.Errorf("restarted daemon did not adopt the pinned state: %+v", st.Daemon)
+	}
+	after := e.ruleStat("mark")
+	if after.Packets <= before.Packets {
+		t.Errorf("rule counter went from %d to %d across the restart; want it to continue upward", before.Packets, after.Packets)
+	}
+	_ = sender.Wait()
+	final := e.ruleStat("mark")
+	_, seen := sn.dscpCounts(unix.IPPROTO_UDP, 7020)
+	if final.Packets < uint64(seen) {
+		t.Errorf("rule counted %d packets, the receiver saw %d", final.Packets, seen)
+	}
+}
+
+// TestDownRemovesOnlyOurs: `hostqos down` leaves no hostqos qdisc,
+// program, pin or cgroup; a foreign clsact filter survives.
+func TestDownRemovesOnlyOurs(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	ifc := e.iface()
+	tc := func(args ...string) string {
+		out, err := e.client.Command("tc", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	tc("qdisc", "add", "dev", ifc, "clsact")
+	tc("filter", "add", "dev", ifc, "egress", "prio", "7", "protocol", "all", "u32", "match", "u32", "0", "0", "flowid", "1:1")
+	e.hostqos("link", "set", ifc, "--egress-rate", "50mbit")
+	e.hostqos("rule", "add", "r", "--proto", "udp", "--dscp", "AF21", "--maxbw", "5mbit")
+	// A run makes a cgroup; keep it alive over the down.
+	runCmd, _ := e.start(hostqosBin(), "--socket", e.d.Socket, "run", "--class", "bulk", "--", "sleep", "30")
+	netns, err := netnsInode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgRoot, err := cgroups.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := filepath.Join(cgRoot, "hostqos", fmt.Sprintf("ns-%d", netns))
+	eventually(t, 5*time.Second, "run cgroup", func() (bool, string) {
+		m, _ := filepath.Glob(filepath.Join(ours, "run-*"))
+		return len(m) == 1, fmt.Sprint(m)
+	})
+	if !strings.Contains(tc("qdisc", "show", "dev", ifc), "htb 4851:") {
+		t.Fatal("no hostqos HTB before down")
+	}
+	if !hasTCX(t, e, ifc) {
+		t.Fatal("no hostqos egress program before down")
+	}
+
+	e.hostqos("down")
+	_ = syscall.Kill(-runCmd.Process.Pid, syscall.SIGKILL)
+	eventually(t, 5*time.Second, "daemon exit after down", func() (bool, string) {
+		return syscall.Kill(e.d.PID(), 0) != nil, "still running"
+	})
+	if q := tc("qdisc", "show", "dev", ifc); strings.Contains(q, "4851:") {
+		t.Errorf("hostqos qdisc left behind:\n%s", q)
+	}
+	if hasTCX(t, e, ifc) {
+		t.Error("hostqos egress program still attached")
+	}
+	if _, err := os.Stat(e.d.BPFFS); !os.IsNotExist(err) {
+		t.Errorf("pins left under %s (err %v)", e.d.BPFFS, err)
+	}
+	if _, err := os.Stat(ours); !os.IsNotExist(err) {
+		t.Errorf("cgroup %s left behind", ours)
+	}
+	if cg, err := cgroups.OfPID(runCmd.Process.Pid); err == nil && strings.HasPrefix(cg, "/hostqos") {
+		t.Errorf("the running program was left in %s; want it back in its own cgroup", cg)
+	}
+	if f := tc("filter", "show", "dev", ifc, "egress"); !strings.Contains(f, "u32") {
+		t.Errorf("the foreign clsact filter is gone:\n%s", f)
+	}
+	if q := tc("qdisc", "show", "dev", ifc); !strings.Contains(q, "clsact") {
+		t.Errorf("the foreign clsact qdisc is gone:\n%s", q)
+	}
+}
+
+// hasTCX reports whether a hostqos program is attached to the interface's
+// TCX egress hook, asking the kernel.
+func hasTCX(t *testing.T, e *env, ifc string) bool {
+	t.Helper()
+	var names []string
+	err := e.client.Do(func() error {
+		ifi, err := net.InterfaceByName(ifc)
+		if err != nil {
+			return err
+		}
+		names, err = datapath.EgressPrograms(ifi.Index)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "hq_tc_egress") {
+			return true
+		}
+	}
+	return false
+}
+
+func netnsInode(e *env) (uint64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat("/run/netns/"+e.client.NetnsName, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// TestInvalidConfigChangesNothing: a bad CIDR, an unknown class, a
+// guarantee over capacity and a malformed rate are rejected with a message
+// naming the field, and the running policy stays; a daemon refuses to start
+// on an invalid file.
+func TestInvalidConfigChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	good := fmt.Sprintf(`
+[[link]]
+name = %q
+egress_rate = "20mbit"
+
+[[rule]]
+name = "web"
+proto = "tcp"
+rport = "443"
+minbw = "4mbit"
+`, e.iface())
+	e.writeConfig(good)
+	e.startDaemon()
+	var before []api.RuleInfo
+	e.hostqosJSON(&before, "rule", "list")
+	cases := []struct{ name, body, field string }{
+		{"bad CIDR", `remote = "10.0.0.300/8"`, "remote"},
+		{"unknown class", `class = "platinum"`, "class"},
+		{"over capacity", `minbw = "19mbit"`, "minbw"},
+		{"malformed rate", `maxbw = "fast"`, "maxbw"},
+	}
+	for _, c := range cases {
+		e.writeConfig(good + "\n[[rule]]\nname = \"bad\"\nproto = \"udp\"\n" + c.body + "\n")
+		out, err := e.hostqosErr("reload")
+		if err == nil {
+			t.Errorf("%s: reload succeeded", c.name)
+			continue
+		}
+		if !strings.Contains(out, c.field) || !strings.Contains(out, "bad") {
+			t.Errorf("%s: error does not name rule bad and field %s:\n%s", c.name, c.field, out)
+		}
+		var after []api.RuleInfo
+		e.hostqosJSON(&after, "rule", "list")
+		if len(after) != len(before) || after[0].Rule.Name != "web" {
+			t.Errorf("%s: policy changed: %+v", c.name, after)
+		}
+	}
+	// First load: the daemon refuses to start and says why.
+	bad := filepath.Join(e.dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("[[rule]]\nname = \"x\"\nremote = \"nonsense\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := e.client.Command(filepath.Join(binDir, "hostqosd"), "--config", bad, "--socket", filepath.Join(e.dir, "other.sock"),
+		"--state-dir", filepath.Join(e.dir, "other-state"), "--bpffs-dir", e.d.BPFFS+"-other")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("hostqosd started with an invalid config:\n%s", out)
+	}
+	if !strings.Contains(string(out), "remote") || !strings.Contains(string(out), "nonsense") {
+		t.Errorf("refusal does not name the field and value:\n%s", out)
+	}
+}
+
+// TestUnprivilegedUser: the API refuses policy changes from a user who is
+// neither root nor in group hostqos, and lets them read status.
+func TestUnprivilegedUser(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	// The test's private directories must be reachable for "nobody".
+	for _, d := range []string{binDir, e.dir, filepath.Dir(e.dir), filepath.Dir(e.d.Socket)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asNobody := func(args ...string) (string, error) {
+		cmd := exec.Command(hostqosBin(), append([]string{"--socket", e.d.Socket}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := asNobody("status"); err != nil {
+		t.Fatalf("status as nobody: %v\n%s", err, out)
+	}
+	if out, err := asNobody("rule", "list"); err != nil {
+		t.Fatalf("rule list as nobody: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{
+		{"rule", "add", "sneaky", "--proto", "udp", "--dscp", "EF"},
+		{"link", "set", e.iface(), "--egress-rate", "1mbit"},
+		{"class", "set", "default", "--maxbw", "1mbit"},
+		{"down"},
+	} {
+		out, err := asNobody(args...)
+		if err == nil {
+			t.Errorf("hostqos %s as nobody succeeded:\n%s", strings.Join(args, " "), out)
+			continue
+		}
+		if !strings.Contains(out, "root or membership of group hostqos") {
+			t.Errorf("hostqos %s as nobody: unexpected refusal:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	if out, err := asNobody("run", "--class", "voice", "--", "true"); err == nil || !strings.Contains(out, "not open to ordinary users") {
+		t.Errorf("run in class voice as nobody: %v\n%s", err, out)
+	}
+	if out, err := asNobody("run", "--class", "bulk", "--", "true"); err != nil {
+		t.Errorf("run in class bulk as nobody (allowed): %v\n%s", err, out)
+	}
+	var rules []api.RuleInfo
+	e.hostqosJSON(&rules, "rule", "list")
+	for _, r := range rules {
+		if r.Rule.Name == "sneaky" {
+			t.Error("the refused rule exists")
+		}
+	}
+}

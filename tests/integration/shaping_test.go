@@ -1,0 +1,142 @@
+package integration
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hostqos/hostqos/internal/traffic"
+)
+
+// tcpPayloadShare is the share of a full frame HTB counts that is TCP
+// payload: 1448 bytes of a 1514-byte frame (20 IP + 32 TCP with
+// timestamps + 14 Ethernet). The rate a rule sets counts whole frames.
+const tcpPayloadShare = 1448.0 / 1514.0
+
+// TestMaxBWLimitsTCPGoodput: `--maxbw 10mbit` on an app holds its TCP
+// goodput, measured at the receiver, within 0.93–1.01 of 10 Mbit/s.
+func TestMaxBWLimitsTCPGoodput(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	app := e.app("capped-app")
+	e.hostqos("link", "set", e.iface(), "--egress-rate", "200mbit")
+	e.hostqos("rule", "add", "capped", "--exe", app, "--maxbw", "10mbit")
+	to := serverV4.Addr().String() + ":7001"
+	sink := e.tcpSink(to, 30*time.Second, 2)
+	e.runApp(app, "tool", "tcp-send", "--to", to, "--streams", "2", "--duration", "6s")
+	r := waitResult(t, sink, 30*time.Second)
+	if r == nil {
+		t.Fatal("no sink result")
+	}
+	ratio := r.GoodputBps / 10e6
+	t.Logf("goodput %.3f Mbit/s = %.3f of the 10 Mbit/s ceiling (payload share of a frame %.3f)", r.GoodputBps/1e6, ratio, tcpPayloadShare)
+	if ratio < 0.93 || ratio > 1.01 {
+		t.Errorf("goodput/ceiling = %.3f, want 0.93–1.01", ratio)
+	}
+}
+
+// TestMinBWSharesSaturatedLink: two rules with guarantees share a
+// saturated link in proportion to their minbw.
+func TestMinBWSharesSaturatedLink(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	a, b := e.app("small-app"), e.app("large-app")
+	e.hostqos("link", "set", e.iface(), "--egress-rate", "20mbit")
+	e.hostqos("rule", "add", "small", "--exe", a, "--minbw", "3mbit")
+	e.hostqos("rule", "add", "large", "--exe", b, "--minbw", "9mbit")
+	toA, toB := serverV4.Addr().String()+":7002", serverV4.Addr().String()+":7003"
+	sa, sb := e.tcpSink(toA, 30*time.Second, 2), e.tcpSink(toB, 30*time.Second, 2)
+	ca, _ := e.start(a, "tool", "tcp-send", "--to", toA, "--streams", "2", "--duration", "6s")
+	cb, _ := e.start(b, "tool", "tcp-send", "--to", toB, "--streams", "2", "--duration", "6s")
+	_ = ca.Wait()
+	_ = cb.Wait()
+	ra, rb := waitResult(t, sa, 30*time.Second), waitResult(t, sb, 30*time.Second)
+	if ra == nil || rb == nil {
+		t.Fatal("no sink result")
+	}
+	ratio := rb.GoodputBps / ra.GoodputBps
+	total := (ra.GoodputBps + rb.GoodputBps) / (20e6 * tcpPayloadShare)
+	t.Logf("small %.2f Mbit/s, large %.2f Mbit/s: ratio %.2f (guarantees 9:3 = 3), link use %.2f",
+		ra.GoodputBps/1e6, rb.GoodputBps/1e6, ratio, total)
+	if ratio < 2.2 || ratio > 4 {
+		t.Errorf("large/small goodput = %.2f, want about 3 (2.2–4), the ratio of their minbw", ratio)
+	}
+	if ra.GoodputBps < 0.9*3e6*tcpPayloadShare {
+		t.Errorf("small got %.2f Mbit/s, below its 3 Mbit/s guarantee", ra.GoodputBps/1e6)
+	}
+	if total < 0.85 {
+		t.Errorf("the two used %.2f of the link, want it saturated (≥ 0.85)", total)
+	}
+}
+
+// voiceRTT runs one G.729-like call (50 pkt/s) from bin through the echo
+// server and returns the result.
+func (e *env) voiceRTT(bin, to string, dur time.Duration) traffic.VoiceResult {
+	e.t.Helper()
+	out := e.runApp(bin, "tool", "voice", "--to", to, "--calls", "1", "--duration", dur.String(), "-o", "json")
+	var r traffic.VoiceResult
+	decodeLast(e.t, out, &r)
+	return r
+}
+
+// TestVoicePriorityUnderBulk: on a 20 Mbit/s egress saturated by bulk TCP
+// of an unmanaged app, a voice flow of an app in class voice loses nothing
+// and its p99 round trip is at least 10x lower than without the rule.
+func TestVoicePriorityUnderBulk(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	voice, bulk := e.app("voice-app"), e.app("bulk-app")
+	e.hostqos("link", "set", e.iface(), "--egress-rate", "20mbit")
+	echoAddr := serverV4.Addr().String() + ":7007"
+	bulkAddr := serverV4.Addr().String() + ":7008"
+	e.echo(echoAddr, 60*time.Second)
+	e.tcpSink(bulkAddr, 60*time.Second, 0)
+	e.start(bulk, "tool", "tcp-send", "--to", bulkAddr, "--streams", "4", "--duration", "40s")
+	time.Sleep(2 * time.Second) // let the bulk queue build
+
+	without := e.voiceRTT(voice, echoAddr, 5*time.Second)
+	e.hostqos("rule", "add", "voice", "--exe", voice, "--class", "voice")
+	with := e.voiceRTT(voice, echoAddr, 5*time.Second)
+	t.Logf("voice p99 RTT without rule %.2f ms (loss %.3f), with rule %.2f ms (loss %.3f)",
+		without.RTT.P99, without.Loss, with.RTT.P99, with.Loss)
+	if with.Sent < 200 || with.Lost != 0 {
+		t.Errorf("with the rule voice sent %d and lost %d packets, want ≥ 200 sent and none lost", with.Sent, with.Lost)
+	}
+	if with.RTT.P99 <= 0 || without.RTT.P99 < 10*with.RTT.P99 {
+		t.Errorf("p99 without %.3f ms, with %.3f ms: want at least 10x lower with the rule", without.RTT.P99, with.RTT.P99)
+	}
+	st := e.ruleStat("voice")
+	if st.Packets < with.Sent {
+		t.Errorf("rule voice counted %d packets, the app sent %d", st.Packets, with.Sent)
+	}
+}
+
+// TestRuleAppliesToOpenConnection: a rule added while the app has an open
+// connection takes effect on that connection.
+func TestRuleAppliesToOpenConnection(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	app := e.app("longlived-app")
+	e.hostqos("link", "set", e.iface())
+	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.stop()
+	to := serverV4.Addr().String() + ":7010"
+	e.udpSink(to, 30*time.Second)
+	e.start(app, "tool", "udp-send", "--to", to, "--pps", "200", "--size", "200", "--duration", "8s")
+	eventually(t, 5*time.Second, "traffic before the rule", func() (bool, string) {
+		c, n := sn.dscpCounts(17, 7010)
+		return n >= 100 && c[0] == n, fmt.Sprintf("DSCP counts %v", c)
+	})
+	e.hostqos("rule", "add", "late", "--exe", app, "--dscp", "EF")
+	eventually(t, 2*time.Second, "marking of the open socket", func() (bool, string) {
+		c, _ := sn.dscpCounts(17, 7010)
+		return c[dscpEF] >= 50, fmt.Sprintf("DSCP counts %v", c)
+	})
+	flows := sn.to(17, 7010)
+	if len(flows) != 1 {
+		t.Fatalf("want one flow (the same socket throughout), got %d", len(flows))
+	}
+}
