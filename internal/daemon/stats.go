@@ -195,6 +195,14 @@ func (s *sampler) classStats() ([]api.ClassStat, error) {
 	return out, nil
 }
 
+// flowBaseline is how long a flow reading stays usable as the base of the
+// next request's rates; without a recent one, a request first takes a
+// reading and waits flowProbe so that its rates mean something.
+const (
+	flowBaseline = 5 * time.Second
+	flowProbe    = 300 * time.Millisecond
+)
+
 // flowStats answers GET /v1/stats/flows; uid >= 0 limits the answer to that
 // user's flows.
 func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
@@ -203,6 +211,19 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 	s.d.mu.Unlock()
 	if dp == nil {
 		return nil, fmt.Errorf("read flows: datapath not loaded")
+	}
+	s.mu.Lock()
+	stale := time.Since(s.flowAt) > flowBaseline
+	s.mu.Unlock()
+	if stale {
+		base := map[datapath.FlowKey]datapath.Counters{}
+		if err := dp.Flows(func(f datapath.Flow) bool { base[f.Key] = f.Counters; return true }); err != nil {
+			return nil, fmt.Errorf("read flows: %w", err)
+		}
+		s.mu.Lock()
+		s.flowPrev, s.flowAt = base, time.Now()
+		s.mu.Unlock()
+		time.Sleep(flowProbe)
 	}
 	names := map[int]string{}
 	for _, r := range eff.Policy.Rules {

@@ -140,3 +140,34 @@ func TestRuleAppliesToOpenConnection(t *testing.T) {
 		t.Fatalf("want one flow (the same socket throughout), got %d", len(flows))
 	}
 }
+
+// TestSocketsOpenBeforeDaemonStart: sockets an app opened before hostqosd
+// was running get an identity from the daemon's /proc walk, so a rule for
+// the app applies to them within a second.
+func TestSocketsOpenBeforeDaemonStart(t *testing.T) {
+	e := newEnv(t)
+	app := e.app("early-app")
+	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.stop()
+	to := serverV4.Addr().String() + ":7030"
+	e.udpSink(to, 30*time.Second)
+	e.start(app, "tool", "udp-send", "--to", to, "--pps", "200", "--size", "200", "--duration", "10s")
+	eventually(t, 5*time.Second, "traffic before the daemon", func() (bool, string) {
+		_, n := sn.dscpCounts(17, 7030)
+		return n >= 50, fmt.Sprintf("%d packets", n)
+	})
+	e.startDaemon()
+	e.hostqos("link", "set", e.iface())
+	e.hostqos("rule", "add", "early", "--exe", app, "--dscp", "EF")
+	_, n0 := sn.dscpCounts(17, 7030)
+	eventually(t, 3*time.Second, "marking of the socket opened before the daemon", func() (bool, string) {
+		c, n := sn.dscpCounts(17, 7030)
+		return c[dscpEF] >= 50 && n > n0, fmt.Sprintf("DSCP counts %v", c)
+	})
+	if st := e.status(); st.Datapath.TaggedSockets < 1 {
+		t.Errorf("status reports %d sockets tagged at start", st.Datapath.TaggedSockets)
+	}
+}
