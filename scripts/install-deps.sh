@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building, testing and benchmarking hostqos needs on a fresh
 # Debian/Ubuntu machine. Idempotent: installs only what is missing.
-#   scripts/install-deps.sh          runtime/test needs (iproute2, nsenter, nftables)
+#   scripts/install-deps.sh          runtime/test/bench needs (iproute2, nsenter, nftables, bpftool)
 #   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate`
 set -euo pipefail
 
@@ -11,10 +11,10 @@ have ip || need+=(iproute2)
 have tc || need+=(iproute2)
 have nsenter || need+=(util-linux)
 have nft || need+=(nftables)
+have bpftool || need+=(bpftool)
 if [[ "${1:-}" == "--bpf" ]]; then
 	have clang || need+=(clang)
 	have llvm-strip || need+=(llvm)
-	have bpftool || need+=(bpftool)
 	[[ -e /usr/include/bpf/bpf_helpers.h ]] || need+=(libbpf-dev)
 fi
 have go || { echo "install-deps: Go is required (https://go.dev/dl); this script does not install toolchains" >&2; exit 1; }

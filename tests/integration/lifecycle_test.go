@@ -224,6 +224,26 @@ minbw = "4mbit"
 			t.Errorf("%s: policy changed: %+v", c.name, after)
 		}
 	}
+	// SIGHUP: a bad file keeps the running policy; a good one is applied.
+	e.writeConfig(good + "\n[[rule]]\nname = \"bad\"\nproto = \"udp\"\nmaxbw = \"fast\"\n")
+	if err := e.d.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	var afterHup []api.RuleInfo
+	e.hostqosJSON(&afterHup, "rule", "list")
+	if len(afterHup) != 1 {
+		t.Errorf("SIGHUP with a bad file changed the policy: %+v", afterHup)
+	}
+	e.writeConfig(good + "\n[[rule]]\nname = \"added\"\nproto = \"udp\"\ndscp = \"AF21\"\n")
+	if err := e.d.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, "reload on SIGHUP", func() (bool, string) {
+		var rs []api.RuleInfo
+		e.hostqosJSON(&rs, "rule", "list")
+		return len(rs) == 2, fmt.Sprintf("%d rules", len(rs))
+	})
 	// First load: the daemon refuses to start and says why.
 	bad := filepath.Join(e.dir, "bad.toml")
 	if err := os.WriteFile(bad, []byte("[[rule]]\nname = \"x\"\nremote = \"nonsense\"\n"), 0o644); err != nil {
