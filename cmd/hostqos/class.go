@@ -81,43 +81,9 @@ interactive (AF41, 1), default (CS0, 2), bulk (AF11, 4), scavenger (CS1, 7).
 Traffic no rule matches goes to class default without being re-marked.`,
 	}
 
-	list := &cobra.Command{Use: "list", Short: "List classes", Args: cobra.NoArgs}
-	out := outputFlag(list)
-	list.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
-		c, cancel := ctx()
-		defer cancel()
-		var cs []api.ClassInfo
-		if err := client().Get(c, "/v1/classes", &cs); err != nil {
-			return err
-		}
-		if *out == "json" {
-			return printJSON(cs)
-		}
-		printClasses(cs)
-		return nil
-	}
-
-	show := &cobra.Command{Use: "show NAME", Short: "Show one class", Args: cobra.ExactArgs(1)}
-	sout := outputFlag(show)
-	show.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := checkOutput(*sout); err != nil {
-			return err
-		}
-		c, cancel := ctx()
-		defer cancel()
-		var ci api.ClassInfo
-		if err := client().Get(c, "/v1/classes/"+url.PathEscape(args[0]), &ci); err != nil {
-			return err
-		}
-		if *sout == "json" {
-			return printJSON(ci)
-		}
-		printClasses([]api.ClassInfo{ci})
-		return nil
-	}
+	list := getCmd("list", "List classes", cobra.NoArgs, fixed("/v1/classes"), printClasses)
+	show := getCmd("show NAME", "Show one class", cobra.ExactArgs(1), named("classes"),
+		func(c api.ClassInfo) { printClasses([]api.ClassInfo{c}) })
 
 	var af classFlags
 	add := &cobra.Command{
@@ -180,20 +146,7 @@ Traffic no rule matches goes to class default without being re-marked.`,
 	}
 	sf.register(set)
 
-	rm := &cobra.Command{
-		Use:   "remove NAME",
-		Short: "Remove a class (rules using it must go first; class default cannot be removed)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, cancel := ctx()
-			defer cancel()
-			if err := client().Do(c, "DELETE", "/v1/classes/"+url.PathEscape(args[0]), nil, nil); err != nil {
-				return err
-			}
-			fmt.Println("removed class", args[0])
-			return nil
-		},
-	}
+	rm := removeCmd("class", "classes", "Remove a class (rules using it must go first; class default cannot be removed)")
 	class.AddCommand(list, show, add, set, rm)
 	rootCmd.AddCommand(class)
 }

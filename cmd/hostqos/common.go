@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -88,4 +89,54 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// getCmd makes a read-only command that fetches one API path and prints the
+// answer as a table (with print) or, with -o json, as it came.
+func getCmd[T any](use, short string, args cobra.PositionalArgs, path func([]string) string, print func(T)) *cobra.Command {
+	c := &cobra.Command{Use: use, Short: short, Args: args}
+	out := outputFlag(c)
+	c.RunE = func(cmd *cobra.Command, a []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		cx, cancel := ctx()
+		defer cancel()
+		var v T
+		if err := client().Get(cx, path(a), &v); err != nil {
+			return err
+		}
+		if *out == "json" {
+			return printJSON(v)
+		}
+		print(v)
+		return nil
+	}
+	return c
+}
+
+// removeCmd makes `KIND remove NAME`, which deletes /v1/COLLECTION/NAME.
+func removeCmd(kind, collection, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove NAME",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cx, cancel := ctx()
+			defer cancel()
+			if err := client().Do(cx, "DELETE", "/v1/"+collection+"/"+url.PathEscape(args[0]), nil, nil); err != nil {
+				return err
+			}
+			fmt.Printf("removed %s %s\n", kind, args[0])
+			return nil
+		},
+	}
+}
+
+// fixed returns a path function that ignores the arguments.
+func fixed(p string) func([]string) string { return func([]string) string { return p } }
+
+// named returns a path function for /v1/COLLECTION/<first argument>.
+func named(collection string) func([]string) string {
+	return func(a []string) string { return "/v1/" + collection + "/" + url.PathEscape(a[0]) }
 }

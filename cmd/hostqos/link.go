@@ -59,39 +59,8 @@ here, where hostqos controls it. Without a rate the link is marked, not shaped.
 	set.Flags().StringVar(&reservable, "reservable", "", "fraction of the rate guarantees may claim (default 0.8)")
 	set.Flags().BoolVar(&temp, "temporary", false, "do not persist: forget the change when the daemon is brought down or the host reboots")
 
-	list := &cobra.Command{Use: "list", Short: "List managed links", Args: cobra.NoArgs}
-	out := outputFlag(list)
-	list.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
-		c, cancel := ctx()
-		defer cancel()
-		var ls []api.LinkStatus
-		if err := client().Get(c, "/v1/links", &ls); err != nil {
-			return err
-		}
-		if *out == "json" {
-			return printJSON(ls)
-		}
-		printLinks(ls)
-		return nil
-	}
-
-	rm := &cobra.Command{
-		Use:   "remove IFACE",
-		Short: "Stop managing an interface (removes hostqos's classifier and HTB tree from it)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, cancel := ctx()
-			defer cancel()
-			if err := client().Do(c, "DELETE", "/v1/links/"+url.PathEscape(args[0]), nil, nil); err != nil {
-				return err
-			}
-			fmt.Println("removed link", args[0])
-			return nil
-		},
-	}
+	list := getCmd("list", "List managed links", cobra.NoArgs, fixed("/v1/links"), printLinks)
+	rm := removeCmd("link", "links", "Stop managing an interface (removes hostqos's classifier and HTB tree from it)")
 	link.AddCommand(set, list, rm)
 	rootCmd.AddCommand(link)
 }

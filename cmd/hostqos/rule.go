@@ -216,61 +216,15 @@ programs started later and static binaries are covered, UDP included.`,
 	}
 	sf.register(set)
 
-	rm := &cobra.Command{
-		Use:   "remove NAME",
-		Short: "Remove a rule",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, cancel := ctx()
-			defer cancel()
-			if err := client().Do(c, "DELETE", "/v1/rules/"+url.PathEscape(args[0]), nil, nil); err != nil {
-				return err
+	rm := removeCmd("rule", "rules", "Remove a rule")
+	list := getCmd("list", "List rules in evaluation order", cobra.NoArgs, fixed("/v1/rules"), printRules)
+	show := getCmd("show NAME", "Show one rule and what its selectors resolve to", cobra.ExactArgs(1), named("rules"),
+		func(ri api.RuleInfo) {
+			printRules([]api.RuleInfo{ri})
+			for _, r := range ri.Resolved {
+				fmt.Println("resolved:", r)
 			}
-			fmt.Println("removed rule", args[0])
-			return nil
-		},
-	}
-
-	list := &cobra.Command{Use: "list", Short: "List rules in evaluation order", Args: cobra.NoArgs}
-	out := outputFlag(list)
-	list.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
-		c, cancel := ctx()
-		defer cancel()
-		var rs []api.RuleInfo
-		if err := client().Get(c, "/v1/rules", &rs); err != nil {
-			return err
-		}
-		if *out == "json" {
-			return printJSON(rs)
-		}
-		printRules(rs)
-		return nil
-	}
-
-	show := &cobra.Command{Use: "show NAME", Short: "Show one rule and what its selectors resolve to", Args: cobra.ExactArgs(1)}
-	sout := outputFlag(show)
-	show.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := checkOutput(*sout); err != nil {
-			return err
-		}
-		c, cancel := ctx()
-		defer cancel()
-		var ri api.RuleInfo
-		if err := client().Get(c, "/v1/rules/"+url.PathEscape(args[0]), &ri); err != nil {
-			return err
-		}
-		if *sout == "json" {
-			return printJSON(ri)
-		}
-		printRules([]api.RuleInfo{ri})
-		for _, r := range ri.Resolved {
-			fmt.Println("resolved:", r)
-		}
-		return nil
-	}
+		})
 	rule.AddCommand(add, set, rm, list, show)
 	rootCmd.AddCommand(rule)
 }

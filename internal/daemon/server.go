@@ -215,14 +215,14 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("DELETE /v1/links/{name}", mutating(d.handleRemoveLink))
 	mux.HandleFunc("GET /v1/classes", d.handleClasses)
 	mux.HandleFunc("GET /v1/classes/{name}", d.handleClasses)
-	mux.HandleFunc("POST /v1/classes", mutating(d.handleAddClass))
-	mux.HandleFunc("PATCH /v1/classes/{name}", mutating(d.handleSetClass))
-	mux.HandleFunc("DELETE /v1/classes/{name}", mutating(d.handleRemoveClass))
+	mux.HandleFunc("POST /v1/classes", mutating(handleAdd(d, classKind)))
+	mux.HandleFunc("PATCH /v1/classes/{name}", mutating(handleSet(d, classKind)))
+	mux.HandleFunc("DELETE /v1/classes/{name}", mutating(handleRemove(d, classKind)))
 	mux.HandleFunc("GET /v1/rules", d.handleRules)
 	mux.HandleFunc("GET /v1/rules/{name}", d.handleRules)
-	mux.HandleFunc("POST /v1/rules", mutating(d.handleAddRule))
-	mux.HandleFunc("PATCH /v1/rules/{name}", mutating(d.handleSetRule))
-	mux.HandleFunc("DELETE /v1/rules/{name}", mutating(d.handleRemoveRule))
+	mux.HandleFunc("POST /v1/rules", mutating(handleAdd(d, ruleKind)))
+	mux.HandleFunc("PATCH /v1/rules/{name}", mutating(handleSet(d, ruleKind)))
+	mux.HandleFunc("DELETE /v1/rules/{name}", mutating(handleRemove(d, ruleKind)))
 	mux.HandleFunc("GET /v1/runs", d.handleRuns)
 	mux.HandleFunc("POST /v1/runs", d.handleStartRun)
 	mux.HandleFunc("DELETE /v1/runs/{id}", d.handleEndRun)
@@ -353,12 +353,8 @@ func (d *Daemon) handleRemoveLink(w http.ResponseWriter, r *http.Request) {
 }
 
 func hasLink(p *policy.Policy, name string) bool {
-	for _, l := range p.Links {
-		if l.Name == name {
-			return true
-		}
-	}
-	return false
+	_, ok := p.Link(name)
+	return ok
 }
 
 func (d *Daemon) handleClasses(w http.ResponseWriter, r *http.Request) {
@@ -381,40 +377,6 @@ func (d *Daemon) handleClasses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func findClass(p *policy.Policy, name string) (policy.Class, bool) {
-	for _, c := range p.Classes {
-		if c.Name == name {
-			return c, true
-		}
-	}
-	return policy.Class{}, false
-}
-
-func (d *Daemon) handleAddClass(w http.ResponseWriter, r *http.Request) {
-	c := policy.Class{DSCP: policy.NoDSCP}
-	if err := decode(r, &c); err != nil {
-		writeErr(w, err)
-		return
-	}
-	tmp := temporary(r)
-	err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
-		if _, ok := findClass(eff, c.Name); ok {
-			return &conflict{what: "class", name: c.Name}
-		}
-		ov := persist
-		if tmp {
-			ov = temp
-		}
-		ov.Classes[c.Name] = &c
-		return nil
-	})
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, c)
 }
 
 // patchJSON lays the JSON object in patch over cur (any struct) into out.
@@ -461,60 +423,6 @@ func readBody(r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-func (d *Daemon) handleSetClass(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	body, err := readBody(r)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	tmp := temporary(r)
-	var out policy.Class
-	err = d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
-		cur, ok := findClass(eff, name)
-		if !ok {
-			return &notFoundError{what: "class", name: name}
-		}
-		n := policy.Class{DSCP: policy.NoDSCP}
-		if err := patchJSON(cur, body, &n); err != nil {
-			return err
-		}
-		n.Name = name
-		ov := persist
-		if _, inTemp := temp.Classes[name]; tmp || inTemp {
-			ov = temp
-		}
-		ov.Classes[name] = &n
-		out = n
-		return nil
-	})
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (d *Daemon) handleRemoveClass(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
-		if _, ok := findClass(eff, name); !ok {
-			return &notFoundError{what: "class", name: name}
-		}
-		delete(temp.Classes, name)
-		persist.Classes[name] = nil
-		if _, inBase := findClass(d.base, name); !inBase {
-			delete(persist.Classes, name)
-		}
-		return nil
-	})
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"removed": name})
-}
-
 func (d *Daemon) handleRules(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	d.mu.Lock()
@@ -542,111 +450,6 @@ func (d *Daemon) handleRules(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func findRule(p *policy.Policy, name string) (policy.Rule, bool) {
-	for _, r := range p.Rules {
-		if r.Name == name {
-			return r, true
-		}
-	}
-	return policy.Rule{}, false
-}
-
-func newRule() policy.Rule { return policy.Rule{DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP} }
-
-func (d *Daemon) handleAddRule(w http.ResponseWriter, r *http.Request) {
-	ru := newRule()
-	if err := decode(r, &ru); err != nil {
-		writeErr(w, err)
-		return
-	}
-	tmp := temporary(r)
-	err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
-		if _, ok := findRule(eff, ru.Name); ok {
-			return &conflict{what: "rule", name: ru.Name}
-		}
-		ov := persist
-		if tmp {
-			ov = temp
-		}
-		ov.Rules[ru.Name] = &ru
-		return nil
-	})
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	ru.Temporary = tmp
-	writeJSON(w, http.StatusCreated, ru)
-}
-
-func (d *Daemon) isRunRule(name string) bool {
-	for _, run := range d.temp.Runs {
-		if run.Rule == name {
-			return true
-		}
-	}
-	return false
-}
-
-func (d *Daemon) handleSetRule(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	body, err := readBody(r)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	tmp := temporary(r)
-	var out policy.Rule
-	err = d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
-		cur, ok := findRule(eff, name)
-		if !ok {
-			return &notFoundError{what: "rule", name: name}
-		}
-		n := newRule()
-		if err := patchJSON(cur, body, &n); err != nil {
-			return err
-		}
-		n.Name = name
-		ov := persist
-		if _, inTemp := temp.Rules[name]; tmp || inTemp {
-			ov = temp
-		}
-		ov.Rules[name] = &n
-		out = n
-		return nil
-	})
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (d *Daemon) handleRemoveRule(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
-		if _, ok := findRule(eff, name); !ok {
-			return &notFoundError{what: "rule", name: name}
-		}
-		for _, run := range temp.Runs {
-			if run.Rule == name {
-				return &badRequest{fmt.Errorf("rule %q belongs to a running `hostqos run` (pid %d); it goes away when the program ends", name, run.PID)}
-			}
-		}
-		delete(temp.Rules, name)
-		persist.Rules[name] = nil
-		if _, inBase := findRule(d.base, name); !inBase {
-			delete(persist.Rules, name)
-		}
-		return nil
-	})
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"removed": name})
 }
 
 func (d *Daemon) handleRuns(w http.ResponseWriter, r *http.Request) {
@@ -683,7 +486,7 @@ func (d *Daemon) handleStartRun(w http.ResponseWriter, r *http.Request) {
 			cname = "default"
 		}
 		d.mu.Lock()
-		c, ok := findClass(d.eff.Policy, cname)
+		c, ok := d.eff.Policy.Class(cname)
 		d.mu.Unlock()
 		if ok && !c.UserAllowed {
 			writeErr(w, &forbidden{why: fmt.Sprintf("class %q is not open to ordinary users; ask the admin to set user_allowed = true, or pick another class", cname)})

@@ -5,7 +5,6 @@ package datapath
 // were created before the datapath was loaded.
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/cgroups"
 )
 
 // KernelDev converts a userspace dev_t (as stat(2) returns it) to the
@@ -77,9 +78,9 @@ func IdentityForPID(pid int, cgroup2Root string) (Identity, error) {
 		return Identity{}, fmt.Errorf("read uid of pid %d: no Uid line in status", pid)
 	}
 
-	cgPath, err := cgroup2PathOf(filepath.Join(proc, "cgroup"))
+	cgPath, err := cgroups.OfPID(pid)
 	if err != nil {
-		return Identity{}, fmt.Errorf("read cgroup of pid %d: %w", pid, err)
+		return Identity{}, err
 	}
 	id.Cgroups, err = CgroupAncestors(cgroup2Root, cgPath)
 	if err != nil {
@@ -112,64 +113,6 @@ func CgroupAncestors(cgroup2Root, rel string) ([]uint64, error) {
 	return ids, nil
 }
 
-func cgroup2PathOf(procCgroup string) (string, error) {
-	f, err := os.Open(procCgroup)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "0::"); ok {
-			return rest, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", fmt.Errorf("no cgroup v2 entry (0::) in %s", procCgroup)
-}
-
-// Cgroup2Mount returns where the cgroup2 hierarchy is mounted, from
-// /proc/self/mountinfo (e.g. /sys/fs/cgroup, or /sys/fs/cgroup/unified in
-// the hybrid layout).
-func Cgroup2Mount() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", fmt.Errorf("read mount table: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent maj:min root mountpoint opts [optional...] - fstype src superopts
-		fields := strings.Fields(sc.Text())
-		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
-				return unescapeMount(fields[4]), nil
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("read mount table: %w", err)
-	}
-	return "", fmt.Errorf("find cgroup2 mount: none in /proc/self/mountinfo")
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for space etc).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+// Cgroup2Mount returns where the cgroup2 hierarchy is mounted (see
+// cgroups.Root).
+func Cgroup2Mount() (string, error) { return cgroups.Root() }

@@ -91,7 +91,7 @@ func TestVoicePriorityUnderBulk(t *testing.T) {
 	bulkAddr := serverV4.Addr().String() + ":7008"
 	e.echo(echoAddr, 60*time.Second)
 	e.tcpSink(bulkAddr, 60*time.Second, 0)
-	e.start(bulk, "tool", "tcp-send", "--to", bulkAddr, "--streams", "4", "--duration", "40s")
+	e.start(bulk, "tool", "tcp-send", "--to", bulkAddr, "--streams", "16", "--duration", "40s")
 	time.Sleep(2 * time.Second) // let the bulk queue build
 
 	without := e.voiceRTT(voice, echoAddr, 5*time.Second)

@@ -1,0 +1,68 @@
+package integration
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// TestCLIManagesPolicy: classes and rules are added, changed and removed
+// through the CLI; persistent changes survive a daemon restart, temporary
+// ones too (until down); errors name what is wrong.
+func TestCLIManagesPolicy(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	e.hostqos("link", "set", e.iface(), "--egress-rate", "50mbit")
+	e.hostqos("class", "add", "gold", "--dscp", "AF31", "--priority", "1", "--minbw", "2mbit")
+	e.hostqos("class", "set", "gold", "--maxbw", "10mbit")
+	e.hostqos("rule", "add", "r1", "--proto", "udp", "--class", "gold")
+	e.hostqos("rule", "set", "r1", "--dscp", "EF", "--rport", "5000-5010")
+	e.hostqos("rule", "add", "t1", "--proto", "tcp", "--temporary")
+
+	if out, err := e.hostqosErr("rule", "add", "r1", "--proto", "tcp"); err == nil || !strings.Contains(out, "already exists") {
+		t.Errorf("duplicate rule: %v\n%s", err, out)
+	}
+	if out, err := e.hostqosErr("rule", "set", "nope", "--dscp", "EF"); err == nil || !strings.Contains(out, `rule "nope" not found`) {
+		t.Errorf("unknown rule: %v\n%s", err, out)
+	}
+	if out, err := e.hostqosErr("class", "remove", "gold"); err == nil || !strings.Contains(out, "r1") {
+		t.Errorf("removing a class in use: %v\n%s", err, out)
+	}
+	if out, err := e.hostqosErr("rule", "add", "x", "--proto", "udp", "--maxbw", "10mbt"); err == nil || !strings.Contains(out, "--maxbw") {
+		t.Errorf("bad flag value: %v\n%s", err, out)
+	}
+
+	check := func(when string) {
+		t.Helper()
+		var c api.ClassInfo
+		e.hostqosJSON(&c, "class", "show", "gold")
+		if c.Class.DSCP != 26 || c.Class.Priority != 1 || c.Class.MinBW != 2e6 || c.Class.MaxBW != 10e6 {
+			t.Errorf("%s: class gold = %+v", when, c.Class)
+		}
+		var r api.RuleInfo
+		e.hostqosJSON(&r, "rule", "show", "r1")
+		if r.Rule.DSCP != 46 || r.Rule.Class != "gold" || r.Rule.RPort != (policy.PortRange{From: 5000, To: 5010}) || r.Source != "api" {
+			t.Errorf("%s: rule r1 = %+v (source %s)", when, r.Rule, r.Source)
+		}
+		var tr api.RuleInfo
+		e.hostqosJSON(&tr, "rule", "show", "t1")
+		if tr.Source != "temporary" {
+			t.Errorf("%s: rule t1 source %q, want temporary", when, tr.Source)
+		}
+	}
+	check("before restart")
+	e.killDaemon(syscall.SIGTERM)
+	e.startDaemon()
+	check("after restart")
+
+	e.hostqos("rule", "remove", "r1")
+	e.hostqos("class", "remove", "gold")
+	var rules []api.RuleInfo
+	e.hostqosJSON(&rules, "rule", "list")
+	if len(rules) != 1 || rules[0].Rule.Name != "t1" {
+		t.Errorf("rules after removal: %+v", rules)
+	}
+}
