@@ -10,7 +10,7 @@ LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X 
 # Test timeout per package; the whole suite stays well under 15 minutes.
 TEST_TIMEOUT ?= 600s
 
-.PHONY: all build deps generate test test-unit vet fmt bench demo clean
+.PHONY: all build deps generate test test-unit vet fmt bench demo install clean
 
 all: build
 
@@ -45,6 +45,17 @@ bench: deps build
 
 demo: deps build
 	$(BIN)/hostqos demo $(DEMO_ARGS)
+
+# Install the binaries, the systemd unit and an empty config (as root).
+PREFIX ?= /usr/local
+install: build
+	install -D -m 0755 $(BIN)/hostqosd $(DESTDIR)$(PREFIX)/sbin/hostqosd
+	install -D -m 0755 $(BIN)/hostqos $(DESTDIR)$(PREFIX)/bin/hostqos
+	install -D -m 0755 $(BIN)/hostqos-lab $(DESTDIR)$(PREFIX)/bin/hostqos-lab
+	install -D -m 0644 packaging/hostqosd.service $(DESTDIR)/etc/systemd/system/hostqosd.service
+	test -e $(DESTDIR)/etc/hostqos/hostqos.toml || install -D -m 0644 packaging/hostqos.toml $(DESTDIR)/etc/hostqos/hostqos.toml
+	getent group hostqos >/dev/null || groupadd --system hostqos || true
+	@echo "installed; start with: systemctl daemon-reload && systemctl enable --now hostqosd"
 
 clean:
 	rm -rf $(BIN)
