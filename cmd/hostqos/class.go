@@ -24,7 +24,7 @@ func (f *classFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.minbw, "minbw", "", "guaranteed rate on every shaped link, e.g. 2mbit (\"0\" to clear)")
 	cmd.Flags().StringVar(&f.maxbw, "maxbw", "", "ceiling on every shaped link, e.g. 50mbit (\"0\" to clear)")
 	cmd.Flags().StringVar(&f.userAllowed, "user-allowed", "", "true: ordinary users may run their programs in this class")
-	cmd.Flags().BoolVar(&f.temp, "temporary", false, "do not persist the change")
+	cmd.Flags().BoolVar(&f.temp, "temporary", false, "do not persist: forget the change when the daemon stops (a crash keeps it)")
 }
 
 // patch turns the flags that were given into a JSON patch, checking each.

@@ -57,7 +57,7 @@ here, where hostqos controls it. Without a rate the link is marked, not shaped.
 	}
 	set.Flags().StringVar(&rate, "egress-rate", "", "egress capacity to shape at, e.g. 20mbit (units: bit, kbit, mbit, gbit)")
 	set.Flags().StringVar(&reservable, "reservable", "", "fraction of the rate guarantees may claim (default 0.8)")
-	set.Flags().BoolVar(&temp, "temporary", false, "do not persist: forget the change when the daemon is brought down or the host reboots")
+	set.Flags().BoolVar(&temp, "temporary", false, "do not persist: forget the change when the daemon stops (a crash keeps it)")
 
 	list := getCmd("list", "List managed links", cobra.NoArgs, fixed("/v1/links"), printLinks)
 	rm := removeCmd("link", "links", "Stop managing an interface (removes hostqos's classifier and HTB tree from it)")

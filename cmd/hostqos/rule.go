@@ -39,7 +39,7 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.minbw, "minbw", "", "property: guaranteed rate (admission-controlled), e.g. 5mbit")
 	fl.StringVar(&f.action, "action", "", "property: pass (default), drop, or observe (count only)")
 	fl.StringVar(&f.precedence, "precedence", "", "evaluation order: higher first (0-65535); ties go to the most specific rule")
-	fl.BoolVar(&f.temp, "temporary", false, "do not persist: forget the rule when the daemon is brought down or the host reboots")
+	fl.BoolVar(&f.temp, "temporary", false, "do not persist: forget the rule when the daemon stops (a crash keeps it)")
 }
 
 // patch checks every flag that was given and turns them into JSON fields;

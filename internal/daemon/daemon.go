@@ -184,8 +184,12 @@ func (d *Daemon) Wait(ctx context.Context) {
 }
 
 // Stop ends serving and releases file descriptors. Pinned programs and maps
-// stay in the kernel and keep enforcing the last applied policy.
+// stay in the kernel and keep enforcing the last applied policy. Temporary
+// changes end with a clean stop (a crash keeps them, so that a restarted
+// daemon loses nothing); the policies of running `hostqos run` programs
+// stay.
 func (d *Daemon) Stop() {
+	d.dropTemporary()
 	if d.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		_ = d.srv.Shutdown(ctx) // let answers in flight (e.g. to down) go out
@@ -499,4 +503,24 @@ func Teardown(cfg Config) error {
 		errs = append(errs, fmt.Errorf("remove runtime state: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// dropTemporary forgets temporary links, classes and rules (not those of
+// runs) in the runtime state, for the next start.
+func (d *Daemon) dropTemporary() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.temp == nil {
+		return
+	}
+	keep := newOverlay()
+	for id, run := range d.temp.Runs {
+		keep.Runs[id] = run
+		if r, ok := d.temp.Rules[run.Rule]; ok {
+			keep.Rules[run.Rule] = r
+		}
+	}
+	if err := writeState(d.runtimePath(), keep, nil); err != nil {
+		d.log.Warn("forget temporary changes", "err", err)
+	}
 }
