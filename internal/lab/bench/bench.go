@@ -1,0 +1,355 @@
+// Package bench is hostqos's benchmark suite (`hostqos bench`, `make bench`).
+//
+// Every benchmark builds its own private testbed (network namespaces whose
+// names start with "hq-bench"), runs the alternatives it compares side by
+// side in the same run, and returns a Report: the setup it ran on, a table
+// with the DESIGN.md target beside each figure, and the raw metrics. The
+// command prints the reports and appends them, dated, to bench/RESULTS.md.
+//
+// Programs that must be told apart by an exe rule (a "managed" and an
+// "unmanaged" app) are copies of the running executable invoked as
+// `<copy> bench-helper SUB ...` with HelperEnv set; see helper.go.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Options configure a run of the suite.
+type Options struct {
+	// Quick shortens every benchmark (fewer rounds, shorter windows): the
+	// whole suite in about two minutes, for smoke runs and tests.
+	Quick bool
+	// BinDir holds hostqos and hostqosd; "" = next to Self, else PATH.
+	BinDir string
+	// Self is an executable that runs the helpers (`bench-helper`); "" =
+	// os.Executable().
+	Self string
+	// Progress receives the setup lines and tables as they are produced
+	// (nil = discard).
+	Progress io.Writer
+	// Log is the structured logger (nil = slog.Default()).
+	Log *slog.Logger
+	// ConnectCount overrides the connects per alternative of "connect"
+	// (0 = 2000, quick 300).
+	ConnectCount int
+}
+
+// Report is the outcome of one benchmark.
+type Report struct {
+	Name      string             `json:"name"`
+	Title     string             `json:"title"`
+	Setup     []string           `json:"setup"`
+	Columns   []string           `json:"columns"`
+	Rows      [][]string         `json:"rows"`
+	Notes     []string           `json:"notes,omitempty"`
+	Metrics   map[string]float64 `json:"metrics"`
+	Error     string             `json:"error,omitempty"`
+	DurationS float64            `json:"duration_s"`
+
+	progress io.Writer // setup lines are printed here as they are added
+}
+
+func (r *Report) setup(format string, a ...any) {
+	line := fmt.Sprintf(format, a...)
+	r.Setup = append(r.Setup, line)
+	if r.progress != nil {
+		fmt.Fprintf(r.progress, "- %s\n", line)
+	}
+}
+func (r *Report) note(format string, a ...any)  { r.Notes = append(r.Notes, fmt.Sprintf(format, a...)) }
+func (r *Report) row(cells ...string)           { r.Rows = append(r.Rows, cells) }
+func (r *Report) metric(name string, v float64) { r.Metrics[name] = v }
+
+// benchmark is one entry of the suite.
+type benchmark struct {
+	name, title string
+	run         func(e *env, r *Report) error
+}
+
+var suite = []benchmark{
+	{"datapath", "Datapath cost per packet (BPF test-run)", benchDatapath},
+	{"pps", "Packet rate through a veth: no QoS vs hostqos vs nftables vs tc", benchPPS},
+	{"connect", "Added TCP connect latency for a managed app", benchConnect},
+	{"stats", "Cost of reading one flow's counters", benchStats},
+	{"ratelimit", "Rate-limit accuracy (rule maxbw through the real daemon)", benchRateLimit},
+	{"isolation", "Voice latency under saturating bulk TCP on a 20 Mbit/s uplink", benchIsolation},
+	{"scale", "10k managed flows and 1k rules: per-packet cost and memory", benchScale},
+}
+
+// Names lists the benchmarks in the order the suite runs them.
+func Names() []string {
+	var out []string
+	for _, b := range suite {
+		out = append(out, b.name)
+	}
+	return out
+}
+
+// Host describes the machine a run was made on.
+type Host struct {
+	Kernel string `json:"kernel"`
+	CPU    string `json:"cpu"`
+	Cores  int    `json:"cores"`
+}
+
+func (h Host) String() string {
+	return fmt.Sprintf("Linux %s, %s, %d cores", h.Kernel, h.CPU, h.Cores)
+}
+
+// hostLine is the first setup line of every report: the host and how busy
+// it was when the benchmark started (other load skews every figure).
+func hostLine() string {
+	load := "unknown"
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			load = strings.Join(f[:3], " ")
+		}
+	}
+	return fmt.Sprintf("%s; load average at start %s", HostInfo(), load)
+}
+
+// HostInfo reads the kernel release (uname), the CPU model
+// (/proc/cpuinfo) and the number of online cores.
+func HostInfo() Host {
+	h := Host{Kernel: "unknown", CPU: "unknown", Cores: runtime.NumCPU()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		h.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				h.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return h
+}
+
+// Run runs the named benchmarks (all when names is empty) in suite order.
+// A benchmark that fails gets a Report with Error set and the suite goes
+// on; the returned error joins the failures.
+func Run(ctx context.Context, opts Options, names []string) ([]*Report, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		found := false
+		for _, b := range suite {
+			if b.name == n {
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("benchmark %q: no such benchmark; known: %s", n, strings.Join(Names(), ", "))
+		}
+		want[n] = true
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("run benchmarks: needs root (network namespaces, BPF, qdiscs)")
+	}
+	e, err := newEnv(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	var reports []*Report
+	var errs []error
+	for _, b := range suite {
+		if len(want) > 0 && !want[b.name] {
+			continue
+		}
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
+		r := &Report{Name: b.name, Title: b.title, Metrics: map[string]float64{}, progress: e.progress}
+		e.printf("\n=== %s: %s\n", b.name, b.title)
+		start := time.Now()
+		err := b.run(e, r)
+		r.DurationS = time.Since(start).Seconds()
+		if err != nil {
+			r.Error = err.Error()
+			errs = append(errs, fmt.Errorf("benchmark %s: %w", b.name, err))
+			e.log.Error("benchmark failed", "component", "bench", "bench", b.name, "err", err)
+		}
+		if e.progress != io.Discard {
+			_ = writeReport(e.progress, r, false)
+		}
+		reports = append(reports, r)
+	}
+	return reports, errors.Join(errs...)
+}
+
+// WriteTable writes a report as text: setup lines, a Markdown table, notes.
+func WriteTable(w io.Writer, r *Report) error { return writeReport(w, r, true) }
+
+func writeReport(w io.Writer, r *Report, withSetup bool) error {
+	var b strings.Builder
+	for _, s := range r.Setup {
+		if withSetup {
+			fmt.Fprintf(&b, "- %s\n", s)
+		}
+	}
+	if len(r.Columns) > 0 {
+		b.WriteString("\n")
+		writeMarkdownTable(&b, r.Columns, r.Rows)
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\n")
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
+	if r.Error != "" {
+		fmt.Fprintf(&b, "\n**error:** %s\n", r.Error)
+	}
+	fmt.Fprintf(&b, "\n(%s took %.0f s)\n", r.Name, r.DurationS)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeMarkdownTable(b *strings.Builder, cols []string, rows [][]string) {
+	b.WriteString("| " + strings.Join(cols, " | ") + " |\n|")
+	for range cols {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, r := range rows {
+		cells := make([]string, len(cols))
+		copy(cells, r)
+		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+	}
+}
+
+// GitRevision is `git rev-parse --short HEAD` in dir, with "-dirty" when
+// the tree has uncommitted changes, or "unknown".
+func GitRevision(dir string) string {
+	c := exec.Command("git", "rev-parse", "--short", "HEAD")
+	c.Dir = dir
+	out, err := c.Output()
+	if err != nil {
+		return "unknown"
+	}
+	rev := strings.TrimSpace(string(out))
+	d := exec.Command("git", "diff", "--quiet", "HEAD")
+	d.Dir = dir
+	if err := d.Run(); err != nil {
+		var xe *exec.ExitError
+		if errors.As(err, &xe) && xe.ExitCode() == 1 {
+			rev += "-dirty"
+		}
+	}
+	return rev
+}
+
+// Record appends a dated section with the reports to the results file
+// (created if missing). It only ever appends: sections other people
+// maintain in the file are left exactly as they are.
+func Record(path string, reports []*Report, host Host, rev string, quick bool, when time.Time) error {
+	var b strings.Builder
+	mode := "full run"
+	if quick {
+		mode = "quick run (--quick: shorter windows, fewer rounds)"
+	}
+	fmt.Fprintf(&b, "\n## Benchmarks %s, commit %s\n\n", when.UTC().Format("2006-01-02 15:04 UTC"), rev)
+	fmt.Fprintf(&b, "`hostqos bench` (%s) on %s. Targets are those of DESIGN.md, "+
+		"quoted beside each figure. How to read these tables: docs/benchmarks.md.\n", mode, host)
+	for _, r := range reports {
+		fmt.Fprintf(&b, "\n### %s — %s\n\n", r.Name, r.Title)
+		if err := WriteTable(&b, r); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create directory of %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open results file %s: %w", path, err)
+	}
+	out := b.String()
+	if st, err := f.Stat(); err == nil && st.Size() == 0 {
+		out = "# hostqos benchmark results\n" + out
+	}
+	if _, err := f.WriteString(out); err != nil {
+		f.Close()
+		return fmt.Errorf("append to %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// ---- small numeric helpers ----
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func minOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	m := xs[0]
+	for _, x := range xs[1:] {
+		m = min(m, x)
+	}
+	return m
+}
+
+// percentile by nearest rank on a copy of xs (0 < p ≤ 100).
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	k := int(float64(len(s))*p/100+0.999999) - 1
+	k = max(0, min(k, len(s)-1))
+	return s[k]
+}
+
+func f0(v float64) string  { return fmt.Sprintf("%.0f", v) }
+func f1(v float64) string  { return fmt.Sprintf("%.1f", v) }
+func f2(v float64) string  { return fmt.Sprintf("%.2f", v) }
+func f3(v float64) string  { return fmt.Sprintf("%.3f", v) }
+func pct(v float64) string { return fmt.Sprintf("%.1f %%", v*100) }
+
+// mark is "✓" when ok, "✗" otherwise — a verdict beside a target.
+func mark(ok bool) string {
+	if ok {
+		return "✓"
+	}
+	return "✗"
+}
+
+// fmtRate prints bits/s with a unit.
+func fmtRate(bps float64) string {
+	switch {
+	case bps >= 1e9:
+		return fmt.Sprintf("%.3f Gbit/s", bps/1e9)
+	case bps >= 1e6:
+		return fmt.Sprintf("%.3f Mbit/s", bps/1e6)
+	case bps >= 1e3:
+		return fmt.Sprintf("%.1f kbit/s", bps/1e3)
+	}
+	return fmt.Sprintf("%.0f bit/s", bps)
+}
