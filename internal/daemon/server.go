@@ -547,7 +547,11 @@ func (d *Daemon) handleStats(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	// Stats can hold a whole flow table: compact JSON, no indentation pass.
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(st); err != nil {
+		d.log.Warn("send stats", "err", err)
+	}
 }
 
 func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request) {
