@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -26,7 +28,23 @@ func init() {
 				bin := findLab()
 				x := exec.Command(bin, append([]string{name}, args...)...)
 				x.Stdin, x.Stdout, x.Stderr = os.Stdin, os.Stdout, os.Stderr
-				if err := x.Run(); err != nil {
+				// Ctrl-C reaches the lab process too (same process group);
+				// wait for it to clean up instead of exiting first, and pass
+				// on signals sent to us alone.
+				sigs := make(chan os.Signal, 4)
+				signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+				defer signal.Stop(sigs)
+				if err := x.Start(); err != nil {
+					return fmt.Errorf("run %s: %w (build it with: make build)", bin, err)
+				}
+				go func() {
+					for s := range sigs {
+						if s == syscall.SIGTERM {
+							_ = x.Process.Signal(s)
+						}
+					}
+				}()
+				if err := x.Wait(); err != nil {
 					if xe, ok := err.(*exec.ExitError); ok {
 						return &exitError{code: xe.ExitCode()}
 					}

@@ -48,16 +48,16 @@ type Daemon struct {
 	cgRoot  string
 	cgBase  string // our cgroup subtree, relative to cgRoot
 
-	mu       sync.Mutex // serialises changes
-	base     *policy.Policy
-	persist  *overlay
-	temp     *overlay
-	slots    *slotTable
-	eff      merged
-	comp     *compiled
-	gen      uint64
-	links    map[string]int // managed link name → ifindex currently set up
-	linkErrs map[string]string
+	mu      sync.Mutex // serialises changes
+	base    *policy.Policy
+	persist *overlay
+	temp    *overlay
+	slots   *slotTable
+	eff     merged
+	comp    *compiled
+	gen     uint64
+	links   map[string]int // managed link name → ifindex currently set up
+	missing []string       // managed links whose interface does not exist now
 
 	dp      *datapath.Datapath
 	dpErr   error
@@ -86,7 +86,7 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	d := &Daemon{
 		cfg: cfg, log: cfg.Logger.With("component", "daemon"), started: time.Now(),
-		links: map[string]int{}, linkErrs: map[string]string{}, down: make(chan struct{}),
+		links: map[string]int{}, down: make(chan struct{}),
 	}
 	var err error
 	if d.netns, err = netnsInode(); err != nil {
@@ -213,36 +213,41 @@ func (d *Daemon) applyLocked(m merged, slots *slotTable, persist bool) error {
 	if err != nil {
 		return err
 	}
-	plans, ifindexes, err := d.planLinks(m.Policy, comp)
+	plans, ifindexes, missing, err := d.planLinks(m.Policy, comp)
 	if err != nil {
 		return err
 	}
-	prev := d.comp
-	prevLinks := d.links
 	if err := d.pushKernel(comp, plans, ifindexes); err != nil {
-		if prev != nil {
-			prevPlans, prevIdx, perr := d.planLinks(d.eff.Policy, prev)
-			if perr == nil {
-				perr = d.pushKernel(prev, prevPlans, prevIdx)
-			}
-			if perr != nil {
-				d.log.Error("restore previous policy after a failed change", "err", perr)
-			}
-		}
-		_ = prevLinks
+		d.restoreKernel()
 		return err
 	}
 	if persist {
-		if err := writeState(d.statePath(), d.persist, slots); err != nil {
-			return err
+		err := writeState(d.statePath(), d.persist, slots)
+		if err == nil {
+			err = writeState(d.runtimePath(), d.temp, nil)
 		}
-		if err := writeState(d.runtimePath(), d.temp, nil); err != nil {
+		if err != nil {
+			d.restoreKernel()
 			return err
 		}
 	}
-	d.eff, d.comp, d.slots = m, comp, slots
+	d.eff, d.comp, d.slots, d.missing = m, comp, slots, missing
 	d.gen++
 	return nil
+}
+
+// restoreKernel puts the last applied policy back after a failed change.
+func (d *Daemon) restoreKernel() {
+	if d.comp == nil {
+		return
+	}
+	plans, idx, _, err := d.planLinks(d.eff.Policy, d.comp)
+	if err == nil {
+		err = d.pushKernel(d.comp, plans, idx)
+	}
+	if err != nil {
+		d.log.Error("restore previous policy after a failed change", "err", err)
+	}
 }
 
 // linkPlan is the shaper plan of one managed link (nil Plan: mark only).
@@ -252,27 +257,45 @@ type linkPlan struct {
 	plan    *shaper.Plan
 }
 
-func (d *Daemon) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[string]int, error) {
+// planLinks builds the HTB plan of every managed link that exists now.
+// Interfaces come and go (VPN tunnels, hot-plugged NICs): a missing one is
+// reported in missing and managed once it appears (see rescan).
+func (d *Daemon) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[string]int, []string, error) {
 	var out []linkPlan
+	var missing []string
 	idx := map[string]int{}
 	for _, l := range p.Links {
 		ifi, err := net.InterfaceByName(l.Name)
 		if err != nil {
-			return nil, nil, &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", l.Name), Field: "name", Value: l.Name,
-				Reason: "no such interface in this network namespace", Fix: "check `ip link`"}
+			missing = append(missing, l.Name)
+			continue
 		}
 		lp := linkPlan{name: l.Name, ifindex: ifi.Index}
 		if l.EgressRate > 0 {
 			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifi.Index, Name: l.Name, Rate: uint64(l.EgressRate)}, comp.Classes, comp.Rules)
 			if err != nil {
-				return nil, nil, fmt.Errorf("plan HTB tree for link %s: %w", l.Name, err)
+				return nil, nil, nil, fmt.Errorf("plan HTB tree for link %s: %w", l.Name, err)
 			}
 			lp.plan = &plan
 		}
 		out = append(out, lp)
 		idx[l.Name] = ifi.Index
 	}
-	return out, idx, nil
+	return out, idx, missing, nil
+}
+
+// linksChanged reports whether managed interfaces appeared, disappeared or
+// were recreated (new ifindex) since the last apply.
+func (d *Daemon) linksChanged() bool {
+	for _, l := range d.eff.Policy.Links {
+		ifi, err := net.InterfaceByName(l.Name)
+		have, managed := d.links[l.Name]
+		switch {
+		case err != nil && managed, err == nil && !managed, err == nil && ifi.Index != have:
+			return true
+		}
+	}
+	return false
 }
 
 // pushKernel applies a compiled policy: shaper trees first (so that classes
@@ -448,6 +471,14 @@ func (d *Daemon) rescan() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.dp == nil {
+		return
+	}
+	if d.linksChanged() {
+		if err := d.applyLocked(d.eff, d.slots.clone(), false); err != nil {
+			d.log.Warn("rescan: set up links that appeared or changed", "err", err)
+		} else {
+			d.log.Info("managed links changed; policy re-applied", "links", d.links, "missing", d.missing)
+		}
 		return
 	}
 	comp, err := compile(d.eff.Policy, d.slots, d.cgRoot)

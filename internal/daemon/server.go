@@ -270,6 +270,9 @@ func (d *Daemon) status() api.Status {
 	if d.comp != nil {
 		st.Warnings = append(st.Warnings, d.comp.Warnings...)
 	}
+	for _, name := range d.missing {
+		st.Warnings = append(st.Warnings, fmt.Sprintf("link %q: no such interface now; hostqos manages it as soon as it appears", name))
+	}
 	return st
 }
 
@@ -281,6 +284,8 @@ func (d *Daemon) linkStatusLocked() []api.LinkStatus {
 			ls.Ifindex = ifindex
 			ls.Attached = true
 			ls.Shaping = l.EgressRate > 0
+		} else {
+			ls.Error = "no such interface now; managed as soon as it appears"
 		}
 		frac := l.Reservable
 		if frac == 0 {
@@ -316,6 +321,11 @@ func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l.Name = name
+	if _, err := net.InterfaceByName(name); err != nil {
+		writeErr(w, &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", name), Field: "name", Value: name,
+			Reason: "no such interface in this network namespace", Fix: "check the name with `ip link`; to manage an interface that comes later (a VPN tunnel), add it to the config file"})
+		return
+	}
 	tmp := temporary(r)
 	err := d.change("api", func(persist, temp *overlay, _ *policy.Policy) error {
 		ov := persist

@@ -312,3 +312,45 @@ func TestUnprivilegedUser(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkThatAppearsLater: a configured interface that does not exist yet
+// (a VPN tunnel, a hot-plugged NIC) does not stop the daemon; hostqos
+// manages it once it appears and again after it is recreated. An explicit
+// `link set` of a missing interface is an error.
+func TestLinkThatAppearsLater(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig("[[link]]\nname = \"late0\"\negress_rate = \"10mbit\"\n")
+	e.startDaemon()
+	st := e.status()
+	if len(st.Links) != 1 || st.Links[0].Attached || st.Links[0].Error == "" {
+		t.Fatalf("missing link not reported: %+v", st.Links)
+	}
+	if out, err := e.hostqosErr("link", "set", "nosuch0"); err == nil || !strings.Contains(out, "no such interface") {
+		t.Errorf("link set of a missing interface: %v\n%s", err, out)
+	}
+	ip := func(args ...string) {
+		if out, err := e.client.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	attached := func() (bool, string) {
+		st := e.status()
+		q, _ := e.client.Command("tc", "qdisc", "show", "dev", "late0").CombinedOutput()
+		return len(st.Links) == 1 && st.Links[0].Attached && strings.Contains(string(q), "htb 4851:"),
+			fmt.Sprintf("%+v / %s", st.Links, q)
+	}
+	ip("link", "add", "late0", "type", "veth", "peer", "name", "late1")
+	ip("link", "set", "late0", "up")
+	eventually(t, 5*time.Second, "late link managed", attached)
+	first := e.status().Links[0].Ifindex
+	ip("link", "del", "late0")
+	ip("link", "add", "late0", "type", "veth", "peer", "name", "late1")
+	ip("link", "set", "late0", "up")
+	eventually(t, 5*time.Second, "recreated link managed", func() (bool, string) {
+		ok, msg := attached()
+		return ok && e.status().Links[0].Ifindex != first, msg
+	})
+	if !hasTCX(t, e, "late0") {
+		t.Error("no classifier on the recreated link")
+	}
+}
