@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -78,5 +80,42 @@ func TestCLIManagesPolicy(t *testing.T) {
 	e.hostqosJSON(&rules, "rule", "list")
 	if len(rules) != 0 {
 		t.Errorf("rules after removal: %+v", rules)
+	}
+}
+
+// TestRunExitCodeAndCleanup: `hostqos run` exits with the program's exit
+// code (128+N for a signal), and its rule and cgroup go away afterwards.
+func TestRunExitCodeAndCleanup(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	for _, c := range []struct {
+		script string
+		code   int
+	}{{"exit 0", 0}, {"exit 7", 7}, {"kill -TERM $$", 128 + 15}} {
+		cmd := e.client.Command(hostqosBin(), "--socket", e.d.Socket, "run", "--class", "bulk", "--", "sh", "-c", c.script)
+		err := cmd.Run()
+		got := 0
+		if err != nil {
+			xe, ok := err.(*exec.ExitError)
+			if !ok {
+				t.Fatalf("run %q: %v", c.script, err)
+			}
+			got = xe.ExitCode()
+		}
+		if got != c.code {
+			t.Errorf("run %q: exit code %d, want %d", c.script, got, c.code)
+		}
+	}
+	var rules []api.RuleInfo
+	e.hostqosJSON(&rules, "rule", "list")
+	if len(rules) != 0 {
+		t.Errorf("run rules left after the programs ended: %+v", rules)
+	}
+	var runs []api.Run
+	if err := e.cli.Get(context.Background(), "/v1/runs", &runs); err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 0 {
+		t.Errorf("runs left: %+v", runs)
 	}
 }

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// runCLI executes the CLI in-process and returns its error. Flags are
+// package state in cobra, so every flag is reset first.
+func runCLI(args ...string) error {
+	walk(rootCmd, func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Value.Type() != "stringArray" {
+				_ = f.Value.Set(f.DefValue)
+			}
+			f.Changed = false
+		})
+	})
+	rootCmd.SetArgs(args)
+	defer rootCmd.SetArgs(nil)
+	return rootCmd.Execute()
+}
+
+// TestBadFlagsNameFlagAndValue: invalid input is refused before anything
+// is sent, naming the flag and the value.
+func TestBadFlagsNameFlagAndValue(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"rule", "add", "x", "--maxbw", "10mbt"}, []string{"--maxbw", "10mbt"}},
+		{[]string{"rule", "add", "x", "--remote", "198.18.0.1/15"}, []string{"--remote", "host bits"}},
+		{[]string{"rule", "add", "x", "--dscp", "AF55"}, []string{"--dscp", "AF55"}},
+		{[]string{"rule", "add", "x", "--proto", "sctp"}, []string{"--proto", "sctp"}},
+		{[]string{"rule", "add", "x", "--exe", "bin/app"}, []string{"--exe", "absolute"}},
+		{[]string{"rule", "add", "x", "--precedence", "70000"}, []string{"--precedence", "70000"}},
+		{[]string{"link", "set", "eth0", "--reservable", "1.5"}, []string{"--reservable", "1.5"}},
+		{[]string{"class", "set", "voice", "--priority", "9"}, []string{"--priority", "9"}},
+		{[]string{"run", "--maxbw", "fast", "--", "true"}, []string{"--maxbw", "fast"}},
+		{[]string{"stat", "everything"}, []string{"everything"}},
+		{[]string{"status", "-o", "yaml"}, []string{"--output", "yaml"}},
+		{[]string{"tool", "udp-send", "--to", "nowhere", "--pps", "10"}, []string{"to", "nowhere"}},
+		{[]string{"tool", "voice", "--to", "198.18.0.2:7", "--calls", "0"}, []string{"calls", "0"}},
+		{[]string{"tool", "tcp-send", "--to", "198.18.0.2:7", "--streams", "5000"}, []string{"streams", "5000"}},
+	} {
+		err := runCLI(append([]string{"--socket", "/nonexistent/hostqos.sock"}, c.args...)...)
+		if err == nil {
+			t.Errorf("%v: accepted", c.args)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: error %q does not mention %q", c.args, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "hostqosd is not running") {
+			t.Errorf("%v: reached the daemon instead of refusing the flag: %v", c.args, err)
+		}
+	}
+}
