@@ -92,7 +92,7 @@ func (d *Daemon) Start() error {
 		err := d.Client.Get(ctx, "/v1/status", &st)
 		cancel()
 		if err == nil {
-			return nil
+			return d.mark()
 		}
 		select {
 		case werr := <-d.exited:
@@ -122,6 +122,7 @@ func (d *Daemon) Signal(sig syscall.Signal) error {
 	if err := d.cmd.Process.Signal(sig); err != nil {
 		if errors.Is(err, os.ErrProcessDone) {
 			<-d.exited
+			unmark(d.cmd.Process.Pid)
 			d.cmd = nil
 			return nil
 		}
@@ -130,6 +131,8 @@ func (d *Daemon) Signal(sig syscall.Signal) error {
 	if sig != syscall.SIGTERM && sig != syscall.SIGKILL {
 		return nil
 	}
+	pid := d.cmd.Process.Pid
+	defer unmark(pid)
 	select {
 	case <-d.exited:
 	case <-time.After(10 * time.Second):

@@ -11,8 +11,10 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,10 +42,35 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	_ = testbed.CleanStale()
+	go cleanupOnSignal()
+	if n, err := lab.CleanStale(); err != nil || n > 0 {
+		fmt.Printf("integration: cleaned %d stale daemon(s) of killed runs (%v)\n", n, err)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// live holds the environments of running tests, so that an interrupted run
+// (Ctrl-C, a CI timeout's SIGTERM) still removes everything it made.
+var live struct {
+	sync.Mutex
+	envs map[*env]bool
+}
+
+func cleanupOnSignal() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	s := <-sigs
+	fmt.Printf("integration: %v: removing every daemon and namespace of the running tests\n", s)
+	live.Lock()
+	for e := range live.envs {
+		_ = e.d.Stop()
+		_ = e.tb.Close()
+	}
+	live.Unlock()
+	os.RemoveAll(binDir)
+	os.Exit(130)
 }
 
 func needRoot(t *testing.T) {
@@ -93,7 +120,16 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, tb: tb, client: tb.Node("client"), server: tb.Node("server"), dir: dir}
 	e.d = lab.NewDaemon(e.client, binDir, dir)
 	e.cli = e.d.Client
+	live.Lock()
+	if live.envs == nil {
+		live.envs = map[*env]bool{}
+	}
+	live.envs[e] = true
+	live.Unlock()
 	t.Cleanup(func() {
+		live.Lock()
+		delete(live.envs, e)
+		live.Unlock()
 		if err := e.d.Stop(); err != nil {
 			t.Errorf("stop daemon: %v", err)
 		}

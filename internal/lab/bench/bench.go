@@ -24,6 +24,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/hostqos/hostqos/internal/lab"
 )
 
 // Options configure a run of the suite.
@@ -157,6 +159,9 @@ func Run(ctx context.Context, opts Options, names []string) ([]*Report, error) {
 	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("run benchmarks: needs root (network namespaces, BPF, qdiscs)")
+	}
+	if n, err := lab.CleanStale(); err != nil || n > 0 {
+		fmt.Fprintf(progressWriter(opts), "cleaned %d stale daemon(s) of killed runs (%v)\n", n, err)
 	}
 	e, err := newEnv(ctx, opts)
 	if err != nil {
@@ -352,4 +357,12 @@ func fmtRate(bps float64) string {
 		return fmt.Sprintf("%.1f kbit/s", bps/1e3)
 	}
 	return fmt.Sprintf("%.0f bit/s", bps)
+}
+
+// progressWriter is where progress lines go (nowhere when not asked for).
+func progressWriter(o Options) io.Writer {
+	if o.Progress == nil {
+		return io.Discard
+	}
+	return o.Progress
 }

@@ -219,7 +219,7 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 		return nil, fmt.Errorf("find hostqos and hostqosd in %s: missing; run make build", opts.BinDir)
 	}
 	start := time.Now()
-	if n, err := CleanStale(opts.BinDir); err != nil {
+	if n, err := CleanStale(); err != nil {
 		opts.Log.Warn("clean leftovers of earlier demo runs", "err", err)
 	} else if n > 0 {
 		fmt.Fprintf(opts.Progress, "removed the leftovers of %d earlier demo run(s) that did not end cleanly\n", n)

@@ -214,21 +214,31 @@ func TestCleanStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &marker{PID: pid, Scratch: scratch, Daemons: []daemonMark{{PID: pid, Netns: tb.Node("client").NetnsName,
-		BPFFS: "/sys/fs/bpf/hqlab-00000000", Args: []string{"--socket", filepath.Join(scratch, "none.sock"),
-			"--state-dir", filepath.Join(scratch, "state"), "--bpffs-dir", "/sys/fs/bpf/hqlab-00000000", "--config", filepath.Join(scratch, "none.toml")}}}}
+	m := &marker{PID: pid, Scratch: scratch}
 	if err := m.save(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.remove)
-	n, err := CleanStale(buildBinaries(t))
+	// The dead run's daemon, as lab.Daemon records it.
+	bin := buildBinaries(t)
+	dm, _ := json.Marshal(map[string]any{"owner": pid, "pid": pid, "netns": tb.Node("client").NetnsName,
+		"bpffs": "/sys/fs/bpf/hqlab-00000000", "bin_dir": bin, "args": []string{"--socket", filepath.Join(scratch, "none.sock"),
+			"--state-dir", filepath.Join(scratch, "state"), "--bpffs-dir", "/sys/fs/bpf/hqlab-00000000", "--config", filepath.Join(scratch, "none.toml")}})
+	daemonMarker := filepath.Join(lab.MarkerDir, "999999999.json")
+	if err := os.MkdirAll(lab.MarkerDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(daemonMarker, dm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n, err := CleanStale()
 	if err != nil {
 		t.Logf("clean stale: %v", err) // other stale leftovers may exist on a shared machine
 	}
 	if n < 1 {
 		t.Errorf("CleanStale cleaned %d dead runs, want ≥ 1", n)
 	}
-	for _, p := range []string{m.path(), scratch} {
+	for _, p := range []string{m.path(), scratch, daemonMarker} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("left behind: %s (%v)", p, err)
 		}

@@ -78,24 +78,14 @@ func (r *runner) startDaemon(node *testbed.Node) (*lab.Daemon, error) {
 	if syscall.Stat(filepath.Join("/run/netns", node.NetnsName), &st) == nil {
 		ino = st.Ino
 	}
-	mark := daemonMark{Netns: node.NetnsName, NetnsIno: ino, BPFFS: d.BPFFS, Args: d.Args()}
 	r.addCreated(d.BPFFS)
 	if root, err := cgroups.Root(); err == nil && ino != 0 {
 		r.addCreated(filepath.Join(root, fmt.Sprintf("hostqos/ns-%d", ino)))
 	}
 	// Registered before Start so that a half-started daemon is removed too.
+	// The daemon records itself for lab.CleanStale once it runs.
 	r.onCleanup("stop hostqosd", d.Stop)
-	if err := r.mark.addDaemon(mark); err != nil {
-		return nil, err
-	}
 	if err := d.Start(); err != nil {
-		return nil, err
-	}
-	mark.PID = d.PID()
-	r.mark.mu.Lock()
-	r.mark.Daemons[len(r.mark.Daemons)-1] = mark
-	r.mark.mu.Unlock()
-	if err := r.mark.save(); err != nil {
 		return nil, err
 	}
 	return d, nil

@@ -5,40 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
-	"github.com/hostqos/hostqos/internal/cgroups"
-	"github.com/hostqos/hostqos/internal/testbed"
+	"github.com/hostqos/hostqos/internal/lab"
 )
 
-// MarkerDir holds one file per running demo (<pid>.json) listing what it
-// made outside its network namespaces: the daemon (pid, pins, cgroups) and
-// the scratch directory. A run that was killed (SIGKILL, power loss) leaves
-// its file behind; the next run's CleanStale removes what it lists.
+// MarkerDir holds one file per running demo (<pid>.json) listing its
+// scratch directory. A run that was killed (SIGKILL, power loss) leaves its
+// file behind; the next run's CleanStale removes the directory. Daemons and
+// namespaces are recorded and cleaned by the lab and testbed packages.
 const MarkerDir = "/run/hostqos-demo"
 
 type marker struct {
-	PID     int          `json:"pid"`
-	Started string       `json:"started"`
-	Scratch string       `json:"scratch"`
-	Keep    bool         `json:"keep"`
-	Daemons []daemonMark `json:"daemons,omitempty"`
+	PID     int    `json:"pid"`
+	Started string `json:"started"`
+	Scratch string `json:"scratch"`
+	Keep    bool   `json:"keep"`
 
 	mu sync.Mutex
-}
-
-type daemonMark struct {
-	PID      int      `json:"pid"`
-	Netns    string   `json:"netns"`
-	NetnsIno uint64   `json:"netns_ino"`
-	BPFFS    string   `json:"bpffs"`
-	Args     []string `json:"args"`
 }
 
 func (m *marker) path() string { return filepath.Join(MarkerDir, strconv.Itoa(m.PID)+".json") }
@@ -60,21 +48,12 @@ func (m *marker) save() error {
 	return nil
 }
 
-func (m *marker) addDaemon(d daemonMark) error {
-	m.mu.Lock()
-	m.Daemons = append(m.Daemons, d)
-	m.mu.Unlock()
-	return m.save()
-}
-
 func (m *marker) remove() { _ = os.Remove(m.path()) }
 
-// CleanStale removes what demo runs whose process is gone left behind: it
-// kills their hostqosd if it still runs, runs `hostqosd down` in the
-// namespace if that still exists, removes the daemon's pins and cgroups and
-// the scratch directory, and then the testbed namespaces of dead runs
-// (testbed.CleanStale). It returns how many dead runs it cleaned.
-func CleanStale(binDir string) (int, error) {
+// CleanStale removes what demo runs whose process is gone left behind: their
+// scratch directories, then (lab.CleanStale) their daemons, pins, cgroups
+// and testbed namespaces. It returns how many dead runs it cleaned.
+func CleanStale() (int, error) {
 	ents, err := os.ReadDir(MarkerDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, fmt.Errorf("read %s: %w", MarkerDir, err)
@@ -101,22 +80,16 @@ func CleanStale(binDir string) (int, error) {
 			_ = os.Remove(path)
 			continue
 		}
-		var merr []error
-		for _, d := range m.Daemons {
-			merr = append(merr, cleanStaleDaemon(binDir, d)...)
-		}
 		if m.Scratch != "" && !m.Keep && strings.Contains(filepath.Base(m.Scratch), "hostqos-demo-") {
 			if err := os.RemoveAll(m.Scratch); err != nil {
-				merr = append(merr, fmt.Errorf("remove stale scratch %s: %w", m.Scratch, err))
+				errs = append(errs, fmt.Errorf("remove stale scratch %s: %w", m.Scratch, err))
+				continue
 			}
 		}
-		if len(merr) == 0 {
-			_ = os.Remove(path)
-		}
-		errs = append(errs, merr...)
+		_ = os.Remove(path)
 		n++
 	}
-	if err := testbed.CleanStale(); err != nil {
+	if _, err := lab.CleanStale(); err != nil {
 		errs = append(errs, err)
 	}
 	return n, errors.Join(errs...)
@@ -125,44 +98,4 @@ func CleanStale(binDir string) (int, error) {
 func alive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// isHostqosd reports whether pid runs a hostqosd (not a reused pid).
-func isHostqosd(pid int) bool {
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	return err == nil && filepath.Base(strings.TrimSuffix(exe, " (deleted)")) == "hostqosd"
-}
-
-func cleanStaleDaemon(binDir string, d daemonMark) []error {
-	var errs []error
-	if d.PID > 0 && alive(d.PID) && isHostqosd(d.PID) {
-		_ = syscall.Kill(d.PID, syscall.SIGTERM)
-		for i := 0; i < 50 && alive(d.PID); i++ {
-			time.Sleep(100 * time.Millisecond)
-		}
-		if alive(d.PID) {
-			_ = syscall.Kill(d.PID, syscall.SIGKILL)
-		}
-	}
-	nsPath := filepath.Join("/run/netns", d.Netns)
-	if _, err := os.Stat(nsPath); err == nil && d.Netns != "" {
-		down := exec.Command("nsenter", append([]string{"--net=" + nsPath, "--", filepath.Join(binDir, "hostqosd"), "down"}, d.Args...)...)
-		if out, err := sh(down); err != nil {
-			errs = append(errs, fmt.Errorf("hostqosd down in stale namespace %s: %v: %s", d.Netns, err, strings.TrimSpace(out)))
-		}
-	}
-	if d.BPFFS != "" && strings.HasPrefix(d.BPFFS, "/sys/fs/bpf/hqlab-") {
-		if err := os.RemoveAll(d.BPFFS); err != nil {
-			errs = append(errs, fmt.Errorf("remove stale pins %s: %w", d.BPFFS, err))
-		}
-	}
-	if d.NetnsIno != 0 {
-		if root, err := cgroups.Root(); err == nil {
-			if err := cgroups.RemoveTree(root, fmt.Sprintf("/hostqos/ns-%d", d.NetnsIno)); err != nil {
-				errs = append(errs, err)
-			}
-			_ = syscall.Rmdir(filepath.Join(root, "hostqos"))
-		}
-	}
-	return errs
 }
