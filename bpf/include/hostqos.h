@@ -9,7 +9,7 @@
 #ifndef HOSTQOS_H
 #define HOSTQOS_H
 
-#define HQ_ABI_VERSION 1
+#define HQ_ABI_VERSION 2
 
 #define HQ_MAX_RULES 4096     /* rule slots and rules per buffer */
 #define HQ_MAX_APP_RULES 256  /* rules with app selectors (bits of a bitmap) */
@@ -20,6 +20,11 @@
 #define HQ_SLOT_NONE 0xffff
 #define HQ_IPV6_EXT_MAX 4     /* IPv6 extension headers skipped at most */
 #define HQ_MAX_CPUS 1024      /* bound of per-CPU sums */
+#define HQ_RLISTS 9           /* rule lists per policy buffer, see hq_rlist */
+#define HQ_RLIST_APP 8        /* index of the app-rule list */
+#define HQ_FCTR_TRIES 4       /* counter slots probed per allocation */
+/* A counter slot whose flow was idle this long may be taken over. */
+#define HQ_FCTR_IDLE_NS 1000000000ULL
 
 /* App-selector map sizes (both policy buffers share them). */
 #define HQ_EXE_ENTRIES 8192
@@ -70,21 +75,52 @@ struct hq_flow_key {
 	__u32 dst[4];
 };
 
+/*
+ * Flow table value (hq_flows, LRU hash). Read-only on a packet that hits a
+ * flow evaluated at the current policy generation: everything a packet
+ * changes lives in the flow's counter slot (struct hq_fctr), which the
+ * daemon reads in place through a memory mapping.
+ */
 struct hq_flow {
-	__u64 packets;
-	__u64 bytes;
-	__u64 drops;
-	__u64 first_ns;
-	__u64 last_ns;
+	__u64 tag;     /* owner tag of the counter slot (hq_fctr); 0 = none */
+	__u32 cslot;   /* index of the counter slot in hq_fctr */
 	__u32 gen;     /* policy generation the cached result was evaluated at */
 	__u32 classid; /* cached: skb->priority to set, 0 = leave */
 	__u16 slot;    /* cached: matching rule slot, HQ_SLOT_NONE = none */
 	__u8 action;   /* cached: enum hq_action */
 	__s8 dscp;     /* cached: DSCP to write, -1 = leave */
+	__u64 first_ns;
+	/*
+	 * Counts of the flow's earlier counter slots: when another flow takes
+	 * the slot over, the taker adds the slot's counts here first.
+	 */
+	__u64 base_packets;
+	__u64 base_bytes;
+	__u64 base_drops;
+	__u64 base_last_ns;
 	__u32 tgid;    /* owner at socket birth, 0 = unknown */
 	__u32 uid;
-	__u32 pad;
 	char comm[HQ_COMM_LEN];
+};
+
+/*
+ * A flow's counter slot (hq_fctr: a BPF_F_MMAPABLE array, one cache line
+ * per slot). Slots are handed out by a global cursor (hq_state.fcursor)
+ * modulo the array size; tag is the cursor value that allocated the slot
+ * plus one, so it is unique for ever and names the flow that owns the
+ * slot. The classifier counts into a slot only while its tag equals the
+ * flow's; readers ignore a slot whose tag is not the one they expect.
+ */
+struct hq_fctr {
+	__u64 tag;
+	__u64 packets;
+	__u64 bytes;
+	__u64 drops;
+	__u64 last_ns;
+	__u16 rule;    /* rule slot of the flow, HQ_SLOT_NONE = none */
+	__u16 pad0;
+	__u32 pad1;
+	__u64 pad2[2];
 };
 
 /* One compiled rule; addresses and masks are pre-masked by the loader. */
@@ -107,6 +143,19 @@ struct hq_rule {
 	__s8 dscp_in;    /* -1 = any */
 	__u8 has_app;
 	__u8 pad[2];
+};
+
+/*
+ * A rule list: indexes (within the policy buffer) of rules, in policy
+ * order. Each buffer has HQ_RLISTS of them at keys buf * HQ_RLISTS + k:
+ * k = family (0 IPv4, 1 IPv6) * 4 + protocol class (0 TCP, 1 UDP, 2 ICMP
+ * and ICMPv6, 3 other) lists the rules without app selectors that can
+ * match such a packet; k = HQ_RLIST_APP lists the rules with app selectors
+ * by app bit (which follows policy order too).
+ */
+struct hq_rlist {
+	__u32 n;
+	__u16 idx[HQ_MAX_RULES];
 };
 
 struct hq_counters {
@@ -154,7 +203,11 @@ struct hq_buf {
 struct hq_state {
 	__u32 gen;
 	__u32 pad;
+	/* coarse ns - jiffies * tick ns, measured once; 0 = not yet */
+	__u64 clock_base;
 	struct hq_buf buf[2];
+	/* Counter slot allocation cursor, in its own cache line. */
+	__u64 fcursor __attribute__((aligned(64)));
 };
 
 /* App-selector map keys: (buffer, value). */

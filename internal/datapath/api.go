@@ -98,6 +98,8 @@ type Flow struct {
 	Counters
 	FirstSeenNS uint64 // bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC, tick resolution) at first packet
 	LastSeenNS  uint64 // same clock, at the latest packet
+	// Ref rereads the flow's counters cheaply (Datapath.FlowCounters).
+	Ref FlowRef
 }
 
 // Identity is a socket owner's app identity, as the sock_create program

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -26,7 +25,7 @@ const (
 	MaxAppRules       = 256  // rules with at least one app selector
 	DefaultFlowTable  = 65536
 	DefaultBPFFSDir   = "/sys/fs/bpf/hostqos"
-	abiVersion        = 1
+	abiVersion        = 2
 	slotNone          = 0xffff
 	cgLevels          = 8
 	maxExeKeys        = 8192 / 2 // per policy buffer
@@ -60,6 +59,13 @@ type Datapath struct {
 	noIter            atomic.Bool // iterators unavailable: use batch lookups
 	ncpu              int
 	flowMax           uint32
+	// Flow counter slots (hq_fctr), memory-mapped read-only; nil after
+	// Close. The mapping is released when no reader holds it any more.
+	fctr  atomic.Pointer[fctrMem]
+	fctrN uint32
+	// reader serves Flows; guarded by readerMu.
+	readerMu sync.Mutex
+	reader   *FlowReader
 }
 
 // meta is the value of the pinned hq_meta map: it tells a later Open what
@@ -146,9 +152,21 @@ func Open(opts Options) (_ *Datapath, err error) {
 		fm.Close()
 	}
 	spec.Maps["hq_flows"].MaxEntries = d.flowMax
+	// Twice as many counter slots as flows: at least half of them are free
+	// or belong to flows gone from the table, so allocation rarely has to
+	// take a slot over from a live flow.
+	d.fctrN = 2 * d.flowMax
+	spec.Maps["hq_fctr"].MaxEntries = d.fctrN
+	spec.Maps["hq_fkey"].MaxEntries = d.fctrN
+	if err := spec.Variables["hq_fctr_n"].Set(d.fctrN); err != nil {
+		return nil, fmt.Errorf("set counter slot count: %w", err)
+	}
 
 	if err := spec.Variables["hq_netns_cookie"].Set(cookie); err != nil {
 		return nil, fmt.Errorf("set netns cookie: %w", err)
+	}
+	if err := spec.Variables["hq_tick_ns"].Set(tickNS()); err != nil {
+		return nil, fmt.Errorf("set tick length: %w", err)
 	}
 	if err := spec.Variables["hq_ncpu"].Set(uint32(d.ncpu)); err != nil {
 		return nil, fmt.Errorf("set CPU count: %w", err)
@@ -187,6 +205,12 @@ func Open(opts Options) (_ *Datapath, err error) {
 		}
 		return nil, incompatible("", err)
 	}
+
+	fm, err := mapFctr(d.objs.HqFctr, d.fctrN)
+	if err != nil {
+		return nil, err
+	}
+	d.fctr.Store(fm)
 
 	if metaMap == nil {
 		m, err := ebpf.NewMapWithOptions(&ebpf.MapSpec{
@@ -512,85 +536,6 @@ func (d *Datapath) ruleCountersBatch() ([]Counters, error) {
 	return out, nil
 }
 
-// flowBatch is the number of flows read per batch syscall.
-const flowBatch = 4096
-
-// Flows calls fn for every flow in the flow table until fn returns false.
-// It dumps the table with a BPF map iterator (falling back to batch
-// lookups); the table keeps changing meanwhile, so a flow created or
-// evicted during the dump may be missed. fn must not call back into d.
-func (d *Datapath) Flows(fn func(Flow) bool) error {
-	if !d.noIter.Load() {
-		err := d.dumpFlows(fn)
-		if err == nil {
-			return nil
-		}
-		d.log.Warn("map iterator unavailable, using batch lookups", "error", err)
-		d.noIter.Store(true)
-	}
-	return d.flowsBatch(fn)
-}
-
-func (d *Datapath) flowsBatch(fn func(Flow) bool) error {
-	keys := make([]hostqosHqFlowKey, flowBatch)
-	vals := make([]hostqosHqFlow, flowBatch)
-	var cur ebpf.MapBatchCursor
-	for {
-		n, err := d.objs.HqFlows.BatchLookup(&cur, keys, vals, nil)
-		done := errors.Is(err, ebpf.ErrKeyNotExist)
-		if err != nil && !done {
-			if errors.Is(err, ebpf.ErrNotSupported) {
-				return d.flowsIter(fn)
-			}
-			return fmt.Errorf("read flow table: %w", err)
-		}
-		for i := 0; i < n; i++ {
-			if !fn(flowFromBPF(&keys[i], &vals[i])) {
-				return nil
-			}
-		}
-		if done || n == 0 {
-			return nil
-		}
-	}
-}
-
-func (d *Datapath) flowsIter(fn func(Flow) bool) error {
-	var k hostqosHqFlowKey
-	var v hostqosHqFlow
-	it := d.objs.HqFlows.Iterate()
-	for it.Next(&k, &v) {
-		if !fn(flowFromBPF(&k, &v)) {
-			return nil
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("iterate flow table: %w", err)
-	}
-	return nil
-}
-
-func flowFromBPF(k *hostqosHqFlowKey, v *hostqosHqFlow) Flow {
-	f := Flow{
-		Key: FlowKey{
-			Proto:  k.Proto,
-			Local:  netip.AddrPortFrom(addrFromWords(k.Family, &k.Src), k.Sport),
-			Remote: netip.AddrPortFrom(addrFromWords(k.Family, &k.Dst), k.Dport),
-		},
-		RuleSlot:    -1,
-		PID:         v.Tgid,
-		UID:         v.Uid,
-		Comm:        commString(&v.Comm),
-		Counters:    Counters{Packets: v.Packets, Bytes: v.Bytes, Drops: v.Drops},
-		FirstSeenNS: v.FirstNs,
-		LastSeenNS:  v.LastNs,
-	}
-	if v.Slot != slotNone {
-		f.RuleSlot = int(v.Slot)
-	}
-	return f
-}
-
 // Stats returns the datapath's health counters.
 func (d *Datapath) Stats() (Stats, error) {
 	vals := make([]hostqosHqStats, d.ncpu)
@@ -640,6 +585,7 @@ func (d *Datapath) Close() error {
 		d.sock = nil
 	}
 	d.objs.Close()
+	d.fctr.Store(nil)
 	if d.mem != nil {
 		_ = unix.Munmap(d.mem)
 		d.mem = nil

@@ -67,7 +67,7 @@ func dump(it **link.Iter, bufp *[]uint64, attach func() (*link.Iter, error), rec
 	}
 }
 
-func (d *Datapath) dumpFlows(fn func(Flow) bool) error {
+func (d *Datapath) dumpFlows(fn func(*hostqosHqFlowKey, *hostqosHqFlow) bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return dump(&d.flowIter, &d.dumpBuf, func() (*link.Iter, error) {
@@ -79,7 +79,7 @@ func (d *Datapath) dumpFlows(fn func(Flow) bool) error {
 	}, flowRecSize, func(rec []byte) bool {
 		k := (*hostqosHqFlowKey)(unsafe.Pointer(&rec[0]))
 		v := (*hostqosHqFlow)(unsafe.Pointer(&rec[unsafe.Sizeof(hostqosHqFlowKey{})]))
-		return fn(flowFromBPF(k, v))
+		return fn(k, v)
 	})
 }
 

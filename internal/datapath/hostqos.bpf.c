@@ -44,6 +44,12 @@ const volatile __u64 hq_netns_cookie = 0;
 /* Number of possible CPUs (per-CPU value stride count); set at load. */
 const volatile __u32 hq_ncpu = 1;
 
+/* Number of flow counter slots (hq_fctr and hq_fkey entries); set at load. */
+const volatile __u32 hq_fctr_n = 1;
+
+/* Nanoseconds per jiffy (1e9 / CONFIG_HZ), 0 = unknown; set at load. */
+const volatile __u64 hq_tick_ns = 0;
+
 /* Policy state; see struct hq_state. Pinned by the loader. */
 struct hq_state hq_policy;
 
@@ -62,6 +68,33 @@ struct {
 	__type(value, struct hq_flow);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * HQ_RLISTS);
+	__type(key, __u32);
+	__type(value, struct hq_rlist);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_rlists SEC(".maps");
+
+/* Per-flow counters, memory-mapped by the daemon; see struct hq_fctr. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1); /* set by the loader: hq_fctr_n */
+	__type(key, __u32);
+	__type(value, struct hq_fctr);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_fctr SEC(".maps");
+
+/* Key of the flow each counter slot was last handed to. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* set by the loader: hq_fctr_n */
+	__type(key, __u32);
+	__type(value, struct hq_flow_key);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_fkey SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -122,6 +155,36 @@ struct {
 	__type(value, struct hq_bitmap);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_cg SEC(".maps");
+
+/*
+ * CLOCK_MONOTONIC at tick resolution, i.e. bpf_ktime_get_coarse_ns(). That
+ * helper call costs about 10 ns a packet; jiffies are read inline, and
+ * both advance at the tick, so coarse ns = jiffies * tick + a constant,
+ * measured once (clock_sync) and kept with the policy state.
+ */
+static __always_inline __u64 coarse_ns(void)
+{
+	__u64 base;
+
+	if (hq_tick_ns) {
+		base = *(volatile __u64 *)&hq_policy.clock_base;
+		if (base)
+			return base + bpf_jiffies64() * hq_tick_ns;
+	}
+	return bpf_ktime_get_coarse_ns();
+}
+
+static __always_inline void clock_sync(void)
+{
+	__u64 j, ns;
+
+	if (!hq_tick_ns || *(volatile __u64 *)&hq_policy.clock_base)
+		return;
+	j = bpf_jiffies64();
+	ns = bpf_ktime_get_coarse_ns();
+	if (j == bpf_jiffies64()) /* no tick in between */
+		hq_policy.clock_base = ns - j * hq_tick_ns;
+}
 
 static __always_inline struct hq_stats *stats(void)
 {
@@ -189,14 +252,18 @@ int hq_sock_create(struct bpf_sock *ctx)
 struct hq_pkt {
 	struct hq_flow_key key;
 	__u8 dscp_in;
+	__u32 gen; /* active policy generation */
+	__u64 now; /* bpf_ktime_get_coarse_ns */
+	__u64 len; /* bytes counted: skb->len */
 };
 
 struct hq_eval {
 	struct hq_pkt *pkt;
+	struct hq_rlist *list;
 	struct hq_bitmap appmatch;
-	__u32 base;      /* first rule index of the active buffer */
-	__u32 nrules;
-	__s32 match;     /* rule index (within buffer) or -1 */
+	__u32 base;  /* first rule index of the active buffer */
+	__u32 limit; /* only rules before this one can still win */
+	__s32 match; /* rule index (within buffer) or -1 */
 };
 
 static __always_inline int ports_in(__u16 p, __u16 lo, __u16 hi)
@@ -211,26 +278,16 @@ static __always_inline int addr_match(const __u32 *a, const __u32 *addr,
 	       ((a[2] & mask[2]) == addr[2]) & ((a[3] & mask[3]) == addr[3]);
 }
 
-static long eval_rule(__u32 i, void *data)
+/* The flow selectors of rule ri (within the buffer) match the packet. */
+static __always_inline int flow_match(struct hq_eval *ev, __u32 ri)
 {
-	struct hq_eval *ev = data;
 	struct hq_pkt *p = ev->pkt;
 	struct hq_rule *r;
-	__u32 idx;
+	__u32 idx = ev->base + ri;
 
-	if (i >= ev->nrules)
-		return 1;
-	idx = ev->base + i;
 	r = bpf_map_lookup_elem(&hq_rules, &idx);
 	if (!r)
-		return 1;
-
-	if (r->has_app) {
-		__u16 bit = r->app_bit & (HQ_MAX_APP_RULES - 1);
-
-		if (!(ev->appmatch.w[bit >> 6] & (1ULL << (bit & 63))))
-			return 0;
-	}
+		return 0;
 	if (r->proto && r->proto != p->key.proto) {
 		/* ICMP rules also match ICMPv6. */
 		if (!(r->proto == IPPROTO_ICMP && p->key.proto == IPPROTO_ICMPV6))
@@ -248,8 +305,43 @@ static long eval_rule(__u32 i, void *data)
 		return 0;
 	if (r->dscp_in >= 0 && r->dscp_in != p->dscp_in)
 		return 0;
+	return 1;
+}
 
-	ev->match = i;
+/* bpf_loop callback over the app-rule list: app bit i, rule list->idx[i]. */
+static long eval_app_rule(__u32 i, void *data)
+{
+	struct hq_eval *ev = data;
+	struct hq_rlist *l = ev->list;
+	__u32 bit = i & (HQ_MAX_APP_RULES - 1);
+	__u32 ri;
+
+	if (!l || i >= l->n || i >= HQ_MAX_APP_RULES)
+		return 1;
+	if (!(ev->appmatch.w[bit >> 6] & (1ULL << (bit & 63))))
+		return 0;
+	ri = l->idx[i & (HQ_MAX_RULES - 1)];
+	if (!flow_match(ev, ri))
+		return 0;
+	ev->match = ri;
+	return 1;
+}
+
+/* bpf_loop callback over a flow-rule list, in policy order. */
+static long eval_flow_rule(__u32 i, void *data)
+{
+	struct hq_eval *ev = data;
+	struct hq_rlist *l = ev->list;
+	__u32 ri;
+
+	if (!l || i >= l->n)
+		return 1;
+	ri = l->idx[i & (HQ_MAX_RULES - 1)];
+	if (ri >= ev->limit)
+		return 1;
+	if (!flow_match(ev, ri))
+		return 0;
+	ev->match = ri;
 	return 1;
 }
 
@@ -272,8 +364,11 @@ static __always_inline void bm_sel(struct hq_bitmap *acc,
 		acc->w[k] &= (b ? b->w[k] : 0) | ~r->w[k];
 }
 
-/* Computes the bitmap of app rules the socket's identity satisfies. */
-static __always_inline void app_match(struct hq_eval *ev, __u32 buf,
+/*
+ * Computes the bitmap of app rules the socket's identity satisfies. A
+ * function of its own keeps its keys off the stack of the rule loops.
+ */
+static __noinline void app_match(struct hq_eval *ev, __u32 buf,
 				      const struct hq_buf *hb,
 				      const struct hq_ident *id)
 {
@@ -320,6 +415,27 @@ static __always_inline void app_match(struct hq_eval *ev, __u32 buf,
 			bm_or(&cg, b);
 	}
 	bm_sel(&ev->appmatch, &cg, &hb->r_cg);
+
+	/* Bits of no rule (every app rule has some selector) stay clear. */
+#pragma unroll
+	for (int k = 0; k < HQ_BITMAP_WORDS; k++)
+		ev->appmatch.w[k] &= hb->r_exe.w[k] | hb->r_comm.w[k] |
+				     hb->r_uid.w[k] | hb->r_cg.w[k];
+}
+
+/* Protocol class of a rule list (see struct hq_rlist). */
+static __always_inline __u32 proto_class(__u8 proto)
+{
+	switch (proto) {
+	case IPPROTO_TCP:
+		return 0;
+	case IPPROTO_UDP:
+		return 1;
+	case IPPROTO_ICMP:
+	case IPPROTO_ICMPV6:
+		return 2;
+	}
+	return 3;
 }
 
 /*
@@ -336,7 +452,7 @@ static __always_inline void evaluate(struct __sk_buff *skb, struct hq_pkt *p,
 	const struct hq_buf *hb;
 	struct hq_rule *r;
 	__u32 buf = gen & 1;
-	__u32 idx;
+	__u32 idx, k;
 
 	hb = &hq_policy.buf[buf];
 
@@ -365,13 +481,31 @@ static __always_inline void evaluate(struct __sk_buff *skb, struct hq_pkt *p,
 
 	ev.pkt = p;
 	ev.base = buf * HQ_MAX_RULES;
-	ev.nrules = hb->nrules;
-	if (ev.nrules > HQ_MAX_RULES)
-		ev.nrules = HQ_MAX_RULES;
+	ev.limit = hb->nrules;
+	if (ev.limit > HQ_MAX_RULES)
+		ev.limit = HQ_MAX_RULES;
 	ev.match = -1;
 	if (st)
 		st->evaluations++;
-	bpf_loop(ev.nrules, eval_rule, &ev, 0);
+
+	/*
+	 * The earliest matching app rule (app bits follow policy order), then
+	 * any earlier rule without app selectors in the packet's list.
+	 */
+	if (ev.appmatch.w[0] | ev.appmatch.w[1] | ev.appmatch.w[2] |
+	    ev.appmatch.w[3]) {
+		k = buf * HQ_RLISTS + HQ_RLIST_APP;
+		ev.list = bpf_map_lookup_elem(&hq_rlists, &k);
+		if (ev.list)
+			bpf_loop(HQ_MAX_APP_RULES, eval_app_rule, &ev, 0);
+		if (ev.match >= 0)
+			ev.limit = ev.match;
+	}
+	k = buf * HQ_RLISTS + (p->key.family == HQ_AF_INET6) * 4 +
+	    proto_class(p->key.proto);
+	ev.list = bpf_map_lookup_elem(&hq_rlists, &k);
+	if (ev.list)
+		bpf_loop(HQ_MAX_RULES, eval_flow_rule, &ev, 0);
 	if (ev.match < 0)
 		return;
 
@@ -510,22 +644,164 @@ static __always_inline void set_dscp(struct __sk_buff *skb, __u32 off,
 	}
 }
 
+/* The cached classification of a flow, packed into one register. */
+static __always_inline __u64 pack_result(const struct hq_flow *f)
+{
+	return (__u64)f->classid | (__u64)f->slot << 32 |
+	       (__u64)f->action << 48 | (__u64)(__u8)f->dscp << 56;
+}
+
+/*
+ * The flow that owns counter slot idx under tag t, or NULL when the slot is
+ * free or its flow has left the flow table (or moved to another slot).
+ */
+static __always_inline struct hq_flow *fctr_owner(__u32 idx, __u64 t)
+{
+	struct hq_flow_key *k;
+	struct hq_flow *o;
+
+	if (!t)
+		return NULL;
+	k = bpf_map_lookup_elem(&hq_fkey, &idx);
+	if (!k)
+		return NULL;
+	o = bpf_map_lookup_elem(&hq_flows, k);
+	if (!o || o->tag != t || o->cslot != idx)
+		return NULL;
+	return o;
+}
+
+/*
+ * Hands flow f (key p->key) a counter slot: the first of HQ_FCTR_TRIES
+ * slots after the cursor that is free or whose flow is gone or idle for
+ * HQ_FCTR_IDLE_NS, else the least recently used of them. A live owner of
+ * the slot gets the slot's counts added to its base first, so its counters
+ * stay monotonic; it gets a new slot on its next packet.
+ */
+static __noinline struct hq_fctr *fctr_alloc(struct hq_pkt *p,
+					     struct hq_flow *f)
+{
+	struct hq_fctr *c, *best = NULL;
+	struct hq_flow *o, *best_o = NULL;
+	struct hq_flow_key *k;
+	__u64 n, best_n = 0, t;
+	__u32 idx, best_idx = 0;
+	int i;
+
+	for (i = 0; i < HQ_FCTR_TRIES; i++) {
+		n = __sync_fetch_and_add(&hq_policy.fcursor, 1);
+		idx = n % hq_fctr_n;
+		c = bpf_map_lookup_elem(&hq_fctr, &idx);
+		if (!c)
+			return NULL;
+		t = c->tag;
+		o = fctr_owner(idx, t);
+		if (!o || p->now - c->last_ns >= HQ_FCTR_IDLE_NS) {
+			best = c;
+			best_o = o;
+			best_n = n;
+			best_idx = idx;
+			break;
+		}
+		if (!best || c->last_ns < best->last_ns) {
+			best = c;
+			best_o = o;
+			best_n = n;
+			best_idx = idx;
+		}
+	}
+	if (!best)
+		return NULL;
+	c = best;
+	t = __sync_lock_test_and_set(&c->tag, best_n + 1);
+	o = best_o;
+	if (o && o->tag == t) {
+		__sync_fetch_and_add(&o->base_packets, c->packets);
+		__sync_fetch_and_add(&o->base_bytes, c->bytes);
+		__sync_fetch_and_add(&o->base_drops, c->drops);
+		o->base_last_ns = c->last_ns;
+	}
+	c->packets = 0;
+	c->bytes = 0;
+	c->drops = 0;
+	c->last_ns = p->now;
+	c->rule = f->slot;
+	k = bpf_map_lookup_elem(&hq_fkey, &best_idx);
+	if (k)
+		*k = p->key;
+	f->cslot = best_idx;
+	f->tag = best_n + 1;
+	return c;
+}
+
+/*
+ * Everything but the common case: a new flow (f == NULL), a flow evaluated
+ * under an older policy, or a flow without a valid counter slot. Counts
+ * the packet and returns the flow's classification (pack_result).
+ */
+static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
+				  struct hq_flow *f)
+{
+	struct hq_flow nf = {};
+	struct hq_stats *st = stats();
+	struct hq_fctr *c;
+	__u32 idx;
+	long err;
+
+	clock_sync();
+	if (!f || f->gen != p->gen) {
+		evaluate(skb, p, &nf, p->gen, st);
+		if (!f) {
+			nf.first_ns = p->now;
+			nf.base_last_ns = p->now;
+			err = bpf_map_update_elem(&hq_flows, &p->key, &nf,
+						  BPF_NOEXIST);
+			if (err && err != -17 /* EEXIST: raced */) {
+				if (st)
+					st->flow_insert_fail++;
+				return pack_result(&nf);
+			}
+			f = bpf_map_lookup_elem(&hq_flows, &p->key);
+			if (!f)
+				return pack_result(&nf);
+		}
+		if (f->gen != p->gen) {
+			f->classid = nf.classid;
+			f->slot = nf.slot;
+			f->action = nf.action;
+			f->dscp = nf.dscp;
+			f->tgid = nf.tgid;
+			f->uid = nf.uid;
+			__builtin_memcpy(f->comm, nf.comm, HQ_COMM_LEN);
+			f->gen = p->gen;
+		}
+	}
+
+	idx = f->cslot;
+	c = bpf_map_lookup_elem(&hq_fctr, &idx);
+	if (!c || !f->tag || c->tag != f->tag)
+		c = fctr_alloc(p, f);
+	if (c) {
+		__sync_fetch_and_add(&c->packets, 1);
+		__sync_fetch_and_add(&c->bytes, p->len);
+		if (f->action == HQ_ACT_DROP)
+			__sync_fetch_and_add(&c->drops, 1);
+		c->last_ns = p->now;
+		c->rule = f->slot;
+	}
+	return pack_result(f);
+}
+
 static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 {
 	struct hq_pkt p = {};
-	struct hq_flow nf = {};
 	struct hq_flow *f;
+	struct hq_fctr *c;
 	struct hq_stats *st;
-	struct hq_counters *c;
-	__u32 gen, slot;
-	__u64 now;
+	struct hq_counters *rc;
+	__u32 slot, classid, idx;
+	__u64 res;
 	int action, dscp, ret;
-	__u32 classid;
-	/*
-	 * Bytes counted = skb->len: the frame as the qdisc sees it, i.e. the
-	 * L2 header plus the IP packet (for GSO packets, all segments).
-	 */
-	__u64 len = skb->len;
 
 	st = stats();
 	if (st)
@@ -538,52 +814,50 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 		return HQ_TC_NEXT;
 	}
 
-	gen = *(volatile __u32 *)&hq_policy.gen;
-	now = bpf_ktime_get_coarse_ns();
-	f = bpf_map_lookup_elem(&hq_flows, &p.key);
-	if (f && f->gen == gen) {
-		__sync_fetch_and_add(&f->packets, 1);
-		__sync_fetch_and_add(&f->bytes, len);
-		f->last_ns = now;
-	} else if (f) {
-		/* Policy changed since this flow was evaluated. */
-		evaluate(skb, &p, f, gen, st);
-		__sync_fetch_and_add(&f->packets, 1);
-		__sync_fetch_and_add(&f->bytes, len);
-		f->last_ns = now;
-	} else {
-		evaluate(skb, &p, &nf, gen, st);
-		nf.packets = 1;
-		nf.bytes = len;
-		nf.first_ns = now;
-		nf.last_ns = now;
-		if (nf.action == HQ_ACT_DROP)
-			nf.drops = 1;
-		if (bpf_map_update_elem(&hq_flows, &p.key, &nf, BPF_ANY) && st)
-			st->flow_insert_fail++;
-		f = &nf;
-	}
+	/*
+	 * Bytes counted = skb->len: the frame as the qdisc sees it, i.e. the
+	 * L2 header plus the IP packet (for GSO packets, all segments).
+	 */
+	p.len = skb->len;
+	p.gen = *(volatile __u32 *)&hq_policy.gen;
+	p.now = coarse_ns();
 
-	slot = f->slot;
-	action = f->action;
-	dscp = f->dscp;
-	classid = f->classid;
+	f = bpf_map_lookup_elem(&hq_flows, &p.key);
+	if (f && f->gen == p.gen) {
+		idx = f->cslot;
+		c = bpf_map_lookup_elem(&hq_fctr, &idx);
+		if (c && c->tag == f->tag) {
+			/* The common case: one flow hit, two atomic adds. */
+			__sync_fetch_and_add(&c->packets, 1);
+			__sync_fetch_and_add(&c->bytes, p.len);
+			c->last_ns = p.now;
+			res = pack_result(f);
+			if ((__u8)(res >> 48) == HQ_ACT_DROP)
+				__sync_fetch_and_add(&c->drops, 1);
+			goto classified;
+		}
+	}
+	res = flow_slow(skb, &p, f);
+
+classified:
+	classid = (__u32)res;
+	slot = (__u16)(res >> 32);
+	action = (__u8)(res >> 48);
+	dscp = (__s8)(res >> 56);
 
 	if (slot < HQ_MAX_RULES) {
 		if (st)
 			st->classified++;
-		c = bpf_map_lookup_elem(&hq_rule_ctr, &slot);
-		if (c) {
-			c->packets++;
-			c->bytes += len;
+		rc = bpf_map_lookup_elem(&hq_rule_ctr, &slot);
+		if (rc) {
+			rc->packets++;
+			rc->bytes += p.len;
 			if (action == HQ_ACT_DROP)
-				c->drops++;
+				rc->drops++;
 		}
 	}
 
 	if (action == HQ_ACT_DROP) {
-		if (f != &nf)
-			__sync_fetch_and_add(&f->drops, 1);
 		if (st)
 			st->drops++;
 		return HQ_TC_DROP;

@@ -44,22 +44,36 @@ type hostqosHqExeKey struct {
 	Ino uint64
 }
 
-type hostqosHqFlow struct {
+type hostqosHqFctr struct {
 	_       structs.HostLayout
+	Tag     uint64
 	Packets uint64
 	Bytes   uint64
 	Drops   uint64
-	FirstNs uint64
 	LastNs  uint64
-	Gen     uint32
-	Classid uint32
-	Slot    uint16
-	Action  uint8
-	Dscp    int8
-	Tgid    uint32
-	Uid     uint32
-	Pad     uint32
-	Comm    [16]int8
+	Rule    uint16
+	Pad0    uint16
+	Pad1    uint32
+	Pad2    [2]uint64
+}
+
+type hostqosHqFlow struct {
+	_           structs.HostLayout
+	Tag         uint64
+	Cslot       uint32
+	Gen         uint32
+	Classid     uint32
+	Slot        uint16
+	Action      uint8
+	Dscp        int8
+	FirstNs     uint64
+	BasePackets uint64
+	BaseBytes   uint64
+	BaseDrops   uint64
+	BaseLastNs  uint64
+	Tgid        uint32
+	Uid         uint32
+	Comm        [16]int8
 }
 
 type hostqosHqFlowKey struct {
@@ -85,6 +99,12 @@ type hostqosHqIdent struct {
 	Comm    [16]int8
 }
 
+type hostqosHqRlist struct {
+	_   structs.HostLayout
+	N   uint32
+	Idx [4096]uint16
+}
+
 type hostqosHqRule struct {
 	_          structs.HostLayout
 	LocalAddr  [4]uint32
@@ -108,10 +128,11 @@ type hostqosHqRule struct {
 }
 
 type hostqosHqState struct {
-	_   structs.HostLayout
-	Gen uint32
-	Pad uint32
-	Buf [2]struct {
+	_         structs.HostLayout
+	Gen       uint32
+	Pad       uint32
+	ClockBase uint64
+	Buf       [2]struct {
 		_      structs.HostLayout
 		Nrules uint32
 		Pad    uint32
@@ -132,6 +153,9 @@ type hostqosHqState struct {
 			W [4]uint64
 		}
 	}
+	_       [32]byte
+	Fcursor uint64
+	_       [56]byte
 }
 
 type hostqosHqStats struct {
@@ -159,8 +183,11 @@ const (
 	hostqosMapHqCg           = "hq_cg"
 	hostqosMapHqComm         = "hq_comm"
 	hostqosMapHqExe          = "hq_exe"
+	hostqosMapHqFctr         = "hq_fctr"
+	hostqosMapHqFkey         = "hq_fkey"
 	hostqosMapHqFlows        = "hq_flows"
 	hostqosMapHqHealth       = "hq_health"
+	hostqosMapHqRlists       = "hq_rlists"
 	hostqosMapHqRuleCtr      = "hq_rule_ctr"
 	hostqosMapHqRules        = "hq_rules"
 	hostqosMapHqSkIdent      = "hq_sk_ident"
@@ -170,9 +197,11 @@ const (
 	hostqosProgHqSockCreate  = "hq_sock_create"
 	hostqosProgHqTcEgress    = "hq_tc_egress"
 	hostqosProgHqTcEgressL3  = "hq_tc_egress_l3"
+	hostqosVarHqFctrN        = "hq_fctr_n"
 	hostqosVarHqNcpu         = "hq_ncpu"
 	hostqosVarHqNetnsCookie  = "hq_netns_cookie"
 	hostqosVarHqPolicy       = "hq_policy"
+	hostqosVarHqTickNs       = "hq_tick_ns"
 )
 
 // loadHostqos returns the embedded CollectionSpec for hostqos.
@@ -231,8 +260,11 @@ type hostqosMapSpecs struct {
 	HqCg      *ebpf.MapSpec `ebpf:"hq_cg"`
 	HqComm    *ebpf.MapSpec `ebpf:"hq_comm"`
 	HqExe     *ebpf.MapSpec `ebpf:"hq_exe"`
+	HqFctr    *ebpf.MapSpec `ebpf:"hq_fctr"`
+	HqFkey    *ebpf.MapSpec `ebpf:"hq_fkey"`
 	HqFlows   *ebpf.MapSpec `ebpf:"hq_flows"`
 	HqHealth  *ebpf.MapSpec `ebpf:"hq_health"`
+	HqRlists  *ebpf.MapSpec `ebpf:"hq_rlists"`
 	HqRuleCtr *ebpf.MapSpec `ebpf:"hq_rule_ctr"`
 	HqRules   *ebpf.MapSpec `ebpf:"hq_rules"`
 	HqSkIdent *ebpf.MapSpec `ebpf:"hq_sk_ident"`
@@ -243,9 +275,11 @@ type hostqosMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hostqosVariableSpecs struct {
+	HqFctrN       *ebpf.VariableSpec `ebpf:"hq_fctr_n"`
 	HqNcpu        *ebpf.VariableSpec `ebpf:"hq_ncpu"`
 	HqNetnsCookie *ebpf.VariableSpec `ebpf:"hq_netns_cookie"`
 	HqPolicy      *ebpf.VariableSpec `ebpf:"hq_policy"`
+	HqTickNs      *ebpf.VariableSpec `ebpf:"hq_tick_ns"`
 }
 
 // hostqosObjects contains all objects after they have been loaded into the kernel.
@@ -271,8 +305,11 @@ type hostqosMaps struct {
 	HqCg      *ebpf.Map `ebpf:"hq_cg"`
 	HqComm    *ebpf.Map `ebpf:"hq_comm"`
 	HqExe     *ebpf.Map `ebpf:"hq_exe"`
+	HqFctr    *ebpf.Map `ebpf:"hq_fctr"`
+	HqFkey    *ebpf.Map `ebpf:"hq_fkey"`
 	HqFlows   *ebpf.Map `ebpf:"hq_flows"`
 	HqHealth  *ebpf.Map `ebpf:"hq_health"`
+	HqRlists  *ebpf.Map `ebpf:"hq_rlists"`
 	HqRuleCtr *ebpf.Map `ebpf:"hq_rule_ctr"`
 	HqRules   *ebpf.Map `ebpf:"hq_rules"`
 	HqSkIdent *ebpf.Map `ebpf:"hq_sk_ident"`
@@ -284,8 +321,11 @@ func (m *hostqosMaps) Close() error {
 		m.HqCg,
 		m.HqComm,
 		m.HqExe,
+		m.HqFctr,
+		m.HqFkey,
 		m.HqFlows,
 		m.HqHealth,
+		m.HqRlists,
 		m.HqRuleCtr,
 		m.HqRules,
 		m.HqSkIdent,
@@ -297,9 +337,11 @@ func (m *hostqosMaps) Close() error {
 //
 // It can be passed to loadHostqosObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hostqosVariables struct {
+	HqFctrN       *ebpf.Variable `ebpf:"hq_fctr_n"`
 	HqNcpu        *ebpf.Variable `ebpf:"hq_ncpu"`
 	HqNetnsCookie *ebpf.Variable `ebpf:"hq_netns_cookie"`
 	HqPolicy      *ebpf.Variable `ebpf:"hq_policy"`
+	HqTickNs      *ebpf.Variable `ebpf:"hq_tick_ns"`
 }
 
 // hostqosPrograms contains all programs after they have been loaded into the kernel.

@@ -31,6 +31,31 @@ type compiled struct {
 	rExe, rComm, rUID  bitmap
 	rCg                bitmap
 	appRules, nonEmpty int
+	// Rule lists (struct hq_rlist): rules without app selectors by
+	// family and protocol class, and rules with app selectors by app bit.
+	lists [rlists][]uint16
+}
+
+// Rule lists per policy buffer (mirrors HQ_RLISTS, HQ_RLIST_APP).
+const (
+	rlists   = 9
+	rlistApp = 8
+)
+
+// protoClasses are the protocol classes (rule list columns: TCP, UDP,
+// ICMP/ICMPv6, other) a rule's protocol selector can match.
+func protoClasses(proto uint8) []int {
+	switch proto {
+	case 0:
+		return []int{0, 1, 2, 3}
+	case 6:
+		return []int{0}
+	case 17:
+		return []int{1}
+	case 1, 58:
+		return []int{2}
+	}
+	return []int{3}
 }
 
 // compile validates p and turns it into map entries. Errors name the rule
@@ -157,6 +182,19 @@ func compile(p Policy) (*compiled, error) {
 				c.rCg.set(bit)
 			}
 		}
+		idx := uint16(len(c.rules))
+		if hasApp {
+			c.lists[rlistApp] = append(c.lists[rlistApp], idx)
+		} else {
+			for fi, fam := range []uint8{famIPv4, famIPv6} {
+				if br.Family != famAny && br.Family != fam {
+					continue
+				}
+				for _, pc := range protoClasses(br.Proto) {
+					c.lists[fi*4+pc] = append(c.lists[fi*4+pc], idx)
+				}
+			}
+		}
 		c.rules = append(c.rules, br)
 	}
 	switch {
@@ -263,6 +301,15 @@ func (d *Datapath) Apply(p Policy) error {
 		if _, err := d.objs.HqRules.BatchUpdate(keys, c.rules, nil); err != nil {
 			return fmt.Errorf("write rules: %w", err)
 		}
+	}
+	lkeys := make([]uint32, rlists)
+	lvals := make([]hostqosHqRlist, rlists)
+	for k, l := range c.lists {
+		lkeys[k] = buf*rlists + uint32(k)
+		lvals[k].N = uint32(copy(lvals[k].Idx[:], l))
+	}
+	if err := batchUpdate(d.objs.HqRlists, lkeys, lvals); err != nil {
+		return fmt.Errorf("write rule lists: %w", err)
 	}
 	hb := &st.Buf[buf]
 	hb.Nrules = uint32(len(c.rules))

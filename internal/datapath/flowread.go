@@ -1,0 +1,373 @@
+package datapath
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// Reading flows.
+//
+// A flow's key, owner and first-seen time live in the flow table (an LRU
+// hash map, which the kernel only exposes through iterators and syscalls);
+// everything a packet changes — packets, bytes, drops, last seen, rule —
+// lives in the flow's counter slot, one cache line of a memory-mapped
+// array (hq_fctr). The BPF program hands out slots with a global cursor;
+// each slot carries the tag (cursor value + 1) of the flow that owns it,
+// and so does the flow's table entry. A reader that knows a flow's slot
+// and tag (a FlowRef) reads its counters in a few nanoseconds and can tell
+// when the slot no longer belongs to the flow.
+//
+// The table only gains flows, loses flows (LRU eviction happens on an
+// insert) or moves a flow to another slot when a slot is allocated, which
+// advances the cursor; FlowReader therefore rescans the table only when
+// the cursor has moved since its last scan.
+
+// FlowRef locates a flow's counters in the shared counter array. It stays
+// valid while the flow keeps its counter slot.
+type FlowRef struct {
+	Slot uint32 // index into the counter array
+	Tag  uint64 // owner tag; 0 = the flow has no slot (yet)
+	// Counts of the flow's earlier slots at the time of the scan.
+	base     Counters
+	baseLast uint64
+}
+
+// FlowCounters are a flow's counters as read from its counter slot.
+type FlowCounters struct {
+	Counters
+	LastSeenNS uint64
+	RuleSlot   int // -1 = no rule matched
+}
+
+// fctrSize is the size of one counter slot (struct hq_fctr).
+const fctrSize = unsafe.Sizeof(hostqosHqFctr{})
+
+// fctrMem is the read-only mapping of the counter array. It is unmapped
+// by a cleanup once unreachable, so a reader holding it can never touch
+// unmapped memory, even while the datapath is being closed.
+type fctrMem struct {
+	b []byte
+	n uint32
+}
+
+func mapFctr(m *ebpf.Map, n uint32) (*fctrMem, error) {
+	size := (int(n)*int(fctrSize) + 4095) &^ 4095
+	b, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap flow counters: %w", err)
+	}
+	fm := &fctrMem{b: b, n: n}
+	runtime.AddCleanup(fm, func(b []byte) { _ = unix.Munmap(b) }, b)
+	return fm, nil
+}
+
+// read returns the counters of the flow behind ref: its base plus the
+// slot's counts when the slot still carries ref's tag (ok), else the base
+// alone. rule is the slot's rule, -1 when unknown.
+func (m *fctrMem) read(ref *FlowRef) (c FlowCounters, ok bool) {
+	c.Counters, c.LastSeenNS, c.RuleSlot = ref.base, ref.baseLast, -1
+	if ref.Tag == 0 || ref.Slot >= m.n {
+		return c, false
+	}
+	s := (*hostqosHqFctr)(unsafe.Pointer(&m.b[uintptr(ref.Slot)*fctrSize]))
+	if atomic.LoadUint64(&s.Tag) != ref.Tag {
+		return c, false
+	}
+	p := atomic.LoadUint64(&s.Packets)
+	b := atomic.LoadUint64(&s.Bytes)
+	d := atomic.LoadUint64(&s.Drops)
+	last := atomic.LoadUint64(&s.LastNs)
+	rule := *(*uint16)(unsafe.Pointer(&s.Rule))
+	// The slot may have been taken over while we read it.
+	if atomic.LoadUint64(&s.Tag) != ref.Tag {
+		return c, false
+	}
+	c.Packets += p
+	c.Bytes += b
+	c.Drops += d
+	if last > c.LastSeenNS {
+		c.LastSeenNS = last
+	}
+	if rule != slotNone {
+		c.RuleSlot = int(rule)
+	}
+	return c, true
+}
+
+// FlowCounters reads the counters of the flow behind ref from the shared
+// counter array, without a syscall. ok is false when the flow no longer
+// owns the slot (it left the table or moved; a new scan finds it again):
+// the answer then holds only the counts known when ref was taken.
+func (d *Datapath) FlowCounters(ref FlowRef) (c FlowCounters, ok bool) {
+	m := d.fctr.Load()
+	if m == nil {
+		return FlowCounters{Counters: ref.base, LastSeenNS: ref.baseLast, RuleSlot: -1}, false
+	}
+	return m.read(&ref)
+}
+
+// flowCursor is the counter slot allocation cursor: it moves whenever a
+// flow enters the table (and so whenever one may have left it) or changes
+// slot.
+func (d *Datapath) flowCursor() uint64 {
+	return atomic.LoadUint64(&d.stateView().Fcursor)
+}
+
+// flowRec is a flow's table entry as of the reader's last scan.
+type flowRec struct {
+	key     FlowKey
+	ref     FlowRef
+	rule    int
+	pid     uint32
+	uid     uint32
+	comm    string
+	firstNS uint64
+}
+
+// FlowReader reads the flow table: keys and owners from a scan of the
+// table, repeated only when flows have come, gone or moved since, and
+// counters from the memory-mapped counter array on every read. Its methods
+// are safe for concurrent use; callbacks must not call back into it.
+type FlowReader struct {
+	d  *Datapath
+	mu sync.Mutex
+	// Scan state.
+	scanned bool
+	cursor  uint64
+	recs    []flowRec
+	index   map[FlowKey]int // built on first Lookup after a scan
+	comms   map[[16]int8]string
+}
+
+// NewFlowReader returns a reader of d's flow table.
+func (d *Datapath) NewFlowReader() *FlowReader {
+	return &FlowReader{d: d, comms: map[[16]int8]string{}}
+}
+
+// refresh rescans the table when the allocation cursor moved since the
+// last scan. Called with r.mu held.
+func (r *FlowReader) refresh(force bool) error {
+	cur := r.d.flowCursor()
+	if r.scanned && !force && cur == r.cursor {
+		return nil
+	}
+	recs := r.recs[:0]
+	err := r.d.scanFlows(func(k *hostqosHqFlowKey, v *hostqosHqFlow) bool {
+		recs = append(recs, r.rec(k, v))
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	// Slot order makes the counter reads sequential (the cursor hands
+	// slots out in order), which the CPU's prefetcher rewards.
+	slices.SortFunc(recs, func(a, b flowRec) int { return cmp.Compare(a.ref.Slot, b.ref.Slot) })
+	r.recs, r.cursor, r.scanned, r.index = recs, cur, true, nil
+	if len(r.comms) > 4096 {
+		r.comms = map[[16]int8]string{}
+	}
+	return nil
+}
+
+func (r *FlowReader) rec(k *hostqosHqFlowKey, v *hostqosHqFlow) flowRec {
+	comm, ok := r.comms[v.Comm]
+	if !ok {
+		comm = commString(&v.Comm)
+		r.comms[v.Comm] = comm
+	}
+	fr := flowRec{
+		key: FlowKey{
+			Proto:  k.Proto,
+			Local:  netip.AddrPortFrom(addrFromWords(k.Family, &k.Src), k.Sport),
+			Remote: netip.AddrPortFrom(addrFromWords(k.Family, &k.Dst), k.Dport),
+		},
+		ref: FlowRef{
+			Slot:     v.Cslot,
+			Tag:      v.Tag,
+			base:     Counters{Packets: v.BasePackets, Bytes: v.BaseBytes, Drops: v.BaseDrops},
+			baseLast: v.BaseLastNs,
+		},
+		rule:    -1,
+		pid:     v.Tgid,
+		uid:     v.Uid,
+		comm:    comm,
+		firstNS: v.FirstNs,
+	}
+	if v.Slot != slotNone {
+		fr.rule = int(v.Slot)
+	}
+	return fr
+}
+
+// flow completes a record with its live counters into *f.
+func (m *fctrMem) flow(fr *flowRec, f *Flow) {
+	f.Key = fr.key
+	f.RuleSlot = fr.rule
+	f.PID, f.UID, f.Comm = fr.pid, fr.uid, fr.comm
+	f.FirstSeenNS = fr.firstNS
+	f.Ref = fr.ref
+	var c FlowCounters
+	ok := false
+	if m != nil {
+		c, ok = m.read(&fr.ref)
+	} else {
+		c = FlowCounters{Counters: fr.ref.base, LastSeenNS: fr.ref.baseLast}
+	}
+	f.Counters, f.LastSeenNS = c.Counters, c.LastSeenNS
+	if ok && c.RuleSlot != fr.rule {
+		// Re-evaluated under a newer policy since the scan.
+		f.RuleSlot = c.RuleSlot
+	}
+}
+
+// Scan rereads the flow table now, whether or not it changed.
+func (r *FlowReader) Scan() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refresh(true)
+}
+
+// Flows calls fn for every flow in the table until fn returns false. The
+// table is rescanned only if flows came, went or moved since the last
+// call; counters are always current.
+func (r *FlowReader) Flows(fn func(Flow) bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.refresh(false); err != nil {
+		return err
+	}
+	m := r.d.fctr.Load()
+	var f Flow
+	for i := range r.recs {
+		m.flow(&r.recs[i], &f)
+		if !fn(f) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Lookup returns the flow with key k, if the table holds it.
+func (r *FlowReader) Lookup(k FlowKey) (Flow, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.refresh(false); err != nil {
+		return Flow{}, false, err
+	}
+	if r.index == nil {
+		r.index = make(map[FlowKey]int, len(r.recs))
+		for i := range r.recs {
+			r.index[r.recs[i].key] = i
+		}
+	}
+	i, ok := r.index[k]
+	if !ok {
+		return Flow{}, false, nil
+	}
+	var f Flow
+	r.d.fctr.Load().flow(&r.recs[i], &f)
+	return f, true, nil
+}
+
+// Len is the number of flows found by the last scan.
+func (r *FlowReader) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.recs)
+}
+
+// Flows calls fn for every flow in the flow table until fn returns false.
+// Keys and owners come from a scan of the table (a BPF map iterator, batch
+// lookups as a fallback) that is repeated only when flows came, went or
+// changed counter slot since the previous call; counters are read from
+// the memory-mapped counter array. fn must not call back into d.
+func (d *Datapath) Flows(fn func(Flow) bool) error {
+	d.readerMu.Lock()
+	if d.reader == nil {
+		d.reader = d.NewFlowReader()
+	}
+	r := d.reader
+	d.readerMu.Unlock()
+	return r.Flows(fn)
+}
+
+// flowsScanOnly calls fn for every flow with a fresh scan of the table
+// (the pre-mmap read path; kept for the benchmark's comparison).
+func (d *Datapath) flowsScanOnly(fn func(Flow) bool) error {
+	r := d.NewFlowReader()
+	m := d.fctr.Load()
+	return d.scanFlows(func(k *hostqosHqFlowKey, v *hostqosHqFlow) bool {
+		fr := r.rec(k, v)
+		var f Flow
+		m.flow(&fr, &f)
+		return fn(f)
+	})
+}
+
+// flowBatch is the number of flows read per batch syscall.
+const flowBatch = 4096
+
+// scanFlows calls fn with every entry of the flow table. It dumps the
+// table with a BPF map iterator (falling back to batch lookups); the table
+// keeps changing meanwhile, so a flow created or evicted during the dump
+// may be missed. The pointers are only valid during the call.
+func (d *Datapath) scanFlows(fn func(*hostqosHqFlowKey, *hostqosHqFlow) bool) error {
+	if !d.noIter.Load() {
+		err := d.dumpFlows(fn)
+		if err == nil {
+			return nil
+		}
+		d.log.Warn("map iterator unavailable, using batch lookups", "error", err)
+		d.noIter.Store(true)
+	}
+	return d.flowsBatch(fn)
+}
+
+func (d *Datapath) flowsBatch(fn func(*hostqosHqFlowKey, *hostqosHqFlow) bool) error {
+	keys := make([]hostqosHqFlowKey, flowBatch)
+	vals := make([]hostqosHqFlow, flowBatch)
+	var cur ebpf.MapBatchCursor
+	for {
+		n, err := d.objs.HqFlows.BatchLookup(&cur, keys, vals, nil)
+		done := errors.Is(err, ebpf.ErrKeyNotExist)
+		if err != nil && !done {
+			if errors.Is(err, ebpf.ErrNotSupported) {
+				return d.flowsIter(fn)
+			}
+			return fmt.Errorf("read flow table: %w", err)
+		}
+		for i := 0; i < n; i++ {
+			if !fn(&keys[i], &vals[i]) {
+				return nil
+			}
+		}
+		if done || n == 0 {
+			return nil
+		}
+	}
+}
+
+func (d *Datapath) flowsIter(fn func(*hostqosHqFlowKey, *hostqosHqFlow) bool) error {
+	var k hostqosHqFlowKey
+	var v hostqosHqFlow
+	it := d.objs.HqFlows.Iterate()
+	for it.Next(&k, &v) {
+		if !fn(&k, &v) {
+			return nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("iterate flow table: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/cgroups"
+)
+
+// TestAppSelectors: rules by command name, by user and by systemd unit
+// (its cgroup) mark exactly the programs they describe.
+func TestAppSelectors(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	e.hostqos("link", "set", e.iface())
+	commApp := e.app("commapp")
+	plain := e.app("plainapp")
+	for _, d := range []string{e.dir, filepath.Dir(e.dir)} { // reachable for nobody
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A unit's cgroup, as systemd would make it.
+	root, err := cgroups.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := "hqtest-" + strconv.Itoa(os.Getpid()) + ".service"
+	unitDir := filepath.Join(root, "hqtest.slice", unit)
+	if err := os.MkdirAll(unitDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cgroups.RemoveTree(root, "/hqtest.slice") })
+
+	e.hostqos("rule", "add", "bycomm", "--comm", "commapp", "--dscp", "AF21")
+	e.hostqos("rule", "add", "byuser", "--user", "nobody", "--dscp", "AF41")
+	e.hostqos("rule", "add", "byunit", "--unit", unit, "--dscp", "EF")
+
+	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.stop()
+	srv := serverV4.Addr().String()
+	for _, p := range []string{"7101", "7102", "7103", "7104"} {
+		e.udpSink(srv+":"+p, 20*time.Second)
+	}
+	send := func(port string) []string {
+		return []string{"tool", "udp-send", "--to", srv + ":" + port, "--pps", "200", "--count", "20", "--size", "100"}
+	}
+	e.runApp(commApp, send("7101")...)
+	// As user nobody.
+	// nsenter enters the namespace first, then becomes nobody.
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + e.client.NetnsName, "-S", "65534", "-G", "65534", "--", plain}, send("7102")...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("send as nobody: %v\n%s", err, out)
+	}
+	// In the unit's cgroup: a shell moves itself in, then execs the app.
+	if out, err := e.client.Command("sh", "-c", "echo $$ > "+filepath.Join(unitDir, "cgroup.procs")+" && exec "+plain+" "+joinArgs(send("7103"))).CombinedOutput(); err != nil {
+		t.Fatalf("send in unit: %v\n%s", err, out)
+	}
+	e.runApp(plain, send("7104")...)
+	time.Sleep(300 * time.Millisecond)
+	allDSCP(t, sn, unix.IPPROTO_UDP, 7101, dscpAF21, 20)
+	allDSCP(t, sn, unix.IPPROTO_UDP, 7102, dscpAF41, 20)
+	allDSCP(t, sn, unix.IPPROTO_UDP, 7103, dscpEF, 20)
+	allDSCP(t, sn, unix.IPPROTO_UDP, 7104, 0, 20)
+}
+
+func joinArgs(a []string) string {
+	s := ""
+	for i, x := range a {
+		if i > 0 {
+			s += " "
+		}
+		s += x
+	}
+	return s
+}
