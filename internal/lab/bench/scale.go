@@ -17,7 +17,7 @@ func benchScale(e *env, r *Report) error {
 	rules := 1000
 	repeat := uint32(e.n(1_000_000, 200_000))
 	r.setup("%s", hostLine())
-	r.setup("per packet: private datapath in this process, policy of 10 or %d rules (%d with an executable selector, the rest UDP port rules, the frames match the last rule), %d flow entries created by test-running the classifier on %d distinct frames; hit = a further frame of an existing flow, %d repetitions, best of 5, wall clock / repetitions (unlike the datapath benchmark's kernel-timed figure, wall clock includes preemption by other load)", rules, min(200, rules/5), flows, flows, repeat)
+	r.setup("per packet: private datapath in this process, policy of 10 or %d rules (%d with an executable selector, the rest UDP port rules, the frames match the last rule), %d flow entries created by test-running the classifier on %d distinct frames; hit = a further frame of an existing flow, %d repetitions, best of 5; first packet = one run per distinct frame minus one run on an existing flow; all timed by the kernel (BPF_PROG_TEST_RUN duration), like the datapath benchmark", rules, min(200, rules/5), flows, flows, repeat)
 	r.setup("memory: real hostqosd in a namespace managing its veth, config with %d rules (1 exe rule for the flow app + %d UDP port rules); then the app sends one datagram from each of %d source ports; BPF map memory from the kernel (/proc/PID/fdinfo memlock of every map the daemon holds), daemon RSS from /proc/PID/status", rules, rules-1, flows)
 	r.Columns = []string{"measure", "10 rules", fmt.Sprintf("%d rules", rules), "target", "anchor"}
 
