@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net/url"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -99,23 +98,10 @@ Traffic no rule matches goes to class default without being re-marked.`,
 			if _, ok := p["dscp"]; !ok {
 				return fmt.Errorf("flag --dscp is required for a new class (e.g. --dscp AF21)")
 			}
-			p["name"] = args[0]
 			if _, ok := p["priority"]; !ok {
 				p["priority"] = 3
 			}
-			for k, v := range p {
-				if v == nil {
-					delete(p, k)
-				}
-			}
-			c, cancel := ctx()
-			defer cancel()
-			var cl policy.Class
-			if err := client().Do(c, "POST", "/v1/classes"+tempQuery(af.temp), p, &cl); err != nil {
-				return err
-			}
-			fmt.Printf("added class %s\n", cl.Name)
-			return nil
+			return sendChange("class", "classes", args[0], true, af.temp, p)
 		},
 	}
 	af.register(add)
@@ -134,14 +120,7 @@ Traffic no rule matches goes to class default without being re-marked.`,
 			if len(p) == 0 {
 				return fmt.Errorf("nothing to change: give at least one of --dscp, --priority, --minbw, --maxbw, --user-allowed")
 			}
-			c, cancel := ctx()
-			defer cancel()
-			var cl policy.Class
-			if err := client().Do(c, "PATCH", "/v1/classes/"+url.PathEscape(args[0])+tempQuery(sf.temp), p, &cl); err != nil {
-				return err
-			}
-			fmt.Printf("changed class %s\n", cl.Name)
-			return nil
+			return sendChange("class", "classes", args[0], false, sf.temp, p)
 		},
 	}
 	sf.register(set)

@@ -140,3 +140,26 @@ func fixed(p string) func([]string) string { return func([]string) string { retu
 func named(collection string) func([]string) string {
 	return func(a []string) string { return "/v1/" + collection + "/" + url.PathEscape(a[0]) }
 }
+
+// sendChange sends the fields given as flags: to add NAME (POST
+// /v1/COLLECTION, fields not given left out) or to change it (PATCH
+// /v1/COLLECTION/NAME, a field given as nil is cleared).
+func sendChange(kind, collection, name string, add, temp bool, fields map[string]any) error {
+	method, path, verb := "PATCH", "/v1/"+collection+"/"+url.PathEscape(name), "changed"
+	if add {
+		for k, v := range fields {
+			if v == nil {
+				delete(fields, k)
+			}
+		}
+		fields["name"] = name
+		method, path, verb = "POST", "/v1/"+collection, "added"
+	}
+	cx, cancel := ctx()
+	defer cancel()
+	if err := client().Do(cx, method, path+tempQuery(temp), fields, nil); err != nil {
+		return err
+	}
+	fmt.Printf("%s %s %s\n", verb, kind, name)
+	return nil
+}

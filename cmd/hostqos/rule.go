@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -172,20 +171,7 @@ programs started later and static binaries are covered, UDP included.`,
 			if err != nil {
 				return err
 			}
-			for k, v := range p {
-				if v == nil {
-					delete(p, k)
-				}
-			}
-			p["name"] = args[0]
-			c, cancel := ctx()
-			defer cancel()
-			var r policy.Rule
-			if err := client().Do(c, "POST", "/v1/rules"+tempQuery(af.temp), p, &r); err != nil {
-				return err
-			}
-			fmt.Printf("added rule %s\n", r.Name)
-			return nil
+			return sendChange("rule", "rules", args[0], true, af.temp, p)
 		},
 	}
 	af.register(add)
@@ -204,14 +190,7 @@ programs started later and static binaries are covered, UDP included.`,
 			if len(p) == 0 {
 				return fmt.Errorf("nothing to change: give at least one selector or property flag (see hostqos rule set --help)")
 			}
-			c, cancel := ctx()
-			defer cancel()
-			var r policy.Rule
-			if err := client().Do(c, "PATCH", "/v1/rules/"+url.PathEscape(args[0])+tempQuery(sf.temp), p, &r); err != nil {
-				return err
-			}
-			fmt.Printf("changed rule %s\n", r.Name)
-			return nil
+			return sendChange("rule", "rules", args[0], false, sf.temp, p)
 		},
 	}
 	sf.register(set)
