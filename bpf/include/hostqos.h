@@ -9,7 +9,7 @@
 #ifndef HOSTQOS_H
 #define HOSTQOS_H
 
-#define HQ_ABI_VERSION 2
+#define HQ_ABI_VERSION 3
 
 #define HQ_MAX_RULES 4096     /* rule slots and rules per buffer */
 #define HQ_MAX_APP_RULES 256  /* rules with app selectors (bits of a bitmap) */
@@ -63,7 +63,9 @@ struct hq_bitmap {
 /*
  * Flow key: egress direction, local = source. IPv4 addresses live in
  * src[0]/dst[0] (network byte order) with the other words zero. Ports are
- * in host byte order; 0 for ICMP and non-first fragments.
+ * in host byte order; 0 for ICMP and non-first fragments. This is the key
+ * of the IPv6 flow table (hq_flows6), of the counter slots' owner records
+ * (hq_fkey) and of the flow table dumps, for both families.
  */
 struct hq_flow_key {
 	__u8 family; /* HQ_AF_INET or HQ_AF_INET6 */
@@ -76,15 +78,36 @@ struct hq_flow_key {
 };
 
 /*
- * Flow table value (hq_flows, LRU hash). Read-only on a packet that hits a
- * flow evaluated at the current policy generation: everything a packet
- * changes lives in the flow's counter slot (struct hq_fctr), which the
- * daemon reads in place through a memory mapping.
+ * Key of the IPv4 flow table (hq_flows4): 16 bytes, which the kernel
+ * hashes in a fraction of the time the 40-byte key takes. Its first 12
+ * bytes are laid out as struct hq_flow_key's (saddr is src[0]), so the
+ * classifier builds either key in the same place.
+ */
+struct hq_flow_key4 {
+	__u8 family; /* HQ_AF_INET */
+	__u8 proto;
+	__u16 sport;
+	__u16 dport;
+	__u16 pad;
+	__u32 saddr;
+	__u32 daddr;
+};
+
+/*
+ * Flow table value (hq_flows4, hq_flows6: LRU hashes, one per address
+ * family, each of the configured flow table size). Read-only on a packet
+ * that hits a flow evaluated at the current policy generation: everything
+ * a packet changes lives in the flow's counter slot (struct hq_fctr),
+ * which the daemon reads in place through a memory mapping.
  */
 struct hq_flow {
 	__u64 tag;     /* owner tag of the counter slot (hq_fctr); 0 = none */
 	__u32 cslot;   /* index of the counter slot in hq_fctr */
-	__u32 gen;     /* policy generation the cached result was evaluated at */
+	__u32 gen;     /* policy generation of the cached result */
+	/*
+	 * The cached result: classid, slot, action and dscp form one
+	 * little-endian 64-bit word, which the classifier loads at once.
+	 */
 	__u32 classid; /* cached: skb->priority to set, 0 = leave */
 	__u16 slot;    /* cached: matching rule slot, HQ_SLOT_NONE = none */
 	__u8 action;   /* cached: enum hq_action */

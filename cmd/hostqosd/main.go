@@ -44,7 +44,7 @@ func main() {
 	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/hostqos", "directory for persistent state (policy changes made through the API)")
 	fs.StringVar(&cfg.BPFFSDir, "bpffs-dir", "/sys/fs/bpf/hostqos", "where BPF programs and maps are pinned")
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "Unix socket of the API")
-	fs.IntVar(&cfg.FlowTableSize, "flow-table-size", 65536, "entries of the flow table (LRU)")
+	fs.IntVar(&cfg.FlowTableSize, "flow-table-size", 65536, "entries of each flow table (LRU; one for IPv4, one for IPv6)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
 	args := os.Args[1:]

@@ -69,9 +69,12 @@ type Policy struct {
 
 // Options configure Open.
 type Options struct {
-	BPFFSDir      string // pin directory, e.g. /sys/fs/bpf/hostqos
-	CgroupPath    string // cgroup v2 directory to attach sock_create to (the cgroup2 root)
-	FlowTableSize int    // LRU flow table entries; 0 = default 65536
+	BPFFSDir   string // pin directory, e.g. /sys/fs/bpf/hostqos
+	CgroupPath string // cgroup v2 directory to attach sock_create to (the cgroup2 root)
+	// FlowTableSize is the number of entries of each of the two LRU flow
+	// tables (IPv4 flows, IPv6 flows); 0 = default 65536. The flow
+	// counter array has 4 × FlowTableSize slots (64 bytes each).
+	FlowTableSize int
 }
 
 // Counters are cumulative packet/byte/drop counts.

@@ -208,17 +208,17 @@ func MeasurePerPacket(flows int, repeat uint32) (PerPacketResult, error) {
 	// Populate the table with other flows at the current generation.
 	gen := atomic.LoadUint32(&d.stateView().Gen)
 	const chunk = 4096
-	keys := make([]hostqosHqFlowKey, 0, chunk)
+	keys := make([]hostqosHqFlowKey4, 0, chunk)
 	vals := make([]hostqosHqFlow, 0, chunk)
 	v := hostqosHqFlow{Gen: gen, Slot: 9, Action: uint8(ActPass), Dscp: 46, Classid: 0x10010}
 	for i := 1; i < flows; i++ {
-		k := hostqosHqFlowKey{Family: famIPv4, Proto: 6, Sport: uint16(i), Dport: 443}
-		k.Src[0] = binary.NativeEndian.Uint32([]byte{198, 18, byte(i >> 16), byte(i >> 8)})
-		k.Dst[0] = binary.NativeEndian.Uint32([]byte{198, 19, byte(i), 1})
+		k := hostqosHqFlowKey4{Family: famIPv4, Proto: 6, Sport: uint16(i), Dport: 443}
+		k.Saddr = binary.NativeEndian.Uint32([]byte{198, 18, byte(i >> 16), byte(i >> 8)})
+		k.Daddr = binary.NativeEndian.Uint32([]byte{198, 19, byte(i), 1})
 		keys = append(keys, k)
 		vals = append(vals, v)
 		if len(keys) == chunk || i == flows-1 {
-			if _, err := d.objs.HqFlows.BatchUpdate(keys, vals, nil); err != nil {
+			if _, err := d.objs.HqFlows4.BatchUpdate(keys, vals, nil); err != nil {
 				return PerPacketResult{}, fmt.Errorf("populate flow table: %w", err)
 			}
 			keys, vals = keys[:0], vals[:0]

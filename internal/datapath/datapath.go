@@ -25,7 +25,7 @@ const (
 	MaxAppRules       = 256  // rules with at least one app selector
 	DefaultFlowTable  = 65536
 	DefaultBPFFSDir   = "/sys/fs/bpf/hostqos"
-	abiVersion        = 2
+	abiVersion        = 3
 	slotNone          = 0xffff
 	cgLevels          = 8
 	maxExeKeys        = 8192 / 2 // per policy buffer
@@ -52,13 +52,13 @@ type Datapath struct {
 	sock    link.Link // nil when not attached by us
 	tcx     map[int]link.Link
 	adopted bool
-	// Map iterators for Flows and RuleCounters, attached on first use;
-	// guarded by mu.
-	flowIter, ctrIter *link.Iter
-	dumpBuf           []uint64    // read buffer of the iterators (1 MiB)
-	noIter            atomic.Bool // iterators unavailable: use batch lookups
-	ncpu              int
-	flowMax           uint32
+	// Map iterators for Flows (IPv4 and IPv6 tables) and RuleCounters,
+	// attached on first use; guarded by mu.
+	flowIter4, flowIter6, ctrIter *link.Iter
+	dumpBuf                       []uint64    // read buffer of the iterators (1 MiB)
+	noIter                        atomic.Bool // iterators unavailable: use batch lookups
+	ncpu                          int
+	flowMax                       uint32 // entries of each flow table (IPv4, IPv6)
 	// Flow counter slots (hq_fctr), memory-mapped read-only; nil after
 	// Close. The mapping is released when no reader holds it any more.
 	fctr  atomic.Pointer[fctrMem]
@@ -139,22 +139,28 @@ func Open(opts Options) (_ *Datapath, err error) {
 		return nil, fmt.Errorf("parse BPF object: %w", err)
 	}
 
-	// Flow table size: a pinned table keeps its size.
+	// Flow table size: each address family has a table of this size (the
+	// IPv4 one has a shorter key, which hashes faster), so a flood of one
+	// family never evicts the other's flows. A pinned table keeps its size.
 	d.flowMax = DefaultFlowTable
 	if opts.FlowTableSize > 0 {
 		d.flowMax = uint32(opts.FlowTableSize)
 	}
-	if fm, err := ebpf.LoadPinnedMap(filepath.Join(dir, "hq_flows"), nil); err == nil {
+	if fm, err := ebpf.LoadPinnedMap(filepath.Join(dir, "hq_flows4"), nil); err == nil {
 		if fm.MaxEntries() != d.flowMax && opts.FlowTableSize > 0 {
 			d.log.Warn("pinned flow table keeps its size", "pinned", fm.MaxEntries(), "requested", d.flowMax)
 		}
 		d.flowMax = fm.MaxEntries()
 		fm.Close()
 	}
-	spec.Maps["hq_flows"].MaxEntries = d.flowMax
-	// Twice as many counter slots as flows: at least half of them are free
-	// or belong to flows gone from the table, so allocation rarely has to
-	// take a slot over from a live flow.
+	spec.Maps["hq_flows4"].MaxEntries = d.flowMax
+	spec.Maps["hq_flows6"].MaxEntries = d.flowMax
+	// As many counter slots as both tables hold flows together. Usually
+	// one family dominates, so most slots are free or belong to flows gone
+	// from the tables and allocation rarely takes a slot over from a live
+	// flow; when both tables are full, takeovers keep counts exact (the old
+	// owner's counts move to its flow entry) at the price of more churn.
+	// Twice this would halve churn in that case for twice the memory.
 	d.fctrN = 2 * d.flowMax
 	spec.Maps["hq_fctr"].MaxEntries = d.fctrN
 	spec.Maps["hq_fkey"].MaxEntries = d.fctrN
@@ -260,7 +266,8 @@ func (d *Datapath) Adopted() bool { return d.adopted }
 // Dir is the pin directory.
 func (d *Datapath) Dir() string { return d.dir }
 
-// FlowTableSize is the number of entries of the flow table.
+// FlowTableSize is the number of entries of each flow table (one for IPv4
+// flows, one for IPv6 flows).
 func (d *Datapath) FlowTableSize() int { return int(d.flowMax) }
 
 func (d *Datapath) attachSockCreate(cgroupPath string) error {
@@ -574,7 +581,7 @@ func (d *Datapath) Close() error {
 		l.Close()
 		delete(d.tcx, i)
 	}
-	for _, it := range []**link.Iter{&d.flowIter, &d.ctrIter} {
+	for _, it := range []**link.Iter{&d.flowIter4, &d.flowIter6, &d.ctrIter} {
 		if *it != nil {
 			(*it).Close()
 			*it = nil

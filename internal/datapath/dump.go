@@ -6,6 +6,7 @@ import (
 	"io"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -24,8 +25,9 @@ const (
 	dumpBufSize = 1 << 20
 )
 
-// dump runs a map-element iterator and calls fn for each fixed-size record
-// it writes. The record's memory is only valid during the call.
+// dump runs a map-element iterator, attached by attach unless *it is set
+// already, and calls fn for each fixed-size record it writes. The record's
+// memory is only valid during the call.
 func dump(it **link.Iter, bufp *[]uint64, attach func() (*link.Iter, error), recSize int, fn func(rec []byte) bool) error {
 	if *it == nil {
 		var err error
@@ -67,20 +69,47 @@ func dump(it **link.Iter, bufp *[]uint64, attach func() (*link.Iter, error), rec
 	}
 }
 
+// dumpFlows dumps the IPv4 flow table, then the IPv6 one. Both iterator
+// programs write the key in full form (struct hq_flow_key), so the records
+// have one layout.
 func (d *Datapath) dumpFlows(fn func(*hostqosHqFlowKey, *hostqosHqFlow) bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return dump(&d.flowIter, &d.dumpBuf, func() (*link.Iter, error) {
-		it, err := link.AttachIter(link.IterOptions{Program: d.objs.HqIterFlows, Map: d.objs.HqFlows})
-		if err != nil {
-			return nil, fmt.Errorf("attach flow table iterator: %w", err)
-		}
-		return it, nil
-	}, flowRecSize, func(rec []byte) bool {
+	more := true
+	rec := func(rec []byte) bool {
 		k := (*hostqosHqFlowKey)(unsafe.Pointer(&rec[0]))
 		v := (*hostqosHqFlow)(unsafe.Pointer(&rec[unsafe.Sizeof(hostqosHqFlowKey{})]))
-		return fn(k, v)
-	})
+		more = fn(k, v)
+		return more
+	}
+	tables := []struct {
+		it   **link.Iter
+		prog *ebpf.Program
+		m    *ebpf.Map
+		name string
+	}{
+		{&d.flowIter4, d.objs.HqIterFlows4, d.objs.HqFlows4, "IPv4"},
+		{&d.flowIter6, d.objs.HqIterFlows6, d.objs.HqFlows6, "IPv6"},
+	}
+	// Attach both iterators before reading either, so that a failure
+	// (and the caller's fallback to batch lookups) reports no flow twice.
+	for _, t := range tables {
+		if *t.it != nil {
+			continue
+		}
+		it, err := link.AttachIter(link.IterOptions{Program: t.prog, Map: t.m})
+		if err != nil {
+			return fmt.Errorf("attach %s flow table iterator: %w", t.name, err)
+		}
+		*t.it = it
+	}
+	for _, t := range tables {
+		err := dump(t.it, &d.dumpBuf, nil, flowRecSize, rec)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }
 
 func (d *Datapath) dumpRuleCounters(out []Counters) error {

@@ -17,19 +17,20 @@ import (
 
 // Reading flows.
 //
-// A flow's key, owner and first-seen time live in the flow table (an LRU
-// hash map, which the kernel only exposes through iterators and syscalls);
-// everything a packet changes — packets, bytes, drops, last seen, rule —
-// lives in the flow's counter slot, one cache line of a memory-mapped
-// array (hq_fctr). The BPF program hands out slots with a global cursor;
+// A flow's key, owner and first-seen time live in the flow tables (LRU
+// hash maps, one for IPv4 and one for IPv6 flows, which the kernel only
+// exposes through iterators and syscalls); everything a packet changes —
+// packets, bytes, drops, last seen, rule — lives in the flow's counter
+// slot, one cache line of a memory-mapped array (hq_fctr) that both
+// tables share. The BPF program hands out slots with a global cursor;
 // each slot carries the tag (cursor value + 1) of the flow that owns it,
 // and so does the flow's table entry. A reader that knows a flow's slot
 // and tag (a FlowRef) reads its counters in a few nanoseconds and can tell
 // when the slot no longer belongs to the flow.
 //
-// The table only gains flows, loses flows (LRU eviction happens on an
+// A table only gains flows, loses flows (LRU eviction happens on an
 // insert) or moves a flow to another slot when a slot is allocated, which
-// advances the cursor; FlowReader therefore rescans the table only when
+// advances the cursor; FlowReader therefore rescans the tables only when
 // the cursor has moved since its last scan.
 
 // FlowRef locates a flow's counters in the shared counter array. It stays
@@ -317,10 +318,11 @@ func (d *Datapath) flowsScanOnly(fn func(Flow) bool) error {
 // flowBatch is the number of flows read per batch syscall.
 const flowBatch = 4096
 
-// scanFlows calls fn with every entry of the flow table. It dumps the
-// table with a BPF map iterator (falling back to batch lookups); the table
-// keeps changing meanwhile, so a flow created or evicted during the dump
-// may be missed. The pointers are only valid during the call.
+// scanFlows calls fn with every entry of the flow tables (IPv4, then
+// IPv6), keys in full form. It dumps the tables with BPF map iterators
+// (falling back to batch lookups); the tables keep changing meanwhile, so
+// a flow created or evicted during the dump may be missed. The pointers
+// are only valid during the call.
 func (d *Datapath) scanFlows(fn func(*hostqosHqFlowKey, *hostqosHqFlow) bool) error {
 	if !d.noIter.Load() {
 		err := d.dumpFlows(fn)
@@ -334,40 +336,66 @@ func (d *Datapath) scanFlows(fn func(*hostqosHqFlowKey, *hostqosHqFlow) bool) er
 }
 
 func (d *Datapath) flowsBatch(fn func(*hostqosHqFlowKey, *hostqosHqFlow) bool) error {
-	keys := make([]hostqosHqFlowKey, flowBatch)
+	more, err := batchFlows(d.objs.HqFlows4, "IPv4", key4Full, fn)
+	if err != nil || !more {
+		return err
+	}
+	_, err = batchFlows(d.objs.HqFlows6, "IPv6", func(k *hostqosHqFlowKey) hostqosHqFlowKey { return *k }, fn)
+	return err
+}
+
+// key4Full turns an IPv4 flow table key into the full form.
+func key4Full(k *hostqosHqFlowKey4) hostqosHqFlowKey {
+	return hostqosHqFlowKey{
+		Family: famIPv4,
+		Proto:  k.Proto,
+		Sport:  k.Sport,
+		Dport:  k.Dport,
+		Src:    [4]uint32{k.Saddr},
+		Dst:    [4]uint32{k.Daddr},
+	}
+}
+
+// batchFlows calls fn with every entry of flow table m (the name's
+// family; keys of type K, turned into the full form by full). more is
+// false when fn stopped.
+func batchFlows[K any](m *ebpf.Map, name string, full func(*K) hostqosHqFlowKey, fn func(*hostqosHqFlowKey, *hostqosHqFlow) bool) (more bool, err error) {
+	keys := make([]K, flowBatch)
 	vals := make([]hostqosHqFlow, flowBatch)
 	var cur ebpf.MapBatchCursor
 	for {
-		n, err := d.objs.HqFlows.BatchLookup(&cur, keys, vals, nil)
+		n, err := m.BatchLookup(&cur, keys, vals, nil)
 		done := errors.Is(err, ebpf.ErrKeyNotExist)
 		if err != nil && !done {
 			if errors.Is(err, ebpf.ErrNotSupported) {
-				return d.flowsIter(fn)
+				return iterFlows(m, name, full, fn)
 			}
-			return fmt.Errorf("read flow table: %w", err)
+			return false, fmt.Errorf("read %s flow table: %w", name, err)
 		}
 		for i := 0; i < n; i++ {
-			if !fn(&keys[i], &vals[i]) {
-				return nil
+			k := full(&keys[i])
+			if !fn(&k, &vals[i]) {
+				return false, nil
 			}
 		}
 		if done || n == 0 {
-			return nil
+			return true, nil
 		}
 	}
 }
 
-func (d *Datapath) flowsIter(fn func(*hostqosHqFlowKey, *hostqosHqFlow) bool) error {
-	var k hostqosHqFlowKey
+func iterFlows[K any](m *ebpf.Map, name string, full func(*K) hostqosHqFlowKey, fn func(*hostqosHqFlowKey, *hostqosHqFlow) bool) (more bool, err error) {
+	var k K
 	var v hostqosHqFlow
-	it := d.objs.HqFlows.Iterate()
+	it := m.Iterate()
 	for it.Next(&k, &v) {
-		if !fn(&k, &v) {
-			return nil
+		fk := full(&k)
+		if !fn(&fk, &v) {
+			return false, nil
 		}
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("iterate flow table: %w", err)
+		return false, fmt.Errorf("iterate %s flow table: %w", name, err)
 	}
-	return nil
+	return true, nil
 }

@@ -7,8 +7,9 @@
  *  - hq_sock_create (cgroup/sock_create): records the creating task's app
  *    identity with every AF_INET/AF_INET6 socket of our network namespace.
  *  - hq_tc_egress / hq_tc_egress_l3 (tcx/egress): classify each packet by
- *    flow (LRU cache) and rules (evaluated on a flow miss only), then drop,
- *    count, mark DSCP and pick the HTB class via skb->priority.
+ *    flow (LRU cache, one per address family) and rules (evaluated on a
+ *    flow miss only), then drop, count, mark DSCP and pick the HTB class
+ *    via skb->priority.
  *
  * Neither program ever blocks: sock_create always allows, the classifier
  * only drops for an explicit drop rule.
@@ -61,13 +62,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_sk_ident SEC(".maps");
 
+/* IPv4 flows; a key of its own, less than half the size, hashes faster. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536); /* overridden by the loader */
+	__type(key, struct hq_flow_key4);
+	__type(value, struct hq_flow);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_flows4 SEC(".maps");
+
+/* IPv6 flows. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536); /* overridden by the loader */
 	__type(key, struct hq_flow_key);
 	__type(value, struct hq_flow);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} hq_flows SEC(".maps");
+} hq_flows6 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -87,7 +98,7 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_fctr SEC(".maps");
 
-/* Key of the flow each counter slot was last handed to. */
+/* Key (full form) of the flow each counter slot was last handed to. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1); /* set by the loader: hq_fctr_n */
@@ -249,21 +260,35 @@ int hq_sock_create(struct bpf_sock *ctx)
 /* TC egress classifier                                                    */
 /* ---------------------------------------------------------------------- */
 
+/*
+ * A parsed packet. The flow key is built in place: an IPv4 packet fills
+ * k4 (the hq_flows4 key), an IPv6 packet key (the hq_flows6 key); both
+ * share family, proto, ports and the first source word.
+ */
 struct hq_pkt {
-	struct hq_flow_key key;
+	union {
+		struct hq_flow_key4 k4;
+		struct hq_flow_key key;
+	};
 	__u8 dscp_in;
 	__u32 gen; /* active policy generation */
 	__u64 now; /* bpf_ktime_get_coarse_ns */
 	__u64 len; /* bytes counted: skb->len */
 };
 
+#define HQ_OFF(t, m) __builtin_offsetof(struct t, m)
+
+_Static_assert(HQ_OFF(hq_flow_key4, saddr) == HQ_OFF(hq_flow_key, src),
+	       "hq_flow_key4 and hq_flow_key must share their first 12 bytes");
+
 struct hq_eval {
-	struct hq_pkt *pkt;
+	const struct hq_flow_key *key; /* the packet's flow, full form */
 	struct hq_rlist *list;
 	struct hq_bitmap appmatch;
 	__u32 base;  /* first rule index of the active buffer */
 	__u32 limit; /* only rules before this one can still win */
 	__s32 match; /* rule index (within buffer) or -1 */
+	__u8 dscp_in;
 };
 
 static __always_inline int ports_in(__u16 p, __u16 lo, __u16 hi)
@@ -281,29 +306,29 @@ static __always_inline int addr_match(const __u32 *a, const __u32 *addr,
 /* The flow selectors of rule ri (within the buffer) match the packet. */
 static __always_inline int flow_match(struct hq_eval *ev, __u32 ri)
 {
-	struct hq_pkt *p = ev->pkt;
+	const struct hq_flow_key *k = ev->key;
 	struct hq_rule *r;
 	__u32 idx = ev->base + ri;
 
 	r = bpf_map_lookup_elem(&hq_rules, &idx);
 	if (!r)
 		return 0;
-	if (r->proto && r->proto != p->key.proto) {
+	if (r->proto && r->proto != k->proto) {
 		/* ICMP rules also match ICMPv6. */
-		if (!(r->proto == IPPROTO_ICMP && p->key.proto == IPPROTO_ICMPV6))
+		if (!(r->proto == IPPROTO_ICMP && k->proto == IPPROTO_ICMPV6))
 			return 0;
 	}
-	if (r->family && r->family != p->key.family)
+	if (r->family && r->family != k->family)
 		return 0;
-	if (!addr_match(p->key.src, r->local_addr, r->local_mask))
+	if (!addr_match(k->src, r->local_addr, r->local_mask))
 		return 0;
-	if (!addr_match(p->key.dst, r->remote_addr, r->remote_mask))
+	if (!addr_match(k->dst, r->remote_addr, r->remote_mask))
 		return 0;
-	if (!ports_in(p->key.sport, r->lport_lo, r->lport_hi))
+	if (!ports_in(k->sport, r->lport_lo, r->lport_hi))
 		return 0;
-	if (!ports_in(p->key.dport, r->rport_lo, r->rport_hi))
+	if (!ports_in(k->dport, r->rport_lo, r->rport_hi))
 		return 0;
-	if (r->dscp_in >= 0 && r->dscp_in != p->dscp_in)
+	if (r->dscp_in >= 0 && r->dscp_in != ev->dscp_in)
 		return 0;
 	return 1;
 }
@@ -439,12 +464,13 @@ static __always_inline __u32 proto_class(__u8 proto)
 }
 
 /*
- * Evaluates the active policy for a packet and fills the cached part of
- * *f (gen, slot, action, dscp, classid, owner).
+ * Evaluates the active policy for a packet of flow k and fills the cached
+ * part of *f (gen, slot, action, dscp, classid, owner).
  */
-static __always_inline void evaluate(struct __sk_buff *skb, struct hq_pkt *p,
-				     struct hq_flow *f, __u32 gen,
-				     struct hq_stats *st)
+static __always_inline void evaluate(struct __sk_buff *skb,
+				     const struct hq_flow_key *k,
+				     __u8 dscp_in, struct hq_flow *f,
+				     __u32 gen, struct hq_stats *st)
 {
 	struct hq_eval ev = {};
 	struct hq_ident *id = NULL;
@@ -452,7 +478,7 @@ static __always_inline void evaluate(struct __sk_buff *skb, struct hq_pkt *p,
 	const struct hq_buf *hb;
 	struct hq_rule *r;
 	__u32 buf = gen & 1;
-	__u32 idx, k;
+	__u32 idx, li;
 
 	hb = &hq_policy.buf[buf];
 
@@ -479,7 +505,8 @@ static __always_inline void evaluate(struct __sk_buff *skb, struct hq_pkt *p,
 	}
 	/* Without an identity ev.appmatch stays 0: no app rule matches. */
 
-	ev.pkt = p;
+	ev.key = k;
+	ev.dscp_in = dscp_in;
 	ev.base = buf * HQ_MAX_RULES;
 	ev.limit = hb->nrules;
 	if (ev.limit > HQ_MAX_RULES)
@@ -494,16 +521,16 @@ static __always_inline void evaluate(struct __sk_buff *skb, struct hq_pkt *p,
 	 */
 	if (ev.appmatch.w[0] | ev.appmatch.w[1] | ev.appmatch.w[2] |
 	    ev.appmatch.w[3]) {
-		k = buf * HQ_RLISTS + HQ_RLIST_APP;
-		ev.list = bpf_map_lookup_elem(&hq_rlists, &k);
+		li = buf * HQ_RLISTS + HQ_RLIST_APP;
+		ev.list = bpf_map_lookup_elem(&hq_rlists, &li);
 		if (ev.list)
 			bpf_loop(HQ_MAX_APP_RULES, eval_app_rule, &ev, 0);
 		if (ev.match >= 0)
 			ev.limit = ev.match;
 	}
-	k = buf * HQ_RLISTS + (p->key.family == HQ_AF_INET6) * 4 +
-	    proto_class(p->key.proto);
-	ev.list = bpf_map_lookup_elem(&hq_rlists, &k);
+	li = buf * HQ_RLISTS + (k->family == HQ_AF_INET6) * 4 +
+	     proto_class(k->proto);
+	ev.list = bpf_map_lookup_elem(&hq_rlists, &li);
 	if (ev.list)
 		bpf_loop(HQ_MAX_RULES, eval_flow_rule, &ev, 0);
 	if (ev.match < 0)
@@ -520,8 +547,9 @@ static __always_inline void evaluate(struct __sk_buff *skb, struct hq_pkt *p,
 }
 
 /*
- * Parses the packet at l3 offset off into p. Returns 0 on success, 1 for
- * non-IP, -1 for a malformed/truncated packet. *l3proto gets the family.
+ * Parses the packet at l3 offset off into p, writing every byte of its
+ * flow key (p->k4 for IPv4, p->key for IPv6) and dscp_in. Returns 0 on
+ * success, 1 for non-IP, -1 for a malformed/truncated packet.
  */
 static __always_inline int parse(struct __sk_buff *skb, __u32 off,
 				 struct hq_pkt *p)
@@ -529,7 +557,8 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off,
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	__u16 proto = bpf_ntohs(skb->protocol);
-	__u8 l4;
+	__u16 sport = 0, dport = 0;
+	__u8 l4, family;
 	int frag = 0;
 
 	if (proto == ETH_P_IP) {
@@ -539,9 +568,9 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off,
 			return -1;
 		if (ip->version != 4 || ip->ihl < 5)
 			return -1;
-		p->key.family = HQ_AF_INET;
-		p->key.src[0] = ip->saddr;
-		p->key.dst[0] = ip->daddr;
+		family = HQ_AF_INET;
+		p->k4.saddr = ip->saddr;
+		p->k4.daddr = ip->daddr;
 		p->dscp_in = ip->tos >> 2;
 		l4 = ip->protocol;
 		frag = (bpf_ntohs(ip->frag_off) & 0x1fff) != 0;
@@ -553,10 +582,11 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off,
 			return -1;
 		if (ip6->version != 6)
 			return -1;
-		p->key.family = HQ_AF_INET6;
+		family = HQ_AF_INET6;
 		__builtin_memcpy(p->key.src, &ip6->saddr, 16);
 		__builtin_memcpy(p->key.dst, &ip6->daddr, 16);
-		p->dscp_in = ((ip6->priority << 4) | (ip6->flow_lbl[0] >> 4)) >> 2;
+		p->dscp_in = ((ip6->priority << 4) |
+			      (ip6->flow_lbl[0] >> 4)) >> 2;
 		l4 = ip6->nexthdr;
 		off += sizeof(*ip6);
 #pragma unroll
@@ -590,10 +620,7 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off,
 		return 1;
 	}
 
-	p->key.proto = l4;
-	if (frag)
-		return 0;
-	if (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP) {
+	if (!frag && (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP)) {
 		__u16 *ports;
 
 		/* Bound off so the verifier can track the access. */
@@ -602,9 +629,15 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off,
 		ports = data + off;
 		if ((void *)(ports + 2) > end)
 			return -1;
-		p->key.sport = bpf_ntohs(ports[0]);
-		p->key.dport = bpf_ntohs(ports[1]);
+		sport = bpf_ntohs(ports[0]);
+		dport = bpf_ntohs(ports[1]);
 	}
+	/* The header both key layouts share. */
+	p->key.family = family;
+	p->key.proto = l4;
+	p->key.sport = sport;
+	p->key.dport = dport;
+	p->key.pad = 0;
 	return 0;
 }
 
@@ -644,11 +677,25 @@ static __always_inline void set_dscp(struct __sk_buff *skb, __u32 off,
 	}
 }
 
-/* The cached classification of a flow, packed into one register. */
+/*
+ * The cached classification of a flow, packed into one register: classid
+ * | slot << 32 | action << 48 | (u8)dscp << 56, which is how the four
+ * fields lie in memory (little endian), so it is one load.
+ */
+#define HQ_RES_OFF HQ_OFF(hq_flow, classid)
+_Static_assert(HQ_RES_OFF % 8 == 0 &&
+		       HQ_OFF(hq_flow, slot) == HQ_RES_OFF + 4 &&
+		       HQ_OFF(hq_flow, action) == HQ_RES_OFF + 6 &&
+		       HQ_OFF(hq_flow, dscp) == HQ_RES_OFF + 7,
+	       "hq_flow's cached result must form one 64-bit word");
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "pack_result assumes a little-endian target"
+#endif
+
 static __always_inline __u64 pack_result(const struct hq_flow *f)
 {
-	return (__u64)f->classid | (__u64)f->slot << 32 |
-	       (__u64)f->action << 48 | (__u64)(__u8)f->dscp << 56;
+	return *(const __u64 *)&f->classid;
 }
 
 /*
@@ -657,6 +704,7 @@ static __always_inline __u64 pack_result(const struct hq_flow *f)
  */
 static __always_inline struct hq_flow *fctr_owner(__u32 idx, __u64 t)
 {
+	struct hq_flow_key4 k4;
 	struct hq_flow_key *k;
 	struct hq_flow *o;
 
@@ -665,20 +713,32 @@ static __always_inline struct hq_flow *fctr_owner(__u32 idx, __u64 t)
 	k = bpf_map_lookup_elem(&hq_fkey, &idx);
 	if (!k)
 		return NULL;
-	o = bpf_map_lookup_elem(&hq_flows, k);
+	if (k->family == HQ_AF_INET) {
+		k4.family = HQ_AF_INET;
+		k4.proto = k->proto;
+		k4.sport = k->sport;
+		k4.dport = k->dport;
+		k4.pad = 0;
+		k4.saddr = k->src[0];
+		k4.daddr = k->dst[0];
+		o = bpf_map_lookup_elem(&hq_flows4, &k4);
+	} else {
+		o = bpf_map_lookup_elem(&hq_flows6, k);
+	}
 	if (!o || o->tag != t || o->cslot != idx)
 		return NULL;
 	return o;
 }
 
 /*
- * Hands flow f (key p->key) a counter slot: the first of HQ_FCTR_TRIES
+ * Hands flow f (key *key) a counter slot: the first of HQ_FCTR_TRIES
  * slots after the cursor that is free or whose flow is gone or idle for
  * HQ_FCTR_IDLE_NS, else the least recently used of them. A live owner of
  * the slot gets the slot's counts added to its base first, so its counters
  * stay monotonic; it gets a new slot on its next packet.
  */
 static __noinline struct hq_fctr *fctr_alloc(struct hq_pkt *p,
+					     const struct hq_flow_key *key,
 					     struct hq_flow *f)
 {
 	struct hq_fctr *c, *best = NULL;
@@ -728,7 +788,7 @@ static __noinline struct hq_fctr *fctr_alloc(struct hq_pkt *p,
 	c->rule = f->slot;
 	k = bpf_map_lookup_elem(&hq_fkey, &best_idx);
 	if (k)
-		*k = p->key;
+		*k = *key;
 	f->cslot = best_idx;
 	f->tag = best_n + 1;
 	return c;
@@ -743,25 +803,46 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 				  struct hq_flow *f)
 {
 	struct hq_flow nf = {};
+	struct hq_flow_key key;
 	struct hq_stats *st = stats();
 	struct hq_fctr *c;
 	__u32 idx;
 	long err;
 
+	/* The flow key in full form, for the rules and hq_fkey. */
+	if (p->key.family == HQ_AF_INET) {
+		__builtin_memset(&key, 0, sizeof(key));
+		key.family = HQ_AF_INET;
+		key.proto = p->k4.proto;
+		key.sport = p->k4.sport;
+		key.dport = p->k4.dport;
+		key.src[0] = p->k4.saddr;
+		key.dst[0] = p->k4.daddr;
+	} else {
+		key = p->key;
+	}
+
 	clock_sync();
 	if (!f || f->gen != p->gen) {
-		evaluate(skb, p, &nf, p->gen, st);
+		evaluate(skb, &key, p->dscp_in, &nf, p->gen, st);
 		if (!f) {
 			nf.first_ns = p->now;
 			nf.base_last_ns = p->now;
-			err = bpf_map_update_elem(&hq_flows, &p->key, &nf,
-						  BPF_NOEXIST);
+			if (key.family == HQ_AF_INET)
+				err = bpf_map_update_elem(&hq_flows4, &p->k4,
+							  &nf, BPF_NOEXIST);
+			else
+				err = bpf_map_update_elem(&hq_flows6, &p->key,
+							  &nf, BPF_NOEXIST);
 			if (err && err != -17 /* EEXIST: raced */) {
 				if (st)
 					st->flow_insert_fail++;
 				return pack_result(&nf);
 			}
-			f = bpf_map_lookup_elem(&hq_flows, &p->key);
+			if (key.family == HQ_AF_INET)
+				f = bpf_map_lookup_elem(&hq_flows4, &p->k4);
+			else
+				f = bpf_map_lookup_elem(&hq_flows6, &p->key);
 			if (!f)
 				return pack_result(&nf);
 		}
@@ -780,7 +861,7 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 	idx = f->cslot;
 	c = bpf_map_lookup_elem(&hq_fctr, &idx);
 	if (!c || !f->tag || c->tag != f->tag)
-		c = fctr_alloc(p, f);
+		c = fctr_alloc(p, &key, f);
 	if (c) {
 		__sync_fetch_and_add(&c->packets, 1);
 		__sync_fetch_and_add(&c->bytes, p->len);
@@ -794,7 +875,7 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 
 static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 {
-	struct hq_pkt p = {};
+	struct hq_pkt p; /* parse writes every byte the lookup reads */
 	struct hq_flow *f;
 	struct hq_fctr *c;
 	struct hq_stats *st;
@@ -822,7 +903,17 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 	p.gen = *(volatile __u32 *)&hq_policy.gen;
 	p.now = coarse_ns();
 
-	f = bpf_map_lookup_elem(&hq_flows, &p.key);
+	/*
+	 * Two call sites: the verifier inlines a lookup only where the map is
+	 * known. The empty asm keeps clang from merging them into one call
+	 * on a map pointer chosen at run time.
+	 */
+	if (p.key.family == HQ_AF_INET) {
+		f = bpf_map_lookup_elem(&hq_flows4, &p.k4);
+	} else {
+		f = bpf_map_lookup_elem(&hq_flows6, &p.key);
+		asm volatile("" : "+r"(f));
+	}
 	if (f && f->gen == p.gen) {
 		idx = f->cslot;
 		c = bpf_map_lookup_elem(&hq_fctr, &idx);
@@ -891,9 +982,34 @@ int hq_tc_egress_l3(struct __sk_buff *skb)
 /* batch syscalls, which copy to user space bucket by bucket.             */
 /* ---------------------------------------------------------------------- */
 
-/* Emits each flow as its key followed by its value. */
+/*
+ * Emit each flow of hq_flows4 / hq_flows6 as its key in full form (struct
+ * hq_flow_key) followed by its value, so that both dumps have one record
+ * layout.
+ */
 SEC("iter/bpf_map_elem")
-int hq_iter_flows(struct bpf_iter__bpf_map_elem *ctx)
+int hq_iter_flows4(struct bpf_iter__bpf_map_elem *ctx)
+{
+	struct seq_file *seq = ctx->meta->seq;
+	struct hq_flow_key4 *k4 = ctx->key;
+	struct hq_flow *v = ctx->value;
+	struct hq_flow_key k = {};
+
+	if (!k4 || !v)
+		return 0;
+	k.family = HQ_AF_INET;
+	k.proto = k4->proto;
+	k.sport = k4->sport;
+	k.dport = k4->dport;
+	k.src[0] = k4->saddr;
+	k.dst[0] = k4->daddr;
+	bpf_seq_write(seq, &k, sizeof(k));
+	bpf_seq_write(seq, v, sizeof(*v));
+	return 0;
+}
+
+SEC("iter/bpf_map_elem")
+int hq_iter_flows6(struct bpf_iter__bpf_map_elem *ctx)
 {
 	struct seq_file *seq = ctx->meta->seq;
 	struct hq_flow_key *k = ctx->key;

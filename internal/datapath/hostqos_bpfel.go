@@ -87,6 +87,17 @@ type hostqosHqFlowKey struct {
 	Dst    [4]uint32
 }
 
+type hostqosHqFlowKey4 struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Sport  uint16
+	Dport  uint16
+	Pad    uint16
+	Saddr  uint32
+	Daddr  uint32
+}
+
 type hostqosHqIdent struct {
 	_       structs.HostLayout
 	Tgid    uint32
@@ -185,14 +196,16 @@ const (
 	hostqosMapHqExe          = "hq_exe"
 	hostqosMapHqFctr         = "hq_fctr"
 	hostqosMapHqFkey         = "hq_fkey"
-	hostqosMapHqFlows        = "hq_flows"
+	hostqosMapHqFlows4       = "hq_flows4"
+	hostqosMapHqFlows6       = "hq_flows6"
 	hostqosMapHqHealth       = "hq_health"
 	hostqosMapHqRlists       = "hq_rlists"
 	hostqosMapHqRuleCtr      = "hq_rule_ctr"
 	hostqosMapHqRules        = "hq_rules"
 	hostqosMapHqSkIdent      = "hq_sk_ident"
 	hostqosMapHqUid          = "hq_uid"
-	hostqosProgHqIterFlows   = "hq_iter_flows"
+	hostqosProgHqIterFlows4  = "hq_iter_flows4"
+	hostqosProgHqIterFlows6  = "hq_iter_flows6"
 	hostqosProgHqIterRuleCtr = "hq_iter_rule_ctr"
 	hostqosProgHqSockCreate  = "hq_sock_create"
 	hostqosProgHqTcEgress    = "hq_tc_egress"
@@ -246,7 +259,8 @@ type hostqosSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hostqosProgramSpecs struct {
-	HqIterFlows   *ebpf.ProgramSpec `ebpf:"hq_iter_flows"`
+	HqIterFlows4  *ebpf.ProgramSpec `ebpf:"hq_iter_flows4"`
+	HqIterFlows6  *ebpf.ProgramSpec `ebpf:"hq_iter_flows6"`
 	HqIterRuleCtr *ebpf.ProgramSpec `ebpf:"hq_iter_rule_ctr"`
 	HqSockCreate  *ebpf.ProgramSpec `ebpf:"hq_sock_create"`
 	HqTcEgress    *ebpf.ProgramSpec `ebpf:"hq_tc_egress"`
@@ -262,7 +276,8 @@ type hostqosMapSpecs struct {
 	HqExe     *ebpf.MapSpec `ebpf:"hq_exe"`
 	HqFctr    *ebpf.MapSpec `ebpf:"hq_fctr"`
 	HqFkey    *ebpf.MapSpec `ebpf:"hq_fkey"`
-	HqFlows   *ebpf.MapSpec `ebpf:"hq_flows"`
+	HqFlows4  *ebpf.MapSpec `ebpf:"hq_flows4"`
+	HqFlows6  *ebpf.MapSpec `ebpf:"hq_flows6"`
 	HqHealth  *ebpf.MapSpec `ebpf:"hq_health"`
 	HqRlists  *ebpf.MapSpec `ebpf:"hq_rlists"`
 	HqRuleCtr *ebpf.MapSpec `ebpf:"hq_rule_ctr"`
@@ -307,7 +322,8 @@ type hostqosMaps struct {
 	HqExe     *ebpf.Map `ebpf:"hq_exe"`
 	HqFctr    *ebpf.Map `ebpf:"hq_fctr"`
 	HqFkey    *ebpf.Map `ebpf:"hq_fkey"`
-	HqFlows   *ebpf.Map `ebpf:"hq_flows"`
+	HqFlows4  *ebpf.Map `ebpf:"hq_flows4"`
+	HqFlows6  *ebpf.Map `ebpf:"hq_flows6"`
 	HqHealth  *ebpf.Map `ebpf:"hq_health"`
 	HqRlists  *ebpf.Map `ebpf:"hq_rlists"`
 	HqRuleCtr *ebpf.Map `ebpf:"hq_rule_ctr"`
@@ -323,7 +339,8 @@ func (m *hostqosMaps) Close() error {
 		m.HqExe,
 		m.HqFctr,
 		m.HqFkey,
-		m.HqFlows,
+		m.HqFlows4,
+		m.HqFlows6,
 		m.HqHealth,
 		m.HqRlists,
 		m.HqRuleCtr,
@@ -348,7 +365,8 @@ type hostqosVariables struct {
 //
 // It can be passed to loadHostqosObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hostqosPrograms struct {
-	HqIterFlows   *ebpf.Program `ebpf:"hq_iter_flows"`
+	HqIterFlows4  *ebpf.Program `ebpf:"hq_iter_flows4"`
+	HqIterFlows6  *ebpf.Program `ebpf:"hq_iter_flows6"`
 	HqIterRuleCtr *ebpf.Program `ebpf:"hq_iter_rule_ctr"`
 	HqSockCreate  *ebpf.Program `ebpf:"hq_sock_create"`
 	HqTcEgress    *ebpf.Program `ebpf:"hq_tc_egress"`
@@ -357,7 +375,8 @@ type hostqosPrograms struct {
 
 func (p *hostqosPrograms) Close() error {
 	return _HostqosClose(
-		p.HqIterFlows,
+		p.HqIterFlows4,
+		p.HqIterFlows6,
 		p.HqIterRuleCtr,
 		p.HqSockCreate,
 		p.HqTcEgress,

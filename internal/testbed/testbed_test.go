@@ -142,25 +142,33 @@ func TestRateLimit(t *testing.T) {
 	const rate = 20_000_000
 	tb := build(t, threeNode("hqtbrate", rate, false))
 	client, server := tb.Node("client"), tb.Node("server")
-	addr, res := startSink(t, server, server.AddrV4(), traffic.SinkConfig{Duration: 10 * time.Second, Flows: 1})
-	var sent *traffic.SendResult
-	if err := client.Do(func() (err error) {
-		// Offer 1.5× the bottleneck for 2 s.
-		sent, err = traffic.SendCBR(context.Background(), traffic.CBRConfig{To: addr.String(), Size: 1400, BitRate: rate * 3 / 2, Duration: 2 * time.Second, DSCP: traffic.NoDSCP})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	r := <-res
-	if len(r.Flows) != 1 {
-		t.Fatalf("flows %+v", r.Flows)
-	}
-	got := r.Flows[0].IPBitRate
-	// HTB counts the 14-byte Ethernet header too; the sink sees IP bytes.
-	wire := got * float64(1400+28+14) / float64(1400+28)
-	t.Logf("offered %.1f Mbit/s, received %.2f Mbit/s IP (%.2f on the wire), loss %.1f%%", sent.IPBitRate/1e6, got/1e6, wire/1e6, r.Loss*100)
-	if wire < 0.9*rate || wire > 1.1*rate {
-		t.Fatalf("achieved %.2f Mbit/s on a %d Mbit/s limit", wire/1e6, rate/1_000_000)
+	// A stall of the shared VM can spoil one 2-second measurement; a
+	// broken limit fails every attempt.
+	for attempt := 1; ; attempt++ {
+		addr, res := startSink(t, server, server.AddrV4(), traffic.SinkConfig{Duration: 10 * time.Second, Flows: 1})
+		var sent *traffic.SendResult
+		if err := client.Do(func() (err error) {
+			// Offer 1.5× the bottleneck for 2 s.
+			sent, err = traffic.SendCBR(context.Background(), traffic.CBRConfig{To: addr.String(), Size: 1400, BitRate: rate * 3 / 2, Duration: 2 * time.Second, DSCP: traffic.NoDSCP})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		r := <-res
+		if len(r.Flows) != 1 {
+			t.Fatalf("flows %+v", r.Flows)
+		}
+		got := r.Flows[0].IPBitRate
+		// HTB counts the 14-byte Ethernet header too; the sink sees IP bytes.
+		wire := got * float64(1400+28+14) / float64(1400+28)
+		t.Logf("attempt %d: offered %.1f Mbit/s, received %.2f Mbit/s IP (%.2f on the wire), loss %.1f%%", attempt, sent.IPBitRate/1e6, got/1e6, wire/1e6, r.Loss*100)
+		if wire >= 0.9*rate && wire <= 1.1*rate {
+			return
+		}
+		if attempt == 3 {
+			t.Fatalf("achieved %.2f Mbit/s on a %d Mbit/s limit", wire/1e6, rate/1_000_000)
+		}
+		time.Sleep(2 * time.Second) // let a stall of the machine pass
 	}
 }
 

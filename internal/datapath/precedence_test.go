@@ -1,0 +1,208 @@
+package datapath
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// newNetnsHqdp3 creates a network namespace named hqdp3-<random>, removed
+// at cleanup.
+func newNetnsHqdp3(t *testing.T) string {
+	t.Helper()
+	name := "hqdp3-" + randHex(4)
+	run(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	run(t, "ip", "-n", name, "link", "set", "lo", "up")
+	return name
+}
+
+// TestFlowAppRulePrecedence: rules are evaluated in policy order whether
+// they select by flow or by app. A flow rule before an app rule wins for a
+// socket of the app the app rule names; with the two rules swapped the app
+// rule wins. Checked on a real socket with its identity recorded at birth,
+// both for a flow that is new under the policy and for one re-evaluated
+// after a policy change, by the DSCP the receiver sees, the rule counters
+// and the flow table.
+func TestFlowAppRulePrecedence(t *testing.T) {
+	needRoot(t)
+	cgroot := cgroupRoot(t)
+	nsA, nsB := newNetnsHqdp3(t), newNetnsHqdp3(t)
+	ifA, _ := vethPair(t, nsA, nsB)
+	dir := filepath.Join("/sys/fs/bpf", "hqdp3-"+randHex(4))
+	t.Cleanup(func() {
+		if err := Remove(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+
+	self, err := IdentityForPID(os.Getpid(), cgroot)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var d *Datapath
+	mustNetns(t, nsA, func() error {
+		var err error
+		if d, err = Open(Options{BPFFSDir: dir, CgroupPath: cgroot, FlowTableSize: 1024}); err != nil {
+			return err
+		}
+		ifi, err := net.InterfaceByName(ifA)
+		if err != nil {
+			return err
+		}
+		return d.AttachLink(ifi.Index)
+	})
+	t.Cleanup(func() { d.Close() })
+
+	// Sockets of this process, born in the managed namespace: each one has
+	// our identity.
+	newSocket := func() int {
+		t.Helper()
+		var fd int
+		mustNetns(t, nsA, func() error {
+			var err error
+			fd, err = udpSocket()
+			return err
+		})
+		t.Cleanup(func() { unix.Close(fd) })
+		if id, ok, err := d.IdentityOf(fd); err != nil || !ok || id.Exe != self.Exe {
+			t.Fatalf("identity of a socket in the managed netns: %+v ok=%v err=%v", id, ok, err)
+		}
+		return fd
+	}
+
+	var fdB int
+	mustNetns(t, nsB, func() error {
+		var err error
+		if fdB, err = udpSocket(); err != nil {
+			return err
+		}
+		if err := unix.SetsockoptInt(fdB, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
+			return err
+		}
+		tv := unix.NsecToTimeval((3 * time.Second).Nanoseconds())
+		if err := unix.SetsockoptTimeval(fdB, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			return err
+		}
+		return unix.Bind(fdB, &unix.SockaddrInet4{Port: 9999, Addr: [4]byte{198, 18, 77, 2}})
+	})
+	defer unix.Close(fdB)
+	dst := &unix.SockaddrInet4{Port: 9999, Addr: [4]byte{198, 18, 77, 2}}
+
+	// The flow rule matches UDP to port 9999 (AF11), the app rule any
+	// packet of our executable (EF).
+	flowRule := Rule{Slot: 1, Proto: 17, RPortFrom: 9999, DSCPIn: -1, DSCP: 10, ClassID: 0x10010}
+	appRule := Rule{Slot: 2, Exes: []FileID{self.Exe}, DSCPIn: -1, DSCP: 46, ClassID: 0x10020}
+
+	// send sends one datagram from fd and returns the DSCP the receiver got.
+	send := func(fd int) uint8 {
+		t.Helper()
+		if err := unix.Sendto(fd, []byte("precedence"), 0, dst); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		tos, err := recvTOS(fdB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tos >> 2
+	}
+	localPort := func(fd int) uint16 {
+		t.Helper()
+		sa, err := unix.Getsockname(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uint16(sa.(*unix.SockaddrInet4).Port)
+	}
+	counters := func() []Counters {
+		t.Helper()
+		c, err := d.RuleCounters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// checkCounters asserts that the n packets sent since the counters
+	// were before all counted for rule want, none for rule other.
+	checkCounters := func(name string, before []Counters, n uint64, want, other Rule) {
+		t.Helper()
+		ctr := counters()
+		if got := ctr[want.Slot].Packets - before[want.Slot].Packets; got != n {
+			t.Errorf("%s: rule slot %d counted %d packets, want %d", name, want.Slot, got, n)
+		}
+		if got := ctr[other.Slot].Packets - before[other.Slot].Packets; got != 0 {
+			t.Errorf("%s: rule slot %d counted %d packets, want 0", name, other.Slot, got)
+		}
+	}
+	// checkFlow asserts that fd's flow is in the flow table with our
+	// identity and rule want.
+	checkFlow := func(name string, fd int, want Rule) {
+		t.Helper()
+		port := localPort(fd)
+		found := false
+		if err := d.Flows(func(f Flow) bool {
+			if f.Key.Proto == 17 && f.Key.Local.Port() == port && f.Key.Remote.Port() == 9999 {
+				found = true
+				if f.RuleSlot != int(want.Slot) || f.PID != self.PID || f.Comm != self.Comm {
+					t.Errorf("%s: flow %+v, want rule slot %d and our identity", name, f, want.Slot)
+				}
+			}
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !found {
+			t.Errorf("%s: flow from port %d not in the flow table", name, port)
+		}
+	}
+
+	// Flow rule first: it wins although the app rule matches the socket.
+	if err := d.Apply(Policy{Rules: []Rule{flowRule, appRule}}); err != nil {
+		t.Fatal(err)
+	}
+	fd1 := newSocket()
+	before := counters()
+	for i := 0; i < 2; i++ {
+		if got := send(fd1); got != uint8(flowRule.DSCP) {
+			t.Errorf("flow rule first, packet %d: DSCP %d, want %d (the flow rule)", i, got, flowRule.DSCP)
+		}
+	}
+	checkCounters("flow rule first", before, 2, flowRule, appRule)
+	checkFlow("flow rule first", fd1, flowRule)
+
+	// App rule first: it wins, for the flow seen under the previous
+	// policy (re-evaluated) and for a new one.
+	if err := d.Apply(Policy{Rules: []Rule{appRule, flowRule}}); err != nil {
+		t.Fatal(err)
+	}
+	fd2 := newSocket()
+	before = counters()
+	for _, fd := range []int{fd1, fd2} {
+		if got := send(fd); got != uint8(appRule.DSCP) {
+			t.Errorf("app rule first, socket port %d: DSCP %d, want %d (the app rule)", localPort(fd), got, appRule.DSCP)
+		}
+	}
+	checkCounters("app rule first", before, 2, appRule, flowRule)
+	checkFlow("app rule first, re-evaluated flow", fd1, appRule)
+	checkFlow("app rule first, new flow", fd2, appRule)
+
+	// And back: the flow rule first again wins for both flows.
+	if err := d.Apply(Policy{Rules: []Rule{flowRule, appRule}}); err != nil {
+		t.Fatal(err)
+	}
+	before = counters()
+	for _, fd := range []int{fd1, fd2} {
+		if got := send(fd); got != uint8(flowRule.DSCP) {
+			t.Errorf("flow rule first again, socket port %d: DSCP %d, want %d (the flow rule)", localPort(fd), got, flowRule.DSCP)
+		}
+	}
+	checkCounters("flow rule first again", before, 2, flowRule, appRule)
+	checkFlow("flow rule first again", fd1, flowRule)
+	checkFlow("flow rule first again", fd2, flowRule)
+}
