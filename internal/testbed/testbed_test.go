@@ -3,6 +3,7 @@ package testbed
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -176,6 +177,24 @@ func TestDiffServProtectsEF(t *testing.T) {
 	const rate = 20_000_000
 	tb := build(t, threeNode("hqtbds", rate, true))
 	client, server := tb.Node("client"), tb.Node("server")
+	// Latency and loss are measurements a stall of the shared VM can spoil:
+	// up to three attempts; a broken DiffServ queue fails every one.
+	for attempt := 1; ; attempt++ {
+		problem := diffServAttempt(t, client, server, rate)
+		if problem == "" {
+			return
+		}
+		if attempt == 3 {
+			t.Fatal(problem)
+		}
+		t.Logf("attempt %d: %s; retrying", attempt, problem)
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// diffServAttempt sends default traffic at 1.5× the bottleneck and EF
+// voice through it, and says what is wrong ("" when EF was protected).
+func diffServAttempt(t *testing.T, client, server *Node, rate uint64) string {
 	bulkAddr, bulkRes := startSink(t, server, server.AddrV4(), traffic.SinkConfig{Duration: 15 * time.Second, Flows: 1})
 	voiceAddr, voiceRes := startSink(t, server, server.AddrV4(), traffic.SinkConfig{Duration: 15 * time.Second, Flows: 10})
 	bulkDone := make(chan error, 1)
@@ -202,16 +221,16 @@ func TestDiffServProtectsEF(t *testing.T) {
 	if v.Packets == 0 || v.DSCP["EF"] != v.Packets {
 		t.Fatalf("voice sink %+v", v)
 	}
-	if b.Loss < 0.1 {
-		t.Fatalf("default traffic did not saturate the bottleneck: loss %.3f", b.Loss)
+	switch {
+	case b.Loss < 0.1:
+		return fmt.Sprintf("default traffic did not saturate the bottleneck: loss %.3f", b.Loss)
+	case v.Loss > 0.01:
+		return fmt.Sprintf("EF loss %.3f under saturating default traffic", v.Loss)
+	case v.Latency.P99*5 > b.Latency.P50:
+		// EF's queueing is a small fraction of the default class's.
+		return fmt.Sprintf("EF p99 %.3fms not well below default p50 %.3fms", v.Latency.P99, b.Latency.P50)
 	}
-	if v.Loss > 0.01 {
-		t.Fatalf("EF loss %.3f under saturating default traffic", v.Loss)
-	}
-	// EF's queueing is a small fraction of the default class's.
-	if v.Latency.P99*5 > b.Latency.P50 {
-		t.Fatalf("EF p99 %.3fms not well below default p50 %.3fms", v.Latency.P99, b.Latency.P50)
-	}
+	return ""
 }
 
 func TestCloseLeavesNothing(t *testing.T) {
