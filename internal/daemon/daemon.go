@@ -58,6 +58,9 @@ type Daemon struct {
 	gen     uint64
 	links   map[string]int // managed link name → ifindex currently set up
 	missing []string       // managed links whose interface does not exist now
+	// lastLinkErr is the last error of setting up links again in rescan,
+	// so that a lasting problem is logged once.
+	lastLinkErr string
 
 	dp      *datapath.Datapath
 	dpErr   error
@@ -284,6 +287,29 @@ func (d *Daemon) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[st
 	return out, idx, missing, nil
 }
 
+// linksDamaged reports whether someone removed hostqos's HTB root or egress
+// classifier from a managed link. A missing classifier's stale handle is
+// dropped here so that the next apply attaches it afresh.
+func (d *Daemon) linksDamaged() bool {
+	damaged := false
+	for _, l := range d.eff.Policy.Links {
+		ifindex, ok := d.links[l.Name]
+		if !ok {
+			continue
+		}
+		if attached, known := classifierAttached(ifindex); known && !attached {
+			_ = d.dp.DetachLink(ifindex)
+			damaged = true
+		}
+		if l.EgressRate > 0 {
+			if owned, err := shaper.Owned(ifindex); err == nil && !owned {
+				damaged = true
+			}
+		}
+	}
+	return damaged
+}
+
 // linksChanged reports whether managed interfaces appeared, disappeared or
 // were recreated (new ifindex) since the last apply.
 func (d *Daemon) linksChanged() bool {
@@ -473,11 +499,19 @@ func (d *Daemon) rescan() {
 	if d.dp == nil {
 		return
 	}
-	if d.linksChanged() {
-		if err := d.applyLocked(d.eff, d.slots.clone(), false); err != nil {
-			d.log.Warn("rescan: set up links that appeared or changed", "err", err)
-		} else {
-			d.log.Info("managed links changed; policy re-applied", "links", d.links, "missing", d.missing)
+	if d.linksChanged() || d.linksDamaged() {
+		err := d.applyLocked(d.eff, d.slots.clone(), false)
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		if msg != d.lastLinkErr { // log changes, not every second
+			if err != nil {
+				d.log.Warn("rescan: set up managed links again", "err", err)
+			} else {
+				d.log.Info("managed links set up again", "links", d.links, "missing", d.missing)
+			}
+			d.lastLinkErr = msg
 		}
 		return
 	}

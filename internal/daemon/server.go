@@ -13,6 +13,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/hostqos/hostqos/internal/apps"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/shaper"
 )
 
 type credKey struct{}
@@ -282,8 +284,18 @@ func (d *Daemon) linkStatusLocked() []api.LinkStatus {
 		ls := api.LinkStatus{Link: l}
 		if ifindex, ok := d.links[l.Name]; ok {
 			ls.Ifindex = ifindex
-			ls.Attached = true
-			ls.Shaping = l.EgressRate > 0
+			attached, known := classifierAttached(ifindex)
+			ls.Attached = attached || !known
+			if !ls.Attached {
+				ls.Error = "hostqos's classifier is not attached in the kernel (detached by someone else?); the daemon puts it back within a second"
+			}
+			if l.EgressRate > 0 {
+				owned, _ := shaper.Owned(ifindex)
+				ls.Shaping = owned
+				if !owned {
+					ls.Error = "hostqos's HTB root is not on the link (removed by someone else?); the daemon rebuilds it within a second unless another root qdisc took its place"
+				}
+			}
 		} else {
 			ls.Error = "no such interface now; managed as soon as it appears"
 		}
@@ -360,6 +372,22 @@ func (d *Daemon) handleRemoveLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"removed": name})
+}
+
+// classifierAttached asks the kernel whether hostqos's egress program is
+// on the link's TCX egress hook; known is false when the kernel could not
+// be asked.
+func classifierAttached(ifindex int) (attached, known bool) {
+	names, err := datapath.EgressPrograms(ifindex)
+	if err != nil {
+		return false, false
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "hq_tc_egress") {
+			return true, true
+		}
+	}
+	return false, true
 }
 
 func hasLink(p *policy.Policy, name string) bool {

@@ -356,3 +356,29 @@ func TestLinkThatAppearsLater(t *testing.T) {
 		t.Error("no classifier on the recreated link")
 	}
 }
+
+// TestDaemonRestoresRemovedQdisc: when someone deletes hostqos's HTB root
+// from a managed link, the daemon notices and builds it again.
+func TestDaemonRestoresRemovedQdisc(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	e.hostqos("link", "set", e.iface(), "--egress-rate", "20mbit")
+	qdisc := func() string {
+		out, _ := e.client.Command("tc", "qdisc", "show", "dev", e.iface()).CombinedOutput()
+		return string(out)
+	}
+	if !strings.Contains(qdisc(), "htb 4851:") {
+		t.Fatalf("no hostqos HTB: %s", qdisc())
+	}
+	if out, err := e.client.Command("tc", "qdisc", "del", "dev", e.iface(), "root").CombinedOutput(); err != nil {
+		t.Fatalf("tc qdisc del: %v\n%s", err, out)
+	}
+	eventually(t, 5*time.Second, "HTB root restored", func() (bool, string) {
+		q := qdisc()
+		st := e.status()
+		return strings.Contains(q, "htb 4851:") && st.Links[0].Shaping && st.Links[0].Attached, q
+	})
+	if !hasTCX(t, e, e.iface()) {
+		t.Error("classifier missing after the repair")
+	}
+}
