@@ -84,7 +84,7 @@ func CleanStale() (int, error) {
 			_ = os.Remove(path)
 			continue
 		}
-		if m.Owner == os.Getpid() || alive(m.Owner) {
+		if m.Owner == os.Getpid() || Alive(m.Owner) {
 			continue
 		}
 		if errs2 := cleanDaemon(m); len(errs2) > 0 {
@@ -100,7 +100,8 @@ func CleanStale() (int, error) {
 	return n, errors.Join(errs...)
 }
 
-func alive(pid int) bool {
+// Alive reports whether a process exists (also one we may not signal).
+func Alive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
@@ -116,12 +117,12 @@ func isHostqosd(pid int) bool {
 
 func cleanDaemon(m daemonMarker) []error {
 	var errs []error
-	if alive(m.PID) && isHostqosd(m.PID) {
+	if Alive(m.PID) && isHostqosd(m.PID) {
 		_ = syscall.Kill(m.PID, syscall.SIGTERM)
-		for i := 0; i < 50 && alive(m.PID); i++ {
+		for i := 0; i < 50 && Alive(m.PID); i++ {
 			time.Sleep(100 * time.Millisecond)
 		}
-		if alive(m.PID) {
+		if Alive(m.PID) {
 			_ = syscall.Kill(m.PID, syscall.SIGKILL)
 		}
 	}

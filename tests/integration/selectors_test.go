@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func TestAppSelectors(t *testing.T) {
 		t.Fatalf("send as nobody: %v\n%s", err, out)
 	}
 	// In the unit's cgroup: a shell moves itself in, then execs the app.
-	if out, err := e.client.Command("sh", "-c", "echo $$ > "+filepath.Join(unitDir, "cgroup.procs")+" && exec "+plain+" "+joinArgs(send("7103"))).CombinedOutput(); err != nil {
+	if out, err := e.client.Command("sh", "-c", "echo $$ > "+filepath.Join(unitDir, "cgroup.procs")+" && exec "+plain+" "+strings.Join(send("7103"), " ")).CombinedOutput(); err != nil {
 		t.Fatalf("send in unit: %v\n%s", err, out)
 	}
 	e.runApp(plain, send("7104")...)
@@ -71,15 +72,4 @@ func TestAppSelectors(t *testing.T) {
 	allDSCP(t, sn, unix.IPPROTO_UDP, 7102, dscpAF41, 20)
 	allDSCP(t, sn, unix.IPPROTO_UDP, 7103, dscpEF, 20)
 	allDSCP(t, sn, unix.IPPROTO_UDP, 7104, 0, 20)
-}
-
-func joinArgs(a []string) string {
-	s := ""
-	for i, x := range a {
-		if i > 0 {
-			s += " "
-		}
-		s += x
-	}
-	return s
 }

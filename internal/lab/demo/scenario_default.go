@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hostqos/hostqos/internal/api"
@@ -198,7 +199,7 @@ func (r *runner) runDefault() (*DefaultResult, error) {
 		if err := r.cli(d, c...); err != nil {
 			return nil, err
 		}
-		setup.Commands = append(setup.Commands, "hostqos "+joinArgs(c))
+		setup.Commands = append(setup.Commands, "hostqos "+strings.Join(c, " "))
 	}
 	r.progress("[2/2] with hostqos: running %s ...", secs(total))
 	res.With, err = r.defaultRun(tb, apps, cross, lead, total, "with hostqos")
@@ -213,17 +214,6 @@ func (r *runner) runDefault() (*DefaultResult, error) {
 	res.Setup = setup
 	res.Verdict = Judge(res.Without.Classes[0], res.With.Classes[0])
 	return res, nil
-}
-
-func joinArgs(a []string) string {
-	s := ""
-	for i, x := range a {
-		if i > 0 {
-			s += " "
-		}
-		s += x
-	}
-	return s
 }
 
 // defaultRun runs the traffic once: receivers in the server, the Pareto

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/hostqos/hostqos/internal/lab"
 )
@@ -66,7 +65,7 @@ func CleanStale() (int, error) {
 			continue
 		}
 		pid, err := strconv.Atoi(name)
-		if err != nil || pid <= 0 || pid == os.Getpid() || alive(pid) {
+		if err != nil || pid <= 0 || pid == os.Getpid() || lab.Alive(pid) {
 			continue
 		}
 		path := filepath.Join(MarkerDir, e.Name())
@@ -93,9 +92,4 @@ func CleanStale() (int, error) {
 		errs = append(errs, err)
 	}
 	return n, errors.Join(errs...)
-}
-
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
