@@ -192,13 +192,13 @@ func (d *Daemon) Wait(ctx context.Context) {
 // daemon loses nothing); the policies of running `hostqos run` programs
 // stay.
 func (d *Daemon) Stop() {
-	d.dropTemporary()
 	if d.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		_ = d.srv.Shutdown(ctx) // let answers in flight (e.g. to down) go out
 		cancel()
 		os.Remove(d.cfg.Socket)
 	}
+	d.dropTemporary() // after the API is closed: no change can bring them back
 	if d.dp != nil {
 		d.dp.Close()
 	}
@@ -573,6 +573,11 @@ func Teardown(cfg Config) error {
 // dropTemporary forgets temporary links, classes and rules (not those of
 // runs) in the runtime state, for the next start.
 func (d *Daemon) dropTemporary() {
+	select {
+	case <-d.down:
+		return // hostqos down removed the runtime state already
+	default:
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.temp == nil {

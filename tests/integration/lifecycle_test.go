@@ -143,6 +143,9 @@ func TestDownRemovesOnlyOurs(t *testing.T) {
 	if cg, err := cgroups.OfPID(runCmd.Process.Pid); err == nil && strings.HasPrefix(cg, "/hostqos") {
 		t.Errorf("the running program was left in %s; want it back in its own cgroup", cg)
 	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(e.d.Socket), "runtime.json")); !os.IsNotExist(err) {
+		t.Errorf("runtime state left behind after down (err %v)", err)
+	}
 	if f := tc("filter", "show", "dev", ifc, "egress"); !strings.Contains(f, "u32") {
 		t.Errorf("the foreign clsact filter is gone:\n%s", f)
 	}
