@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/internal/traffic"
 )
 
 var socketFlag string
@@ -57,18 +58,8 @@ func table(header []string, rows [][]string) {
 	tw.Flush()
 }
 
-// humanRate formats bits per second.
-func humanRate(bps float64) string {
-	switch {
-	case bps >= 1e9:
-		return fmt.Sprintf("%.2fGbit/s", bps/1e9)
-	case bps >= 1e6:
-		return fmt.Sprintf("%.2fMbit/s", bps/1e6)
-	case bps >= 1e3:
-		return fmt.Sprintf("%.1fkbit/s", bps/1e3)
-	}
-	return fmt.Sprintf("%.0fbit/s", bps)
-}
+// humanRate formats a measured rate in bits per second.
+func humanRate(bps float64) string { return traffic.FormatRate(bps) + "/s" }
 
 // humanBytes formats a byte count.
 func humanBytes(b uint64) string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
 
@@ -73,19 +74,19 @@ func parseDSCPFlag(v string) (int, error) {
 	if v == "" {
 		return traffic.NoDSCP, nil
 	}
-	d, err := traffic.ParseDSCP(v)
+	d, err := policy.ParseDSCP(v)
 	if err != nil {
-		return 0, flagErr("dscp", v, "not a DSCP", "use a name (EF, AF41, AF11, CS1, CS0) or a number 0..63")
+		return 0, flagErr("dscp", v, err.Error(), "use a name (EF, AF41, AF11, CS1, CS0) or a number 0..63")
 	}
-	return d, nil
+	return int(d), nil
 }
 
 func parseRateFlag(name, v string) (uint64, error) {
-	r, err := traffic.ParseRate(v)
+	r, err := policy.ParseRate(v)
 	if err != nil || r == 0 {
-		return 0, flagErr(name, v, "not a positive rate", "use a rate like 10mbit, 128kbit, 1gbit or 500bit")
+		return 0, flagErr(name, v, "not a positive rate", "use a rate like 10mbit, 128kbit, 1gbit or 500bit (the same units as everywhere in hostqos)")
 	}
-	return r, nil
+	return uint64(r), nil
 }
 
 func checkDuration(name string, d time.Duration) error {

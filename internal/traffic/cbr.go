@@ -3,6 +3,7 @@ package traffic
 import (
 	"context"
 	"fmt"
+	"github.com/hostqos/hostqos/internal/policy"
 	"net"
 	"time"
 )
@@ -119,7 +120,7 @@ func dscpString(d int) string {
 	if d < 0 {
 		return ""
 	}
-	return DSCPName(d)
+	return policy.DSCP(d).String()
 }
 
 // udpFlow sends our datagrams on one connected socket and counts them.

@@ -3,6 +3,7 @@ package traffic
 import (
 	"context"
 	"fmt"
+	"github.com/hostqos/hostqos/internal/policy"
 	"net"
 	"net/netip"
 	"sort"
@@ -282,7 +283,7 @@ func dscpKey(d int) string {
 	if d < 0 {
 		return "unknown"
 	}
-	return DSCPName(d)
+	return policy.DSCP(d).String()
 }
 
 func (f *flowState) addFragment(h header, rx time.Time) {

@@ -147,39 +147,6 @@ func TestCappedParetoMean(t *testing.T) {
 	}
 }
 
-func TestParseRate(t *testing.T) {
-	for in, want := range map[string]uint64{
-		"10mbit": 10e6, "128kbit": 128e3, "1gbit": 1e9, "500bit": 500, "2.5Mbit": 2.5e6, "1000": 1000, "20mbps": 20e6, "1k": 1000,
-	} {
-		got, err := ParseRate(in)
-		if err != nil || got != want {
-			t.Errorf("ParseRate(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "fast", "-1mbit", "10mbyte", "1e20bit"} {
-		if _, err := ParseRate(in); err == nil {
-			t.Errorf("ParseRate(%q) accepted", in)
-		}
-	}
-}
-
-func TestParseDSCP(t *testing.T) {
-	for in, want := range map[string]int{"EF": 46, "af41": 34, "CS1": 8, "be": 0, "46": 46, "0x2e": 46, "AF13": 14} {
-		got, err := ParseDSCP(in)
-		if err != nil || got != want {
-			t.Errorf("ParseDSCP(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"64", "-1", "XX", ""} {
-		if _, err := ParseDSCP(in); err == nil {
-			t.Errorf("ParseDSCP(%q) accepted", in)
-		}
-	}
-	if DSCPName(46) != "EF" || DSCPName(0) != "CS0" || DSCPName(5) != "5" || DSCPName(34) != "AF41" {
-		t.Error("DSCPName")
-	}
-}
-
 func TestHeaderRoundTrip(t *testing.T) {
 	b := make([]byte, HeaderSize)
 	h := header{flags: flagFIN, flow: 7, seq: 1 << 40, sent: -5, aux: videoAux(9, 2, 3)}

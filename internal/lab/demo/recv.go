@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/hostqos/hostqos/internal/policy"
 	"math"
 	"net"
 	"net/netip"
@@ -218,7 +219,7 @@ func (r *recorder) stats() classStats {
 		for d, c := range f.dscp {
 			name := "unknown"
 			if d >= 0 {
-				name = traffic.DSCPName(d)
+				name = policy.DSCP(d).String()
 			}
 			cs.DSCP[name] += c
 		}
