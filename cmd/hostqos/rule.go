@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -41,108 +43,74 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.temp, "temporary", false, "do not persist: forget the rule when the daemon stops (a crash keeps it)")
 }
 
-// patch checks every flag that was given and turns them into JSON fields;
-// "" clears a field on rule set.
+// patch checks every flag that was given and turns it into its JSON field
+// (rates, DSCPs and ports in canonical form); "" clears a field on rule set.
 func (f *ruleFlags) patch(cmd *cobra.Command) (map[string]any, error) {
 	p := map[string]any{}
-	ch := cmd.Flags().Changed
-	str := func(flag, field, v string, check func(string) error) error {
-		if !ch(flag) {
-			return nil
+	var firstErr error
+	field := func(flag, name, v string, conv func(string) (any, error)) {
+		if firstErr != nil || !cmd.Flags().Changed(flag) {
+			return
 		}
 		if v == "" {
-			p[field] = nil
-			return nil
+			p[name] = nil
+			return
 		}
-		if check != nil {
-			if err := check(v); err != nil {
-				return fmt.Errorf("flag --%s = %q: %w", flag, v, err)
-			}
-		}
-		p[field] = v
-		return nil
-	}
-	checks := []error{
-		str("exe", "exe", f.exe, func(v string) error {
-			if !strings.HasPrefix(v, "/") {
-				return fmt.Errorf("want an absolute path or glob, e.g. /usr/bin/curl")
-			}
-			return nil
-		}),
-		str("comm", "comm", f.comm, func(v string) error {
-			if len(v) > 15 {
-				return fmt.Errorf("command names have at most 15 bytes (the kernel truncates them)")
-			}
-			return nil
-		}),
-		str("cgroup", "cgroup", f.cgroup, func(v string) error {
-			if !strings.HasPrefix(v, "/") {
-				return fmt.Errorf("want a path below the cgroup2 root starting with /, e.g. /system.slice/nginx.service")
-			}
-			return nil
-		}),
-		str("unit", "unit", f.unit, nil),
-		str("user", "user", f.user, nil),
-		str("proto", "proto", f.proto, func(v string) error {
-			if v != "tcp" && v != "udp" && v != "icmp" {
-				return fmt.Errorf("want tcp, udp or icmp")
-			}
-			return nil
-		}),
-		str("local", "local", f.local, checkPrefix),
-		str("remote", "remote", f.remote, checkPrefix),
-		str("lport", "lport", f.lport, checkPorts),
-		str("rport", "rport", f.rport, checkPorts),
-		str("dscp-in", "dscp_in", f.dscpIn, checkDSCP),
-		str("class", "class", f.class, nil),
-		str("dscp", "dscp", f.dscp, checkDSCP),
-		str("maxbw", "maxbw", f.maxbw, checkRate),
-		str("minbw", "minbw", f.minbw, checkRate),
-		str("action", "action", f.action, func(v string) error {
-			if v != "pass" && v != "drop" && v != "observe" {
-				return fmt.Errorf("want pass, drop or observe")
-			}
-			return nil
-		}),
-	}
-	for _, err := range checks {
+		x, err := conv(v)
 		if err != nil {
-			return nil, err
+			firstErr = fmt.Errorf("flag --%s = %q: %w", flag, v, err)
+			return
 		}
+		p[name] = x
 	}
-	if ch("precedence") {
-		n, err := strconv.Atoi(f.precedence)
+	field("exe", "exe", f.exe, check(func(v string) bool { return strings.HasPrefix(v, "/") }, "want an absolute path or glob, e.g. /usr/bin/curl"))
+	field("comm", "comm", f.comm, check(func(v string) bool { return len(v) <= 15 }, "command names have at most 15 bytes (the kernel truncates them)"))
+	field("cgroup", "cgroup", f.cgroup, check(func(v string) bool { return strings.HasPrefix(v, "/") }, "want a path below the cgroup2 root starting with /, e.g. /system.slice/nginx.service"))
+	field("unit", "unit", f.unit, asIs)
+	field("user", "user", f.user, asIs)
+	field("proto", "proto", f.proto, oneOf("tcp", "udp", "icmp"))
+	field("local", "local", f.local, parsed(policy.ParsePrefix))
+	field("remote", "remote", f.remote, parsed(policy.ParsePrefix))
+	field("lport", "lport", f.lport, parsed(policy.ParsePortRange))
+	field("rport", "rport", f.rport, parsed(policy.ParsePortRange))
+	field("dscp-in", "dscp_in", f.dscpIn, parsed(policy.ParseDSCP))
+	field("class", "class", f.class, asIs)
+	field("dscp", "dscp", f.dscp, parsed(policy.ParseDSCP))
+	field("maxbw", "maxbw", f.maxbw, parsed(policy.ParseRate))
+	field("minbw", "minbw", f.minbw, parsed(policy.ParseRate))
+	field("action", "action", f.action, oneOf("pass", "drop", "observe"))
+	field("precedence", "precedence", f.precedence, func(v string) (any, error) {
+		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 65535 {
-			return nil, fmt.Errorf("flag --precedence = %q: want 0 … 65535 (higher is evaluated first)", f.precedence)
+			return nil, fmt.Errorf("want 0 … 65535 (higher is evaluated first)")
 		}
-		p["precedence"] = n
-	}
-	// Normalise values the daemon reads in canonical form.
-	for _, k := range []string{"dscp", "dscp_in"} {
-		if v, ok := p[k].(string); ok {
-			d, _ := policy.ParseDSCP(v)
-			p[k] = d
-		}
-	}
-	for _, k := range []string{"maxbw", "minbw"} {
-		if v, ok := p[k].(string); ok {
-			r, _ := policy.ParseRate(v)
-			p[k] = r
-		}
-	}
-	for _, k := range []string{"lport", "rport"} {
-		if v, ok := p[k].(string); ok {
-			r, _ := policy.ParsePortRange(v)
-			p[k] = r
-		}
+		return n, nil
+	})
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	return p, nil
 }
 
-func checkRate(v string) error   { _, err := policy.ParseRate(v); return err }
-func checkDSCP(v string) error   { _, err := policy.ParseDSCP(v); return err }
-func checkPorts(v string) error  { _, err := policy.ParsePortRange(v); return err }
-func checkPrefix(v string) error { _, err := policy.ParsePrefix(v); return err }
+// Flag converters: the value to send, or why the flag is wrong.
+func asIs(v string) (any, error) { return v, nil }
+
+func parsed[T any](parse func(string) (T, error)) func(string) (any, error) {
+	return func(v string) (any, error) { return parse(v) }
+}
+
+func check(ok func(string) bool, want string) func(string) (any, error) {
+	return func(v string) (any, error) {
+		if !ok(v) {
+			return nil, errors.New(want)
+		}
+		return v, nil
+	}
+}
+
+func oneOf(choices ...string) func(string) (any, error) {
+	return check(func(v string) bool { return slices.Contains(choices, v) }, "want "+strings.Join(choices, ", "))
+}
 
 func init() {
 	rule := &cobra.Command{
@@ -244,14 +212,6 @@ func printRules(rs []api.RuleInfo) {
 	var rows [][]string
 	for _, ri := range rs {
 		r := ri.Rule
-		action := string(r.Action)
-		if action == "" {
-			action = "pass"
-		}
-		cl := r.Class
-		if cl == "" {
-			cl = "default"
-		}
 		dscp := "class"
 		if r.DSCP != policy.NoDSCP {
 			dscp = r.DSCP.String()
@@ -264,7 +224,7 @@ func printRules(rs []api.RuleInfo) {
 			limits = append(limits, "max "+r.MaxBW.String())
 		}
 		src := ri.Source
-		rows = append(rows, []string{r.Name, strconv.Itoa(r.Precedence), selectors(r), action, cl, dscp,
+		rows = append(rows, []string{r.Name, strconv.Itoa(r.Precedence), selectors(r), string(r.EffectiveAction()), r.EffectiveClass(), dscp,
 			orDash(strings.Join(limits, ", ")), src})
 	}
 	table([]string{"RULE", "PREC", "SELECTORS", "ACTION", "CLASS", "DSCP", "LIMITS", "SOURCE"}, rows)
