@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
 
+	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/shaper"
 )
 
 // overlay holds changes made through the API on top of the config file. A
@@ -46,31 +49,19 @@ func newOverlay() *overlay {
 
 // clone deep-copies the overlay so a change can be prepared and dropped.
 func (o *overlay) clone() *overlay {
-	n := newOverlay()
-	for k, v := range o.Links {
+	return &overlay{Links: cloneMap(o.Links), Classes: cloneMap(o.Classes), Rules: cloneMap(o.Rules), Runs: cloneMap(o.Runs)}
+}
+
+// cloneMap copies a map of pointers and the values they point to (nil
+// entries, tombstones, stay nil).
+func cloneMap[T any](m map[string]*T) map[string]*T {
+	n := make(map[string]*T, len(m))
+	for k, v := range m {
 		if v != nil {
 			c := *v
 			v = &c
 		}
-		n.Links[k] = v
-	}
-	for k, v := range o.Classes {
-		if v != nil {
-			c := *v
-			v = &c
-		}
-		n.Classes[k] = v
-	}
-	for k, v := range o.Rules {
-		if v != nil {
-			c := *v
-			v = &c
-		}
-		n.Rules[k] = v
-	}
-	for k, v := range o.Runs {
-		c := *v
-		n.Runs[k] = &c
+		n[k] = v
 	}
 	return n
 }
@@ -94,98 +85,71 @@ type merged struct {
 // policy. The base must already contain the default classes.
 func merge(base *policy.Policy, persist, temp *overlay) merged {
 	m := merged{Policy: &policy.Policy{}, Sources: map[string]string{}}
-	links := map[string]policy.Link{}
-	var linkOrder []string
-	classes := map[string]policy.Class{}
-	var classOrder []string
-	rules := map[string]policy.Rule{}
-	var ruleOrder []string
 	defaults := map[string]bool{}
 	for _, c := range policy.DefaultClasses() {
 		defaults[c.Name] = true
 	}
-	for _, l := range base.Links {
-		links[l.Name] = l
-		linkOrder = append(linkOrder, l.Name)
-		m.Sources["link/"+l.Name] = srcConfig
-	}
-	for _, c := range base.Classes {
-		classes[c.Name] = c
-		classOrder = append(classOrder, c.Name)
-		if defaults[c.Name] {
-			m.Sources["class/"+c.Name] = srcDefault
-		} else {
-			m.Sources["class/"+c.Name] = srcConfig
-		}
-	}
-	for _, r := range base.Rules {
-		rules[r.Name] = r
-		ruleOrder = append(ruleOrder, r.Name)
-		m.Sources["rule/"+r.Name] = srcConfig
-	}
-	for _, ov := range []*overlay{persist, temp} {
-		src := srcAPI
-		if ov == temp {
-			src = srcTemp
-		}
-		for _, name := range sortedKeys(ov.Links) {
-			if v := ov.Links[name]; v == nil {
-				delete(links, name)
-			} else {
-				if _, ok := links[name]; !ok {
-					linkOrder = append(linkOrder, name)
-				}
-				links[name] = *v
-				m.Sources["link/"+name] = src
+	m.Policy.Links = layer(m.Sources, "link/", base.Links, func(l policy.Link) string { return l.Name },
+		func(string) string { return srcConfig }, persist.Links, temp.Links, nil)
+	m.Policy.Classes = layer(m.Sources, "class/", base.Classes, func(c policy.Class) string { return c.Name },
+		func(name string) string {
+			if defaults[name] {
+				return srcDefault
 			}
-		}
-		for _, name := range sortedKeys(ov.Classes) {
-			if v := ov.Classes[name]; v == nil {
-				delete(classes, name)
-			} else {
-				if _, ok := classes[name]; !ok {
-					classOrder = append(classOrder, name)
-				}
-				classes[name] = *v
-				m.Sources["class/"+name] = src
-			}
-		}
-		for _, name := range sortedKeys(ov.Rules) {
-			if v := ov.Rules[name]; v == nil {
-				delete(rules, name)
-			} else {
-				if _, ok := rules[name]; !ok {
-					ruleOrder = append(ruleOrder, name)
-				}
-				r := *v
-				r.Temporary = ov == temp
-				rules[name] = r
-				m.Sources["rule/"+name] = src
-			}
-		}
-	}
+			return srcConfig
+		}, persist.Classes, temp.Classes, nil)
+	m.Policy.Rules = layer(m.Sources, "rule/", base.Rules, func(r policy.Rule) string { return r.Name },
+		func(string) string { return srcConfig }, persist.Rules, temp.Rules,
+		func(r *policy.Rule, temporary bool) { r.Temporary = temporary })
 	for _, run := range temp.Runs {
 		m.Sources["rule/"+run.Rule] = srcRun
 	}
-	for _, n := range linkOrder {
-		if l, ok := links[n]; ok {
-			m.Policy.Links = append(m.Policy.Links, l)
-			delete(links, n)
-		}
-	}
-	for _, n := range classOrder {
-		if c, ok := classes[n]; ok {
-			m.Policy.Classes = append(m.Policy.Classes, c)
-			delete(classes, n)
-		}
-	}
-	for _, n := range ruleOrder {
-		if r, ok := rules[n]; ok {
-			m.Policy.Rules = append(m.Policy.Rules, r)
-			delete(rules, n)
-		}
-	}
 	return m
+}
+
+// layer merges one kind of object: the base list, then the persistent and
+// the temporary overlay (a nil entry removes the object). Objects keep the
+// base's order; new ones follow in name order. sources records where each
+// object came from; mark, if set, tells an object whether it is temporary.
+func layer[T any](sources map[string]string, prefix string, base []T, name func(T) string,
+	baseSource func(string) string, persist, temp map[string]*T, mark func(*T, bool)) []T {
+	byName := map[string]T{}
+	var order []string
+	put := func(n string, v T, src string) {
+		if _, ok := byName[n]; !ok {
+			order = append(order, n)
+		}
+		byName[n] = v
+		sources[prefix+n] = src
+	}
+	for _, v := range base {
+		put(name(v), v, baseSource(name(v)))
+	}
+	for _, ov := range []struct {
+		m   map[string]*T
+		src string
+	}{{persist, srcAPI}, {temp, srcTemp}} {
+		for _, n := range sortedKeys(ov.m) {
+			v := ov.m[n]
+			if v == nil {
+				delete(byName, n)
+				continue
+			}
+			c := *v
+			if mark != nil {
+				mark(&c, ov.src == srcTemp)
+			}
+			put(n, c, ov.src)
+		}
+	}
+	var out []T
+	for _, n := range order {
+		if v, ok := byName[n]; ok {
+			out = append(out, v)
+			delete(byName, n)
+		}
+	}
+	return out
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -213,26 +177,18 @@ type baseCounter struct {
 	Drops   uint64 `json:"drops"`
 }
 
-// MaxRules is the size of the datapath's rule tables.
-const MaxRules = 4096
-
-// maxClasses bounds service class indexes (HTB minors 0x10.. and 0x40..).
-const maxClasses = 48
+// maxClasses bounds service class indexes: the shaper numbers a class's
+// inner HTB class InnerBase+index, below its leaves at LeafBase.
+const maxClasses = int(shaper.LeafBase - shaper.InnerBase)
 
 func newSlotTable() *slotTable {
 	return &slotTable{Rules: map[string]int{}, Classes: map[string]int{}, Baselines: map[int]baseCounter{}}
 }
 
 func (s *slotTable) clone() *slotTable {
-	n := newSlotTable()
-	for k, v := range s.Rules {
-		n.Rules[k] = v
-	}
-	for k, v := range s.Classes {
-		n.Classes[k] = v
-	}
-	for k, v := range s.Baselines {
-		n.Baselines[k] = v
+	n := &slotTable{Rules: maps.Clone(s.Rules), Classes: maps.Clone(s.Classes), Baselines: maps.Clone(s.Baselines)}
+	if n.Baselines == nil {
+		n.Baselines = map[int]baseCounter{}
 	}
 	return n
 }
@@ -241,64 +197,57 @@ func (s *slotTable) clone() *slotTable {
 // ones. current reads the counter of a slot (for the baseline of a reused
 // slot); it may be nil.
 func (s *slotTable) assign(p *policy.Policy, current func(slot int) baseCounter) error {
-	keepR := map[string]bool{}
+	var rules, classes []string
 	for _, r := range p.Rules {
-		keepR[r.Name] = true
+		rules = append(rules, r.Name)
 	}
-	for n := range s.Rules {
-		if !keepR[n] {
-			delete(s.Rules, n)
+	for _, c := range p.Classes {
+		classes = append(classes, c.Name)
+	}
+	err := allocate(s.Rules, rules, datapath.MaxRules, "rule slot", func(slot int) {
+		if current != nil {
+			s.Baselines[slot] = current(slot)
+		} else {
+			delete(s.Baselines, slot)
 		}
+	})
+	if err != nil {
+		return err
+	}
+	return allocate(s.Classes, classes, maxClasses, "class index", nil)
+}
+
+// allocate keeps the numbers of the names that stay, frees those of names
+// gone, and gives each new name the lowest free number below limit.
+func allocate(m map[string]int, names []string, limit int, what string, assigned func(int)) error {
+	keep := map[string]bool{}
+	for _, n := range names {
+		keep[n] = true
 	}
 	used := map[int]bool{}
-	for _, v := range s.Rules {
-		used[v] = true
+	for n, v := range m {
+		if keep[n] {
+			used[v] = true
+		} else {
+			delete(m, n)
+		}
 	}
 	next := 0
-	for _, r := range p.Rules {
-		if _, ok := s.Rules[r.Name]; ok {
+	for _, n := range names {
+		if _, ok := m[n]; ok {
 			continue
 		}
-		for next < MaxRules && used[next] {
+		for next < limit && used[next] {
 			next++
 		}
-		if next >= MaxRules {
-			return fmt.Errorf("assign rule slot for %q: all %d slots in use", r.Name, MaxRules)
+		if next >= limit {
+			return fmt.Errorf("assign %s for %q: all %d in use", what, n, limit)
 		}
-		s.Rules[r.Name] = next
+		m[n] = next
 		used[next] = true
-		if current != nil {
-			s.Baselines[next] = current(next)
-		} else {
-			delete(s.Baselines, next)
+		if assigned != nil {
+			assigned(next)
 		}
-	}
-	keepC := map[string]bool{}
-	for _, c := range p.Classes {
-		keepC[c.Name] = true
-	}
-	for n := range s.Classes {
-		if !keepC[n] {
-			delete(s.Classes, n)
-		}
-	}
-	usedC := map[int]bool{}
-	for _, v := range s.Classes {
-		usedC[v] = true
-	}
-	nextC := 0
-	for _, c := range p.Classes {
-		if _, ok := s.Classes[c.Name]; ok {
-			continue
-		}
-		for nextC < maxClasses && usedC[nextC] {
-			nextC++
-		}
-		if nextC >= maxClasses {
-			return fmt.Errorf("assign class index for %q: at most %d classes", c.Name, maxClasses)
-		}
-		s.Classes[c.Name] = nextC
-		usedC[nextC] = true
 	}
 	return nil
 }
@@ -319,24 +268,13 @@ func readState(path string) (*overlay, *slotTable, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read state %s: %w", path, err)
 	}
-	var p persisted
+	p := persisted{Overlay: newOverlay()} // maps the file leaves out stay empty
 	if err := json.Unmarshal(data, &p); err != nil {
 		return nil, nil, fmt.Errorf("parse state %s: %w (move it away to start from the config file alone)", path, err)
 	}
-	ov := newOverlay()
-	if p.Overlay != nil {
-		for k, v := range p.Overlay.Links {
-			ov.Links[k] = v
-		}
-		for k, v := range p.Overlay.Classes {
-			ov.Classes[k] = v
-		}
-		for k, v := range p.Overlay.Rules {
-			ov.Rules[k] = v
-		}
-		for k, v := range p.Overlay.Runs {
-			ov.Runs[k] = v
-		}
+	ov := p.Overlay
+	if ov == nil {
+		ov = newOverlay()
 	}
 	return ov, p.Slots, nil
 }
