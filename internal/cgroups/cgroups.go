@@ -239,3 +239,15 @@ func RemoveTree(root, rel string) error {
 	}
 	return nil
 }
+
+// NetnsDir is the cgroup (relative to the root) under which the daemon of
+// the network namespace with inode netnsIno makes its cgroups.
+func NetnsDir(netnsIno uint64) string { return fmt.Sprintf("/hostqos/ns-%d", netnsIno) }
+
+// RemoveNetnsDir removes the cgroups of one network namespace's daemon and
+// the shared /hostqos parent when no other daemon uses it.
+func RemoveNetnsDir(root string, netnsIno uint64) error {
+	err := RemoveTree(root, NetnsDir(netnsIno))
+	_ = syscall.Rmdir(filepath.Join(root, "hostqos")) // fails while other daemons have cgroups there
+	return err
+}

@@ -45,7 +45,7 @@ func compile(p *policy.Policy, slots *slotTable, cgRoot string) (*compiled, erro
 		c.Classes = append(c.Classes, shaper.ClassSpec{
 			Name: cl.Name, Index: idx, Priority: cl.Priority,
 			MinBW: uint64(cl.MinBW), MaxBW: uint64(cl.MaxBW),
-			Default: cl.Name == "default",
+			Default: cl.Name == policy.DefaultClassName,
 		})
 	}
 	for _, r := range p.OrderedRules() {
@@ -53,10 +53,7 @@ func compile(p *policy.Policy, slots *slotTable, cgRoot string) (*compiled, erro
 		if !ok {
 			return nil, fmt.Errorf("compile rule %q: no slot assigned", r.Name)
 		}
-		className := r.Class
-		if className == "" {
-			className = "default"
-		}
+		className := r.EffectiveClass()
 		cl, ok := classByName[className]
 		if !ok {
 			return nil, fmt.Errorf("compile rule %q: class %q does not exist", r.Name, className)

@@ -55,7 +55,6 @@ type Daemon struct {
 	slots   *slotTable
 	eff     merged
 	comp    *compiled
-	gen     uint64
 	links   map[string]int // managed link name → ifindex currently set up
 	missing []string       // managed links whose interface does not exist now
 	// lastLinkErr is the last error of setting up links again in rescan,
@@ -63,20 +62,20 @@ type Daemon struct {
 	lastLinkErr string
 
 	dp      *datapath.Datapath
-	dpErr   error
 	adopted bool
 	tagged  int
 
 	stats *sampler
-	ln    net.Listener
 	srv   *http.Server
 	down  chan struct{}
 }
 
-func (d *Daemon) statePath() string { return filepath.Join(d.cfg.StateDir, "state.json") }
-func (d *Daemon) runtimePath() string {
-	return filepath.Join(filepath.Dir(d.cfg.Socket), "runtime.json")
-}
+func (d *Daemon) statePath() string   { return filepath.Join(d.cfg.StateDir, "state.json") }
+func (d *Daemon) runtimePath() string { return runtimePath(d.cfg) }
+
+// runtimePath is where temporary state lives: next to the API socket, on
+// the run-time file system, so it survives a crash but not a reboot.
+func runtimePath(cfg Config) string { return filepath.Join(filepath.Dir(cfg.Socket), "runtime.json") }
 
 // New prepares a daemon: it reads the config and state and validates them,
 // but touches nothing in the kernel yet.
@@ -98,7 +97,7 @@ func New(cfg Config) (*Daemon, error) {
 	if d.cgRoot, err = cgroups.Root(); err != nil {
 		return nil, err
 	}
-	d.cgBase = fmt.Sprintf("/hostqos/ns-%d", d.netns)
+	d.cgBase = cgroups.NetnsDir(d.netns)
 	if d.base, err = d.loadConfig(); err != nil {
 		return nil, err
 	}
@@ -163,7 +162,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.adopted = dp.Adopted()
 	d.stats = newSampler(d)
 	d.mu.Lock()
-	err = d.applyLocked(d.eff, d.slots.clone(), false)
+	err = d.applyLocked(d.eff, d.slots.clone(), nil, nil)
 	d.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("apply policy: %w", err)
@@ -205,11 +204,12 @@ func (d *Daemon) Stop() {
 	d.log.Info("hostqosd stopped; the datapath keeps enforcing the last policy")
 }
 
-// applyLocked makes the kernel match m and, when persist is set, writes
-// the state files. On any error it restores the previous kernel state and
-// returns the error; nothing of the change remains.
-func (d *Daemon) applyLocked(m merged, slots *slotTable, persist bool) error {
-	if err := slots.assign(m.Policy, d.slotCounter); err != nil {
+// applyLocked makes the kernel match m and, when persist and temp are
+// given, writes them as the state files and makes them current. On any
+// error it restores the previous kernel state and returns the error;
+// nothing of the change remains.
+func (d *Daemon) applyLocked(m merged, slots *slotTable, persist, temp *overlay) error {
+	if err := slots.assign(m.Policy, d.counterReader()); err != nil {
 		return err
 	}
 	comp, err := compile(m.Policy, slots, d.cgRoot)
@@ -224,18 +224,18 @@ func (d *Daemon) applyLocked(m merged, slots *slotTable, persist bool) error {
 		d.restoreKernel()
 		return err
 	}
-	if persist {
-		err := writeState(d.statePath(), d.persist, slots)
+	if persist != nil {
+		err := writeState(d.statePath(), persist, slots)
 		if err == nil {
-			err = writeState(d.runtimePath(), d.temp, nil)
+			err = writeState(d.runtimePath(), temp, nil)
 		}
 		if err != nil {
 			d.restoreKernel()
 			return err
 		}
+		d.persist, d.temp = persist, temp
 	}
 	d.eff, d.comp, d.slots, d.missing = m, comp, slots, missing
-	d.gen++
 	return nil
 }
 
@@ -288,8 +288,7 @@ func (d *Daemon) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[st
 }
 
 // linksDamaged reports whether someone removed hostqos's HTB root or egress
-// classifier from a managed link. A missing classifier's stale handle is
-// dropped here so that the next apply attaches it afresh.
+// classifier from a managed link; the next apply puts them back.
 func (d *Daemon) linksDamaged() bool {
 	damaged := false
 	for _, l := range d.eff.Policy.Links {
@@ -297,8 +296,7 @@ func (d *Daemon) linksDamaged() bool {
 		if !ok {
 			continue
 		}
-		if attached, known := classifierAttached(ifindex); known && !attached {
-			_ = d.dp.DetachLink(ifindex)
+		if attached, err := d.dp.LinkAttached(ifindex); err == nil && !attached {
 			damaged = true
 		}
 		if l.EgressRate > 0 {
@@ -364,16 +362,21 @@ func (d *Daemon) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[stri
 	return nil
 }
 
-// slotCounter reads a slot's raw counters (for baselines of reused slots).
-func (d *Daemon) slotCounter(slot int) baseCounter {
-	if d.dp == nil {
-		return baseCounter{}
+// counterReader returns a function that gives a rule slot's raw counters
+// (the baseline of a reused slot), reading the counter array at most once.
+func (d *Daemon) counterReader() func(slot int) baseCounter {
+	var cs []datapath.Counters
+	read := false
+	return func(slot int) baseCounter {
+		if !read && d.dp != nil {
+			cs, _ = d.dp.RuleCounters()
+			read = true
+		}
+		if slot >= len(cs) {
+			return baseCounter{}
+		}
+		return baseCounter{Packets: cs[slot].Packets, Bytes: cs[slot].Bytes, Drops: cs[slot].Drops}
 	}
-	cs, err := d.dp.RuleCounters()
-	if err != nil || slot >= len(cs) {
-		return baseCounter{}
-	}
-	return baseCounter{Packets: cs[slot].Packets, Bytes: cs[slot].Bytes, Drops: cs[slot].Drops}
 }
 
 // change runs a mutation of the overlays as one transaction: mutate works
@@ -390,13 +393,7 @@ func (d *Daemon) change(source string, mutate func(persist, temp *overlay, eff *
 	if err := checkPolicy(m.Policy, source); err != nil {
 		return err
 	}
-	oldP, oldT := d.persist, d.temp
-	d.persist, d.temp = persist, temp
-	if err := d.applyLocked(m, d.slots.clone(), true); err != nil {
-		d.persist, d.temp = oldP, oldT
-		return err
-	}
-	return nil
+	return d.applyLocked(m, d.slots.clone(), persist, temp)
 }
 
 // Reload re-reads the config file. An invalid file changes nothing.
@@ -413,7 +410,7 @@ func (d *Daemon) Reload() error {
 		d.log.Error("reload: policy rejected; keeping the running policy", "err", err)
 		return err
 	}
-	if err := d.applyLocked(m, d.slots.clone(), true); err != nil {
+	if err := d.applyLocked(m, d.slots.clone(), d.persist, d.temp); err != nil {
 		d.log.Error("reload: apply failed; kept the running policy", "err", err)
 		return err
 	}
@@ -422,45 +419,25 @@ func (d *Daemon) Reload() error {
 	return nil
 }
 
-// Down removes everything hostqos made in this network namespace: the
-// classifiers, HTB trees, pins and cgroups. The persistent state (the
-// policy the admin wrote) is kept; temporary changes are dropped.
+// Down removes everything hostqos made in this network namespace (see
+// Teardown) and ends the daemon. The persistent state (the policy the admin
+// wrote) is kept; temporary changes are dropped.
 func (d *Daemon) Down() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var errs []error
-	for name, ifindex := range d.links {
-		if owned, _ := shaper.Owned(ifindex); owned {
-			if err := shaper.Remove(ifindex); err != nil {
-				errs = append(errs, fmt.Errorf("remove HTB tree of %s: %w", name, err))
-			}
-		}
-	}
 	if d.dp != nil {
 		d.dp.Close()
 		d.dp = nil
 	}
-	if err := datapath.Remove(d.cfg.BPFFSDir); err != nil {
-		errs = append(errs, err)
-	}
-	releaseRuns(d.cgRoot, d.temp.Runs)
-	if err := cgroups.RemoveTree(d.cgRoot, d.cgBase); err != nil {
-		errs = append(errs, err)
-	}
-	removeIfEmpty(filepath.Join(d.cgRoot, "hostqos"))
-	if err := os.Remove(d.runtimePath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("remove runtime state: %w", err))
-	}
+	err := Teardown(d.cfg)
 	d.links = map[string]int{}
 	select {
 	case <-d.down:
 	default:
 		close(d.down)
 	}
-	return errors.Join(errs...)
+	return err
 }
-
-func removeIfEmpty(dir string) { _ = syscall.Rmdir(dir) }
 
 // netnsInode identifies the daemon's network namespace.
 func netnsInode() (uint64, error) {
@@ -500,7 +477,7 @@ func (d *Daemon) rescan() {
 		return
 	}
 	if d.linksChanged() || d.linksDamaged() {
-		err := d.applyLocked(d.eff, d.slots.clone(), false)
+		err := d.applyLocked(d.eff, d.slots.clone(), nil, nil)
 		msg := ""
 		if err != nil {
 			msg = err.Error()
@@ -529,7 +506,6 @@ func (d *Daemon) rescan() {
 		return
 	}
 	d.comp = comp
-	d.gen++
 	d.log.Info("app selectors re-resolved; datapath updated")
 }
 
@@ -552,16 +528,15 @@ func Teardown(cfg Config) error {
 	if err := datapath.Remove(cfg.BPFFSDir); err != nil {
 		errs = append(errs, err)
 	}
-	rt := filepath.Join(filepath.Dir(cfg.Socket), "runtime.json")
+	rt := runtimePath(cfg)
 	if ns, err := netnsInode(); err == nil {
 		if root, err := cgroups.Root(); err == nil {
 			if temp, _, err := readState(rt); err == nil {
 				releaseRuns(root, temp.Runs)
 			}
-			if err := cgroups.RemoveTree(root, fmt.Sprintf("/hostqos/ns-%d", ns)); err != nil {
+			if err := cgroups.RemoveNetnsDir(root, ns); err != nil {
 				errs = append(errs, err)
 			}
-			removeIfEmpty(filepath.Join(root, "hostqos"))
 		}
 	}
 	if err := os.Remove(rt); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -13,7 +13,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -58,7 +57,6 @@ func (d *Daemon) listen() error {
 		ln.Close()
 		return fmt.Errorf("open up socket %s: %w", d.cfg.Socket, err)
 	}
-	d.ln = ln
 	srv := &http.Server{
 		Handler:           d.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -284,8 +282,8 @@ func (d *Daemon) linkStatusLocked() []api.LinkStatus {
 		ls := api.LinkStatus{Link: l}
 		if ifindex, ok := d.links[l.Name]; ok {
 			ls.Ifindex = ifindex
-			attached, known := classifierAttached(ifindex)
-			ls.Attached = attached || !known
+			attached, err := d.dp.LinkAttached(ifindex)
+			ls.Attached = attached || err != nil // unknown is not reported as detached
 			if !ls.Attached {
 				ls.Error = "hostqos's classifier is not attached in the kernel (detached by someone else?); the daemon puts it back within a second"
 			}
@@ -299,21 +297,8 @@ func (d *Daemon) linkStatusLocked() []api.LinkStatus {
 		} else {
 			ls.Error = "no such interface now; managed as soon as it appears"
 		}
-		frac := l.Reservable
-		if frac == 0 {
-			frac = policy.DefaultReservable
-		}
-		ls.Reservable = policy.Rate(float64(l.EgressRate) * frac)
-		var sum policy.Rate
-		for _, c := range d.eff.Policy.Classes {
-			sum += c.MinBW
-		}
-		for _, r := range d.eff.Policy.Rules {
-			if r.Action == "" || r.Action == policy.ActionPass {
-				sum += r.MinBW
-			}
-		}
-		ls.Reserved = sum
+		ls.Reservable = l.Capacity()
+		ls.Reserved = d.eff.Policy.Guaranteed()
 		out = append(out, ls)
 	}
 	return out
@@ -372,22 +357,6 @@ func (d *Daemon) handleRemoveLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"removed": name})
-}
-
-// classifierAttached asks the kernel whether hostqos's egress program is
-// on the link's TCX egress hook; known is false when the kernel could not
-// be asked.
-func classifierAttached(ifindex int) (attached, known bool) {
-	names, err := datapath.EgressPrograms(ifindex)
-	if err != nil {
-		return false, false
-	}
-	for _, n := range names {
-		if strings.HasPrefix(n, "hq_tc_egress") {
-			return true, true
-		}
-	}
-	return false, true
 }
 
 func hasLink(p *policy.Policy, name string) bool {
@@ -519,15 +488,11 @@ func (d *Daemon) handleStartRun(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, &forbidden{why: "choosing a DSCP needs root or group hostqos; use --class with a class the admin allows (user_allowed = true)"})
 			return
 		}
-		cname := req.Class
-		if cname == "" {
-			cname = "default"
-		}
 		d.mu.Lock()
-		c, ok := d.eff.Policy.Class(cname)
+		c, ok := d.eff.Policy.Class(req.Class) // "" is the default class
 		d.mu.Unlock()
 		if ok && !c.UserAllowed {
-			writeErr(w, &forbidden{why: fmt.Sprintf("class %q is not open to ordinary users; ask the admin to set user_allowed = true, or pick another class", cname)})
+			writeErr(w, &forbidden{why: fmt.Sprintf("class %q is not open to ordinary users; ask the admin to set user_allowed = true, or pick another class", c.Name)})
 			return
 		}
 	}

@@ -53,15 +53,8 @@ func (d *Daemon) tagExistingSockets() {
 	dp := d.dp
 	d.mu.Unlock()
 	if tagged > 0 && dp != nil {
-		// Flows of these sockets were classified without an identity;
-		// have them evaluated again.
-		d.mu.Lock()
-		if d.comp != nil {
-			if err := dp.Apply(d.comp.Datapath); err != nil {
-				d.log.Warn("re-evaluate flows after tagging", "err", err)
-			}
-		}
-		d.mu.Unlock()
+		// Flows of these sockets were classified without an identity.
+		dp.Reevaluate()
 	}
 	d.log.Info("tagged existing sockets", "count", tagged)
 }

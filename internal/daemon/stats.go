@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"sort"
 	"sync"
@@ -51,10 +52,7 @@ func rate(now, prev uint64, dt float64) float64 {
 func (s *sampler) sample() {
 	s.d.mu.Lock()
 	dp := s.d.dp
-	links := map[string]int{}
-	for k, v := range s.d.links {
-		links[k] = v
-	}
+	links := maps.Clone(s.d.links)
 	s.d.mu.Unlock()
 	if dp == nil {
 		return
@@ -121,12 +119,8 @@ func (s *sampler) ruleStats() ([]api.RuleStat, error) {
 		}
 		b := slots.Baselines[slot]
 		c := cs[slot]
-		cl := r.Class
-		if cl == "" {
-			cl = "default"
-		}
 		rr := s.ruleRate[slot]
-		out = append(out, api.RuleStat{Rule: r.Name, Class: cl, Counter: api.Counter{
+		out = append(out, api.RuleStat{Rule: r.Name, Class: r.EffectiveClass(), Counter: api.Counter{
 			Packets: sub(c.Packets, b.Packets), Bytes: sub(c.Bytes, b.Bytes), Drops: sub(c.Drops, b.Drops),
 			RateBps: rr[0], PktRate: rr[1],
 		}})
@@ -146,12 +140,23 @@ func sub(a, b uint64) uint64 {
 // class's rules instead.
 func (s *sampler) classStats() ([]api.ClassStat, error) {
 	s.d.mu.Lock()
-	eff, slots := s.d.eff, s.d.slots
-	links := map[string]int{}
-	for k, v := range s.d.links {
-		links[k] = v
-	}
+	eff, comp := s.d.eff, s.d.comp
+	links := maps.Clone(s.d.links)
 	s.d.mu.Unlock()
+	if comp == nil {
+		return nil, nil
+	}
+	// Each class's HTB leaves: its general leaf and its rules' own leaves,
+	// as the compiled policy gave them to the shaper.
+	leaves := map[string][]int{}
+	for _, c := range comp.Classes {
+		leaves[c.Name] = append(leaves[c.Name], int(shaper.LeafBase)+c.Index)
+		for _, r := range comp.Rules {
+			if r.Class == c.Index {
+				leaves[c.Name] = append(leaves[c.Name], int(shaper.RuleBase)+int(r.Slot))
+			}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []api.ClassStat
@@ -160,21 +165,9 @@ func (s *sampler) classStats() ([]api.ClassStat, error) {
 		if !ok {
 			continue
 		}
-		for _, c := range eff.Policy.Classes {
-			idx := slots.Classes[c.Name]
+		for _, c := range comp.Classes {
 			row := api.ClassStat{Class: c.Name, Link: l.Name}
-			// The class's general leaf and the leaves of its rules.
-			minors := []int{int(classLeafID(idx) & 0xffff)}
-			for _, r := range eff.Policy.Rules {
-				rc := r.Class
-				if rc == "" {
-					rc = "default"
-				}
-				if rc == c.Name && (r.MinBW > 0 || r.MaxBW > 0) {
-					minors = append(minors, int(shaper.RuleClassID(uint16(slots.Rules[r.Name]))&0xffff))
-				}
-			}
-			for _, m := range minors {
+			for _, m := range leaves[c.Name] {
 				k := [2]int{ifindex, m}
 				st, ok := s.classPrev[k]
 				if !ok {

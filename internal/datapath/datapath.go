@@ -359,8 +359,14 @@ func (d *Datapath) egressProgram(ifindex int) *ebpf.Program {
 func (d *Datapath) AttachLink(ifindex int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.tcx[ifindex]; ok {
-		return nil
+	if l, ok := d.tcx[ifindex]; ok {
+		live, err := onHook(ifindex, l)
+		if err != nil || live {
+			return nil // attached, or the kernel cannot say: keep what we have
+		}
+		// Someone detached our program from the hook: start afresh.
+		delete(d.tcx, ifindex)
+		_ = dropLink(l)
 	}
 	l, err := link.AttachTCX(link.TCXOptions{
 		Interface: ifindex,
@@ -380,13 +386,35 @@ func (d *Datapath) AttachLink(ifindex int) error {
 	return nil
 }
 
-// LinkAttached reports whether the egress classifier is attached to ifindex
-// by this datapath.
-func (d *Datapath) LinkAttached(ifindex int) bool {
+// LinkAttached reports whether this datapath's egress classifier is on the
+// TCX egress hook of ifindex, as the kernel sees it now.
+func (d *Datapath) LinkAttached(ifindex int) (bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, ok := d.tcx[ifindex]
-	return ok
+	l, ok := d.tcx[ifindex]
+	if !ok {
+		return false, nil
+	}
+	return onHook(ifindex, l)
+}
+
+// onHook asks the kernel whether the program of link l is attached to the
+// TCX egress hook of ifindex.
+func onHook(ifindex int, l link.Link) (bool, error) {
+	info, err := l.Info()
+	if err != nil {
+		return false, fmt.Errorf("read egress link of ifindex %d: %w", ifindex, err)
+	}
+	res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: ebpf.AttachTCXEgress})
+	if err != nil {
+		return false, fmt.Errorf("query TCX egress programs of ifindex %d: %w", ifindex, err)
+	}
+	for _, p := range res.Programs {
+		if p.ID == info.Program {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // DetachLink removes hostqos's egress classifier from an interface.

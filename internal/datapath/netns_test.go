@@ -376,9 +376,12 @@ func TestAdoptAndRemove(t *testing.T) {
 	if !d2.Adopted() || d2.Generation() != gen || d2.FlowTableSize() != 1024 {
 		t.Fatalf("adopted=%v generation %d (want %d) flow table %d", d2.Adopted(), d2.Generation(), gen, d2.FlowTableSize())
 	}
-	if !d2.LinkAttached(ifindex) {
-		t.Error("adopted datapath does not know its TCX link")
-	}
+	mustNetns(t, nsA, func() error {
+		if ok, err := d2.LinkAttached(ifindex); err != nil || !ok {
+			t.Errorf("adopted datapath does not see its TCX link on the hook (err %v)", err)
+		}
+		return nil
+	})
 	newTC, newSock := progID(t, d2.objs.HqTcEgress), progID(t, d2.objs.HqSockCreate)
 	if ids := tcxPrograms(t, nsA, ifindex); len(ids) != 1 || ids[0] != newTC {
 		t.Errorf("after adopt: tcx programs %v, want [%d] (link updated in place)", ids, newTC)
@@ -403,6 +406,27 @@ func TestAdoptAndRemove(t *testing.T) {
 	}
 	// (Evaluations are not asserted: the veth's own IPv6 chatter also
 	// passes the attached classifier.)
+
+	// Someone detaches our program from the hook: the datapath sees it and
+	// AttachLink puts it back.
+	mustNetns(t, nsA, func() error {
+		d2.mu.Lock()
+		l := d2.tcx[ifindex]
+		d2.mu.Unlock()
+		if err := l.Detach(); err != nil {
+			return fmt.Errorf("detach behind the datapath's back: %w", err)
+		}
+		if ok, err := d2.LinkAttached(ifindex); err != nil || ok {
+			t.Errorf("after an outside detach LinkAttached = %v, %v; want false", ok, err)
+		}
+		if err := d2.AttachLink(ifindex); err != nil {
+			return err
+		}
+		if ok, err := d2.LinkAttached(ifindex); err != nil || !ok {
+			t.Errorf("AttachLink did not re-attach: %v, %v", ok, err)
+		}
+		return nil
+	})
 
 	// Adopting with a stale layout is refused with a hint.
 	d2.Close()

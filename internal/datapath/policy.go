@@ -323,6 +323,16 @@ func (d *Datapath) Apply(p Policy) error {
 	return nil
 }
 
+// Reevaluate has every flow evaluated again on its next packet, under the
+// active policy: it advances the generation by two, which keeps the active
+// buffer (its parity) and rewrites nothing. Used after sockets got an
+// identity their flows were classified without.
+func (d *Datapath) Reevaluate() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	atomic.AddUint32(&d.stateView().Gen, 2)
+}
+
 // writeAppMaps replaces buffer buf's entries of the app-selector maps.
 func (d *Datapath) writeAppMaps(buf uint32, c *compiled) error {
 	// exe

@@ -143,10 +143,9 @@ func cleanDaemon(m daemonMarker) []error {
 	}
 	if m.NetnsIno != 0 {
 		if root, err := cgroups.Root(); err == nil {
-			if err := cgroups.RemoveTree(root, fmt.Sprintf("/hostqos/ns-%d", m.NetnsIno)); err != nil {
+			if err := cgroups.RemoveNetnsDir(root, m.NetnsIno); err != nil {
 				errs = append(errs, err)
 			}
-			_ = syscall.Rmdir(filepath.Join(root, "hostqos"))
 		}
 	}
 	return errs

@@ -93,6 +93,13 @@ func (p *Policy) guarantees() ([]contribution, Rate) {
 	return cs, total
 }
 
+// Guaranteed is the sum of every explicit guarantee (class minbw and pass
+// rules' minbw) that admission control counts against each shaped link.
+func (p *Policy) Guaranteed() Rate {
+	_, total := p.guarantees()
+	return total
+}
+
 // Capacity is the total that guarantees may claim on the link:
 // ReservableShare × EgressRate, rounded to the nearest bit per second.
 // It is 0 for a link without an EgressRate.

@@ -111,7 +111,7 @@ func TestDownRemovesOnlyOurs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ours := filepath.Join(cgRoot, "hostqos", fmt.Sprintf("ns-%d", netns))
+	ours := filepath.Join(cgRoot, cgroups.NetnsDir(netns))
 	eventually(t, 5*time.Second, "run cgroup", func() (bool, string) {
 		m, _ := filepath.Glob(filepath.Join(ours, "run-*"))
 		return len(m) == 1, fmt.Sprint(m)

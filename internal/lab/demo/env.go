@@ -80,7 +80,7 @@ func (r *runner) startDaemon(node *testbed.Node) (*lab.Daemon, error) {
 	}
 	r.addCreated(d.BPFFS)
 	if root, err := cgroups.Root(); err == nil && ino != 0 {
-		r.addCreated(filepath.Join(root, fmt.Sprintf("hostqos/ns-%d", ino)))
+		r.addCreated(filepath.Join(root, cgroups.NetnsDir(ino)))
 	}
 	// Registered before Start so that a half-started daemon is removed too.
 	// The daemon records itself for lab.CleanStale once it runs.
