@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/lab/demo"
 )
 
@@ -59,7 +60,7 @@ Everything the demo creates is removed when it ends, on Ctrl-C and on a crash
 			if o.OutDir == "" {
 				o.OutDir = filepath.Join("demo-out", time.Now().Format("20060102-150405"))
 			}
-			bin, err := demo.FindBinaries()
+			bin, err := lab.FindBinaries("")
 			if err != nil {
 				return err
 			}

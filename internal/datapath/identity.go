@@ -112,7 +112,3 @@ func CgroupAncestors(cgroup2Root, rel string) ([]uint64, error) {
 	}
 	return ids, nil
 }
-
-// Cgroup2Mount returns where the cgroup2 hierarchy is mounted (see
-// cgroups.Root).
-func Cgroup2Mount() (string, error) { return cgroups.Root() }

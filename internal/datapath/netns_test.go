@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"github.com/hostqos/hostqos/internal/cgroups"
 	"net"
 	"os"
 	"os/exec"
@@ -81,7 +82,7 @@ func udpSocket() (int, error) {
 }
 
 func cgroupRoot(t testing.TB) string {
-	root, err := Cgroup2Mount()
+	root, err := cgroups.Root()
 	if err != nil {
 		t.Skipf("no cgroup2: %v", err)
 	}

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"github.com/hostqos/hostqos/internal/cgroups"
 	"os"
 	"strings"
 	"testing"
@@ -50,7 +51,7 @@ func TestPrefixWords(t *testing.T) {
 }
 
 func TestIdentityForSelf(t *testing.T) {
-	root, err := Cgroup2Mount()
+	root, err := cgroups.Root()
 	if err != nil {
 		t.Skip(err)
 	}

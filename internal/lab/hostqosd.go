@@ -237,3 +237,30 @@ func CopyExecutable(src, dst string) error {
 	}
 	return nil
 }
+
+// HasBinaries reports whether dir holds executable hostqos and hostqosd.
+func HasBinaries(dir string) bool {
+	for _, b := range []string{"hostqos", "hostqosd"} {
+		st, err := os.Stat(filepath.Join(dir, b))
+		if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// FindBinaries returns the directory holding hostqos and hostqosd: that of
+// the executable self ("" means this program's), else that of hostqosd in
+// PATH. Programs that ship next to them (hostqos-lab) find them this way.
+func FindBinaries(self string) (string, error) {
+	if self == "" {
+		self, _ = os.Executable()
+	}
+	if self != "" && HasBinaries(filepath.Dir(self)) {
+		return filepath.Dir(self), nil
+	}
+	if p, err := exec.LookPath("hostqosd"); err == nil && HasBinaries(filepath.Dir(p)) {
+		return filepath.Dir(p), nil
+	}
+	return "", fmt.Errorf("find hostqos and hostqosd: not next to %s nor in PATH; run make build (it puts hostqos, hostqosd and hostqos-lab in bin/)", self)
+}

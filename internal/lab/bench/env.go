@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/testbed"
 )
@@ -35,30 +35,6 @@ type env struct {
 	scratch  string
 	progress io.Writer
 	log      *slog.Logger
-}
-
-// FindBinaries returns the directory holding hostqos and hostqosd: next to
-// self, else the directory of the first in PATH.
-func FindBinaries(self string) (string, error) {
-	if self != "" {
-		dir := filepath.Dir(self)
-		if isExec(filepath.Join(dir, "hostqos")) && isExec(filepath.Join(dir, "hostqosd")) {
-			return dir, nil
-		}
-	}
-	p, err := exec.LookPath("hostqosd")
-	if err == nil {
-		dir := filepath.Dir(p)
-		if isExec(filepath.Join(dir, "hostqos")) {
-			return dir, nil
-		}
-	}
-	return "", fmt.Errorf("find hostqos and hostqosd: not next to %s and not in PATH; build them with `make build` (they go to bin/)", self)
-}
-
-func isExec(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }
 
 func newEnv(ctx context.Context, opts Options) (*env, error) {
@@ -79,16 +55,14 @@ func newEnv(ctx context.Context, opts Options) (*env, error) {
 	}
 	e.binDir = opts.BinDir
 	if e.binDir == "" {
-		d, err := FindBinaries(e.self)
+		d, err := lab.FindBinaries(e.self)
 		if err != nil {
 			return nil, err
 		}
 		e.binDir = d
 	}
-	for _, b := range []string{"hostqos", "hostqosd"} {
-		if !isExec(filepath.Join(e.binDir, b)) {
-			return nil, fmt.Errorf("find %s in %s: not an executable; build it with `make build`", b, e.binDir)
-		}
+	if !lab.HasBinaries(e.binDir) {
+		return nil, fmt.Errorf("find hostqos and hostqosd in %s: missing or not executable; build them with `make build`", e.binDir)
 	}
 	dir, err := os.MkdirTemp("", "hostqos-bench-")
 	if err != nil {
@@ -290,7 +264,7 @@ func snmp(node *testbed.Node) (map[string]uint64, error) {
 // benchCgroup creates a cgroup v2 directory for the run; it returns its
 // absolute path, its path relative to the cgroup2 mount, and a remover.
 func benchCgroup() (abs, rel string, remove func(), err error) {
-	root, err := datapath.Cgroup2Mount()
+	root, err := cgroups.Root()
 	if err != nil {
 		return "", "", nil, fmt.Errorf("find the cgroup2 mount: %w", err)
 	}

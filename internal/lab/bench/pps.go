@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/testbed"
 )
@@ -228,7 +228,7 @@ func dscpName(d int) string {
 // layout) it runs in a private mount namespace with the cgroup2 mount
 // bound there.
 func nftLoad(node *testbed.Node, file string) error {
-	cg, err := datapath.Cgroup2Mount()
+	cg, err := cgroups.Root()
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hostqos/hostqos/internal/lab"
 	"io"
 	"log/slog"
 	"os"
@@ -52,7 +53,7 @@ type Options struct {
 	// app copies, the generators' raw JSON output) under OutDir/scratch.
 	// Network namespaces and the daemon are removed regardless.
 	Keep bool
-	// BinDir holds hostqos and hostqosd (see FindBinaries).
+	// BinDir holds hostqos and hostqosd (see lab.FindBinaries).
 	BinDir string
 	// qpod-scale: number of sessions (default 75), launch gap (default
 	// 2s), and how long all sessions run together (default 10s).
@@ -62,33 +63,6 @@ type Options struct {
 	// Progress receives progress lines (nil: discard).
 	Progress io.Writer
 	Log      *slog.Logger
-}
-
-// FindBinaries returns the directory holding hostqos and hostqosd: the
-// directory of the running executable, else the one in PATH.
-func FindBinaries() (string, error) {
-	if self, err := os.Executable(); err == nil {
-		dir := filepath.Dir(self)
-		if haveBinaries(dir) {
-			return dir, nil
-		}
-	}
-	p1, e1 := exec.LookPath("hostqosd")
-	_, e2 := exec.LookPath("hostqos")
-	if e1 == nil && e2 == nil && haveBinaries(filepath.Dir(p1)) {
-		return filepath.Dir(p1), nil
-	}
-	return "", fmt.Errorf("find hostqos and hostqosd: not next to this program nor in PATH; run make build (it puts hostqos, hostqosd and hostqos-lab in bin/)")
-}
-
-func haveBinaries(dir string) bool {
-	for _, b := range []string{"hostqos", "hostqosd"} {
-		st, err := os.Stat(filepath.Join(dir, b))
-		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			return false
-		}
-	}
-	return true
 }
 
 func (o *Options) normalize() error {
@@ -209,13 +183,13 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 		return nil, fmt.Errorf("run the demo: needs root (network namespaces, BPF, qdiscs)")
 	}
 	if opts.BinDir == "" {
-		d, err := FindBinaries()
+		d, err := lab.FindBinaries("")
 		if err != nil {
 			return nil, err
 		}
 		opts.BinDir = d
 	}
-	if !haveBinaries(opts.BinDir) {
+	if !lab.HasBinaries(opts.BinDir) {
 		return nil, fmt.Errorf("find hostqos and hostqosd in %s: missing; run make build", opts.BinDir)
 	}
 	start := time.Now()
