@@ -64,9 +64,23 @@ func unmark(pid int) { _ = os.Remove(markerPath(pid)) }
 // cgroups, and then the testbed namespaces of dead runs. It returns how many
 // daemons it cleaned up.
 func CleanStale() (int, error) {
-	ents, err := os.ReadDir(MarkerDir)
+	n, err := CleanMarkers(MarkerDir, func(m daemonMarker) int { return m.Owner }, func(m daemonMarker) error {
+		return errors.Join(cleanDaemon(m)...)
+	})
+	if terr := testbed.CleanStale(); terr != nil {
+		err = errors.Join(err, terr)
+	}
+	return n, err
+}
+
+// CleanMarkers goes through the marker files (*.json, each a T) in dir and,
+// for each whose owner process is gone, calls clean and removes the file
+// once clean succeeded. Unreadable markers are removed. It returns how many
+// markers it cleaned.
+func CleanMarkers[T any](dir string, owner func(T) int, clean func(T) error) (int, error) {
+	ents, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("read %s: %w", MarkerDir, err)
+		return 0, fmt.Errorf("read %s: %w", dir, err)
 	}
 	var errs []error
 	n := 0
@@ -74,28 +88,26 @@ func CleanStale() (int, error) {
 		if !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		path := filepath.Join(MarkerDir, e.Name())
+		path := filepath.Join(dir, e.Name())
 		b, err := os.ReadFile(path)
 		if err != nil {
 			continue
 		}
-		var m daemonMarker
+		var m T
 		if err := json.Unmarshal(b, &m); err != nil {
+			errs = append(errs, fmt.Errorf("read stale marker %s: %w", path, err))
 			_ = os.Remove(path)
 			continue
 		}
-		if m.Owner == os.Getpid() || Alive(m.Owner) {
+		if o := owner(m); o == os.Getpid() || Alive(o) {
 			continue
 		}
-		if errs2 := cleanDaemon(m); len(errs2) > 0 {
-			errs = append(errs, errs2...)
+		if err := clean(m); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		_ = os.Remove(path)
 		n++
-	}
-	if err := testbed.CleanStale(); err != nil {
-		errs = append(errs, err)
 	}
 	return n, errors.Join(errs...)
 }

@@ -53,43 +53,16 @@ func (m *marker) remove() { _ = os.Remove(m.path()) }
 // scratch directories, then (lab.CleanStale) their daemons, pins, cgroups
 // and testbed namespaces. It returns how many dead runs it cleaned.
 func CleanStale() (int, error) {
-	ents, err := os.ReadDir(MarkerDir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("read %s: %w", MarkerDir, err)
-	}
-	var errs []error
-	n := 0
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok {
-			continue
-		}
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid <= 0 || pid == os.Getpid() || lab.Alive(pid) {
-			continue
-		}
-		path := filepath.Join(MarkerDir, e.Name())
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		var m marker
-		if err := json.Unmarshal(b, &m); err != nil {
-			errs = append(errs, fmt.Errorf("read stale marker %s: %w", path, err))
-			_ = os.Remove(path)
-			continue
-		}
+	n, err := lab.CleanMarkers(MarkerDir, func(m *marker) int { return m.PID }, func(m *marker) error {
 		if m.Scratch != "" && !m.Keep && strings.Contains(filepath.Base(m.Scratch), "hostqos-demo-") {
 			if err := os.RemoveAll(m.Scratch); err != nil {
-				errs = append(errs, fmt.Errorf("remove stale scratch %s: %w", m.Scratch, err))
-				continue
+				return fmt.Errorf("remove stale scratch %s: %w", m.Scratch, err)
 			}
 		}
-		_ = os.Remove(path)
-		n++
+		return nil
+	})
+	if _, lerr := lab.CleanStale(); lerr != nil {
+		err = errors.Join(err, lerr)
 	}
-	if _, err := lab.CleanStale(); err != nil {
-		errs = append(errs, err)
-	}
-	return n, errors.Join(errs...)
+	return n, err
 }
