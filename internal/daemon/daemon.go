@@ -138,15 +138,7 @@ func checkPolicy(p *policy.Policy, source string) error {
 	if err := p.Validate(source); err != nil {
 		return err
 	}
-	if err := p.Admit(); err != nil {
-		for _, fe := range policy.AsErrors(err) {
-			if fe.Source == "" {
-				fe.Source = source
-			}
-		}
-		return err
-	}
-	return nil
+	return p.Admit(source)
 }
 
 // Start loads (or adopts) the datapath, applies the policy, and starts the

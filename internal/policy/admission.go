@@ -108,9 +108,9 @@ func (l Link) Capacity() Rate {
 }
 
 // Admit runs admission control over the whole policy (see the comment at
-// the top of admission.go) and returns every violation as Errors, or nil.
-// The FieldErrors have no Source; Load fills it in.
-func (p *Policy) Admit() error {
+// the top of admission.go) and returns every violation as Errors naming
+// source (a file path or "api"), or nil.
+func (p *Policy) Admit(source string) error {
 	var errs Errors
 	cs, total := p.guarantees()
 	for i, l := range p.Links {
@@ -120,6 +120,7 @@ func (p *Policy) Admit() error {
 		capacity := l.Capacity()
 		if total > capacity {
 			errs = append(errs, &FieldError{
+				Source: source,
 				Object: objectLabel("link", l.Name, i),
 				Reason: fmt.Sprintf("guarantees %s exceed reservable capacity %s (%s × %s): %s",
 					total, capacity, strconv.FormatFloat(l.ReservableShare(), 'g', -1, 64), l.EgressRate,
@@ -147,6 +148,7 @@ func (p *Policy) Admit() error {
 		}
 		if rules > 0 && sum > c.MaxBW {
 			errs = append(errs, &FieldError{
+				Source: source,
 				Object: objectLabel("class", c.Name, i),
 				Reason: fmt.Sprintf("guarantees %s exceed the class ceiling maxbw %s: %s", sum, c.MaxBW, formatContributions(in)),
 				Fix:    "lower a minbw or raise the class's maxbw",

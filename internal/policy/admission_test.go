@@ -17,11 +17,11 @@ func admPolicy() *Policy {
 
 func TestAdmitExactCapacity(t *testing.T) {
 	p := admPolicy() // 2 + 14 = 16mbit = 0.8 × 20mbit
-	if err := p.Admit(); err != nil {
+	if err := p.Admit(""); err != nil {
 		t.Fatalf("16mbit on 16mbit capacity: %v", err)
 	}
 	p.Rules[0].MinBW++ // one bit over
-	err := p.Admit()
+	err := p.Admit("")
 	if err == nil {
 		t.Fatal("one bit over capacity admitted")
 	}
@@ -33,7 +33,7 @@ func TestAdmitExactCapacity(t *testing.T) {
 func TestAdmitMessage(t *testing.T) {
 	p := admPolicy()
 	p.Rules[0].MinBW = 16_000_000
-	es := AsErrors(p.Admit())
+	es := AsErrors(p.Admit(""))
 	if len(es) != 1 {
 		t.Fatalf("got %v", es)
 	}
@@ -47,18 +47,18 @@ func TestAdmitReservableAndLinks(t *testing.T) {
 	p := admPolicy()
 	p.Rules[0].MinBW = 16_000_000 // 18mbit total
 	p.Links[0].Reservable = 0.9   // 18mbit capacity
-	if err := p.Admit(); err != nil {
+	if err := p.Admit(""); err != nil {
 		t.Fatalf("18mbit on 0.9 × 20mbit: %v", err)
 	}
 	// A second, slower link: every guarantee counts on every shaped link.
 	p.Links = append(p.Links, Link{Name: "eth1", EgressRate: 10_000_000, Reservable: 1})
-	es := AsErrors(p.Admit())
+	es := AsErrors(p.Admit(""))
 	if len(es) != 1 || es[0].Object != `link "eth1"` || !strings.Contains(es[0].Reason, "capacity 10mbit (1 × 10mbit)") {
 		t.Fatalf("got %v", es)
 	}
 	// Unshaped links are not checked.
 	p.Links[1].EgressRate = 0
-	if err := p.Admit(); err != nil {
+	if err := p.Admit(""); err != nil {
 		t.Fatalf("unshaped link checked: %v", err)
 	}
 }
@@ -68,7 +68,7 @@ func TestAdmitIgnoresDropRules(t *testing.T) {
 	r := NewRule("x")
 	r.Comm, r.Action, r.MinBW = "x", ActionDrop, 100_000_000 // invalid, but admission must not count it
 	p.Rules = append(p.Rules, r)
-	if err := p.Admit(); err != nil {
+	if err := p.Admit(""); err != nil {
 		t.Fatalf("drop rule counted: %v", err)
 	}
 }
@@ -80,11 +80,11 @@ func TestAdmitClassCeiling(t *testing.T) {
 	a.Comm, a.Class, a.MinBW = "a", "bulk", 2_000_000
 	b.Comm, b.Class, b.MinBW = "b", "bulk", 1_000_000
 	p.Rules = []Rule{a, b}
-	if err := p.Admit(); err != nil {
+	if err := p.Admit(""); err != nil {
 		t.Fatalf("4mbit in 4mbit ceiling: %v", err)
 	}
 	p.Rules[1].MinBW = 1_500_000
-	es := AsErrors(p.Admit())
+	es := AsErrors(p.Admit(""))
 	want := `class "bulk": guarantees 4.5mbit exceed the class ceiling maxbw 4mbit: rule a 2mbit, rule b 1.5mbit, class bulk 1mbit; lower a minbw or raise the class's maxbw`
 	if len(es) != 1 || es[0].Error() != want {
 		t.Fatalf("got %v\nwant %s", es, want)
@@ -99,7 +99,7 @@ func TestAdmitManyContributors(t *testing.T) {
 		r.Comm, r.MinBW = r.Name, Rate(200_000+i*1000)
 		p.Rules = append(p.Rules, r)
 	}
-	err := p.Admit()
+	err := p.Admit("")
 	if err == nil || !strings.Contains(err.Error(), "rule g 206kbit, rule f 205kbit") || !strings.Contains(err.Error(), "and 2 more (401kbit)") {
 		t.Fatalf("got %v", err)
 	}
@@ -128,5 +128,22 @@ func TestWarnings(t *testing.T) {
 	ws = strings.Join(p.Warnings(), "\n")
 	if strings.Contains(ws, "not enforced") || !strings.Contains(ws, `class "interactive": maxbw 20mbit exceeds link "eth0" egress_rate 10mbit`) {
 		t.Errorf("warnings with a shaped link:\n%s", ws)
+	}
+}
+
+// TestAdmitNamesSource: admission errors say where the policy came from,
+// like validation errors do.
+func TestAdmitNamesSource(t *testing.T) {
+	p := admPolicy()
+	p.Rules[0].MinBW = 16_000_000
+	p.Classes[3].MaxBW = 1_000_000 // bulk: its rule's guarantee exceeds the ceiling
+	es := AsErrors(p.Admit("api"))
+	if len(es) != 2 {
+		t.Fatalf("got %v", es)
+	}
+	for _, e := range es {
+		if e.Source != "api" || !strings.HasPrefix(e.Error(), "api: ") {
+			t.Errorf("error without its source: %q (Source %q)", e.Error(), e.Source)
+		}
 	}
 }

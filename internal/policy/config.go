@@ -73,10 +73,7 @@ func Load(data []byte, source string) (*Policy, error) {
 		}
 		errs = append(errs, e)
 	}
-	for _, e := range AsErrors(p.Admit()) {
-		e.Source = source
-		errs = append(errs, e)
-	}
+	errs = append(errs, AsErrors(p.Admit(source))...)
 	for _, e := range errs {
 		if e.Line == 0 {
 			if l, ok := ld.lines[e.Object+"\x00"+e.Field]; ok {
