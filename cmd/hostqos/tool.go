@@ -364,7 +364,7 @@ flow with one-way latency.`,
 	f.StringVar(&dscp, "dscp", "", "DSCP to mark, e.g. EF (default: leave unmarked)")
 	f.IntVar(&size, "size", 0, "UDP payload bytes per packet (default 32, G.729)")
 	f.Float64Var(&pps, "pps", 0, "packets per second per call (default 50, G.729)")
-	f.DurationVar(&drain, "drain", 0, "how long to wait for the last echoes (default 500ms)")
+	f.DurationVar(&drain, "drain", 0, "longest wait for the last echoes; ends once all are back (default 500ms)")
 	return c
 }
 

@@ -172,6 +172,9 @@ func (n *Node) addRoute(dst netip.Prefix, h hop) error {
 // testbed (IPv6 connected routes appear asynchronously after link up).
 func (tb *Testbed) waitRoutes(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	if err := tb.waitActive(deadline); err != nil {
+		return err
+	}
 	// A node's own IPv6 addresses get their local route only when the
 	// kernel's address-configuration work ran, after link up: until then
 	// the node drops packets sent to them.
@@ -204,4 +207,42 @@ func (tb *Testbed) waitRoutes(timeout time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// waitActive waits until the kernel has activated every interface's
+// transmit path. After link up, a veth sends through the built-in noop
+// qdisc, which drops everything, until the kernel's link-watch work runs
+// and attaches the real one; on a loaded machine that can be late enough
+// to lose a test's first packet. The noop qdisc is never dumped, so a
+// root qdisc in the dump means the device is activated.
+func (tb *Testbed) waitActive(deadline time.Time) error {
+	for _, n := range tb.nodes {
+		for _, ifc := range n.ifaces {
+			for {
+				lk, err := n.h.LinkByName(ifc.name)
+				if err != nil {
+					return fmt.Errorf("find %s in %s: %w", ifc.name, n.Name, err)
+				}
+				qs, err := n.h.QdiscList(lk)
+				if err == nil && lk.Attrs().OperState == netlink.OperUp && hasRoot(qs) {
+					break
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("wait for %s in %s to be activated (operstate %v, qdiscs %d): %v",
+						ifc.name, n.Name, lk.Attrs().OperState, len(qs), err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	return nil
+}
+
+func hasRoot(qs []netlink.Qdisc) bool {
+	for _, q := range qs {
+		if q.Attrs().Parent == netlink.HANDLE_ROOT {
+			return true
+		}
+	}
+	return false
 }

@@ -122,7 +122,7 @@ func TestVoiceEcho(t *testing.T) {
 				}
 				echoed <- r
 			}()
-			r, err := RunVoice(ctx, VoiceConfig{To: e.Addr().String(), Calls: 4, Duration: 500 * time.Millisecond, DSCP: 46, Drain: 200 * time.Millisecond})
+			r, err := RunVoice(ctx, VoiceConfig{To: e.Addr().String(), Calls: 4, Duration: 500 * time.Millisecond, DSCP: 46, Drain: time.Second})
 			stop()
 			if err != nil {
 				t.Fatal(err)

@@ -30,7 +30,8 @@ type VoiceConfig struct {
 	// 50 pkt/s); see ProfileG729.
 	Size       int
 	PacketRate float64
-	// Drain is how long to wait for echoes after the last packet (default 500ms).
+	// Drain is the longest to wait for echoes after the last packet
+	// (default 500ms); the wait ends as soon as every packet is back.
 	Drain time.Duration
 }
 
@@ -146,7 +147,7 @@ func RunVoice(ctx context.Context, cfg VoiceConfig) (*VoiceResult, error) {
 	}
 	elapsed := time.Since(start)
 	if cfg.Mode == VoiceEcho {
-		sleepUntil(ctx, time.Now().Add(cfg.Drain))
+		drain(ctx, calls, time.Now().Add(cfg.Drain))
 	} else {
 		for _, c := range calls {
 			sendFIN(c.f.c, c.f.res.Flow, c.f.res.Packets, 0)
@@ -186,6 +187,26 @@ func RunVoice(ctx context.Context, cfg VoiceConfig) (*VoiceResult, error) {
 	}
 	res.RTT, res.Forward = rtt.Summary(), fwd.Summary()
 	return res, nil
+}
+
+// drain waits for the echoes still in flight: until every packet sent is
+// back, or the deadline.
+func drain(ctx context.Context, calls []*call, deadline time.Time) {
+	for {
+		back := true
+		for _, c := range calls {
+			c.mu.Lock()
+			back = back && c.recv >= c.f.res.Packets
+			c.mu.Unlock()
+		}
+		next := time.Now().Add(5 * time.Millisecond)
+		if next.After(deadline) {
+			next = deadline
+		}
+		if back || !sleepUntil(ctx, next) || !time.Now().Before(deadline) {
+			return
+		}
+	}
 }
 
 func (c *call) receive(size int) {
