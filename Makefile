@@ -26,6 +26,13 @@ generate:
 	scripts/install-deps.sh --bpf
 	scripts/gen-bpf.sh
 
+# Format the Go code (gofmt) and the BPF C (clang-format, kernel style as
+# set in .clang-format).
+fmt:
+	scripts/install-deps.sh --bpf
+	gofmt -w cmd internal tests
+	clang-format -i internal/datapath/*.bpf.c bpf/include/hostqos.h
+
 vet:
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l cmd internal tests bench 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l cmd internal tests bench; exit 1; }

@@ -2,7 +2,7 @@
 # Installs what building, testing and benchmarking hostqos needs on a fresh
 # Debian/Ubuntu machine. Idempotent: installs only what is missing.
 #   scripts/install-deps.sh          runtime/test/bench needs (iproute2, nsenter, nftables, bpftool)
-#   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate`
+#   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate` and `make fmt`
 set -euo pipefail
 
 need=()
@@ -15,6 +15,7 @@ have bpftool || need+=(bpftool)
 if [[ "${1:-}" == "--bpf" ]]; then
 	have clang || need+=(clang)
 	have llvm-strip || need+=(llvm)
+	have clang-format || need+=(clang-format)
 	[[ -e /usr/include/bpf/bpf_helpers.h ]] || need+=(libbpf-dev)
 fi
 have go || { echo "install-deps: Go is required (https://go.dev/dl); this script does not install toolchains" >&2; exit 1; }

@@ -11,18 +11,18 @@
 
 #define HQ_ABI_VERSION 3
 
-#define HQ_MAX_RULES 4096     /* rule slots and rules per buffer */
-#define HQ_MAX_APP_RULES 256  /* rules with app selectors (bits of a bitmap) */
-#define HQ_BITMAP_WORDS 4     /* 256 bits */
-#define HQ_CG_LEVELS 8        /* cgroup ancestor ids kept per socket (0..7) */
-#define HQ_CG_LEVEL_WALK 32   /* bound of the walk that finds the own level */
+#define HQ_MAX_RULES 4096    /* rule slots and rules per buffer */
+#define HQ_MAX_APP_RULES 256 /* rules with app selectors (bits of a bitmap) */
+#define HQ_BITMAP_WORDS 4    /* 256 bits */
+#define HQ_CG_LEVELS 8	     /* cgroup ancestor ids kept per socket (0..7) */
+#define HQ_CG_LEVEL_WALK 32  /* bound of the walk that finds the own level */
 #define HQ_COMM_LEN 16
 #define HQ_SLOT_NONE 0xffff
-#define HQ_IPV6_EXT_MAX 4     /* IPv6 extension headers skipped at most */
-#define HQ_MAX_CPUS 1024      /* bound of per-CPU sums */
-#define HQ_RLISTS 9           /* rule lists per policy buffer, see hq_rlist */
-#define HQ_RLIST_APP 8        /* index of the app-rule list */
-#define HQ_FCTR_TRIES 4       /* counter slots probed per allocation */
+#define HQ_IPV6_EXT_MAX 4 /* IPv6 extension headers skipped at most */
+#define HQ_MAX_CPUS 1024  /* bound of per-CPU sums */
+#define HQ_RLISTS 9	  /* rule lists per policy buffer, see hq_rlist */
+#define HQ_RLIST_APP 8	  /* index of the app-rule list */
+#define HQ_FCTR_TRIES 4	  /* counter slots probed per allocation */
 /* A counter slot whose flow was idle this long may be taken over. */
 #define HQ_FCTR_IDLE_NS 1000000000ULL
 
@@ -36,6 +36,7 @@ enum hq_action {
 	HQ_ACT_PASS = 0,
 	HQ_ACT_DROP = 1,
 	HQ_ACT_OBSERVE = 2,
+	HQ_ACT_POLICE = 3, /* pass, within the rule's policer (hq_police) */
 };
 
 enum hq_family {
@@ -49,9 +50,9 @@ struct hq_ident {
 	__u32 tgid;
 	__u32 uid;
 	__u64 exe_ino;
-	__u32 exe_dev;   /* s_dev, kernel encoding major<<20|minor */
-	__u32 cg_level;  /* level of the own cgroup (root = 0) */
-	__u64 cg_own;    /* own cgroup id (also valid when cg_level >= 8) */
+	__u32 exe_dev;	/* s_dev, kernel encoding major<<20|minor */
+	__u32 cg_level; /* level of the own cgroup (root = 0) */
+	__u64 cg_own;	/* own cgroup id (also valid when cg_level >= 8) */
 	__u64 cg[HQ_CG_LEVELS]; /* ancestor ids, levels 0..min(cg_level,7) */
 	char comm[HQ_COMM_LEN];
 };
@@ -101,9 +102,9 @@ struct hq_flow_key4 {
  * which the daemon reads in place through a memory mapping.
  */
 struct hq_flow {
-	__u64 tag;     /* owner tag of the counter slot (hq_fctr); 0 = none */
-	__u32 cslot;   /* index of the counter slot in hq_fctr */
-	__u32 gen;     /* policy generation of the cached result */
+	__u64 tag;   /* owner tag of the counter slot (hq_fctr); 0 = none */
+	__u32 cslot; /* index of the counter slot in hq_fctr */
+	__u32 gen;   /* policy generation of the cached result */
 	/*
 	 * The cached result: classid, slot, action and dscp form one
 	 * little-endian 64-bit word, which the classifier loads at once.
@@ -121,7 +122,7 @@ struct hq_flow {
 	__u64 base_bytes;
 	__u64 base_drops;
 	__u64 base_last_ns;
-	__u32 tgid;    /* owner at socket birth, 0 = unknown */
+	__u32 tgid; /* owner at socket birth, 0 = unknown */
 	__u32 uid;
 	char comm[HQ_COMM_LEN];
 };
@@ -140,7 +141,7 @@ struct hq_fctr {
 	__u64 bytes;
 	__u64 drops;
 	__u64 last_ns;
-	__u16 rule;    /* rule slot of the flow, HQ_SLOT_NONE = none */
+	__u16 rule; /* rule slot of the flow, HQ_SLOT_NONE = none */
 	__u16 pad0;
 	__u32 pad1;
 	__u64 pad2[2];
@@ -154,16 +155,16 @@ struct hq_rule {
 	__u32 remote_mask[4];
 	__u32 classid;
 	__u16 slot;
-	__u16 app_bit;   /* valid when has_app */
-	__u16 lport_lo;  /* port ranges, inclusive; 0..65535 = any */
+	__u16 app_bit;	/* valid when has_app */
+	__u16 lport_lo; /* port ranges, inclusive; 0..65535 = any */
 	__u16 lport_hi;
 	__u16 rport_lo;
 	__u16 rport_hi;
-	__u8 proto;      /* 0 = any */
-	__u8 family;     /* enum hq_family */
+	__u8 proto;  /* 0 = any */
+	__u8 family; /* enum hq_family */
 	__u8 action;
-	__s8 dscp;       /* -1 = leave */
-	__s8 dscp_in;    /* -1 = any */
+	__s8 dscp;    /* -1 = leave */
+	__s8 dscp_in; /* -1 = any */
 	__u8 has_app;
 	__u8 pad[2];
 };
@@ -186,6 +187,29 @@ struct hq_counters {
 	__u64 bytes;
 	__u64 drops;
 };
+
+/*
+ * A rule's policer (hq_police, indexed by rule slot): a token bucket of
+ * depth b bytes filled at r bit/s, kept as GCRA state. tat is the
+ * theoretical arrival time, i.e. the time at which the bucket would be
+ * full again; a packet of L bytes costs L * 8e9 / r ns of it and conforms
+ * when, charged, the bucket is not below empty:
+ *     max(tat, now) + cost - now <= tau,   tau = b * 8e9 / r (ns)
+ * and then tat = max(tat, now) + cost. The cost per byte is kept in
+ * 1/65536 ns (ns_q16 = 8e9 * 65536 / r), so the classifier multiplies
+ * instead of dividing. The daemon writes ns_q16 and tau; the classifier
+ * advances tat with compare-and-swap.
+ */
+struct hq_police {
+	__u64 ns_q16; /* 0 = no policer (pass) */
+	__u64 tau;    /* ns */
+	__u64 tat;    /* ns, bpf_ktime_get_ns */
+	__u64 pad;
+};
+
+#define HQ_POLICE_SHIFT 16
+#define HQ_POLICE_TRIES                                                        \
+	4 /* compare-and-swap attempts before charging blindly */
 
 /* Record of the rule-counter dump (hq_iter_rule_ctr). */
 struct hq_ctr_rec {

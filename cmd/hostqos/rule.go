@@ -18,6 +18,7 @@ type ruleFlags struct {
 	exe, comm, cgroup, unit, user                 string
 	proto, local, remote, lport, rport, dscpIn    string
 	class, dscp, maxbw, minbw, action, precedence string
+	police, burst                                 string
 	temp                                          bool
 }
 
@@ -38,6 +39,8 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.dscp, "dscp", "", "property: DSCP to mark, overriding the class's (name or 0-63)")
 	fl.StringVar(&f.maxbw, "maxbw", "", "property: ceiling for all matching traffic together, e.g. 20mbit")
 	fl.StringVar(&f.minbw, "minbw", "", "property: guaranteed rate (admission-controlled), e.g. 5mbit")
+	fl.StringVar(&f.police, "police", "", "property: drop what exceeds this rate at once, no queueing (all matching traffic together), e.g. 5mbit")
+	fl.StringVar(&f.burst, "burst", "", "property: --police bucket depth in bytes, e.g. 64kb (default: 10 ms at the rate, at least 64kb)")
 	fl.StringVar(&f.action, "action", "", "property: pass (default), drop, or observe (count only)")
 	fl.StringVar(&f.precedence, "precedence", "", "evaluation order: higher first (0-65535); ties go to the most specific rule")
 	fl.BoolVar(&f.temp, "temporary", false, "do not persist: forget the rule when the daemon stops (a crash keeps it)")
@@ -78,6 +81,8 @@ func (f *ruleFlags) patch(cmd *cobra.Command) (map[string]any, error) {
 	field("dscp", "dscp", f.dscp, parsed(policy.ParseDSCP))
 	field("maxbw", "maxbw", f.maxbw, parsed(policy.ParseRate))
 	field("minbw", "minbw", f.minbw, parsed(policy.ParseRate))
+	field("police", "police", f.police, parsed(policy.ParseRate))
+	field("burst", "burst", f.burst, parsed(policy.ParseSize))
 	field("action", "action", f.action, oneOf("pass", "drop", "observe"))
 	field("precedence", "precedence", f.precedence, func(v string) (any, error) {
 		n, err := strconv.Atoi(v)
@@ -118,8 +123,9 @@ func init() {
 		Short: "Manage rules: selectors (app and flow attributes) → properties (class, DSCP, limits, action)",
 		Long: `A rule selects traffic by app (executable, command name, cgroup, systemd unit,
 user) and/or by flow (protocol, local/remote address or CIDR, ports, incoming
-DSCP) and gives it properties: a class, a DSCP mark, a ceiling (maxbw), a
-guarantee (minbw), or an action (drop, observe). All selectors given must match.
+DSCP) and gives it properties: a class, a DSCP mark, a ceiling (maxbw, which
+queues the excess), a guarantee (minbw), a policer (police, which drops the
+excess at once) or an action (drop, observe). All selectors given must match.
 Rules are evaluated by --precedence (higher first), then the most specific rule
 first; the first match wins. Apps are recognised when they open a socket, so
 programs started later and static binaries are covered, UDP included.`,
@@ -132,6 +138,7 @@ programs started later and static binaries are covered, UDP included.`,
 		Example: `  hostqos rule add zoom --exe /opt/zoom/zoom --class voice
   hostqos rule add backup --exe /usr/bin/restic --maxbw 20mbit
   hostqos rule add https --proto tcp --rport 443 --minbw 5mbit
+  hostqos rule add stream --proto udp --rport 9000 --police 20mbit --burst 32kb
   hostqos rule add block-dns --proto udp --rport 53 --remote 198.18.0.0/15 --action drop`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -222,6 +229,9 @@ func printRules(rs []api.RuleInfo) {
 		}
 		if r.MaxBW > 0 {
 			limits = append(limits, "max "+r.MaxBW.String())
+		}
+		if r.Police > 0 {
+			limits = append(limits, "police "+r.Police.String()+"/"+r.PoliceBurst().String())
 		}
 		src := ri.Source
 		rows = append(rows, []string{r.Name, strconv.Itoa(r.Precedence), selectors(r), string(r.EffectiveAction()), r.EffectiveClass(), dscp,

@@ -98,6 +98,9 @@ func compile(p *policy.Policy, slots *slotTable, cgRoot string) (*compiled, erro
 			} else {
 				dr.ClassID = classLeafID(classIdx[className])
 			}
+			if r.Police > 0 {
+				dr.PoliceRate, dr.PoliceBurst = uint64(r.Police), uint32(r.PoliceBurst())
+			}
 		}
 		c.Datapath.Rules = append(c.Datapath.Rules, dr)
 	}

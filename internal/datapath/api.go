@@ -15,6 +15,9 @@ const (
 	ActPass    Action = 0
 	ActDrop    Action = 1
 	ActObserve Action = 2
+	// ActPolice passes packets within the rule's policer and drops the
+	// rest; compile sets it for ActPass rules with a PoliceRate.
+	ActPolice Action = 3
 )
 
 // FileID identifies an executable by device and inode, as the kernel sees
@@ -60,6 +63,14 @@ type Rule struct {
 	DSCP         int8   // -1 = do not rewrite
 	ClassID      uint32 // HTB classid (major<<16|minor) for skb->priority; 0 = leave
 	ServiceClass uint8  // index of the service class, for attribution
+	// PoliceRate (bit/s), when not 0, polices the rule's packets as one
+	// aggregate: a token bucket of PoliceBurst bytes filled at PoliceRate
+	// passes what fits and drops the rest (counted as drops). Only for
+	// ActPass rules. Bytes are counted as skb->len (L2 frame, all
+	// segments of a GSO packet), so PoliceBurst must hold the largest
+	// packet the link sends.
+	PoliceRate  uint64
+	PoliceBurst uint32
 }
 
 // Policy is a complete compiled policy, applied atomically.
@@ -124,6 +135,6 @@ type Stats struct {
 	ParseErrors    uint64
 	NoIdentity     uint64 // local-socket packets whose socket had no identity
 	Evaluations    uint64 // rule evaluations (flow misses and policy changes)
-	Drops          uint64 // packets dropped by drop rules
+	Drops          uint64 // packets dropped by drop rules and policers
 	IdentityFail   uint64 // sockets sock_create could not attach an identity to
 }

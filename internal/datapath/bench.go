@@ -167,7 +167,9 @@ type PerPacketResult struct {
 // repeats reuse one skb, so after the first run the DSCP already has its
 // target value: the measured path includes lookup, counting and
 // skb->priority but not the DSCP write and checksum fix (a few ns).
-func MeasurePerPacket(flows int, repeat uint32) (PerPacketResult, error) {
+// With police, the matching rule also has a policer (at 100 gbit, so
+// every packet conforms and is charged: the full policing path).
+func MeasurePerPacket(flows int, repeat uint32, police bool) (PerPacketResult, error) {
 	if flows < 1 {
 		return PerPacketResult{}, errors.New("measure per-packet cost: flows must be >= 1")
 	}
@@ -196,8 +198,13 @@ func MeasurePerPacket(flows int, repeat uint32) (PerPacketResult, error) {
 	for i := 0; i < 9; i++ {
 		p.Rules = append(p.Rules, Rule{Slot: uint16(i), Proto: 17, RPortFrom: uint16(1000 + i), DSCPIn: -1, DSCP: 10})
 	}
-	p.Rules = append(p.Rules, Rule{Slot: 9, Proto: 6, Remote: netip.MustParsePrefix("198.18.0.0/15"),
-		DSCPIn: -1, DSCP: 46, ClassID: 0x10010})
+	last := Rule{Slot: 9, Proto: 6, Remote: netip.MustParsePrefix("198.18.0.0/15"), DSCPIn: -1, DSCP: 46, ClassID: 0x10010}
+	action := ActPass
+	if police {
+		last.PoliceRate, last.PoliceBurst = 100e9, 1<<30
+		action = ActPolice
+	}
+	p.Rules = append(p.Rules, last)
 	if err := d.Apply(p); err != nil {
 		return PerPacketResult{}, err
 	}
@@ -210,7 +217,7 @@ func MeasurePerPacket(flows int, repeat uint32) (PerPacketResult, error) {
 	const chunk = 4096
 	keys := make([]hostqosHqFlowKey4, 0, chunk)
 	vals := make([]hostqosHqFlow, 0, chunk)
-	v := hostqosHqFlow{Gen: gen, Slot: 9, Action: uint8(ActPass), Dscp: 46, Classid: 0x10010}
+	v := hostqosHqFlow{Gen: gen, Slot: 9, Action: uint8(action), Dscp: 46, Classid: 0x10010}
 	for i := 1; i < flows; i++ {
 		k := hostqosHqFlowKey4{Family: famIPv4, Proto: 6, Sport: uint16(i), Dport: 443}
 		k.Saddr = binary.NativeEndian.Uint32([]byte{198, 18, byte(i >> 16), byte(i >> 8)})

@@ -92,7 +92,7 @@ func BenchmarkPerPacket(b *testing.B) {
 			var r PerPacketResult
 			var err error
 			for i := 0; i < b.N; i++ {
-				if r, err = MeasurePerPacket(n, 200_000); err != nil {
+				if r, err = MeasurePerPacket(n, 200_000, false); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -105,12 +105,14 @@ func BenchmarkPerPacket(b *testing.B) {
 
 func TestMeasurePerPacket(t *testing.T) {
 	needRoot(t)
-	r, err := MeasurePerPacket(100, 1000)
-	if err != nil {
-		t.Fatal(err)
+	for _, police := range []bool{false, true} {
+		r, err := MeasurePerPacket(100, 1000, police)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ClassifierNS <= 0 || r.Flows != 100 {
+			t.Errorf("police %v: result %+v", police, r)
+		}
+		t.Logf("police %v: %+v", police, r)
 	}
-	if r.ClassifierNS <= 0 || r.Flows != 100 {
-		t.Errorf("result %+v", r)
-	}
-	t.Logf("%+v", r)
 }

@@ -355,7 +355,7 @@ func (d *Datapath) egressProgram(ifindex int) *ebpf.Program {
 
 // AttachLink attaches the egress classifier to an interface (idempotent).
 // It runs at the head of the interface's TCX egress chain and always lets
-// later programs run (it only ends the chain for explicit drop rules).
+// later programs run (it only ends the chain for drop rules and policers).
 func (d *Datapath) AttachLink(ifindex int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -8,11 +8,11 @@
  *    identity with every AF_INET/AF_INET6 socket of our network namespace.
  *  - hq_tc_egress / hq_tc_egress_l3 (tcx/egress): classify each packet by
  *    flow (LRU cache, one per address family) and rules (evaluated on a
- *    flow miss only), then drop, count, mark DSCP and pick the HTB class
- *    via skb->priority.
+ *    flow miss only), then police, drop, count, mark DSCP and pick the
+ *    HTB class via skb->priority.
  *
  * Neither program ever blocks: sock_create always allows, the classifier
- * only drops for an explicit drop rule.
+ * only drops for an explicit drop rule or a rule's policer.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -122,6 +122,15 @@ struct {
 	__type(value, struct hq_counters);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_rule_ctr SEC(".maps");
+
+/* Policers by rule slot; see struct hq_police. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, HQ_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct hq_police);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_police SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -394,8 +403,8 @@ static __always_inline void bm_sel(struct hq_bitmap *acc,
  * function of its own keeps its keys off the stack of the rule loops.
  */
 static __noinline void app_match(struct hq_eval *ev, __u32 buf,
-				      const struct hq_buf *hb,
-				      const struct hq_ident *id)
+				 const struct hq_buf *hb,
+				 const struct hq_ident *id)
 {
 	struct hq_exe_key ek = {};
 	struct hq_comm_key ck = {};
@@ -468,9 +477,9 @@ static __always_inline __u32 proto_class(__u8 proto)
  * part of *f (gen, slot, action, dscp, classid, owner).
  */
 static __always_inline void evaluate(struct __sk_buff *skb,
-				     const struct hq_flow_key *k,
-				     __u8 dscp_in, struct hq_flow *f,
-				     __u32 gen, struct hq_stats *st)
+				     const struct hq_flow_key *k, __u8 dscp_in,
+				     struct hq_flow *f, __u32 gen,
+				     struct hq_stats *st)
 {
 	struct hq_eval ev = {};
 	struct hq_ident *id = NULL;
@@ -585,8 +594,8 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off,
 		family = HQ_AF_INET6;
 		__builtin_memcpy(p->key.src, &ip6->saddr, 16);
 		__builtin_memcpy(p->key.dst, &ip6->daddr, 16);
-		p->dscp_in = ((ip6->priority << 4) |
-			      (ip6->flow_lbl[0] >> 4)) >> 2;
+		p->dscp_in =
+			((ip6->priority << 4) | (ip6->flow_lbl[0] >> 4)) >> 2;
 		l4 = ip6->nexthdr;
 		off += sizeof(*ip6);
 #pragma unroll
@@ -683,8 +692,7 @@ static __always_inline void set_dscp(struct __sk_buff *skb, __u32 off,
  * fields lie in memory (little endian), so it is one load.
  */
 #define HQ_RES_OFF HQ_OFF(hq_flow, classid)
-_Static_assert(HQ_RES_OFF % 8 == 0 &&
-		       HQ_OFF(hq_flow, slot) == HQ_RES_OFF + 4 &&
+_Static_assert(HQ_RES_OFF % 8 == 0 && HQ_OFF(hq_flow, slot) == HQ_RES_OFF + 4 &&
 		       HQ_OFF(hq_flow, action) == HQ_RES_OFF + 6 &&
 		       HQ_OFF(hq_flow, dscp) == HQ_RES_OFF + 7,
 	       "hq_flow's cached result must form one 64-bit word");
@@ -737,9 +745,8 @@ static __always_inline struct hq_flow *fctr_owner(__u32 idx, __u64 t)
  * the slot gets the slot's counts added to its base first, so its counters
  * stay monotonic; it gets a new slot on its next packet.
  */
-static __noinline struct hq_fctr *fctr_alloc(struct hq_pkt *p,
-					     const struct hq_flow_key *key,
-					     struct hq_flow *f)
+static __noinline struct hq_fctr *
+fctr_alloc(struct hq_pkt *p, const struct hq_flow_key *key, struct hq_flow *f)
 {
 	struct hq_fctr *c, *best = NULL;
 	struct hq_flow *o, *best_o = NULL;
@@ -795,6 +802,63 @@ static __noinline struct hq_fctr *fctr_alloc(struct hq_pkt *p,
 }
 
 /*
+ * Rule slot's policer verdict for a packet of len bytes (struct hq_police):
+ * HQ_ACT_PASS when it conforms (and is charged), HQ_ACT_DROP when not.
+ *
+ * Time: the packet's coarse time (tick resolution, already read) first,
+ * the precise clock (bpf_ktime_get_ns, ~75 ns in a VM) only when the
+ * coarse time says drop. The coarse time lags the real one by less than a
+ * tick, so the coarse test is the stricter one: every packet it passes
+ * conforms, and a packet that conforms at the real time is never dropped.
+ * A packet charged at coarse time may be charged from up to a tick too
+ * early while the bucket is full, so the policer lets through at most one
+ * tick of extra burst (rate * 1/HZ bytes), never more over time.
+ *
+ * Lock-free: tat moves by compare-and-swap; a packet that loses the race
+ * HQ_POLICE_TRIES times is charged with an atomic add and passes, so the
+ * bucket stays exact in total. Fails open: no policer state passes.
+ */
+static __noinline int police(__u32 slot, __u32 len, __u64 coarse)
+{
+	struct hq_police *pl;
+	__u64 now = coarse, old, tat, cost;
+	int i, precise = 0;
+
+	pl = bpf_map_lookup_elem(&hq_police, &slot);
+	if (!pl || !pl->ns_q16)
+		return HQ_ACT_PASS;
+	cost = ((__u64)len * pl->ns_q16) >> HQ_POLICE_SHIFT;
+	for (i = 0; i < HQ_POLICE_TRIES; i++) {
+		old = *(volatile __u64 *)&pl->tat;
+		tat = old > now ? old : now;
+		if (tat + cost - now > pl->tau) {
+			if (precise)
+				return HQ_ACT_DROP;
+			now = bpf_ktime_get_ns();
+			precise = 1;
+			continue;
+		}
+		if (__sync_val_compare_and_swap(&pl->tat, old, tat + cost) ==
+		    old)
+			return HQ_ACT_PASS;
+	}
+	__sync_fetch_and_add(&pl->tat, cost);
+	return HQ_ACT_PASS;
+}
+
+/*
+ * A packet's action after its rule's policer: a policed packet passes as
+ * HQ_ACT_PASS or is dropped as HQ_ACT_DROP (counted as a drop everywhere).
+ */
+static __always_inline __u64 police_result(__u64 res, __u32 len, __u64 now)
+{
+	if ((__u8)(res >> 48) != HQ_ACT_POLICE)
+		return res;
+	res &= ~(0xffULL << 48);
+	return res | ((__u64)police((__u16)(res >> 32), len, now) << 48);
+}
+
+/*
  * Everything but the common case: a new flow (f == NULL), a flow evaluated
  * under an older policy, or a flow without a valid counter slot. Counts
  * the packet and returns the flow's classification (pack_result).
@@ -807,6 +871,7 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 	struct hq_stats *st = stats();
 	struct hq_fctr *c;
 	__u32 idx;
+	__u64 res;
 	long err;
 
 	/* The flow key in full form, for the rules and hq_fkey. */
@@ -837,14 +902,16 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 			if (err && err != -17 /* EEXIST: raced */) {
 				if (st)
 					st->flow_insert_fail++;
-				return pack_result(&nf);
+				return police_result(pack_result(&nf), p->len,
+						     p->now);
 			}
 			if (key.family == HQ_AF_INET)
 				f = bpf_map_lookup_elem(&hq_flows4, &p->k4);
 			else
 				f = bpf_map_lookup_elem(&hq_flows6, &p->key);
 			if (!f)
-				return pack_result(&nf);
+				return police_result(pack_result(&nf), p->len,
+						     p->now);
 		}
 		if (f->gen != p->gen) {
 			f->classid = nf.classid;
@@ -858,6 +925,7 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 		}
 	}
 
+	res = police_result(pack_result(f), p->len, p->now);
 	idx = f->cslot;
 	c = bpf_map_lookup_elem(&hq_fctr, &idx);
 	if (!c || !f->tag || c->tag != f->tag)
@@ -865,12 +933,12 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 	if (c) {
 		__sync_fetch_and_add(&c->packets, 1);
 		__sync_fetch_and_add(&c->bytes, p->len);
-		if (f->action == HQ_ACT_DROP)
+		if ((__u8)(res >> 48) == HQ_ACT_DROP)
 			__sync_fetch_and_add(&c->drops, 1);
 		c->last_ns = p->now;
 		c->rule = f->slot;
 	}
-	return pack_result(f);
+	return res;
 }
 
 static __always_inline int egress(struct __sk_buff *skb, __u32 off)
@@ -922,7 +990,7 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 			__sync_fetch_and_add(&c->packets, 1);
 			__sync_fetch_and_add(&c->bytes, p.len);
 			c->last_ns = p.now;
-			res = pack_result(f);
+			res = police_result(pack_result(f), p.len, p.now);
 			if ((__u8)(res >> 48) == HQ_ACT_DROP)
 				__sync_fetch_and_add(&c->drops, 1);
 			goto classified;

@@ -110,6 +110,14 @@ type hostqosHqIdent struct {
 	Comm    [16]int8
 }
 
+type hostqosHqPolice struct {
+	_     structs.HostLayout
+	NsQ16 uint64
+	Tau   uint64
+	Tat   uint64
+	Pad   uint64
+}
+
 type hostqosHqRlist struct {
 	_   structs.HostLayout
 	N   uint32
@@ -199,6 +207,7 @@ const (
 	hostqosMapHqFlows4       = "hq_flows4"
 	hostqosMapHqFlows6       = "hq_flows6"
 	hostqosMapHqHealth       = "hq_health"
+	hostqosMapHqPolice       = "hq_police"
 	hostqosMapHqRlists       = "hq_rlists"
 	hostqosMapHqRuleCtr      = "hq_rule_ctr"
 	hostqosMapHqRules        = "hq_rules"
@@ -279,6 +288,7 @@ type hostqosMapSpecs struct {
 	HqFlows4  *ebpf.MapSpec `ebpf:"hq_flows4"`
 	HqFlows6  *ebpf.MapSpec `ebpf:"hq_flows6"`
 	HqHealth  *ebpf.MapSpec `ebpf:"hq_health"`
+	HqPolice  *ebpf.MapSpec `ebpf:"hq_police"`
 	HqRlists  *ebpf.MapSpec `ebpf:"hq_rlists"`
 	HqRuleCtr *ebpf.MapSpec `ebpf:"hq_rule_ctr"`
 	HqRules   *ebpf.MapSpec `ebpf:"hq_rules"`
@@ -325,6 +335,7 @@ type hostqosMaps struct {
 	HqFlows4  *ebpf.Map `ebpf:"hq_flows4"`
 	HqFlows6  *ebpf.Map `ebpf:"hq_flows6"`
 	HqHealth  *ebpf.Map `ebpf:"hq_health"`
+	HqPolice  *ebpf.Map `ebpf:"hq_police"`
 	HqRlists  *ebpf.Map `ebpf:"hq_rlists"`
 	HqRuleCtr *ebpf.Map `ebpf:"hq_rule_ctr"`
 	HqRules   *ebpf.Map `ebpf:"hq_rules"`
@@ -342,6 +353,7 @@ func (m *hostqosMaps) Close() error {
 		m.HqFlows4,
 		m.HqFlows6,
 		m.HqHealth,
+		m.HqPolice,
 		m.HqRlists,
 		m.HqRuleCtr,
 		m.HqRules,

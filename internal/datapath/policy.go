@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"sync/atomic"
 
@@ -34,7 +35,24 @@ type compiled struct {
 	// Rule lists (struct hq_rlist): rules without app selectors by
 	// family and protocol class, and rules with app selectors by app bit.
 	lists [rlists][]uint16
+	// Policers of the rules that have one.
+	police []policer
 }
+
+// policer is a rule slot's token bucket as struct hq_police holds it.
+type policer struct {
+	slot       uint16
+	nsQ16, tau uint64 // cost of a byte in 1/65536 ns; bucket depth in ns
+}
+
+func newPolicer(slot uint16, rate uint64, burst uint32) policer {
+	return policer{slot: slot,
+		nsQ16: uint64(math.Round(8e9 * (1 << policeShift) / float64(rate))),
+		tau:   uint64(float64(burst) * 8e9 / float64(rate))}
+}
+
+// policeShift mirrors HQ_POLICE_SHIFT.
+const policeShift = 16
 
 // Rule lists per policy buffer (mirrors HQ_RLISTS, HQ_RLIST_APP).
 const (
@@ -100,6 +118,16 @@ func compile(p Policy) (*compiled, error) {
 		case ActPass, ActDrop, ActObserve:
 		default:
 			return nil, fmt.Errorf("%s: action %d unknown", where, r.ActionCode)
+		}
+		if r.PoliceRate > 0 {
+			if r.ActionCode != ActPass {
+				return nil, fmt.Errorf("%s: a policer needs action pass, not %d", where, r.ActionCode)
+			}
+			if r.PoliceBurst == 0 {
+				return nil, fmt.Errorf("%s: policer burst 0: must hold at least one packet", where)
+			}
+			br.Action = uint8(ActPolice)
+			c.police = append(c.police, newPolicer(r.Slot, r.PoliceRate, r.PoliceBurst))
 		}
 		if r.DSCP < -1 || r.DSCP > 63 {
 			return nil, fmt.Errorf("%s: DSCP %d out of range -1..63", where, r.DSCP)
@@ -293,6 +321,9 @@ func (d *Datapath) Apply(p Policy) error {
 	if err := d.writeAppMaps(buf, c); err != nil {
 		return err
 	}
+	if err := d.writePolicers(c.police); err != nil {
+		return err
+	}
 	if n := len(c.rules); n > 0 {
 		keys := make([]uint32, n)
 		for i := range keys {
@@ -320,6 +351,29 @@ func (d *Datapath) Apply(p Policy) error {
 	// The atomic store orders the buffer writes above before the flip.
 	atomic.StoreUint32(&st.Gen, gen+1)
 	d.log.Info("policy applied", "generation", gen+1, "rules", len(c.rules), "app_rules", c.appRules)
+	return nil
+}
+
+// writePolicers sets the cost and depth of the slots' policers before the
+// flip makes their rules police. A policer whose parameters did not change
+// keeps its state; a changed one starts with a full bucket. Slots without
+// a policer keep whatever they had: no rule of the new policy polices
+// through them, and a later policer on the slot is rewritten.
+func (d *Datapath) writePolicers(ps []policer) error {
+	for _, p := range ps {
+		k := uint32(p.slot)
+		var v hostqosHqPolice
+		if err := d.objs.HqPolice.Lookup(&k, &v); err != nil {
+			return fmt.Errorf("read policer of slot %d: %w", p.slot, err)
+		}
+		if v.NsQ16 == p.nsQ16 && v.Tau == p.tau {
+			continue
+		}
+		v = hostqosHqPolice{NsQ16: p.nsQ16, Tau: p.tau}
+		if err := d.objs.HqPolice.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write policer of slot %d: %w", p.slot, err)
+		}
+	}
 	return nil
 }
 

@@ -21,7 +21,7 @@ var (
 	linkKeys  = []string{"name", "egress_rate", "reservable"}
 	classKeys = []string{"name", "dscp", "priority", "minbw", "maxbw", "user_allowed"}
 	ruleKeys  = []string{"name", "exe", "comm", "cgroup", "unit", "user", "proto", "local", "remote", "lport", "rport", "dscp_in",
-		"class", "dscp", "maxbw", "minbw", "action", "precedence"}
+		"class", "dscp", "maxbw", "minbw", "police", "burst", "action", "precedence"}
 	topKeys = []string{"link", "class", "rule", "builtin_classes"}
 )
 
@@ -185,6 +185,8 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 		e.dscp("dscp", &r.DSCP)
 		e.rate("maxbw", &r.MaxBW)
 		e.rate("minbw", &r.MinBW)
+		e.rate("police", &r.Police)
+		e.size("burst", &r.Burst)
 		var action string
 		e.str("action", &action)
 		r.Action = Action(action)
@@ -351,6 +353,30 @@ func (e *entry) rate(key string, dst *Rate) {
 		e.fail(key, v, "a rate needs a unit", fix)
 	default:
 		e.fail(key, v, "want a rate string such as \"10mbit\", got "+tomlType(v), "")
+	}
+}
+
+func (e *entry) size(key string, dst *Size) {
+	v, ok := e.get(key)
+	if !ok {
+		return
+	}
+	switch t := v.(type) {
+	case string:
+		sz, err := ParseSize(t)
+		if err != nil {
+			e.fail(key, v, err.Error(), "")
+			return
+		}
+		*dst = sz
+	case int64:
+		if t < 0 || t > maxSize {
+			e.fail(key, v, "out of range", "write a size from 0 to 1tb, e.g. \"64kb\"")
+			return
+		}
+		*dst = Size(t)
+	default:
+		e.fail(key, v, "want a size such as \"64kb\" or a number of bytes, got "+tomlType(v), "")
 	}
 }
 
@@ -751,6 +777,10 @@ func (p *Policy) MarshalTOML() ([]byte, error) {
 		}
 		rate("maxbw", r.MaxBW)
 		rate("minbw", r.MinBW)
+		rate("police", r.Police)
+		if r.Burst != 0 {
+			str("burst", r.Burst.String())
+		}
 		str("action", string(r.Action))
 		if r.Precedence != 0 {
 			kv("precedence", strconv.Itoa(r.Precedence))

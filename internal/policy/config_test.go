@@ -61,6 +61,19 @@ maxbw = "2.5mbit"
 name = "block"
 remote = "2001:db8::/32"
 action = "drop"
+
+[[rule]]
+name = "flood"
+proto = "udp"
+rport = "9000"
+police = "5mbit"
+burst = "32kb"
+
+[[rule]]
+name = "flood-default-burst"
+proto = "udp"
+rport = "9001"
+police = "100mbit"
 `
 
 func TestLoadGood(t *testing.T) {
@@ -90,6 +103,16 @@ func TestLoadGood(t *testing.T) {
 	}
 	if n, _ := p.Rule("nightly"); n.User != "1000" || n.DSCP != NoDSCP || n.DSCPIn != NoDSCP {
 		t.Errorf("nightly = %+v", n)
+	}
+	if f, _ := p.Rule("flood"); f.Police != 5_000_000 || f.Burst != 32<<10 || f.PoliceBurst() != 32<<10 {
+		t.Errorf("flood = %+v", f)
+	}
+	// Default burst: 10 ms at the rate (125000 bytes at 100mbit), at least 64kb.
+	if f, _ := p.Rule("flood-default-burst"); f.Burst != 0 || f.PoliceBurst() != 125_000 {
+		t.Errorf("flood-default-burst = %+v, burst %v", f, f.PoliceBurst())
+	}
+	if DefaultBurst(1_000_000) != 64<<10 {
+		t.Errorf("DefaultBurst(1mbit) = %v", DefaultBurst(1_000_000))
 	}
 }
 
@@ -135,6 +158,10 @@ func TestLoadErrors(t *testing.T) {
 			[]string{src + `:1: link "veth0": guarantees 18mbit exceed reservable capacity 16mbit (0.8 × 20mbit): rule upload 16mbit, class voice 2mbit; lower a minbw or raise egress_rate/reservable`}},
 		{"malformed rate", "[[link]]\nname = \"veth0\"\negress_rate = \"20 megabits\"\n",
 			[]string{src + `:3: link "veth0": field egress_rate = "20 megabits": unknown rate unit "megabits"`}},
+		{"burst in bits", "[[rule]]\nname = \"r\"\ncomm = \"x\"\npolice = \"1mbit\"\nburst = \"64kbit\"\n",
+			[]string{src + `:5: rule "r": field burst = "64kbit": unknown size unit "kbit"; that is a rate unit, a size counts bytes`}},
+		{"burst negative", "[[rule]]\nname = \"r\"\ncomm = \"x\"\npolice = \"1mbit\"\nburst = -1\n",
+			[]string{src + `:5: rule "r": field burst = -1: out of range`}},
 		{"rate without unit", "[[rule]]\nname = \"r\"\ncomm = \"x\"\nmaxbw = 20000000\n",
 			[]string{src + `:4: rule "r": field maxbw = 20000000: a rate needs a unit; write maxbw = "20mbit" for 20000000 bits/s`}},
 		{"string rate without unit", "[[rule]]\nname = \"r\"\ncomm = \"x\"\nmaxbw = \"300\"\n",
@@ -337,7 +364,7 @@ func TestDocsExamples(t *testing.T) {
 	if err != nil {
 		t.Fatalf("complete example: %v\n%s", err, complete)
 	}
-	if len(p.Rules) != 8 || len(p.Links) != 1 {
+	if len(p.Rules) != 9 || len(p.Links) != 1 {
 		t.Errorf("complete example: %d rules, %d links", len(p.Rules), len(p.Links))
 	}
 	p, err = Load([]byte(worked), "docs worked example")

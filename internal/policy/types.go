@@ -78,10 +78,15 @@ type Rule struct {
 	DSCPIn DSCP         `json:"dscp_in,omitzero" toml:"dscp_in"`
 
 	// Properties.
-	Class      string `json:"class,omitempty" toml:"class"` // "" = default
-	DSCP       DSCP   `json:"dscp,omitzero" toml:"dscp"`    // overrides the class's DSCP
-	MaxBW      Rate   `json:"maxbw,omitempty" toml:"maxbw"`
-	MinBW      Rate   `json:"minbw,omitempty" toml:"minbw"`
+	Class string `json:"class,omitempty" toml:"class"` // "" = default
+	DSCP  DSCP   `json:"dscp,omitzero" toml:"dscp"`    // overrides the class's DSCP
+	MaxBW Rate   `json:"maxbw,omitempty" toml:"maxbw"`
+	MinBW Rate   `json:"minbw,omitempty" toml:"minbw"`
+	// Police drops what exceeds this rate (a token bucket of Burst bytes,
+	// shared by all the rule's traffic) in the classifier, before any
+	// queue: the tool for UDP floods and traffic that must not queue.
+	Police     Rate   `json:"police,omitempty" toml:"police"`
+	Burst      Size   `json:"burst,omitempty" toml:"burst"` // police's bucket depth; 0 = DefaultBurst(Police)
 	Action     Action `json:"action,omitempty" toml:"action"`
 	Precedence int    `json:"precedence,omitempty" toml:"precedence"`
 	Temporary  bool   `json:"temporary,omitempty" toml:"-"`
@@ -92,4 +97,29 @@ type Policy struct {
 	Links   []Link  `json:"links"`
 	Classes []Class `json:"classes"`
 	Rules   []Rule  `json:"rules"`
+}
+
+// Policer limits. MinPoliceBurst holds one full-size Ethernet frame (the
+// policer counts frames with their L2 header); MaxPoliceBurst keeps the
+// datapath's arithmetic exact.
+const (
+	MinPolice      Rate = 1000
+	MinPoliceBurst Size = 1514
+	MaxPoliceBurst Size = 1 << 30
+)
+
+// DefaultBurst is the bucket depth of a policer at rate r when the rule
+// sets none: 10 ms of traffic at r, and at least 64 KiB, the largest
+// packet TCP hands a link with segmentation offload (a GSO packet is
+// policed whole).
+func DefaultBurst(r Rate) Size {
+	return max(Size(64<<10), Size(uint64(r)/800))
+}
+
+// PoliceBurst is the rule's effective policer bucket depth.
+func (r Rule) PoliceBurst() Size {
+	if r.Burst != 0 {
+		return r.Burst
+	}
+	return DefaultBurst(r.Police)
 }

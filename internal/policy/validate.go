@@ -246,6 +246,12 @@ func (v *validator) ruleProperties(obj string, r Rule, p *Policy) {
 		if r.MaxBW != 0 {
 			set = append(set, "maxbw")
 		}
+		if r.Police != 0 {
+			set = append(set, "police")
+		}
+		if r.Burst != 0 {
+			set = append(set, "burst")
+		}
 		if len(set) > 0 {
 			v.add(obj, "action", string(r.Action), fmt.Sprintf("%s would be ignored with action %s", strings.Join(set, ", "), r.Action),
 				"remove "+strings.Join(set, ", ")+" or use action pass")
@@ -266,6 +272,17 @@ func (v *validator) ruleProperties(obj string, r Rule, p *Policy) {
 	}
 	if r.MaxBW != 0 && r.MinBW > r.MaxBW {
 		v.add(obj, "minbw", r.MinBW.String(), "greater than maxbw "+r.MaxBW.String(), "a guarantee cannot exceed the ceiling")
+	}
+	switch {
+	case r.Police != 0 && r.Police < MinPolice:
+		v.add(obj, "police", r.Police.String(), "below "+MinPolice.String(), "police at "+MinPolice.String()+" or more")
+	case r.Burst != 0 && r.Police == 0:
+		v.add(obj, "burst", r.Burst.String(), "set without police", "add police = RATE or remove burst")
+	case r.Burst != 0 && r.Burst < MinPoliceBurst:
+		v.add(obj, "burst", r.Burst.String(), "smaller than one full-size Ethernet frame ("+MinPoliceBurst.String()+"): nothing that size would ever pass",
+			"use at least "+MinPoliceBurst.String()+"; 64kb or more for TCP (segmentation offload sends up to 64kb at once)")
+	case r.Burst > MaxPoliceBurst:
+		v.add(obj, "burst", r.Burst.String(), "larger than "+MaxPoliceBurst.String(), "use at most "+MaxPoliceBurst.String())
 	}
 	if clsOK && cls.MaxBW != 0 && r.MaxBW > cls.MaxBW {
 		v.add(obj, "maxbw", r.MaxBW.String(), fmt.Sprintf("exceeds the maxbw %s of its class %s", cls.MaxBW, cls.Name),

@@ -96,6 +96,14 @@ func TestValidate(t *testing.T) {
 		{"observe with minbw", func(p *Policy) {
 			p.Rules[0].Class, p.Rules[0].Action, p.Rules[0].MinBW = "", ActionObserve, 1e6
 		}, `rule "web"`, "action", "minbw would be ignored with action observe"},
+		{"police with drop", func(p *Policy) {
+			p.Rules[0].Class, p.Rules[0].Action, p.Rules[0].Police = "", ActionDrop, 1e6
+		}, `rule "web"`, "action", "police would be ignored with action drop"},
+		{"police too low", func(p *Policy) { p.Rules[0].Police = 999 }, `rule "web"`, "police", `police = "999bit": below 1kbit`},
+		{"burst without police", func(p *Policy) { p.Rules[0].Burst = 64 << 10 }, `rule "web"`, "burst", "set without police; add police = RATE"},
+		{"burst too small", func(p *Policy) { p.Rules[0].Police, p.Rules[0].Burst = 1e6, 1000 }, `rule "web"`, "burst",
+			`burst = "1000b": smaller than one full-size Ethernet frame (1514b)`},
+		{"burst too large", func(p *Policy) { p.Rules[0].Police, p.Rules[0].Burst = 1e6, 2<<30 }, `rule "web"`, "burst", "larger than 1gb"},
 		{"no selector", func(p *Policy) { p.Rules[0].Exe = "" }, `rule "web"`, "", "a rule needs at least one selector"},
 		{"precedence", func(p *Policy) { p.Rules[0].Precedence = 70000 }, `rule "web"`, "precedence", "precedence = 70000: out of range"},
 		{"negative precedence", func(p *Policy) { p.Rules[0].Precedence = -1 }, `rule "web"`, "precedence", "out of range"},

@@ -21,7 +21,7 @@ func benchScale(e *env, r *Report) error {
 	r.setup("memory: real hostqosd in a namespace managing its veth, config with %d rules (1 exe rule for the flow app + %d UDP port rules); then the app sends one datagram from each of %d source ports; BPF map memory from the kernel (/proc/PID/fdinfo memlock of every map the daemon holds), daemon RSS from /proc/PID/status", rules, rules-1, flows)
 	r.Columns = []string{"measure", "10 rules", fmt.Sprintf("%d rules", rules), "target", "anchor"}
 
-	base, err := datapath.MeasurePerPacket(10, repeat)
+	base, err := datapath.MeasurePerPacket(10, repeat, false)
 	if err != nil {
 		return fmt.Errorf("measure the empty program: %w", err)
 	}
