@@ -263,13 +263,17 @@ func GitRevision(dir string) string {
 // maintain in the file are left exactly as they are.
 func Record(path string, reports []*Report, host Host, rev string, quick bool, when time.Time) error {
 	var b strings.Builder
-	mode := "full run"
+	mode := "full length"
 	if quick {
-		mode = "quick run (--quick: shorter windows, fewer rounds)"
+		mode = "quick: shorter windows, fewer rounds"
+	}
+	names := make([]string, len(reports))
+	for i, r := range reports {
+		names[i] = r.Name
 	}
 	fmt.Fprintf(&b, "\n## Benchmarks %s, commit %s\n\n", when.UTC().Format("2006-01-02 15:04 UTC"), rev)
-	fmt.Fprintf(&b, "`hostqos bench` (%s) on %s. Targets are those of DESIGN.md, "+
-		"quoted beside each figure. How to read these tables: docs/benchmarks.md.\n", mode, host)
+	fmt.Fprintf(&b, "`hostqos bench %s` (%s) on %s. Targets are those of DESIGN.md, "+
+		"quoted beside each figure. How to read these tables: docs/benchmarks.md.\n", strings.Join(names, " "), mode, host)
 	for _, r := range reports {
 		fmt.Fprintf(&b, "\n### %s — %s\n\n", r.Name, r.Title)
 		if err := WriteTable(&b, r); err != nil {
