@@ -38,16 +38,9 @@ func ParseSize(s string) (Size, error) {
 	if in == "" {
 		return 0, errors.New("empty size; write e.g. 64kb")
 	}
-	i := 0
-	for i < len(in) && (in[i] >= '0' && in[i] <= '9' || in[i] == '.') {
-		i++
-	}
-	num, unit := in[:i], strings.ToLower(strings.TrimSpace(in[i:]))
-	if num == "" {
-		if strings.HasPrefix(in, "-") {
-			return 0, errors.New("a size cannot be negative")
-		}
-		return 0, errors.New("not a size; write a number and optionally a unit, e.g. 64kb (" + sizeUnitHelp + ")")
+	num, unit, err := splitQuantity(in, "size", "a number and optionally a unit, e.g. 64kb ("+sizeUnitHelp+")")
+	if err != nil {
+		return 0, err
 	}
 	mult := uint64(0)
 	if unit == "" {
@@ -98,38 +91,17 @@ func (s Size) String() string {
 func (s Size) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // UnmarshalText parses a size as ParseSize does; "" means not set.
-func (s *Size) UnmarshalText(b []byte) error {
-	if len(b) == 0 {
-		*s = 0
-		return nil
-	}
-	v, err := ParseSize(string(b))
-	if err != nil {
-		return err
-	}
-	*s = v
-	return nil
-}
+func (s *Size) UnmarshalText(b []byte) error { return unmarshalUnitText(b, s, ParseSize) }
 
 // MarshalJSON writes the size as a string, e.g. "64kb".
 func (s Size) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
 
 // UnmarshalJSON accepts a string ("64kb") or a JSON number of bytes.
 func (s *Size) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
-	}
-	if len(b) > 0 && b[0] == '"' {
-		var str string
-		if err := json.Unmarshal(b, &str); err != nil {
-			return err
+	return unmarshalUnitJSON(b, s, ParseSize, func(v uint64) (Size, error) {
+		if v > maxSize {
+			return 0, fmt.Errorf("size %d: at most 1tb", v)
 		}
-		return s.UnmarshalText([]byte(str))
-	}
-	v, err := strconv.ParseUint(string(b), 10, 64)
-	if err != nil || v > maxSize {
-		return fmt.Errorf("size %s: want a whole number of bytes up to 1tb or a string like \"64kb\"", b)
-	}
-	*s = Size(v)
-	return nil
+		return Size(v), nil
+	}, "size %s: want a whole number of bytes or a string like \"64kb\"")
 }

@@ -48,16 +48,9 @@ func ParseRate(s string) (Rate, error) {
 	if in == "0" {
 		return 0, nil
 	}
-	i := 0
-	for i < len(in) && (in[i] >= '0' && in[i] <= '9' || in[i] == '.') {
-		i++
-	}
-	num, unit := in[:i], strings.ToLower(strings.TrimSpace(in[i:]))
-	if num == "" {
-		if strings.HasPrefix(in, "-") {
-			return 0, errors.New("a rate cannot be negative")
-		}
-		return 0, errors.New("not a rate; write a number and a unit, e.g. 10mbit (" + rateUnitHelp + ")")
+	num, unit, err := splitQuantity(in, "rate", "a number and a unit, e.g. 10mbit ("+rateUnitHelp+")")
+	if err != nil {
+		return 0, err
 	}
 	unit = strings.TrimSuffix(unit, "/s")
 	if unit == "" {
@@ -85,6 +78,24 @@ func ParseRate(s string) (Rate, error) {
 		return 0, err
 	}
 	return Rate(v), nil
+}
+
+// splitQuantity splits "1.5 mbit" into its number ("1.5") and its unit in
+// lower case ("mbit"). Without a leading number it says why, naming what
+// (a rate, a size) and what to write instead.
+func splitQuantity(in, what, write string) (num, unit string, err error) {
+	i := 0
+	for i < len(in) && (in[i] >= '0' && in[i] <= '9' || in[i] == '.') {
+		i++
+	}
+	num, unit = in[:i], strings.ToLower(strings.TrimSpace(in[i:]))
+	if num == "" {
+		if strings.HasPrefix(in, "-") {
+			return "", "", fmt.Errorf("a %s cannot be negative", what)
+		}
+		return "", "", fmt.Errorf("not a %s; write %s", what, write)
+	}
+	return num, unit, nil
 }
 
 // mulDecimal computes round(dec × mult) exactly for a decimal string with
@@ -163,18 +174,7 @@ func (r Rate) String() string {
 func (r Rate) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
 // UnmarshalText parses a rate as ParseRate does; "" means not set.
-func (r *Rate) UnmarshalText(b []byte) error {
-	if len(b) == 0 {
-		*r = 0
-		return nil
-	}
-	v, err := ParseRate(string(b))
-	if err != nil {
-		return err
-	}
-	*r = v
-	return nil
-}
+func (r *Rate) UnmarshalText(b []byte) error { return unmarshalUnitText(b, r, ParseRate) }
 
 // MarshalJSON writes the rate as a string, e.g. "10mbit".
 func (r Rate) MarshalJSON() ([]byte, error) { return json.Marshal(r.String()) }
@@ -182,6 +182,29 @@ func (r Rate) MarshalJSON() ([]byte, error) { return json.Marshal(r.String()) }
 // UnmarshalJSON accepts a string with a unit ("10mbit") or a JSON number
 // meaning bits per second (10000000).
 func (r *Rate) UnmarshalJSON(b []byte) error {
+	return unmarshalUnitJSON(b, r, ParseRate, func(v uint64) (Rate, error) { return Rate(v), nil },
+		"rate %s: want a whole number of bits per second or a string like \"10mbit\"")
+}
+
+// unmarshalUnitText parses text with parse into *dst; empty text is 0.
+func unmarshalUnitText[T ~uint64](b []byte, dst *T, parse func(string) (T, error)) error {
+	if len(b) == 0 {
+		*dst = 0
+		return nil
+	}
+	v, err := parse(string(b))
+	if err != nil {
+		return err
+	}
+	*dst = v
+	return nil
+}
+
+// unmarshalUnitJSON decodes a quantity given as a JSON string (parsed with
+// parse) or a JSON number in the base unit (checked by number); null
+// leaves *dst alone. badNumber formats the error for a number that is not
+// a whole one, with the raw JSON as its argument.
+func unmarshalUnitJSON[T ~uint64](b []byte, dst *T, parse func(string) (T, error), number func(uint64) (T, error), badNumber string) error {
 	if string(b) == "null" {
 		return nil
 	}
@@ -190,13 +213,17 @@ func (r *Rate) UnmarshalJSON(b []byte) error {
 		if err := json.Unmarshal(b, &s); err != nil {
 			return err
 		}
-		return r.UnmarshalText([]byte(s))
+		return unmarshalUnitText([]byte(s), dst, parse)
 	}
-	v, err := strconv.ParseUint(string(b), 10, 64)
+	n, err := strconv.ParseUint(string(b), 10, 64)
 	if err != nil {
-		return fmt.Errorf("rate %s: want a whole number of bits per second or a string like \"10mbit\"", b)
+		return fmt.Errorf(badNumber, b)
 	}
-	*r = Rate(v)
+	v, err := number(n)
+	if err != nil {
+		return err
+	}
+	*dst = v
 	return nil
 }
 
