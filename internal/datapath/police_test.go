@@ -56,6 +56,7 @@ func TestPolicer(t *testing.T) {
 			{Slot: 20, Proto: 17, Remote: pfx("198.18.1.0/24"), DSCPIn: -1, DSCP: 46, PoliceRate: slow, PoliceBurst: burst4},
 			{Slot: 21, Proto: 17, Remote: pfx("2001:db8:1::/48"), DSCPIn: -1, DSCP: 34, PoliceRate: slow, PoliceBurst: burst6},
 			{Slot: 22, Proto: 17, Remote: pfx("198.18.2.0/24"), DSCPIn: -1, DSCP: 10, PoliceRate: 1e9, PoliceBurst: 64 << 10},
+			{Slot: 23, Proto: 17, Remote: pfx("198.18.3.0/24"), DSCPIn: -1, DSCP: 12, PoliceRate: 8e6, PoliceBurst: 1514},
 		}}
 	}
 	if err := d.Apply(pol(3*size, 2*size)); err != nil {
@@ -88,6 +89,21 @@ func TestPolicer(t *testing.T) {
 	}
 	want[22] = Counters{Packets: 20, Bytes: 20 * size}
 
+	// A flow that keeps to its contract is never dropped, even with a
+	// bucket of one frame, which the policer's tick-resolution time alone
+	// would get wrong: 1000-byte frames at 8 mbit/s cost 1 ms each, sent
+	// 2 ms or more apart (a slow machine only widens the gaps).
+	paced := BuildFrame(FrameSpec{Src: addr("198.18.0.1"), Dst: addr("198.18.3.9"), Proto: 17, SPort: 1000, DPort: 6000, Payload: size - 14 - 20 - 8})
+	for i := 0; i < 20; i++ {
+		if i > 0 {
+			time.Sleep(2 * time.Millisecond)
+		}
+		if p, _ := policeRun(t, d, [][]byte{paced}, 1, 12<<2); p != 1 {
+			t.Fatalf("conforming frame %d dropped", i)
+		}
+	}
+	want[23] = Counters{Packets: 20, Bytes: 20 * size}
+
 	// Applying the same policer again keeps its (empty) bucket ...
 	if err := d.Apply(pol(3*size, 2*size)); err != nil {
 		t.Fatal(err)
@@ -110,7 +126,7 @@ func TestPolicer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, slot := range []int{20, 21, 22} {
+	for _, slot := range []int{20, 21, 22, 23} {
 		if ctr[slot] != want[slot] {
 			t.Errorf("slot %d counters %+v, want %+v", slot, ctr[slot], want[slot])
 		}
