@@ -113,11 +113,11 @@ in that order; the last channel is the candidate.`,
 			case "seed":
 				p = rtchan.SeedParams()
 			case "udp":
-				bits, err := parseBitRate(linkRate)
+				bits, err := parseRateFlag("link-rate", linkRate)
 				if err != nil {
 					return err
 				}
-				p = rtchan.UDPParams(bits)
+				p = rtchan.UDPParams(int64(bits))
 			default:
 				return fmt.Errorf("check flag --params: %q is not seed or udp", paramsName)
 			}
@@ -218,23 +218,4 @@ func parseChannelFlag(s string) (rtchan.Spec, error) {
 		return bad("delay is not a duration")
 	}
 	return spec, nil
-}
-
-func parseBitRate(s string) (int64, error) {
-	l := strings.ToLower(strings.TrimSpace(s))
-	mult := int64(1)
-	for _, u := range []struct {
-		suf string
-		m   int64
-	}{{"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1}} {
-		if strings.HasSuffix(l, u.suf) {
-			l, mult = strings.TrimSuffix(l, u.suf), u.m
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(l, 64)
-	if err != nil || v <= 0 {
-		return 0, fmt.Errorf("parse link rate %q: want e.g. 20mbit", s)
-	}
-	return int64(v * float64(mult)), nil
 }

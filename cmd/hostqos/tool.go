@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -116,25 +117,6 @@ func splitHostPort(v string) (string, int, error) {
 		return "", 0, fmt.Errorf("bad port")
 	}
 	return v[:i], p, nil
-}
-
-// parseBytes reads "1500", "10k", "2m", "1g" (decimal multiples).
-func parseBytes(name, v string) (uint64, error) {
-	s := strings.ToLower(strings.TrimSpace(v))
-	mult := uint64(1)
-	switch {
-	case strings.HasSuffix(s, "k"):
-		mult, s = 1000, strings.TrimSuffix(s, "k")
-	case strings.HasSuffix(s, "m"):
-		mult, s = 1000_000, strings.TrimSuffix(s, "m")
-	case strings.HasSuffix(s, "g"):
-		mult, s = 1000_000_000, strings.TrimSuffix(s, "g")
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || n == 0 {
-		return 0, flagErr(name, v, "not a positive byte count", "use bytes like 1500, 10k, 2m or 1g (decimal)")
-	}
-	return n * mult, nil
 }
 
 func runWith(cmd *cobra.Command, run func(ctx context.Context) (traffic.Reporter, error)) error {
@@ -604,10 +586,14 @@ last byte (down) or the acknowledgement (up); p50/p90/p99 are reported.`,
 			if count < 1 || count > 1_000_000 {
 				return flagErr("count", strconv.Itoa(count), "out of range", "use 1..1000000 transfers")
 			}
-			sz, err := parseBytes("size", size)
-			if err != nil {
-				return err
+			psz, err := policy.ParseSize(size)
+			if err == nil && psz == 0 {
+				err = errors.New("not a positive byte count")
 			}
+			if err != nil {
+				return flagErr("size", size, err.Error(), "use bytes like 1500, 10k, 2m or 1g (k = 1024, as everywhere in hostqos)")
+			}
+			sz := uint64(psz)
 			if sz > traffic.MaxTransfer {
 				return flagErr("size", size, "too large", "use at most 17g per transfer")
 			}
@@ -637,7 +623,7 @@ last byte (down) or the acknowledgement (up); p50/p90/p99 are reported.`,
 	f.StringVar(&to, "to", "", "tcp-sink host:port (required)")
 	f.StringVar(&from, "from", "", "local IP address to connect from (optional)")
 	f.IntVar(&count, "count", 100, "number of transfers")
-	f.StringVar(&size, "size", "10k", "bytes per transfer (1500, 10k, 2m; decimal)")
+	f.StringVar(&size, "size", "10k", "bytes per transfer (1500, 10k, 2m; k = 1024)")
 	f.IntVar(&conc, "concurrency", 1, "transfers in flight at once")
 	f.StringVar(&direction, "direction", traffic.FCTDown, "down (sink sends) or up (we send)")
 	f.StringVar(&dscp, "dscp", "", "DSCP to mark (default: leave unmarked)")
