@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/lab/bench"
 )
 
@@ -53,7 +54,7 @@ takes about ten. See docs/benchmarks.md for what each one measures.`,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			slog.SetDefault(log)
-			host := bench.HostInfo()
+			host := lab.HostInfo()
 			rev := bench.GitRevision(".")
 			fmt.Fprintf(progress, "hostqos bench: %s, commit %s%s\n", host, rev, map[bool]string{true: " (quick)"}[quick])
 			start := time.Now()
@@ -66,7 +67,7 @@ takes about ten. See docs/benchmarks.md for what each one measures.`,
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(struct {
-					Host     bench.Host      `json:"host"`
+					Host     lab.Host        `json:"host"`
 					Revision string          `json:"revision"`
 					Quick    bool            `json:"quick"`
 					Reports  []*bench.Report `json:"reports"`

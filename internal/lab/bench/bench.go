@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -99,45 +98,14 @@ func Names() []string {
 	return out
 }
 
-// Host describes the machine a run was made on.
-type Host struct {
-	Kernel string `json:"kernel"`
-	CPU    string `json:"cpu"`
-	Cores  int    `json:"cores"`
-}
-
-func (h Host) String() string {
-	return fmt.Sprintf("Linux %s, %s, %d cores", h.Kernel, h.CPU, h.Cores)
-}
-
 // hostLine is the first setup line of every report: the host and how busy
 // it was when the benchmark started (other load skews every figure).
 func hostLine() string {
 	load := "unknown"
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(b)); len(f) >= 3 {
-			load = strings.Join(f[:3], " ")
-		}
+	if l := lab.LoadAverage(); l != nil {
+		load = strings.Join(l, " ")
 	}
-	return fmt.Sprintf("%s; load average at start %s", HostInfo(), load)
-}
-
-// HostInfo reads the kernel release (uname), the CPU model
-// (/proc/cpuinfo) and the number of online cores.
-func HostInfo() Host {
-	h := Host{Kernel: "unknown", CPU: "unknown", Cores: runtime.NumCPU()}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		h.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
-				h.CPU = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	return h
+	return fmt.Sprintf("%s; load average at start %s", lab.HostInfo(), load)
 }
 
 // Run runs the named benchmarks (all when names is empty) in suite order.
@@ -261,7 +229,7 @@ func GitRevision(dir string) string {
 // Record appends a dated section with the reports to the results file
 // (created if missing). It only ever appends: sections other people
 // maintain in the file are left exactly as they are.
-func Record(path string, reports []*Report, host Host, rev string, quick bool, when time.Time) error {
+func Record(path string, reports []*Report, host lab.Host, rev string, quick bool, when time.Time) error {
 	var b strings.Builder
 	mode := "full length"
 	if quick {

@@ -103,7 +103,7 @@ func TestQuickCheap(t *testing.T) {
 	if err := os.WriteFile(res, []byte(prior), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := Record(res, reports, HostInfo(), "abc1234", true, time.Now()); err != nil {
+	if err := Record(res, reports, lab.HostInfo(), "abc1234", true, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(res)

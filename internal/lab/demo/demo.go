@@ -30,7 +30,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -134,22 +133,10 @@ type Env struct {
 }
 
 func readEnv() Env {
-	e := Env{Date: time.Now().Format(time.RFC3339), CPUs: runtime.NumCPU()}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		e.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
-				e.CPU = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			e.Load1 = f[0]
-		}
+	h := lab.HostInfo()
+	e := Env{Date: time.Now().Format(time.RFC3339), Kernel: h.Kernel, CPU: h.CPU, CPUs: h.Cores}
+	if l := lab.LoadAverage(); l != nil {
+		e.Load1 = l[0]
 	}
 	return e
 }
