@@ -2,24 +2,9 @@ package datapath
 
 import (
 	"net/netip"
-	"path/filepath"
 	"slices"
 	"testing"
 )
-
-// openHqdp2 opens a private datapath pinned under an hqdp2-* directory.
-func openHqdp2(t *testing.T, opts Options) *Datapath {
-	t.Helper()
-	needRoot(t)
-	dir := filepath.Join("/sys/fs/bpf", "hqdp2-"+randHex(4))
-	t.Cleanup(func() {
-		if err := Remove(dir); err != nil {
-			t.Errorf("remove %s: %v", dir, err)
-		}
-	})
-	opts.BPFFSDir = dir
-	return openTest(t, opts)
-}
 
 func churnFrame(i int) []byte {
 	return BuildFrame(FrameSpec{Src: netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), Dst: addr("198.19.0.1"),
@@ -29,7 +14,7 @@ func churnFrame(i int) []byte {
 // TestFlowReaderFollowsTable: Flows sees new flows at once, counters move
 // without a rescan, and FlowCounters rereads one flow by its FlowRef.
 func TestFlowReaderFollowsTable(t *testing.T) {
-	d := openHqdp2(t, Options{})
+	d := openTest(t, Options{})
 	if err := d.Apply(Policy{Rules: []Rule{{Slot: 7, Proto: 17, DSCPIn: -1, DSCP: 10}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +77,7 @@ func TestFlowReaderFollowsTable(t *testing.T) {
 // its own packets (nothing lost to, or borrowed from, another flow), and a
 // long-lived busy flow keeps counting.
 func TestFlowSlotsUnderChurn(t *testing.T) {
-	d := openHqdp2(t, Options{FlowTableSize: 16})
+	d := openTest(t, Options{FlowTableSize: 16})
 	if err := d.Apply(Policy{Rules: []Rule{{Slot: 1, Proto: 17, DSCPIn: -1}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +150,7 @@ func TestFlowSlotsUnderChurn(t *testing.T) {
 // live flow; the old owner's counts move to its base and it gets a new
 // slot on its next packet, so its counters stay exact.
 func TestFlowSlotTakeover(t *testing.T) {
-	d := openHqdp2(t, Options{FlowTableSize: 16})
+	d := openTest(t, Options{FlowTableSize: 16})
 	if err := d.Apply(Policy{Rules: []Rule{{Slot: 1, Proto: 17, DSCPIn: -1}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +209,7 @@ func TestFlowSlotTakeover(t *testing.T) {
 }
 
 func TestTestRunKernelTiming(t *testing.T) {
-	d := openHqdp2(t, Options{})
+	d := openTest(t, Options{})
 	res, err := d.TestRun(churnFrame(0), 1000)
 	if err != nil {
 		t.Fatal(err)

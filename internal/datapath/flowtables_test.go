@@ -10,27 +10,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// openHqdp3 opens a private datapath pinned under an hqdp3-* directory.
-func openHqdp3(t *testing.T, opts Options) *Datapath {
-	t.Helper()
-	needRoot(t)
-	dir := filepath.Join("/sys/fs/bpf", "hqdp3-"+randHex(4))
-	t.Cleanup(func() {
-		if err := Remove(dir); err != nil {
-			t.Errorf("remove %s: %v", dir, err)
-		}
-	})
-	opts.BPFFSDir = dir
-	return openTest(t, opts)
-}
-
 // TestFlowTablesPerFamily: IPv4 and IPv6 flows live in tables of their
 // own that share the counter slots. Both show in Flows with their exact
 // keys; a counter slot passes between flows of different families with
 // the old owner's counts kept; a flood of one family does not evict the
 // other's flows.
 func TestFlowTablesPerFamily(t *testing.T) {
-	d := openHqdp3(t, Options{FlowTableSize: 16})
+	d := openTest(t, Options{FlowTableSize: 16})
 	if err := d.Apply(Policy{Rules: []Rule{{Slot: 1, Proto: 17, DSCPIn: -1, DSCP: 10}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -81,6 +81,28 @@ func udpSocket() (int, error) {
 	return unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 }
 
+// tosReceiver opens, in netns ns, a UDP socket bound to 198.18.77.2:9999
+// that reports each datagram's TOS and gives up a read after 3 s.
+func tosReceiver(t testing.TB, ns string) int {
+	t.Helper()
+	var fd int
+	mustNetns(t, ns, func() error {
+		var err error
+		if fd, err = udpSocket(); err != nil {
+			return err
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
+			return err
+		}
+		tv := unix.NsecToTimeval((3 * time.Second).Nanoseconds())
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			return err
+		}
+		return unix.Bind(fd, &unix.SockaddrInet4{Port: 9999, Addr: [4]byte{198, 18, 77, 2}})
+	})
+	return fd
+}
+
 func cgroupRoot(t testing.TB) string {
 	root, err := cgroups.Root()
 	if err != nil {
@@ -179,21 +201,7 @@ func TestRealSocketIdentityAndMarking(t *testing.T) {
 	}
 
 	// Receiver in nsB reports the TOS it got.
-	var fdB int
-	mustNetns(t, nsB, func() error {
-		var err error
-		if fdB, err = udpSocket(); err != nil {
-			return err
-		}
-		if err := unix.SetsockoptInt(fdB, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
-			return err
-		}
-		tv := unix.NsecToTimeval((3 * time.Second).Nanoseconds())
-		if err := unix.SetsockoptTimeval(fdB, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			return err
-		}
-		return unix.Bind(fdB, &unix.SockaddrInet4{Port: 9999, Addr: [4]byte{198, 18, 77, 2}})
-	})
+	fdB := tosReceiver(t, nsB)
 	defer unix.Close(fdB)
 
 	dst := &unix.SockaddrInet4{Port: 9999, Addr: [4]byte{198, 18, 77, 2}}

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,21 +76,7 @@ func TestFlowAppRulePrecedence(t *testing.T) {
 		return fd
 	}
 
-	var fdB int
-	mustNetns(t, nsB, func() error {
-		var err error
-		if fdB, err = udpSocket(); err != nil {
-			return err
-		}
-		if err := unix.SetsockoptInt(fdB, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
-			return err
-		}
-		tv := unix.NsecToTimeval((3 * time.Second).Nanoseconds())
-		if err := unix.SetsockoptTimeval(fdB, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			return err
-		}
-		return unix.Bind(fdB, &unix.SockaddrInet4{Port: 9999, Addr: [4]byte{198, 18, 77, 2}})
-	})
+	fdB := tosReceiver(t, nsB)
 	defer unix.Close(fdB)
 	dst := &unix.SockaddrInet4{Port: 9999, Addr: [4]byte{198, 18, 77, 2}}
 
