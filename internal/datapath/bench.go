@@ -244,7 +244,11 @@ func MeasurePerPacket(flows int, repeat uint32, police bool) (PerPacketResult, e
 			if err != nil {
 				return 0, fmt.Errorf("benchmark program: %w", err)
 			}
-			_ = ret
+			// Both programs must take the pass path: a drop (say, by the
+			// policer) would time another path than the one reported.
+			if int32(ret) != tcxNext {
+				return 0, fmt.Errorf("benchmark program %s: verdict %d, want %d (pass)", prog, int32(ret), tcxNext)
+			}
 			ns := float64(dur.Nanoseconds())
 			if i == 0 || ns < min {
 				min = ns
@@ -267,12 +271,15 @@ func MeasurePerPacket(flows int, repeat uint32, police bool) (PerPacketResult, e
 	return res, nil
 }
 
+// tcxNext is the classifier's pass verdict (TCX_NEXT).
+const tcxNext = -1
+
 func emptyTCProgram() (*ebpf.Program, error) {
 	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name: "hq_empty",
 		Type: ebpf.SchedCLS,
 		Instructions: asm.Instructions{
-			asm.Mov.Imm(asm.R0, -1),
+			asm.Mov.Imm(asm.R0, tcxNext),
 			asm.Return(),
 		},
 		License: "Dual BSD/GPL",
