@@ -45,6 +45,8 @@ func main() {
 	fs.StringVar(&cfg.BPFFSDir, "bpffs-dir", "/sys/fs/bpf/hostqos", "where BPF programs and maps are pinned")
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "Unix socket of the API")
 	fs.IntVar(&cfg.FlowTableSize, "flow-table-size", 65536, "entries of each flow table (LRU; one for IPv4, one for IPv6)")
+	fs.IntVar(&cfg.MaxRunsPerUser, "max-runs-per-user", daemon.DefaultMaxRunsPerUser, "hostqos runs one ordinary user (not root, not group hostqos) may have at once")
+	fs.IntVar(&cfg.MaxUserRuns, "max-user-runs", daemon.DefaultMaxUserRuns, "hostqos runs of all ordinary users together (at most 128); the other app-selector slots of the 256 are kept for admin rules")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
 	args := os.Args[1:]
@@ -77,6 +79,10 @@ func main() {
 	slog.SetDefault(cfg.Logger)
 	if cfg.FlowTableSize < 1024 || cfg.FlowTableSize > 1<<24 {
 		fmt.Fprintf(os.Stderr, "hostqosd: flag --flow-table-size = %d: want 1024 … 16777216\n", cfg.FlowTableSize)
+		os.Exit(2)
+	}
+	if err := daemon.CheckRunLimits(cfg.MaxRunsPerUser, cfg.MaxUserRuns); err != nil {
+		fmt.Fprintln(os.Stderr, "hostqosd:", err)
 		os.Exit(2)
 	}
 	if os.Geteuid() != 0 {

@@ -89,3 +89,69 @@ func PeerGroups(pid int) ([]uint32, error) {
 	}
 	return out, nil
 }
+
+// Identity is what /proc/PID/status says about who a process is.
+type Identity struct {
+	UIDs  [4]uint32 // real, effective, saved set, filesystem
+	State byte      // 'R', 'S', … 'Z' (zombie), 'X' (dead)
+}
+
+// Gone reports whether the process has ended (a zombie or dead).
+func (id Identity) Gone() bool { return id.State == 'Z' || id.State == 'X' }
+
+// AllUIDs reports whether the real, effective, saved and filesystem uids
+// are all uid: the process acts as that user and nobody else.
+func (id Identity) AllUIDs(uid uint32) bool {
+	for _, u := range id.UIDs {
+		if u != uid {
+			return false
+		}
+	}
+	return true
+}
+
+// IdentityOf reads a process's uids and state from /proc/PID/status. The
+// PID may be reused once the process is gone: callers that hold a pidfd
+// confirm it is still alive after reading.
+func IdentityOf(pid int) (Identity, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return Identity{}, fmt.Errorf("read identity of pid %d: %w", pid, err)
+	}
+	id, err := parseIdentity(string(data))
+	if err != nil {
+		return Identity{}, fmt.Errorf("read identity of pid %d: %w", pid, err)
+	}
+	return id, nil
+}
+
+func parseIdentity(status string) (Identity, error) {
+	var id Identity
+	var haveUID, haveState bool
+	for _, line := range strings.Split(status, "\n") {
+		switch {
+		case strings.HasPrefix(line, "State:"):
+			f := strings.Fields(strings.TrimPrefix(line, "State:"))
+			if len(f) > 0 && len(f[0]) == 1 {
+				id.State, haveState = f[0][0], true
+			}
+		case strings.HasPrefix(line, "Uid:"):
+			f := strings.Fields(strings.TrimPrefix(line, "Uid:"))
+			if len(f) != 4 {
+				return Identity{}, fmt.Errorf("malformed Uid line %q", line)
+			}
+			for i, s := range f {
+				v, err := strconv.ParseUint(s, 10, 32)
+				if err != nil {
+					return Identity{}, fmt.Errorf("malformed Uid line %q", line)
+				}
+				id.UIDs[i] = uint32(v)
+			}
+			haveUID = true
+		}
+	}
+	if !haveUID || !haveState {
+		return Identity{}, fmt.Errorf("no State or Uid line")
+	}
+	return id, nil
+}

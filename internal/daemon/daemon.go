@@ -36,6 +36,12 @@ type Config struct {
 	Socket         string // API socket
 	FlowTableSize  int
 	RescanInterval time.Duration
+	// Limits on `hostqos run` by ordinary users (0 = the default): runs
+	// one user may have at once, and runs of all ordinary users together.
+	// The datapath's app-selector slots beyond MaxUserRuns are kept for
+	// admin rules. See CheckRunLimits.
+	MaxRunsPerUser int
+	MaxUserRuns    int
 	Logger         *slog.Logger
 }
 
@@ -85,6 +91,15 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if cfg.RescanInterval == 0 {
 		cfg.RescanInterval = time.Second
+	}
+	if cfg.MaxRunsPerUser == 0 {
+		cfg.MaxRunsPerUser = DefaultMaxRunsPerUser
+	}
+	if cfg.MaxUserRuns == 0 {
+		cfg.MaxUserRuns = DefaultMaxUserRuns
+	}
+	if err := CheckRunLimits(cfg.MaxRunsPerUser, cfg.MaxUserRuns); err != nil {
+		return nil, err
 	}
 	d := &Daemon{
 		cfg: cfg, log: cfg.Logger.With("component", "daemon"), started: time.Now(),
@@ -383,6 +398,9 @@ func (d *Daemon) change(source string, mutate func(persist, temp *overlay, eff *
 	}
 	m := merge(d.base, persist, temp)
 	if err := checkPolicy(m.Policy, source); err != nil {
+		return err
+	}
+	if err := d.checkAppSlots(m.Policy); err != nil {
 		return err
 	}
 	return d.applyLocked(m, d.slots.clone(), persist, temp)

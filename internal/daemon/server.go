@@ -27,6 +27,10 @@ import (
 
 type credKey struct{}
 
+// connKey holds the request's connection, for what must be asked of the
+// peer at request time (its pidfd).
+type connKey struct{}
+
 // peer is who is calling, from SO_PEERCRED of the connection.
 type peer struct {
 	PID        int
@@ -61,6 +65,7 @@ func (d *Daemon) listen() error {
 		Handler:           d.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			ctx = context.WithValue(ctx, connKey{}, c)
 			return context.WithValue(ctx, credKey{}, peerOf(c))
 		},
 	}
@@ -126,6 +131,12 @@ func callerOf(r *http.Request) *peer {
 	return &peer{UID: ^uint32(0)}
 }
 
+// connOf is the request's Unix connection (nil when there is none).
+func connOf(r *http.Request) *net.UnixConn {
+	c, _ := r.Context().Value(connKey{}).(*net.UnixConn)
+	return c
+}
+
 // forbidden is a policy change by someone not allowed to make it.
 type forbidden struct{ why string }
 
@@ -161,6 +172,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	var fb *forbidden
 	var cf *conflict
 	var br *badRequest
+	var tm *tooMany
 	switch {
 	case errors.As(err, &fes):
 		code = http.StatusBadRequest
@@ -178,6 +190,8 @@ func writeErr(w http.ResponseWriter, err error) {
 		code = http.StatusConflict
 	case errors.As(err, &br):
 		code = http.StatusBadRequest
+	case errors.As(err, &tm):
+		code = http.StatusTooManyRequests
 	}
 	writeJSON(w, code, body)
 }
@@ -432,11 +446,13 @@ func readBody(r *http.Request) ([]byte, error) {
 
 func (d *Daemon) handleRules(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	who := callerOf(r)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	hidden := d.hiddenRulesLocked(who)
 	var out []api.RuleInfo
 	for _, ru := range d.eff.Policy.OrderedRules() {
-		if name != "" && ru.Name != name {
+		if (name != "" && ru.Name != name) || hidden[ru.Name] {
 			continue
 		}
 		ri := api.RuleInfo{Rule: ru, Source: d.eff.Sources["rule/"+ru.Name], Slot: -1}
@@ -460,11 +476,14 @@ func (d *Daemon) handleRules(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) handleRuns(w http.ResponseWriter, r *http.Request) {
+	who := callerOf(r)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := []*api.Run{}
 	for _, id := range sortedKeys(d.temp.Runs) {
-		out = append(out, toAPIRun(d.temp.Runs[id]))
+		if run := d.temp.Runs[id]; who.Privileged || run.UID == who.UID {
+			out = append(out, toAPIRun(run))
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -496,7 +515,13 @@ func (d *Daemon) handleStartRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	run, err := d.startRun(req, who.UID)
+	t, err := openRunTarget(connOf(r), who, req.PID)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	defer t.Close()
+	run, err := d.startRun(req, who, t)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -536,7 +561,10 @@ func (d *Daemon) handleStats(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch kind {
 	case "rules":
-		st.Rules, err = d.stats.ruleStats()
+		d.mu.Lock()
+		hidden := d.hiddenRulesLocked(who)
+		d.mu.Unlock()
+		st.Rules, err = d.stats.ruleStats(hidden)
 	case "classes":
 		st.Classes, err = d.stats.classStats()
 	case "apps":

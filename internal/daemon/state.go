@@ -31,6 +31,7 @@ type runState struct {
 	ID     string `json:"id"`
 	PID    int    `json:"pid"`
 	UID    uint32 `json:"uid"`
+	Admin  bool   `json:"admin,omitempty"` // started by root or group hostqos
 	Cgroup string `json:"cgroup"`
 	Origin string `json:"origin"` // the cgroup the process came from
 	Rule   string `json:"rule"`
@@ -101,8 +102,14 @@ func merge(base *policy.Policy, persist, temp *overlay) merged {
 	m.Policy.Rules = layer(m.Sources, "rule/", base.Rules, func(r policy.Rule) string { return r.Name },
 		func(string) string { return srcConfig }, persist.Rules, temp.Rules,
 		func(r *policy.Rule, temporary bool) { r.Temporary = temporary })
+	userRun := map[string]bool{}
 	for _, run := range temp.Runs {
 		m.Sources["rule/"+run.Rule] = srcRun
+		userRun[run.Rule] = run.ordinary()
+	}
+	// Only the daemon says which rules are ordinary users' runs.
+	for i := range m.Policy.Rules {
+		m.Policy.Rules[i].UserRun = userRun[m.Policy.Rules[i].Name]
 	}
 	return m
 }

@@ -97,8 +97,9 @@ func (s *sampler) sample() {
 	s.classAt = now
 }
 
-// ruleStats answers GET /v1/stats/rules.
-func (s *sampler) ruleStats() ([]api.RuleStat, error) {
+// ruleStats answers GET /v1/stats/rules, without the rules in hidden
+// (other users' runs, for an ordinary caller).
+func (s *sampler) ruleStats(hidden map[string]bool) ([]api.RuleStat, error) {
 	s.d.mu.Lock()
 	dp, eff, slots := s.d.dp, s.d.eff, s.d.slots
 	s.d.mu.Unlock()
@@ -114,7 +115,7 @@ func (s *sampler) ruleStats() ([]api.RuleStat, error) {
 	var out []api.RuleStat
 	for _, r := range eff.Policy.Rules {
 		slot, ok := slots.Rules[r.Name]
-		if !ok || slot >= len(cs) {
+		if !ok || slot >= len(cs) || hidden[r.Name] {
 			continue
 		}
 		b := slots.Baselines[slot]

@@ -68,6 +68,9 @@ func (r Rule) Specificity() int {
 // OrderedRules returns the rules in evaluation order; the first rule whose
 // selectors all match a packet decides it. The order is:
 //
+//  0. every admin rule before every rule of an ordinary user's run
+//     (UserRun): no precedence reaches below that tier, so what an admin
+//     rule matches keeps the admin's treatment;
 //  1. higher Precedence first (0 means unset and sorts after every set
 //     precedence);
 //  2. then higher Specificity first;
@@ -76,6 +79,9 @@ func (p *Policy) OrderedRules() []Rule {
 	out := append([]Rule(nil), p.Rules...)
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
+		if a.UserRun != b.UserRun {
+			return b.UserRun
+		}
 		if a.Precedence != b.Precedence {
 			return a.Precedence > b.Precedence
 		}

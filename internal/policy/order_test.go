@@ -72,3 +72,32 @@ func TestOrderedRules(t *testing.T) {
 		t.Error("OrderedRules modified p.Rules")
 	}
 }
+
+// TestUserRunTier: the rule of an ordinary user's run comes after every
+// admin rule, whatever the precedences (issue 7, item 2); among
+// themselves the usual order holds.
+func TestUserRunTier(t *testing.T) {
+	mk := func(name string, prec int, user bool, mod func(*Rule)) Rule {
+		r := NewRule(name)
+		r.Precedence, r.UserRun = prec, user
+		mod(&r)
+		return r
+	}
+	p := DefaultPolicy()
+	p.Rules = []Rule{
+		mk("run-b", MaxPrecedence, true, func(r *Rule) { r.Cgroup = "/hostqos/run-b" }),
+		mk("run-a", 0, true, func(r *Rule) { r.Cgroup = "/hostqos/run-a" }),
+		mk("admin-run", 60000, false, func(r *Rule) { r.Cgroup = "/hostqos/run-c" }),
+		mk("catch-all", 0, false, func(*Rule) {}),
+		mk("block", 1000, false, func(r *Rule) { r.Remote = netip.MustParsePrefix("198.18.0.2/32"); r.Action = "drop" }),
+		mk("ef", 1, false, func(r *Rule) { r.Proto, r.RPort = "udp", PortRange{7000, 7000} }),
+	}
+	var got []string
+	for _, r := range p.OrderedRules() {
+		got = append(got, r.Name)
+	}
+	want := []string{"admin-run", "block", "ef", "catch-all", "run-b", "run-a"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("order = %v\nwant    %v", got, want)
+	}
+}

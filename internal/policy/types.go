@@ -90,6 +90,12 @@ type Rule struct {
 	Action     Action `json:"action,omitempty" toml:"action"`
 	Precedence int    `json:"precedence,omitempty" toml:"precedence"`
 	Temporary  bool   `json:"temporary,omitempty" toml:"-"`
+	// UserRun marks the rule of a `hostqos run` started by an ordinary
+	// user. The daemon sets it (it is not read from the config file, and
+	// the daemon overwrites what the API sends): such rules form a tier of
+	// their own, evaluated after every other rule whatever its precedence,
+	// so a user's run never overrides the admin's drops, limits or marks.
+	UserRun bool `json:"user_run,omitempty" toml:"-"`
 }
 
 // Policy is the whole desired state the daemon enforces.

@@ -1,0 +1,211 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// runOverlay adds a run of uid (admin or not) with its rule to temp.
+func runOverlay(temp *overlay, id string, uid uint32, admin bool) {
+	r := policy.Rule{Name: "run-" + id, Cgroup: "/hostqos/run-" + id, Class: "bulk", DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP}
+	if admin {
+		r.Precedence = runPrecedence
+	}
+	temp.Rules[r.Name] = &r
+	temp.Runs[id] = &runState{ID: id, UID: uid, Admin: admin, Cgroup: r.Cgroup, Rule: r.Name}
+}
+
+// TestUserRunEvaluatedAfterAdminRules: an ordinary user's run rule comes
+// after every admin rule in the datapath's first-match order (issue 7,
+// item 2), an admin's run keeps its place ahead of ordinary rules, and
+// the API cannot make a rule "user_run".
+func TestUserRunEvaluatedAfterAdminRules(t *testing.T) {
+	block := rule("block")
+	block.Proto, block.Remote, block.Action, block.Precedence = "", netip.MustParsePrefix("198.18.0.2/32"), policy.ActionDrop, 1000
+	ef := rule("ef")
+	ef.RPort, ef.DSCP = policy.PortRange{From: 7000, To: 7000}, 46
+	limit := rule("limit")
+	limit.Proto, limit.Remote, limit.Police = "", netip.MustParsePrefix("198.18.0.3/32"), 100e3
+	catchAll := rule("catch-all")
+	catchAll.Proto, catchAll.Remote = "", netip.MustParsePrefix("0.0.0.0/0")
+	base := &policy.Policy{Classes: policy.DefaultClasses(), Rules: []policy.Rule{block, ef, limit, catchAll}}
+	persist, temp := newOverlay(), newOverlay()
+	sneaky := rule("sneaky") // an admin rule sent with user_run set
+	sneaky.UserRun = true
+	persist.Rules["sneaky"] = &sneaky
+	runOverlay(temp, "u1", 65534, false)
+	runOverlay(temp, "r1", 0, true)
+	runOverlay(temp, "g1", 1000, true) // group hostqos
+	m := merge(base, persist, temp)
+	if err := checkPolicy(m.Policy, "test"); err != nil {
+		t.Fatal(err)
+	}
+	slots := newSlotTable()
+	if err := slots.assign(m.Policy, nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := compile(m.Policy, slots, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byslot := map[uint16]string{}
+	for name, s := range slots.Rules {
+		byslot[uint16(s)] = name
+	}
+	var got []string
+	for _, r := range c.Datapath.Rules {
+		got = append(got, byslot[r.Slot])
+	}
+	want := []string{"run-g1", "run-r1", "block", "limit", "ef", "sneaky", "catch-all", "run-u1"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("datapath order = %v\nwant             %v", got, want)
+	}
+	for _, r := range m.Policy.Rules {
+		if r.UserRun != (r.Name == "run-u1") {
+			t.Errorf("rule %s: UserRun = %v", r.Name, r.UserRun)
+		}
+	}
+}
+
+func TestAdmitUserRun(t *testing.T) {
+	d := &Daemon{cfg: Config{MaxRunsPerUser: 2, MaxUserRuns: 3}}
+	eff := &policy.Policy{Classes: policy.DefaultClasses()}
+	temp := newOverlay()
+	runOverlay(temp, "a", 65534, false)
+	if err := d.admitUserRun(temp, eff, 65534); err != nil {
+		t.Fatalf("second run of a user: %v", err)
+	}
+	runOverlay(temp, "b", 65534, false)
+	runOverlay(temp, "root", 0, true) // admin runs count for neither limit
+	err := d.admitUserRun(temp, eff, 65534)
+	var tm *tooMany
+	if !errors.As(err, &tm) || !strings.Contains(err.Error(), "--max-runs-per-user 2") {
+		t.Fatalf("third run of a user: %v", err)
+	}
+	if err := d.admitUserRun(temp, eff, 1001); err != nil {
+		t.Fatalf("another user's first run: %v", err)
+	}
+	runOverlay(temp, "c", 1001, false)
+	if err := d.admitUserRun(temp, eff, 1002); !errors.As(err, &tm) || !strings.Contains(err.Error(), "--max-user-runs 3") {
+		t.Fatalf("run beyond the total: %v", err)
+	}
+
+	// App-selector slots: admin rules fill all but one; one user run fits,
+	// the next does not.
+	d.cfg = Config{MaxRunsPerUser: 4, MaxUserRuns: 32}
+	temp = newOverlay()
+	for i := range datapath.MaxAppRules - 1 {
+		r := rule(fmt.Sprintf("exe%d", i))
+		r.Exe = fmt.Sprintf("/usr/bin/x%d", i)
+		eff.Rules = append(eff.Rules, r)
+	}
+	if err := d.admitUserRun(temp, eff, 65534); err != nil {
+		t.Fatalf("run in the last free slot: %v", err)
+	}
+	u := rule("run-u")
+	u.Cgroup, u.UserRun = "/hostqos/run-u", true
+	eff.Rules = append(eff.Rules, u)
+	runOverlay(temp, "u", 65534, false)
+	if err := d.admitUserRun(temp, eff, 1001); !errors.As(err, &tm) || !strings.Contains(err.Error(), "no free app-selector slot") {
+		t.Fatalf("run with no free slot: %v", err)
+	}
+	if err := d.checkAppSlots(eff); err != nil {
+		t.Fatalf("a full table is not an error: %v", err)
+	}
+	eff.Rules = append(eff.Rules, policy.Rule{Name: "one-more", User: "nobody"})
+	if err := d.checkAppSlots(eff); err == nil || !strings.Contains(err.Error(), "256 − hostqosd --max-user-runs 32") {
+		t.Fatalf("admin rule beyond the table: %v", err)
+	}
+}
+
+func TestCheckRunLimits(t *testing.T) {
+	for _, c := range []struct {
+		per, total int
+		ok         bool
+	}{{4, 32, true}, {1, 1, true}, {128, 128, true}, {0, 32, false}, {5, 4, false}, {1, 129, false}, {1, 0, false}} {
+		if err := CheckRunLimits(c.per, c.total); (err == nil) != c.ok {
+			t.Errorf("CheckRunLimits(%d, %d) = %v", c.per, c.total, err)
+		}
+	}
+}
+
+// TestHiddenRules: an ordinary user does not see the rules of other
+// users' runs (issue 7, item 12); a privileged caller sees all.
+func TestHiddenRules(t *testing.T) {
+	d := &Daemon{temp: newOverlay()}
+	runOverlay(d.temp, "mine", 65534, false)
+	runOverlay(d.temp, "other", 1001, false)
+	runOverlay(d.temp, "root", 0, true)
+	h := d.hiddenRulesLocked(&peer{UID: 65534})
+	if h["run-mine"] || !h["run-other"] || !h["run-root"] {
+		t.Errorf("hidden for nobody = %v", h)
+	}
+	if h := d.hiddenRulesLocked(&peer{UID: 0, Privileged: true}); len(h) != 0 {
+		t.Errorf("hidden for root = %v", h)
+	}
+}
+
+// TestRunTargetCheck: the process a run moves is checked through a pidfd
+// (issue 7, item 8): alive, and every uid the caller's.
+func TestRunTargetCheck(t *testing.T) {
+	uid := uint32(os.Getuid())
+	// The caller's own process, through the connection's peer pidfd.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "peer")
+	defer unix.Close(fds[1])
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	who := &peer{PID: os.Getpid(), UID: uid}
+	tg, err := openRunTarget(c.(*net.UnixConn), who, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.check(); err != nil {
+		t.Errorf("own live process: %v", err)
+	}
+	tg.uid = uid + 1 // as if the process now acted as someone else
+	var fb *forbidden
+	if err := tg.check(); !errors.As(err, &fb) || !strings.Contains(err.Error(), "no longer acts as") {
+		t.Errorf("other identity: %v", err)
+	}
+	tg.Close()
+
+	// A process that exits after its pidfd was taken, and one that is gone.
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	tg, err = openRunTarget(nil, &peer{PID: 1, UID: uid, Privileged: true}, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	var br *badRequest
+	if err := tg.check(); !errors.As(err, &br) || !strings.Contains(err.Error(), "has exited") {
+		t.Errorf("exited process: %v", err)
+	}
+	if _, err := openRunTarget(nil, &peer{PID: 1, UID: uid, Privileged: true}, pid); !errors.As(err, &br) {
+		t.Errorf("open exited process: %v", err)
+	}
+}
