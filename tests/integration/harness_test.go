@@ -28,6 +28,9 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(attackerEnv) != "" { // the test binary as an ordinary user's program (userrun_test.go)
+		os.Exit(attackerMain())
+	}
 	if os.Geteuid() != 0 {
 		fmt.Println("integration: not root; the end-to-end tests skip")
 		os.Exit(m.Run())
