@@ -234,7 +234,11 @@ func printRules(rs []api.RuleInfo) {
 			limits = append(limits, "police "+r.Police.String()+"/"+r.PoliceBurst().String())
 		}
 		src := ri.Source
-		rows = append(rows, []string{r.Name, strconv.Itoa(r.Precedence), selectors(r), string(r.EffectiveAction()), r.EffectiveClass(), dscp,
+		prec := strconv.Itoa(r.Precedence)
+		if r.UserRun {
+			prec, src = "user", "run (user, after admin rules)"
+		}
+		rows = append(rows, []string{r.Name, prec, selectors(r), string(r.EffectiveAction()), r.EffectiveClass(), dscp,
 			orDash(strings.Join(limits, ", ")), src})
 	}
 	table([]string{"RULE", "PREC", "SELECTORS", "ACTION", "CLASS", "DSCP", "LIMITS", "SOURCE"}, rows)
