@@ -420,6 +420,10 @@ func (d *Daemon) Reload() error {
 		d.log.Error("reload: policy rejected; keeping the running policy", "err", err)
 		return err
 	}
+	if err := d.checkAppSlots(m.Policy); err != nil {
+		d.log.Error("reload: policy rejected; keeping the running policy", "err", err)
+		return err
+	}
 	if err := d.applyLocked(m, d.slots.clone(), d.persist, d.temp); err != nil {
 		d.log.Error("reload: apply failed; kept the running policy", "err", err)
 		return err

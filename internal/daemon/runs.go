@@ -169,6 +169,9 @@ func (d *Daemon) startRun(req api.RunRequest, who *peer, t *runTarget) (*api.Run
 	}
 	if err := cgroups.MovePID(d.cgRoot, cg, t.pid); err != nil {
 		_ = d.endRun(id)
+		if cerr := t.check(); cerr != nil {
+			return nil, cerr // it ended meanwhile: say so, not "write cgroup.procs"
+		}
 		return nil, err
 	}
 	if err := t.check(); err != nil {
