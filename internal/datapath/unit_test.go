@@ -1,10 +1,17 @@
 package datapath
 
 import (
-	"github.com/hostqos/hostqos/internal/cgroups"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/cgroups"
 )
 
 // Pure Go tests: no root needed.
@@ -68,4 +75,79 @@ func TestIdentityForSelf(t *testing.T) {
 	if id.Exe != want || id.Comm != strings.TrimSpace(string(comm)) || id.UID != uint32(os.Getuid()) || len(id.Cgroups) == 0 {
 		t.Errorf("identity %+v (exe want %+v)", id, want)
 	}
+}
+
+func TestParseInotifyFdinfo(t *testing.T) {
+	info := "pos:\t0\nflags:\t02004000\nmnt_id:\t16\nino:\t1057\n" +
+		"inotify wd:3 ino:101 sdev:2900029 mask:400 ignored_mask:0 fhandle-bytes:8 fhandle-type:1 f_handle:0101000000000000\n" +
+		"inotify wd:a ino:ffffffffffff sdev:fe00000 mask:400 ignored_mask:0\n"
+	id, ok := parseInotifyFdinfo(info, 3)
+	// sdev is the kernel's dev_t: 0x29<<20 | 0x29 is 41:41.
+	if want := (FileID{Dev: 41<<20 | 41, Ino: 0x101}); !ok || id != want {
+		t.Errorf("wd 3: %+v %v, want %+v", id, ok, want)
+	}
+	id, ok = parseInotifyFdinfo(info, 10)
+	if want := (FileID{Dev: 254 << 20, Ino: 0xffffffffffff}); !ok || id != want {
+		t.Errorf("wd 10: %+v %v, want %+v", id, ok, want)
+	}
+	if _, ok := parseInotifyFdinfo(info, 4); ok {
+		t.Error("wd 4 found, want none")
+	}
+	if _, ok := parseInotifyFdinfo("inotify wd:5 mask:400\n", 5); ok {
+		t.Error("a line without ino and sdev was accepted")
+	}
+}
+
+// TestFileIDOf: on a file system whose stat(2) device is the superblock's
+// (as for the test's temp dir here), the kernel identity agrees with
+// stat; a missing file is fs.ErrNotExist.
+func TestFileIDOf(t *testing.T) {
+	p := t.TempDir() + "/f"
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id, err := FileIDOf(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	if id.Ino != st.Ino {
+		t.Errorf("ino %d, stat says %d", id.Ino, st.Ino)
+	}
+	if mi := mountDevOf(t, p); id.Dev != mi {
+		t.Errorf("dev %d:%d, the mount table says %d:%d", id.Dev>>20, id.Dev&0xfffff, mi>>20, mi&0xfffff)
+	}
+	if _, err := FileIDOf(p + "-missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
+	}
+}
+
+// mountDevOf returns the superblock device (kernel encoding) of the mount
+// holding path, from field 3 of /proc/self/mountinfo (sb->s_dev).
+func mountDevOf(t *testing.T, path string) uint32 {
+	t.Helper()
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID, &stx); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != strconv.FormatUint(stx.Mnt_id, 10) {
+			continue
+		}
+		var maj, min uint32
+		if _, err := fmt.Sscanf(f[2], "%d:%d", &maj, &min); err != nil {
+			t.Fatal(err)
+		}
+		return maj<<20 | min
+	}
+	t.Fatalf("mount %d of %s not in mountinfo", stx.Mnt_id, path)
+	return 0
 }
