@@ -5,6 +5,7 @@ package datapath
 // were created before the datapath was loaded.
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -64,6 +65,11 @@ func (r *FileIdentifier) Close() error { return unix.Close(r.fd) }
 func (r *FileIdentifier) FileID(path string) (FileID, error) {
 	// The mask only has to be valid: the watch lives for this call.
 	wd, err := unix.InotifyAddWatch(r.fd, path, unix.IN_DELETE_SELF)
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+		// A watch needs read permission, which root may lack (NFS
+		// with root_squash); the mount table does not.
+		return FileIDFromMountTable(path)
+	}
 	if err != nil {
 		return FileID{}, &os.PathError{Op: "watch", Path: path, Err: err}
 	}
@@ -77,6 +83,55 @@ func (r *FileIdentifier) FileID(path string) (FileID, error) {
 		return FileID{}, fmt.Errorf("identify %s: the kernel's inotify fdinfo shows no ino/sdev for watch %d", path, wd)
 	}
 	return id, nil
+}
+
+// FileIDFromMountTable computes the kernel identity of the file at path
+// without a watch: the inode number from statx (st_ino is i_ino for the
+// files an exe can be, on btrfs and overlayfs too; only the device
+// differs) and the superblock's device from the line of the file's mount
+// in /proc/self/mountinfo, whose third field is sb->s_dev
+// (fs/proc_namespace.c show_mountinfo). A path whose mount is not in this
+// mount namespace's table is an error.
+func FileIDFromMountTable(path string) (FileID, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_INO|unix.STATX_MNT_ID, &stx); err != nil {
+		return FileID{}, &os.PathError{Op: "statx", Path: path, Err: err}
+	}
+	if stx.Mask&unix.STATX_MNT_ID == 0 {
+		return FileID{}, fmt.Errorf("identify %s: the kernel gives no mount id", path)
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return FileID{}, fmt.Errorf("identify %s: read mount table: %w", path, err)
+	}
+	dev, ok := mountinfoDev(string(data), stx.Mnt_id)
+	if !ok {
+		return FileID{}, fmt.Errorf("identify %s: its mount %d is not in this mount namespace's table", path, stx.Mnt_id)
+	}
+	return FileID{Dev: dev, Ino: stx.Ino}, nil
+}
+
+// mountinfoDev returns the superblock device (kernel encoding) of mount
+// mntID from mountinfo text: "36 35 98:0 /mnt1 /mnt2 …" has 98:0.
+func mountinfoDev(info string, mntID uint64) (uint32, bool) {
+	id := strconv.FormatUint(mntID, 10)
+	for _, line := range strings.Split(info, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != id {
+			continue
+		}
+		maj, min, ok := strings.Cut(f[2], ":")
+		if !ok {
+			return 0, false
+		}
+		ma, err1 := strconv.ParseUint(maj, 10, 12)
+		mi, err2 := strconv.ParseUint(min, 10, 20)
+		if err1 != nil || err2 != nil {
+			return 0, false
+		}
+		return uint32(ma)<<20 | uint32(mi), true
+	}
+	return 0, false
 }
 
 // parseInotifyFdinfo finds the line of watch wd in an inotify fdinfo:

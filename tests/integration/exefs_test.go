@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/lab"
 )
 
@@ -84,7 +85,17 @@ func TestExeRuleMarksOnEveryFilesystem(t *testing.T) {
 		if err := unix.Stat(a.path, &st); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: %s stat dev %d:%d ino %d", a.name, a.path, unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+		id, err := datapath.FileIDOf(a.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %s stat dev %d:%d ino %d; kernel dev %d:%d ino %d", a.name, a.path,
+			unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino, id.Dev>>20, id.Dev&0xfffff, id.Ino)
+		// The fallback (mount table and statx) must agree with what the
+		// kernel reports for the inode.
+		if mt, err := datapath.FileIDFromMountTable(a.path); err != nil || mt != id {
+			t.Errorf("%s: identity from the mount table %+v (%v), the kernel says %+v", a.name, mt, err, id)
+		}
 	}
 
 	e.startDaemon()
