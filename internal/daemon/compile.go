@@ -116,7 +116,13 @@ func resolveApp(dr *datapath.Rule, r policy.Rule, cgRoot string, c *compiled) er
 			return fmt.Errorf("compile rule %q: %w", r.Name, err)
 		}
 		ids := ex.IDs
-		for _, u := range ex.Unresolved {
+		for i, u := range ex.Unresolved {
+			if i == maxUnresolvedNotes {
+				more := len(ex.Unresolved) - i
+				notes = append(notes, fmt.Sprintf("exe: %d more file(s) with no kernel identity", more))
+				c.Warnings = append(c.Warnings, fmt.Sprintf("rule %q: %d more file(s) of exe %s cannot be resolved to the identity the kernel gives them", r.Name, more, r.Exe))
+				break
+			}
 			notes = append(notes, "exe: "+u+": no kernel identity")
 			c.Warnings = append(c.Warnings, fmt.Sprintf("rule %q: exe %s cannot be resolved to the identity the kernel gives it; the rule does not match it", r.Name, u))
 		}
@@ -192,6 +198,10 @@ func resolveApp(dr *datapath.Rule, r policy.Rule, cgRoot string, c *compiled) er
 	}
 	return nil
 }
+
+// maxUnresolvedNotes bounds the files a rule's notes and warnings name one
+// by one as having no kernel identity (a glob may match many).
+const maxUnresolvedNotes = 5
 
 // exeResolution is what an exe selector resolved to.
 type exeResolution struct {
