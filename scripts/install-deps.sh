@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building, testing and benchmarking hostqos needs on a fresh
 # Debian/Ubuntu machine. Idempotent: installs only what is missing.
-#   scripts/install-deps.sh          runtime/test/bench needs (iproute2, nsenter, nftables, bpftool)
+#   scripts/install-deps.sh          runtime/test/bench needs (iproute2, nsenter, nftables, bpftool,
+#                                    btrfs-progs and e2fsprogs for the filesystem tests)
 #   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate` and `make fmt`
 set -euo pipefail
 
@@ -12,6 +13,8 @@ have tc || need+=(iproute2)
 have nsenter || need+=(util-linux)
 have nft || need+=(nftables)
 have bpftool || need+=(bpftool)
+have mkfs.btrfs || need+=(btrfs-progs) # exe-identity tests on a loop btrfs
+have mkfs.ext4 || need+=(e2fsprogs)
 if [[ "${1:-}" == "--bpf" ]]; then
 	have clang || need+=(clang)
 	have llvm-strip || need+=(llvm)

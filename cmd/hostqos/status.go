@@ -43,6 +43,7 @@ func init() {
 		}
 		fmt.Printf("datapath:  %s, pins %s; %d packets seen, %d classified, %d parse errors, %d flow-table insert failures\n",
 			dp, s.Daemon.BPFFSDir, s.Datapath.Packets, s.Datapath.Classified, s.Datapath.ParseErrors, s.Datapath.FlowInsertFail)
+		fmt.Printf("mounts:    %s\n", mountsLine(s.Daemon))
 		fmt.Printf("policy:    %d links, %d classes, %d rules, %d runs; %d flows in the flow table (generation %d)\n",
 			s.Counts.Links, s.Counts.Classes, s.Counts.Rules, s.Counts.Runs, s.Counts.Flows, s.Daemon.Generation)
 		if len(s.Links) > 0 {
@@ -155,4 +156,27 @@ func printLinks(ls []api.LinkStatus) {
 		rows = append(rows, []string{l.Name, rate, fmt.Sprintf("%s of %s", l.Reserved, l.Reservable), state})
 	}
 	table([]string{"LINK", "EGRESS RATE", "RESERVED", "STATE"}, rows)
+}
+
+// mountsLine describes the cgroup2 and BPF file systems the daemon uses and
+// which of them it mounted itself.
+func mountsLine(d api.DaemonStatus) string {
+	own := func(b bool) string {
+		if b {
+			return " (mounted by hostqosd)"
+		}
+		return ""
+	}
+	cg, bpf := d.CgroupMount, d.BPFFSMount
+	if cg == "" {
+		cg = "?"
+	}
+	if bpf == "" {
+		bpf = "?"
+	}
+	line := fmt.Sprintf("cgroup2 %s%s, bpffs %s%s", cg, own(d.CgroupMountOwn), bpf, own(d.BPFFSMountOwn))
+	if d.PinsDieWithDaemon {
+		line += "; the pins go away when the daemon exits"
+	}
+	return line
 }

@@ -57,6 +57,18 @@ type DaemonStatus struct {
 	Netns      uint64    `json:"netns_inode"`
 	Adopted    bool      `json:"adopted"` // took over pinned state of an earlier run
 	Generation uint64    `json:"generation"`
+	// CgroupMount is the cgroup2 mount the daemon uses; CgroupMountOwn
+	// says hostqosd mounted it (none was mounted, e.g. under `ip netns
+	// exec`), in a place of its own next to the socket.
+	CgroupMount    string `json:"cgroup_mount"`
+	CgroupMountOwn bool   `json:"cgroup_mounted_by_hostqosd,omitempty"`
+	// BPFFSMount is the mount point of the BPF file system holding the
+	// pins; BPFFSMountOwn says hostqosd mounted it (none was mounted).
+	BPFFSMount    string `json:"bpffs_mount,omitempty"`
+	BPFFSMountOwn bool   `json:"bpffs_mounted_by_hostqosd,omitempty"`
+	// PinsDieWithDaemon: that bpffs lives in a mount namespace of the
+	// daemon's own, so the pinned datapath goes away when it exits.
+	PinsDieWithDaemon bool `json:"pins_die_with_daemon,omitempty"`
 }
 
 // DatapathStatus reports the BPF side.

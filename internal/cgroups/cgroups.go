@@ -15,6 +15,10 @@ import (
 	"syscall"
 )
 
+// ErrNoCgroup2 is Root's error when no cgroup2 file system is mounted in
+// the caller's mount namespace (`ip netns exec` remounts /sys without it).
+var ErrNoCgroup2 = errors.New("find cgroup v2 mount: no cgroup2 filesystem is mounted (mount one with: mount -t cgroup2 none /sys/fs/cgroup/unified)")
+
 // Root returns the mount point of the cgroup v2 (unified) hierarchy, read
 // from the mount table. Hybrid layouts mount it below /sys/fs/cgroup (for
 // example /sys/fs/cgroup/unified); pure v2 systems at /sys/fs/cgroup.
@@ -52,7 +56,7 @@ func parseMountinfo(f interface{ Read([]byte) (int, error) }) (string, error) {
 		return "", fmt.Errorf("read mount table: %w", err)
 	}
 	if best == "" {
-		return "", errors.New("find cgroup v2 mount: no cgroup2 filesystem is mounted (mount one with: mount -t cgroup2 none /sys/fs/cgroup/unified)")
+		return "", ErrNoCgroup2
 	}
 	return best, nil
 }

@@ -111,16 +111,33 @@ func compile(p *policy.Policy, slots *slotTable, cgRoot string) (*compiled, erro
 func resolveApp(dr *datapath.Rule, r policy.Rule, cgRoot string, c *compiled) error {
 	var notes []string
 	if r.Exe != "" {
-		ids, err := resolveExe(r.Exe)
+		ex, err := resolveExe(r.Exe)
 		if err != nil {
 			return fmt.Errorf("compile rule %q: %w", r.Name, err)
 		}
-		if len(ids) == 0 {
+		ids := ex.IDs
+		for i, u := range ex.Unresolved {
+			if i == maxUnresolvedNotes {
+				more := len(ex.Unresolved) - i
+				notes = append(notes, fmt.Sprintf("exe: %d more file(s) with no kernel identity", more))
+				c.Warnings = append(c.Warnings, fmt.Sprintf("rule %q: %d more file(s) of exe %s cannot be resolved to the identity the kernel gives them", r.Name, more, r.Exe))
+				break
+			}
+			notes = append(notes, "exe: "+u+": no kernel identity")
+			c.Warnings = append(c.Warnings, fmt.Sprintf("rule %q: exe %s cannot be resolved to the identity the kernel gives it; the rule does not match it", r.Name, u))
+		}
+		switch {
+		case len(ids) == 0 && len(ex.Unresolved) == 0:
 			ids = []datapath.FileID{never}
 			notes = append(notes, "exe: no such file yet")
 			c.Warnings = append(c.Warnings, fmt.Sprintf("rule %q: exe %s matches no file; the rule matches nothing until it exists", r.Name, r.Exe))
-		} else {
+		case len(ids) == 0:
+			ids = []datapath.FileID{never}
+		default:
 			notes = append(notes, fmt.Sprintf("exe: %d file(s)", len(ids)))
+		}
+		if ex.Shared != "" {
+			notes = append(notes, "exe: "+ex.Shared+" is on a file system whose inode numbers repeat across subvolumes or layers (btrfs, overlayfs): a file with the same inode number in another subvolume or layer of it matches too")
 		}
 		dr.Exes = ids
 	}
@@ -182,39 +199,79 @@ func resolveApp(dr *datapath.Rule, r policy.Rule, cgRoot string, c *compiled) er
 	return nil
 }
 
-// resolveExe turns a path or glob into file identities. Symlinks are
-// followed: the kernel knows a process by the file it executes.
-func resolveExe(pattern string) ([]datapath.FileID, error) {
+// maxUnresolvedNotes bounds the files a rule's notes and warnings name one
+// by one as having no kernel identity (a glob may match many).
+const maxUnresolvedNotes = 5
+
+// exeResolution is what an exe selector resolved to.
+type exeResolution struct {
+	IDs []datapath.FileID // kernel identities, sorted, without duplicates
+	// Unresolved are files that exist but whose kernel identity could not
+	// be read, each "path (reason)".
+	Unresolved []string
+	// Shared is a resolved file whose file system numbers inodes per
+	// subvolume or layer (stat(2) reports another device than the
+	// superblock's), so that its kernel identity is not unique; "" if none.
+	Shared string
+}
+
+// resolveExe turns a path or glob into the file identities the kernel
+// gives the files (datapath.FileIDOf), which the datapath compares with
+// task->mm->exe_file. Symlinks are followed: the kernel knows a process by
+// the file it executes. Missing files are skipped; a failure that says
+// nothing about the file (out of file descriptors or inotify watches) is
+// an error, so that a re-resolution keeps the last good rules.
+func resolveExe(pattern string) (exeResolution, error) {
+	var res exeResolution
 	paths := []string{pattern}
 	if strings.ContainsAny(pattern, "*?[") {
 		m, err := filepath.Glob(pattern)
 		if err != nil {
-			return nil, fmt.Errorf("expand exe glob %s: %w", pattern, err)
+			return res, fmt.Errorf("expand exe glob %s: %w", pattern, err)
 		}
 		paths = m
 	}
+	if len(paths) == 0 {
+		return res, nil
+	}
+	fi, err := datapath.NewFileIdentifier()
+	if err != nil {
+		return res, fmt.Errorf("resolve exe %s: %w", pattern, err)
+	}
+	defer fi.Close()
 	seen := map[datapath.FileID]bool{}
-	var out []datapath.FileID
 	for _, p := range paths {
-		id, err := datapath.FileIDOf(p)
+		id, err := fi.FileID(p)
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			switch {
+			case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR):
 				continue
+			case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.ENOMEM), errors.Is(err, unix.EMFILE), errors.Is(err, unix.ENFILE):
+				return res, fmt.Errorf("resolve exe %s: %w", p, err)
 			}
-			return nil, fmt.Errorf("resolve exe %s: %w", p, err)
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			res.Unresolved = append(res.Unresolved, fmt.Sprintf("%s (%v)", p, err))
+			continue
+		}
+		var st unix.Stat_t
+		if res.Shared == "" && unix.Stat(p, &st) == nil && datapath.KernelDev(st.Dev) != id.Dev {
+			res.Shared = p
 		}
 		if !seen[id] {
 			seen[id] = true
-			out = append(out, id)
+			res.IDs = append(res.IDs, id)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Dev != out[j].Dev {
-			return out[i].Dev < out[j].Dev
+	sort.Slice(res.IDs, func(i, j int) bool {
+		if res.IDs[i].Dev != res.IDs[j].Dev {
+			return res.IDs[i].Dev < res.IDs[j].Dev
 		}
-		return out[i].Ino < out[j].Ino
+		return res.IDs[i].Ino < res.IDs[j].Ino
 	})
-	return out, nil
+	return res, nil
 }
 
 // classLeafID is the HTB classid of a service class's general leaf, the

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -53,6 +55,11 @@ type Daemon struct {
 	netns   uint64
 	cgRoot  string
 	cgBase  string // our cgroup subtree, relative to cgRoot
+	cgOwn   bool   // cgRoot is the daemon's own cgroup2 mount (ownCgroupDir)
+	// bpffsOwn is where the datapath mounted a bpffs ("" if it found one);
+	// pinsDie says that mount ends with the daemon (diesWithDaemon).
+	bpffsOwn string
+	pinsDie  bool
 
 	mu      sync.Mutex // serialises changes
 	base    *policy.Policy
@@ -109,9 +116,11 @@ func New(cfg Config) (*Daemon, error) {
 	if d.netns, err = netnsInode(); err != nil {
 		return nil, err
 	}
-	if d.cgRoot, err = cgroups.Root(); err != nil {
+	// Without a cgroup2 mount, Start mounts one (findOrMountCgroup).
+	if d.cgRoot, err = cgroups.Root(); err != nil && !errors.Is(err, cgroups.ErrNoCgroup2) {
 		return nil, err
 	}
+	d.cgOwn = d.cgRoot != "" && filepath.Clean(d.cgRoot) == ownCgroupDir(cfg)
 	d.cgBase = cgroups.NetnsDir(d.netns)
 	if d.base, err = d.loadConfig(); err != nil {
 		return nil, err
@@ -159,6 +168,13 @@ func checkPolicy(p *policy.Policy, source string) error {
 // Start loads (or adopts) the datapath, applies the policy, and starts the
 // API and the background loops. It returns once the API socket listens.
 func (d *Daemon) Start(ctx context.Context) error {
+	if d.cgRoot == "" {
+		root, own, err := findOrMountCgroup(d.cfg, d.log)
+		if err != nil {
+			return err
+		}
+		d.cgRoot, d.cgOwn = root, own
+	}
 	dp, err := datapath.Open(datapath.Options{
 		BPFFSDir: d.cfg.BPFFSDir, CgroupPath: d.cgRoot, FlowTableSize: d.cfg.FlowTableSize,
 	})
@@ -167,6 +183,10 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	d.dp = dp
 	d.adopted = dp.Adopted()
+	if d.bpffsOwn = dp.MountedBPFFS(); d.bpffsOwn != "" && diesWithDaemon(d.bpffsOwn) {
+		d.pinsDie = true
+		d.log.Warn("the bpffs holding the pins lives in a mount namespace of the daemon's own: the pinned datapath goes away when the daemon exits", "path", d.bpffsOwn)
+	}
 	d.stats = newSampler(d)
 	d.mu.Lock()
 	err = d.applyLocked(d.eff, d.slots.clone(), nil, nil)
@@ -444,6 +464,13 @@ func (d *Daemon) Down() error {
 		d.dp = nil
 	}
 	err := Teardown(d.cfg)
+	if d.bpffsOwn != "" {
+		// The bpffs mounted for the pins goes, unless something else
+		// pinned there since.
+		if ents, rerr := os.ReadDir(d.bpffsOwn); rerr == nil && len(ents) == 0 {
+			_ = unix.Unmount(d.bpffsOwn, 0)
+		}
+	}
 	d.links = map[string]int{}
 	select {
 	case <-d.down:
@@ -544,13 +571,22 @@ func Teardown(cfg Config) error {
 	}
 	rt := runtimePath(cfg)
 	if ns, err := netnsInode(); err == nil {
-		if root, err := cgroups.Root(); err == nil {
+		// Without a cgroup2 mount (`ip netns exec`), one is mounted to
+		// remove our cgroups, and unmounted again.
+		if root, own, err := findOrMountCgroup(cfg, slog.Default()); err == nil {
 			if temp, _, err := readState(rt); err == nil {
 				releaseRuns(root, temp.Runs)
 			}
 			if err := cgroups.RemoveNetnsDir(root, ns); err != nil {
 				errs = append(errs, err)
 			}
+			if own {
+				if err := unmountOwnCgroup(cfg); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		} else {
+			errs = append(errs, err)
 		}
 	}
 	if err := os.Remove(rt); err != nil && !errors.Is(err, fs.ErrNotExist) {

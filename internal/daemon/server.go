@@ -261,6 +261,7 @@ func (d *Daemon) status() api.Status {
 		StateDir: d.cfg.StateDir, BPFFSDir: d.cfg.BPFFSDir, Socket: d.cfg.Socket,
 		Netns: d.netns, Adopted: d.adopted,
 	}}
+	d.mountStatus(&st)
 	st.Datapath.Loaded = d.dp != nil
 	st.Datapath.TaggedSockets = d.tagged
 	if d.dp != nil {

@@ -58,6 +58,7 @@ type Datapath struct {
 	dumpBuf                       []uint64    // read buffer of the iterators (1 MiB)
 	noIter                        atomic.Bool // iterators unavailable: use batch lookups
 	ncpu                          int
+	mountedBPFFS                  string // where Open mounted a bpffs ("" if none)
 	flowMax                       uint32 // entries of each flow table (IPv4, IPv6)
 	// Flow counter slots (hq_fctr), memory-mapped read-only; nil after
 	// Close. The mapping is released when no reader holds it any more.
@@ -97,7 +98,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 		}
 	}()
 
-	if err := ensureBPFFS(dir); err != nil {
+	if d.mountedBPFFS, err = ensureBPFFS(dir); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(dir, linksDir), 0o700); err != nil {
@@ -675,9 +676,15 @@ func Remove(bpffsDir string) error {
 	return errors.Join(errs...)
 }
 
+// MountedBPFFS is where Open mounted a BPF file system for the pins because
+// none was mounted there ("" if it did not): /sys/fs/bpf.
+func (d *Datapath) MountedBPFFS() string { return d.mountedBPFFS }
+
 // ensureBPFFS makes sure dir lives on a BPF filesystem, mounting one at
-// /sys/fs/bpf when dir is below it and nothing is mounted there yet.
-func ensureBPFFS(dir string) error {
+// /sys/fs/bpf when dir is below it and nothing is mounted there yet (as
+// under `ip netns exec`, which mounts a fresh /sys). It returns where it
+// mounted one ("" if it did not).
+func ensureBPFFS(dir string) (string, error) {
 	onBPF := func() (bool, error) {
 		p := dir
 		for {
@@ -698,19 +705,19 @@ func ensureBPFFS(dir string) error {
 	}
 	ok, err := onBPF()
 	if err != nil || ok {
-		return err
+		return "", err
 	}
 	if dir != defaultBPFFSMount && !strings.HasPrefix(dir, defaultBPFFSMount+"/") {
-		return fmt.Errorf("use pin directory %s: not on a BPF filesystem (mount one with `mount -t bpf bpf <dir>`)", dir)
+		return "", fmt.Errorf("use pin directory %s: not on a BPF filesystem (mount one with `mount -t bpf bpf <dir>`)", dir)
 	}
 	if err := os.MkdirAll(defaultBPFFSMount, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", defaultBPFFSMount, err)
+		return "", fmt.Errorf("create %s: %w", defaultBPFFSMount, err)
 	}
 	if err := unix.Mount("bpf", defaultBPFFSMount, "bpf", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("mount bpffs at %s: %w", defaultBPFFSMount, err)
+		return "", fmt.Errorf("mount bpffs at %s: %w", defaultBPFFSMount, err)
 	}
-	slog.Default().Info("mounted bpffs", "component", "datapath", "path", defaultBPFFSMount)
-	return nil
+	slog.Default().Info("no bpffs was mounted; mounted one for the pins", "component", "datapath", "path", defaultBPFFSMount)
+	return defaultBPFFSMount, nil
 }
 
 // NetnsCookie returns the cookie of the calling thread's network namespace.

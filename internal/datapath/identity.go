@@ -5,6 +5,7 @@ package datapath
 // were created before the datapath was loaded.
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,16 +24,154 @@ func KernelDev(dev uint64) uint32 {
 	return unix.Major(dev)<<20 | unix.Minor(dev)
 }
 
-// FileIDOf returns the kernel file identity of path (following symlinks).
-// Caveat: on filesystems whose stat(2) reports another device than the
-// superblock (btrfs subvolumes, overlayfs) the identity will not match
-// what the kernel sees in task->mm->exe_file.
+// FileIDOf returns the identity the kernel gives the file at path
+// (following symlinks): the device of its inode's superblock (i_sb->s_dev)
+// and its inode number (i_ino) — what the sock_create program reads from
+// task->mm->exe_file. stat(2) is not asked: on btrfs it reports the
+// subvolume's anonymous device and on overlayfs (layers on different file
+// systems, no xino) a per-layer pseudo device, neither of which is s_dev.
+// The kernel reports both numbers of an inotify watch in the watcher's
+// fdinfo ("ino:%lx sdev:%x", fs/notify/fdinfo.c), and a watch on a path is
+// on the inode the path resolves to, the one exec opens. A path that does
+// not exist yields an error matching fs.ErrNotExist.
 func FileIDOf(path string) (FileID, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return FileID{}, fmt.Errorf("stat %s: %w", path, err)
+	r, err := NewFileIdentifier()
+	if err != nil {
+		return FileID{}, err
 	}
-	return FileID{Dev: KernelDev(st.Dev), Ino: st.Ino}, nil
+	defer r.Close()
+	return r.FileID(path)
+}
+
+// FileIdentifier asks the kernel for file identities (see FileIDOf); one
+// serves many paths. It is not safe for concurrent use.
+type FileIdentifier struct {
+	fd int
+}
+
+// NewFileIdentifier opens an inotify instance for FileID.
+func NewFileIdentifier() (*FileIdentifier, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("open inotify instance to identify files: %w", err)
+	}
+	return &FileIdentifier{fd: fd}, nil
+}
+
+// Close releases the inotify instance.
+func (r *FileIdentifier) Close() error { return unix.Close(r.fd) }
+
+// FileID returns the kernel identity of the file at path.
+func (r *FileIdentifier) FileID(path string) (FileID, error) {
+	// The mask only has to be valid: the watch lives for this call.
+	wd, err := unix.InotifyAddWatch(r.fd, path, unix.IN_DELETE_SELF)
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+		// A watch needs read permission, which root may lack (NFS
+		// with root_squash); the mount table does not.
+		return FileIDFromMountTable(path)
+	}
+	if err != nil {
+		return FileID{}, &os.PathError{Op: "watch", Path: path, Err: err}
+	}
+	defer unix.InotifyRmWatch(r.fd, uint32(wd))
+	info, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", r.fd))
+	if err != nil {
+		return FileID{}, fmt.Errorf("read inotify fdinfo for %s: %w", path, err)
+	}
+	id, ok := parseInotifyFdinfo(string(info), wd)
+	if !ok {
+		return FileID{}, fmt.Errorf("identify %s: the kernel's inotify fdinfo shows no ino/sdev for watch %d", path, wd)
+	}
+	return id, nil
+}
+
+// FileIDFromMountTable computes the kernel identity of the file at path
+// without a watch: the inode number from statx (st_ino is i_ino for the
+// files an exe can be, on btrfs and overlayfs too; only the device
+// differs) and the superblock's device from the line of the file's mount
+// in /proc/self/mountinfo, whose third field is sb->s_dev
+// (fs/proc_namespace.c show_mountinfo). A path whose mount is not in this
+// mount namespace's table is an error.
+func FileIDFromMountTable(path string) (FileID, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_INO|unix.STATX_MNT_ID, &stx); err != nil {
+		return FileID{}, &os.PathError{Op: "statx", Path: path, Err: err}
+	}
+	if stx.Mask&unix.STATX_MNT_ID == 0 {
+		return FileID{}, fmt.Errorf("identify %s: the kernel gives no mount id", path)
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return FileID{}, fmt.Errorf("identify %s: read mount table: %w", path, err)
+	}
+	dev, ok := mountinfoDev(string(data), stx.Mnt_id)
+	if !ok {
+		return FileID{}, fmt.Errorf("identify %s: its mount %d is not in this mount namespace's table", path, stx.Mnt_id)
+	}
+	return FileID{Dev: dev, Ino: stx.Ino}, nil
+}
+
+// mountinfoDev returns the superblock device (kernel encoding) of mount
+// mntID from mountinfo text: "36 35 98:0 /mnt1 /mnt2 …" has 98:0.
+func mountinfoDev(info string, mntID uint64) (uint32, bool) {
+	id := strconv.FormatUint(mntID, 10)
+	for _, line := range strings.Split(info, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != id {
+			continue
+		}
+		maj, min, ok := strings.Cut(f[2], ":")
+		if !ok {
+			return 0, false
+		}
+		ma, err1 := strconv.ParseUint(maj, 10, 12)
+		mi, err2 := strconv.ParseUint(min, 10, 20)
+		if err1 != nil || err2 != nil {
+			return 0, false
+		}
+		return uint32(ma)<<20 | uint32(mi), true
+	}
+	return 0, false
+}
+
+// parseInotifyFdinfo finds the line of watch wd in an inotify fdinfo:
+//
+//	inotify wd:1 ino:1a2b sdev:2900029 mask:400 ignored_mask:0 fhandle-bytes:…
+//
+// All numbers are hexadecimal; sdev is the kernel's dev_t encoding
+// (major<<20 | minor), the same the datapath reads.
+func parseInotifyFdinfo(info string, wd int) (FileID, bool) {
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(line, "inotify ")
+		if !ok {
+			continue
+		}
+		var (
+			id                   FileID
+			gotWD, gotIno, gotDv bool
+		)
+		for _, f := range strings.Fields(rest) {
+			k, v, ok := strings.Cut(f, ":")
+			if !ok {
+				continue
+			}
+			switch k {
+			case "wd":
+				n, err := strconv.ParseUint(v, 16, 31)
+				gotWD = err == nil && int(n) == wd
+			case "ino":
+				n, err := strconv.ParseUint(v, 16, 64)
+				id.Ino, gotIno = n, err == nil
+			case "sdev":
+				n, err := strconv.ParseUint(v, 16, 32)
+				id.Dev, gotDv = uint32(n), err == nil
+			}
+		}
+		if gotWD {
+			return id, gotIno && gotDv
+		}
+	}
+	return FileID{}, false
 }
 
 // IdentityForPID computes pid's app identity from /proc: executable file

@@ -1,10 +1,15 @@
 package datapath
 
 import (
-	"github.com/hostqos/hostqos/internal/cgroups"
+	"errors"
+	"io/fs"
 	"os"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/cgroups"
 )
 
 // Pure Go tests: no root needed.
@@ -67,5 +72,67 @@ func TestIdentityForSelf(t *testing.T) {
 	comm, _ := os.ReadFile("/proc/self/comm")
 	if id.Exe != want || id.Comm != strings.TrimSpace(string(comm)) || id.UID != uint32(os.Getuid()) || len(id.Cgroups) == 0 {
 		t.Errorf("identity %+v (exe want %+v)", id, want)
+	}
+}
+
+func TestParseInotifyFdinfo(t *testing.T) {
+	info := "pos:\t0\nflags:\t02004000\nmnt_id:\t16\nino:\t1057\n" +
+		"inotify wd:3 ino:101 sdev:2900029 mask:400 ignored_mask:0 fhandle-bytes:8 fhandle-type:1 f_handle:0101000000000000\n" +
+		"inotify wd:a ino:ffffffffffff sdev:fe00000 mask:400 ignored_mask:0\n"
+	id, ok := parseInotifyFdinfo(info, 3)
+	// sdev is the kernel's dev_t: 0x29<<20 | 0x29 is 41:41.
+	if want := (FileID{Dev: 41<<20 | 41, Ino: 0x101}); !ok || id != want {
+		t.Errorf("wd 3: %+v %v, want %+v", id, ok, want)
+	}
+	id, ok = parseInotifyFdinfo(info, 10)
+	if want := (FileID{Dev: 254 << 20, Ino: 0xffffffffffff}); !ok || id != want {
+		t.Errorf("wd 10: %+v %v, want %+v", id, ok, want)
+	}
+	if _, ok := parseInotifyFdinfo(info, 4); ok {
+		t.Error("wd 4 found, want none")
+	}
+	if _, ok := parseInotifyFdinfo("inotify wd:5 mask:400\n", 5); ok {
+		t.Error("a line without ino and sdev was accepted")
+	}
+}
+
+// TestFileIDOf: on a file system whose stat(2) device is the superblock's
+// (as for the test's temp dir here), the kernel identity agrees with
+// stat; a missing file is fs.ErrNotExist.
+func TestFileIDOf(t *testing.T) {
+	p := t.TempDir() + "/f"
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id, err := FileIDOf(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	if id.Ino != st.Ino {
+		t.Errorf("ino %d, stat says %d", id.Ino, st.Ino)
+	}
+	if mt, err := FileIDFromMountTable(p); err != nil || mt != id {
+		t.Errorf("kernel identity %+v, from the mount table %+v (%v)", id, mt, err)
+	}
+	if _, err := FileIDOf(p + "-missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
+	}
+}
+
+func TestMountinfoDev(t *testing.T) {
+	info := "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n" +
+		"43 22 0:41 /sv /mnt/sv rw,relatime - btrfs /dev/loop0 rw,subvol=/sv\n"
+	if dev, ok := mountinfoDev(info, 43); !ok || dev != 41 {
+		t.Errorf("mount 43: %d %v, want 0:41", dev, ok)
+	}
+	if dev, ok := mountinfoDev(info, 22); !ok || dev != 254<<20 {
+		t.Errorf("mount 22: %d %v, want 254:0", dev, ok)
+	}
+	if _, ok := mountinfoDev(info, 4); ok {
+		t.Error("mount 4 found")
 	}
 }

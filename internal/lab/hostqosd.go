@@ -25,16 +25,20 @@ import (
 // Daemon is a hostqosd running in a testbed node, with private paths so
 // that several can run at once and none touches the host's hostqos.
 type Daemon struct {
-	Node    *testbed.Node
-	BinDir  string // where hostqos and hostqosd are
-	Dir     string // scratch: config, state, socket, log
-	BPFFS   string
-	Socket  string
-	Config  string
-	Client  *api.Client
-	cmd     *exec.Cmd
-	exited  chan error
-	logFile *os.File
+	Node   *testbed.Node
+	BinDir string // where hostqos and hostqosd are
+	Dir    string // scratch: config, state, socket, log
+	BPFFS  string
+	Socket string
+	Config string
+	Client *api.Client
+	// IPNetnsExec starts hostqosd (and hostqosd down) with `ip netns exec`
+	// instead of nsenter --net: in a mount namespace of its own with a
+	// fresh /sys, without the host's cgroup2 and bpffs mounts.
+	IPNetnsExec bool
+	cmd         *exec.Cmd
+	exited      chan error
+	logFile     *os.File
 }
 
 // NewDaemon prepares (does not start) a daemon for node. dir must exist.
@@ -77,7 +81,7 @@ func (d *Daemon) Start() error {
 		return fmt.Errorf("open daemon log: %w", err)
 	}
 	d.logFile = logf
-	cmd := d.Node.Command(filepath.Join(d.BinDir, "hostqosd"), d.Args()...)
+	cmd := d.daemonCommand(d.Args()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start hostqosd: %w", err)
@@ -111,7 +115,16 @@ func (d *Daemon) PID() int {
 	if d.cmd == nil || d.cmd.Process == nil {
 		return 0
 	}
-	return d.cmd.Process.Pid // nsenter execs hostqosd: same pid
+	return d.cmd.Process.Pid // nsenter and ip netns exec exec hostqosd: same pid
+}
+
+// daemonCommand runs hostqosd with args in the node (see IPNetnsExec).
+func (d *Daemon) daemonCommand(args ...string) *exec.Cmd {
+	bin := filepath.Join(d.BinDir, "hostqosd")
+	if d.IPNetnsExec {
+		return exec.Command("ip", append([]string{"netns", "exec", d.Node.NetnsName, bin}, args...)...)
+	}
+	return d.Node.Command(bin, args...)
 }
 
 // Signal sends sig and, for SIGTERM/SIGKILL, waits until the daemon is gone.
@@ -146,7 +159,7 @@ func (d *Daemon) Signal(sig syscall.Signal) error {
 // (hostqosd down), leaving the node as it was.
 func (d *Daemon) Stop() error {
 	err := d.Signal(syscall.SIGTERM)
-	down := d.Node.Command(filepath.Join(d.BinDir, "hostqosd"), append([]string{"down"}, d.Args()...)...)
+	down := d.daemonCommand(append([]string{"down"}, d.Args()...)...)
 	if out, derr := down.CombinedOutput(); derr != nil && err == nil {
 		err = fmt.Errorf("hostqosd down: %v: %s", derr, out)
 	}
