@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -135,7 +134,7 @@ func (e *forbidden) Error() string { return e.why }
 type conflict struct{ what, name string }
 
 func (e *conflict) Error() string {
-	return fmt.Sprintf("%s %q already exists; change it with hostqos %s set %s", e.what, e.name, e.what, e.name)
+	return fmt.Sprintf("%s %q already exists; change it with hostqos %s set %s", e.what, e.name, e.what, e.name) // names are validated: short
 }
 
 // badRequest is a malformed request body or parameter.
@@ -161,6 +160,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	var fb *forbidden
 	var cf *conflict
 	var br *badRequest
+	var tl *tooLarge
 	switch {
 	case errors.As(err, &fes):
 		code = http.StatusBadRequest
@@ -178,8 +178,41 @@ func writeErr(w http.ResponseWriter, err error) {
 		code = http.StatusConflict
 	case errors.As(err, &br):
 		code = http.StatusBadRequest
+	case errors.As(err, &tl):
+		code = http.StatusRequestEntityTooLarge
 	}
 	writeJSON(w, code, body)
+}
+
+// maxBody bounds a request body.
+const maxBody = 1 << 20
+
+// tooLarge is a request body over maxBody.
+type tooLarge struct{ limit int }
+
+func (e *tooLarge) Error() string {
+	return fmt.Sprintf("request body larger than the limit of %d bytes (%d MiB); nothing was changed", e.limit, e.limit>>20)
+}
+
+// fromAPI marks the FieldErrors in err as coming from the API and returns
+// err; other errors become a badRequest about the body.
+func fromAPI(err error) error {
+	if err == nil {
+		return nil
+	}
+	if fes := policy.AsErrors(err); fes != nil {
+		for _, fe := range fes {
+			if fe.Source == "" {
+				fe.Source = "api"
+			}
+		}
+		return fes
+	}
+	var br *badRequest
+	if errors.As(err, &br) {
+		return err
+	}
+	return &badRequest{fmt.Errorf("decode request body: %w", err)}
 }
 
 // mutating wraps handlers that change policy: only privileged callers.
@@ -193,11 +226,37 @@ func mutating(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// decode reads a request body (at most maxBody bytes) and decodes it, as
+// one JSON object, strictly (see policy.DecodeJSONObject): unknown fields,
+// values of the wrong kind and anything but an object are 400s naming the
+// field. A value with a Check method (api.RunRequest) is then checked.
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return &badRequest{fmt.Errorf("decode request body: %w", err)}
+	b, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	return decodeBody(b, v)
+}
+
+func decodeBody(b []byte, v any) error {
+	kind := "request"
+	if _, ok := v.(*api.RunRequest); ok {
+		kind = "run"
+	}
+	if !policy.IsJSONObject(b) {
+		return fromAPI(policy.DecodeJSONObject(b, &struct{}{}, kind, nil)) // says what it got
+	}
+	var err error
+	if _, ok := v.(json.Unmarshaler); ok {
+		err = json.Unmarshal(b, v) // the type decodes itself strictly
+	} else {
+		err = policy.DecodeJSONObject(b, v, kind, nil)
+	}
+	if err != nil {
+		return fromAPI(err)
+	}
+	if c, ok := v.(interface{ Check() error }); ok {
+		return fromAPI(c.Check())
 	}
 	return nil
 }
@@ -317,19 +376,28 @@ func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	if l.Name != "" && l.Name != name {
+		writeErr(w, &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", policy.Clip(name)), Field: "name", Value: policy.Clip(l.Name),
+			Reason: "differs from the interface in the path", Fix: "leave name out of the body, or send it to /v1/links/" + policy.Clip(l.Name)})
+		return
+	}
 	l.Name = name
 	if _, err := net.InterfaceByName(name); err != nil {
-		writeErr(w, &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", name), Field: "name", Value: name,
+		writeErr(w, &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", policy.Clip(name)), Field: "name", Value: policy.Clip(name),
 			Reason: "no such interface in this network namespace", Fix: "check the name with `ip link`; to manage an interface that comes later (a VPN tunnel), add it to the config file"})
 		return
 	}
 	tmp := temporary(r)
 	err := d.change("api", func(persist, temp *overlay, _ *policy.Policy) error {
-		ov := persist
 		if tmp {
-			ov = temp
+			temp.Links[name] = &l
+			return nil
 		}
-		ov.Links[name] = &l
+		// A persistent set replaces a temporary override of the link:
+		// the rate asked for takes effect now and stays after a restart
+		// (leaving the override would make the set do nothing now).
+		persist.Links[name] = &l
+		delete(temp.Links, name)
 		return nil
 	})
 	if err != nil {
@@ -396,6 +464,9 @@ func patchJSON(cur any, patch []byte, out any) error {
 	if err := json.Unmarshal(base, &m); err != nil {
 		return err
 	}
+	if !policy.IsJSONObject(patch) {
+		return fromAPI(policy.DecodeJSONObject(patch, &struct{}{}, "change", nil))
+	}
 	pm := map[string]json.RawMessage{}
 	if err := json.Unmarshal(patch, &pm); err != nil {
 		return &badRequest{fmt.Errorf("decode request body: %w", err)}
@@ -414,18 +485,18 @@ func patchJSON(cur any, patch []byte, out any) error {
 	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(merged))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(out); err != nil {
-		return &badRequest{fmt.Errorf("decode request body: %w", err)}
-	}
-	return nil
+	return decodeBody(merged, out)
 }
 
+// readBody reads a request body of at most maxBody bytes; a longer one is
+// a tooLarge (413).
 func readBody(r *http.Request) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
 		return nil, &badRequest{fmt.Errorf("read request body: %w", err)}
+	}
+	if len(b) > maxBody {
+		return nil, &tooLarge{limit: maxBody}
 	}
 	return b, nil
 }

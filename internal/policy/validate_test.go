@@ -50,7 +50,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"empty rule name", func(p *Policy) { p.Rules[0].Name = "" }, `rule #1`, "name", "missing"},
 		{"bad rule name", func(p *Policy) { p.Rules[0].Name = "Web Server" }, `rule "Web Server"`, "name", "web-server"},
-		{"long name", func(p *Policy) { p.Rules[0].Name = strings.Repeat("a", 64) }, "", "name", "not a valid name"},
+		{"long name", func(p *Policy) { p.Rules[0].Name = strings.Repeat("a", 64) }, "", "name", "too long: 64 bytes, at most 63"},
 		{"dup rule", func(p *Policy) { p.Rules = append(p.Rules, p.Rules[0]) }, `rule "web"`, "name", "duplicate rule name"},
 		{"dup class", func(p *Policy) { p.Classes = append(p.Classes, p.Classes[0]) }, `class "voice"`, "name", "duplicate class name"},
 		{"link name empty", func(p *Policy) { p.Links[0].Name = "" }, `link #1`, "name", "missing"},
