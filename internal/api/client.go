@@ -16,6 +16,14 @@ import (
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
+// Idempotency headers: the client sends IdempotencyKeyHeader with every
+// change; the daemon marks an answer recorded earlier under the same key
+// with IdempotentReplayHeader: true.
+const (
+	IdempotencyKeyHeader   = "Idempotency-Key"
+	IdempotentReplayHeader = "Idempotent-Replay"
+)
+
 // Client talks to hostqosd over its Unix socket.
 type Client struct {
 	Socket string

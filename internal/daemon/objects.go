@@ -63,7 +63,7 @@ func handleAdd[T any](d *Daemon, k objKind[T]) http.HandlerFunc {
 		}
 		name := *k.nameOf(&obj)
 		tmp := temporary(r)
-		err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		err := d.changeFor(r, "api", func(persist, temp *overlay, eff *policy.Policy) error {
 			if _, ok := k.find(eff, name); ok && name != "" {
 				return &conflict{what: k.name, name: name}
 			}
@@ -95,7 +95,7 @@ func handleSet[T any](d *Daemon, k objKind[T]) http.HandlerFunc {
 		}
 		tmp := temporary(r)
 		var out T
-		err = d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		err = d.changeFor(r, "api", func(persist, temp *overlay, eff *policy.Policy) error {
 			cur, ok := k.find(eff, name)
 			if !ok {
 				return &notFoundError{what: k.name, name: name}
@@ -129,7 +129,7 @@ func handleSet[T any](d *Daemon, k objKind[T]) http.HandlerFunc {
 func handleRemove[T any](d *Daemon, k objKind[T]) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
-		err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		err := d.changeFor(r, "api", func(persist, temp *overlay, eff *policy.Policy) error {
 			if _, ok := k.find(eff, name); !ok {
 				return &notFoundError{what: k.name, name: name}
 			}

@@ -291,7 +291,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})
-	return mux
+	return d.idempotent(mux)
 }
 
 func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
@@ -388,7 +388,7 @@ func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tmp := temporary(r)
-	err := d.change("api", func(persist, temp *overlay, _ *policy.Policy) error {
+	err := d.changeFor(r, "api", func(persist, temp *overlay, _ *policy.Policy) error {
 		if tmp {
 			temp.Links[name] = &l
 			return nil
@@ -409,7 +409,7 @@ func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) handleRemoveLink(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+	err := d.changeFor(r, "api", func(persist, temp *overlay, eff *policy.Policy) error {
 		if !hasLink(eff, name) {
 			return &notFoundError{what: "link", name: name}
 		}
