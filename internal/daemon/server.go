@@ -243,8 +243,8 @@ func decodeBody(b []byte, v any) error {
 	if _, ok := v.(*api.RunRequest); ok {
 		kind = "run"
 	}
-	if !policy.IsJSONObject(b) {
-		return fromAPI(policy.DecodeJSONObject(b, &struct{}{}, kind, nil)) // says what it got
+	if err := policy.CheckJSONObject(b, kind); err != nil {
+		return fromAPI(err)
 	}
 	var err error
 	if _, ok := v.(json.Unmarshaler); ok {
@@ -464,8 +464,8 @@ func patchJSON(cur any, patch []byte, out any) error {
 	if err := json.Unmarshal(base, &m); err != nil {
 		return err
 	}
-	if !policy.IsJSONObject(patch) {
-		return fromAPI(policy.DecodeJSONObject(patch, &struct{}{}, "change", nil))
+	if err := policy.CheckJSONObject(patch, "change"); err != nil {
+		return fromAPI(err)
 	}
 	pm := map[string]json.RawMessage{}
 	if err := json.Unmarshal(patch, &pm); err != nil {

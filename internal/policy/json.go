@@ -144,26 +144,29 @@ func DecodeJSONObject(b []byte, dst any, kind string, custom map[string]func(jso
 
 // jsonObject splits b, which must be one JSON object, into its members.
 func jsonObject(b []byte, kind string) (map[string]json.RawMessage, error) {
-	t := bytes.TrimSpace(b)
-	if len(t) == 0 || t[0] != '{' {
-		what := "nothing"
-		if len(t) > 0 {
-			what = jsonKindOf(t)
-		}
-		return nil, Errors{{Object: kind, Reason: "want a JSON object {...}, got " + what, Fix: "send the " + kind + "'s fields as a JSON object"}}
+	if err := CheckJSONObject(b, kind); err != nil {
+		return nil, err
 	}
 	m := map[string]json.RawMessage{}
-	if err := json.Unmarshal(t, &m); err != nil {
+	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", kind, err) // a syntax error: names no Go type
 	}
 	return m, nil
 }
 
-// IsJSONObject reports whether b holds a JSON object (it may be invalid
-// inside); null, arrays, strings and numbers are not.
-func IsJSONObject(b []byte) bool {
+// CheckJSONObject returns a FieldError when b is not a JSON object (null,
+// an array, a string, a number, nothing): an API body must be one. kind
+// names the object in the message.
+func CheckJSONObject(b []byte, kind string) error {
 	t := bytes.TrimSpace(b)
-	return len(t) > 0 && t[0] == '{'
+	if len(t) > 0 && t[0] == '{' {
+		return nil
+	}
+	what := "nothing"
+	if len(t) > 0 {
+		what = jsonKindOf(t)
+	}
+	return Errors{{Object: kind, Reason: "want a JSON object {...}, got " + what, Fix: "send the " + kind + "'s fields as a JSON object"}}
 }
 
 func isJSONNull(b []byte) bool { return string(bytes.TrimSpace(b)) == "null" }
