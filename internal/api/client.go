@@ -152,8 +152,10 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		if !isNoDaemon(err) {
 			reached = true
 		}
-		if !reached && time.Since(start) > 5*time.Second {
-			// Never connected: the request never reached a daemon.
+		if !reached && ((attempt == 0 && errors.Is(err, os.ErrNotExist)) || time.Since(start) > noDaemonWait) {
+			// Never connected: the request never reached a daemon. (A
+			// refused connection is tried again for a while: a daemon
+			// restarting leaves its socket file behind.)
 			return fmt.Errorf("connect to %s: %w; not applied (start it with: hostqosd, or systemctl start hostqosd)", c.Socket, ErrDaemonDown)
 		}
 		wait := min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second)
@@ -167,6 +169,10 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		}
 	}
 }
+
+// noDaemonWait is how long a change is tried again while no daemon
+// accepts the connection at all.
+const noDaemonWait = 10 * time.Second
 
 func (c *Client) attemptTimeout() time.Duration {
 	if c.AttemptTimeout > 0 {
