@@ -240,8 +240,11 @@ func decode(r *http.Request, v any) error {
 
 func decodeBody(b []byte, v any) error {
 	kind := "request"
-	if _, ok := v.(*api.RunRequest); ok {
+	switch v.(type) {
+	case *api.RunRequest:
 		kind = "run"
+	case *policy.Link:
+		kind = "link"
 	}
 	if err := policy.CheckJSONObject(b, kind); err != nil {
 		return fromAPI(err)

@@ -166,8 +166,8 @@ func Clip(s string) string {
 }
 
 // UnknownNameFix is the hint for an unknown key or field name: the valid
-// name closest to key by edit distance when one is close ("did you mean
-// maxbw?"), else the list of valid names. Every decoder (config file,
+// name closest to key by edit distance when one is close, or one that
+// starts with key ("did you mean maxbw?"), else the list of valid names. Every decoder (config file,
 // JSON) uses it.
 func UnknownNameFix(key string, known []string) string {
 	best, bestD := "", 3
@@ -178,6 +178,14 @@ func UnknownNameFix(key string, known []string) string {
 		}
 		if d := editDistance(lk, k); d < bestD {
 			best, bestD = k, d
+		}
+	}
+	if best == "" && len(lk) >= 3 {
+		for _, k := range known { // a shortened name: "egress" for egress_rate
+			if strings.HasPrefix(k, lk) {
+				best = k
+				break
+			}
 		}
 	}
 	if best != "" {

@@ -48,6 +48,9 @@ func (r *Rule) UnmarshalJSON(b []byte) error {
 	})
 }
 
+// Link has no UnmarshalJSON (api.LinkStatus embeds it, and would inherit
+// it): decode a link strictly with DecodeJSONObject(b, &l, "link", nil).
+
 // UnmarshalJSON decodes a class. It replaces the whole class: an absent
 // dscp or priority is left as NoDSCP/NoPriority for FillDefaults (or
 // Normalize, AddClass) to fill from the defaults.
@@ -55,13 +58,6 @@ func (c *Class) UnmarshalJSON(b []byte) error {
 	type plain Class
 	*c = Class{DSCP: NoDSCP, Priority: NoPriority}
 	return DecodeJSONObject(b, (*plain)(c), "class", nil)
-}
-
-// UnmarshalJSON decodes a link. It replaces the whole link.
-func (l *Link) UnmarshalJSON(b []byte) error {
-	type plain Link
-	*l = Link{}
-	return DecodeJSONObject(b, (*plain)(l), "link", nil)
 }
 
 // UnmarshalJSON decodes a whole policy as given (no built-in classes are

@@ -103,7 +103,12 @@ func TestJSONStrict(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := json.Unmarshal([]byte(c.in), c.dst)
+			var err error
+			if l, ok := c.dst.(*Link); ok {
+				err = DecodeJSONObject([]byte(c.in), l, "link", nil)
+			} else {
+				err = json.Unmarshal([]byte(c.in), c.dst)
+			}
 			if err == nil {
 				t.Fatalf("no error for %s", c.in)
 			}
