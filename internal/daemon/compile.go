@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -204,8 +205,9 @@ func resolveExe(pattern string) ([]datapath.FileID, error) {
 	for _, p := range paths {
 		id, err := datapath.FileIDOf(p)
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
-				continue
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||
+				errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ENAMETOOLONG) || errors.Is(err, syscall.ELOOP) {
+				continue // no such file (now): a warning, not a failed change
 			}
 			return nil, fmt.Errorf("resolve exe %s: %w", p, err)
 		}

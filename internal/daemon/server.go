@@ -12,6 +12,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -151,8 +152,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
+// maxErrorText bounds the message of an error answer: no error echoes an
+// unbounded value (values in FieldErrors are clipped where they are made).
+const maxErrorText = 2048
+
 func writeErr(w http.ResponseWriter, err error) {
 	body := api.ErrorBody{Error: err.Error()}
+	if len(body.Error) > maxErrorText {
+		body.Error = strings.ToValidUTF8(body.Error[:maxErrorText], "") + fmt.Sprintf("… (%d bytes)", len(body.Error))
+	}
 	code := http.StatusInternalServerError
 	var fe *policy.FieldError
 	var fes policy.Errors

@@ -195,7 +195,9 @@ func (v *validator) ruleSelectors(obj string, r Rule) {
 			fmt.Sprintf("use comm = %q or match the executable with exe", r.Comm[:MaxCommLen]))
 	}
 	if r.Cgroup != "" {
-		switch {
+		switch c := longComponent(r.Cgroup); {
+		case c != "":
+			v.add(obj, "cgroup", r.Cgroup, fmt.Sprintf("has a name of %d bytes; cgroup names are at most %d", len(c), MaxNameComponent), "")
 		case !strings.HasPrefix(r.Cgroup, "/"):
 			v.add(obj, "cgroup", r.Cgroup, "must start with /", "give the path from the cgroup2 root, e.g. /"+Clip(strings.TrimLeft(r.Cgroup, "./")))
 		case path.Clean(r.Cgroup) != r.Cgroup:
@@ -347,8 +349,24 @@ func CheckLen(obj, field, s string, max int) *FieldError {
 	return nil
 }
 
+// MaxNameComponent is the longest file name in a path (NAME_MAX).
+const MaxNameComponent = 255
+
+// longComponent returns a path component longer than MaxNameComponent.
+func longComponent(p string) string {
+	for _, c := range strings.Split(p, "/") {
+		if len(c) > MaxNameComponent {
+			return c
+		}
+	}
+	return ""
+}
+
 // checkExe validates an exe selector: absolute, clean, valid glob syntax.
 func checkExe(exe string) (msg, fix string) {
+	if c := longComponent(exe); c != "" {
+		return fmt.Sprintf("has a name of %d bytes (%q); file names are at most %d", len(c), Clip(c), MaxNameComponent), ""
+	}
 	if !strings.HasPrefix(exe, "/") {
 		return "must be an absolute path or glob", "e.g. /usr/bin/" + Clip(path.Base(exe)) + " (see: command -v " + Clip(path.Base(exe)) + ")"
 	}

@@ -116,6 +116,8 @@ func TestValidate(t *testing.T) {
 		{"unit too long", func(p *Policy) { p.Rules[0].Unit = strings.Repeat("u", 300) + ".service" }, `rule "web"`, "unit", "at most 255"},
 		{"user too long", func(p *Policy) { p.Rules[0].User = strings.Repeat("u", 33) }, `rule "web"`, "user", "at most 32"},
 		{"class ref too long", func(p *Policy) { p.Rules[0].Class = strings.Repeat("c", 100) }, `rule "web"`, "class", "… (100 bytes)"},
+		{"exe long name", func(p *Policy) { p.Rules[0].Exe = "/usr/" + strings.Repeat("n", 300) }, `rule "web"`, "exe", "has a name of 300 bytes"},
+		{"cgroup long name", func(p *Policy) { p.Rules[0].Cgroup = "/" + strings.Repeat("n", 256) }, `rule "web"`, "cgroup", "has a name of 256 bytes"},
 		{"exe NUL", func(p *Policy) { p.Rules[0].Exe = "/usr/bin/a\x00b" }, `rule "web"`, "exe", "NUL byte"},
 		{"huge name clipped", func(p *Policy) { p.Rules[0].Name = strings.Repeat("n", 100000) }, "", "name", "(100000 bytes)\": too long: 100000 bytes, at most 63"},
 		{"class priority missing", func(p *Policy) { p.Classes[0].Priority = NoPriority }, `class "voice"`, "priority", "field priority: missing; use 0 (highest) .. 7 (lowest)"},
