@@ -157,7 +157,9 @@ func fingerprint(uid uint32, r *http.Request, body []byte) string {
 func (d *Daemon) idempotent(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get(api.IdempotencyKeyHeader)
-		if key == "" || r.Method == http.MethodGet || r.Method == http.MethodHead {
+		// Only the keys of privileged callers are kept: an ordinary user
+		// must not be able to push root's keys out of the bounded table.
+		if key == "" || r.Method == http.MethodGet || r.Method == http.MethodHead || !callerOf(r).Privileged {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -85,6 +85,14 @@ func TestIdempotentReplay(t *testing.T) {
 	if n := applied.Load(); n != 3 {
 		t.Errorf("unkeyed requests applied %d times in all, want 3", n)
 	}
+	// An ordinary user's keys are not kept (they could push root's out).
+	r := httptest.NewRequest("POST", "/v1/runs", strings.NewReader(`{}`))
+	r = r.WithContext(context.WithValue(r.Context(), credKey{}, &peer{UID: 65534}))
+	r.Header.Set(api.IdempotencyKeyHeader, strings.Repeat("u", 32))
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if len(d.keysPersist) != 1 {
+		t.Errorf("keys kept: %v, want root's only", d.keysPersist)
+	}
 }
 
 // TestIdempotentInFlight: a retry arriving while the first attempt is at
