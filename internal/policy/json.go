@@ -65,7 +65,20 @@ func (c *Class) UnmarshalJSON(b []byte) error {
 func (p *Policy) UnmarshalJSON(b []byte) error {
 	type plain Policy
 	*p = Policy{}
-	if err := DecodeJSONObject(b, (*plain)(p), "policy", nil); err != nil {
+	links := func(raw json.RawMessage) error {
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return errWant("a list [...] of links")
+		}
+		var errs Errors
+		for _, it := range items {
+			var l Link
+			errs = append(errs, AsErrors(DecodeJSONObject(it, &l, "link", nil))...)
+			p.Links = append(p.Links, l)
+		}
+		return errs.err()
+	}
+	if err := DecodeJSONObject(b, (*plain)(p), "policy", map[string]func(json.RawMessage) error{"links": links}); err != nil {
 		return err
 	}
 	p.Normalize()

@@ -93,6 +93,7 @@ func TestJSONStrict(t *testing.T) {
 		{"case differs", &Rule{}, `{"name":"r","comm":"x","MaxBW":"1mbit"}`, []string{`unknown field "MaxBW"; did you mean maxbw?`}},
 		{"far from anything", &Class{}, `{"name":"c","zzzzzzzz":1}`, []string{`unknown field "zzzzzzzz"; known keys: name, dscp, priority`}},
 		{"policy nested", &Policy{}, `{"rules":[{"name":"r","comm":"x","max_bw":"1mbit"}]}`, []string{`rule "r": unknown field "max_bw"`}},
+		{"policy link", &Policy{}, `{"links":[{"name":"eth0","egress":"1mbit"}]}`, []string{`link "eth0": unknown field "egress"; did you mean egress_rate?`}},
 		{"wrong kind int", &Class{}, `{"name":"c","priority":"high"}`, []string{`class "c": field priority = "high": want a whole number, got string`}},
 		{"wrong kind bool", &Class{}, `{"name":"c","user_allowed":"yes"}`, []string{`field user_allowed = "yes": want true or false`}},
 		{"wrong kind rate", &Rule{}, `{"name":"r","maxbw":true}`, []string{`field maxbw = true:`, `rate`}},
