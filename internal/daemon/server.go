@@ -135,7 +135,7 @@ func (e *forbidden) Error() string { return e.why }
 type conflict struct{ what, name string }
 
 func (e *conflict) Error() string {
-	return fmt.Sprintf("%s %q already exists; change it with hostqos %s set %s", e.what, e.name, e.what, e.name) // names are validated: short
+	return fmt.Sprintf("%s %q already exists; change it with hostqos %s set %s", e.what, e.name, e.what, e.name)
 }
 
 // badRequest is a malformed request body or parameter.
