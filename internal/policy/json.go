@@ -288,15 +288,6 @@ func jsonFieldsOf(t reflect.Type) *jsonFields {
 	return fs
 }
 
-// JSONFieldNames lists the json field names of the struct v (or *v).
-func JSONFieldNames(v any) []string {
-	t := reflect.TypeOf(v)
-	if t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	return append([]string(nil), jsonFieldsOf(t).names...)
-}
-
 // sortedNames returns the keys of m in order.
 func sortedNames[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
