@@ -16,13 +16,21 @@ import (
 	"github.com/hostqos/hostqos/internal/traffic"
 )
 
-var socketFlag string
+var socketFlag, idempotencyKeyFlag string
 
 func init() {
 	rootCmd.PersistentFlags().StringVar(&socketFlag, "socket", "", "hostqosd API socket (default $HOSTQOS_SOCKET or "+api.DefaultSocket+")")
+	// Advanced: a change's key, to learn the outcome of a change whose
+	// answer was lost (the CLI names the key when it cannot tell).
+	rootCmd.PersistentFlags().StringVar(&idempotencyKeyFlag, "idempotency-key", "", "send the change with this idempotency key (16-64 of A-Z a-z 0-9 _ -); a change is applied at most once per key")
+	_ = rootCmd.PersistentFlags().MarkHidden("idempotency-key")
 }
 
-func client() *api.Client { return api.NewClient(socketFlag) }
+func client() *api.Client {
+	c := api.NewClient(socketFlag)
+	c.IdempotencyKey = idempotencyKeyFlag
+	return c
+}
 
 func ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 60*time.Second)

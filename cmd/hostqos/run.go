@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -34,7 +33,7 @@ users may use the classes the admin opened to them (user_allowed) and --maxbw.`,
 		Example: "  hostqos run --class voice -- ./softphone\n  hostqos run --maxbw 20mbit -- restic backup /home\n  hostqos run --dscp AF41 -- ffmpeg -re -i in.mp4 -f mpegts udp://198.18.0.2:5000",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := api.RunRequest{PID: os.Getpid(), Class: class, DSCP: policy.NoDSCP, Cmd: strings.Join(args, " ")}
+			req := api.RunRequest{PID: os.Getpid(), Class: class, DSCP: policy.NoDSCP, Cmd: api.DisplayCmd(args)}
 			if dscp != "" {
 				d, err := policy.ParseDSCP(dscp)
 				if err != nil {

@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,10 +18,24 @@ import (
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
+// Idempotency headers: the client sends IdempotencyKeyHeader with every
+// change; the daemon marks an answer recorded earlier under the same key
+// with IdempotentReplayHeader: true.
+const (
+	IdempotencyKeyHeader   = "Idempotency-Key"
+	IdempotentReplayHeader = "Idempotent-Replay"
+)
+
 // Client talks to hostqosd over its Unix socket.
 type Client struct {
 	Socket string
-	http   *http.Client
+	// IdempotencyKey is sent with changes; "" makes Do draw a new random
+	// key for each change (see NewIdempotencyKey).
+	IdempotencyKey string
+	// AttemptTimeout bounds one attempt of a change; a change is tried
+	// again with the same key until the context ends. 0 means 15 s.
+	AttemptTimeout time.Duration
+	http           *http.Client
 }
 
 // NewClient returns a client for the socket path; "" means $HOSTQOS_SOCKET
@@ -40,6 +56,31 @@ func NewClient(socket string) *Client {
 	}
 	return &Client{Socket: socket, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
 }
+
+// NewIdempotencyKey returns a random 128-bit key as 32 hex digits.
+func NewIdempotencyKey() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("read random bytes: %v", err)) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// OutcomeUnknownError is a change whose outcome is not known: the daemon
+// did not answer before the deadline, after it may have received it.
+type OutcomeUnknownError struct {
+	Method, Path, Key string
+	Waited            time.Duration
+	Last              error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("%s %s: outcome unknown: hostqosd did not answer within %s (last: %v); "+
+		"re-run the same command with --idempotency-key %s to learn whether it was applied (it is applied at most once)",
+		e.Method, e.Path, e.Waited.Round(time.Second), e.Last, e.Key)
+}
+
+func (e *OutcomeUnknownError) Unwrap() error { return e.Last }
 
 // Error is an error answer from the daemon.
 type Error struct {
@@ -65,43 +106,130 @@ var ErrDaemonDown = errors.New("hostqosd is not running")
 
 // Do sends a request with an optional JSON body and decodes the answer into
 // out (when out is not nil).
+//
+// A change (any method but GET) carries an idempotency key. When it meets
+// a transport error (timeout, reset, refused while the daemon restarts)
+// after the daemon may have received it, Do sends it again with the same
+// key until ctx ends: the daemon applies a key's change at most once and
+// answers a repeat with the recorded answer. Do then reports the true
+// outcome: the answer (applied, or an error: not applied), or an
+// *OutcomeUnknownError naming the key.
 func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
+	var data []byte
 	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if data, err = json.Marshal(body); err != nil {
 			return fmt.Errorf("encode request body: %w", err)
 		}
+	}
+	if method == http.MethodGet || method == http.MethodHead {
+		resp, err := c.send(ctx, method, path, data, "")
+		if err != nil {
+			if isNoDaemon(err) {
+				return fmt.Errorf("connect to %s: %w (start it with: hostqosd, or systemctl start hostqosd)", c.Socket, ErrDaemonDown)
+			}
+			return fmt.Errorf("call hostqosd %s %s: %w", method, path, err)
+		}
+		return decodeAnswer(method, path, resp, out)
+	}
+	key := c.IdempotencyKey
+	if key == "" {
+		key = NewIdempotencyKey()
+	}
+	start := time.Now()
+	reached := false // an attempt may have reached the daemon
+	var last error
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, c.attemptTimeout())
+		resp, err := c.send(actx, method, path, data, key)
+		if err == nil {
+			err = decodeAnswer(method, path, resp, out)
+			cancel()
+			return err
+		}
+		cancel()
+		last = err
+		if !isNoDaemon(err) {
+			reached = true
+		}
+		if !reached && ((attempt == 0 && errors.Is(err, os.ErrNotExist)) || time.Since(start) > noDaemonWait) {
+			// Never connected: the request never reached a daemon. (A
+			// refused connection is tried again for a while: a daemon
+			// restarting leaves its socket file behind.)
+			return fmt.Errorf("connect to %s: %w; not applied (start it with: hostqosd, or systemctl start hostqosd)", c.Socket, ErrDaemonDown)
+		}
+		wait := min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second)
+		select {
+		case <-ctx.Done():
+			if !reached {
+				return fmt.Errorf("connect to %s: %w; not applied", c.Socket, ErrDaemonDown)
+			}
+			return &OutcomeUnknownError{Method: method, Path: path, Key: key, Waited: time.Since(start), Last: last}
+		case <-time.After(wait):
+		}
+	}
+}
+
+// noDaemonWait is how long a change is tried again while no daemon
+// accepts the connection at all.
+const noDaemonWait = 10 * time.Second
+
+func (c *Client) attemptTimeout() time.Duration {
+	if c.AttemptTimeout > 0 {
+		return c.AttemptTimeout
+	}
+	return 15 * time.Second
+}
+
+// answer is a read response.
+type answer struct {
+	status int
+	replay bool
+	data   []byte
+}
+
+// send makes one attempt and reads the whole answer.
+func (c *Client) send(ctx context.Context, method, path string, data []byte, key string) (*answer, error) {
+	var rd io.Reader
+	if data != nil {
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://hostqosd"+path, rd)
 	if err != nil {
-		return fmt.Errorf("build request %s %s: %w", method, path, err)
+		return nil, fmt.Errorf("build request %s %s: %w", method, path, err)
 	}
-	if body != nil {
+	if data != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set(IdempotencyKeyHeader, key)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if isNoDaemon(err) {
-			return fmt.Errorf("connect to %s: %w (start it with: hostqosd, or systemctl start hostqosd)", c.Socket, ErrDaemonDown)
-		}
-		return fmt.Errorf("call hostqosd %s %s: %w", method, path, err)
+		return nil, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return fmt.Errorf("read answer to %s %s: %w", method, path, err)
+		return nil, fmt.Errorf("read answer: %w", err)
 	}
-	if resp.StatusCode >= 300 {
-		e := &Error{Status: resp.StatusCode}
-		if json.Unmarshal(data, &e.Body) != nil || e.Body.Error == "" {
-			e.Body.Error = strings.TrimSpace(string(data))
+	return &answer{status: resp.StatusCode, replay: resp.Header.Get(IdempotentReplayHeader) == "true", data: b}, nil
+}
+
+// decodeAnswer turns an answer into out or an *Error.
+func decodeAnswer(method, path string, a *answer, out any) error {
+	if a.status >= 300 {
+		e := &Error{Status: a.status}
+		if json.Unmarshal(a.data, &e.Body) != nil || e.Body.Error == "" {
+			e.Body.Error = strings.TrimSpace(string(a.data))
 		}
 		return e
 	}
-	if out != nil && len(data) > 0 {
-		if err := json.Unmarshal(data, out); err != nil {
+	if out != nil && len(a.data) > 0 {
+		if err := json.Unmarshal(a.data, out); err != nil {
+			if a.replay {
+				return nil // applied earlier; its original answer was not kept
+			}
 			return fmt.Errorf("decode answer to %s %s: %w", method, path, err)
 		}
 	}

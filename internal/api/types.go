@@ -18,6 +18,8 @@
 package api
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hostqos/hostqos/internal/policy"
@@ -203,4 +205,35 @@ type Stats struct {
 	Classes  []ClassStat `json:"classes,omitempty"`
 	Apps     []AppStat   `json:"apps,omitempty"`
 	Flows    []FlowStat  `json:"flows,omitempty"`
+}
+
+// Check bounds a run request's fields (the daemon calls it after decoding):
+// the class is a name, the command line at most policy.MaxRunCmdLen bytes,
+// the pid not negative.
+func (r *RunRequest) Check() error {
+	var errs policy.Errors
+	if fe := policy.CheckLen("run", "class", r.Class, policy.MaxNameLen); fe != nil {
+		errs = append(errs, fe)
+	}
+	if fe := policy.CheckLen("run", "cmd", r.Cmd, policy.MaxRunCmdLen); fe != nil {
+		fe.Fix = "the command line is kept for display only; send at most its first " + strconv.Itoa(policy.MaxRunCmdLen) + " bytes"
+		errs = append(errs, fe)
+	}
+	if r.PID < 0 {
+		errs = append(errs, &policy.FieldError{Object: "run", Field: "pid", Value: strconv.Itoa(r.PID), Literal: true, Reason: "negative", Fix: "leave it out (0) for the caller"})
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs
+}
+
+// DisplayCmd is the command line a run request carries for display: the
+// arguments joined, cut to policy.MaxRunCmdLen bytes (at a character).
+func DisplayCmd(args []string) string {
+	s := strings.Join(args, " ")
+	if len(s) > policy.MaxRunCmdLen {
+		s = strings.ToValidUTF8(s[:policy.MaxRunCmdLen], "")
+	}
+	return s
 }

@@ -40,6 +40,9 @@ func compile(p *policy.Policy, slots *slotTable, cgRoot string) (*compiled, erro
 		if !ok {
 			return nil, fmt.Errorf("compile class %q: no index assigned", cl.Name)
 		}
+		if idx < 0 || idx >= maxClasses {
+			return nil, fmt.Errorf("compile class %q: index %d out of range 0..%d", cl.Name, idx, maxClasses-1)
+		}
 		classIdx[cl.Name] = idx
 		classByName[cl.Name] = cl
 		c.Classes = append(c.Classes, shaper.ClassSpec{
@@ -52,6 +55,9 @@ func compile(p *policy.Policy, slots *slotTable, cgRoot string) (*compiled, erro
 		slot, ok := slots.Rules[r.Name]
 		if !ok {
 			return nil, fmt.Errorf("compile rule %q: no slot assigned", r.Name)
+		}
+		if slot < 0 || slot >= datapath.MaxRules {
+			return nil, fmt.Errorf("compile rule %q: slot %d out of range 0..%d", r.Name, slot, datapath.MaxRules-1)
 		}
 		className := r.EffectiveClass()
 		cl, ok := classByName[className]
@@ -244,8 +250,8 @@ func resolveExe(pattern string) (exeResolution, error) {
 		id, err := fi.FileID(p)
 		if err != nil {
 			switch {
-			case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR):
-				continue
+			case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, unix.ELOOP):
+				continue // no such file (now): a warning, not a failed change
 			case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.ENOMEM), errors.Is(err, unix.EMFILE), errors.Is(err, unix.ENFILE):
 				return res, fmt.Errorf("resolve exe %s: %w", p, err)
 			}

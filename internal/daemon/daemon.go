@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -81,6 +82,14 @@ type Daemon struct {
 	stats *sampler
 	srv   *http.Server
 	down  chan struct{}
+
+	// Idempotency keys (see idempotency.go): those recorded in the state
+	// file and in the runtime file, the keyed change being applied, and
+	// the keys of requests at work (keyMu).
+	keysPersist, keysTemp keyTable
+	commit                *pendingKey
+	keyMu                 sync.Mutex
+	inflight              map[string]chan struct{}
 }
 
 func (d *Daemon) statePath() string   { return filepath.Join(d.cfg.StateDir, "state.json") }
@@ -125,16 +134,18 @@ func New(cfg Config) (*Daemon, error) {
 	if d.base, err = d.loadConfig(); err != nil {
 		return nil, err
 	}
-	var slots *slotTable
-	if d.persist, slots, err = readState(d.statePath()); err != nil {
+	ps, err := readStateFile(d.statePath())
+	if err != nil {
 		return nil, err
 	}
-	if d.temp, _, err = readState(d.runtimePath()); err != nil {
+	rt, err := readStateFile(d.runtimePath())
+	if err != nil {
 		return nil, err
 	}
+	d.persist, d.temp, d.keysPersist, d.keysTemp = ps.Overlay, rt.Overlay, ps.Keys, rt.Keys
 	d.slots = newSlotTable()
-	if slots != nil {
-		d.slots = slots
+	if ps.Slots != nil {
+		d.slots = ps.Slots
 	}
 	d.eff = merge(d.base, d.persist, d.temp)
 	if err := checkPolicy(d.eff.Policy, "state"); err != nil {
@@ -252,15 +263,16 @@ func (d *Daemon) applyLocked(m merged, slots *slotTable, persist, temp *overlay)
 		return err
 	}
 	if persist != nil {
-		err := writeState(d.statePath(), persist, slots)
+		keysP, keysT := d.recordKeyLocked(!reflect.DeepEqual(temp, d.temp))
+		err := writeState(d.statePath(), persist, slots, keysP)
 		if err == nil {
-			err = writeState(d.runtimePath(), temp, nil)
+			err = writeState(d.runtimePath(), temp, nil, keysT)
 		}
 		if err != nil {
 			d.restoreKernel()
 			return err
 		}
-		d.persist, d.temp = persist, temp
+		d.persist, d.temp, d.keysPersist, d.keysTemp = persist, temp, keysP, keysT
 	}
 	d.eff, d.comp, d.slots, d.missing = m, comp, slots, missing
 	return nil
@@ -412,6 +424,7 @@ func (d *Daemon) counterReader() func(slot int) baseCounter {
 func (d *Daemon) change(source string, mutate func(persist, temp *overlay, eff *policy.Policy) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer func() { d.commit = nil }() // a key set by changeFor is this change's only
 	persist, temp := d.persist.clone(), d.temp.clone()
 	if err := mutate(persist, temp, d.eff.Policy); err != nil {
 		return err
@@ -615,7 +628,7 @@ func (d *Daemon) dropTemporary() {
 			keep.Rules[run.Rule] = r
 		}
 	}
-	if err := writeState(d.runtimePath(), keep, nil); err != nil {
+	if err := writeState(d.runtimePath(), keep, nil, d.keysTemp); err != nil {
 		d.log.Warn("forget temporary changes", "err", err)
 	}
 }

@@ -18,14 +18,18 @@ type objKind[T any] struct {
 	blank     func() T
 	nameOf    func(*T) *string
 	canRemove func(temp *overlay, name string) error
+	// prepare fills what the input left unset (a class's DSCP and
+	// priority), as the config file does; may be nil.
+	prepare func(*T)
 }
 
 var classKind = objKind[policy.Class]{
-	name:   "class",
-	find:   (*policy.Policy).Class,
-	layer:  func(o *overlay) map[string]*policy.Class { return o.Classes },
-	blank:  func() policy.Class { return policy.Class{DSCP: policy.NoDSCP} },
-	nameOf: func(c *policy.Class) *string { return &c.Name },
+	name:    "class",
+	find:    (*policy.Policy).Class,
+	layer:   func(o *overlay) map[string]*policy.Class { return o.Classes },
+	blank:   func() policy.Class { return policy.Class{DSCP: policy.NoDSCP, Priority: policy.NoPriority} },
+	nameOf:  func(c *policy.Class) *string { return &c.Name },
+	prepare: (*policy.Class).FillDefaults,
 }
 
 var ruleKind = objKind[policy.Rule]{
@@ -54,9 +58,12 @@ func handleAdd[T any](d *Daemon, k objKind[T]) http.HandlerFunc {
 			writeErr(w, err)
 			return
 		}
+		if k.prepare != nil {
+			k.prepare(&obj)
+		}
 		name := *k.nameOf(&obj)
 		tmp := temporary(r)
-		err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		err := d.changeFor(r, "api", func(persist, temp *overlay, eff *policy.Policy) error {
 			if _, ok := k.find(eff, name); ok && name != "" {
 				return &conflict{what: k.name, name: name}
 			}
@@ -88,7 +95,7 @@ func handleSet[T any](d *Daemon, k objKind[T]) http.HandlerFunc {
 		}
 		tmp := temporary(r)
 		var out T
-		err = d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		err = d.changeFor(r, "api", func(persist, temp *overlay, eff *policy.Policy) error {
 			cur, ok := k.find(eff, name)
 			if !ok {
 				return &notFoundError{what: k.name, name: name}
@@ -98,6 +105,9 @@ func handleSet[T any](d *Daemon, k objKind[T]) http.HandlerFunc {
 				return err
 			}
 			*k.nameOf(&n) = name
+			if k.prepare != nil {
+				k.prepare(&n)
+			}
 			ov := persist
 			if _, inTemp := k.layer(temp)[name]; tmp || inTemp {
 				ov = temp
@@ -119,7 +129,7 @@ func handleSet[T any](d *Daemon, k objKind[T]) http.HandlerFunc {
 func handleRemove[T any](d *Daemon, k objKind[T]) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
-		err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+		err := d.changeFor(r, "api", func(persist, temp *overlay, eff *policy.Policy) error {
 			if _, ok := k.find(eff, name); !ok {
 				return &notFoundError{what: k.name, name: name}
 			}

@@ -255,7 +255,7 @@ func toAPIRun(r *runState) *api.Run {
 type notFoundError struct{ what, name string }
 
 func (e *notFoundError) Error() string {
-	return fmt.Sprintf("%s %q not found; see hostqos %s list", e.what, e.name, e.what)
+	return fmt.Sprintf("%s %q not found; see hostqos %s list", e.what, policy.Clip(e.name), e.what)
 }
 
 // releaseRuns moves the processes of every run back to the cgroup they

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -163,8 +163,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
+// maxErrorText bounds the message of an error answer: no error echoes an
+// unbounded value (values in FieldErrors are clipped where they are made).
+const maxErrorText = 2048
+
 func writeErr(w http.ResponseWriter, err error) {
 	body := api.ErrorBody{Error: err.Error()}
+	if len(body.Error) > maxErrorText {
+		body.Error = strings.ToValidUTF8(body.Error[:maxErrorText], "") + fmt.Sprintf("… (%d bytes)", len(body.Error))
+	}
 	code := http.StatusInternalServerError
 	var fe *policy.FieldError
 	var fes policy.Errors
@@ -173,6 +180,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	var cf *conflict
 	var br *badRequest
 	var tm *tooMany
+	var tl *tooLarge
 	switch {
 	case errors.As(err, &fes):
 		code = http.StatusBadRequest
@@ -192,8 +200,41 @@ func writeErr(w http.ResponseWriter, err error) {
 		code = http.StatusBadRequest
 	case errors.As(err, &tm):
 		code = http.StatusTooManyRequests
+	case errors.As(err, &tl):
+		code = http.StatusRequestEntityTooLarge
 	}
 	writeJSON(w, code, body)
+}
+
+// maxBody bounds a request body.
+const maxBody = 1 << 20
+
+// tooLarge is a request body over maxBody.
+type tooLarge struct{ limit int }
+
+func (e *tooLarge) Error() string {
+	return fmt.Sprintf("request body larger than the limit of %d bytes (%d MiB); nothing was changed", e.limit, e.limit>>20)
+}
+
+// fromAPI marks the FieldErrors in err as coming from the API and returns
+// err; other errors become a badRequest about the body.
+func fromAPI(err error) error {
+	if err == nil {
+		return nil
+	}
+	if fes := policy.AsErrors(err); fes != nil {
+		for _, fe := range fes {
+			if fe.Source == "" {
+				fe.Source = "api"
+			}
+		}
+		return fes
+	}
+	var br *badRequest
+	if errors.As(err, &br) {
+		return err
+	}
+	return &badRequest{fmt.Errorf("decode request body: %w", err)}
 }
 
 // mutating wraps handlers that change policy: only privileged callers.
@@ -207,11 +248,40 @@ func mutating(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// decode reads a request body (at most maxBody bytes) and decodes it, as
+// one JSON object, strictly (see policy.DecodeJSONObject): unknown fields,
+// values of the wrong kind and anything but an object are 400s naming the
+// field. A value with a Check method (api.RunRequest) is then checked.
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return &badRequest{fmt.Errorf("decode request body: %w", err)}
+	b, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	return decodeBody(b, v)
+}
+
+func decodeBody(b []byte, v any) error {
+	kind := "request"
+	switch v.(type) {
+	case *api.RunRequest:
+		kind = "run"
+	case *policy.Link:
+		kind = "link"
+	}
+	if err := policy.CheckJSONObject(b, kind); err != nil {
+		return fromAPI(err)
+	}
+	var err error
+	if _, ok := v.(json.Unmarshaler); ok {
+		err = json.Unmarshal(b, v) // the type decodes itself strictly
+	} else {
+		err = policy.DecodeJSONObject(b, v, kind, nil)
+	}
+	if err != nil {
+		return fromAPI(err)
+	}
+	if c, ok := v.(interface{ Check() error }); ok {
+		return fromAPI(c.Check())
 	}
 	return nil
 }
@@ -246,7 +316,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})
-	return mux
+	return d.idempotent(mux)
 }
 
 func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
@@ -332,19 +402,28 @@ func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	if l.Name != "" && l.Name != name {
+		writeErr(w, &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", policy.Clip(name)), Field: "name", Value: policy.Clip(l.Name),
+			Reason: "differs from the interface in the path", Fix: "leave name out of the body, or send it to /v1/links/" + policy.Clip(l.Name)})
+		return
+	}
 	l.Name = name
 	if _, err := net.InterfaceByName(name); err != nil {
-		writeErr(w, &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", name), Field: "name", Value: name,
+		writeErr(w, &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", policy.Clip(name)), Field: "name", Value: policy.Clip(name),
 			Reason: "no such interface in this network namespace", Fix: "check the name with `ip link`; to manage an interface that comes later (a VPN tunnel), add it to the config file"})
 		return
 	}
 	tmp := temporary(r)
-	err := d.change("api", func(persist, temp *overlay, _ *policy.Policy) error {
-		ov := persist
+	err := d.changeFor(r, "api", func(persist, temp *overlay, _ *policy.Policy) error {
 		if tmp {
-			ov = temp
+			temp.Links[name] = &l
+			return nil
 		}
-		ov.Links[name] = &l
+		// A persistent set replaces a temporary override of the link:
+		// the rate asked for takes effect now and stays after a restart
+		// (leaving the override would make the set do nothing now).
+		persist.Links[name] = &l
+		delete(temp.Links, name)
 		return nil
 	})
 	if err != nil {
@@ -356,7 +435,7 @@ func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) handleRemoveLink(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	err := d.change("api", func(persist, temp *overlay, eff *policy.Policy) error {
+	err := d.changeFor(r, "api", func(persist, temp *overlay, eff *policy.Policy) error {
 		if !hasLink(eff, name) {
 			return &notFoundError{what: "link", name: name}
 		}
@@ -411,6 +490,9 @@ func patchJSON(cur any, patch []byte, out any) error {
 	if err := json.Unmarshal(base, &m); err != nil {
 		return err
 	}
+	if err := policy.CheckJSONObject(patch, "change"); err != nil {
+		return fromAPI(err)
+	}
 	pm := map[string]json.RawMessage{}
 	if err := json.Unmarshal(patch, &pm); err != nil {
 		return &badRequest{fmt.Errorf("decode request body: %w", err)}
@@ -429,18 +511,18 @@ func patchJSON(cur any, patch []byte, out any) error {
 	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(merged))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(out); err != nil {
-		return &badRequest{fmt.Errorf("decode request body: %w", err)}
-	}
-	return nil
+	return decodeBody(merged, out)
 }
 
+// readBody reads a request body of at most maxBody bytes; a longer one is
+// a tooLarge (413).
 func readBody(r *http.Request) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
 		return nil, &badRequest{fmt.Errorf("read request body: %w", err)}
+	}
+	if len(b) > maxBody {
+		return nil, &tooLarge{limit: maxBody}
 	}
 	return b, nil
 }

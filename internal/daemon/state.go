@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -259,37 +260,115 @@ func allocate(m map[string]int, names []string, limit int, what string, assigned
 	return nil
 }
 
+// stateVersion is the format of the state files this daemon reads and
+// writes.
+const stateVersion = 1
+
 // persisted is the content of one state file.
 type persisted struct {
 	Version int        `json:"version"`
 	Overlay *overlay   `json:"overlay"`
 	Slots   *slotTable `json:"slots,omitempty"`
+	// Keys are the idempotency keys of the changes this file holds: a
+	// change and its key are written in the same atomic write (see
+	// idempotency.go).
+	Keys keyTable `json:"idempotency_keys,omitempty"`
 }
 
 // readState reads a state file; a missing file is an empty state.
 func readState(path string) (*overlay, *slotTable, error) {
+	p, err := readStateFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.Overlay, p.Slots, nil
+}
+
+// readStateFile reads a whole state file and checks it: its version, and
+// slot numbers within their ranges. A missing file is an empty state.
+func readStateFile(path string) (*persisted, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return newOverlay(), nil, nil
+		return &persisted{Version: stateVersion, Overlay: newOverlay()}, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("read state %s: %w", path, err)
+		return nil, fmt.Errorf("read state %s: %w", path, err)
+	}
+	const fix = "move it away to start from the config file alone"
+	var head struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("parse state %s: %w (%s)", path, describeStateError(err), fix)
+	}
+	if head.Version == nil || *head.Version != stateVersion {
+		v := "no version"
+		if head.Version != nil {
+			v = fmt.Sprintf("version %d", *head.Version)
+		}
+		return nil, fmt.Errorf("read state %s: %s; this hostqosd reads version %d only (written by another hostqos release?); %s, or run the hostqosd that wrote it", path, v, stateVersion, fix)
 	}
 	p := persisted{Overlay: newOverlay()} // maps the file leaves out stay empty
-	if err := json.Unmarshal(data, &p); err != nil {
-		return nil, nil, fmt.Errorf("parse state %s: %w (move it away to start from the config file alone)", path, err)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("parse state %s: %w (%s)", path, describeStateError(err), fix)
 	}
-	ov := p.Overlay
-	if ov == nil {
-		ov = newOverlay()
+	if p.Overlay == nil {
+		p.Overlay = newOverlay()
 	}
-	return ov, p.Slots, nil
+	if p.Slots != nil {
+		if err := p.Slots.check(); err != nil {
+			return nil, fmt.Errorf("read state %s: %w; %s (counters restart from zero)", path, err, fix)
+		}
+	}
+	if err := p.Keys.check(); err != nil {
+		return nil, fmt.Errorf("read state %s: %w; %s", path, err, fix)
+	}
+	return &p, nil
+}
+
+// describeStateError names the field of a JSON type error by its path in
+// the file instead of Go types.
+func describeStateError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Errorf("field %s: wrong kind of value (%s)", te.Field, te.Value)
+	}
+	return err
+}
+
+// check reports slot numbers out of range or shared, printing them whole.
+func (s *slotTable) check() error {
+	for _, t := range []struct {
+		what  string
+		m     map[string]int
+		limit int
+	}{{"rule slot", s.Rules, datapath.MaxRules}, {"class index", s.Classes, maxClasses}} {
+		owner := map[int]string{}
+		for _, name := range sortedKeys(t.m) {
+			v := t.m[name]
+			if v < 0 || v >= t.limit {
+				return fmt.Errorf("%s %d of %q out of range 0..%d", t.what, v, policy.Clip(name), t.limit-1)
+			}
+			if o, dup := owner[v]; dup {
+				return fmt.Errorf("%s %d given to both %q and %q", t.what, v, policy.Clip(o), policy.Clip(name))
+			}
+			owner[v] = name
+		}
+	}
+	for slot := range s.Baselines {
+		if slot < 0 || slot >= datapath.MaxRules {
+			return fmt.Errorf("counter baseline of rule slot %d out of range 0..%d", slot, datapath.MaxRules-1)
+		}
+	}
+	return nil
 }
 
 // writeState replaces a state file atomically: write a temporary file in
 // the same directory, fsync it, rename it over the old one, fsync the dir.
-func writeState(path string, ov *overlay, slots *slotTable) error {
-	data, err := json.MarshalIndent(persisted{Version: 1, Overlay: ov, Slots: slots}, "", "  ")
+func writeState(path string, ov *overlay, slots *slotTable, keys keyTable) error {
+	data, err := json.MarshalIndent(persisted{Version: stateVersion, Overlay: ov, Slots: slots, Keys: keys}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}

@@ -77,7 +77,7 @@ func TestStateRoundTrip(t *testing.T) {
 	ov.Rules["gone"] = nil
 	slots := newSlotTable()
 	slots.Rules["x"] = 7
-	if err := writeState(path, ov, slots); err != nil {
+	if err := writeState(path, ov, slots, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, gs, err := readState(path)

@@ -236,9 +236,9 @@ func (ld *loader) fail(obj, field string, line int, v any, reason, fix string) {
 	switch v.(type) {
 	case nil:
 	case string:
-		fe.Value = v.(string)
+		fe.Value = Clip(v.(string))
 	default:
-		fe.Value, fe.Literal = tomlText(v), true
+		fe.Value, fe.Literal = Clip(tomlText(v)), true
 	}
 	ld.errs = append(ld.errs, fe)
 	ld.bad[obj+"\x00"+field] = true
@@ -246,11 +246,7 @@ func (ld *loader) fail(obj, field string, line int, v any, reason, fix string) {
 }
 
 func (ld *loader) unknownKey(obj, key string, line int, known []string) {
-	fix := "known keys: " + strings.Join(known, ", ")
-	if s := nearest(key, known); s != "" {
-		fix = "did you mean " + s + "?"
-	}
-	ld.errs = append(ld.errs, &FieldError{Source: ld.src, Line: line, Object: obj, Reason: fmt.Sprintf("unknown key %q", key), Fix: fix})
+	ld.errs = append(ld.errs, &FieldError{Source: ld.src, Line: line, Object: obj, Reason: fmt.Sprintf("unknown key %q", Clip(key)), Fix: UnknownNameFix(key, known)})
 }
 
 // entry decodes one table of an array of tables.
@@ -549,17 +545,6 @@ func tomlText(v any) string {
 	default:
 		return fmt.Sprint(v)
 	}
-}
-
-// nearest returns the known key closest to key by edit distance, if close.
-func nearest(key string, known []string) string {
-	best, bestD := "", 3
-	for _, k := range known {
-		if d := editDistance(strings.ToLower(key), k); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	return best
 }
 
 func editDistance(a, b string) int {

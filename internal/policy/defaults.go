@@ -67,6 +67,11 @@ func (p *Policy) Normalize() {
 	}
 }
 
+// FillDefaults sets an unset DSCP (NoDSCP) and priority (NoPriority) from
+// the built-in class of the same name, or the defaults of a custom class,
+// as Normalize and the config file do.
+func (c *Class) FillDefaults() { c.fillDefaults() }
+
 func (c *Class) fillDefaults() {
 	b, ok := builtinClass(c.Name)
 	if c.DSCP == NoDSCP {

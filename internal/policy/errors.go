@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // FieldError is one precise problem with a policy: where it came from, which
@@ -144,5 +145,51 @@ func objectLabel(kind, name string, idx int) string {
 	if name == "" {
 		return fmt.Sprintf("%s #%d", kind, idx+1)
 	}
-	return fmt.Sprintf("%s %q", kind, name)
+	return fmt.Sprintf("%s %q", kind, Clip(name))
+}
+
+// MaxEcho is how much of a value an error message repeats; see Clip.
+const MaxEcho = 64
+
+// Clip shortens a value echoed in a message: the first MaxEcho bytes (cut
+// at a character boundary) and the full length, e.g.
+// "/very/long…… (5000 bytes)". Messages never repeat an unbounded value.
+func Clip(s string) string {
+	if len(s) <= MaxEcho {
+		return s
+	}
+	n := MaxEcho
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:n], len(s))
+}
+
+// UnknownNameFix is the hint for an unknown key or field name: the valid
+// name closest to key by edit distance when one is close, or one that
+// starts with key ("did you mean maxbw?"), else the list of valid names. Every decoder (config file,
+// JSON) uses it.
+func UnknownNameFix(key string, known []string) string {
+	best, bestD := "", 3
+	lk := strings.ToLower(key)
+	for _, k := range known {
+		if len(lk) > len(k)+bestD {
+			continue // too far apart anyway; keeps a huge key cheap
+		}
+		if d := editDistance(lk, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" && len(lk) >= 3 {
+		for _, k := range known { // a shortened name: "egress" for egress_rate
+			if strings.HasPrefix(k, lk) {
+				best = k
+				break
+			}
+		}
+	}
+	if best != "" {
+		return "did you mean " + best + "?"
+	}
+	return "known keys: " + strings.Join(known, ", ")
 }

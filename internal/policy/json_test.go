@@ -76,3 +76,81 @@ func TestPolicyJSON(t *testing.T) {
 		t.Errorf("classes = %+v", c.Classes)
 	}
 }
+
+// TestJSONStrict: unknown fields are errors naming the field and the
+// closest valid one, for every object; wrong kinds of value name the field
+// and what it wants, never a Go type.
+func TestJSONStrict(t *testing.T) {
+	cases := []struct {
+		name string
+		dst  any
+		in   string
+		want []string // each in the message
+	}{
+		{"rule unknown field", &Rule{}, `{"name":"r","comm":"x","max_bw":"1mbit"}`, []string{`rule "r": unknown field "max_bw"; did you mean maxbw?`}},
+		{"class unknown field", &Class{}, `{"name":"gold","user_alowed":true}`, []string{`class "gold": unknown field "user_alowed"; did you mean user_allowed?`}},
+		{"link unknown field", &Link{}, `{"name":"eth0","egress":"1mbit"}`, []string{`link "eth0": unknown field "egress"`}},
+		{"case differs", &Rule{}, `{"name":"r","comm":"x","MaxBW":"1mbit"}`, []string{`unknown field "MaxBW"; did you mean maxbw?`}},
+		{"far from anything", &Class{}, `{"name":"c","zzzzzzzz":1}`, []string{`unknown field "zzzzzzzz"; known keys: name, dscp, priority`}},
+		{"policy nested", &Policy{}, `{"rules":[{"name":"r","comm":"x","max_bw":"1mbit"}]}`, []string{`rule "r": unknown field "max_bw"`}},
+		{"policy link", &Policy{}, `{"links":[{"name":"eth0","egress":"1mbit"}]}`, []string{`link "eth0": unknown field "egress"; did you mean egress_rate?`}},
+		{"wrong kind int", &Class{}, `{"name":"c","priority":"high"}`, []string{`class "c": field priority = "high": want a whole number, got string`}},
+		{"wrong kind bool", &Class{}, `{"name":"c","user_allowed":"yes"}`, []string{`field user_allowed = "yes": want true or false`}},
+		{"wrong kind rate", &Rule{}, `{"name":"r","maxbw":true}`, []string{`field maxbw = true:`, `rate`}},
+		{"wrong kind dscp", &Rule{}, `{"name":"r","dscp":{}}`, []string{`field dscp = {}: unknown DSCP`}},
+		{"wrong kind name", &Rule{}, `{"name":5}`, []string{`field name = 5: want a string, got number`}},
+		{"not an object", &Link{}, `[1]`, []string{`link: want a JSON object {...}, got an array`}},
+		{"long value clipped", &Rule{}, `{"name":"r","exe":` + strconvQuote(strings.Repeat("a", 5000)) + `,"comm":1}`, []string{`field comm = 1: want a string`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var err error
+			if l, ok := c.dst.(*Link); ok {
+				err = DecodeJSONObject([]byte(c.in), l, "link", nil)
+			} else {
+				err = json.Unmarshal([]byte(c.in), c.dst)
+			}
+			if err == nil {
+				t.Fatalf("no error for %s", c.in)
+			}
+			msg := err.Error()
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+			for _, bad := range []string{"Go value", "Go struct", "policy.", "plain"} {
+				if strings.Contains(msg, bad) {
+					t.Errorf("error %q names a Go type (%s)", msg, bad)
+				}
+			}
+			if len(AsErrors(err)) == 0 {
+				t.Errorf("error %T is not FieldErrors", err)
+			}
+		})
+	}
+	// A long unknown key and a long value are echoed clipped.
+	long := strings.Repeat("k", 10000)
+	err := json.Unmarshal([]byte(`{"name":"r","`+long+`":1,"proto":`+strconvQuote(strings.Repeat("u", 10000))+`}`), &Rule{})
+	if err == nil || len(err.Error()) > 400 || !strings.Contains(err.Error(), "(10000 bytes)") {
+		t.Errorf("long key: %v", err)
+	}
+	// null is no error (as for any json.Unmarshaler): a blank rule.
+	r := NewRule("keep")
+	if err := json.Unmarshal([]byte(`null`), &r); err != nil || r.Name != "" {
+		t.Errorf("null: %+v, %v", r, err)
+	}
+}
+
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+func TestClip(t *testing.T) {
+	if Clip("short") != "short" {
+		t.Error("short value changed")
+	}
+	long := strings.Repeat("é", 100) // 200 bytes: the cut must fall between characters
+	c := Clip(long)
+	if !strings.HasSuffix(c, "… (200 bytes)") || !strings.HasPrefix(c, strings.Repeat("é", 32)) || strings.Contains(c, "\uFFFD") {
+		t.Errorf("Clip = %q", c)
+	}
+}

@@ -31,6 +31,16 @@ const MaxCommLen = 15
 // MaxIfaceNameLen is the longest Linux interface name (IFNAMSIZ-1).
 const MaxIfaceNameLen = 15
 
+// Bounds of string fields (bytes). Names of rules and classes follow
+// nameRE (1..MaxNameLen); links are interface names (MaxIfaceNameLen).
+const (
+	MaxNameLen   = 63   // rule and class names
+	MaxPathLen   = 4095 // exe and cgroup paths: PATH_MAX less its NUL
+	MaxUnitLen   = 255  // systemd unit names
+	MaxUserLen   = 32   // user names (numeric uids are shorter)
+	MaxRunCmdLen = 4096 // the command line shown for a `hostqos run`
+)
+
 // validator collects FieldErrors for one policy.
 type validator struct {
 	src  string
@@ -38,7 +48,7 @@ type validator struct {
 }
 
 func (v *validator) add(obj, field, value, reason, fix string) {
-	v.errs = append(v.errs, &FieldError{Source: v.src, Object: obj, Field: field, Value: value, Reason: reason, Fix: fix})
+	v.errs = append(v.errs, &FieldError{Source: v.src, Object: obj, Field: field, Value: Clip(value), Reason: reason, Fix: fix})
 }
 
 // addNum is add for a numeric value, printed without quotes.
@@ -64,6 +74,8 @@ func (v *validator) checkName(kind, name string, idx int, seen map[string]bool) 
 	switch {
 	case name == "":
 		v.add(obj, "name", "", "missing", "every "+kind+" needs a name")
+	case len(name) > MaxNameLen:
+		v.add(obj, "name", name, fmt.Sprintf("too long: %d bytes, at most %d", len(name), MaxNameLen), "e.g. "+suggestName(name))
 	case !nameRE.MatchString(name):
 		v.add(obj, "name", name, "not a valid name", "use 1-63 of a-z 0-9 _ . - starting with a letter or digit, e.g. "+suggestName(name))
 	case seen[name]:
@@ -130,10 +142,15 @@ func (v *validator) classes(p *Policy) {
 	seen := map[string]bool{}
 	for i, c := range p.Classes {
 		obj := v.checkName("class", c.Name, i, seen)
-		if !c.DSCP.Valid() {
+		switch {
+		case c.DSCP == NoDSCP:
+			v.add(obj, "dscp", "", "missing", "a class needs a DSCP, e.g. EF, AF41, CS0 or 0..63")
+		case !c.DSCP.Valid():
 			v.addNum(obj, "dscp", strconv.Itoa(int(c.DSCP)), "a class needs a DSCP 0..63", "e.g. EF, AF41, CS0")
 		}
-		if c.Priority < 0 || c.Priority > 7 {
+		if c.Priority == NoPriority {
+			v.add(obj, "priority", "", "missing", "use 0 (highest) .. 7 (lowest)")
+		} else if c.Priority < 0 || c.Priority > 7 {
 			v.addNum(obj, "priority", strconv.Itoa(c.Priority), "out of range", "use 0 (highest) .. 7 (lowest)")
 		}
 		if c.MaxBW != 0 && c.MinBW > c.MaxBW {
@@ -158,6 +175,16 @@ func (v *validator) rules(p *Policy) {
 }
 
 func (v *validator) ruleSelectors(obj string, r Rule) {
+	for _, f := range []struct {
+		name, val string
+		max       int
+	}{{"exe", r.Exe, MaxPathLen}, {"cgroup", r.Cgroup, MaxPathLen}, {"unit", r.Unit, MaxUnitLen}, {"user", r.User, MaxUserLen},
+		{"class", r.Class, MaxNameLen}, {"proto", r.Proto, MaxNameLen}, {"action", string(r.Action), MaxNameLen}} {
+		if msg := checkLen(f.val, f.max); msg != "" {
+			v.add(obj, f.name, f.val, msg, "")
+			return // one clear message; the other checks would repeat it
+		}
+	}
 	if r.Exe != "" {
 		if msg, fix := checkExe(r.Exe); msg != "" {
 			v.add(obj, "exe", r.Exe, msg, fix)
@@ -168,11 +195,13 @@ func (v *validator) ruleSelectors(obj string, r Rule) {
 			fmt.Sprintf("use comm = %q or match the executable with exe", r.Comm[:MaxCommLen]))
 	}
 	if r.Cgroup != "" {
-		switch {
+		switch c := longComponent(r.Cgroup); {
+		case c != "":
+			v.add(obj, "cgroup", r.Cgroup, fmt.Sprintf("has a name of %d bytes; cgroup names are at most %d", len(c), MaxNameComponent), "")
 		case !strings.HasPrefix(r.Cgroup, "/"):
-			v.add(obj, "cgroup", r.Cgroup, "must start with /", "give the path from the cgroup2 root, e.g. /"+strings.TrimLeft(r.Cgroup, "./"))
+			v.add(obj, "cgroup", r.Cgroup, "must start with /", "give the path from the cgroup2 root, e.g. /"+Clip(strings.TrimLeft(r.Cgroup, "./")))
 		case path.Clean(r.Cgroup) != r.Cgroup:
-			v.add(obj, "cgroup", r.Cgroup, "not a clean path", "write "+path.Clean(r.Cgroup))
+			v.add(obj, "cgroup", r.Cgroup, "not a clean path", "write "+Clip(path.Clean(r.Cgroup)))
 		}
 	}
 	if r.Unit != "" && (len(r.Unit) > 255 || !unitRE.MatchString(r.Unit)) {
@@ -299,16 +328,53 @@ func classNames(p *Policy) []string {
 	return out
 }
 
+// checkLen returns why s is too long (more than max bytes) or holds a NUL
+// byte, or "".
+func checkLen(s string, max int) string {
+	switch {
+	case len(s) > max:
+		return fmt.Sprintf("too long: %d bytes, at most %d", len(s), max)
+	case strings.IndexByte(s, 0) >= 0:
+		return "contains a NUL byte"
+	}
+	return ""
+}
+
+// CheckLen is checkLen for other packages' fields (e.g. a run's command
+// line): a FieldError naming object, field and the clipped value, or nil.
+func CheckLen(obj, field, s string, max int) *FieldError {
+	if msg := checkLen(s, max); msg != "" {
+		return &FieldError{Object: obj, Field: field, Value: Clip(s), Reason: msg}
+	}
+	return nil
+}
+
+// MaxNameComponent is the longest file name in a path (NAME_MAX).
+const MaxNameComponent = 255
+
+// longComponent returns a path component longer than MaxNameComponent.
+func longComponent(p string) string {
+	for _, c := range strings.Split(p, "/") {
+		if len(c) > MaxNameComponent {
+			return c
+		}
+	}
+	return ""
+}
+
 // checkExe validates an exe selector: absolute, clean, valid glob syntax.
 func checkExe(exe string) (msg, fix string) {
+	if c := longComponent(exe); c != "" {
+		return fmt.Sprintf("has a name of %d bytes (%q); file names are at most %d", len(c), Clip(c), MaxNameComponent), ""
+	}
 	if !strings.HasPrefix(exe, "/") {
-		return "must be an absolute path or glob", "e.g. /usr/bin/" + path.Base(exe) + " (see: command -v " + path.Base(exe) + ")"
+		return "must be an absolute path or glob", "e.g. /usr/bin/" + Clip(path.Base(exe)) + " (see: command -v " + Clip(path.Base(exe)) + ")"
 	}
 	if _, err := path.Match(exe, ""); err != nil {
 		return "bad glob syntax", "check [ ] pairs and escapes; * ? [a-z] are supported"
 	}
 	if path.Clean(exe) != exe {
-		return "not a clean path", "write " + path.Clean(exe)
+		return "not a clean path", "write " + Clip(path.Clean(exe))
 	}
 	return "", ""
 }

@@ -50,7 +50,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"empty rule name", func(p *Policy) { p.Rules[0].Name = "" }, `rule #1`, "name", "missing"},
 		{"bad rule name", func(p *Policy) { p.Rules[0].Name = "Web Server" }, `rule "Web Server"`, "name", "web-server"},
-		{"long name", func(p *Policy) { p.Rules[0].Name = strings.Repeat("a", 64) }, "", "name", "not a valid name"},
+		{"long name", func(p *Policy) { p.Rules[0].Name = strings.Repeat("a", 64) }, "", "name", "too long: 64 bytes, at most 63"},
 		{"dup rule", func(p *Policy) { p.Rules = append(p.Rules, p.Rules[0]) }, `rule "web"`, "name", "duplicate rule name"},
 		{"dup class", func(p *Policy) { p.Classes = append(p.Classes, p.Classes[0]) }, `class "voice"`, "name", "duplicate class name"},
 		{"link name empty", func(p *Policy) { p.Links[0].Name = "" }, `link #1`, "name", "missing"},
@@ -109,6 +109,19 @@ func TestValidate(t *testing.T) {
 		{"negative precedence", func(p *Policy) { p.Rules[0].Precedence = -1 }, `rule "web"`, "precedence", "out of range"},
 		{"rule dscp", func(p *Policy) { p.Rules[0].DSCP = 64 }, `rule "web"`, "dscp", "out of range"},
 		{"rule dscp_in", func(p *Policy) { p.Rules[0].DSCPIn = 99 }, `rule "web"`, "dscp_in", "out of range"},
+		// Bounds: the value is echoed clipped, with its length.
+		{"exe too long", func(p *Policy) { p.Rules[0].Exe = "/" + strings.Repeat("a", 5000) }, `rule "web"`, "exe",
+			`field exe = "/` + strings.Repeat("a", 63) + `… (5001 bytes)": too long: 5001 bytes, at most 4095`},
+		{"cgroup too long", func(p *Policy) { p.Rules[0].Cgroup = "/" + strings.Repeat("c", 4095) }, `rule "web"`, "cgroup", "too long: 4096 bytes, at most 4095"},
+		{"unit too long", func(p *Policy) { p.Rules[0].Unit = strings.Repeat("u", 300) + ".service" }, `rule "web"`, "unit", "at most 255"},
+		{"user too long", func(p *Policy) { p.Rules[0].User = strings.Repeat("u", 33) }, `rule "web"`, "user", "at most 32"},
+		{"class ref too long", func(p *Policy) { p.Rules[0].Class = strings.Repeat("c", 100) }, `rule "web"`, "class", "… (100 bytes)"},
+		{"exe long name", func(p *Policy) { p.Rules[0].Exe = "/usr/" + strings.Repeat("n", 300) }, `rule "web"`, "exe", "has a name of 300 bytes"},
+		{"cgroup long name", func(p *Policy) { p.Rules[0].Cgroup = "/" + strings.Repeat("n", 256) }, `rule "web"`, "cgroup", "has a name of 256 bytes"},
+		{"exe NUL", func(p *Policy) { p.Rules[0].Exe = "/usr/bin/a\x00b" }, `rule "web"`, "exe", "NUL byte"},
+		{"huge name clipped", func(p *Policy) { p.Rules[0].Name = strings.Repeat("n", 100000) }, "", "name", "(100000 bytes)\": too long: 100000 bytes, at most 63"},
+		{"class priority missing", func(p *Policy) { p.Classes[0].Priority = NoPriority }, `class "voice"`, "priority", "field priority: missing; use 0 (highest) .. 7 (lowest)"},
+		{"class dscp missing", func(p *Policy) { p.Classes[0].DSCP = NoDSCP }, `class "voice"`, "dscp", "field dscp: missing"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,99 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// serve answers on a Unix socket with h; it returns the socket path.
+func serve(t *testing.T, h http.Handler) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+// TestChangeRetriedWithSameKey: a change whose answer is lost is sent
+// again with the same key, and the answer then received is the outcome.
+func TestChangeRetriedWithSameKey(t *testing.T) {
+	var mu sync.Mutex
+	var keys []string
+	sock := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get(IdempotencyKeyHeader))
+		n := len(keys)
+		mu.Unlock()
+		if n == 1 { // applied, but the answer is lost
+			hj, _ := w.(http.Hijacker)
+			c, _, _ := hj.Hijack()
+			c.Close()
+			return
+		}
+		w.Header().Set(IdempotentReplayHeader, "true")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"name":"a"}`))
+	}))
+	c := NewClient(sock)
+	var out struct{ Name string }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Do(ctx, "POST", "/v1/rules", map[string]string{"name": "a"}, &out); err != nil || out.Name != "a" {
+		t.Fatalf("Do = %v, out %+v", err, out)
+	}
+	if len(keys) != 2 || keys[0] != keys[1] || len(keys[0]) != 32 {
+		t.Errorf("keys sent: %q, want the same 32-digit key twice", keys)
+	}
+	// GETs carry no key.
+	keys = nil
+	_ = c.Get(ctx, "/v1/status", nil)
+	if len(keys) != 1 || keys[0] != "" {
+		t.Errorf("GET keys: %q", keys)
+	}
+}
+
+// TestChangeOutcomeUnknown: when the daemon never answers, Do reports the
+// outcome as unknown, naming the key to re-run with.
+func TestChangeOutcomeUnknown(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	sock := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	c := NewClient(sock)
+	c.IdempotencyKey = "0123456789abcdef0123456789abcdef"
+	c.AttemptTimeout = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := c.Do(ctx, "DELETE", "/v1/rules/a", nil, nil)
+	var ue *OutcomeUnknownError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--idempotency-key 0123456789abcdef0123456789abcdef") || !strings.Contains(err.Error(), "outcome unknown") {
+		t.Errorf("Do = %v", err)
+	}
+}
+
+// TestChangeNoDaemon: with no socket at all the change was not applied,
+// and Do says so at once.
+func TestChangeNoDaemon(t *testing.T) {
+	c := NewClient(filepath.Join(t.TempDir(), "none.sock"))
+	start := time.Now()
+	err := c.Do(context.Background(), "POST", "/v1/rules", map[string]string{}, nil)
+	if !errors.Is(err, ErrDaemonDown) || !strings.Contains(err.Error(), "not applied") || time.Since(start) > 2*time.Second {
+		t.Errorf("Do = %v after %v", err, time.Since(start))
+	}
+}
