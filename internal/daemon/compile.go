@@ -250,7 +250,7 @@ func resolveExe(pattern string) (exeResolution, error) {
 		id, err := fi.FileID(p)
 		if err != nil {
 			switch {
-			case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, unix.ELOOP):
+			case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR):
 				continue // no such file (now): a warning, not a failed change
 			case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.ENOMEM), errors.Is(err, unix.EMFILE), errors.Is(err, unix.ENFILE):
 				return res, fmt.Errorf("resolve exe %s: %w", p, err)
