@@ -288,9 +288,9 @@ func (d *Daemon) linkStatusLocked() []api.LinkStatus {
 				ls.Error = "hostqos's classifier is not attached in the kernel (detached by someone else?); the daemon puts it back within a second"
 			}
 			if l.EgressRate > 0 {
-				owned, _ := shaper.Owned(ifindex)
-				ls.Shaping = owned
-				if !owned {
+				owned, err := shaper.Owned(ifindex)
+				ls.Shaping = owned || err != nil // unknown is not reported as removed
+				if !ls.Shaping {
 					ls.Error = "hostqos's HTB root is not on the link (removed by someone else?); the daemon rebuilds it within a second unless another root qdisc took its place"
 				}
 			}
@@ -318,7 +318,10 @@ func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l.Name = name
-	if _, err := net.InterfaceByName(name); err != nil {
+	if _, gone, err := lookupLink(name); err != nil {
+		writeErr(w, err)
+		return
+	} else if gone {
 		writeErr(w, &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", name), Field: "name", Value: name,
 			Reason: "no such interface in this network namespace", Fix: "check the name with `ip link`; to manage an interface that comes later (a VPN tunnel), add it to the config file"})
 		return
