@@ -45,6 +45,8 @@ func main() {
 	fs.StringVar(&cfg.BPFFSDir, "bpffs-dir", "/sys/fs/bpf/hostqos", "where BPF programs and maps are pinned")
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "Unix socket of the API")
 	fs.IntVar(&cfg.FlowTableSize, "flow-table-size", 65536, "entries of each flow table (LRU; one for IPv4, one for IPv6)")
+	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", daemon.DefaultMaxConnsPerUser, "API connections one ordinary user may hold at once; more are refused at once (root and group hostqos are not limited)")
+	fs.IntVar(&cfg.MaxUserConns, "max-user-conns", daemon.DefaultMaxUserConns, "API connections all ordinary users together may hold at once")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
 	args := os.Args[1:]
@@ -77,6 +79,14 @@ func main() {
 	slog.SetDefault(cfg.Logger)
 	if cfg.FlowTableSize < 1024 || cfg.FlowTableSize > 1<<24 {
 		fmt.Fprintf(os.Stderr, "hostqosd: flag --flow-table-size = %d: want 1024 … 16777216\n", cfg.FlowTableSize)
+		os.Exit(2)
+	}
+	if cfg.MaxConnsPerUser < 1 || cfg.MaxConnsPerUser > 1<<16 {
+		fmt.Fprintf(os.Stderr, "hostqosd: flag --max-conns-per-user = %d: want 1 … 65536\n", cfg.MaxConnsPerUser)
+		os.Exit(2)
+	}
+	if cfg.MaxUserConns < 1 || cfg.MaxUserConns > 1<<16 {
+		fmt.Fprintf(os.Stderr, "hostqosd: flag --max-user-conns = %d: want 1 … 65536\n", cfg.MaxUserConns)
 		os.Exit(2)
 	}
 	if os.Geteuid() != 0 {

@@ -37,6 +37,11 @@ type Config struct {
 	FlowTableSize  int
 	RescanInterval time.Duration
 	Logger         *slog.Logger
+	// MaxConnsPerUser and MaxUserConns bound the API connections of
+	// ordinary users: of one uid, and of all of them together (0: the
+	// defaults). Root and group hostqos are not counted.
+	MaxConnsPerUser int
+	MaxUserConns    int
 }
 
 // Daemon is a running hostqosd.
@@ -87,6 +92,12 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if cfg.RescanInterval == 0 {
 		cfg.RescanInterval = time.Second
+	}
+	if cfg.MaxConnsPerUser <= 0 {
+		cfg.MaxConnsPerUser = DefaultMaxConnsPerUser
+	}
+	if cfg.MaxUserConns <= 0 {
+		cfg.MaxUserConns = DefaultMaxUserConns
 	}
 	d := &Daemon{
 		cfg: cfg, log: cfg.Logger.With("component", "daemon"), started: time.Now(),

@@ -59,14 +59,22 @@ func (d *Daemon) listen() error {
 	}
 	srv := &http.Server{
 		Handler:           d.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: apiReadHeaderTimeout,
+		ReadTimeout:       apiReadTimeout,
+		WriteTimeout:      apiWriteTimeout,
+		IdleTimeout:       apiIdleTimeout,
+		MaxHeaderBytes:    apiMaxHeaderBytes,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if ac, ok := c.(*apiConn); ok {
+				return context.WithValue(ctx, credKey{}, ac.peer)
+			}
 			return context.WithValue(ctx, credKey{}, peerOf(c))
 		},
 	}
 	d.srv = srv
+	limited := newConnLimiter(ln, d.cfg.MaxConnsPerUser, d.cfg.MaxUserConns, peerOf, d.log)
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(limited); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("api server stopped", "err", err)
 		}
 	}()

@@ -1,0 +1,95 @@
+package daemon
+
+import (
+	"bufio"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestConnLimiter: an ordinary user's connections beyond the per-user limit,
+// and all ordinary users' beyond the total, are answered 503 and closed at
+// once; a closed connection frees its place; a privileged peer is admitted
+// whatever ordinary users hold.
+func TestConnLimiter(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var next atomic.Pointer[peer] // who the next connection is
+	l := newConnLimiter(ln, 2, 3, func(net.Conn) *peer { return next.Load() }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	// dial connects as p; it returns the server side, or the refusal.
+	dial := func(p *peer) (net.Conn, string) {
+		t.Helper()
+		next.Store(p)
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		select {
+		case s := <-accepted:
+			return s, ""
+		case <-time.After(200 * time.Millisecond):
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("refused connection: no answer: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("refused connection: status %d", resp.StatusCode)
+		}
+		return nil, string(body)
+	}
+	alice, bob := &peer{UID: 1000}, &peer{UID: 1001}
+	root := &peer{UID: 0, Privileged: true}
+	a1, _ := dial(alice)
+	if a1 == nil {
+		t.Fatal("first connection of alice refused")
+	}
+	if s, _ := dial(alice); s == nil {
+		t.Fatal("second connection of alice refused")
+	}
+	if s, why := dial(alice); s != nil || !strings.Contains(why, "--max-conns-per-user") {
+		t.Fatalf("third connection of alice (limit 2 per user): admitted %v, %q", s != nil, why)
+	}
+	if s, _ := dial(bob); s == nil {
+		t.Fatal("first connection of bob refused")
+	}
+	if s, why := dial(bob); s != nil || !strings.Contains(why, "--max-user-conns") {
+		t.Fatalf("fourth connection of ordinary users (limit 3): admitted %v, %q", s != nil, why)
+	}
+	for i := 0; i < 5; i++ {
+		if s, why := dial(root); s == nil {
+			t.Fatalf("root refused: %s", why)
+		}
+	}
+	a1.Close()
+	a1.Close() // a second close frees nothing more
+	if s, why := dial(alice); s == nil {
+		t.Fatalf("alice refused after closing one: %s", why)
+	}
+	if s, _ := dial(bob); s != nil {
+		t.Fatal("bob admitted beyond the total after alice took her place back")
+	}
+}
