@@ -314,8 +314,9 @@ func (d *Daemon) linkStatusLocked() []api.LinkStatus {
 
 func (d *Daemon) handleLinks(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	writeJSON(w, http.StatusOK, d.linkStatusLocked())
+	links := d.linkStatusLocked()
+	d.mu.Unlock() // never write to a client under the lock: it may not read
+	writeJSON(w, http.StatusOK, links)
 }
 
 func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
@@ -378,7 +379,6 @@ func hasLink(p *policy.Policy, name string) bool {
 func (d *Daemon) handleClasses(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	var out []api.ClassInfo
 	for _, c := range d.eff.Policy.Classes {
 		if name != "" && c.Name != name {
@@ -386,6 +386,7 @@ func (d *Daemon) handleClasses(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, api.ClassInfo{Class: c, Source: d.eff.Sources["class/"+c.Name]})
 	}
+	d.mu.Unlock() // never write to a client under the lock: it may not read
 	if name != "" {
 		if len(out) == 0 {
 			writeErr(w, &notFoundError{what: "class", name: name})
@@ -444,7 +445,6 @@ func readBody(r *http.Request) ([]byte, error) {
 func (d *Daemon) handleRules(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	var out []api.RuleInfo
 	for _, ru := range d.eff.Policy.OrderedRules() {
 		if name != "" && ru.Name != name {
@@ -459,6 +459,7 @@ func (d *Daemon) handleRules(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, ri)
 	}
+	d.mu.Unlock() // never write to a client under the lock: it may not read
 	if name != "" {
 		if len(out) == 0 {
 			writeErr(w, &notFoundError{what: "rule", name: name})
@@ -472,11 +473,11 @@ func (d *Daemon) handleRules(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) handleRuns(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	out := []*api.Run{}
 	for _, id := range sortedKeys(d.temp.Runs) {
 		out = append(out, toAPIRun(d.temp.Runs[id]))
 	}
+	d.mu.Unlock() // never write to a client under the lock: it may not read
 	writeJSON(w, http.StatusOK, out)
 }
 
