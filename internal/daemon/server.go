@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"syscall"
 	"time"
@@ -155,6 +156,10 @@ func (e *badRequest) Unwrap() error { return e.err }
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.Len() > 0 {
+		_ = writeList(w, rv) // lists can be long: element by element
+		return
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
@@ -562,9 +567,9 @@ func (d *Daemon) handleStats(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	// Stats can hold a whole flow table: compact JSON, no indentation pass.
+	// Stats can hold a whole flow table: compact JSON, streamed.
 	w.Header().Set("Content-Type", "application/json")
-	if err := json.NewEncoder(w).Encode(st); err != nil {
+	if err := writeStats(w, st); err != nil {
 		d.log.Warn("send stats", "err", err)
 	}
 }
