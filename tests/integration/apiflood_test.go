@@ -1,0 +1,304 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/internal/lab"
+)
+
+// The API flood tests attack the daemon's socket as the ordinary user
+// "nobody" — a copy of this test binary, re-executed with these variables —
+// and check that enforcement and the admin's access survive.
+const (
+	attackEnv    = "HOSTQOS_IT_ATTACK" // hang, idle or noread
+	attackSocket = "HOSTQOS_IT_ATTACK_SOCKET"
+	attackFor    = "HOSTQOS_IT_ATTACK_FOR"
+	attackConns  = "HOSTQOS_IT_ATTACK_CONNS"
+)
+
+func init() {
+	if mode := os.Getenv(attackEnv); mode != "" {
+		os.Exit(attackMain(mode))
+	}
+}
+
+// attackMain is the attacker: conns goroutines, each keeping one
+// connection to the API socket busy the way mode says, reconnecting as soon
+// as the daemon drops it, until the time is up.
+func attackMain(mode string) int {
+	sock := os.Getenv(attackSocket)
+	dur, err := time.ParseDuration(os.Getenv(attackFor))
+	if err != nil {
+		fmt.Println("attacker:", err)
+		return 2
+	}
+	conns, _ := strconv.Atoi(os.Getenv(attackConns))
+	var payload string
+	switch mode {
+	case "hang": // headers and part of a body, then nothing
+		payload = "POST /v1/runs HTTP/1.1\r\nHost: hostqosd\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"class\": \"bulk\", \"cmd\": \"aaaa"
+	case "idle", "noread": // one request, then keep-alive
+		path := "/v1/status"
+		if mode == "noread" {
+			path = "/v1/rules"
+		}
+		payload = "GET " + path + " HTTP/1.1\r\nHost: hostqosd\r\n\r\n"
+	default:
+		fmt.Println("attacker: unknown mode", mode)
+		return 2
+	}
+	end := time.Now().Add(dur)
+	var dials, fails, held atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < conns; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 4096)
+			for time.Now().Before(end) {
+				c, err := net.Dial("unix", sock)
+				if err != nil {
+					fails.Add(1)
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				dials.Add(1)
+				_ = c.SetDeadline(end)
+				if _, err := c.Write([]byte(payload)); err != nil {
+					c.Close()
+					continue
+				}
+				held.Add(1)
+				switch mode {
+				case "idle": // read the answer, then stay idle until dropped
+					if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+						resp.Body.Close()
+					}
+					for {
+						if _, err := c.Read(buf); err != nil {
+							break
+						}
+					}
+				case "hang": // until the daemon drops it
+					for {
+						if _, err := c.Read(buf); err != nil {
+							break
+						}
+					}
+				case "noread": // never read; let go after a while
+					time.Sleep(min(2*time.Second, time.Until(end)))
+				}
+				held.Add(-1)
+				c.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("attacker %s: %d connections made, %d dials failed\n", mode, dials.Load(), fails.Load())
+	return 0
+}
+
+// floodEnv is a daemon shaping the client's link with a drop rule and an
+// EF marking rule, traffic to both ports, and a sniffer at the receiver.
+type floodEnv struct {
+	*env
+	sn       *sniffer
+	attacker string // the test binary, copied where nobody can run it
+}
+
+const (
+	floodDropPort = 7301
+	floodMarkPort = 7302
+)
+
+func newFloodEnv(t *testing.T, config string) *floodEnv {
+	e := newEnv(t)
+	e.writeConfig(config)
+	e.startDaemon()
+	// Few file descriptors, so that a flood that is not bounded runs the
+	// daemon out of them within a second.
+	if err := unix.Prlimit(e.d.PID(), unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 1024, Max: 1024}, nil); err != nil {
+		t.Fatalf("lower the daemon's file limit: %v", err)
+	}
+	e.hostqos("link", "set", e.iface(), "--egress-rate", "100mbit")
+	e.hostqos("rule", "add", "blocked", "--proto", "udp", "--rport", strconv.Itoa(floodDropPort), "--action", "drop")
+	e.hostqos("rule", "add", "marked", "--proto", "udp", "--rport", strconv.Itoa(floodMarkPort), "--dscp", "EF")
+	for _, d := range []string{e.dir, filepath.Dir(e.dir), filepath.Dir(e.d.Socket)} { // reachable for nobody
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe := &floodEnv{env: e, attacker: filepath.Join(e.dir, "attacker")}
+	if err := lab.CopyExecutable(self, fe.attacker); err != nil {
+		t.Fatal(err)
+	}
+	if fe.sn, err = startSniffer(e.server, e.server.Iface("client")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fe.sn.stop)
+	srv := serverV4.Addr().String()
+	for _, p := range []int{floodDropPort, floodMarkPort} {
+		addr := srv + ":" + strconv.Itoa(p)
+		e.udpSink(addr, 90*time.Second)
+		e.start(hostqosBin(), "tool", "udp-send", "--to", addr, "--pps", "50", "--size", "100", "--duration", "90s")
+	}
+	return fe
+}
+
+// attack runs the attacker as nobody for dur and, every second meanwhile,
+// checks that root's status answers within 2 s and shows the link's
+// classifier and HTB tree in place, that the drop rule still drops and the
+// marking rule still marks. Afterwards the daemon's memory must come back
+// below rssBound.
+func (fe *floodEnv) attack(mode string, conns int, dur time.Duration) {
+	t := fe.t
+	cmd := exec.Command(fe.attacker)
+	cmd.Env = append(os.Environ(), attackEnv+"="+mode, attackSocket+"="+fe.d.Socket,
+		attackFor+"="+dur.String(), attackConns+"="+strconv.Itoa(conns))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start attacker: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	time.Sleep(time.Second) // let it build up
+	_, prevMarked := fe.sn.dscpCounts(unix.IPPROTO_UDP, floodMarkPort)
+	maxRSS := 0
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+		if i > 0 && isClosed(done) {
+			break
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var st api.Status
+		err := fe.cli.Get(ctx, "/v1/status", &st)
+		cancel()
+		took := time.Since(start)
+		switch {
+		case err != nil:
+			t.Errorf("second %d of the attack: root's status: %v (after %v)", i, err, took.Round(time.Millisecond))
+		case len(st.Links) != 1 || !st.Links[0].Attached || !st.Links[0].Shaping:
+			t.Errorf("second %d of the attack: the link lost its classifier or HTB tree: %+v", i, st.Links)
+		}
+		if out, err := fe.d.CLI("status"); err != nil {
+			t.Errorf("second %d of the attack: hostqos status: %v\n%s", i, err, out)
+		}
+		if dropped, n := fe.sn.dscpCounts(unix.IPPROTO_UDP, floodDropPort); n != 0 {
+			t.Errorf("second %d of the attack: %d packets passed the drop rule (%v)", i, n, dropped)
+		}
+		marks, n := fe.sn.dscpCounts(unix.IPPROTO_UDP, floodMarkPort)
+		if marks[dscpEF] != n {
+			t.Errorf("second %d of the attack: packets to the marked port not all EF: %v", i, marks)
+		}
+		if n == prevMarked {
+			t.Errorf("second %d of the attack: no packet of the marked flow arrived in a second (%d in all)", i, n)
+		}
+		prevMarked = n
+		maxRSS = max(maxRSS, rssOf(t, fe.d.PID()))
+	}
+	t.Logf("%s; daemon RSS at most %d KiB during the attack", strings.TrimSpace(out.String()), maxRSS)
+	if !strings.Contains(out.String(), "connections made") {
+		t.Errorf("the attacker did not run: %s", out.String())
+	}
+	if strings.Contains(fe.d.Log(), "HTB tree removed") {
+		t.Errorf("the daemon removed an HTB tree during the attack:\n%s", fe.d.Log())
+	}
+	last := 0
+	eventually(t, 20*time.Second, "daemon memory back below the bound after the attack", func() (bool, string) {
+		last = rssOf(t, fe.d.PID())
+		return last < rssBoundKiB, fmt.Sprintf("RSS %d KiB, bound %d KiB", last, rssBoundKiB)
+	})
+	t.Logf("daemon RSS after the attack: %d KiB", last)
+}
+
+// rssBoundKiB is the daemon's resident memory the tests allow after an
+// attack (measured: about 20-30 MiB).
+const rssBoundKiB = 64 << 10
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// rssOf reads VmRSS of a process in KiB.
+func rssOf(t *testing.T, pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatalf("read daemon status: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// TestFloodHalfSentRequests: thousands of connections of an ordinary user
+// that send headers and part of a body and hang do not run the daemon out
+// of file descriptors (which used to detach the classifier and remove the
+// HTB tree), nor keep root out, nor stop enforcement.
+func TestFloodHalfSentRequests(t *testing.T) {
+	fe := newFloodEnv(t, "")
+	fe.attack("hang", 4000, 8*time.Second)
+}
+
+// TestFloodIdleKeepAlive: connections that make one request and stay idle
+// with keep-alive are bounded the same way.
+func TestFloodIdleKeepAlive(t *testing.T) {
+	fe := newFloodEnv(t, "")
+	fe.attack("idle", 4000, 8*time.Second)
+}
+
+// TestFloodUnreadAnswers: clients that ask for a long answer (the rule
+// list, far more than the socket buffers hold) and never read it neither
+// freeze the daemon (it used to write under its lock) nor leave it big.
+func TestFloodUnreadAnswers(t *testing.T) {
+	var cfg strings.Builder
+	for i := 0; i < 1500; i++ {
+		fmt.Fprintf(&cfg, "[[rule]]\nname = \"bulk-%04d\"\nproto = \"udp\"\nrport = %d\nclass = \"bulk\"\n", i, 20000+i)
+	}
+	fe := newFloodEnv(t, cfg.String())
+	var rules []api.RuleInfo
+	if err := fe.cli.Get(context.Background(), "/v1/rules", &rules); err != nil || len(rules) < 1500 {
+		t.Fatalf("rule list: %d rules, %v", len(rules), err)
+	}
+	fe.attack("noread", 2000, 8*time.Second)
+}
