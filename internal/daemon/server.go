@@ -239,7 +239,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/runs", d.handleRuns)
 	mux.HandleFunc("POST /v1/runs", d.handleStartRun)
 	mux.HandleFunc("DELETE /v1/runs/{id}", d.handleEndRun)
-	mux.HandleFunc("GET /v1/stats/{kind}", d.handleStats)
+	mux.HandleFunc("GET /v1/stats/{kind}", boundFlowAnswers(d.handleStats))
 	mux.HandleFunc("POST /v1/reload", mutating(d.handleReload))
 	mux.HandleFunc("POST /v1/down", mutating(d.handleDown))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -302,3 +302,49 @@ func TestFloodUnreadAnswers(t *testing.T) {
 	}
 	fe.attack("noread", 2000, 8*time.Second)
 }
+
+// TestStatFlowsMemory: answering `stat flows` on a full flow table (it used
+// to leave about 130 MB in the daemon) does not leave the daemon big.
+func TestStatFlowsMemory(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	e.hostqos("link", "set", e.iface())
+	// One packet to each of 60,000 ports: 60,000 flows.
+	const flows = 60000
+	err := e.client.Do(func() error {
+		c, err := net.ListenPacket("udp4", clientV4.Addr().String()+":0")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for p := 1; p <= flows; p++ {
+			to := &net.UDPAddr{IP: serverV4.Addr().AsSlice(), Port: p}
+			if _, err := c.WriteTo([]byte("x"), to); err != nil {
+				time.Sleep(time.Millisecond) // a full send buffer: retry once
+				_, _ = c.WriteTo([]byte("x"), to)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := rssOf(t, e.d.PID())
+	peak := 0
+	for i := 0; i < 3; i++ {
+		s, err := e.d.Stats("flows")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 && len(s.Flows) < flows/2 {
+			t.Fatalf("stat flows: %d flows, want about %d", len(s.Flows), flows)
+		}
+		peak = max(peak, rssOf(t, e.d.PID()))
+	}
+	last := 0
+	eventually(t, 20*time.Second, "daemon memory back below the bound after stat flows", func() (bool, string) {
+		last = rssOf(t, e.d.PID())
+		return last < rssBoundKiB, fmt.Sprintf("RSS %d KiB, bound %d KiB", last, rssBoundKiB)
+	})
+	t.Logf("daemon RSS: %d KiB before, %d KiB at most while answering, %d KiB after", before, peak, last)
+}
