@@ -12,9 +12,13 @@ import (
 	"github.com/hostqos/hostqos/internal/api"
 )
 
-// bigAnswer is the size of an answer after which the daemon gives the
-// memory it took back to the OS soon (see trimSoon).
-const bigAnswer = 1 << 20
+// An answer of more than bigAnswer bytes or bigList elements makes the
+// daemon give the memory it took back to the OS soon (see trimSoon), also
+// when the client did not read it.
+const (
+	bigAnswer = 1 << 20
+	bigList   = 4096
+)
 
 // countingWriter counts what went through.
 type countingWriter struct {
@@ -58,7 +62,7 @@ func writeList(w io.Writer, v reflect.Value) error {
 		return err
 	}
 	err := bw.Flush()
-	if cw.n > bigAnswer {
+	if cw.n > bigAnswer || v.Len() > bigList {
 		trimSoon()
 	}
 	return err
@@ -86,6 +90,11 @@ func writeStats(w io.Writer, st api.Stats) error {
 	}
 	cw := &countingWriter{w: w}
 	bw := bufio.NewWriterSize(cw, 32<<10)
+	defer func() {
+		if cw.n > bigAnswer || list.IsValid() && list.Len() > bigList {
+			trimSoon()
+		}
+	}()
 	if !list.IsValid() || list.Len() == 0 {
 		bw.Write(head)
 	} else {
@@ -106,11 +115,7 @@ func writeStats(w io.Writer, st api.Stats) error {
 		bw.WriteString("]}")
 	}
 	bw.WriteString("\n")
-	err = bw.Flush()
-	if cw.n > bigAnswer {
-		trimSoon()
-	}
-	return err
+	return bw.Flush()
 }
 
 // trimPending is set while a trim is scheduled.
