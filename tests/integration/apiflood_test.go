@@ -279,7 +279,7 @@ func (fe *floodEnv) attack(mode string, conns int, dur time.Duration) {
 		last = rssOf(t, fe.d.PID())
 		return last < rssBoundKiB, fmt.Sprintf("RSS %d KiB, bound %d KiB", last, rssBoundKiB)
 	})
-	t.Logf("daemon RSS after the attack: %d KiB", last)
+	t.Logf("daemon RSS after the attack: %d KiB (%s)", last, rssParts(fe.d.PID()))
 }
 
 // cliStatus runs root's `hostqos status` in the client namespace; it is
@@ -312,6 +312,18 @@ func isClosed(c chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// rssParts reads the parts of a process's RSS, for the log.
+func rssParts(pid int) string {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	var parts []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "Rss") {
+			parts = append(parts, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // rssOf reads VmRSS of a process in KiB.
@@ -413,5 +425,5 @@ func TestStatFlowsMemory(t *testing.T) {
 		last = rssOf(t, e.d.PID())
 		return last < rssBoundKiB, fmt.Sprintf("RSS %d KiB, bound %d KiB", last, rssBoundKiB)
 	})
-	t.Logf("daemon RSS: %d KiB before, %d KiB at most while answering, %d KiB after", before, peak, last)
+	t.Logf("daemon RSS: %d KiB before, %d KiB at most while answering, %d KiB after (%s)", before, peak, last, rssParts(e.d.PID()))
 }
