@@ -17,7 +17,7 @@ import (
 // when the client did not read it.
 const (
 	bigAnswer = 1 << 20
-	bigList   = 4096
+	bigList   = 1024
 )
 
 // countingWriter counts what went through.

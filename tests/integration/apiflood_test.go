@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -197,8 +198,8 @@ func newFloodEnv(t *testing.T, config string) *floodEnv {
 // checks that root's status answers within 2 s and shows the link's
 // classifier and HTB tree in place, that the drop rule still drops and the
 // marking rule still marks. Afterwards the daemon's memory must come back
-// below rssBound.
-func (fe *floodEnv) attack(mode string, conns int, dur time.Duration) {
+// less than growthKiB above what it was before.
+func (fe *floodEnv) attack(mode string, conns int, dur time.Duration, growthKiB int) {
 	t := fe.t
 	// In the client's network namespace (for its own flows), as nobody.
 	cmd := exec.Command("nsenter", "--net=/run/netns/"+fe.client.NetnsName, "-S", "65534", "-G", "65534", "--", fe.attacker)
@@ -215,6 +216,7 @@ func (fe *floodEnv) attack(mode string, conns int, dur time.Duration) {
 		_ = cmd.Process.Kill()
 		<-done
 	})
+	before := rssOf(t, fe.d.PID())
 	time.Sleep(time.Second) // let it build up
 	_, prevMarked := fe.sn.dscpCounts(unix.IPPROTO_UDP, floodMarkPort)
 	maxRSS, polls, slow := 0, 0, 0
@@ -275,11 +277,11 @@ func (fe *floodEnv) attack(mode string, conns int, dur time.Duration) {
 		t.Errorf("the daemon removed an HTB tree during the attack:\n%s", fe.d.Log())
 	}
 	last := 0
-	eventually(t, 20*time.Second, "daemon memory back below the bound after the attack", func() (bool, string) {
+	eventually(t, 20*time.Second, "daemon memory back after the attack", func() (bool, string) {
 		last = rssOf(t, fe.d.PID())
-		return last < rssBoundKiB, fmt.Sprintf("RSS %d KiB, bound %d KiB", last, rssBoundKiB)
+		return last < before+growthKiB, fmt.Sprintf("RSS %d KiB, %d KiB before the attack", last, before)
 	})
-	t.Logf("daemon RSS after the attack: %d KiB (%s)", last, rssParts(fe.d.PID()))
+	t.Logf("daemon RSS: %d KiB before the attack, %d KiB after (%s)", before, last, rssParts(fe.d.PID()))
 }
 
 // cliStatus runs root's `hostqos status` in the client namespace; it is
@@ -301,9 +303,16 @@ func (fe *floodEnv) cliStatus() (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-// rssBoundKiB is the daemon's resident memory the tests allow after an
-// attack (measured: about 20-30 MiB).
-const rssBoundKiB = 64 << 10
+// How much more resident memory than before an attack the tests allow
+// after it. Measured growth: 0-2 MiB after the connection floods, 3 MiB
+// after unread rule lists (4000 rules), 18-28 MiB after flow statistics of
+// 60,000 flows (the daemon keeps the last reading of the flow table as the
+// base of rates). Before the fixes 22 MiB stayed after the idle flood and
+// 115 MiB after one `stat flows`.
+const (
+	rssGrowthKiB      = 16 << 10
+	rssGrowthFlowsKiB = 40 << 10
+)
 
 func isClosed(c chan struct{}) bool {
 	select {
@@ -348,14 +357,14 @@ func rssOf(t *testing.T, pid int) int {
 // HTB tree), nor keep root out, nor stop enforcement.
 func TestFloodHalfSentRequests(t *testing.T) {
 	fe := newFloodEnv(t, "")
-	fe.attack("hang", 4000, 8*time.Second)
+	fe.attack("hang", 4000, 8*time.Second, rssGrowthKiB)
 }
 
 // TestFloodIdleKeepAlive: connections that make one request and stay idle
 // with keep-alive are bounded the same way.
 func TestFloodIdleKeepAlive(t *testing.T) {
 	fe := newFloodEnv(t, "")
-	fe.attack("idle", 4000, 8*time.Second)
+	fe.attack("idle", 4000, 8*time.Second, rssGrowthKiB)
 }
 
 // TestFloodUnreadAnswers: clients that ask for a long answer (the rule
@@ -363,15 +372,21 @@ func TestFloodIdleKeepAlive(t *testing.T) {
 // freeze the daemon (it used to write under its lock) nor leave it big.
 func TestFloodUnreadAnswers(t *testing.T) {
 	var cfg strings.Builder
-	for i := 0; i < 1500; i++ {
-		fmt.Fprintf(&cfg, "[[rule]]\nname = \"bulk-%04d\"\nproto = \"udp\"\nrport = %d\nclass = \"bulk\"\n", i, 20000+i)
+	const n = 4000 // of datapath.MaxRules = 4096
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&cfg, "[[rule]]\nname = \"bulk-transfers-of-the-flood-test-%04d\"\nproto = \"udp\"\nrport = %d\nclass = \"bulk\"\n", i, 20000+i)
 	}
 	fe := newFloodEnv(t, cfg.String())
 	var rules []api.RuleInfo
-	if err := fe.cli.Get(context.Background(), "/v1/rules", &rules); err != nil || len(rules) < 1500 {
+	if err := fe.cli.Get(context.Background(), "/v1/rules", &rules); err != nil || len(rules) < n {
 		t.Fatalf("rule list: %d rules, %v", len(rules), err)
 	}
-	fe.attack("noread", 2000, 8*time.Second)
+	if b, _ := json.MarshalIndent(rules, "", "  "); len(b) < 3*212992 { // 3 × the default socket buffer
+		t.Fatalf("rule list of %d bytes: too short to fill the socket buffers", len(b))
+	} else {
+		t.Logf("the rule list is %d bytes", len(b))
+	}
+	fe.attack("noread", 2000, 8*time.Second, rssGrowthKiB)
 }
 
 // TestFloodUnreadFlowStats: an ordinary user with a full flow table of its
@@ -379,7 +394,7 @@ func TestFloodUnreadAnswers(t *testing.T) {
 // answers in flight are bounded, and so is the daemon's memory.
 func TestFloodUnreadFlowStats(t *testing.T) {
 	fe := newFloodEnv(t, "")
-	fe.attack("flows", 500, 10*time.Second)
+	fe.attack("flows", 500, 10*time.Second, rssGrowthFlowsKiB)
 }
 
 // TestStatFlowsMemory: answering `stat flows` on a full flow table (it used
@@ -421,9 +436,9 @@ func TestStatFlowsMemory(t *testing.T) {
 		peak = max(peak, rssOf(t, e.d.PID()))
 	}
 	last := 0
-	eventually(t, 20*time.Second, "daemon memory back below the bound after stat flows", func() (bool, string) {
+	eventually(t, 20*time.Second, "daemon memory back after stat flows", func() (bool, string) {
 		last = rssOf(t, e.d.PID())
-		return last < rssBoundKiB, fmt.Sprintf("RSS %d KiB, bound %d KiB", last, rssBoundKiB)
+		return last < before+rssGrowthFlowsKiB, fmt.Sprintf("RSS %d KiB, %d KiB before", last, before)
 	})
 	t.Logf("daemon RSS: %d KiB before, %d KiB at most while answering, %d KiB after (%s)", before, peak, last, rssParts(e.d.PID()))
 }
