@@ -284,6 +284,10 @@ func (d *Daemon) status() api.Status {
 		st.Warnings = append(st.Warnings, d.comp.Warnings...)
 	}
 	for _, name := range d.missing {
+		if why, ok := d.lookupErr[name]; ok {
+			st.Warnings = append(st.Warnings, fmt.Sprintf("link %q: cannot tell whether the interface exists (%s); hostqos manages it once it can", name, why))
+			continue
+		}
 		st.Warnings = append(st.Warnings, fmt.Sprintf("link %q: no such interface now; hostqos manages it as soon as it appears", name))
 	}
 	return st
