@@ -47,6 +47,8 @@ func main() {
 	fs.IntVar(&cfg.FlowTableSize, "flow-table-size", 65536, "entries of each flow table (LRU; one for IPv4, one for IPv6)")
 	fs.IntVar(&cfg.MaxRunsPerUser, "max-runs-per-user", daemon.DefaultMaxRunsPerUser, "hostqos runs one ordinary user (not root, not group hostqos) may have at once")
 	fs.IntVar(&cfg.MaxUserRuns, "max-user-runs", daemon.DefaultMaxUserRuns, "hostqos runs of all ordinary users together (at most 128); the other app-selector slots of the 256 are kept for admin rules")
+	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", daemon.DefaultMaxConnsPerUser, "API connections one ordinary user may hold at once; more are refused at once (root and group hostqos are not limited)")
+	fs.IntVar(&cfg.MaxUserConns, "max-user-conns", daemon.DefaultMaxUserConns, "API connections all ordinary users together may hold at once")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
 	args := os.Args[1:]
@@ -83,6 +85,14 @@ func main() {
 	}
 	if err := daemon.CheckRunLimits(cfg.MaxRunsPerUser, cfg.MaxUserRuns); err != nil {
 		fmt.Fprintln(os.Stderr, "hostqosd:", err)
+		os.Exit(2)
+	}
+	if cfg.MaxConnsPerUser < 1 || cfg.MaxConnsPerUser > 1<<16 {
+		fmt.Fprintf(os.Stderr, "hostqosd: flag --max-conns-per-user = %d: want 1 … 65536\n", cfg.MaxConnsPerUser)
+		os.Exit(2)
+	}
+	if cfg.MaxUserConns < 1 || cfg.MaxUserConns > 1<<16 {
+		fmt.Fprintf(os.Stderr, "hostqosd: flag --max-user-conns = %d: want 1 … 65536\n", cfg.MaxUserConns)
 		os.Exit(2)
 	}
 	if os.Geteuid() != 0 {

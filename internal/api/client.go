@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hostqos/hostqos/internal/policy"
@@ -49,8 +50,7 @@ func NewClient(socket string) *Client {
 	}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
+			return dialSocket(ctx, socket)
 		},
 		DisableKeepAlives: true,
 	}
@@ -81,6 +81,24 @@ func (e *OutcomeUnknownError) Error() string {
 }
 
 func (e *OutcomeUnknownError) Unwrap() error { return e.Last }
+
+// dialSocket connects to the daemon. A full listen backlog (EAGAIN: many
+// clients connecting at once) is waited out until ctx ends, not reported as
+// a daemon that is not running.
+func dialSocket(ctx context.Context, socket string) (net.Conn, error) {
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "unix", socket)
+		if err == nil || !errors.Is(err, syscall.EAGAIN) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
 
 // Error is an error answer from the daemon.
 type Error struct {

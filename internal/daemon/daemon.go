@@ -46,6 +46,11 @@ type Config struct {
 	MaxRunsPerUser int
 	MaxUserRuns    int
 	Logger         *slog.Logger
+	// MaxConnsPerUser and MaxUserConns bound the API connections of
+	// ordinary users: of one uid, and of all of them together (0: the
+	// defaults). Root and group hostqos are not counted.
+	MaxConnsPerUser int
+	MaxUserConns    int
 }
 
 // Daemon is a running hostqosd.
@@ -74,6 +79,8 @@ type Daemon struct {
 	// lastLinkErr is the last error of setting up links again in rescan,
 	// so that a lasting problem is logged once.
 	lastLinkErr string
+	lookup      lookupFunc        // finds interfaces; nil means lookupLink
+	lookupErr   map[string]string // link → last lookup error, logged once
 
 	dp      *datapath.Datapath
 	adopted bool
@@ -116,6 +123,12 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if err := CheckRunLimits(cfg.MaxRunsPerUser, cfg.MaxUserRuns); err != nil {
 		return nil, err
+	}
+	if cfg.MaxConnsPerUser <= 0 {
+		cfg.MaxConnsPerUser = DefaultMaxConnsPerUser
+	}
+	if cfg.MaxUserConns <= 0 {
+		cfg.MaxUserConns = DefaultMaxUserConns
 	}
 	d := &Daemon{
 		cfg: cfg, log: cfg.Logger.With("component", "daemon"), started: time.Now(),
@@ -301,27 +314,29 @@ type linkPlan struct {
 
 // planLinks builds the HTB plan of every managed link that exists now.
 // Interfaces come and go (VPN tunnels, hot-plugged NICs): a missing one is
-// reported in missing and managed once it appears (see rescan).
+// reported in missing and managed once it appears (see rescan). A link whose
+// lookup fails without proof that it is gone stays planned on the ifindex
+// it is set up on, so that applying the plan releases nothing.
 func (d *Daemon) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[string]int, []string, error) {
 	var out []linkPlan
 	var missing []string
 	idx := map[string]int{}
 	for _, l := range p.Links {
-		ifi, err := net.InterfaceByName(l.Name)
-		if err != nil {
+		verdict, ifindex := d.judgeLink(l.Name)
+		if verdict == linkGone || ifindex == 0 { // unknown and not set up: nothing to keep
 			missing = append(missing, l.Name)
 			continue
 		}
-		lp := linkPlan{name: l.Name, ifindex: ifi.Index}
+		lp := linkPlan{name: l.Name, ifindex: ifindex}
 		if l.EgressRate > 0 {
-			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifi.Index, Name: l.Name, Rate: uint64(l.EgressRate)}, comp.Classes, comp.Rules)
+			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate)}, comp.Classes, comp.Rules)
 			if err != nil {
 				return nil, nil, nil, fmt.Errorf("plan HTB tree for link %s: %w", l.Name, err)
 			}
 			lp.plan = &plan
 		}
 		out = append(out, lp)
-		idx[l.Name] = ifi.Index
+		idx[l.Name] = ifindex
 	}
 	return out, idx, missing, nil
 }
@@ -348,13 +363,14 @@ func (d *Daemon) linksDamaged() bool {
 }
 
 // linksChanged reports whether managed interfaces appeared, disappeared or
-// were recreated (new ifindex) since the last apply.
+// were recreated (new ifindex) since the last apply. A failed lookup is no
+// change: only proof that an interface is gone counts as gone.
 func (d *Daemon) linksChanged() bool {
 	for _, l := range d.eff.Policy.Links {
-		ifi, err := net.InterfaceByName(l.Name)
+		verdict, ifindex := d.judgeLink(l.Name)
 		have, managed := d.links[l.Name]
 		switch {
-		case err != nil && managed, err == nil && !managed, err == nil && ifi.Index != have:
+		case verdict == linkGone && managed, verdict == linkPresent && (!managed || ifindex != have):
 			return true
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,15 +64,24 @@ func (d *Daemon) listen() error {
 	}
 	srv := &http.Server{
 		Handler:           d.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: apiReadHeaderTimeout,
+		ReadTimeout:       apiReadTimeout,
+		WriteTimeout:      apiWriteTimeout,
+		IdleTimeout:       apiIdleTimeout,
+		MaxHeaderBytes:    apiMaxHeaderBytes,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if ac, ok := c.(*apiConn); ok {
+				ctx = context.WithValue(ctx, connKey{}, ac.Conn)
+				return context.WithValue(ctx, credKey{}, ac.peer)
+			}
 			ctx = context.WithValue(ctx, connKey{}, c)
 			return context.WithValue(ctx, credKey{}, peerOf(c))
 		},
 	}
 	d.srv = srv
+	limited := newConnLimiter(ln, d.cfg.MaxConnsPerUser, d.cfg.MaxUserConns, peerOf, d.log)
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(limited); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("api server stopped", "err", err)
 		}
 	}()
@@ -158,6 +168,10 @@ func (e *badRequest) Unwrap() error { return e.err }
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.Len() > 0 {
+		_ = writeList(w, rv) // lists can be long: element by element
+		return
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
@@ -310,7 +324,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/runs", d.handleRuns)
 	mux.HandleFunc("POST /v1/runs", d.handleStartRun)
 	mux.HandleFunc("DELETE /v1/runs/{id}", d.handleEndRun)
-	mux.HandleFunc("GET /v1/stats/{kind}", d.handleStats)
+	mux.HandleFunc("GET /v1/stats/{kind}", boundFlowAnswers(d.handleStats))
 	mux.HandleFunc("POST /v1/reload", mutating(d.handleReload))
 	mux.HandleFunc("POST /v1/down", mutating(d.handleDown))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -356,6 +370,10 @@ func (d *Daemon) status() api.Status {
 		st.Warnings = append(st.Warnings, d.comp.Warnings...)
 	}
 	for _, name := range d.missing {
+		if why, ok := d.lookupErr[name]; ok {
+			st.Warnings = append(st.Warnings, fmt.Sprintf("link %q: cannot tell whether the interface exists (%s); hostqos manages it once it can", name, why))
+			continue
+		}
 		st.Warnings = append(st.Warnings, fmt.Sprintf("link %q: no such interface now; hostqos manages it as soon as it appears", name))
 	}
 	return st
@@ -373,9 +391,9 @@ func (d *Daemon) linkStatusLocked() []api.LinkStatus {
 				ls.Error = "hostqos's classifier is not attached in the kernel (detached by someone else?); the daemon puts it back within a second"
 			}
 			if l.EgressRate > 0 {
-				owned, _ := shaper.Owned(ifindex)
-				ls.Shaping = owned
-				if !owned {
+				owned, err := shaper.Owned(ifindex)
+				ls.Shaping = owned || err != nil // unknown is not reported as removed
+				if !ls.Shaping {
 					ls.Error = "hostqos's HTB root is not on the link (removed by someone else?); the daemon rebuilds it within a second unless another root qdisc took its place"
 				}
 			}
@@ -391,8 +409,9 @@ func (d *Daemon) linkStatusLocked() []api.LinkStatus {
 
 func (d *Daemon) handleLinks(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	writeJSON(w, http.StatusOK, d.linkStatusLocked())
+	links := d.linkStatusLocked()
+	d.mu.Unlock() // never write to a client under the lock: it may not read
+	writeJSON(w, http.StatusOK, links)
 }
 
 func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
@@ -408,7 +427,10 @@ func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l.Name = name
-	if _, err := net.InterfaceByName(name); err != nil {
+	if _, gone, err := lookupLink(name); err != nil {
+		writeErr(w, err)
+		return
+	} else if gone {
 		writeErr(w, &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", policy.Clip(name)), Field: "name", Value: policy.Clip(name),
 			Reason: "no such interface in this network namespace", Fix: "check the name with `ip link`; to manage an interface that comes later (a VPN tunnel), add it to the config file"})
 		return
@@ -461,7 +483,6 @@ func hasLink(p *policy.Policy, name string) bool {
 func (d *Daemon) handleClasses(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	var out []api.ClassInfo
 	for _, c := range d.eff.Policy.Classes {
 		if name != "" && c.Name != name {
@@ -469,6 +490,7 @@ func (d *Daemon) handleClasses(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, api.ClassInfo{Class: c, Source: d.eff.Sources["class/"+c.Name]})
 	}
+	d.mu.Unlock() // never write to a client under the lock: it may not read
 	if name != "" {
 		if len(out) == 0 {
 			writeErr(w, &notFoundError{what: "class", name: name})
@@ -531,7 +553,6 @@ func (d *Daemon) handleRules(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	who := callerOf(r)
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	hidden := d.hiddenRulesLocked(who)
 	var out []api.RuleInfo
 	for _, ru := range d.eff.Policy.OrderedRules() {
@@ -547,6 +568,7 @@ func (d *Daemon) handleRules(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, ri)
 	}
+	d.mu.Unlock() // never write to a client under the lock: it may not read
 	if name != "" {
 		if len(out) == 0 {
 			writeErr(w, &notFoundError{what: "rule", name: name})
@@ -561,13 +583,13 @@ func (d *Daemon) handleRules(w http.ResponseWriter, r *http.Request) {
 func (d *Daemon) handleRuns(w http.ResponseWriter, r *http.Request) {
 	who := callerOf(r)
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	out := []*api.Run{}
 	for _, id := range sortedKeys(d.temp.Runs) {
 		if run := d.temp.Runs[id]; who.Privileged || run.UID == who.UID {
 			out = append(out, toAPIRun(run))
 		}
 	}
+	d.mu.Unlock() // never write to a client under the lock: it may not read
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -661,9 +683,9 @@ func (d *Daemon) handleStats(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	// Stats can hold a whole flow table: compact JSON, no indentation pass.
+	// Stats can hold a whole flow table: compact JSON, streamed.
 	w.Header().Set("Content-Type", "application/json")
-	if err := json.NewEncoder(w).Encode(st); err != nil {
+	if err := writeStats(w, st); err != nil {
 		d.log.Warn("send stats", "err", err)
 	}
 }

@@ -1,0 +1,191 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hostqos/hostqos/internal/api"
+)
+
+// Default bounds of ordinary users' API connections (hostqosd flags
+// --max-conns-per-user and --max-user-conns).
+const (
+	DefaultMaxConnsPerUser = 16
+	DefaultMaxUserConns    = 128
+)
+
+// Timeouts and sizes of API requests. An ordinary user cannot hold a
+// connection (a file descriptor, a goroutine, buffers) longer than these.
+const (
+	apiReadHeaderTimeout = 10 * time.Second // request line and headers
+	apiReadTimeout       = 10 * time.Second // the whole request, body included
+	apiWriteTimeout      = 30 * time.Second // handling plus sending the answer
+	apiIdleTimeout       = 30 * time.Second // keep-alive between requests
+	apiMaxHeaderBytes    = 64 << 10
+)
+
+// connLimiter is the API listener: it learns each connection's peer
+// (SO_PEERCRED) once, at accept, and refuses a connection of an ordinary
+// user at once — a short 503 answer, then close — when that user, or
+// ordinary users together, already hold as many as allowed. Privileged
+// peers (root, group hostqos) are never counted nor refused, so no flood of
+// ordinary users' connections keeps the admin out.
+type connLimiter struct {
+	net.Listener
+	perUser, total int
+	peerOf         func(net.Conn) *peer
+	log            *slog.Logger
+
+	mu       sync.Mutex
+	byUID    map[uint32]int
+	users    int       // live connections of ordinary users
+	refused  int       // since the last warning
+	lastWarn time.Time // of the last "refused" log line
+	answers  chan struct{}
+}
+
+func newConnLimiter(ln net.Listener, perUser, total int, peerOf func(net.Conn) *peer, log *slog.Logger) *connLimiter {
+	return &connLimiter{Listener: ln, perUser: perUser, total: total, peerOf: peerOf, log: log,
+		byUID: map[uint32]int{}, answers: make(chan struct{}, 32)}
+}
+
+// apiConn is an accepted API connection and who is at the other end.
+type apiConn struct {
+	net.Conn
+	peer *peer
+	once sync.Once
+	done func()
+}
+
+func (c *apiConn) Close() error {
+	err := c.Conn.Close()
+	if c.done != nil {
+		c.once.Do(c.done)
+	}
+	return err
+}
+
+// Accept returns the next connection the limits allow.
+func (l *connLimiter) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		p := l.peerOf(c)
+		if p.Privileged {
+			return &apiConn{Conn: c, peer: p}, nil
+		}
+		why := l.admit(p.UID)
+		if why == "" {
+			uid := p.UID
+			return &apiConn{Conn: c, peer: p, done: func() { l.release(uid) }}, nil
+		}
+		l.refuse(c, why)
+	}
+}
+
+// admit counts a new connection of an ordinary user, or says why not.
+func (l *connLimiter) admit(uid uint32) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var why string
+	switch {
+	case l.byUID[uid] >= l.perUser:
+		why = fmt.Sprintf("too many API connections of uid %d (limit %d per user); close some, or the admin raises it with hostqosd --max-conns-per-user", uid, l.perUser)
+	case l.users >= l.total:
+		why = fmt.Sprintf("too many API connections of ordinary users (limit %d in all); try again later, or the admin raises it with hostqosd --max-user-conns", l.total)
+	default:
+		l.byUID[uid]++
+		l.users++
+		return ""
+	}
+	l.refused++
+	if time.Since(l.lastWarn) > 10*time.Second {
+		l.log.Warn("api connections refused", "refused", l.refused, "uid", uid, "reason", why)
+		l.lastWarn, l.refused = time.Now(), 0
+	}
+	return why
+}
+
+func (l *connLimiter) release(uid uint32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.users--
+	if l.byUID[uid]--; l.byUID[uid] <= 0 {
+		delete(l.byUID, uid)
+	}
+}
+
+// refuse answers a refused connection with 503 and why, when few such
+// answers are under way; otherwise it just closes it. Either way the
+// connection holds no file descriptor for more than a moment.
+func (l *connLimiter) refuse(c net.Conn, why string) {
+	select {
+	case l.answers <- struct{}{}:
+	default:
+		c.Close()
+		return
+	}
+	go func() {
+		defer func() { <-l.answers }()
+		defer c.Close()
+		body, _ := json.Marshal(api.ErrorBody{Error: why})
+		_ = c.SetDeadline(time.Now().Add(250 * time.Millisecond))
+		_, err := fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s\n", len(body)+1, body)
+		if err != nil {
+			return
+		}
+		// Read what the client sent, so that closing does not reset the
+		// connection before it read the answer.
+		if uc, ok := c.(*net.UnixConn); ok {
+			_ = uc.CloseWrite()
+		}
+		buf := make([]byte, 4096)
+		for n := 0; n < 64<<10; {
+			k, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			n += k
+		}
+	}()
+}
+
+// maxUserFlowAnswers is how many flow or app statistics answers of ordinary
+// users are built and sent at once: each can hold a whole flow table while
+// its client reads (or does not). Root and group hostqos are not limited.
+const maxUserFlowAnswers = 2
+
+// flowAnswerWait is how long such a request waits for a place.
+var flowAnswerWait = 5 * time.Second
+
+// boundFlowAnswers wraps the statistics handler: an ordinary user's flows or
+// apps request waits (up to 5 s) for one of maxUserFlowAnswers places,
+// then gets 503.
+func boundFlowAnswers(h http.HandlerFunc) http.HandlerFunc {
+	places := make(chan struct{}, maxUserFlowAnswers)
+	return func(w http.ResponseWriter, r *http.Request) {
+		kind := r.PathValue("kind")
+		if callerOf(r).Privileged || (kind != "flows" && kind != "apps") {
+			h(w, r)
+			return
+		}
+		wait := time.NewTimer(flowAnswerWait)
+		defer wait.Stop()
+		select {
+		case places <- struct{}{}:
+			defer func() { <-places }()
+			h(w, r)
+		case <-wait.C:
+			writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Error: fmt.Sprintf(
+				"busy: %d flow statistics answers to ordinary users are under way (the limit); try again", maxUserFlowAnswers)})
+		case <-r.Context().Done():
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestConnLimiter: an ordinary user's connections beyond the per-user limit,
+// and all ordinary users' beyond the total, are answered 503 and closed at
+// once; a closed connection frees its place; a privileged peer is admitted
+// whatever ordinary users hold.
+func TestConnLimiter(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var next atomic.Pointer[peer] // who the next connection is
+	l := newConnLimiter(ln, 2, 3, func(net.Conn) *peer { return next.Load() }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	// dial connects as p; it returns the server side, or the refusal.
+	dial := func(p *peer) (net.Conn, string) {
+		t.Helper()
+		next.Store(p)
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		select {
+		case s := <-accepted:
+			return s, ""
+		case <-time.After(200 * time.Millisecond):
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("refused connection: no answer: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("refused connection: status %d", resp.StatusCode)
+		}
+		return nil, string(body)
+	}
+	alice, bob := &peer{UID: 1000}, &peer{UID: 1001}
+	root := &peer{UID: 0, Privileged: true}
+	a1, _ := dial(alice)
+	if a1 == nil {
+		t.Fatal("first connection of alice refused")
+	}
+	if s, _ := dial(alice); s == nil {
+		t.Fatal("second connection of alice refused")
+	}
+	if s, why := dial(alice); s != nil || !strings.Contains(why, "--max-conns-per-user") {
+		t.Fatalf("third connection of alice (limit 2 per user): admitted %v, %q", s != nil, why)
+	}
+	if s, _ := dial(bob); s == nil {
+		t.Fatal("first connection of bob refused")
+	}
+	if s, why := dial(bob); s != nil || !strings.Contains(why, "--max-user-conns") {
+		t.Fatalf("fourth connection of ordinary users (limit 3): admitted %v, %q", s != nil, why)
+	}
+	for i := 0; i < 5; i++ {
+		if s, why := dial(root); s == nil {
+			t.Fatalf("root refused: %s", why)
+		}
+	}
+	a1.Close()
+	a1.Close() // a second close frees nothing more
+	if s, why := dial(alice); s == nil {
+		t.Fatalf("alice refused after closing one: %s", why)
+	}
+	if s, _ := dial(bob); s != nil {
+		t.Fatal("bob admitted beyond the total after alice took her place back")
+	}
+}
+
+// TestBoundFlowAnswers: ordinary users get at most maxUserFlowAnswers flow
+// answers at once (the next waits, then gets 503); root is not held back.
+func TestBoundFlowAnswers(t *testing.T) {
+	flowAnswerWait = 100 * time.Millisecond
+	release := make(chan struct{})
+	var inside atomic.Int32
+	h := boundFlowAnswers(func(w http.ResponseWriter, r *http.Request) { inside.Add(1); <-release })
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/stats/{kind}", h)
+	call := func(p *peer) int {
+		r := httptest.NewRequest(http.MethodGet, "/v1/stats/flows", nil)
+		r = r.WithContext(context.WithValue(r.Context(), credKey{}, p))
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		return w.Code
+	}
+	user := &peer{UID: 1000}
+	var wg sync.WaitGroup
+	for i := 0; i < maxUserFlowAnswers; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); call(user) }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	if code := call(user); code != http.StatusServiceUnavailable {
+		t.Errorf("flow answer beyond the limit: status %d, want 503", code)
+	}
+	rootDone := make(chan int)
+	go func() { rootDone <- call(&peer{Privileged: true}) }()
+	time.Sleep(50 * time.Millisecond)
+	if n := inside.Load(); n != maxUserFlowAnswers+1 {
+		t.Errorf("%d answers under way with root's, want %d: root was held back", n, maxUserFlowAnswers+1)
+	}
+	close(release)
+	if code := <-rootDone; code != http.StatusOK {
+		t.Errorf("root's flow answer: status %d", code)
+	}
+	wg.Wait()
+}
