@@ -209,3 +209,29 @@ func TestRunTargetCheck(t *testing.T) {
 		t.Errorf("open exited process: %v", err)
 	}
 }
+
+// TestStatusHidesOtherUsersRuns: an ordinary user's status counts only
+// their own runs and carries no warning about another user's run rule
+// (issue 7, item 12); root sees all.
+func TestStatusHidesOtherUsersRuns(t *testing.T) {
+	d := &Daemon{temp: newOverlay(), persist: newOverlay(), base: policy.DefaultPolicy(), cfg: Config{BPFFSDir: t.TempDir()}}
+	runOverlay(d.temp, "mine", 65534, false)
+	runOverlay(d.temp, "other", 1001, false)
+	d.eff = merge(d.base, d.persist, d.temp)
+	d.comp = &compiled{Warnings: []string{
+		`rule "run-other": cgroup /hostqos/run-other does not exist; the rule matches nothing until it does`,
+		`rule "run-mine": cgroup /hostqos/run-mine does not exist; the rule matches nothing until it does`,
+	}}
+	st := d.statusFor(&peer{UID: 65534})
+	if st.Counts.Runs != 1 || st.Counts.Rules != len(d.eff.Policy.Rules)-1 {
+		t.Errorf("nobody's counts: runs %d rules %d (of %d)", st.Counts.Runs, st.Counts.Rules, len(d.eff.Policy.Rules))
+	}
+	all := strings.Join(st.Warnings, "\n")
+	if strings.Contains(all, "run-other") || !strings.Contains(all, "run-mine") {
+		t.Errorf("nobody's warnings:\n%s", all)
+	}
+	st = d.statusFor(&peer{Privileged: true})
+	if st.Counts.Runs != 2 || !strings.Contains(strings.Join(st.Warnings, "\n"), "run-other") {
+		t.Errorf("root's status: runs %d warnings %q", st.Counts.Runs, st.Warnings)
+	}
+}

@@ -334,10 +334,27 @@ func (d *Daemon) routes() http.Handler {
 }
 
 func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, d.status())
+	writeJSON(w, http.StatusOK, d.statusFor(callerOf(r)))
 }
 
-func (d *Daemon) status() api.Status {
+// status is what a privileged caller sees of the daemon.
+func (d *Daemon) status() api.Status { return d.statusFor(&peer{Privileged: true}) }
+
+// statusFor is the daemon's status as who may see it: an ordinary user gets
+// no warning about another user's run. The flow table is counted after the
+// lock is released (a walk of a full table takes milliseconds, and status
+// is open to everyone).
+func (d *Daemon) statusFor(who *peer) api.Status {
+	st, dp := d.statusLocked(who)
+	if dp != nil {
+		n := 0
+		_ = dp.Flows(func(datapath.Flow) bool { n++; return true })
+		st.Counts.Flows = n
+	}
+	return st
+}
+
+func (d *Daemon) statusLocked(who *peer) (api.Status, *datapath.Datapath) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := api.Status{Daemon: api.DaemonStatus{
@@ -356,18 +373,20 @@ func (d *Daemon) status() api.Status {
 		} else {
 			st.Datapath.Error = err.Error()
 		}
-		n := 0
-		_ = d.dp.Flows(func(datapath.Flow) bool { n++; return true })
-		st.Counts.Flows = n
 	}
 	st.Links = d.linkStatusLocked()
 	st.Counts.Links = len(d.eff.Policy.Links)
 	st.Counts.Classes = len(d.eff.Policy.Classes)
-	st.Counts.Rules = len(d.eff.Policy.Rules)
-	st.Counts.Runs = len(d.temp.Runs)
+	hidden := d.hiddenRulesLocked(who)
+	st.Counts.Rules = len(d.eff.Policy.Rules) - len(hidden)
+	st.Counts.Runs = len(d.temp.Runs) - len(hidden) // a hidden rule is another user's run
 	st.Warnings = append(st.Warnings, d.eff.Policy.Warnings()...)
 	if d.comp != nil {
-		st.Warnings = append(st.Warnings, d.comp.Warnings...)
+		for _, w := range d.comp.Warnings {
+			if !mentionsRule(w, hidden) {
+				st.Warnings = append(st.Warnings, w)
+			}
+		}
 	}
 	for _, name := range d.missing {
 		if why, ok := d.lookupErr[name]; ok {
@@ -376,7 +395,18 @@ func (d *Daemon) status() api.Status {
 		}
 		st.Warnings = append(st.Warnings, fmt.Sprintf("link %q: no such interface now; hostqos manages it as soon as it appears", name))
 	}
-	return st
+	return st, d.dp
+}
+
+// mentionsRule reports whether a compile warning is about one of the rules
+// named in set (warnings name their rule as `rule "NAME"`).
+func mentionsRule(warning string, set map[string]bool) bool {
+	for name := range set {
+		if strings.Contains(warning, fmt.Sprintf("rule %q", name)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *Daemon) linkStatusLocked() []api.LinkStatus {
