@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -231,7 +232,7 @@ func resolveExe(pattern string) (exeResolution, error) {
 	var res exeResolution
 	paths := []string{pattern}
 	if strings.ContainsAny(pattern, "*?[") {
-		m, err := filepath.Glob(pattern)
+		m, err := globStrict(pattern)
 		if err != nil {
 			return res, fmt.Errorf("expand exe glob %s: %w", pattern, err)
 		}
@@ -284,4 +285,55 @@ func resolveExe(pattern string) (exeResolution, error) {
 // same on every shaped link.
 func classLeafID(idx int) uint32 {
 	return uint32(shaper.Handle)<<16 | uint32(shaper.LeafBase+uint16(idx))
+}
+
+// globStrict is filepath.Glob that fails on a directory it cannot read
+// for a reason other than its absence or its permissions (out of file
+// descriptors, an I/O error): filepath.Glob skips such a directory, and a
+// glob that silently matched nothing would let a re-resolution unmark the
+// rule's programs on an error that proves nothing.
+func globStrict(pattern string) ([]string, error) {
+	if _, err := filepath.Match(pattern, ""); err != nil {
+		return nil, err // a malformed pattern
+	}
+	if !strings.ContainsAny(pattern, "*?[\\") {
+		if _, err := os.Lstat(pattern); err != nil {
+			if ignorableDirErr(err) {
+				return nil, nil
+			}
+			return nil, err
+		}
+		return []string{pattern}, nil
+	}
+	dir, file := filepath.Split(pattern)
+	dir = filepath.Clean(dir)
+	dirs := []string{dir}
+	if dir != pattern && strings.ContainsAny(dir, "*?[\\") {
+		var err error
+		if dirs, err = globStrict(dir); err != nil {
+			return nil, err
+		}
+	}
+	var out []string
+	for _, d := range dirs {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			if ignorableDirErr(err) {
+				continue
+			}
+			return nil, err
+		}
+		for _, e := range entries {
+			if ok, _ := filepath.Match(file, e.Name()); ok {
+				out = append(out, filepath.Join(d, e.Name()))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// ignorableDirErr is an error that a glob may take as "nothing here".
+func ignorableDirErr(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, fs.ErrPermission)
 }

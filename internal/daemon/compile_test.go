@@ -1,10 +1,13 @@
 package daemon
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -66,5 +69,66 @@ func TestResolveExeSaysWhatItCannotResolve(t *testing.T) {
 	}
 	if n := strings.Join(c.Resolved["missing"], "; "); n != "exe: no such file yet" || len(c.Warnings) != 1 {
 		t.Errorf("missing: notes %q warnings %q", n, c.Warnings)
+	}
+}
+
+// TestGlobStrict: globStrict matches what filepath.Glob matches, and where
+// filepath.Glob would silently match nothing because a directory cannot be
+// read for want of file descriptors, it fails, so that a re-resolution
+// keeps the rule's last identities instead of unmarking its programs.
+func TestGlobStrict(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"a/app1", "a/app2", "a/other", "b/app3", "c/x/app4"} {
+		p = filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, pat := range []string{"*/app*", "a/app?", "[ab]/*", "*/x/*", "a/app1", "nope/*", "a/nope", "*"} {
+		pat = filepath.Join(dir, pat)
+		want, _ := filepath.Glob(pat)
+		got, err := globStrict(pat)
+		if err != nil {
+			t.Errorf("globStrict(%s): %v", pat, err)
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("globStrict(%s) = %v, filepath.Glob = %v", pat, got, want)
+		}
+	}
+	if _, err := globStrict(filepath.Join(dir, "[")); err == nil {
+		t.Error("malformed pattern accepted")
+	}
+
+	// Out of file descriptors: an error, not an empty match.
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	fds, _ := os.ReadDir("/proc/self/fd")
+	low := lim
+	low.Cur = uint64(len(fds))
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	var filler []int // take every descriptor still free below the limit
+	for {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		filler = append(filler, fd)
+	}
+	got, err := globStrict(filepath.Join(dir, "a/app*"))
+	for _, fd := range filler {
+		unix.Close(fd)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if err == nil || !errors.Is(err, unix.EMFILE) {
+		t.Errorf("glob without free descriptors: %v, %v; want EMFILE", got, err)
 	}
 }
