@@ -542,10 +542,24 @@ func (d *Datapath) RuleCounters() ([]Counters, error) {
 		if err == nil {
 			return out, nil
 		}
-		d.log.Warn("map iterator unavailable, using batch lookups", "error", err)
-		d.noIter.Store(true)
+		d.iterFailed(err)
 	}
 	return d.ruleCountersBatch()
+}
+
+// iterFailed falls back to batch lookups after a failed map-iterator dump:
+// for good when the kernel cannot run the iterator, for this one read when
+// the failure was for want of resources (descriptors, memory), which
+// proves nothing about the kernel.
+func (d *Datapath) iterFailed(err error) {
+	for _, transient := range []error{unix.EMFILE, unix.ENFILE, unix.ENOMEM, unix.EAGAIN, unix.EINTR} {
+		if errors.Is(err, transient) {
+			d.log.Warn("map iterator failed for want of resources; batch lookups for this read", "error", err)
+			return
+		}
+	}
+	d.log.Warn("map iterator unavailable, using batch lookups", "error", err)
+	d.noIter.Store(true)
 }
 
 func (d *Datapath) ruleCountersBatch() ([]Counters, error) {

@@ -329,8 +329,7 @@ func (d *Datapath) scanFlows(fn func(*hostqosHqFlowKey, *hostqosHqFlow) bool) er
 		if err == nil {
 			return nil
 		}
-		d.log.Warn("map iterator unavailable, using batch lookups", "error", err)
-		d.noIter.Store(true)
+		d.iterFailed(err)
 	}
 	return d.flowsBatch(fn)
 }

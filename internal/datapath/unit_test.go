@@ -2,7 +2,10 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -134,5 +137,22 @@ func TestMountinfoDev(t *testing.T) {
 	}
 	if _, ok := mountinfoDev(info, 4); ok {
 		t.Error("mount 4 found")
+	}
+}
+
+// TestIterFailedKeepsIteratorOnTransientErrors: a dump that failed for want
+// of descriptors or memory falls back to batch lookups for that read only;
+// a kernel that cannot run the iterator switches to batch lookups for good.
+func TestIterFailedKeepsIteratorOnTransientErrors(t *testing.T) {
+	d := &Datapath{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, err := range []error{unix.EMFILE, fmt.Errorf("create iterator: %w", unix.ENFILE), unix.ENOMEM} {
+		d.iterFailed(err)
+		if d.noIter.Load() {
+			t.Fatalf("%v: iterator given up for good", err)
+		}
+	}
+	d.iterFailed(fmt.Errorf("create iterator: %w", unix.EINVAL))
+	if !d.noIter.Load() {
+		t.Error("EINVAL: iterator kept")
 	}
 }
