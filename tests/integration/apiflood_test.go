@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,36 +19,31 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/api"
-	"github.com/hostqos/hostqos/internal/lab"
 )
 
 // The API flood tests attack the daemon's socket as the ordinary user
-// "nobody" — a copy of this test binary, re-executed with these variables —
-// and check that enforcement and the admin's access survive.
+// "nobody" — a copy of this test binary run with attackerEnv set to the
+// flood's mode (see attackerMain) — and check that enforcement and the
+// admin's access survive. The flood's settings:
 const (
-	attackEnv    = "HOSTQOS_IT_ATTACK" // hang, idle or noread
-	attackSocket = "HOSTQOS_IT_ATTACK_SOCKET"
-	attackFor    = "HOSTQOS_IT_ATTACK_FOR"
-	attackConns  = "HOSTQOS_IT_ATTACK_CONNS"
+	attackFor   = "HQ_IT_ATTACK_FOR"   // how long
+	attackConns = "HQ_IT_ATTACK_CONNS" // how many at once
 )
-
-func init() {
-	if mode := os.Getenv(attackEnv); mode != "" {
-		os.Exit(attackMain(mode))
-	}
-}
 
 // attackMain is the attacker: conns goroutines, each keeping one
 // connection to the API socket busy the way mode says, reconnecting as soon
 // as the daemon drops it, until the time is up.
 func attackMain(mode string) int {
-	sock := os.Getenv(attackSocket)
+	sock := os.Getenv("HQ_IT_SOCKET")
 	dur, err := time.ParseDuration(os.Getenv(attackFor))
 	if err != nil {
 		fmt.Println("attacker:", err)
 		return 2
 	}
 	conns, _ := strconv.Atoi(os.Getenv(attackConns))
+	if mode == "runs" {
+		return runsFlood(os.Getenv("HQ_IT_HOSTQOS"), sock, conns, dur)
+	}
 	var payload string
 	switch mode {
 	case "hang": // headers and part of a body, then nothing
@@ -123,6 +117,39 @@ func attackMain(mode string) int {
 	return 0
 }
 
+// runsFlood keeps conns `hostqos run -- sleep 2` going at once, each
+// started again as soon as it ends or is refused, until dur is up: an
+// ordinary user trying to fill the daemon's app-selector slots.
+func runsFlood(hostqos, sock string, conns int, dur time.Duration) int {
+	end := time.Now().Add(dur)
+	var started, refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < conns; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				out, err := exec.Command(hostqos, "--socket", sock, "run", "--class", "bulk", "--", "sleep", "2").CombinedOutput()
+				switch {
+				case err == nil:
+					started.Add(1)
+				case strings.Contains(string(out), "--max-runs-per-user"):
+					refused.Add(1)
+					time.Sleep(50 * time.Millisecond)
+				default:
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("attacker runs: %d connections made: %d runs started, %d refused for the per-user limit\n", started.Load()+refused.Load(), started.Load(), refused.Load())
+	if refused.Load() == 0 {
+		return 1 // the limit never held anything back: the attack did not test it
+	}
+	return 0
+}
+
 // makeFlows sends one UDP packet to each of 60,000 ports of the server
 // (IPv4 and IPv6): as many flows in the daemon's table.
 func makeFlows() error {
@@ -147,8 +174,9 @@ func makeFlows() error {
 // EF marking rule, traffic to both ports, and a sniffer at the receiver.
 type floodEnv struct {
 	*env
-	sn       *sniffer
-	attacker string // the test binary, copied where nobody can run it
+	sn *sniffer
+	// each, if set, is called every second of an attack, after the checks.
+	each func(second int)
 }
 
 const (
@@ -168,19 +196,9 @@ func newFloodEnv(t *testing.T, config string) *floodEnv {
 	e.hostqos("link", "set", e.iface(), "--egress-rate", "100mbit")
 	e.hostqos("rule", "add", "blocked", "--proto", "udp", "--rport", strconv.Itoa(floodDropPort), "--action", "drop")
 	e.hostqos("rule", "add", "marked", "--proto", "udp", "--rport", strconv.Itoa(floodMarkPort), "--dscp", "EF")
-	for _, d := range []string{e.dir, filepath.Dir(e.dir), filepath.Dir(e.d.Socket)} { // reachable for nobody
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fe := &floodEnv{env: e, attacker: filepath.Join(e.dir, "attacker")}
-	if err := lab.CopyExecutable(self, fe.attacker); err != nil {
-		t.Fatal(err)
-	}
+	openForNobody(t, e)
+	fe := &floodEnv{env: e}
+	var err error
 	if fe.sn, err = startSniffer(e.server, e.server.Iface("client")); err != nil {
 		t.Fatal(err)
 	}
@@ -199,11 +217,11 @@ func newFloodEnv(t *testing.T, config string) *floodEnv {
 // classifier and HTB tree in place, that the drop rule still drops and the
 // marking rule still marks. Afterwards the daemon's memory must come back
 // less than growthKiB above what it was before.
-func (fe *floodEnv) attack(mode string, conns int, dur time.Duration, growthKiB int) {
+func (fe *floodEnv) attack(mode string, conns int, dur time.Duration, growthKiB int) (attackerOutput string) {
 	t := fe.t
 	// In the client's network namespace (for its own flows), as nobody.
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+fe.client.NetnsName, "-S", "65534", "-G", "65534", "--", fe.attacker)
-	cmd.Env = append(os.Environ(), attackEnv+"="+mode, attackSocket+"="+fe.d.Socket,
+	cmd := fe.asUser(uidNobody, fe.attacker())
+	cmd.Env = append(os.Environ(), attackerEnv+"="+mode, "HQ_IT_SOCKET="+fe.d.Socket, "HQ_IT_HOSTQOS="+hostqosBin(),
 		attackFor+"="+dur.String(), attackConns+"="+strconv.Itoa(conns))
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -262,6 +280,9 @@ func (fe *floodEnv) attack(mode string, conns int, dur time.Duration, growthKiB 
 		}
 		prevMarked = n
 		maxRSS = max(maxRSS, rssOf(t, fe.d.PID()))
+		if fe.each != nil {
+			fe.each(i)
+		}
 	}
 	t.Logf("%s; daemon RSS at most %d KiB during the attack; hostqos status took at most %v",
 		strings.TrimSpace(out.String()), maxRSS, maxCLI.Round(time.Millisecond))
@@ -282,6 +303,7 @@ func (fe *floodEnv) attack(mode string, conns int, dur time.Duration, growthKiB 
 		return last < before+growthKiB, fmt.Sprintf("RSS %d KiB, %d KiB before the attack", last, before)
 	})
 	t.Logf("daemon RSS: %d KiB before the attack, %d KiB after (%s)", before, last, rssParts(fe.d.PID()))
+	return out.String()
 }
 
 // cliStatus runs root's `hostqos status` in the client namespace; it is
@@ -441,4 +463,33 @@ func TestStatFlowsMemory(t *testing.T) {
 		return last < before+rssGrowthFlowsKiB, fmt.Sprintf("RSS %d KiB, %d KiB before", last, before)
 	})
 	t.Logf("daemon RSS: %d KiB before, %d KiB at most while answering, %d KiB after (%s)", before, peak, last, rssParts(e.d.PID()))
+}
+
+// TestFloodRuns (issue 7, item 6): an ordinary user keeping 64 `hostqos
+// run`s going at once gets 4 (--max-runs-per-user) and the rest refused;
+// meanwhile root's status answers, enforcement holds, and root's app rules
+// (--exe, --user) are accepted: user runs never take the slots admin rules
+// need.
+func TestFloodRuns(t *testing.T) {
+	fe := newFloodEnv(t, "")
+	fe.each = func(second int) {
+		if second != 3 {
+			return
+		}
+		for _, args := range [][]string{
+			{"rule", "add", "during-exe", "--exe", "/usr/bin/true", "--dscp", "AF41"},
+			{"rule", "add", "during-user", "--user", "nobody", "--class", "bulk"},
+		} {
+			if out, err := fe.hostqosErr(args...); err != nil {
+				t.Errorf("second %d of the attack: root's %s: %v\n%s", second, strings.Join(args, " "), err, out)
+			}
+		}
+		if st := fe.status(); st.Counts.Runs > 4 {
+			t.Errorf("second %d of the attack: %d runs of nobody, the limit is 4", second, st.Counts.Runs)
+		}
+	}
+	out := fe.attack("runs", 64, 8*time.Second, rssGrowthKiB)
+	if !strings.Contains(out, "runs started") || strings.Contains(out, " 0 refused") {
+		t.Errorf("the per-user limit held nothing back: %s", out)
+	}
 }

@@ -358,6 +358,8 @@ func TestRunRefusesChangedOrExitedProcess(t *testing.T) {
 func attackerMain() int {
 	sock := os.Getenv("HQ_IT_SOCKET")
 	switch mode := os.Getenv(attackerEnv); mode {
+	case "hang", "idle", "noread", "flows", "runs": // floods (apiflood_test.go)
+		return attackMain(mode)
 	case "get":
 		var raw json.RawMessage
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
