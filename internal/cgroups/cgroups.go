@@ -4,7 +4,6 @@
 package cgroups
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/hostqos/hostqos/internal/mounts"
 )
 
 // ErrNoCgroup2 is Root's error when no cgroup2 file system is mounted in
@@ -21,63 +22,19 @@ var ErrNoCgroup2 = errors.New("find cgroup v2 mount: no cgroup2 filesystem is mo
 
 // Root returns the mount point of the cgroup v2 (unified) hierarchy, read
 // from the mount table. Hybrid layouts mount it below /sys/fs/cgroup (for
-// example /sys/fs/cgroup/unified); pure v2 systems at /sys/fs/cgroup.
+// example /sys/fs/cgroup/unified); pure v2 systems at /sys/fs/cgroup. The
+// first cgroup2 mount is the system's; later ones are usually bind mounts
+// made for containers or tests.
 func Root() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	table, err := mounts.Read()
 	if err != nil {
-		return "", fmt.Errorf("read mount table: %w", err)
+		return "", err
 	}
-	defer f.Close()
-	return parseMountinfo(f)
-}
-
-func parseMountinfo(f interface{ Read([]byte) (int, error) }) (string, error) {
-	sc := bufio.NewScanner(f)
-	best := ""
-	for sc.Scan() {
-		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - cgroup2 cgroup rw
-		line := sc.Text()
-		sep := strings.Index(line, " - ")
-		if sep < 0 {
-			continue
-		}
-		pre := strings.Fields(line[:sep])
-		post := strings.Fields(line[sep+3:])
-		if len(pre) < 5 || len(post) < 1 || post[0] != "cgroup2" {
-			continue
-		}
-		// The first cgroup2 mount is the system's; later ones are
-		// usually bind mounts made for containers or tests.
-		if best == "" {
-			best = unescapeMount(pre[4])
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("read mount table: %w", err)
-	}
-	if best == "" {
+	m, err := mounts.FirstOfType(table, "cgroup2")
+	if err != nil {
 		return "", ErrNoCgroup2
 	}
-	return best, nil
-}
-
-// unescapeMount decodes the octal escapes (\040 for space) of mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return m.Point, nil
 }
 
 // Ref is a resolved cgroup: its id (inode of its directory) and its depth

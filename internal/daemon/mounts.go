@@ -6,13 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/api"
 	"github.com/hostqos/hostqos/internal/cgroups"
+	"github.com/hostqos/hostqos/internal/mounts"
 )
 
 // The daemon needs a cgroup2 and a BPF file system. Where they are not
@@ -72,66 +71,6 @@ func unmountOwnCgroup(cfg Config) error {
 	return nil
 }
 
-// mountPointOf returns the mount point of the mount that holds path, from
-// the mount table.
-func mountPointOf(path string) (string, error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID, &stx); err != nil {
-		return "", fmt.Errorf("find mount of %s: %w", path, err)
-	}
-	if stx.Mask&unix.STATX_MNT_ID == 0 {
-		return "", fmt.Errorf("find mount of %s: the kernel gives no mount id", path)
-	}
-	e, err := mountEntry(func(f []string) bool { return f[0] == strconv.FormatUint(stx.Mnt_id, 10) })
-	if err != nil {
-		return "", fmt.Errorf("find mount of %s: %w", path, err)
-	}
-	return e.point, nil
-}
-
-type mountInfo struct {
-	point    string
-	optional []string // propagation tags, e.g. shared:1 master:2
-}
-
-// mountEntry returns the last line of /proc/self/mountinfo whose fields
-// (before " - ") match.
-func mountEntry(match func(fields []string) bool) (mountInfo, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return mountInfo{}, fmt.Errorf("read mount table: %w", err)
-	}
-	var found *mountInfo
-	for _, line := range strings.Split(string(data), "\n") {
-		pre, _, ok := strings.Cut(line, " - ")
-		f := strings.Fields(pre)
-		if !ok || len(f) < 6 || !match(f) {
-			continue
-		}
-		found = &mountInfo{point: unescapeMountinfo(f[4]), optional: f[6:]}
-	}
-	if found == nil {
-		return mountInfo{}, errors.New("not in the mount table")
-	}
-	return *found, nil
-}
-
-// unescapeMountinfo decodes the octal escapes (\040 for space) of mountinfo.
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // diesWithDaemon reports whether the mount at mountPoint, made by this
 // process, lives only in a mount namespace of its own that ends with the
 // daemon: the namespace is not that of PID 1 (or, where PID 1's cannot be
@@ -152,23 +91,19 @@ func diesWithDaemon(mountPoint string) bool {
 	if other == "" || other == self {
 		return false
 	}
-	e, err := mountEntry(func(f []string) bool { return unescapeMountinfo(f[4]) == mountPoint })
+	table, err := mounts.Read()
 	if err != nil {
 		return false
 	}
-	for _, o := range e.optional {
-		if strings.HasPrefix(o, "shared:") {
-			return false
-		}
-	}
-	return true
+	m, err := mounts.At(table, mountPoint)
+	return err == nil && !m.Shared()
 }
 
 // mountStatus fills in status's mount fields and warnings.
 func (d *Daemon) mountStatus(st *api.Status) {
 	st.Daemon.CgroupMount, st.Daemon.CgroupMountOwn = d.cgRoot, d.cgOwn
-	if mp, err := mountPointOf(d.cfg.BPFFSDir); err == nil {
-		st.Daemon.BPFFSMount = mp
+	if m, err := mounts.Of(d.cfg.BPFFSDir); err == nil {
+		st.Daemon.BPFFSMount = m.Point
 	}
 	st.Daemon.BPFFSMountOwn = d.bpffsOwn != ""
 	st.Daemon.PinsDieWithDaemon = d.pinsDie

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/cgroups"
+	"github.com/hostqos/hostqos/internal/mounts"
 )
 
 // KernelDev converts a userspace dev_t (as stat(2) returns it) to the
@@ -100,38 +101,15 @@ func FileIDFromMountTable(path string) (FileID, error) {
 	if stx.Mask&unix.STATX_MNT_ID == 0 {
 		return FileID{}, fmt.Errorf("identify %s: the kernel gives no mount id", path)
 	}
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	table, err := mounts.Read()
 	if err != nil {
-		return FileID{}, fmt.Errorf("identify %s: read mount table: %w", path, err)
+		return FileID{}, fmt.Errorf("identify %s: %w", path, err)
 	}
-	dev, ok := mountinfoDev(string(data), stx.Mnt_id)
-	if !ok {
+	m, err := mounts.ByID(table, stx.Mnt_id)
+	if err != nil {
 		return FileID{}, fmt.Errorf("identify %s: its mount %d is not in this mount namespace's table", path, stx.Mnt_id)
 	}
-	return FileID{Dev: dev, Ino: stx.Ino}, nil
-}
-
-// mountinfoDev returns the superblock device (kernel encoding) of mount
-// mntID from mountinfo text: "36 35 98:0 /mnt1 /mnt2 …" has 98:0.
-func mountinfoDev(info string, mntID uint64) (uint32, bool) {
-	id := strconv.FormatUint(mntID, 10)
-	for _, line := range strings.Split(info, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 || f[0] != id {
-			continue
-		}
-		maj, min, ok := strings.Cut(f[2], ":")
-		if !ok {
-			return 0, false
-		}
-		ma, err1 := strconv.ParseUint(maj, 10, 12)
-		mi, err2 := strconv.ParseUint(min, 10, 20)
-		if err1 != nil || err2 != nil {
-			return 0, false
-		}
-		return uint32(ma)<<20 | uint32(mi), true
-	}
-	return 0, false
+	return FileID{Dev: m.Dev, Ino: stx.Ino}, nil
 }
 
 // parseInotifyFdinfo finds the line of watch wd in an inotify fdinfo:

@@ -126,20 +126,6 @@ func TestFileIDOf(t *testing.T) {
 	}
 }
 
-func TestMountinfoDev(t *testing.T) {
-	info := "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n" +
-		"43 22 0:41 /sv /mnt/sv rw,relatime - btrfs /dev/loop0 rw,subvol=/sv\n"
-	if dev, ok := mountinfoDev(info, 43); !ok || dev != 41 {
-		t.Errorf("mount 43: %d %v, want 0:41", dev, ok)
-	}
-	if dev, ok := mountinfoDev(info, 22); !ok || dev != 254<<20 {
-		t.Errorf("mount 22: %d %v, want 254:0", dev, ok)
-	}
-	if _, ok := mountinfoDev(info, 4); ok {
-		t.Error("mount 4 found")
-	}
-}
-
 // TestIterFailedKeepsIteratorOnTransientErrors: a dump that failed for want
 // of descriptors or memory falls back to batch lookups for that read only;
 // a kernel that cannot run the iterator switches to batch lookups for good.
