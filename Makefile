@@ -30,12 +30,12 @@ generate:
 # set in .clang-format).
 fmt:
 	scripts/install-deps.sh --bpf
-	gofmt -w cmd internal tests
+	gofmt -w api rtchan cmd internal tests
 	clang-format -i internal/datapath/*.bpf.c bpf/include/hostqos.h
 
 vet:
 	$(GO) vet $(PKGS)
-	@test -z "$$(gofmt -l cmd internal tests bench 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l cmd internal tests bench; exit 1; }
+	@test -z "$$(gofmt -l api rtchan cmd internal tests bench 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l api rtchan cmd internal tests bench; exit 1; }
 
 # Unit tests only (no root needed).
 test-unit:

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/rtchan"
+	"github.com/hostqos/hostqos/rtchan"
 	"github.com/spf13/cobra"
 )
 

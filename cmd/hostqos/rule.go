@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/daemon"
 )
 

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 )
 
 // Default bounds of ordinary users' API connections (hostqosd flags

@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 

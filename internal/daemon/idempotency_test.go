@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 )
 
 const testKey = "0123456789abcdef0123456789abcdef"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 

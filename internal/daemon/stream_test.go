@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 )
 
 // The API flood tests attack the daemon's socket as the ordinary user

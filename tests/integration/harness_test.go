@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/testbed"
 )

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 )
 
 // call sends a raw JSON body to the daemon and returns the status and the

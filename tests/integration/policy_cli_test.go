@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 

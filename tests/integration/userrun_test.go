@@ -20,7 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/apps"
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/policy"

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 )
 

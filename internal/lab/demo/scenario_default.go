@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/api"
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/testbed"
 	"github.com/hostqos/hostqos/internal/traffic"
 )

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/rtchan"
+	"github.com/hostqos/hostqos/rtchan"
 )
 
 func Example() {
