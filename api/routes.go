@@ -1,0 +1,27 @@
+package api
+
+// The API's routes, as net/http ServeMux patterns ("METHOD /path/{param}").
+// The daemon registers exactly these; the client builds its requests from
+// the same paths, so no "/v1/..." string is spelled anywhere else.
+const (
+	RouteStatus      = "GET /v1/status"
+	RouteLinks       = "GET /v1/links"
+	RouteSetLink     = "PUT /v1/links/{name}"
+	RouteRemoveLink  = "DELETE /v1/links/{name}"
+	RouteClasses     = "GET /v1/classes"
+	RouteClass       = "GET /v1/classes/{name}"
+	RouteAddClass    = "POST /v1/classes"
+	RouteSetClass    = "PATCH /v1/classes/{name}"
+	RouteRemoveClass = "DELETE /v1/classes/{name}"
+	RouteRules       = "GET /v1/rules"
+	RouteRule        = "GET /v1/rules/{name}"
+	RouteAddRule     = "POST /v1/rules"
+	RouteSetRule     = "PATCH /v1/rules/{name}"
+	RouteRemoveRule  = "DELETE /v1/rules/{name}"
+	RouteRuns        = "GET /v1/runs"
+	RouteStartRun    = "POST /v1/runs"
+	RouteEndRun      = "DELETE /v1/runs/{id}"
+	RouteStats       = "GET /v1/stats/{kind}"
+	RouteReload      = "POST /v1/reload"
+	RouteDown        = "POST /v1/down"
+)
