@@ -198,10 +198,10 @@ func (ld *loader) tables(raw map[string]any, key string) []map[string]any {
 
 func (ld *loader) fail(obj, field string, line int, v any, reason, fix string) {
 	fe := &FieldError{Source: ld.src, Line: line, Object: obj, Field: field, Reason: reason, Fix: fix}
-	switch v.(type) {
+	switch t := v.(type) {
 	case nil:
 	case string:
-		fe.Value = Clip(v.(string))
+		fe.Value = Clip(t)
 	default:
 		fe.Value, fe.Literal = Clip(tomlText(v)), true
 	}

@@ -128,7 +128,7 @@ func rateOnce(e *env, d *lab.Daemon, snd, rcv *testbed.Node, sndIf, rcvIf, exe, 
 	var s *series
 	var wait func(any) error
 	var err error
-	start := time.Now()
+	var start time.Time
 	switch kind {
 	case "udp":
 		hole, herr := bindUDP(rcv, rateListen, false)
