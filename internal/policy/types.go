@@ -59,6 +59,10 @@ type Class struct {
 
 // Rule maps selectors to properties. A selector that is empty matches
 // anything; all set selectors must match (AND).
+//
+// The config file and the API read and write the fields by their tags
+// (see fields.go): a new field needs its tags, its validation and its
+// compile step, no decoder change.
 type Rule struct {
 	Name string `json:"name" toml:"name"`
 
