@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/hostqos/hostqos/internal/cgroups"
 )
 
 // PIDs lists the process ids in /proc.
@@ -154,4 +156,39 @@ func parseIdentity(status string) (Identity, error) {
 		return Identity{}, fmt.Errorf("no State or Uid line")
 	}
 	return id, nil
+}
+
+// Process is what the app selectors of a rule (exe, comm, user, cgroup)
+// look at in a process, read from /proc.
+type Process struct {
+	PID int
+	// ExeLink is /proc/PID/exe. Identify the executable through the link,
+	// not through its target: the target may be deleted, replaced or in
+	// another mount namespace, while the link reaches the inode the
+	// process runs.
+	ExeLink string
+	Comm    string // the task's command name, as the kernel keeps it
+	UID     uint32 // real uid
+	Cgroup  string // cgroup v2 path relative to the cgroup2 root, e.g. /system.slice/x.service
+}
+
+// ProcessOf reads pid's command name, real uid and cgroup v2 path. The PID
+// may be reused once the process is gone: callers that must be sure act on
+// a pidfd and check it is still alive afterwards.
+func ProcessOf(pid int) (Process, error) {
+	p := Process{PID: pid, ExeLink: fmt.Sprintf("/proc/%d/exe", pid)}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return Process{}, fmt.Errorf("read comm of pid %d: %w", pid, err)
+	}
+	p.Comm = strings.TrimSuffix(string(comm), "\n")
+	id, err := IdentityOf(pid)
+	if err != nil {
+		return Process{}, err
+	}
+	p.UID = id.UIDs[0]
+	if p.Cgroup, err = cgroups.OfPID(pid); err != nil {
+		return Process{}, err
+	}
+	return p, nil
 }

@@ -2,6 +2,7 @@ package apps
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -39,5 +40,28 @@ func TestIdentityOfSelf(t *testing.T) {
 	}
 	if !id.AllUIDs(uint32(os.Getuid())) || id.Gone() {
 		t.Errorf("own identity = %+v", id)
+	}
+}
+
+func TestProcessOfSelf(t *testing.T) {
+	p, err := ProcessOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	comm, _ := os.ReadFile("/proc/self/comm")
+	cg, _ := os.ReadFile("/proc/self/cgroup")
+	if p.PID != os.Getpid() || p.UID != uint32(os.Getuid()) || p.Comm+"\n" != string(comm) ||
+		p.Cgroup == "" || !strings.Contains(string(cg), "0::"+p.Cgroup+"\n") {
+		t.Errorf("own process = %+v (comm %q, cgroup %q)", p, comm, cg)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if target, err := os.Readlink(p.ExeLink); err != nil || target != exe {
+		t.Errorf("ExeLink %s -> %q, %v; want %s", p.ExeLink, target, err, exe)
+	}
+	if _, err := ProcessOf(1 << 30); err == nil {
+		t.Error("a pid that does not exist gave no error")
 	}
 }

@@ -1,8 +1,9 @@
 package datapath
 
-// This file is plain Go (no cilium/ebpf): it computes, from /proc, the same
-// identity the sock_create program records, for processes whose sockets
-// were created before the datapath was loaded.
+// This file is plain Go (no cilium/ebpf): it computes, from what
+// apps.ProcessOf reads in /proc, the same identity the sock_create program
+// records, for processes whose sockets were created before the datapath
+// was loaded.
 
 import (
 	"errors"
@@ -14,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hostqos/hostqos/internal/cgroups"
+	"github.com/hostqos/hostqos/internal/apps"
 	"github.com/hostqos/hostqos/internal/mounts"
 )
 
@@ -152,58 +153,24 @@ func parseInotifyFdinfo(info string, wd int) (FileID, bool) {
 	return FileID{}, false
 }
 
-// IdentityForPID computes pid's app identity from /proc: executable file
-// identity, comm, real uid and the ids of its cgroup v2 ancestors.
-// cgroup2Root is where the cgroup2 hierarchy is mounted.
+// IdentityForPID computes pid's app identity: what apps.ProcessOf reads
+// from /proc (comm, real uid, cgroup path) in the kernel's terms, the
+// executable as a file identity and the cgroup as the ids of its cgroup v2
+// ancestors. cgroup2Root is where the cgroup2 hierarchy is mounted.
 func IdentityForPID(pid int, cgroup2Root string) (Identity, error) {
-	proc := filepath.Join("/proc", strconv.Itoa(pid))
-	id := Identity{PID: uint32(pid)}
-
-	exe, err := FileIDOf(filepath.Join(proc, "exe"))
-	if err != nil {
-		return Identity{}, fmt.Errorf("identify executable of pid %d: %w", pid, err)
-	}
-	id.Exe = exe
-
-	comm, err := os.ReadFile(filepath.Join(proc, "comm"))
-	if err != nil {
-		return Identity{}, fmt.Errorf("read comm of pid %d: %w", pid, err)
-	}
-	id.Comm = strings.TrimSuffix(string(comm), "\n")
-
-	status, err := os.ReadFile(filepath.Join(proc, "status"))
-	if err != nil {
-		return Identity{}, fmt.Errorf("read status of pid %d: %w", pid, err)
-	}
-	uidFound := false
-	for _, line := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				break
-			}
-			u, err := strconv.ParseUint(f[0], 10, 32)
-			if err != nil {
-				return Identity{}, fmt.Errorf("parse uid of pid %d: %w", pid, err)
-			}
-			id.UID = uint32(u)
-			uidFound = true
-			break
-		}
-	}
-	if !uidFound {
-		return Identity{}, fmt.Errorf("read uid of pid %d: no Uid line in status", pid)
-	}
-
-	cgPath, err := cgroups.OfPID(pid)
+	p, err := apps.ProcessOf(pid)
 	if err != nil {
 		return Identity{}, err
 	}
-	id.Cgroups, err = CgroupAncestors(cgroup2Root, cgPath)
+	exe, err := FileIDOf(p.ExeLink)
+	if err != nil {
+		return Identity{}, fmt.Errorf("identify executable of pid %d: %w", pid, err)
+	}
+	cgs, err := CgroupAncestors(cgroup2Root, p.Cgroup)
 	if err != nil {
 		return Identity{}, fmt.Errorf("resolve cgroup of pid %d: %w", pid, err)
 	}
-	return id, nil
+	return Identity{PID: uint32(pid), UID: p.UID, Comm: p.Comm, Exe: exe, Cgroups: cgs}, nil
 }
 
 // CgroupAncestors returns the ids of the cgroup2 directories from the root

@@ -2,10 +2,12 @@ package policy
 
 import (
 	"bytes"
+	"encoding"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
+	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,14 +18,8 @@ import (
 // DefaultConfigPath is where hostqosd reads its config by default.
 const DefaultConfigPath = "/etc/hostqos/hostqos.toml"
 
-// Config file keys, per table, in canonical order.
-var (
-	linkKeys  = []string{"name", "egress_rate", "reservable"}
-	classKeys = []string{"name", "dscp", "priority", "minbw", "maxbw", "user_allowed"}
-	ruleKeys  = []string{"name", "exe", "comm", "cgroup", "unit", "user", "proto", "local", "remote", "lport", "rport", "dscp_in",
-		"class", "dscp", "maxbw", "minbw", "police", "burst", "action", "precedence"}
-	topKeys = []string{"link", "class", "rule", "builtin_classes"}
-)
+// builtinClassesKey is the one top-level key that is not a Policy field.
+const builtinClassesKey = "builtin_classes"
 
 // LoadFile reads and loads a config file (see Load). A missing file gives
 // an error wrapping fs.ErrNotExist, so the caller can decide to run with
@@ -102,19 +98,19 @@ type loader struct {
 func (ld *loader) policy(raw map[string]any) *Policy {
 	p := &Policy{}
 	builtins := true
-	keys := sortedKeys(raw)
-	for _, k := range keys {
-		switch k {
-		case "link", "class", "rule":
-		case "builtin_classes":
+	top := fieldsOf(reflect.TypeOf(Policy{}), "toml")
+	for _, k := range sortedKeys(raw) {
+		switch _, section := top.byKey[k]; {
+		case section:
+		case k == builtinClassesKey:
 			b, ok := raw[k].(bool)
 			if !ok {
-				ld.fail("", "builtin_classes", ld.loc[keyLoc{"", -1, k}], raw[k], "want true or false, got "+tomlType(raw[k]), "")
+				ld.fail("", k, ld.loc[keyLoc{"", -1, k}], raw[k], "want true or false, got "+tomlType(raw[k]), "")
 				continue
 			}
 			builtins = b
 		default:
-			ld.unknownKey("", k, ld.loc[keyLoc{"", -1, k}], topKeys)
+			ld.unknownKey("", k, ld.loc[keyLoc{"", -1, k}], append(slices.Clip(top.names), builtinClassesKey))
 		}
 	}
 	if builtins {
@@ -124,18 +120,14 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 	fromFile := map[string]bool{}
 	for i, m := range ld.tables(raw, "link") {
 		e := ld.entry("link", i, m)
-		var l Link
-		e.str("name", &l.Name)
+		l := Link{Name: e.name()}
 		e.label(objectLabel("link", l.Name, len(p.Links)))
-		e.rate("egress_rate", &l.EgressRate)
-		e.float("reservable", &l.Reservable)
-		e.finish(linkKeys)
+		e.fields(&l)
 		p.Links = append(p.Links, l)
 	}
 	for i, m := range ld.tables(raw, "class") {
 		e := ld.entry("class", i, m)
-		var name string
-		e.str("name", &name)
+		name := e.name()
 		// Fields the entry leaves out keep the built-in class's values.
 		c := Class{Name: name, DSCP: NoDSCP, Priority: NoPriority}
 		if b, ok := builtinClass(name); ok && !fromFile[name] {
@@ -149,12 +141,7 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 		}
 		fromFile[name] = true
 		e.label(objectLabel("class", name, at))
-		e.dscp("dscp", &c.DSCP)
-		e.integer("priority", &c.Priority)
-		e.rate("minbw", &c.MinBW)
-		e.rate("maxbw", &c.MaxBW)
-		e.boolean("user_allowed", &c.UserAllowed)
-		e.finish(classKeys)
+		e.fields(&c)
 		if at == len(p.Classes) {
 			p.Classes = append(p.Classes, c)
 		} else {
@@ -167,31 +154,9 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 	}
 	for i, m := range ld.tables(raw, "rule") {
 		e := ld.entry("rule", i, m)
-		r := NewRule("")
-		e.str("name", &r.Name)
+		r := NewRule(e.name())
 		e.label(objectLabel("rule", r.Name, len(p.Rules)))
-		e.str("exe", &r.Exe)
-		e.str("comm", &r.Comm)
-		e.str("cgroup", &r.Cgroup)
-		e.str("unit", &r.Unit)
-		e.user("user", &r.User)
-		e.str("proto", &r.Proto)
-		e.prefix("local", &r.Local)
-		e.prefix("remote", &r.Remote)
-		e.ports("lport", &r.LPort)
-		e.ports("rport", &r.RPort)
-		e.dscp("dscp_in", &r.DSCPIn)
-		e.str("class", &r.Class)
-		e.dscp("dscp", &r.DSCP)
-		e.rate("maxbw", &r.MaxBW)
-		e.rate("minbw", &r.MinBW)
-		e.rate("police", &r.Police)
-		e.size("burst", &r.Burst)
-		var action string
-		e.str("action", &action)
-		r.Action = Action(action)
-		e.integer("precedence", &r.Precedence)
-		e.finish(ruleKeys)
+		e.fields(&r)
 		p.Rules = append(p.Rules, r)
 	}
 	return p
@@ -233,10 +198,10 @@ func (ld *loader) tables(raw map[string]any, key string) []map[string]any {
 
 func (ld *loader) fail(obj, field string, line int, v any, reason, fix string) {
 	fe := &FieldError{Source: ld.src, Line: line, Object: obj, Field: field, Reason: reason, Fix: fix}
-	switch v.(type) {
+	switch t := v.(type) {
 	case nil:
 	case string:
-		fe.Value = Clip(v.(string))
+		fe.Value = Clip(t)
 	default:
 		fe.Value, fe.Literal = Clip(tomlText(v)), true
 	}
@@ -295,116 +260,171 @@ func (e *entry) fail(key string, v any, reason, fix string) {
 	e.ld.fail(e.obj, key, e.line(key), v, reason, fix)
 }
 
-func (e *entry) str(key string, dst *string) {
+// nameKey is the key that names an object; it is decoded first, since
+// the object's label (and, for a class, its starting values) depend on it.
+const nameKey = "name"
+
+// name decodes the entry's name ("" when absent or not a string).
+func (e *entry) name() string {
+	var name string
+	e.value(nameKey, reflect.ValueOf(&name).Elem(), structField{name: nameKey})
+	return name
+}
+
+// fields decodes every other key of the entry into the struct dst points
+// to, by the fields' toml tags, and reports the keys that are no field.
+func (e *entry) fields(dst any) {
+	rv := reflect.ValueOf(dst).Elem()
+	fs := fieldsOf(rv.Type(), "toml")
+	for _, f := range fs.list {
+		if f.name != nameKey {
+			e.value(f.name, rv.FieldByIndex(f.index), f)
+		}
+	}
+	for _, k := range sortedKeys(e.m) {
+		if !e.used[k] {
+			e.ld.unknownKey(e.obj, k, e.line(k), fs.names)
+		}
+	}
+}
+
+// value decodes key, when the entry has it, into dst (field f), by dst's
+// type: a policy value type through tomlValueDecoders, anything else by
+// its kind.
+func (e *entry) value(key string, dst reflect.Value, f structField) {
 	v, ok := e.get(key)
 	if !ok {
 		return
 	}
+	dec := tomlValueDecoders[dst.Type()]
+	if dec == nil {
+		dec = tomlKindDecoders[dst.Kind()]
+	}
+	if f.has(uidOption) && dst.Kind() == reflect.String {
+		dec = decodeTOMLUser
+	}
+	if dec == nil {
+		e.fail(key, v, "cannot be set in the config file", "")
+		return
+	}
+	if reason, fix := dec(key, v, dst); reason != "" {
+		e.fail(key, v, reason, fix)
+	}
+}
+
+// A tomlDecoder stores the decoded TOML value v of key in dst, or returns
+// why it cannot (and optionally how to fix it).
+type tomlDecoder func(key string, v any, dst reflect.Value) (reason, fix string)
+
+// uidOption, in a string field's toml tag, accepts a TOML integer too (a
+// numeric uid), stored as its decimal text.
+const uidOption = "uid"
+
+// tomlValueDecoders decode the policy's value types: strings with units,
+// names or numbers, each with its own messages.
+var tomlValueDecoders = map[reflect.Type]tomlDecoder{
+	rateType:   decodeTOMLRate,
+	sizeType:   decodeTOMLSize,
+	dscpType:   decodeTOMLDSCP,
+	portsType:  decodeTOMLPorts,
+	prefixType: decodeTOMLPrefix,
+}
+
+// tomlKindDecoders decode plain fields by their kind.
+var tomlKindDecoders = map[reflect.Kind]tomlDecoder{
+	reflect.String:  decodeTOMLString,
+	reflect.Bool:    decodeTOMLBool,
+	reflect.Int:     decodeTOMLInt,
+	reflect.Int32:   decodeTOMLInt,
+	reflect.Int64:   decodeTOMLInt,
+	reflect.Float64: decodeTOMLFloat,
+}
+
+func decodeTOMLString(key string, v any, dst reflect.Value) (string, string) {
 	s, ok := v.(string)
 	if !ok {
-		e.fail(key, v, "want a string, got "+tomlType(v), fmt.Sprintf("quote it: %s = %q", key, tomlText(v)))
-		return
+		return "want a string, got " + tomlType(v), fmt.Sprintf("quote it: %s = %q", key, tomlText(v))
 	}
-	*dst = s
+	dst.SetString(s)
+	return "", ""
 }
 
-// user accepts a name (string) or a numeric uid (integer or string).
-func (e *entry) user(key string, dst *string) {
-	v, ok := e.get(key)
-	if !ok {
-		return
-	}
+// decodeTOMLUser accepts a name (string) or a numeric uid (integer or string).
+func decodeTOMLUser(_ string, v any, dst reflect.Value) (string, string) {
 	switch t := v.(type) {
 	case string:
-		*dst = t
+		dst.SetString(t)
 	case int64:
-		*dst = strconv.FormatInt(t, 10)
+		dst.SetString(strconv.FormatInt(t, 10))
 	default:
-		e.fail(key, v, "want a user name or uid, got "+tomlType(v), "")
+		return "want a user name or uid, got " + tomlType(v), ""
 	}
+	return "", ""
 }
 
-func (e *entry) rate(key string, dst *Rate) {
-	v, ok := e.get(key)
-	if !ok {
-		return
-	}
+func decodeTOMLRate(key string, v any, dst reflect.Value) (string, string) {
 	switch t := v.(type) {
 	case string:
 		r, err := ParseRate(t)
 		if err != nil {
-			e.fail(key, v, err.Error(), "")
-			return
+			return err.Error(), ""
 		}
-		*dst = r
+		dst.SetUint(uint64(r))
 	case int64:
 		if t == 0 {
-			*dst = 0
-			return
+			dst.SetUint(0)
+			return "", ""
 		}
 		fix := ""
 		if t > 0 {
 			fix = fmt.Sprintf("write %s = %q for %d bits/s", key, Rate(t).String(), t)
 		}
-		e.fail(key, v, "a rate needs a unit", fix)
+		return "a rate needs a unit", fix
 	default:
-		e.fail(key, v, "want a rate string such as \"10mbit\", got "+tomlType(v), "")
+		return "want a rate string such as \"10mbit\", got " + tomlType(v), ""
 	}
+	return "", ""
 }
 
-func (e *entry) size(key string, dst *Size) {
-	v, ok := e.get(key)
-	if !ok {
-		return
-	}
+func decodeTOMLSize(_ string, v any, dst reflect.Value) (string, string) {
 	switch t := v.(type) {
 	case string:
 		sz, err := ParseSize(t)
 		if err != nil {
-			e.fail(key, v, err.Error(), "")
-			return
+			return err.Error(), ""
 		}
-		*dst = sz
+		dst.SetUint(uint64(sz))
 	case int64:
 		if t < 0 || t > maxSize {
-			e.fail(key, v, "out of range", "write a size from 0 to 1tb, e.g. \"64kb\"")
-			return
+			return "out of range", "write a size from 0 to 1tb, e.g. \"64kb\""
 		}
-		*dst = Size(t)
+		dst.SetUint(uint64(t))
 	default:
-		e.fail(key, v, "want a size such as \"64kb\" or a number of bytes, got "+tomlType(v), "")
+		return "want a size such as \"64kb\" or a number of bytes, got " + tomlType(v), ""
 	}
+	return "", ""
 }
 
-func (e *entry) dscp(key string, dst *DSCP) {
-	v, ok := e.get(key)
-	if !ok {
-		return
-	}
+func decodeTOMLDSCP(_ string, v any, dst reflect.Value) (string, string) {
 	switch t := v.(type) {
 	case string:
 		d, err := ParseDSCP(t)
 		if err != nil {
-			e.fail(key, v, err.Error(), "")
-			return
+			return err.Error(), ""
 		}
-		*dst = d
+		dst.SetInt(int64(d))
 	case int64:
 		if t < 0 || t > 63 {
-			e.fail(key, v, "DSCP out of range", "use 0..63 or a name such as EF, AF41, CS1")
-			return
+			return "DSCP out of range", "use 0..63 or a name such as EF, AF41, CS1"
 		}
-		*dst = DSCP(t)
+		dst.SetInt(t)
 	default:
-		e.fail(key, v, "want a DSCP name or number, got "+tomlType(v), "")
+		return "want a DSCP name or number, got " + tomlType(v), ""
 	}
+	return "", ""
 }
 
-func (e *entry) ports(key string, dst *PortRange) {
-	v, ok := e.get(key)
-	if !ok {
-		return
-	}
+func decodeTOMLPorts(_ string, v any, dst reflect.Value) (string, string) {
 	var s string
 	switch t := v.(type) {
 	case string:
@@ -412,91 +432,63 @@ func (e *entry) ports(key string, dst *PortRange) {
 	case int64:
 		s = strconv.FormatInt(t, 10)
 		if t < 1 || t > 65535 {
-			e.fail(key, v, "not a port number 1..65535", "")
-			return
+			return "not a port number 1..65535", ""
 		}
 	default:
-		e.fail(key, v, "want a port (80) or a range (\"1000-2000\"), got "+tomlType(v), "")
-		return
+		return "want a port (80) or a range (\"1000-2000\"), got " + tomlType(v), ""
 	}
 	pr, err := ParsePortRange(s)
 	if err != nil {
-		e.fail(key, v, err.Error(), "")
-		return
+		return err.Error(), ""
 	}
-	*dst = pr
+	dst.Set(reflect.ValueOf(pr))
+	return "", ""
 }
 
-func (e *entry) prefix(key string, dst *netip.Prefix) {
-	v, ok := e.get(key)
-	if !ok {
-		return
-	}
+func decodeTOMLPrefix(_ string, v any, dst reflect.Value) (string, string) {
 	s, ok := v.(string)
 	if !ok {
-		e.fail(key, v, "want a CIDR prefix string, got "+tomlType(v), "")
-		return
+		return "want a CIDR prefix string, got " + tomlType(v), ""
 	}
 	p, err := ParsePrefix(s)
 	if err != nil {
-		e.fail(key, v, err.Error(), "")
-		return
+		return err.Error(), ""
 	}
-	*dst = p
+	dst.Set(reflect.ValueOf(p))
+	return "", ""
 }
 
-func (e *entry) integer(key string, dst *int) {
-	v, ok := e.get(key)
-	if !ok {
-		return
-	}
+func decodeTOMLInt(_ string, v any, dst reflect.Value) (string, string) {
 	n, ok := v.(int64)
 	if !ok {
-		e.fail(key, v, "want an integer, got "+tomlType(v), "")
-		return
+		return "want an integer, got " + tomlType(v), ""
 	}
-	if n < -1<<31 || n > 1<<31-1 {
-		e.fail(key, v, "out of range", "")
-		return
+	if n < -1<<31 || n > 1<<31-1 || dst.OverflowInt(n) {
+		return "out of range", ""
 	}
-	*dst = int(n)
+	dst.SetInt(n)
+	return "", ""
 }
 
-func (e *entry) float(key string, dst *float64) {
-	v, ok := e.get(key)
-	if !ok {
-		return
-	}
+func decodeTOMLFloat(_ string, v any, dst reflect.Value) (string, string) {
 	switch t := v.(type) {
 	case float64:
-		*dst = t
+		dst.SetFloat(t)
 	case int64:
-		*dst = float64(t)
+		dst.SetFloat(float64(t))
 	default:
-		e.fail(key, v, "want a number, got "+tomlType(v), "")
+		return "want a number, got " + tomlType(v), ""
 	}
+	return "", ""
 }
 
-func (e *entry) boolean(key string, dst *bool) {
-	v, ok := e.get(key)
-	if !ok {
-		return
-	}
+func decodeTOMLBool(_ string, v any, dst reflect.Value) (string, string) {
 	b, ok := v.(bool)
 	if !ok {
-		e.fail(key, v, "want true or false, got "+tomlType(v), "")
-		return
+		return "want true or false, got " + tomlType(v), ""
 	}
-	*dst = b
-}
-
-// finish reports keys the entry did not use.
-func (e *entry) finish(known []string) {
-	for _, k := range sortedKeys(e.m) {
-		if !e.used[k] {
-			e.ld.unknownKey(e.obj, k, e.line(k), known)
-		}
-	}
+	dst.SetBool(b)
+	return "", ""
 }
 
 func sortedKeys(m map[string]any) []string {
@@ -697,81 +689,70 @@ func (p *Policy) MarshalTOML() ([]byte, error) {
 	if !intact {
 		b.WriteString("builtin_classes = false\n")
 	}
-	kv := func(k, v string) { fmt.Fprintf(&b, "%s = %s\n", k, v) }
-	str := func(k, v string) {
-		if v != "" {
-			kv(k, tomlQuote(v))
-		}
-	}
-	rate := func(k string, r Rate) {
-		if r != 0 {
-			kv(k, tomlQuote(r.String()))
-		}
-	}
 	for _, l := range p.Links {
-		b.WriteString("\n[[link]]\n")
-		kv("name", tomlQuote(l.Name))
-		rate("egress_rate", l.EgressRate)
-		if l.Reservable != 0 {
-			f := strconv.FormatFloat(l.Reservable, 'g', -1, 64)
-			if !strings.ContainsAny(f, ".eE") {
-				f += ".0"
-			}
-			kv("reservable", f)
-		}
+		writeTOMLTable(&b, "link", l)
 	}
 	for _, c := range p.Classes {
-		b.WriteString("\n[[class]]\n")
-		kv("name", tomlQuote(c.Name))
-		if c.DSCP != NoDSCP {
-			kv("dscp", tomlQuote(c.DSCP.String()))
-		}
-		if c.Priority != NoPriority {
-			kv("priority", strconv.Itoa(c.Priority))
-		}
-		rate("minbw", c.MinBW)
-		rate("maxbw", c.MaxBW)
-		kv("user_allowed", strconv.FormatBool(c.UserAllowed))
+		writeTOMLTable(&b, "class", c)
 	}
 	for _, r := range p.Rules {
-		if r.Temporary {
-			continue
-		}
-		b.WriteString("\n[[rule]]\n")
-		kv("name", tomlQuote(r.Name))
-		str("exe", r.Exe)
-		str("comm", r.Comm)
-		str("cgroup", r.Cgroup)
-		str("unit", r.Unit)
-		str("user", r.User)
-		str("proto", r.Proto)
-		if r.Local.IsValid() {
-			str("local", r.Local.String())
-		}
-		if r.Remote.IsValid() {
-			str("remote", r.Remote.String())
-		}
-		str("lport", r.LPort.String())
-		str("rport", r.RPort.String())
-		if r.DSCPIn != NoDSCP {
-			str("dscp_in", r.DSCPIn.String())
-		}
-		str("class", r.Class)
-		if r.DSCP != NoDSCP {
-			str("dscp", r.DSCP.String())
-		}
-		rate("maxbw", r.MaxBW)
-		rate("minbw", r.MinBW)
-		rate("police", r.Police)
-		if r.Burst != 0 {
-			str("burst", r.Burst.String())
-		}
-		str("action", string(r.Action))
-		if r.Precedence != 0 {
-			kv("precedence", strconv.Itoa(r.Precedence))
+		if !r.Temporary {
+			writeTOMLTable(&b, "rule", r)
 		}
 	}
 	return b.Bytes(), nil
+}
+
+// writeTOMLTable writes v as one [[header]] entry, its fields in
+// declaration order by their toml tags: a field tagged omitzero is left
+// out when zero (an IsZero method says what zero is), and a value whose
+// text is empty (an unset DSCP) is always left out.
+func writeTOMLTable(b *bytes.Buffer, header string, v any) {
+	b.WriteString("\n[[" + header + "]]\n")
+	rv := reflect.ValueOf(v)
+	for _, f := range fieldsOf(rv.Type(), "toml").list {
+		fv := rv.FieldByIndex(f.index)
+		if f.has("omitzero") && isZeroValue(fv) {
+			continue
+		}
+		if text, ok := tomlValueText(fv); ok {
+			fmt.Fprintf(b, "%s = %s\n", f.name, text)
+		}
+	}
+}
+
+func isZeroValue(v reflect.Value) bool {
+	if z, ok := v.Interface().(interface{ IsZero() bool }); ok {
+		return z.IsZero()
+	}
+	return v.IsZero()
+}
+
+// tomlValueText renders a field's value as TOML: value types by their
+// text (quoted), plain fields by kind; false when there is nothing to write.
+func tomlValueText(v reflect.Value) (string, bool) {
+	if m, ok := v.Interface().(encoding.TextMarshaler); ok {
+		t, err := m.MarshalText()
+		if err != nil || len(t) == 0 {
+			return "", false
+		}
+		return tomlQuote(string(t)), true
+	}
+	switch v.Kind() {
+	case reflect.String:
+		return tomlQuote(v.String()), v.Len() > 0
+	case reflect.Bool:
+		return strconv.FormatBool(v.Bool()), true
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(v.Int(), 10), true
+	case reflect.Float32, reflect.Float64:
+		f := strconv.FormatFloat(v.Float(), 'g', -1, 64)
+		if !strings.ContainsAny(f, ".eE") {
+			f += ".0"
+		}
+		return f, true
+	}
+	return "", false
 }
 
 // tomlQuote writes a TOML basic string.

@@ -114,31 +114,6 @@ func AsErrors(err error) Errors {
 	return nil
 }
 
-// ErrNotFound and ErrExists classify mutation errors (see mutate.go), so an
-// API can answer 404 and 409.
-var (
-	ErrNotFound = errors.New("not found")
-	ErrExists   = errors.New("already exists")
-)
-
-// NameError reports a missing or duplicate object in a mutation.
-type NameError struct {
-	Kind string // "rule", "class", "link"
-	Name string
-	Err  error // ErrNotFound or ErrExists
-	Hint string
-}
-
-func (e *NameError) Error() string {
-	msg := fmt.Sprintf("%s %q %v", e.Kind, e.Name, e.Err)
-	if e.Hint != "" {
-		msg += "; " + e.Hint
-	}
-	return msg
-}
-
-func (e *NameError) Unwrap() error { return e.Err }
-
 // objectLabel names an object in messages: `rule "web"`, or `rule #3` when
 // it has no name (idx is 0-based).
 func objectLabel(kind, name string, idx int) string {

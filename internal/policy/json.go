@@ -8,8 +8,6 @@ import (
 	"net/netip"
 	"reflect"
 	"sort"
-	"strings"
-	"sync"
 )
 
 // JSON: links, classes and rules use the same field names as the config
@@ -29,23 +27,26 @@ import (
 func (r *Rule) UnmarshalJSON(b []byte) error {
 	type plain Rule
 	*r = NewRule("")
-	prefix := func(dst *netip.Prefix) func(json.RawMessage) error {
-		return func(raw json.RawMessage) error {
-			var s string
-			if err := json.Unmarshal(raw, &s); err != nil {
-				return errWant("a prefix string such as \"198.18.0.0/15\"")
-			}
-			p, err := ParsePrefix(s)
-			if err != nil {
-				return err
-			}
-			*dst = p
-			return nil
+	return DecodeJSONObject(b, (*plain)(r), "rule", nil)
+}
+
+// jsonValueDecoders decode the JSON of value types whose own
+// UnmarshalJSON (or lack of one) is not what the API takes: a prefix is
+// parsed as in the config file (a bare address is a host; host bits set
+// is an error), not as netip.Prefix's UnmarshalText would.
+var jsonValueDecoders = map[reflect.Type]func(raw json.RawMessage, dst reflect.Value) error{
+	prefixType: func(raw json.RawMessage, dst reflect.Value) error {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return errWant("a prefix string such as \"198.18.0.0/15\"")
 		}
-	}
-	return DecodeJSONObject(b, (*plain)(r), "rule", map[string]func(json.RawMessage) error{
-		"local": prefix(&r.Local), "remote": prefix(&r.Remote),
-	})
+		p, err := ParsePrefix(s)
+		if err != nil {
+			return err
+		}
+		dst.Set(reflect.ValueOf(p))
+		return nil
+	},
 }
 
 // Link has no UnmarshalJSON (api.LinkStatus embeds it, and would inherit
@@ -104,7 +105,7 @@ func DecodeJSONObject(b []byte, dst any, kind string, custom map[string]func(jso
 		return nil // the convention for json.Unmarshaler: null changes nothing
 	}
 	rv := reflect.ValueOf(dst).Elem()
-	fields := jsonFieldsOf(rv.Type())
+	fields := fieldsOf(rv.Type(), "json")
 	m, err := jsonObject(b, kind)
 	if err != nil {
 		return err
@@ -125,10 +126,12 @@ func DecodeJSONObject(b []byte, dst any, kind string, custom map[string]func(jso
 			continue
 		}
 		var err error
+		fv := rv.FieldByIndex(idx)
 		if f, ok := custom[k]; ok {
 			err = f(raw)
+		} else if dec, ok := jsonValueDecoders[fv.Type()]; ok {
+			err = dec(raw, fv)
 		} else {
-			fv := rv.FieldByIndex(idx)
 			err = json.Unmarshal(raw, fv.Addr().Interface())
 			err = describeJSONError(err, fv.Type())
 		}
@@ -217,10 +220,11 @@ func describeJSONError(err error, t reflect.Type) error {
 }
 
 var (
-	rateType  = reflect.TypeOf(Rate(0))
-	sizeType  = reflect.TypeOf(Size(0))
-	dscpType  = reflect.TypeOf(DSCP(0))
-	portsType = reflect.TypeOf(PortRange{})
+	rateType   = reflect.TypeOf(Rate(0))
+	sizeType   = reflect.TypeOf(Size(0))
+	dscpType   = reflect.TypeOf(DSCP(0))
+	portsType  = reflect.TypeOf(PortRange{})
+	prefixType = reflect.TypeOf(netip.Prefix{})
 )
 
 // wantOf describes, for users, the JSON a field of type t takes.
@@ -252,40 +256,6 @@ func wantOf(t reflect.Type) string {
 		return "an object {...}"
 	}
 	return "another kind of value"
-}
-
-// jsonFields is the JSON field set of a struct type.
-type jsonFields struct {
-	index map[string][]int
-	names []string // in declaration order
-}
-
-var jsonFieldCache sync.Map // reflect.Type → *jsonFields
-
-// jsonFieldsOf lists the exported fields of struct type t by json name
-// (tag "-" excluded; untagged fields by their Go name, as encoding/json).
-func jsonFieldsOf(t reflect.Type) *jsonFields {
-	if f, ok := jsonFieldCache.Load(t); ok {
-		return f.(*jsonFields)
-	}
-	fs := &jsonFields{index: map[string][]int{}}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		fs.index[name] = f.Index
-		fs.names = append(fs.names, name)
-	}
-	jsonFieldCache.Store(t, fs)
-	return fs
 }
 
 // sortedNames returns the keys of m in order.

@@ -36,10 +36,10 @@ type Link struct {
 	Name string `json:"name" toml:"name"`
 	// EgressRate is the link's egress capacity; the HTB root is built at this
 	// rate. Zero means "mark and count only, no shaping".
-	EgressRate Rate `json:"egress_rate" toml:"egress_rate"`
+	EgressRate Rate `json:"egress_rate" toml:"egress_rate,omitzero"`
 	// Reservable is the fraction of EgressRate that guarantees (minbw) may
 	// claim in total. Zero means the default, DefaultReservable.
-	Reservable float64 `json:"reservable" toml:"reservable"`
+	Reservable float64 `json:"reservable" toml:"reservable,omitzero"`
 }
 
 // DefaultReservable is the share of a link that admission control lets
@@ -51,44 +51,48 @@ type Class struct {
 	Name     string `json:"name" toml:"name"`
 	DSCP     DSCP   `json:"dscp" toml:"dscp"`
 	Priority int    `json:"priority" toml:"priority"` // 0 (highest) .. 7
-	MinBW    Rate   `json:"minbw,omitempty" toml:"minbw"`
-	MaxBW    Rate   `json:"maxbw,omitempty" toml:"maxbw"`
+	MinBW    Rate   `json:"minbw,omitempty" toml:"minbw,omitzero"`
+	MaxBW    Rate   `json:"maxbw,omitempty" toml:"maxbw,omitzero"`
 	// UserAllowed lets non-root users run their own programs in this class.
 	UserAllowed bool `json:"user_allowed" toml:"user_allowed"`
 }
 
 // Rule maps selectors to properties. A selector that is empty matches
 // anything; all set selectors must match (AND).
+//
+// The config file and the API read and write the fields by their tags
+// (see fields.go): a new field needs its tags, its validation and its
+// compile step, no decoder change.
 type Rule struct {
 	Name string `json:"name" toml:"name"`
 
 	// App selectors.
-	Exe    string `json:"exe,omitempty" toml:"exe"`       // absolute path or glob
-	Comm   string `json:"comm,omitempty" toml:"comm"`     // task command name (<= 15 bytes)
-	Cgroup string `json:"cgroup,omitempty" toml:"cgroup"` // path relative to the cgroup2 root, e.g. /system.slice/x.service
-	Unit   string `json:"unit,omitempty" toml:"unit"`     // systemd unit, e.g. nginx.service
-	User   string `json:"user,omitempty" toml:"user"`     // user name or numeric uid
+	Exe    string `json:"exe,omitempty" toml:"exe,omitzero"`       // absolute path or glob
+	Comm   string `json:"comm,omitempty" toml:"comm,omitzero"`     // task command name (<= 15 bytes)
+	Cgroup string `json:"cgroup,omitempty" toml:"cgroup,omitzero"` // path relative to the cgroup2 root, e.g. /system.slice/x.service
+	Unit   string `json:"unit,omitempty" toml:"unit,omitzero"`     // systemd unit, e.g. nginx.service
+	User   string `json:"user,omitempty" toml:"user,omitzero,uid"` // user name or numeric uid
 
 	// Flow selectors.
-	Proto  string       `json:"proto,omitempty" toml:"proto"` // tcp|udp|icmp ("" any); icmp covers icmpv6
-	Local  netip.Prefix `json:"local,omitzero" toml:"local"`
-	Remote netip.Prefix `json:"remote,omitzero" toml:"remote"`
-	LPort  PortRange    `json:"lport,omitzero" toml:"lport"`
-	RPort  PortRange    `json:"rport,omitzero" toml:"rport"`
-	DSCPIn DSCP         `json:"dscp_in,omitzero" toml:"dscp_in"`
+	Proto  string       `json:"proto,omitempty" toml:"proto,omitzero"` // tcp|udp|icmp ("" any); icmp covers icmpv6
+	Local  netip.Prefix `json:"local,omitzero" toml:"local,omitzero"`
+	Remote netip.Prefix `json:"remote,omitzero" toml:"remote,omitzero"`
+	LPort  PortRange    `json:"lport,omitzero" toml:"lport,omitzero"`
+	RPort  PortRange    `json:"rport,omitzero" toml:"rport,omitzero"`
+	DSCPIn DSCP         `json:"dscp_in,omitzero" toml:"dscp_in,omitzero"`
 
 	// Properties.
-	Class string `json:"class,omitempty" toml:"class"` // "" = default
-	DSCP  DSCP   `json:"dscp,omitzero" toml:"dscp"`    // overrides the class's DSCP
-	MaxBW Rate   `json:"maxbw,omitempty" toml:"maxbw"`
-	MinBW Rate   `json:"minbw,omitempty" toml:"minbw"`
+	Class string `json:"class,omitempty" toml:"class,omitzero"` // "" = default
+	DSCP  DSCP   `json:"dscp,omitzero" toml:"dscp,omitzero"`    // overrides the class's DSCP
+	MaxBW Rate   `json:"maxbw,omitempty" toml:"maxbw,omitzero"`
+	MinBW Rate   `json:"minbw,omitempty" toml:"minbw,omitzero"`
 	// Police drops what exceeds this rate (a token bucket of Burst bytes,
 	// shared by all the rule's traffic) in the classifier, before any
 	// queue: the tool for UDP floods and traffic that must not queue.
-	Police     Rate   `json:"police,omitempty" toml:"police"`
-	Burst      Size   `json:"burst,omitempty" toml:"burst"` // police's bucket depth; 0 = DefaultBurst(Police)
-	Action     Action `json:"action,omitempty" toml:"action"`
-	Precedence int    `json:"precedence,omitempty" toml:"precedence"`
+	Police     Rate   `json:"police,omitempty" toml:"police,omitzero"`
+	Burst      Size   `json:"burst,omitempty" toml:"burst,omitzero"` // police's bucket depth; 0 = DefaultBurst(Police)
+	Action     Action `json:"action,omitempty" toml:"action,omitzero"`
+	Precedence int    `json:"precedence,omitempty" toml:"precedence,omitzero"`
 	Temporary  bool   `json:"temporary,omitempty" toml:"-"`
 	// UserRun marks the rule of a `hostqos run` started by an ordinary
 	// user. The daemon sets it (it is not read from the config file, and
@@ -100,9 +104,9 @@ type Rule struct {
 
 // Policy is the whole desired state the daemon enforces.
 type Policy struct {
-	Links   []Link  `json:"links"`
-	Classes []Class `json:"classes"`
-	Rules   []Rule  `json:"rules"`
+	Links   []Link  `json:"links" toml:"link"`
+	Classes []Class `json:"classes" toml:"class"`
+	Rules   []Rule  `json:"rules" toml:"rule"`
 }
 
 // Policer limits. MinPoliceBurst holds one full-size Ethernet frame (the

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/hostqos/hostqos/internal/units"
 )
 
 // Rate units. Suffixes are case-insensitive. The "bit" family counts bits
@@ -148,27 +150,7 @@ func mulDecimal(dec string, mult uint64) (uint64, error) {
 
 // String formats the rate with the largest bit unit that keeps it exact to
 // the bit: "10mbit", "1.5mbit", "128kbit", "500bit". Zero is "0".
-func (r Rate) String() string {
-	if r == 0 {
-		return "0"
-	}
-	v := uint64(r)
-	for _, u := range []struct {
-		s string
-		m uint64
-	}{{"tbit", 1e12}, {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}} {
-		if v >= u.m {
-			whole, frac := v/u.m, v%u.m
-			if frac == 0 {
-				return strconv.FormatUint(whole, 10) + u.s
-			}
-			digits := len(strconv.FormatUint(u.m, 10)) - 1
-			fs := strings.TrimRight(fmt.Sprintf("%0*d", digits, frac), "0")
-			return strconv.FormatUint(whole, 10) + "." + fs + u.s
-		}
-	}
-	return strconv.FormatUint(v, 10) + "bit"
-}
+func (r Rate) String() string { return units.ExactRate(uint64(r)) }
 
 // MarshalText writes the rate as String does.
 func (r Rate) MarshalText() ([]byte, error) { return []byte(r.String()), nil }

@@ -3,6 +3,8 @@ package shaper
 import (
 	"fmt"
 	"sort"
+
+	"github.com/hostqos/hostqos/internal/units"
 )
 
 // Handle is the major number of our HTB root qdisc ("HQ"). Any HTB root qdisc
@@ -469,14 +471,5 @@ func checkSet(r uint64, field string) error {
 // round8 rounds a rate in bits/s down to whole bytes per second.
 func round8(r uint64) uint64 { return r &^ 7 }
 
-func fmtRate(r uint64) string {
-	switch {
-	case r >= 1e9 && r%1e6 == 0:
-		return fmt.Sprintf("%gGbit", float64(r)/1e9)
-	case r >= 1e6 && r%1e3 == 0:
-		return fmt.Sprintf("%gMbit", float64(r)/1e6)
-	case r >= 1e3:
-		return fmt.Sprintf("%gkbit", float64(r)/1e3)
-	}
-	return fmt.Sprintf("%dbit", r)
-}
+// fmtRate writes a configured rate as the policy does ("1.5mbit").
+func fmtRate(r uint64) string { return units.ExactRate(r) }

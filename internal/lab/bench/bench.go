@@ -318,19 +318,6 @@ func mark(ok bool) string {
 	return "✗"
 }
 
-// fmtRate prints bits/s with a unit.
-func fmtRate(bps float64) string {
-	switch {
-	case bps >= 1e9:
-		return fmt.Sprintf("%.3f Gbit/s", bps/1e9)
-	case bps >= 1e6:
-		return fmt.Sprintf("%.3f Mbit/s", bps/1e6)
-	case bps >= 1e3:
-		return fmt.Sprintf("%.1f kbit/s", bps/1e3)
-	}
-	return fmt.Sprintf("%.0f bit/s", bps)
-}
-
 // progressWriter is where progress lines go (nowhere when not asked for).
 func progressWriter(o Options) io.Writer {
 	if o.Progress == nil {

@@ -170,7 +170,7 @@ func benchIsolation(e *env, r *Report) error {
 		}
 		r.row(alt, fmt.Sprintf("%.2f ms", ip), fmt.Sprintf("%.2f ms", lp), fmt.Sprintf("%+.2f ms", lp-ip),
 			fmt.Sprintf("%d/%d (%.2f %%)", res.loaded.Lost, res.loaded.Sent, res.loaded.Loss*100),
-			fmtRate(res.bulkBps), pct(res.bulkShare), target, anchor)
+			traffic.FormatRate(res.bulkBps), pct(res.bulkShare), target, anchor)
 		k := key(alt)
 		r.metric("idle_p99_ms_"+k, ip)
 		r.metric("loaded_p99_ms_"+k, lp)

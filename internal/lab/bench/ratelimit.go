@@ -6,6 +6,7 @@ import (
 
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/testbed"
+	"github.com/hostqos/hostqos/internal/traffic"
 )
 
 // TCP payload per full frame on a 1500-byte MTU with timestamps: MSS 1448
@@ -128,7 +129,7 @@ func rateOnce(e *env, d *lab.Daemon, snd, rcv *testbed.Node, sndIf, rcvIf, exe, 
 	var s *series
 	var wait func(any) error
 	var err error
-	start := time.Now()
+	var start time.Time
 	switch kind {
 	case "udp":
 		hole, herr := bindUDP(rcv, rateListen, false)
@@ -177,13 +178,13 @@ func rateOnce(e *env, d *lab.Daemon, snd, rcv *testbed.Node, sndIf, rcvIf, exe, 
 		want = bps / 8
 		if out.DurationS > 0 {
 			res.offBps = float64(out.Sent) * udpFrame * 8 / out.DurationS
-			res.offered = fmtRate(res.offBps)
+			res.offered = traffic.FormatRate(res.offBps)
 		}
 	} else {
 		want = bps / 8 * tcpMSS / tcpFrame
 		if out.DurationS > 0 {
 			res.offBps = float64(out.Bytes) * 8 / out.DurationS * tcpFrame / tcpMSS
-			res.offered = fmtRate(float64(out.Bytes) * 8 / out.DurationS)
+			res.offered = traffic.FormatRate(float64(out.Bytes) * 8 / out.DurationS)
 		}
 	}
 	from := start.Add(dur / 5)

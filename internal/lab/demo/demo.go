@@ -19,7 +19,6 @@
 package demo
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -337,14 +336,6 @@ func goSafe(fn func() error) <-chan error {
 		ch <- fn()
 	}()
 	return ch
-}
-
-// sh runs a short command and returns its combined output.
-func sh(cmd *exec.Cmd) (string, error) {
-	var b bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &b, &b
-	err := cmd.Run()
-	return b.String(), err
 }
 
 // setPgid puts a child in its own process group, so a Ctrl-C at the

@@ -20,12 +20,9 @@ import (
 
 func mp(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
-// Addresses of the demo topology (IPv4 only, from 198.18.0.0/15).
-var (
-	clientAddr = netip.MustParseAddr("198.18.1.1")
-	serverAddr = netip.MustParseAddr("198.18.2.2")
-	crossAddr  = netip.MustParseAddr("198.18.3.1")
-)
+// serverAddr is the server's address in the demo topology (IPv4 only,
+// from 198.18.0.0/15; see starTopology for the others).
+var serverAddr = netip.MustParseAddr("198.18.2.2")
 
 // starTopology is
 //

@@ -41,17 +41,12 @@ func (res *Result) WriteTable(w io.Writer) error {
 	return nil
 }
 
+// rate prints a measured rate for a report ("-" when there is none).
 func rate(bps float64) string {
 	if bps <= 0 {
 		return "-"
 	}
-	switch {
-	case bps >= 1e6:
-		return fmt.Sprintf("%.2f Mbit/s", bps/1e6)
-	case bps >= 1e3:
-		return fmt.Sprintf("%.0f kbit/s", bps/1e3)
-	}
-	return fmt.Sprintf("%.0f bit/s", bps)
+	return traffic.FormatRate(bps)
 }
 
 func msStr(v float64) string {
