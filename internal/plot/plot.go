@@ -523,6 +523,20 @@ func (f *Figure) draw(dc draw.Canvas) error {
 // text: bit/s, kbit/s, Mbit/s, Gbit/s, B, KB, MB, GB (and their /s).
 var unitSymbol = regexp.MustCompile(`\b[kMG]?bit/s\b|\b[KMG]?B(/s)?\b`)
 
+// Lower returns s in lower case but for its unit symbols (Mbit/s, KB/s
+// keep their case), for text that is also shown elsewhere in its own case.
+func Lower(s string) string {
+	var b strings.Builder
+	last := 0
+	for _, m := range unitSymbol.FindAllStringIndex(s, -1) {
+		b.WriteString(strings.ToLower(s[last:m[0]]))
+		b.WriteString(s[m[0]:m[1]])
+		last = m[1]
+	}
+	b.WriteString(strings.ToLower(s[last:]))
+	return b.String()
+}
+
 // NotLowerCase returns the figure's texts (title, panel titles, axis
 // labels, legend entries, notes) that break the house style: a capital
 // letter outside a unit symbol. Tests call it on the figures they draw.

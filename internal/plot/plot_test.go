@@ -198,6 +198,9 @@ func TestNotLowerCase(t *testing.T) {
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("NotLowerCase() = %q, want %q", got, want)
 	}
+	if got, want := Lower("Fig. 8: Rmax (best effort 3000 KB/s, 10 Mbit/s)"), "fig. 8: rmax (best effort 3000 KB/s, 10 Mbit/s)"; got != want {
+		t.Errorf("Lower = %q, want %q", got, want)
+	}
 	if bad := testFigure().NotLowerCase(); len(bad) > 0 {
 		t.Errorf("test figure: %q", bad)
 	}
