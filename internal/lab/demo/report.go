@@ -101,7 +101,7 @@ func (d *DefaultResult) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "\nhostqos demo: the same traffic without and with hostqos, measured at the server\n")
 	fmt.Fprintf(w, "bottleneck %s at the router (DiffServ: EF strict priority, AF4x, AF1x, default; %d ms FIFOs), client egress shaped by hostqos at %s\n",
 		rate(float64(s.BottleneckBps)), s.RouterQueueMS, rate(float64(s.ClientEgressBps)))
-	fmt.Fprintf(w, "cross traffic: pareto k=%s α=%g cap %s, %gs intervals, seed %d, unmarked; voice measured for %gs\n\n",
+	fmt.Fprintf(w, "cross traffic: Pareto k=%s α=%g cap %s, %gs intervals, seed %d, unmarked; voice measured for %gs\n\n",
 		rate(float64(s.Cross.KBps)), s.Cross.Alpha, rate(float64(s.Cross.CapBps)), s.Cross.IntervalS, s.Cross.Seed, s.DurationS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CLASS\tDSCP AT SERVER\tOFFERED\tTHROUGHPUT\tLOSS\tP50 LATENCY ms\tP99 LATENCY ms\tJITTER ms")
