@@ -2,11 +2,14 @@ package rtchan
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/hostqos/hostqos/internal/plot"
 )
 
 // Sweep is one figure of the seed's evaluation: the same experiment run at
@@ -126,6 +129,15 @@ func RunBench(o BenchOptions) ([]Sweep, error) {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// fmtX formats a sweep's x value for the table: whole numbers without
+// decimals, others with 3 significant digits.
+func fmtX(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e7 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
 // Table renders the sweep as a text table.
 func (s Sweep) Table() string {
 	var b strings.Builder
@@ -136,7 +148,7 @@ func (s Sweep) Table() string {
 		for j, c := range r.Channels {
 			x := ""
 			if j == 0 {
-				x = fmtTick(s.X[i])
+				x = fmtX(s.X[i])
 			}
 			minl, meanl := "-", "-"
 			if !c.BestEffort {
@@ -148,7 +160,8 @@ func (s Sweep) Table() string {
 	return b.String()
 }
 
-// Charts returns the sweep's plots keyed by file name.
+// Charts returns the sweep's plots keyed by file name without extension
+// (WriteCharts adds .png and .svg).
 func (s Sweep) Charts() map[string]Chart {
 	if len(s.Runs) == 0 {
 		return nil
@@ -172,7 +185,7 @@ func (s Sweep) Charts() map[string]Chart {
 		}
 		label := name
 		if be {
-			label += " (BE)"
+			label += " (best effort)"
 		}
 		thr.Series = append(thr.Series, Series{Name: label, X: s.X, Y: t})
 		drop.Series = append(drop.Series, Series{Name: label, X: s.X, Y: dr})
@@ -182,15 +195,15 @@ func (s Sweep) Charts() map[string]Chart {
 		}
 	}
 	return map[string]Chart{
-		s.Name + "_throughput.svg": thr,
-		s.Name + "_laxity.svg":     lax,
-		s.Name + "_misses.svg":     miss,
-		s.Name + "_drops.svg":      drop,
+		s.Name + "_throughput": thr,
+		s.Name + "_laxity":     lax,
+		s.Name + "_misses":     miss,
+		s.Name + "_drops":      drop,
 	}
 }
 
-// WriteCharts writes every sweep's SVG plots into dir and returns the
-// file names.
+// WriteCharts writes every sweep's plots into dir, each as NAME.png and
+// NAME.svg, and returns the file names.
 func WriteCharts(dir string, sweeps []Sweep) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create plot directory %s: %w", dir, err)
@@ -198,11 +211,11 @@ func WriteCharts(dir string, sweeps []Sweep) ([]string, error) {
 	var names []string
 	for _, s := range sweeps {
 		for name, c := range s.Charts() {
-			p := filepath.Join(dir, name)
-			if err := os.WriteFile(p, c.SVG(), 0o644); err != nil {
-				return nil, fmt.Errorf("write plot %s: %w", p, err)
+			files, err := plot.Save(c.figure(), filepath.Join(dir, name))
+			if err != nil {
+				return nil, err
 			}
-			names = append(names, p)
+			names = append(names, files...)
 		}
 	}
 	sort.Strings(names)

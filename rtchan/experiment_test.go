@@ -1,7 +1,12 @@
 package rtchan
 
 import (
+	"bytes"
+	"encoding/xml"
+	"image/png"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 )
@@ -177,8 +182,36 @@ func TestHqrtBenchQuickAndPlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != 20 {
-		t.Fatalf("%d plots", len(files))
+	// 20 plots (4 per sweep), each as a PNG that decodes and an SVG that
+	// parses, with lower-case text (the house style).
+	count := map[string]int{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch filepath.Ext(f) {
+		case ".png":
+			if _, err := png.Decode(bytes.NewReader(data)); err != nil {
+				t.Errorf("%s: %v", f, err)
+			}
+		case ".svg":
+			var doc struct{ XMLName xml.Name }
+			if err := xml.Unmarshal(data, &doc); err != nil || doc.XMLName.Local != "svg" {
+				t.Errorf("%s: not an SVG document (%v, root %q)", f, err, doc.XMLName.Local)
+			}
+		}
+		count[filepath.Ext(f)]++
+	}
+	if len(files) != 40 || count[".png"] != 20 || count[".svg"] != 20 {
+		t.Fatalf("%d plots: %d PNG, %d SVG; want 20 of each", len(files), count[".png"], count[".svg"])
+	}
+	for _, s := range sw {
+		for name, c := range s.Charts() {
+			if bad := c.figure().NotLowerCase(); len(bad) > 0 {
+				t.Errorf("%s: text not in lower case: %q", name, bad)
+			}
+		}
 	}
 	if tb := sw[0].Table(); len(tb) == 0 {
 		t.Fatal("empty table")

@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/lab"
+	"github.com/hostqos/hostqos/internal/plot"
 	"github.com/hostqos/hostqos/internal/testbed"
+	"github.com/hostqos/hostqos/internal/traffic"
 )
 
 func needRoot(t *testing.T) {
@@ -91,7 +93,7 @@ func checkFigures(t *testing.T, files []string) {
 func checkSVG(t *testing.T, name string, data []byte) {
 	t.Helper()
 	d := xml.NewDecoder(bytes.NewReader(data))
-	root, polylines := "", 0
+	root, paths := "", 0
 	for {
 		tok, err := d.Token()
 		if errors.Is(err, io.EOF) {
@@ -104,13 +106,13 @@ func checkSVG(t *testing.T, name string, data []byte) {
 			if root == "" {
 				root = se.Name.Local
 			}
-			if se.Name.Local == "polyline" {
-				polylines++
+			if se.Name.Local == "path" {
+				paths++
 			}
 		}
 	}
-	if root != "svg" || polylines == 0 {
-		t.Errorf("%s: root element %q, %d polylines; want an svg with lines", name, root, polylines)
+	if root != "svg" || paths == 0 {
+		t.Errorf("%s: root element %q, %d paths; want an svg with lines", name, root, paths)
 	}
 }
 
@@ -290,44 +292,54 @@ func TestJudge(t *testing.T) {
 	}
 }
 
-// TestFigure renders a synthetic figure both ways (no root needed).
-func TestFigure(t *testing.T) {
-	f := &Figure{Title: "test → figure", XLabel: "time (s)", Notes: []string{"a note: 1.5 ms ≥ 0"},
-		Panels: []Panel{
-			{Title: "rate (pkt/s)", Series: []Series{
-				{Name: "a", Color: colWith, X: []float64{0, 1, 2, 3}, Y: []float64{1, 3, math.NaN(), 2}},
-				{Name: "b", Color: colWithout, Dashed: true, X: []float64{0, 3}, Y: []float64{2, 2}},
-			}},
-			{Title: "bars", Segments: true, XLabel: "own axis", Series: []Series{{Name: "s", Color: colBlue, X: []float64{0, 2, 1, 3}, Y: []float64{1, 1, 2, 2}}}},
-			{Title: "points", Series: []Series{{Name: "p", Points: true, Color: colBlue, X: []float64{1, 2}, Y: []float64{0.5, 1}}}},
-		}}
+// TestFigures draws the three scenarios' figures from synthetic results
+// (no root needed) and checks the files as TestDemoShort does, and that
+// their text is lower case (the house style; unit symbols keep theirs).
+func TestFigures(t *testing.T) {
+	bins := func(n int, sent, recv, p99 float64) []Bin {
+		var b []Bin
+		for i := range n {
+			r := recv
+			if i%5 == 3 {
+				r = recv / 2
+			}
+			b = append(b, Bin{T: float64(i) * 0.5, Sent: sent, Received: r, RecvBps: r * 1000, P99: p99 * float64(1+i%3)})
+		}
+		b = append(b, Bin{T: float64(n) * 0.5}) // an empty bin: a gap
+		return b
+	}
+	trace := []traffic.IntervalRate{{StartS: 0, TargetBps: 2e6}, {StartS: 2, TargetBps: 9e6}, {StartS: 4, TargetBps: 1e6}}
+	cross := CrossSpec{KBps: 1e6, Alpha: 1.5, CapBps: 10e6, IntervalS: 2, Seed: 1}
+	def := &DefaultResult{
+		Setup:   DefaultSetup{BottleneckBps: 10e6, Calls: 4, BulkStreams: 2, Cross: cross, DurationS: 6, LeadS: 0.5},
+		Without: RunResult{Voice: bins(12, 200, 180, 40), Cross: bins(12, 0, 5000, 0), CrossTrace: trace},
+		With:    RunResult{Voice: bins(12, 200, 200, 1), Cross: bins(12, 0, 4000, 0), CrossTrace: trace},
+		Verdict: Verdict{WithoutLoss: 0.1, WithoutP99MS: 80, WithLoss: 0, WithP99MS: 2},
+	}
+	voip := &VoIPResult{
+		Setup:      VoIPSetup{BottleneckBps: 15e6, Calls: 64, OfferedPPS: 3200, Cross: cross},
+		BestEffort: VoIPRun{VoiceSeries: bins(12, 3200, 3000, 30), CrossTrace: trace, MeanRatio: 0.9, BurstRatio: 0.7, WorstRatio: 0.5},
+		Marked:     VoIPRun{VoiceSeries: bins(12, 3200, 3200, 1), CrossTrace: trace, MeanRatio: 1, BurstRatio: -1, WorstRatio: 1},
+	}
+	scale := &ScaleResult{Setup: ScaleSetup{Sessions: 3, GapS: 2}}
+	for i := range 3 {
+		scale.Sessions = append(scale.Sessions, Session{ID: i, StartS: float64(2 * i), EndS: 10, SenderRatio: 1, HostQoSRatio: 0.99, ReceiverRatio: 0.98})
+	}
+	scale.Sessions[1].HostQoSRatio = -1 // no counters: a gap
 	dir := t.TempDir()
-	files, err := writeFigure(f, filepath.Join(dir, "fig"))
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for name, f := range map[string]*plot.Figure{"default": defaultFigure(def), "voip": voipFigure(voip), "scale": scaleFigure(scale)} {
+		if bad := f.NotLowerCase(); len(bad) > 0 {
+			t.Errorf("%s figure: text not in lower case: %q", name, bad)
+		}
+		fs, err := plot.Save(f, filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, fs...)
+	}
+	if len(files) != 6 {
+		t.Fatalf("wrote %v, want a PNG and an SVG per figure", files)
 	}
 	checkFigures(t, files)
-}
-
-// TestGlyphs checks that the characters the figures use exist in the PNG
-// font (unknown ones are drawn as '?').
-func TestGlyphs(t *testing.T) {
-	for _, r := range "abcxyz ABCXYZ 0123456789 .,:;-+/%()[]<>=_'*#→≥≤×α" {
-		if r != '?' && glyph(r) == glyphs['?'] {
-			t.Errorf("no glyph for %q", r)
-		}
-	}
-}
-
-func TestNiceTicks(t *testing.T) {
-	got := niceTicks(0, 97, 5)
-	want := []float64{0, 20, 40, 60, 80, 100}
-	if len(got) != len(want) {
-		t.Fatalf("niceTicks(0, 97) = %v, want %v", got, want)
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			t.Fatalf("niceTicks(0, 97) = %v, want %v", got, want)
-		}
-	}
 }

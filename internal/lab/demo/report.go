@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/hostqos/hostqos/internal/plot"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
 
@@ -160,12 +161,12 @@ func (v Verdict) write(w io.Writer) {
 
 func (r *runner) plots(res *Result) ([]string, error) {
 	var figs []struct {
-		f    *Figure
+		f    *plot.Figure
 		base string
 	}
-	add := func(f *Figure, name string) {
+	add := func(f *plot.Figure, name string) {
 		figs = append(figs, struct {
-			f    *Figure
+			f    *plot.Figure
 			base string
 		}{f, filepath.Join(r.opts.OutDir, name)})
 	}
@@ -179,7 +180,7 @@ func (r *runner) plots(res *Result) ([]string, error) {
 	}
 	var files []string
 	for _, f := range figs {
-		p, err := writeFigure(f.f, f.base)
+		p, err := plot.Save(f.f, f.base)
 		if err != nil {
 			return nil, err
 		}
@@ -240,7 +241,7 @@ func stepXY(trace []traffic.IntervalRate, interval float64, scale float64) ([]fl
 	return xs, ys
 }
 
-func defaultFigure(d *DefaultResult) *Figure {
+func defaultFigure(d *DefaultResult) *plot.Figure {
 	wo, wi := trim(d.Without.Voice), trim(d.With.Voice)
 	offered := float64(d.Setup.Calls) * traffic.G729PacketRate
 	x1, y1 := binsXY(wo, func(b Bin) float64 { return b.Received }, true, true)
@@ -252,32 +253,33 @@ func defaultFigure(d *DefaultResult) *Figure {
 	cwx, cwy := binsXY(d.Without.Cross, func(b Bin) float64 { return b.RecvBps / 1e6 }, true, false)
 	chx, chy := binsXY(d.With.Cross, func(b Bin) float64 { return b.RecvBps / 1e6 }, true, false)
 	bn := float64(d.Setup.BottleneckBps) / 1e6
-	return &Figure{
-		Title:  fmt.Sprintf("hostqos demo: %d G.729 calls, %.0f Mbit/s bottleneck, bursty cross traffic, bulk TCP", d.Setup.Calls, bn),
-		XLabel: "time since the start of the run (s); bins of 0.5 s by send time",
-		Panels: []Panel{
-			{Title: "voice packets received per second (all calls)", YMin: 0, YMax: offered * 1.25, Series: []Series{
-				{Name: "offered (" + fmt.Sprint(offered) + " pkt/s)", Color: colOffered, Dashed: true, X: ox, Y: []float64{offered, offered}},
-				{Name: "without hostqos (best effort)", Color: colWithout, X: x1, Y: y1},
-				{Name: "with hostqos (voice → EF)", Color: colWith, X: x2, Y: y2},
+	return &plot.Figure{
+		Title:     fmt.Sprintf("hostqos demo: %d g.729 calls, %.0f Mbit/s bottleneck, bursty cross traffic, bulk tcp", d.Setup.Calls, bn),
+		XLabel:    "time since the start of the run (s); bins of 0.5 s by send time",
+		XFromZero: true,
+		Panels: []plot.Panel{
+			{Title: "voice packets received per second (all calls)", YMax: offered * 1.25, Series: []plot.Series{
+				{Name: "offered (" + fmt.Sprint(offered) + " pkt/s)", Color: plot.Black, Dashed: true, X: ox, Y: []float64{offered, offered}},
+				{Name: "without hostqos (best effort)", Color: plot.Red, X: x1, Y: y1},
+				{Name: "with hostqos (voice → ef)", Color: plot.Green, X: x2, Y: y2},
 			}},
-			{Title: "voice one-way latency, 99th percentile per bin (ms)", Series: []Series{
-				{Name: "without hostqos", Color: colWithout, X: l1x, Y: l1y},
-				{Name: "with hostqos", Color: colWith, X: l2x, Y: l2y},
+			{Title: "voice one-way latency, 99th percentile per bin (ms)", Series: []plot.Series{
+				{Name: "without hostqos", Color: plot.Red, X: l1x, Y: l1y},
+				{Name: "with hostqos", Color: plot.Green, X: l2x, Y: l2y},
 			}},
-			{Title: "cross traffic (Mbit/s)", YMin: 0, YMax: bn * 1.3, Series: []Series{
-				{Name: "Pareto source's rate per interval", Color: colCross, X: cx, Y: cy},
-				{Name: "received at the server, without hostqos", Color: colWithout, Dashed: true, X: cwx, Y: cwy},
-				{Name: "received at the server, with hostqos", Color: colWith, Dashed: true, X: chx, Y: chy},
-				{Name: fmt.Sprintf("bottleneck (%.0f Mbit/s)", bn), Color: colOffered, Dashed: true, X: []float64{0, cx[len(cx)-1]}, Y: []float64{bn, bn}},
+			{Title: "cross traffic (Mbit/s)", YMax: bn * 1.3, Series: []plot.Series{
+				{Name: "pareto source's rate per interval", Color: plot.Grey, X: cx, Y: cy},
+				{Name: "received at the server, without hostqos", Color: plot.Red, Dashed: true, X: cwx, Y: cwy},
+				{Name: "received at the server, with hostqos", Color: plot.Green, Dashed: true, X: chx, Y: chy},
+				{Name: fmt.Sprintf("bottleneck (%.0f Mbit/s)", bn), Color: plot.Black, Dashed: true, X: []float64{0, cx[len(cx)-1]}, Y: []float64{bn, bn}},
 			}},
 		},
 		Notes: []string{
 			fmt.Sprintf("without: voice loss %s, p99 %s ms.  with: voice loss %s, p99 %s ms.  (measured at the server)",
 				pctStr(d.Verdict.WithoutLoss), msStr(d.Verdict.WithoutP99MS), pctStr(d.Verdict.WithLoss), msStr(d.Verdict.WithP99MS)),
-			fmt.Sprintf("cross traffic: Pareto k=%s, alpha=%g, cap %s, %gs intervals, seed %d, unmarked",
+			fmt.Sprintf("cross traffic: pareto k=%s, alpha=%g, cap %s, %gs intervals, seed %d, unmarked",
 				rate(float64(d.Setup.Cross.KBps)), d.Setup.Cross.Alpha, rate(float64(d.Setup.Cross.CapBps)), d.Setup.Cross.IntervalS, d.Setup.Cross.Seed),
-			fmt.Sprintf("also on the link: %d bulk TCP uploads and a 25 fps video stream from the client", d.Setup.BulkStreams),
+			fmt.Sprintf("also on the link: %d bulk tcp uploads and a 25 fps video stream from the client", d.Setup.BulkStreams),
 		},
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/lab"
+	"github.com/hostqos/hostqos/internal/plot"
 	"github.com/hostqos/hostqos/internal/testbed"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
@@ -300,7 +301,7 @@ func (s *ScaleResult) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "hostqos: %s\n", strings.Join(st.Commands, "; "))
 }
 
-func scaleFigure(s *ScaleResult) *Figure {
+func scaleFigure(s *ScaleResult) *plot.Figure {
 	var lx, ly, ix, rcv, snd, hq []float64
 	for _, x := range s.Sessions {
 		lx = append(lx, x.StartS, x.EndS)
@@ -315,17 +316,17 @@ func scaleFigure(s *ScaleResult) *Figure {
 		hq = append(hq, h)
 	}
 	n := float64(len(s.Sessions))
-	return &Figure{
-		Title:  fmt.Sprintf("Q-Pod Fig. 20: %d sessions of 1 Mbit/s launched %gs apart", len(s.Sessions), s.Setup.GapS),
-		XLabel: "",
-		Panels: []Panel{
-			{Title: "session lifetimes (session number over time in s)", Segments: true, YMin: 0, YMax: n + 1, XLabel: "time since the first launch (s)",
-				Series: []Series{{Name: "session running", Color: colBlue, X: lx, Y: ly}}},
-			{Title: "throughput / offered load per session", YMin: 0, YMax: 1.25, XMin: 0, XMax: n + 1, XLabel: "session number",
-				Series: []Series{
-					{Name: "at the receiver", Color: colWith, Points: true, X: ix, Y: rcv},
-					{Name: "at the sender", Color: colOffered, Dashed: true, X: ix, Y: snd},
-					{Name: "hostqos flow counters (hold)", Color: colBlue, Dashed: true, X: ix, Y: hq},
+	return &plot.Figure{
+		Title:     fmt.Sprintf("q-pod fig. 20: %d sessions of 1 Mbit/s launched %gs apart", len(s.Sessions), s.Setup.GapS),
+		XFromZero: true,
+		Panels: []plot.Panel{
+			{Title: "session lifetimes (session number over time in s)", Segments: true, YMax: n + 1, XLabel: "time since the first launch (s)",
+				Series: []plot.Series{{Name: "session running", Color: plot.Blue, X: lx, Y: ly}}},
+			{Title: "throughput / offered load per session", YMax: 1.25, XMin: 0, XMax: n + 1, XLabel: "session number",
+				Series: []plot.Series{
+					{Name: "at the receiver", Color: plot.Green, Marks: plot.Points, X: ix, Y: rcv},
+					{Name: "at the sender", Color: plot.Black, Dashed: true, X: ix, Y: snd},
+					{Name: "hostqos flow counters (hold)", Color: plot.Blue, Dashed: true, X: ix, Y: hq},
 				}},
 		},
 		Notes: []string{

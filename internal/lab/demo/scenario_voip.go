@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/plot"
 	"github.com/hostqos/hostqos/internal/testbed"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
@@ -265,7 +266,7 @@ func (v *VoIPResult) writeTable(w io.Writer) {
 	fmt.Fprintln(w, "differences from the seed: AF11/AF13 with WRED on Cisco IOS there; EF strict priority vs default class (HTB, drop-tail FIFOs) here")
 }
 
-func voipFigure(v *VoIPResult) *Figure {
+func voipFigure(v *VoIPResult) *plot.Figure {
 	be, mk := trim(v.BestEffort.VoiceSeries), trim(v.Marked.VoiceSeries)
 	xs1, ys1 := binsXY(be, func(b Bin) float64 { return b.Sent }, true, true)
 	xr1, yr1 := binsXY(be, func(b Bin) float64 { return b.Received }, true, true)
@@ -280,31 +281,32 @@ func voipFigure(v *VoIPResult) *Figure {
 	if len(cx) > 0 {
 		lastX = cx[len(cx)-1]
 	}
-	return &Figure{
-		Title:  fmt.Sprintf("Q-Pod Fig. 25 at 1/10 scale: %d G.729 calls, %.1f Mbit/s bottleneck, Pareto cross traffic", v.Setup.Calls, bn),
-		XLabel: "time since the start of the run (s); voice in 1-s bins by send time",
-		Panels: []Panel{
-			{Title: "voice packet rate, marked by hostqos (pkt/s)", YMin: 0, YMax: off * 1.3, Series: []Series{
-				{Name: "receiver", Color: colWith, X: xr2, Y: yr2},
-				{Name: "sender", Color: colOffered, Dashed: true, X: xs2, Y: ys2},
+	return &plot.Figure{
+		Title:     fmt.Sprintf("q-pod fig. 25 at 1/10 scale: %d g.729 calls, %.1f Mbit/s bottleneck, pareto cross traffic", v.Setup.Calls, bn),
+		XLabel:    "time since the start of the run (s); voice in 1-s bins by send time",
+		XFromZero: true,
+		Panels: []plot.Panel{
+			{Title: "voice packet rate, marked by hostqos (pkt/s)", YMax: off * 1.3, Series: []plot.Series{
+				{Name: "receiver", Color: plot.Green, X: xr2, Y: yr2},
+				{Name: "sender", Color: plot.Black, Dashed: true, X: xs2, Y: ys2},
 			}},
-			{Title: "voice packet rate, best effort (pkt/s)", YMin: 0, YMax: off * 1.3, Series: []Series{
-				{Name: "receiver", Color: colWithout, X: xr1, Y: yr1},
-				{Name: "sender", Color: colOffered, Dashed: true, X: xs1, Y: ys1},
+			{Title: "voice packet rate, best effort (pkt/s)", YMax: off * 1.3, Series: []plot.Series{
+				{Name: "receiver", Color: plot.Red, X: xr1, Y: yr1},
+				{Name: "sender", Color: plot.Black, Dashed: true, X: xs1, Y: ys1},
 			}},
-			{Title: "voice one-way latency, 99th percentile per second (ms)", Series: []Series{
-				{Name: "best effort", Color: colWithout, X: l1x, Y: l1y},
-				{Name: "marked by hostqos", Color: colWith, X: l2x, Y: l2y},
+			{Title: "voice one-way latency, 99th percentile per second (ms)", Series: []plot.Series{
+				{Name: "best effort", Color: plot.Red, X: l1x, Y: l1y},
+				{Name: "marked by hostqos", Color: plot.Green, X: l2x, Y: l2y},
 			}},
-			{Title: "cross traffic: Pareto source's rate per 2-s interval (Mbit/s)", YMin: 0, YMax: bn * 1.3, Series: []Series{
-				{Name: "cross traffic offered", Color: colCross, X: cx, Y: cy},
-				{Name: "bottleneck", Color: colOffered, Dashed: true, X: []float64{0, lastX}, Y: []float64{bn, bn}},
+			{Title: "cross traffic: pareto source's rate per 2-s interval (Mbit/s)", YMax: bn * 1.3, Series: []plot.Series{
+				{Name: "cross traffic offered", Color: plot.Grey, X: cx, Y: cy},
+				{Name: "bottleneck", Color: plot.Black, Dashed: true, X: []float64{0, lastX}, Y: []float64{bn, bn}},
 			}},
 		},
 		Notes: []string{
 			fmt.Sprintf("received/sent: best effort %.3f overall, %s in bursts, worst second %.3f;  marked %.3f overall, %s in bursts, worst second %.3f",
 				v.BestEffort.MeanRatio, ratioStr(v.BestEffort.BurstRatio), v.BestEffort.WorstRatio, v.Marked.MeanRatio, ratioStr(v.Marked.BurstRatio), v.Marked.WorstRatio),
-			fmt.Sprintf("Pareto k=%s, alpha=%g, capped at the link rate, 2-s intervals, seed %d; same draws in both runs",
+			fmt.Sprintf("pareto k=%s, alpha=%g, capped at the link rate, 2-s intervals, seed %d; same draws in both runs",
 				rate(float64(v.Setup.Cross.KBps)), v.Setup.Cross.Alpha, v.Setup.Cross.Seed),
 		},
 	}
