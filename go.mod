@@ -15,3 +15,5 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 )
+
+tool github.com/cilium/ebpf/cmd/bpf2go

@@ -8,16 +8,17 @@ package datapath
 
 import "net/netip"
 
-// Action codes as the BPF program sees them.
+// Action codes as the BPF program sees them (enum hq_action in
+// bpf/include/hostqos.h).
 type Action uint8
 
 const (
-	ActPass    Action = 0
-	ActDrop    Action = 1
-	ActObserve Action = 2
+	ActPass    = Action(hostqosHqActionHQ_ACT_PASS)
+	ActDrop    = Action(hostqosHqActionHQ_ACT_DROP)
+	ActObserve = Action(hostqosHqActionHQ_ACT_OBSERVE)
 	// ActPolice passes packets within the rule's policer and drops the
 	// rest; compile sets it for ActPass rules with a PoliceRate.
-	ActPolice Action = 3
+	ActPolice = Action(hostqosHqActionHQ_ACT_POLICE)
 )
 
 // FileID identifies an executable by device and inode, as the kernel sees

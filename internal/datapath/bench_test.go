@@ -65,7 +65,7 @@ func BenchmarkRuleCounters(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/MaxRules, "ns/rule")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(MaxRules), "ns/rule")
 }
 
 func fillFlows(tb testing.TB, d *Datapath, n int) {

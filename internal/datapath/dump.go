@@ -123,7 +123,7 @@ func (d *Datapath) dumpRuleCounters(out []Counters) error {
 		return it, nil
 	}, ctrRecSize, func(rec []byte) bool {
 		r := (*ctrRec)(unsafe.Pointer(&rec[0]))
-		if r.Slot < MaxRules {
+		if r.Slot < uint32(MaxRules) {
 			out[r.Slot] = Counters{Packets: r.Packets, Bytes: r.Bytes, Drops: r.Drops}
 		}
 		return true
