@@ -6,7 +6,10 @@
 // It is the only package that imports cilium/ebpf.
 package datapath
 
-import "net/netip"
+import (
+	"log/slog"
+	"net/netip"
+)
 
 // Action codes as the BPF program sees them (enum hq_action in
 // bpf/include/hostqos.h).
@@ -85,8 +88,11 @@ type Options struct {
 	CgroupPath string // cgroup v2 directory to attach sock_create to (the cgroup2 root)
 	// FlowTableSize is the number of entries of each of the two LRU flow
 	// tables (IPv4 flows, IPv6 flows); 0 = default 65536. The flow
-	// counter array has 4 × FlowTableSize slots (64 bytes each).
+	// counter array has 2 × FlowTableSize slots (64 bytes each).
 	FlowTableSize int
+	// Logger receives the datapath's log records (with "component" =
+	// "datapath"); nil = slog.Default() at the time of Open.
+	Logger *slog.Logger
 }
 
 // Counters are cumulative packet/byte/drop counts.

@@ -15,8 +15,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 )
 
-// skBuff mirrors struct __sk_buff (uapi), the context TestRun passes in
-// and reads back.
+// skBuff mirrors struct __sk_buff (uapi, 192 bytes), the context TestRun
+// passes in and reads back.
 type skBuff struct {
 	Len            uint32
 	PktType        uint32
@@ -44,7 +44,6 @@ type skBuff struct {
 	RemotePort     uint32
 	LocalPort      uint32
 	DataMeta       uint32
-	_              uint32
 	FlowKeys       uint64
 	Tstamp         uint64
 	WireLen        uint32

@@ -93,9 +93,13 @@ func Open(opts Options) (_ *Datapath, err error) {
 		dir = DefaultBPFFSDir
 	}
 	dir = filepath.Clean(dir)
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	d := &Datapath{
 		dir: dir,
-		log: slog.Default().With("component", "datapath"),
+		log: log.With("component", "datapath"),
 		tcx: map[int]link.Link{},
 	}
 	defer func() {
@@ -104,7 +108,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 		}
 	}()
 
-	if d.mountedBPFFS, err = ensureBPFFS(dir); err != nil {
+	if d.mountedBPFFS, err = ensureBPFFS(d.log, dir); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(dir, linksDir), 0o700); err != nil {
@@ -569,11 +573,11 @@ func (d *Datapath) RuleCounters() ([]Counters, error) {
 func (d *Datapath) iterFailed(err error) {
 	for _, transient := range []error{unix.EMFILE, unix.ENFILE, unix.ENOMEM, unix.EAGAIN, unix.EINTR} {
 		if errors.Is(err, transient) {
-			d.log.Warn("map iterator failed for want of resources; batch lookups for this read", "error", err)
+			d.log.Warn("map iterator failed for want of resources; batch lookups for this read", "err", err)
 			return
 		}
 	}
-	d.log.Warn("map iterator unavailable, using batch lookups", "error", err)
+	d.log.Warn("map iterator unavailable, using batch lookups", "err", err)
 	d.noIter.Store(true)
 }
 
@@ -713,7 +717,7 @@ func (d *Datapath) MountedBPFFS() string { return d.mountedBPFFS }
 // /sys/fs/bpf when dir is below it and nothing is mounted there yet (as
 // under `ip netns exec`, which mounts a fresh /sys). It returns where it
 // mounted one ("" if it did not).
-func ensureBPFFS(dir string) (string, error) {
+func ensureBPFFS(log *slog.Logger, dir string) (string, error) {
 	onBPF := func() (bool, error) {
 		p := dir
 		for {
@@ -745,7 +749,7 @@ func ensureBPFFS(dir string) (string, error) {
 	if err := unix.Mount("bpf", defaultBPFFSMount, "bpf", 0, "mode=0700"); err != nil {
 		return "", fmt.Errorf("mount bpffs at %s: %w", defaultBPFFSMount, err)
 	}
-	slog.Default().Info("no bpffs was mounted; mounted one for the pins", "component", "datapath", "path", defaultBPFFSMount)
+	log.Info("no bpffs was mounted; mounted one for the pins", "path", defaultBPFFSMount)
 	return defaultBPFFSMount, nil
 }
 
