@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Shared definitions of hostqos's BPF programs: map value layouts and limits.
- * The Go side (internal/datapath) mirrors these through the types bpf2go
- * generates; change both together and bump HQ_ABI_VERSION whenever a pinned
- * map's layout changes, so that an old pinned state is refused rather than
- * misread.
+ * The Go side (internal/datapath) has no copies: it uses the types and
+ * constants bpf2go generates from these (make generate). Bump
+ * HQ_ABI_VERSION whenever a pinned map's layout changes, so that an old
+ * pinned state is refused rather than misread.
  */
 #ifndef HOSTQOS_H
 #define HOSTQOS_H

@@ -193,7 +193,7 @@ func MeasurePerPacket(flows int, repeat uint32, police bool) (PerPacketResult, e
 		for i := 0; i < 3; i++ {
 			ret, dur, err := prog.Benchmark(frame, int(repeat), nil)
 			if err != nil {
-				return 0, fmt.Errorf("benchmark program: %w", err)
+				return 0, fmt.Errorf("time %s: %w", prog, err)
 			}
 			// Both programs must take the pass path: a drop (say, by the
 			// policer) would time another path than the one reported.

@@ -34,14 +34,15 @@
 #define IPPROTO_ICMPV6 58
 
 /*
- * Never read: these make the enums part of the object's BTF, so that
- * bpf2go exports them to Go (-type). .rodata is not pinned, so they do
- * not change the pinned layout.
+ * Never read: these make types no map or variable uses part of the
+ * object's BTF, so that bpf2go exports them to Go. .rodata is not pinned,
+ * so they do not change the pinned layout.
  */
 const volatile enum hq_limits hq_type_limits = 0;
 const volatile enum hq_action hq_type_action = 0;
 const volatile enum hq_family hq_type_family = 0;
 const volatile enum hq_verdict hq_type_verdict = 0;
+const volatile struct hq_ctr_rec hq_type_ctr_rec = {};
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

@@ -46,6 +46,15 @@ type hostqosHqCounters struct {
 	Drops   uint64
 }
 
+type hostqosHqCtrRec struct {
+	_       structs.HostLayout
+	Slot    uint32
+	Pad     uint32
+	Packets uint64
+	Bytes   uint64
+	Drops   uint64
+}
+
 type hostqosHqExeKey struct {
 	_   structs.HostLayout
 	Buf uint32
@@ -269,6 +278,7 @@ const (
 	hostqosVarHqPolicy       = "hq_policy"
 	hostqosVarHqTickNs       = "hq_tick_ns"
 	hostqosVarHqTypeAction   = "hq_type_action"
+	hostqosVarHqTypeCtrRec   = "hq_type_ctr_rec"
 	hostqosVarHqTypeFamily   = "hq_type_family"
 	hostqosVarHqTypeLimits   = "hq_type_limits"
 	hostqosVarHqTypeVerdict  = "hq_type_verdict"
@@ -354,6 +364,7 @@ type hostqosVariableSpecs struct {
 	HqPolicy      *ebpf.VariableSpec `ebpf:"hq_policy"`
 	HqTickNs      *ebpf.VariableSpec `ebpf:"hq_tick_ns"`
 	HqTypeAction  *ebpf.VariableSpec `ebpf:"hq_type_action"`
+	HqTypeCtrRec  *ebpf.VariableSpec `ebpf:"hq_type_ctr_rec"`
 	HqTypeFamily  *ebpf.VariableSpec `ebpf:"hq_type_family"`
 	HqTypeLimits  *ebpf.VariableSpec `ebpf:"hq_type_limits"`
 	HqTypeVerdict *ebpf.VariableSpec `ebpf:"hq_type_verdict"`
@@ -424,6 +435,7 @@ type hostqosVariables struct {
 	HqPolicy      *ebpf.Variable `ebpf:"hq_policy"`
 	HqTickNs      *ebpf.Variable `ebpf:"hq_tick_ns"`
 	HqTypeAction  *ebpf.Variable `ebpf:"hq_type_action"`
+	HqTypeCtrRec  *ebpf.Variable `ebpf:"hq_type_ctr_rec"`
 	HqTypeFamily  *ebpf.Variable `ebpf:"hq_type_family"`
 	HqTypeLimits  *ebpf.Variable `ebpf:"hq_type_limits"`
 	HqTypeVerdict *ebpf.Variable `ebpf:"hq_type_verdict"`

@@ -24,14 +24,14 @@ func (b *bitmap) set(bit int) { b[bit>>6] |= 1 << (bit & 63) }
 
 // compiled is a policy in map form, ready to be written to one buffer.
 type compiled struct {
-	rules              []hostqosHqRule
-	exe                map[FileID]*bitmap
-	comm               map[string]*bitmap
-	uid                map[uint32]*bitmap
-	cg                 map[uint64]*bitmap
-	rExe, rComm, rUID  bitmap
-	rCg                bitmap
-	appRules, nonEmpty int
+	rules             []hostqosHqRule
+	exe               map[FileID]*bitmap
+	comm              map[string]*bitmap
+	uid               map[uint32]*bitmap
+	cg                map[uint64]*bitmap
+	rExe, rComm, rUID bitmap
+	rCg               bitmap
+	appRules          int
 	// Rule lists (struct hq_rlist): rules without app selectors by
 	// family and protocol class, and rules with app selectors by app bit.
 	lists [rlists][]uint16
