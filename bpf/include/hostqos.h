@@ -17,14 +17,18 @@
 enum hq_limits {
 	/* Layout version of the pinned maps; bump on any layout change. */
 	HQ_ABI_VERSION = 3,
-	HQ_MAX_RULES = 4096,	/* rule slots and rules per buffer */
-	HQ_MAX_APP_RULES = 256, /* rules with app selectors (bits of a bitmap) */
-	HQ_BITMAP_WORDS = 4,	/* 256 bits */
-	HQ_CG_LEVELS = 8, /* cgroup ancestor ids kept per socket (0..7) */
+	/* Rule slots, and rules per policy buffer. */
+	HQ_MAX_RULES = 4096,
+	/* Rules with app selectors (bits of a bitmap). */
+	HQ_MAX_APP_RULES = 256,
+	HQ_BITMAP_WORDS = 4, /* 256 bits */
+	/* Cgroup ancestor ids kept per socket (levels 0..7). */
+	HQ_CG_LEVELS = 8,
 	HQ_COMM_LEN = 16,
 	HQ_SLOT_NONE = 0xffff,
-	HQ_RLISTS = 9,	  /* rule lists per policy buffer, see hq_rlist */
-	HQ_RLIST_APP = 8, /* index of the app-rule list */
+	/* Rule lists per policy buffer and the app-rule list (hq_rlist). */
+	HQ_RLISTS = 9,
+	HQ_RLIST_APP = 8,
 	/* Entries of each flow table unless the loader sets another size. */
 	HQ_FLOW_ENTRIES = 65536,
 	/* App-selector map sizes (both policy buffers share them). */
