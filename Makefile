@@ -10,7 +10,7 @@ LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X 
 # Test timeout per package; the whole suite stays well under 15 minutes.
 TEST_TIMEOUT ?= 600s
 
-.PHONY: all build deps generate test test-unit vet fmt bench demo install clean
+.PHONY: all build deps generate check-generated test test-unit vet fmt bench demo install clean
 
 all: build
 
@@ -25,6 +25,14 @@ build:
 generate:
 	scripts/install-deps.sh --bpf
 	scripts/gen-bpf.sh
+
+# Regenerate the BPF objects and their bindings with the pinned clang and
+# fail when they differ from the committed ones (make test runs this, so CI
+# does). The same clang gives byte-identical objects from any checkout.
+GENERATED := internal/datapath/hostqos_bpfel.o internal/datapath/hostqos_bpfel.go
+check-generated: generate
+	@git diff --exit-code --stat -- $(GENERATED) bpf/include/vmlinux.h || { echo "check-generated: the committed BPF objects differ from what the sources generate; run make generate and commit the result"; exit 1; }
+	@test -z "$$(git ls-files --others --exclude-standard internal/datapath bpf)" || { echo "check-generated: uncommitted generated files:"; git ls-files --others --exclude-standard internal/datapath bpf; exit 1; }
 
 # Format the Go code (gofmt) and the BPF C (clang-format, kernel style as
 # set in .clang-format).
@@ -44,7 +52,7 @@ test-unit:
 # Everything: unit, BPF test-run, and namespace integration tests (root).
 # Packages run one at a time (-p 1): the kernel tests measure rates and
 # latencies and must not compete with each other for the CPU.
-test: deps vet build
+test: deps vet build check-generated
 	$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 bench: deps build

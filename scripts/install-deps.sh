@@ -3,7 +3,9 @@
 # Debian/Ubuntu machine. Idempotent: installs only what is missing.
 #   scripts/install-deps.sh          runtime/test/bench needs (iproute2, nsenter, nftables, bpftool,
 #                                    btrfs-progs and e2fsprogs for the filesystem tests)
-#   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate` and `make fmt`
+#   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate` and `make fmt`: the
+#                                    pinned clang-14 (internal/datapath/gen.go calls it by name),
+#                                    so regenerated objects match the committed ones
 set -euo pipefail
 
 need=()
@@ -15,9 +17,12 @@ have nft || need+=(nftables)
 have bpftool || need+=(bpftool)
 have mkfs.btrfs || need+=(btrfs-progs) # exe-identity tests on a loop btrfs
 have mkfs.ext4 || need+=(e2fsprogs)
+# The BPF compiler is pinned by name: the same clang gives byte-identical
+# objects, which `make check-generated` compares with the committed ones.
+# Change it together with -cc/-strip in internal/datapath/gen.go.
 if [[ "${1:-}" == "--bpf" ]]; then
-	have clang || need+=(clang)
-	have llvm-strip || need+=(llvm)
+	have clang-14 || need+=(clang-14)
+	have llvm-strip-14 || need+=(llvm-14)
 	have clang-format || need+=(clang-format)
 	[[ -e /usr/include/bpf/bpf_helpers.h ]] || need+=(libbpf-dev)
 fi

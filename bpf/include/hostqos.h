@@ -1,36 +1,57 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Shared definitions of hostqos's BPF programs: map value layouts and limits.
- * The Go side (internal/datapath) mirrors these through the types bpf2go
- * generates; change both together and bump HQ_ABI_VERSION whenever a pinned
- * map's layout changes, so that an old pinned state is refused rather than
- * misread.
+ * The Go side (internal/datapath) has no copies: it uses the types and
+ * constants bpf2go generates from these (make generate). Bump
+ * HQ_ABI_VERSION whenever a pinned map's layout changes, so that an old
+ * pinned state is refused rather than misread.
  */
 #ifndef HOSTQOS_H
 #define HOSTQOS_H
 
-#define HQ_ABI_VERSION 3
+/*
+ * Limits and fixed parameters of the datapath, defined once here and
+ * exported to Go by bpf2go (-type hq_limits: internal/datapath's
+ * MaxRules, MaxAppRules and the rest derive from the generated constants).
+ */
+enum hq_limits {
+	/* Layout version of the pinned maps; bump on any layout change. */
+	HQ_ABI_VERSION = 3,
+	/* Rule slots, and rules per policy buffer. */
+	HQ_MAX_RULES = 4096,
+	/* Rules with app selectors (bits of a bitmap). */
+	HQ_MAX_APP_RULES = 256,
+	HQ_BITMAP_WORDS = 4, /* 256 bits */
+	/* Cgroup ancestor ids kept per socket (levels 0..7). */
+	HQ_CG_LEVELS = 8,
+	HQ_COMM_LEN = 16,
+	HQ_SLOT_NONE = 0xffff,
+	/* Rule lists per policy buffer and the app-rule list (hq_rlist). */
+	HQ_RLISTS = 9,
+	HQ_RLIST_APP = 8,
+	/* Entries of each flow table unless the loader sets another size. */
+	HQ_FLOW_ENTRIES = 65536,
+	/* App-selector map sizes (both policy buffers share them). */
+	HQ_EXE_ENTRIES = 8192,
+	HQ_COMM_ENTRIES = 4096,
+	HQ_UID_ENTRIES = 4096,
+	HQ_CG_ENTRIES = 8192,
+	/* A policer's cost per byte is kept in 1/2^HQ_POLICE_SHIFT ns. */
+	HQ_POLICE_SHIFT = 16,
+};
 
-#define HQ_MAX_RULES 4096    /* rule slots and rules per buffer */
-#define HQ_MAX_APP_RULES 256 /* rules with app selectors (bits of a bitmap) */
-#define HQ_BITMAP_WORDS 4    /* 256 bits */
-#define HQ_CG_LEVELS 8	     /* cgroup ancestor ids kept per socket (0..7) */
-#define HQ_CG_LEVEL_WALK 32  /* bound of the walk that finds the own level */
-#define HQ_COMM_LEN 16
-#define HQ_SLOT_NONE 0xffff
-#define HQ_IPV6_EXT_MAX 4 /* IPv6 extension headers skipped at most */
-#define HQ_MAX_CPUS 1024  /* bound of per-CPU sums */
-#define HQ_RLISTS 9	  /* rule lists per policy buffer, see hq_rlist */
-#define HQ_RLIST_APP 8	  /* index of the app-rule list */
-#define HQ_FCTR_TRIES 4	  /* counter slots probed per allocation */
+#define HQ_CG_LEVEL_WALK 32 /* bound of the walk that finds the own level */
+#define HQ_IPV6_EXT_MAX 4   /* IPv6 extension headers skipped at most */
+#define HQ_MAX_CPUS 1024    /* bound of per-CPU sums */
+#define HQ_FCTR_TRIES 4	    /* counter slots probed per allocation */
 /* A counter slot whose flow was idle this long may be taken over. */
 #define HQ_FCTR_IDLE_NS 1000000000ULL
 
-/* App-selector map sizes (both policy buffers share them). */
-#define HQ_EXE_ENTRIES 8192
-#define HQ_COMM_ENTRIES 4096
-#define HQ_UID_ENTRIES 4096
-#define HQ_CG_ENTRIES 8192
+/* TCX verdicts of the egress classifier (TC_ACT_UNSPEC, TC_ACT_SHOT). */
+enum hq_verdict {
+	HQ_TC_NEXT = -1,
+	HQ_TC_DROP = 2,
+};
 
 enum hq_action {
 	HQ_ACT_PASS = 0,
@@ -207,7 +228,6 @@ struct hq_police {
 	__u64 pad;
 };
 
-#define HQ_POLICE_SHIFT 16
 #define HQ_POLICE_TRIES                                                        \
 	4 /* compare-and-swap attempts before charging blindly */
 

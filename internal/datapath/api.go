@@ -6,18 +6,22 @@
 // It is the only package that imports cilium/ebpf.
 package datapath
 
-import "net/netip"
+import (
+	"log/slog"
+	"net/netip"
+)
 
-// Action codes as the BPF program sees them.
+// Action codes as the BPF program sees them (enum hq_action in
+// bpf/include/hostqos.h).
 type Action uint8
 
 const (
-	ActPass    Action = 0
-	ActDrop    Action = 1
-	ActObserve Action = 2
+	ActPass    = Action(hostqosHqActionHQ_ACT_PASS)
+	ActDrop    = Action(hostqosHqActionHQ_ACT_DROP)
+	ActObserve = Action(hostqosHqActionHQ_ACT_OBSERVE)
 	// ActPolice passes packets within the rule's policer and drops the
 	// rest; compile sets it for ActPass rules with a PoliceRate.
-	ActPolice Action = 3
+	ActPolice = Action(hostqosHqActionHQ_ACT_POLICE)
 )
 
 // FileID identifies an executable by device and inode, as the kernel sees
@@ -84,8 +88,11 @@ type Options struct {
 	CgroupPath string // cgroup v2 directory to attach sock_create to (the cgroup2 root)
 	// FlowTableSize is the number of entries of each of the two LRU flow
 	// tables (IPv4 flows, IPv6 flows); 0 = default 65536. The flow
-	// counter array has 4 × FlowTableSize slots (64 bytes each).
+	// counter array has 2 × FlowTableSize slots (64 bytes each).
 	FlowTableSize int
+	// Logger receives the datapath's log records (with "component" =
+	// "datapath"); nil = slog.Default() at the time of Open.
+	Logger *slog.Logger
 }
 
 // Counters are cumulative packet/byte/drop counts.

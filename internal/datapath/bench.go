@@ -8,17 +8,15 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"runtime"
 	"sync/atomic"
-	"unsafe"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"golang.org/x/sys/unix"
 )
 
-// skBuff mirrors struct __sk_buff (uapi) for BPF_PROG_TEST_RUN's ctx_in /
-// ctx_out.
+// skBuff mirrors struct __sk_buff (uapi, 192 bytes), the context TestRun
+// passes in and reads back.
 type skBuff struct {
 	Len            uint32
 	PktType        uint32
@@ -46,7 +44,6 @@ type skBuff struct {
 	RemotePort     uint32
 	LocalPort      uint32
 	DataMeta       uint32
-	_              uint32
 	FlowKeys       uint64
 	Tstamp         uint64
 	WireLen        uint32
@@ -64,7 +61,6 @@ type TestRunResult struct {
 	Verdict  int32  // TCX verdict: -1 next (pass), 2 drop
 	Packet   []byte // the packet after the program ran
 	Priority uint32 // skb->priority after the program ran
-	NS       uint32 // the kernel's average run time per repetition (BPF_PROG_TEST_RUN duration, ns)
 }
 
 // TestRun runs the Ethernet egress classifier on frame (starting with the
@@ -74,79 +70,34 @@ func (d *Datapath) TestRun(frame []byte, repeat uint32) (TestRunResult, error) {
 	if repeat == 0 {
 		repeat = 1
 	}
-	var in, out skBuff
+	var out skBuff
 	data := make([]byte, len(frame)+256)
-	r, err := progTestRun(d.objs.HqTcEgress, frame, data, &in, &out, repeat)
+	ret, err := d.objs.HqTcEgress.Run(&ebpf.RunOptions{
+		Data:       frame,
+		DataOut:    data,
+		Context:    skBuff{},
+		ContextOut: &out,
+		Repeat:     repeat,
+	})
 	if err != nil {
 		return TestRunResult{}, fmt.Errorf("test-run egress classifier: %w", err)
 	}
-	return TestRunResult{Verdict: int32(r.retval), Packet: data[:len(frame)], Priority: out.Priority, NS: r.duration}, nil
+	return TestRunResult{Verdict: int32(ret), Packet: data[:len(frame)], Priority: out.Priority}, nil
 }
 
-// progRunAttr mirrors the BPF_PROG_TEST_RUN part of union bpf_attr.
-type progRunAttr struct {
-	progFD      uint32
-	retval      uint32
-	dataSizeIn  uint32
-	dataSizeOut uint32
-	dataIn      uint64
-	dataOut     uint64
-	repeat      uint32
-	duration    uint32
-	ctxSizeIn   uint32
-	ctxSizeOut  uint32
-	ctxIn       uint64
-	ctxOut      uint64
-	flags       uint32
-	cpu         uint32
-	batchSize   uint32
-	_           uint32
-}
-
-const bpfProgTestRun = 10 // BPF_PROG_TEST_RUN
-
-// progTestRun runs prog with BPF_PROG_TEST_RUN directly: unlike
-// ebpf.Program.Run it also returns the kernel's timing (the average
-// duration of one repetition, which excludes the syscall and the time the
-// task spent preempted). It retries when interrupted by a signal.
-func progTestRun(prog *ebpf.Program, data, dataOut []byte, ctxIn, ctxOut *skBuff, repeat uint32) (progRunAttr, error) {
-	attr := progRunAttr{
-		progFD:      uint32(prog.FD()),
-		dataSizeIn:  uint32(len(data)),
-		dataSizeOut: uint32(len(dataOut)),
-		repeat:      repeat,
-		ctxSizeIn:   uint32(unsafe.Sizeof(*ctxIn)),
-		ctxSizeOut:  uint32(unsafe.Sizeof(*ctxOut)),
+// TimeRun runs the Ethernet egress classifier on frame repeat times (>= 1)
+// and returns its verdict and the kernel's own timing: the average duration
+// of one run, which excludes the syscall and the time the task spent
+// preempted.
+func (d *Datapath) TimeRun(frame []byte, repeat uint32) (verdict int32, perRun time.Duration, err error) {
+	if repeat == 0 {
+		repeat = 1
 	}
-	// The kernel reads and writes these buffers: pin them (on the heap,
-	// unmoved) for the duration of the call.
-	var pin runtime.Pinner
-	defer pin.Unpin()
-	addr := func(p unsafe.Pointer) uint64 {
-		pin.Pin(p)
-		return uint64(uintptr(p))
+	ret, dur, err := d.objs.HqTcEgress.Benchmark(frame, int(repeat), nil)
+	if err != nil {
+		return 0, 0, fmt.Errorf("time egress classifier: %w", err)
 	}
-	attr.ctxIn, attr.ctxOut = addr(unsafe.Pointer(ctxIn)), addr(unsafe.Pointer(ctxOut))
-	if len(data) > 0 {
-		attr.dataIn = addr(unsafe.Pointer(&data[0]))
-	}
-	if len(dataOut) > 0 {
-		attr.dataOut = addr(unsafe.Pointer(&dataOut[0]))
-	}
-	for {
-		_, _, errno := unix.Syscall(unix.SYS_BPF, bpfProgTestRun, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-		switch errno {
-		case 0:
-			return attr, nil
-		case unix.EINTR:
-			if repeat <= 1 {
-				// Older kernels report EINTR after a complete single run.
-				return attr, nil
-			}
-			continue
-		}
-		return attr, errno
-	}
+	return int32(ret), dur, nil
 }
 
 // PerPacketResult is the per-packet cost of the egress classifier,
@@ -242,7 +193,7 @@ func MeasurePerPacket(flows int, repeat uint32, police bool) (PerPacketResult, e
 		for i := 0; i < 3; i++ {
 			ret, dur, err := prog.Benchmark(frame, int(repeat), nil)
 			if err != nil {
-				return 0, fmt.Errorf("benchmark program: %w", err)
+				return 0, fmt.Errorf("time %s: %w", prog, err)
 			}
 			// Both programs must take the pass path: a drop (say, by the
 			// policer) would time another path than the one reported.
@@ -271,8 +222,9 @@ func MeasurePerPacket(flows int, repeat uint32, police bool) (PerPacketResult, e
 	return res, nil
 }
 
-// tcxNext is the classifier's pass verdict (TCX_NEXT).
-const tcxNext = -1
+// tcxNext is the classifier's pass verdict, HQ_TC_NEXT (TCX_NEXT, -1;
+// the enum's BTF is unsigned, hence the conversion).
+const tcxNext = int32(int64(hostqosHqVerdictHQ_TC_NEXT) - 1<<32)
 
 func emptyTCProgram() (*ebpf.Program, error) {
 	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{

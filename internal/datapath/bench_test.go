@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -65,22 +64,7 @@ func BenchmarkRuleCounters(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/MaxRules, "ns/rule")
-}
-
-func fillFlows(tb testing.TB, d *Datapath, n int) {
-	tb.Helper()
-	keys := make([]hostqosHqFlowKey4, n)
-	vals := make([]hostqosHqFlow, n)
-	for i := range keys {
-		keys[i] = hostqosHqFlowKey4{Family: famIPv4, Proto: 17, Sport: uint16(i), Dport: 53}
-		keys[i].Saddr = binary.NativeEndian.Uint32([]byte{198, 18, byte(i >> 16), byte(i >> 8)})
-		keys[i].Daddr = binary.NativeEndian.Uint32([]byte{198, 19, 0, 1})
-		vals[i] = hostqosHqFlow{BasePackets: uint64(i), Slot: slotNone}
-	}
-	if _, err := d.objs.HqFlows4.BatchUpdate(keys, vals, nil); err != nil {
-		tb.Fatal(err)
-	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(MaxRules), "ns/rule")
 }
 
 // BenchmarkPerPacket reports the classifier's per-packet cost on a flow

@@ -319,7 +319,7 @@ func TestApplyRejects(t *testing.T) {
 	}{
 		{Policy{Rules: []Rule{{Slot: 1, DSCPIn: -1, DSCP: 64}}}, "DSCP 64"},
 		{Policy{Rules: []Rule{{Slot: 1, DSCPIn: -1, DSCP: 1}, {Slot: 1, DSCPIn: -1, DSCP: 1}}}, "slot 1 already used"},
-		{Policy{Rules: []Rule{{Slot: MaxRules, DSCPIn: -1, DSCP: 1}}}, "out of range"},
+		{Policy{Rules: []Rule{{Slot: uint16(MaxRules), DSCPIn: -1, DSCP: 1}}}, "out of range"},
 		{Policy{Rules: []Rule{{Slot: 2, Local: pfx("198.18.0.0/15"), Remote: pfx("2001:db8::/32"), DSCPIn: -1, DSCP: 1}}}, "different address families"},
 		{Policy{Rules: []Rule{{Slot: 2, LPortFrom: 10, LPortTo: 5, DSCPIn: -1, DSCP: 1}}}, "local ports"},
 		{Policy{Rules: []Rule{{Slot: 2, Comm: "a-very-long-command-name", DSCPIn: -1, DSCP: 1}}}, "longer than 15"},

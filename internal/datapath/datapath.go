@@ -19,19 +19,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Limits of the datapath (mirrors bpf/include/hostqos.h).
+// Limits of the datapath. They are defined once, in C (enum hq_limits in
+// bpf/include/hostqos.h), and reach Go through the bpf2go bindings.
 const (
-	MaxRules          = 4096 // rule slots, and rules per policy
-	MaxAppRules       = 256  // rules with at least one app selector
-	DefaultFlowTable  = 65536
-	DefaultBPFFSDir   = "/sys/fs/bpf/hostqos"
-	abiVersion        = 3
-	slotNone          = 0xffff
-	cgLevels          = 8
-	maxExeKeys        = 8192 / 2 // per policy buffer
-	maxCommKeys       = 4096 / 2
-	maxUIDKeys        = 4096 / 2
-	maxCgroupKeys     = 8192 / 2
+	MaxRules         = int(hostqosHqLimitsHQ_MAX_RULES)     // rule slots, and rules per policy
+	MaxAppRules      = int(hostqosHqLimitsHQ_MAX_APP_RULES) // rules with at least one app selector
+	DefaultFlowTable = int(hostqosHqLimitsHQ_FLOW_ENTRIES)  // entries of each flow table
+	abiVersion       = uint32(hostqosHqLimitsHQ_ABI_VERSION)
+	slotNone         = uint16(hostqosHqLimitsHQ_SLOT_NONE)
+	cgLevels         = int(hostqosHqLimitsHQ_CG_LEVELS)
+	// Keys of the app-selector maps per policy buffer (two buffers share
+	// each map).
+	maxExeKeys    = int(hostqosHqLimitsHQ_EXE_ENTRIES) / 2
+	maxCommKeys   = int(hostqosHqLimitsHQ_COMM_ENTRIES) / 2
+	maxUIDKeys    = int(hostqosHqLimitsHQ_UID_ENTRIES) / 2
+	maxCgroupKeys = int(hostqosHqLimitsHQ_CG_ENTRIES) / 2
+)
+
+const (
 	stateMapName      = "hq_policy"
 	metaMapName       = "hq_meta"
 	linksDir          = "links"
@@ -39,6 +44,7 @@ const (
 	tcxEgressPrefix   = "tcx_egress_"
 	bpfFSMagic        = 0xcafe4a11
 	defaultBPFFSMount = "/sys/fs/bpf"
+	DefaultBPFFSDir   = "/sys/fs/bpf/hostqos"
 )
 
 // Datapath is a loaded (or adopted) set of hostqos BPF objects.
@@ -87,9 +93,13 @@ func Open(opts Options) (_ *Datapath, err error) {
 		dir = DefaultBPFFSDir
 	}
 	dir = filepath.Clean(dir)
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	d := &Datapath{
 		dir: dir,
-		log: slog.Default().With("component", "datapath"),
+		log: log.With("component", "datapath"),
 		tcx: map[int]link.Link{},
 	}
 	defer func() {
@@ -98,7 +108,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 		}
 	}()
 
-	if d.mountedBPFFS, err = ensureBPFFS(dir); err != nil {
+	if d.mountedBPFFS, err = ensureBPFFS(d.log, dir); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(dir, linksDir), 0o700); err != nil {
@@ -139,23 +149,29 @@ func Open(opts Options) (_ *Datapath, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse BPF object: %w", err)
 	}
+	// The generated specs name every map, program and variable, so the
+	// compiler checks the names this loader uses.
+	var specs hostqosSpecs
+	if err := spec.Assign(&specs); err != nil {
+		return nil, fmt.Errorf("parse BPF object: %w", err)
+	}
 
 	// Flow table size: each address family has a table of this size (the
 	// IPv4 one has a shorter key, which hashes faster), so a flood of one
 	// family never evicts the other's flows. A pinned table keeps its size.
-	d.flowMax = DefaultFlowTable
+	d.flowMax = specs.HqFlows4.MaxEntries
 	if opts.FlowTableSize > 0 {
 		d.flowMax = uint32(opts.FlowTableSize)
 	}
-	if fm, err := ebpf.LoadPinnedMap(filepath.Join(dir, "hq_flows4"), nil); err == nil {
+	if fm, err := ebpf.LoadPinnedMap(filepath.Join(dir, specs.HqFlows4.Name), nil); err == nil {
 		if fm.MaxEntries() != d.flowMax && opts.FlowTableSize > 0 {
 			d.log.Warn("pinned flow table keeps its size", "pinned", fm.MaxEntries(), "requested", d.flowMax)
 		}
 		d.flowMax = fm.MaxEntries()
 		fm.Close()
 	}
-	spec.Maps["hq_flows4"].MaxEntries = d.flowMax
-	spec.Maps["hq_flows6"].MaxEntries = d.flowMax
+	specs.HqFlows4.MaxEntries = d.flowMax
+	specs.HqFlows6.MaxEntries = d.flowMax
 	// As many counter slots as both tables hold flows together. Usually
 	// one family dominates, so most slots are free or belong to flows gone
 	// from the tables and allocation rarely takes a slot over from a live
@@ -163,27 +179,30 @@ func Open(opts Options) (_ *Datapath, err error) {
 	// owner's counts move to its flow entry) at the price of more churn.
 	// Twice this would halve churn in that case for twice the memory.
 	d.fctrN = 2 * d.flowMax
-	spec.Maps["hq_fctr"].MaxEntries = d.fctrN
-	spec.Maps["hq_fkey"].MaxEntries = d.fctrN
-	if err := spec.Variables["hq_fctr_n"].Set(d.fctrN); err != nil {
-		return nil, fmt.Errorf("set counter slot count: %w", err)
+	specs.HqFctr.MaxEntries = d.fctrN
+	specs.HqFkey.MaxEntries = d.fctrN
+	for _, v := range []struct {
+		what string
+		spec *ebpf.VariableSpec
+		val  any
+	}{
+		{"counter slot count", specs.HqFctrN, d.fctrN},
+		{"netns cookie", specs.HqNetnsCookie, cookie},
+		{"tick length", specs.HqTickNs, tickNS()},
+		{"CPU count", specs.HqNcpu, uint32(d.ncpu)},
+	} {
+		if err := v.spec.Set(v.val); err != nil {
+			return nil, fmt.Errorf("set %s: %w", v.what, err)
+		}
 	}
 
-	if err := spec.Variables["hq_netns_cookie"].Set(cookie); err != nil {
-		return nil, fmt.Errorf("set netns cookie: %w", err)
-	}
-	if err := spec.Variables["hq_tick_ns"].Set(tickNS()); err != nil {
-		return nil, fmt.Errorf("set tick length: %w", err)
-	}
-	if err := spec.Variables["hq_ncpu"].Set(uint32(d.ncpu)); err != nil {
-		return nil, fmt.Errorf("set CPU count: %w", err)
-	}
-
-	// The policy state is the program's .bss; pin it under our own name so
-	// the active policy survives a restart, and never overwrite it on load.
-	bss, ok := spec.Maps[".bss"]
+	// The policy state is the program's .bss (the section of hq_policy);
+	// pin it under our own name so the active policy survives a restart,
+	// and never overwrite it on load.
+	bssName := specs.HqPolicy.SectionName
+	bss, ok := spec.Maps[bssName]
 	if !ok {
-		return nil, errors.New("parse BPF object: no .bss section")
+		return nil, fmt.Errorf("parse BPF object: no %s section", bssName)
 	}
 	ss := bss.Copy()
 	ss.Name = stateMapName
@@ -202,7 +221,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 
 	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{
 		Maps:            ebpf.MapOptions{PinPath: dir},
-		MapReplacements: map[string]*ebpf.Map{".bss": d.state},
+		MapReplacements: map[string]*ebpf.Map{bssName: d.state},
 	})
 	if err != nil {
 		var ve *ebpf.VerifierError
@@ -554,11 +573,11 @@ func (d *Datapath) RuleCounters() ([]Counters, error) {
 func (d *Datapath) iterFailed(err error) {
 	for _, transient := range []error{unix.EMFILE, unix.ENFILE, unix.ENOMEM, unix.EAGAIN, unix.EINTR} {
 		if errors.Is(err, transient) {
-			d.log.Warn("map iterator failed for want of resources; batch lookups for this read", "error", err)
+			d.log.Warn("map iterator failed for want of resources; batch lookups for this read", "err", err)
 			return
 		}
 	}
-	d.log.Warn("map iterator unavailable, using batch lookups", "error", err)
+	d.log.Warn("map iterator unavailable, using batch lookups", "err", err)
 	d.noIter.Store(true)
 }
 
@@ -573,7 +592,7 @@ func (d *Datapath) ruleCountersBatch() ([]Counters, error) {
 	out := make([]Counters, MaxRules)
 	for i := 0; i < n; i++ {
 		k := keys[i]
-		if k >= MaxRules {
+		if k >= uint32(MaxRules) {
 			continue
 		}
 		for c := 0; c < d.ncpu; c++ {
@@ -698,7 +717,7 @@ func (d *Datapath) MountedBPFFS() string { return d.mountedBPFFS }
 // /sys/fs/bpf when dir is below it and nothing is mounted there yet (as
 // under `ip netns exec`, which mounts a fresh /sys). It returns where it
 // mounted one ("" if it did not).
-func ensureBPFFS(dir string) (string, error) {
+func ensureBPFFS(log *slog.Logger, dir string) (string, error) {
 	onBPF := func() (bool, error) {
 		p := dir
 		for {
@@ -730,7 +749,7 @@ func ensureBPFFS(dir string) (string, error) {
 	if err := unix.Mount("bpf", defaultBPFFSMount, "bpf", 0, "mode=0700"); err != nil {
 		return "", fmt.Errorf("mount bpffs at %s: %w", defaultBPFFSMount, err)
 	}
-	slog.Default().Info("no bpffs was mounted; mounted one for the pins", "component", "datapath", "path", defaultBPFFSMount)
+	log.Info("no bpffs was mounted; mounted one for the pins", "path", defaultBPFFSMount)
 	return defaultBPFFSMount, nil
 }
 

@@ -10,18 +10,9 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// ctrRec mirrors struct hq_ctr_rec (bpf/include/hostqos.h).
-type ctrRec struct {
-	Slot    uint32
-	Pad     uint32
-	Packets uint64
-	Bytes   uint64
-	Drops   uint64
-}
-
 const (
 	flowRecSize = int(unsafe.Sizeof(hostqosHqFlowKey{}) + unsafe.Sizeof(hostqosHqFlow{}))
-	ctrRecSize  = int(unsafe.Sizeof(ctrRec{}))
+	ctrRecSize  = int(unsafe.Sizeof(hostqosHqCtrRec{})) // struct hq_ctr_rec
 	dumpBufSize = 1 << 20
 )
 
@@ -122,8 +113,8 @@ func (d *Datapath) dumpRuleCounters(out []Counters) error {
 		}
 		return it, nil
 	}, ctrRecSize, func(rec []byte) bool {
-		r := (*ctrRec)(unsafe.Pointer(&rec[0]))
-		if r.Slot < MaxRules {
+		r := (*hostqosHqCtrRec)(unsafe.Pointer(&rec[0]))
+		if r.Slot < uint32(MaxRules) {
 			out[r.Slot] = Counters{Packets: r.Packets, Bytes: r.Bytes, Drops: r.Drops}
 		}
 		return true

@@ -33,9 +33,16 @@
 #define IPPROTO_DSTOPTS 60
 #define IPPROTO_ICMPV6 58
 
-/* TCX verdicts (same values as TC_ACT_UNSPEC / TC_ACT_SHOT). */
-#define HQ_TC_NEXT -1
-#define HQ_TC_DROP 2
+/*
+ * Never read: these make types no map or variable uses part of the
+ * object's BTF, so that bpf2go exports them to Go. .rodata is not pinned,
+ * so they do not change the pinned layout.
+ */
+const volatile enum hq_limits hq_type_limits = 0;
+const volatile enum hq_action hq_type_action = 0;
+const volatile enum hq_family hq_type_family = 0;
+const volatile enum hq_verdict hq_type_verdict = 0;
+const volatile struct hq_ctr_rec hq_type_ctr_rec = {};
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -65,7 +72,7 @@ struct {
 /* IPv4 flows; a key of its own, less than half the size, hashes faster. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536); /* overridden by the loader */
+	__uint(max_entries, HQ_FLOW_ENTRIES); /* set by the loader */
 	__type(key, struct hq_flow_key4);
 	__type(value, struct hq_flow);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -74,7 +81,7 @@ struct {
 /* IPv6 flows. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536); /* overridden by the loader */
+	__uint(max_entries, HQ_FLOW_ENTRIES); /* set by the loader */
 	__type(key, struct hq_flow_key);
 	__type(value, struct hq_flow);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);

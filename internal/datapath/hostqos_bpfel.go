@@ -13,6 +13,15 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type hostqosHqAction uint32
+
+const (
+	hostqosHqActionHQ_ACT_PASS    hostqosHqAction = 0
+	hostqosHqActionHQ_ACT_DROP    hostqosHqAction = 1
+	hostqosHqActionHQ_ACT_OBSERVE hostqosHqAction = 2
+	hostqosHqActionHQ_ACT_POLICE  hostqosHqAction = 3
+)
+
 type hostqosHqBitmap struct {
 	_ structs.HostLayout
 	W [4]uint64
@@ -37,12 +46,29 @@ type hostqosHqCounters struct {
 	Drops   uint64
 }
 
+type hostqosHqCtrRec struct {
+	_       structs.HostLayout
+	Slot    uint32
+	Pad     uint32
+	Packets uint64
+	Bytes   uint64
+	Drops   uint64
+}
+
 type hostqosHqExeKey struct {
 	_   structs.HostLayout
 	Buf uint32
 	Dev uint32
 	Ino uint64
 }
+
+type hostqosHqFamily uint32
+
+const (
+	hostqosHqFamilyHQ_AF_ANY   hostqosHqFamily = 0
+	hostqosHqFamilyHQ_AF_INET  hostqosHqFamily = 4
+	hostqosHqFamilyHQ_AF_INET6 hostqosHqFamily = 6
+)
 
 type hostqosHqFctr struct {
 	_       structs.HostLayout
@@ -109,6 +135,26 @@ type hostqosHqIdent struct {
 	Cg      [8]uint64
 	Comm    [16]int8
 }
+
+type hostqosHqLimits uint32
+
+const (
+	hostqosHqLimitsHQ_ABI_VERSION   hostqosHqLimits = 3
+	hostqosHqLimitsHQ_MAX_RULES     hostqosHqLimits = 4096
+	hostqosHqLimitsHQ_MAX_APP_RULES hostqosHqLimits = 256
+	hostqosHqLimitsHQ_BITMAP_WORDS  hostqosHqLimits = 4
+	hostqosHqLimitsHQ_CG_LEVELS     hostqosHqLimits = 8
+	hostqosHqLimitsHQ_COMM_LEN      hostqosHqLimits = 16
+	hostqosHqLimitsHQ_SLOT_NONE     hostqosHqLimits = 65535
+	hostqosHqLimitsHQ_RLISTS        hostqosHqLimits = 9
+	hostqosHqLimitsHQ_RLIST_APP     hostqosHqLimits = 8
+	hostqosHqLimitsHQ_FLOW_ENTRIES  hostqosHqLimits = 65536
+	hostqosHqLimitsHQ_EXE_ENTRIES   hostqosHqLimits = 8192
+	hostqosHqLimitsHQ_COMM_ENTRIES  hostqosHqLimits = 4096
+	hostqosHqLimitsHQ_UID_ENTRIES   hostqosHqLimits = 4096
+	hostqosHqLimitsHQ_CG_ENTRIES    hostqosHqLimits = 8192
+	hostqosHqLimitsHQ_POLICE_SHIFT  hostqosHqLimits = 16
+)
 
 type hostqosHqPolice struct {
 	_     structs.HostLayout
@@ -195,6 +241,13 @@ type hostqosHqUidKey struct {
 	Uid uint32
 }
 
+type hostqosHqVerdict uint32
+
+const (
+	hostqosHqVerdictHQ_TC_NEXT hostqosHqVerdict = 4294967295
+	hostqosHqVerdictHQ_TC_DROP hostqosHqVerdict = 2
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -224,6 +277,11 @@ const (
 	hostqosVarHqNetnsCookie  = "hq_netns_cookie"
 	hostqosVarHqPolicy       = "hq_policy"
 	hostqosVarHqTickNs       = "hq_tick_ns"
+	hostqosVarHqTypeAction   = "hq_type_action"
+	hostqosVarHqTypeCtrRec   = "hq_type_ctr_rec"
+	hostqosVarHqTypeFamily   = "hq_type_family"
+	hostqosVarHqTypeLimits   = "hq_type_limits"
+	hostqosVarHqTypeVerdict  = "hq_type_verdict"
 )
 
 // loadHostqos returns the embedded CollectionSpec for hostqos.
@@ -305,6 +363,11 @@ type hostqosVariableSpecs struct {
 	HqNetnsCookie *ebpf.VariableSpec `ebpf:"hq_netns_cookie"`
 	HqPolicy      *ebpf.VariableSpec `ebpf:"hq_policy"`
 	HqTickNs      *ebpf.VariableSpec `ebpf:"hq_tick_ns"`
+	HqTypeAction  *ebpf.VariableSpec `ebpf:"hq_type_action"`
+	HqTypeCtrRec  *ebpf.VariableSpec `ebpf:"hq_type_ctr_rec"`
+	HqTypeFamily  *ebpf.VariableSpec `ebpf:"hq_type_family"`
+	HqTypeLimits  *ebpf.VariableSpec `ebpf:"hq_type_limits"`
+	HqTypeVerdict *ebpf.VariableSpec `ebpf:"hq_type_verdict"`
 }
 
 // hostqosObjects contains all objects after they have been loaded into the kernel.
@@ -371,6 +434,11 @@ type hostqosVariables struct {
 	HqNetnsCookie *ebpf.Variable `ebpf:"hq_netns_cookie"`
 	HqPolicy      *ebpf.Variable `ebpf:"hq_policy"`
 	HqTickNs      *ebpf.Variable `ebpf:"hq_tick_ns"`
+	HqTypeAction  *ebpf.Variable `ebpf:"hq_type_action"`
+	HqTypeCtrRec  *ebpf.Variable `ebpf:"hq_type_ctr_rec"`
+	HqTypeFamily  *ebpf.Variable `ebpf:"hq_type_family"`
+	HqTypeLimits  *ebpf.Variable `ebpf:"hq_type_limits"`
+	HqTypeVerdict *ebpf.Variable `ebpf:"hq_type_verdict"`
 }
 
 // hostqosPrograms contains all programs after they have been loaded into the kernel.

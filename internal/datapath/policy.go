@@ -11,27 +11,27 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// Address families as the BPF program encodes them.
+// Address families as the BPF program encodes them (enum hq_family).
 const (
-	famAny  = 0
-	famIPv4 = 4
-	famIPv6 = 6
+	famAny  = uint8(hostqosHqFamilyHQ_AF_ANY)
+	famIPv4 = uint8(hostqosHqFamilyHQ_AF_INET)
+	famIPv6 = uint8(hostqosHqFamilyHQ_AF_INET6)
 )
 
-type bitmap [4]uint64
+type bitmap [hostqosHqLimitsHQ_BITMAP_WORDS]uint64
 
 func (b *bitmap) set(bit int) { b[bit>>6] |= 1 << (bit & 63) }
 
 // compiled is a policy in map form, ready to be written to one buffer.
 type compiled struct {
-	rules              []hostqosHqRule
-	exe                map[FileID]*bitmap
-	comm               map[string]*bitmap
-	uid                map[uint32]*bitmap
-	cg                 map[uint64]*bitmap
-	rExe, rComm, rUID  bitmap
-	rCg                bitmap
-	appRules, nonEmpty int
+	rules             []hostqosHqRule
+	exe               map[FileID]*bitmap
+	comm              map[string]*bitmap
+	uid               map[uint32]*bitmap
+	cg                map[uint64]*bitmap
+	rExe, rComm, rUID bitmap
+	rCg               bitmap
+	appRules          int
 	// Rule lists (struct hq_rlist): rules without app selectors by
 	// family and protocol class, and rules with app selectors by app bit.
 	lists [rlists][]uint16
@@ -51,13 +51,15 @@ func newPolicer(slot uint16, rate uint64, burst uint32) policer {
 		tau:   uint64(float64(burst) * 8e9 / float64(rate))}
 }
 
-// policeShift mirrors HQ_POLICE_SHIFT.
-const policeShift = 16
+// policeShift is HQ_POLICE_SHIFT: a policer's cost per byte is kept in
+// 1/2^policeShift ns.
+const policeShift = uint(hostqosHqLimitsHQ_POLICE_SHIFT)
 
-// Rule lists per policy buffer (mirrors HQ_RLISTS, HQ_RLIST_APP).
+// Rule lists per policy buffer (HQ_RLISTS) and the index of the app-rule
+// list (HQ_RLIST_APP).
 const (
-	rlists   = 9
-	rlistApp = 8
+	rlists   = int(hostqosHqLimitsHQ_RLISTS)
+	rlistApp = int(hostqosHqLimitsHQ_RLIST_APP)
 )
 
 // protoClasses are the protocol classes (rule list columns: TCP, UDP,
@@ -327,7 +329,7 @@ func (d *Datapath) Apply(p Policy) error {
 	if n := len(c.rules); n > 0 {
 		keys := make([]uint32, n)
 		for i := range keys {
-			keys[i] = buf*MaxRules + uint32(i)
+			keys[i] = buf*uint32(MaxRules) + uint32(i)
 		}
 		if _, err := d.objs.HqRules.BatchUpdate(keys, c.rules, nil); err != nil {
 			return fmt.Errorf("write rules: %w", err)
@@ -336,7 +338,7 @@ func (d *Datapath) Apply(p Policy) error {
 	lkeys := make([]uint32, rlists)
 	lvals := make([]hostqosHqRlist, rlists)
 	for k, l := range c.lists {
-		lkeys[k] = buf*rlists + uint32(k)
+		lkeys[k] = buf*uint32(rlists) + uint32(k)
 		lvals[k].N = uint32(copy(lvals[k].Idx[:], l))
 	}
 	if err := batchUpdate(d.objs.HqRlists, lkeys, lvals); err != nil {

@@ -16,9 +16,26 @@ import (
 // belongs to someone else.
 var ErrForeignQdisc = errors.New("foreign root qdisc")
 
-// logger is looked up per call so that a handler the daemon installs later
-// with slog.SetDefault is honoured.
-func logger() *slog.Logger { return slog.Default().With("component", "shaper") }
+// dumpTries is how often a netlink dump is tried when the kernel reports
+// that the list changed while it was read (NLM_F_DUMP_INTR).
+const dumpTries = 5
+
+// retryDump runs dump until it is not interrupted, at most dumpTries
+// times; an interrupted dump's partial result is never used.
+func retryDump[T any](dump func() (T, error)) (T, error) {
+	var (
+		v   T
+		err error
+	)
+	for range dumpTries {
+		v, err = dump()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return v, err
+		}
+	}
+	var zero T
+	return zero, err
+}
 
 // kclass is an HTB class in kernel units: rates in bytes/s, buffers in psched
 // ticks, as rtnetlink carries them.
@@ -84,6 +101,7 @@ func sameParams(want, have kclass) bool {
 
 // txn applies netlink operations and remembers how to undo each one.
 type txn struct {
+	log  *slog.Logger
 	h    *netlink.Handle
 	link netlink.Link
 	undo []func() error
@@ -92,10 +110,10 @@ type txn struct {
 
 func (t *txn) do(what string, op func() error, undo func() error) error {
 	if err := op(); err != nil {
-		return fmt.Errorf("%s on %s: %w", what, t.link.Attrs().Name, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	t.ops++
-	logger().Debug("applied", "op", what, "link", t.link.Attrs().Name)
+	t.log.Debug("applied", "op", what, "link", t.link.Attrs().Name)
 	if undo != nil {
 		t.undo = append(t.undo, undo)
 	}
@@ -115,21 +133,21 @@ func (t *txn) rollback() error {
 
 func (t *txn) addClass(k kclass) error {
 	ifx := t.link.Attrs().Index
-	return t.do(fmt.Sprintf("adding HTB class %s (%s)", netlink.HandleStr(classID(k.minor)), k.label),
+	return t.do(fmt.Sprintf("add HTB class %s (%s)", netlink.HandleStr(classID(k.minor)), k.label),
 		func() error { return t.h.ClassAdd(k.netlink(ifx)) },
 		func() error { return t.h.ClassDel(k.netlink(ifx)) })
 }
 
 func (t *txn) changeClass(want, old kclass) error {
 	ifx := t.link.Attrs().Index
-	return t.do(fmt.Sprintf("changing HTB class %s (%s)", netlink.HandleStr(classID(want.minor)), want.label),
+	return t.do(fmt.Sprintf("change HTB class %s (%s)", netlink.HandleStr(classID(want.minor)), want.label),
 		func() error { return t.h.ClassChange(want.netlink(ifx)) },
 		func() error { return t.h.ClassChange(old.netlink(ifx)) })
 }
 
 func (t *txn) delClass(old kclass) error {
 	ifx := t.link.Attrs().Index
-	return t.do(fmt.Sprintf("deleting HTB class %s", netlink.HandleStr(classID(old.minor))),
+	return t.do(fmt.Sprintf("delete HTB class %s", netlink.HandleStr(classID(old.minor))),
 		func() error { return t.h.ClassDel(old.netlink(ifx)) },
 		func() error { return t.h.ClassAdd(old.netlink(ifx)) })
 }
@@ -148,7 +166,7 @@ func htbRoot(ifindex int, defcls uint16) *netlink.Htb {
 // undoing deletes it, which brings the default back.
 func (t *txn) createRoot(defcls uint16) error {
 	q := htbRoot(t.link.Attrs().Index, defcls)
-	return t.do(fmt.Sprintf("adding HTB root qdisc %x: default %x", Handle, defcls),
+	return t.do(fmt.Sprintf("add HTB root qdisc %x: default %x", Handle, defcls),
 		func() error { return t.h.QdiscAdd(q) },
 		func() error { return t.h.QdiscDel(q) })
 }
@@ -157,15 +175,15 @@ func (t *txn) createRoot(defcls uint16) error {
 func (t *txn) deleteRoot(defcls uint16, old []kclass) error {
 	ifx := t.link.Attrs().Index
 	q := htbRoot(ifx, defcls)
-	return t.do(fmt.Sprintf("deleting HTB root qdisc %x:", Handle),
+	return t.do(fmt.Sprintf("delete HTB root qdisc %x:", Handle),
 		func() error { return t.h.QdiscDel(q) },
 		func() error {
 			if err := t.h.QdiscAdd(q); err != nil {
-				return fmt.Errorf("restoring HTB root qdisc on %s: %w", t.link.Attrs().Name, err)
+				return fmt.Errorf("restore HTB root qdisc: %w", err)
 			}
 			for _, k := range parentsFirst(old) {
 				if err := t.h.ClassAdd(k.netlink(ifx)); err != nil {
-					return fmt.Errorf("restoring HTB class %s on %s: %w", netlink.HandleStr(classID(k.minor)), t.link.Attrs().Name, err)
+					return fmt.Errorf("restore HTB class %s: %w", netlink.HandleStr(classID(k.minor)), err)
 				}
 			}
 			return nil
@@ -176,45 +194,54 @@ func (t *txn) deleteRoot(defcls uint16, old []kclass) error {
 // namespace of the calling thread. Existing classes are changed in place and
 // keep their queues and counters; classes not in the plan are deleted. A
 // foreign root qdisc makes Apply fail with ErrForeignQdisc and is left alone.
-// On error Apply undoes what it did, as far as the kernel lets it.
-func Apply(plan Plan) error {
-	_, err := apply(plan)
+// On error Apply undoes what it did, as far as the kernel lets it. Its
+// errors start with "apply HTB plan to <link>".
+func Apply(plan Plan, opts ...Option) error {
+	_, err := apply(plan, newOptions(opts))
 	return err
 }
 
 // apply is Apply returning the number of kernel changes it made.
-func apply(plan Plan) (int, error) {
-	name := linkName(plan.Link)
+func apply(plan Plan, o options) (int, error) {
+	ops, err := applyPlan(plan, o)
+	if err != nil {
+		return 0, fmt.Errorf("apply HTB plan to %s: %w", linkName(plan.Link), err)
+	}
+	return ops, nil
+}
+
+// applyPlan does apply's work; its errors do not name the link (apply does).
+func applyPlan(plan Plan, o options) (int, error) {
 	if err := checkPlan(plan); err != nil {
-		return 0, fmt.Errorf("applying HTB plan to %s: %w", name, err)
+		return 0, err
 	}
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return 0, fmt.Errorf("opening rtnetlink for %s: %w", name, err)
+		return 0, fmt.Errorf("open rtnetlink: %w", err)
 	}
 	defer h.Close()
 	link, err := h.LinkByIndex(plan.Link.Ifindex)
 	if err != nil {
-		return 0, fmt.Errorf("looking up link %s: %w", name, err)
+		return 0, fmt.Errorf("look up link: %w", err)
 	}
 	if plan.Link.Name != "" && link.Attrs().Name != plan.Link.Name {
-		return 0, fmt.Errorf("looking up link %s: ifindex %d is now %s", name, plan.Link.Ifindex, link.Attrs().Name)
+		return 0, fmt.Errorf("look up link: ifindex %d is now %s", plan.Link.Ifindex, link.Attrs().Name)
 	}
-	t := &txn{h: h, link: link}
+	t := &txn{log: o.log, h: h, link: link}
 	if err := t.sync(plan); err != nil {
 		if rerr := t.rollback(); rerr != nil {
 			err = fmt.Errorf("%w (rolling back: %v)", err, rerr)
 		}
-		return 0, fmt.Errorf("applying HTB plan to %s: %w", link.Attrs().Name, err)
+		return 0, err
 	}
-	if err := setGSO(h, link, GSOCap(plan.Link.Rate)); err != nil {
+	if err := setGSO(o.log, h, link, GSOCap(plan.Link.Rate)); err != nil {
 		if rerr := t.rollback(); rerr != nil {
 			err = fmt.Errorf("%w (rolling back: %v)", err, rerr)
 		}
 		return 0, err
 	}
 	if t.ops > 0 {
-		logger().Info("HTB tree updated", "link", link.Attrs().Name, "changes", t.ops, "classes", len(plan.Classes))
+		o.log.Info("HTB tree updated", "link", link.Attrs().Name, "changes", t.ops, "classes", len(plan.Classes))
 	}
 	return t.ops, nil
 }
@@ -250,8 +277,8 @@ func (t *txn) sync(plan Plan) error {
 			return err
 		}
 	default:
-		return fmt.Errorf("link %s has root qdisc %s %s not created by hostqos: %w",
-			t.link.Attrs().Name, root.Type(), netlink.HandleStr(root.Attrs().Handle), ErrForeignQdisc)
+		return fmt.Errorf("root qdisc %s %s not created by hostqos: %w",
+			root.Type(), netlink.HandleStr(root.Attrs().Handle), ErrForeignQdisc)
 	}
 
 	want := make(map[uint16]kclass, len(plan.Classes))
@@ -361,10 +388,12 @@ func checkPlan(p Plan) error {
 	return nil
 }
 
+// rootQdisc returns the link's root qdisc (nil if none); its error does
+// not name the link.
 func rootQdisc(h *netlink.Handle, link netlink.Link) (netlink.Qdisc, error) {
-	qs, err := h.QdiscList(link)
+	qs, err := retryDump(func() ([]netlink.Qdisc, error) { return h.QdiscList(link) })
 	if err != nil {
-		return nil, fmt.Errorf("listing qdiscs of %s: %w", link.Attrs().Name, err)
+		return nil, fmt.Errorf("list qdiscs: %w", err)
 	}
 	for _, q := range qs {
 		if q.Attrs().Parent == netlink.HANDLE_ROOT {
@@ -379,10 +408,12 @@ func isOurs(q netlink.Qdisc) bool {
 	return ok && q.Attrs().Handle == netlink.MakeHandle(Handle, 0)
 }
 
+// ourClasses returns the link's HTB classes of our handle by minor; its
+// error does not name the link.
 func ourClasses(h *netlink.Handle, link netlink.Link) (map[uint16]kclass, error) {
-	cs, err := h.ClassList(link, 0)
+	cs, err := retryDump(func() ([]netlink.Class, error) { return h.ClassList(link, 0) })
 	if err != nil {
-		return nil, fmt.Errorf("listing HTB classes of %s: %w", link.Attrs().Name, err)
+		return nil, fmt.Errorf("list HTB classes: %w", err)
 	}
 	out := map[uint16]kclass{}
 	for _, c := range cs {
@@ -402,10 +433,12 @@ func ourClasses(h *netlink.Handle, link netlink.Link) (map[uint16]kclass, error)
 // Remove deletes our HTB root qdisc (and with it every class) from the link
 // with index ifindex. It is a no-op when the link has no root of ours or the
 // link is gone; other qdiscs (clsact, ingress, foreign roots) are untouched.
-func Remove(ifindex int) error {
+// Its errors start with "remove HTB tree of <link>".
+func Remove(ifindex int, opts ...Option) error {
+	o := newOptions(opts)
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return fmt.Errorf("opening rtnetlink for ifindex %d: %w", ifindex, err)
+		return fmt.Errorf("remove HTB tree of ifindex %d: open rtnetlink: %w", ifindex, err)
 	}
 	defer h.Close()
 	link, err := h.LinkByIndex(ifindex)
@@ -414,22 +447,23 @@ func Remove(ifindex int) error {
 		if errors.As(err, &nf) {
 			return nil
 		}
-		return fmt.Errorf("looking up link ifindex %d: %w", ifindex, err)
+		return fmt.Errorf("remove HTB tree of ifindex %d: look up link: %w", ifindex, err)
 	}
+	name := link.Attrs().Name
 	root, err := rootQdisc(h, link)
 	if err != nil {
-		return err
+		return fmt.Errorf("remove HTB tree of %s: %w", name, err)
 	}
 	if root == nil || !isOurs(root) {
 		return nil
 	}
 	if err := h.QdiscDel(root); err != nil {
-		return fmt.Errorf("deleting HTB root qdisc of %s: %w", link.Attrs().Name, err)
+		return fmt.Errorf("remove HTB tree of %s: delete HTB root qdisc: %w", name, err)
 	}
-	if err := setGSO(h, link, defaultGSO(link)); err != nil {
-		return err
+	if err := setGSO(o.log, h, link, defaultGSO(link)); err != nil {
+		return fmt.Errorf("remove HTB tree of %s: %w", name, err)
 	}
-	logger().Info("HTB tree removed", "link", link.Attrs().Name)
+	o.log.Info("HTB tree removed", "link", name)
 	return nil
 }
 
@@ -438,16 +472,16 @@ func Remove(ifindex int) error {
 func Owned(ifindex int) (bool, error) {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return false, fmt.Errorf("opening rtnetlink for ifindex %d: %w", ifindex, err)
+		return false, fmt.Errorf("read root qdisc of ifindex %d: open rtnetlink: %w", ifindex, err)
 	}
 	defer h.Close()
 	link, err := h.LinkByIndex(ifindex)
 	if err != nil {
-		return false, fmt.Errorf("looking up link ifindex %d: %w", ifindex, err)
+		return false, fmt.Errorf("read root qdisc of ifindex %d: look up link: %w", ifindex, err)
 	}
 	root, err := rootQdisc(h, link)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("read root qdisc of %s: %w", link.Attrs().Name, err)
 	}
 	return root != nil && isOurs(root), nil
 }
@@ -472,20 +506,23 @@ type ClassStats struct {
 func Stats(ifindex int) ([]ClassStats, error) {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return nil, fmt.Errorf("opening rtnetlink for ifindex %d: %w", ifindex, err)
+		return nil, fmt.Errorf("read HTB class counters of ifindex %d: open rtnetlink: %w", ifindex, err)
 	}
 	defer h.Close()
 	link, err := h.LinkByIndex(ifindex)
 	if err != nil {
-		return nil, fmt.Errorf("looking up link ifindex %d: %w", ifindex, err)
+		return nil, fmt.Errorf("read HTB class counters of ifindex %d: look up link: %w", ifindex, err)
 	}
 	root, err := rootQdisc(h, link)
-	if err != nil || root == nil || !isOurs(root) {
-		return nil, err
-	}
-	cs, err := h.ClassList(link, 0)
 	if err != nil {
-		return nil, fmt.Errorf("listing HTB classes of %s: %w", link.Attrs().Name, err)
+		return nil, fmt.Errorf("read HTB class counters of %s: %w", link.Attrs().Name, err)
+	}
+	if root == nil || !isOurs(root) {
+		return nil, nil
+	}
+	cs, err := retryDump(func() ([]netlink.Class, error) { return h.ClassList(link, 0) })
+	if err != nil {
+		return nil, fmt.Errorf("read HTB class counters of %s: list HTB classes: %w", link.Attrs().Name, err)
 	}
 	var out []ClassStats
 	for _, c := range cs {

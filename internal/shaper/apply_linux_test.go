@@ -168,7 +168,7 @@ func applyIn(t *testing.T, ns string, p Plan) (int, error) {
 	var ops int
 	err := inNetns(ns, func() error {
 		var err error
-		ops, err = apply(p)
+		ops, err = apply(p, newOptions(nil))
 		return err
 	})
 	return ops, err
@@ -302,6 +302,9 @@ func TestForeignRootUntouched(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "tbf 1:") || !strings.Contains(err.Error(), "hq0") {
 		t.Errorf("error %q does not name the link and the foreign qdisc", err)
+	}
+	if n := strings.Count(err.Error(), "hq0"); n != 1 {
+		t.Errorf("error %q names the link %d times, want once", err, n)
 	}
 	t.Logf("expected error: %v", err)
 	mustIn(t, ns, func() error {

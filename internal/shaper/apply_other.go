@@ -19,10 +19,10 @@ type ClassStats struct {
 }
 
 // Apply is only supported on Linux.
-func Apply(plan Plan) error { return errUnsupported }
+func Apply(plan Plan, opts ...Option) error { return errUnsupported }
 
 // Remove is only supported on Linux.
-func Remove(ifindex int) error { return errUnsupported }
+func Remove(ifindex int, opts ...Option) error { return errUnsupported }
 
 // Owned is only supported on Linux.
 func Owned(ifindex int) (bool, error) { return false, errUnsupported }

@@ -2,6 +2,7 @@ package shaper
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/vishvananda/netlink"
 )
@@ -34,15 +35,16 @@ func GSOCap(rate uint64) uint32 {
 }
 
 // setGSO sets the link's GSO size for IPv6 and IPv4 (the kernel applies a
-// size up to 64 KB to both) when it differs.
-func setGSO(h *netlink.Handle, link netlink.Link, size uint32) error {
+// size up to 64 KB to both) when it differs. Its error does not name the
+// link.
+func setGSO(log *slog.Logger, h *netlink.Handle, link netlink.Link, size uint32) error {
 	if link.Attrs().GSOMaxSize == size {
 		return nil
 	}
 	if err := h.LinkSetGSOMaxSize(link, int(size)); err != nil {
-		return fmt.Errorf("set gso_max_size of %s to %d: %w", link.Attrs().Name, size, err)
+		return fmt.Errorf("set gso_max_size to %d: %w", size, err)
 	}
-	logger().Info("GSO size set", "link", link.Attrs().Name, "gso_max_size", size)
+	log.Info("GSO size set", "link", link.Attrs().Name, "gso_max_size", size)
 	return nil
 }
 

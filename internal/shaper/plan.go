@@ -126,7 +126,7 @@ func classID(minor uint16) uint32 { return uint32(Handle)<<16 | uint32(minor) }
 func Build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 	p, err := build(link, classes, rules)
 	if err != nil {
-		return Plan{}, fmt.Errorf("planning HTB tree for link %s: %w", linkName(link), err)
+		return Plan{}, fmt.Errorf("plan HTB tree for link %s: %w", linkName(link), err)
 	}
 	return p, nil
 }

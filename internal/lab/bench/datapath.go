@@ -100,11 +100,11 @@ func benchFrame(i int) []byte {
 func fillByTestRun(dp *datapath.Datapath, n int) (time.Duration, error) {
 	var total uint64
 	for i := 0; i < n; i++ {
-		r, err := dp.TestRun(benchFrame(i), 1)
+		_, ns, err := dp.TimeRun(benchFrame(i), 1)
 		if err != nil {
 			return 0, err
 		}
-		total += uint64(r.NS) // the kernel's own timing of the run
+		total += uint64(ns) // the kernel's own timing of the run
 	}
 	return time.Duration(total / uint64(n)), nil
 }
@@ -115,11 +115,11 @@ func hitCost(dp *datapath.Datapath, repeat uint32) (float64, error) {
 	f := benchFrame(0)
 	best := 0.0
 	for i := 0; i < 5; i++ {
-		r, err := dp.TestRun(f, repeat)
+		_, d, err := dp.TimeRun(f, repeat)
 		if err != nil {
 			return 0, err
 		}
-		if ns := float64(r.NS); i == 0 || ns < best {
+		if ns := float64(d); i == 0 || ns < best {
 			best = ns
 		}
 	}
@@ -132,11 +132,11 @@ func singleRunCost(dp *datapath.Datapath, n int) (time.Duration, error) {
 	f := benchFrame(0)
 	var total uint64
 	for i := 0; i < n; i++ {
-		r, err := dp.TestRun(f, 1)
+		_, ns, err := dp.TimeRun(f, 1)
 		if err != nil {
 			return 0, err
 		}
-		total += uint64(r.NS)
+		total += uint64(ns)
 	}
 	return time.Duration(total / uint64(n)), nil
 }

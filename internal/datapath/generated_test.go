@@ -1,0 +1,67 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"log/slog"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// TestLimitsMatchObject: the Go limits, derived from the C enums, agree
+// with the map sizes compiled into the BPF object. Needs no root.
+func TestLimitsMatchObject(t *testing.T) {
+	spec, err := loadHostqos()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specs hostqosSpecs
+	if err := spec.Assign(&specs); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what      string
+		got, want int
+	}{
+		{"rule counter slots", int(specs.HqRuleCtr.MaxEntries), MaxRules},
+		{"rules (two buffers)", int(specs.HqRules.MaxEntries), 2 * MaxRules},
+		{"policers", int(specs.HqPolice.MaxEntries), MaxRules},
+		{"rule lists (two buffers)", int(specs.HqRlists.MaxEntries), 2 * rlists},
+		{"flow table", int(specs.HqFlows4.MaxEntries), DefaultFlowTable},
+		{"exe keys (two buffers)", int(specs.HqExe.MaxEntries), 2 * maxExeKeys},
+		{"comm keys (two buffers)", int(specs.HqComm.MaxEntries), 2 * maxCommKeys},
+		{"uid keys (two buffers)", int(specs.HqUid.MaxEntries), 2 * maxUIDKeys},
+		{"cgroup keys (two buffers)", int(specs.HqCg.MaxEntries), 2 * maxCgroupKeys},
+		{"app-rule bitmap bits", len(bitmap{}) * 64, MaxAppRules},
+		{"kept cgroup levels", len(hostqosHqIdent{}.Cg), cgLevels},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: object has %d, Go uses %d", c.what, c.got, c.want)
+		}
+	}
+	if tcxNext != -1 {
+		t.Errorf("tcxNext = %d, want -1", tcxNext)
+	}
+	// The test-run context is encoded with encoding/binary: it must cover
+	// the whole struct __sk_buff mirror.
+	if n, sz := binary.Size(skBuff{}), int(unsafe.Sizeof(skBuff{})); n != sz || n != 192 {
+		t.Errorf("skBuff encodes to %d bytes, the struct has %d; struct __sk_buff has 192", n, sz)
+	}
+	if off := unsafe.Offsetof(skBuff{}.Priority); off != 32 {
+		t.Errorf("skBuff.Priority at offset %d, want 32", off)
+	}
+}
+
+// TestOpenLogsToGivenLogger: Open logs to Options.Logger, tagged
+// component=datapath.
+func TestOpenLogsToGivenLogger(t *testing.T) {
+	var buf bytes.Buffer
+	openTest(t, Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	out := buf.String()
+	for _, want := range []string{"datapath ready", "component=datapath"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+}
