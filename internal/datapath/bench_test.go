@@ -3,6 +3,7 @@ package datapath
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/hostqos/hostqos/internal/testutil"
 	"net/netip"
 	"testing"
 )
@@ -86,7 +87,7 @@ func fillFlows(tb testing.TB, d *Datapath, n int) {
 // BenchmarkPerPacket reports the classifier's per-packet cost on a flow
 // hit (BPF test-run), net of an empty program.
 func BenchmarkPerPacket(b *testing.B) {
-	needRoot(b)
+	testutil.NeedRoot(b)
 	for _, n := range []int{10, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("flows=%d", n), func(b *testing.B) {
 			var r PerPacketResult
@@ -104,7 +105,7 @@ func BenchmarkPerPacket(b *testing.B) {
 }
 
 func TestMeasurePerPacket(t *testing.T) {
-	needRoot(t)
+	testutil.NeedRoot(t)
 	for _, police := range []bool{false, true} {
 		r, err := MeasurePerPacket(100, 1000, police)
 		if err != nil {
