@@ -68,7 +68,6 @@ type env struct {
 var (
 	clientV4 = testutil.PairA4
 	serverV4 = testutil.PairB4
-	clientV6 = testutil.PairA6
 	serverV6 = testutil.PairB6
 )
 
