@@ -2,20 +2,15 @@ package rtchan
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"net"
-	"os"
-	"os/exec"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 func TestHqrtWireRoundTrip(t *testing.T) {
@@ -31,94 +26,20 @@ func TestHqrtWireRoundTrip(t *testing.T) {
 	}
 }
 
-func ipcmd(t *testing.T, args ...string) {
-	t.Helper()
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ip %v: %v: %s", args, err, out)
-	}
-}
-
-// makeNetnsPair builds two namespaces joined by a veth pair with
-// 198.18.x.1/24 and 198.18.x.2/24, removed at cleanup.
-func makeNetnsPair(t *testing.T) (nsA, nsB, ipA, ipB string) {
-	t.Helper()
-	var rb [3]byte
-	if _, err := rand.Read(rb[:]); err != nil {
-		t.Fatal(err)
-	}
-	suffix := hex.EncodeToString(rb[:])
-	nsA, nsB = "hqrt-a-"+suffix, "hqrt-b-"+suffix
-	ipcmd(t, "netns", "add", nsA)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", nsA).Run() })
-	ipcmd(t, "netns", "add", nsB)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", nsB).Run() })
-	ipcmd(t, "-n", nsA, "link", "add", "hqrta", "type", "veth", "peer", "name", "hqrtb", "netns", nsB)
-	x := int(rb[0])
-	ipA, ipB = fmt.Sprintf("198.18.%d.1", x), fmt.Sprintf("198.18.%d.2", x)
-	ipcmd(t, "-n", nsA, "addr", "add", ipA+"/24", "dev", "hqrta")
-	ipcmd(t, "-n", nsB, "addr", "add", ipB+"/24", "dev", "hqrtb")
-	for _, ns := range []string{nsA, nsB} {
-		ipcmd(t, "-n", ns, "link", "set", "lo", "up")
-	}
-	ipcmd(t, "-n", nsA, "link", "set", "hqrta", "up")
-	ipcmd(t, "-n", nsB, "link", "set", "hqrtb", "up")
-	return
-}
-
-// inNetns runs fn on a thread switched into network namespace ns. Sockets
-// created by fn stay in ns.
-func inNetns(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			errc <- fmt.Errorf("open own netns: %w", err)
-			runtime.UnlockOSThread()
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open("/var/run/netns/" + ns)
-		if err != nil {
-			errc <- fmt.Errorf("open netns %s: %w", ns, err)
-			runtime.UnlockOSThread()
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("enter netns %s: %w", ns, err)
-			runtime.UnlockOSThread()
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			// Leave the thread locked: it dies with the goroutine.
-			errc <- fmt.Errorf("leave netns %s: %w", ns, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
 // Real UDP between two namespaces: admitted channels meet every deadline
 // while best-effort channels of the same sender saturate the paced link.
 func TestHqrtUDPNetns(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
+	testutil.NeedRoot(t)
 	if testing.Short() {
 		t.Skip("real-time test skipped in -short mode")
 	}
-	nsA, nsB, ipA, ipB := makeNetnsPair(t)
+	pair := testutil.NewPair(t)
 	// The machine is a shared VM: a stall of the whole machine can spoil a
 	// run (deadline misses when timers fire late, best-effort throughput
 	// when the sender cannot run). Up to three attempts; a real regression
 	// fails every one.
 	for attempt := 1; ; attempt++ {
-		problems, late := udpAttempt(t, nsA, nsB, ipA, ipB, attempt)
+		problems, late := udpAttempt(t, pair, attempt)
 		if len(problems) == 0 {
 			return
 		}
@@ -135,13 +56,14 @@ func TestHqrtUDPNetns(t *testing.T) {
 	}
 }
 
-func udpAttempt(t *testing.T, nsA, nsB, ipA, ipB string, attempt int) (problems []string, late time.Duration) {
+func udpAttempt(t *testing.T, pair *testutil.Pair, attempt int) (problems []string, late time.Duration) {
+	ipA, ipB := pair.A.AddrV4().String(), pair.B.AddrV4().String()
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	port := 7000 + attempt
 	const linkBits = 20_000_000
 	p := UDPParams(linkBits)
 	var rx *Receiver
-	if err := inNetns(nsB, func() error {
+	if err := pair.B.Do(func() error {
 		var err error
 		rx, err = ListenUDP(fmt.Sprintf("%s:%d", ipB, port), 4096)
 		return err
@@ -157,7 +79,7 @@ func udpAttempt(t *testing.T, nsA, nsB, ipA, ipB string, attempt int) (problems 
 		}
 	}()
 	var conn *net.UDPConn
-	if err := inNetns(nsA, func() error {
+	if err := pair.A.Do(func() error {
 		var err error
 		conn, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ipA)})
 		return err

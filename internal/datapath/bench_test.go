@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"fmt"
+	"github.com/hostqos/hostqos/internal/testutil"
 	"net/netip"
 	"testing"
 )
@@ -70,7 +71,7 @@ func BenchmarkRuleCounters(b *testing.B) {
 // BenchmarkPerPacket reports the classifier's per-packet cost on a flow
 // hit (BPF test-run), net of an empty program.
 func BenchmarkPerPacket(b *testing.B) {
-	needRoot(b)
+	testutil.NeedRoot(b)
 	for _, n := range []int{10, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("flows=%d", n), func(b *testing.B) {
 			var r PerPacketResult
@@ -88,7 +89,7 @@ func BenchmarkPerPacket(b *testing.B) {
 }
 
 func TestMeasurePerPacket(t *testing.T) {
-	needRoot(t)
+	testutil.NeedRoot(t)
 	for _, police := range []bool{false, true} {
 		r, err := MeasurePerPacket(100, 1000, police)
 		if err != nil {

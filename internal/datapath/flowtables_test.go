@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 // TestFlowTablesPerFamily: IPv4 and IPv6 flows live in tables of their
@@ -173,8 +174,8 @@ func TestFlowTablesPerFamily(t *testing.T) {
 // TestAdoptOldLayoutVersion: pins of the previous layout (one flow table)
 // are refused with the hint to remove them.
 func TestAdoptOldLayoutVersion(t *testing.T) {
-	needRoot(t)
-	dir := filepath.Join("/sys/fs/bpf", "hqdp3-"+randHex(4))
+	testutil.NeedRoot(t)
+	dir := testutil.TempPinDir(t)
 	t.Cleanup(func() {
 		if err := Remove(dir); err != nil {
 			t.Errorf("remove %s: %v", dir, err)

@@ -1,44 +1,17 @@
 package datapath
 
 import (
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
+	"github.com/hostqos/hostqos/internal/testutil"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 )
 
-func needRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// tempPinDir returns a fresh pin directory that is removed at cleanup.
-func tempPinDir(t testing.TB) string {
-	dir := filepath.Join("/sys/fs/bpf", "hqdp-"+randHex(4))
-	t.Cleanup(func() {
-		if err := Remove(dir); err != nil {
-			t.Errorf("remove %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
 func openTest(t testing.TB, opts Options) *Datapath {
 	t.Helper()
-	needRoot(t)
+	testutil.NeedRoot(t)
 	if opts.BPFFSDir == "" {
-		opts.BPFFSDir = tempPinDir(t)
+		opts.BPFFSDir = testutil.TempPinDir(t)
 	}
 	d, err := Open(opts)
 	if err != nil {

@@ -6,101 +6,18 @@ import (
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"net"
 	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/hostqos/hostqos/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
-func run(t testing.TB, args ...string) {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
-// newNetns creates a network namespace named hqdp-<random> removed at
-// cleanup.
-func newNetns(t testing.TB) string {
-	t.Helper()
-	name := "hqdp-" + randHex(4)
-	run(t, "ip", "netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	run(t, "ip", "-n", name, "link", "set", "lo", "up")
-	return name
-}
-
-// vethPair connects two namespaces: a (198.18.77.1/24) and b
-// (198.18.77.2/24), and returns the interface names.
-func vethPair(t testing.TB, a, b string) (string, string) {
-	t.Helper()
-	ia, ib := "hqa"+randHex(2), "hqb"+randHex(2)
-	run(t, "ip", "-n", a, "link", "add", ia, "type", "veth", "peer", "name", ib, "netns", b)
-	run(t, "ip", "-n", a, "addr", "add", "198.18.77.1/24", "dev", ia)
-	run(t, "ip", "-n", b, "addr", "add", "198.18.77.2/24", "dev", ib)
-	run(t, "ip", "-n", a, "link", "set", ia, "up")
-	run(t, "ip", "-n", b, "link", "set", ib, "up")
-	return ia, ib
-}
-
-// inNetns runs fn on a dedicated OS thread that has joined netns name.
-// The thread is discarded afterwards.
-func inNetns(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		f, err := os.Open("/run/netns/" + name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
-func mustNetns(t testing.TB, name string, fn func() error) {
-	t.Helper()
-	if err := inNetns(name, fn); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func udpSocket() (int, error) {
 	return unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-}
-
-// tosReceiver opens, in netns ns, a UDP socket bound to 198.18.77.2:9999
-// that reports each datagram's TOS and gives up a read after 3 s.
-func tosReceiver(t testing.TB, ns string) int {
-	t.Helper()
-	var fd int
-	mustNetns(t, ns, func() error {
-		var err error
-		if fd, err = udpSocket(); err != nil {
-			return err
-		}
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
-			return err
-		}
-		tv := unix.NsecToTimeval((3 * time.Second).Nanoseconds())
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			return err
-		}
-		return unix.Bind(fd, &unix.SockaddrInet4{Port: 9999, Addr: [4]byte{198, 18, 77, 2}})
-	})
-	return fd
 }
 
 func cgroupRoot(t testing.TB) string {
@@ -112,11 +29,11 @@ func cgroupRoot(t testing.TB) string {
 }
 
 func TestRealSocketIdentityAndMarking(t *testing.T) {
-	needRoot(t)
+	testutil.NeedRoot(t)
 	cgroot := cgroupRoot(t)
-	nsA, nsB := newNetns(t), newNetns(t)
-	ifA, _ := vethPair(t, nsA, nsB)
-	dir := tempPinDir(t)
+	p := testutil.NewPair(t)
+	nsA, ifA := p.A, p.IfA
+	dir := testutil.TempPinDir(t)
 
 	self, err := IdentityForPID(os.Getpid(), cgroot)
 	if err != nil {
@@ -125,7 +42,7 @@ func TestRealSocketIdentityAndMarking(t *testing.T) {
 
 	var d *Datapath
 	var fdA, fdOld, ifindex int
-	mustNetns(t, nsA, func() error {
+	nsA.MustDo(t, func() error {
 		var err error
 		// Born before the datapath: no identity.
 		if fdOld, err = udpSocket(); err != nil {
@@ -200,15 +117,18 @@ func TestRealSocketIdentityAndMarking(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Receiver in nsB reports the TOS it got.
-	fdB := tosReceiver(t, nsB)
-	defer unix.Close(fdB)
+	// The receiver in B reports the TOS it got.
+	rx := testutil.NewReceiver(t, p.B, p.IfB)
+	recvTOS := func() (uint8, error) {
+		pkt, err := rx.Next(3*time.Second, testutil.UDPTo(9999))
+		return pkt.TOS, err
+	}
 
-	dst := &unix.SockaddrInet4{Port: 9999, Addr: [4]byte{198, 18, 77, 2}}
+	dst := &unix.SockaddrInet4{Port: 9999, Addr: testutil.PairB4.Addr().As4()}
 	if err := unix.Sendto(fdA, []byte("hello"), 0, dst); err != nil {
 		t.Fatalf("send: %v", err)
 	}
-	tos, err := recvTOS(fdB)
+	tos, err := recvTOS()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +166,7 @@ func TestRealSocketIdentityAndMarking(t *testing.T) {
 	if err := unix.Sendto(fdOld, []byte("old"), 0, dst); err != nil {
 		t.Fatalf("send: %v", err)
 	}
-	if tos, err = recvTOS(fdB); err != nil {
+	if tos, err = recvTOS(); err != nil {
 		t.Fatal(err)
 	}
 	if tos != 18<<2 {
@@ -261,25 +181,6 @@ func TestRealSocketIdentityAndMarking(t *testing.T) {
 	}
 }
 
-func recvTOS(fd int) (uint8, error) {
-	buf := make([]byte, 64)
-	oob := make([]byte, 64)
-	_, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, 0)
-	if err != nil {
-		return 0, fmt.Errorf("receive: %w", err)
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil {
-		return 0, err
-	}
-	for _, m := range msgs {
-		if m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TOS && len(m.Data) > 0 {
-			return m.Data[0], nil
-		}
-	}
-	return 0, errors.New("no IP_TOS control message")
-}
-
 func progID(t testing.TB, p *ebpf.Program) ebpf.ProgramID {
 	t.Helper()
 	info, err := p.Info()
@@ -290,10 +191,10 @@ func progID(t testing.TB, p *ebpf.Program) ebpf.ProgramID {
 	return id
 }
 
-func tcxPrograms(t testing.TB, ns string, ifindex int) []ebpf.ProgramID {
+func tcxPrograms(t testing.TB, ns *testutil.NetNS, ifindex int) []ebpf.ProgramID {
 	t.Helper()
 	var ids []ebpf.ProgramID
-	mustNetns(t, ns, func() error {
+	ns.MustDo(t, func() error {
 		res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: ebpf.AttachTCXEgress})
 		if err != nil {
 			return err
@@ -334,16 +235,16 @@ func contains(ids []ebpf.ProgramID, id ebpf.ProgramID) bool {
 }
 
 func TestAdoptAndRemove(t *testing.T) {
-	needRoot(t)
+	testutil.NeedRoot(t)
 	cgroot := cgroupRoot(t)
-	nsA, nsB := newNetns(t), newNetns(t)
-	ifA, _ := vethPair(t, nsA, nsB)
-	dir := tempPinDir(t)
+	p := testutil.NewPair(t)
+	nsA, ifA := p.A, p.IfA
+	dir := testutil.TempPinDir(t)
 
 	var ifindex int
 	open := func() *Datapath {
 		var d *Datapath
-		mustNetns(t, nsA, func() error {
+		nsA.MustDo(t, func() error {
 			ifi, err := net.InterfaceByName(ifA)
 			if err != nil {
 				return err
@@ -359,7 +260,7 @@ func TestAdoptAndRemove(t *testing.T) {
 	if d1.Adopted() {
 		t.Fatal("fresh directory reported as adopted")
 	}
-	mustNetns(t, nsA, func() error { return d1.AttachLink(ifindex) })
+	nsA.MustDo(t, func() error { return d1.AttachLink(ifindex) })
 	if err := d1.Apply(Policy{Rules: []Rule{{Slot: 3, Proto: 17, DSCPIn: -1, DSCP: 46}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +286,7 @@ func TestAdoptAndRemove(t *testing.T) {
 	if !d2.Adopted() || d2.Generation() != gen || d2.FlowTableSize() != 1024 {
 		t.Fatalf("adopted=%v generation %d (want %d) flow table %d", d2.Adopted(), d2.Generation(), gen, d2.FlowTableSize())
 	}
-	mustNetns(t, nsA, func() error {
+	nsA.MustDo(t, func() error {
 		if ok, err := d2.LinkAttached(ifindex); err != nil || !ok {
 			t.Errorf("adopted datapath does not see its TCX link on the hook (err %v)", err)
 		}
@@ -418,7 +319,7 @@ func TestAdoptAndRemove(t *testing.T) {
 
 	// Someone detaches our program from the hook: the datapath sees it and
 	// AttachLink puts it back.
-	mustNetns(t, nsA, func() error {
+	nsA.MustDo(t, func() error {
 		d2.mu.Lock()
 		l := d2.tcx[ifindex]
 		d2.mu.Unlock()
@@ -454,8 +355,8 @@ func TestAdoptAndRemove(t *testing.T) {
 }
 
 func TestAdoptIncompatible(t *testing.T) {
-	needRoot(t)
-	dir := tempPinDir(t)
+	testutil.NeedRoot(t)
+	dir := testutil.TempPinDir(t)
 	d := openTest(t, Options{BPFFSDir: dir})
 	d.Close()
 	// Replace a pinned map by one of another layout.

@@ -3,23 +3,12 @@ package datapath
 import (
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
+	"github.com/hostqos/hostqos/internal/testutil"
 	"golang.org/x/sys/unix"
+	"time"
 )
-
-// newNetnsHqdp3 creates a network namespace named hqdp3-<random>, removed
-// at cleanup.
-func newNetnsHqdp3(t *testing.T) string {
-	t.Helper()
-	name := "hqdp3-" + randHex(4)
-	run(t, "ip", "netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	run(t, "ip", "-n", name, "link", "set", "lo", "up")
-	return name
-}
 
 // TestFlowAppRulePrecedence: rules are evaluated in policy order whether
 // they select by flow or by app. A flow rule before an app rule wins for a
@@ -29,11 +18,11 @@ func newNetnsHqdp3(t *testing.T) string {
 // after a policy change, by the DSCP the receiver sees, the rule counters
 // and the flow table.
 func TestFlowAppRulePrecedence(t *testing.T) {
-	needRoot(t)
+	testutil.NeedRoot(t)
 	cgroot := cgroupRoot(t)
-	nsA, nsB := newNetnsHqdp3(t), newNetnsHqdp3(t)
-	ifA, _ := vethPair(t, nsA, nsB)
-	dir := filepath.Join("/sys/fs/bpf", "hqdp3-"+randHex(4))
+	p := testutil.NewPair(t)
+	nsA, ifA := p.A, p.IfA
+	dir := testutil.TempPinDir(t)
 	t.Cleanup(func() {
 		if err := Remove(dir); err != nil {
 			t.Errorf("remove %s: %v", dir, err)
@@ -46,7 +35,7 @@ func TestFlowAppRulePrecedence(t *testing.T) {
 	}
 
 	var d *Datapath
-	mustNetns(t, nsA, func() error {
+	nsA.MustDo(t, func() error {
 		var err error
 		if d, err = Open(Options{BPFFSDir: dir, CgroupPath: cgroot, FlowTableSize: 1024}); err != nil {
 			return err
@@ -64,7 +53,7 @@ func TestFlowAppRulePrecedence(t *testing.T) {
 	newSocket := func() int {
 		t.Helper()
 		var fd int
-		mustNetns(t, nsA, func() error {
+		nsA.MustDo(t, func() error {
 			var err error
 			fd, err = udpSocket()
 			return err
@@ -76,9 +65,8 @@ func TestFlowAppRulePrecedence(t *testing.T) {
 		return fd
 	}
 
-	fdB := tosReceiver(t, nsB)
-	defer unix.Close(fdB)
-	dst := &unix.SockaddrInet4{Port: 9999, Addr: [4]byte{198, 18, 77, 2}}
+	rx := testutil.NewReceiver(t, p.B, p.IfB)
+	dst := &unix.SockaddrInet4{Port: 9999, Addr: testutil.PairB4.Addr().As4()}
 
 	// The flow rule matches UDP to port 9999 (AF11), the app rule any
 	// packet of our executable (EF).
@@ -91,11 +79,11 @@ func TestFlowAppRulePrecedence(t *testing.T) {
 		if err := unix.Sendto(fd, []byte("precedence"), 0, dst); err != nil {
 			t.Fatalf("send: %v", err)
 		}
-		tos, err := recvTOS(fdB)
+		pkt, err := rx.Next(3*time.Second, testutil.UDPTo(9999))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tos >> 2
+		return pkt.TOS >> 2
 	}
 	localPort := func(fd int) uint16 {
 		t.Helper()

@@ -3,20 +3,40 @@ package shaper
 import (
 	"encoding/binary"
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/testutil"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
+// newVeth makes a veth whose end hq0, in the namespace it returns with
+// hq0's ifindex, is the link under test (testutil.NewPairNamed names an
+// end after the namespace it faces). It skips the test without root.
+func newVeth(t *testing.T) (*testutil.NetNS, int) {
+	t.Helper()
+	p := testutil.NewPairNamed(t, "shaper", "hq0")
+	return p.A, p.IndexA
+}
+
+func sh(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 // treeIn reads the root qdisc and our classes of ifindex inside ns.
-func treeIn(t *testing.T, ns string, ifindex int) (netlink.Qdisc, map[uint16]kclass) {
+func treeIn(t *testing.T, ns *testutil.NetNS, ifindex int) (netlink.Qdisc, map[uint16]kclass) {
 	t.Helper()
 	var root netlink.Qdisc
 	var have map[uint16]kclass
-	mustIn(t, ns, func() error {
+	ns.MustDo(t, func() error {
 		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 		if err != nil {
 			return err
@@ -36,7 +56,7 @@ func treeIn(t *testing.T, ns string, ifindex int) (netlink.Qdisc, map[uint16]kcl
 }
 
 // checkTree asserts that the kernel tree on ifindex in ns is exactly plan.
-func checkTree(t *testing.T, ns string, ifindex int, plan Plan) {
+func checkTree(t *testing.T, ns *testutil.NetNS, ifindex int, plan Plan) {
 	t.Helper()
 	root, have := treeIn(t, ns, ifindex)
 	if root == nil || !isOurs(root) {
@@ -109,9 +129,9 @@ func testPlanB(t *testing.T, ifindex int) Plan {
 // sendFrames transmits n Ethernet frames of size bytes on ifindex in ns
 // through the qdisc, with skb->priority = prio (an AF_PACKET socket with
 // SO_PRIORITY stands in for the datapath).
-func sendFrames(t *testing.T, ns string, ifindex int, prio uint32, n, size int) {
+func sendFrames(t *testing.T, ns *testutil.NetNS, ifindex int, prio uint32, n, size int) {
 	t.Helper()
-	mustIn(t, ns, func() error {
+	ns.MustDo(t, func() error {
 		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err
@@ -137,10 +157,10 @@ func sendFrames(t *testing.T, ns string, ifindex int, prio uint32, n, size int) 
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-func statsIn(t *testing.T, ns string, ifindex int) map[uint16]ClassStats {
+func statsIn(t *testing.T, ns *testutil.NetNS, ifindex int) map[uint16]ClassStats {
 	t.Helper()
 	out := map[uint16]ClassStats{}
-	mustIn(t, ns, func() error {
+	ns.MustDo(t, func() error {
 		st, err := Stats(ifindex)
 		for _, s := range st {
 			out[s.Minor] = s
@@ -151,7 +171,7 @@ func statsIn(t *testing.T, ns string, ifindex int) map[uint16]ClassStats {
 }
 
 // waitPackets polls Stats until minor has sent at least n packets.
-func waitPackets(t *testing.T, ns string, ifindex int, minor uint16, n uint64) ClassStats {
+func waitPackets(t *testing.T, ns *testutil.NetNS, ifindex int, minor uint16, n uint64) ClassStats {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
 	for {
@@ -163,10 +183,10 @@ func waitPackets(t *testing.T, ns string, ifindex int, minor uint16, n uint64) C
 	}
 }
 
-func applyIn(t *testing.T, ns string, p Plan) (int, error) {
+func applyIn(t *testing.T, ns *testutil.NetNS, p Plan) (int, error) {
 	t.Helper()
 	var ops int
-	err := inNetns(ns, func() error {
+	err := ns.Do(func() error {
 		var err error
 		ops, err = apply(p, newOptions(nil))
 		return err
@@ -175,7 +195,6 @@ func applyIn(t *testing.T, ns string, p Plan) (int, error) {
 }
 
 func TestApplyIdempotentAndInPlace(t *testing.T) {
-	requireRoot(t)
 	ns, ifx := newVeth(t)
 	a := testPlanA(t, ifx)
 
@@ -187,7 +206,7 @@ func TestApplyIdempotentAndInPlace(t *testing.T) {
 		t.Errorf("first Apply made %d changes, want %d (root + classes)", ops, 1+len(a.Classes))
 	}
 	checkTree(t, ns, ifx, a)
-	mustIn(t, ns, func() error {
+	ns.MustDo(t, func() error {
 		owned, err := Owned(ifx)
 		if err == nil && !owned {
 			err = errors.New("Owned = false after Apply")
@@ -240,15 +259,14 @@ func TestApplyIdempotentAndInPlace(t *testing.T) {
 	}
 	checkTree(t, ns, ifx, c)
 
-	mustIn(t, ns, func() error { return Remove(ifx) })
+	ns.MustDo(t, func() error { return Remove(ifx) })
 	if root, _ := treeIn(t, ns, ifx); root != nil && isOurs(root) {
 		t.Fatal("root still ours after Remove")
 	}
-	mustIn(t, ns, func() error { return Remove(ifx) }) // no-op
+	ns.MustDo(t, func() error { return Remove(ifx) }) // no-op
 }
 
 func TestApplyRollback(t *testing.T) {
-	requireRoot(t)
 	ns, ifx := newVeth(t)
 	a := testPlanA(t, ifx)
 
@@ -292,9 +310,8 @@ func TestApplyRollback(t *testing.T) {
 }
 
 func TestForeignRootUntouched(t *testing.T) {
-	requireRoot(t)
 	ns, ifx := newVeth(t)
-	sh(t, "tc", "-n", ns, "qdisc", "add", "dev", "hq0", "root", "handle", "1:", "tbf", "rate", "1mbit", "burst", "10kb", "latency", "50ms")
+	sh(t, "tc", "-n", ns.NetnsName, "qdisc", "add", "dev", "hq0", "root", "handle", "1:", "tbf", "rate", "1mbit", "burst", "10kb", "latency", "50ms")
 
 	_, err := applyIn(t, ns, testPlanA(t, ifx))
 	if !errors.Is(err, ErrForeignQdisc) {
@@ -307,7 +324,7 @@ func TestForeignRootUntouched(t *testing.T) {
 		t.Errorf("error %q names the link %d times, want once", err, n)
 	}
 	t.Logf("expected error: %v", err)
-	mustIn(t, ns, func() error {
+	ns.MustDo(t, func() error {
 		owned, err := Owned(ifx)
 		if err == nil && owned {
 			err = errors.New("Owned = true for a tbf root")
@@ -324,17 +341,16 @@ func TestForeignRootUntouched(t *testing.T) {
 }
 
 func TestClsactSurvives(t *testing.T) {
-	requireRoot(t)
 	ns, ifx := newVeth(t)
-	sh(t, "tc", "-n", ns, "qdisc", "add", "dev", "hq0", "clsact")
+	sh(t, "tc", "-n", ns.NetnsName, "qdisc", "add", "dev", "hq0", "clsact")
 	// A classic-BPF cls_bpf filter that matches nothing.
-	sh(t, "tc", "-n", ns, "filter", "add", "dev", "hq0", "egress", "pref", "7", "bpf", "bytecode", "1,6 0 0 0,")
+	sh(t, "tc", "-n", ns.NetnsName, "filter", "add", "dev", "hq0", "egress", "pref", "7", "bpf", "bytecode", "1,6 0 0 0,")
 	filterThere := func(when string) {
 		t.Helper()
-		if out := sh(t, "tc", "-n", ns, "filter", "show", "dev", "hq0", "egress"); !strings.Contains(out, "pref 7 bpf") {
+		if out := sh(t, "tc", "-n", ns.NetnsName, "filter", "show", "dev", "hq0", "egress"); !strings.Contains(out, "pref 7 bpf") {
 			t.Fatalf("%s: foreign egress filter gone:\n%s", when, out)
 		}
-		if out := sh(t, "tc", "-n", ns, "qdisc", "show", "dev", "hq0"); !strings.Contains(out, "clsact") {
+		if out := sh(t, "tc", "-n", ns.NetnsName, "qdisc", "show", "dev", "hq0"); !strings.Contains(out, "clsact") {
 			t.Fatalf("%s: foreign clsact gone:\n%s", when, out)
 		}
 	}
@@ -344,7 +360,7 @@ func TestClsactSurvives(t *testing.T) {
 	}
 	filterThere("after Apply")
 	checkTree(t, ns, ifx, a)
-	mustIn(t, ns, func() error { return Remove(ifx) })
+	ns.MustDo(t, func() error { return Remove(ifx) })
 	filterThere("after Remove")
 	if root, _ := treeIn(t, ns, ifx); root == nil || root.Attrs().Handle != 0 {
 		t.Fatalf("root after Remove: %v, want the kernel default back", root)

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 // TestRetryDump: an interrupted dump is retried and its partial result is
@@ -46,11 +48,11 @@ func TestRetryDump(t *testing.T) {
 // TestApplyLogsToGivenLogger: Apply and Remove log to the logger passed with
 // WithLogger, tagged component=shaper.
 func TestApplyLogsToGivenLogger(t *testing.T) {
-	requireRoot(t)
+	testutil.NeedRoot(t)
 	ns, ifx := newVeth(t)
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	mustIn(t, ns, func() error {
+	ns.MustDo(t, func() error {
 		if err := Apply(testPlanA(t, ifx), WithLogger(log)); err != nil {
 			return err
 		}

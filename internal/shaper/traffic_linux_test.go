@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,41 +35,37 @@ import (
 // bursts or none. Long-run rates stay exact. HQSH_GSO_MAX=<bytes> caps the
 // sender veth's gso_max_size to measure low rates without that lumpiness.
 
-const (
-	senderAddr   = "198.18.0.1"
-	receiverAddr = "198.18.0.2"
-	mtu          = 1500
-	frameLen     = mtu + 14 // what HTB counts for a full-size packet
-	udpPayload   = mtu - 20 - 8
-	testSlot     = 5
+// The sender's and the receiver's addresses.
+var (
+	senderAddr   = testutil.PairA4.Addr().String()
+	receiverAddr = testutil.PairB4.Addr().String()
 )
 
-type pairNS struct {
-	snd, rcv string
-	ifindex  int // a0 in snd
-}
+const (
+	mtu        = 1500
+	frameLen   = mtu + 14 // what HTB counts for a full-size packet
+	udpPayload = mtu - 20 - 8
+	testSlot   = 5
+)
 
-func newPair(t *testing.T) pairNS {
+// newPair makes the sender namespace (p.A, whose end of the veth is a0)
+// and the receiver namespace (p.B).
+func newPair(t *testing.T) *testutil.Pair {
 	t.Helper()
-	snd, rcv := newNetns(t), newNetns(t)
-	sh(t, "ip", "-n", snd, "link", "add", "a0", "type", "veth", "peer", "name", "b0", "netns", rcv)
-	sh(t, "ip", "-n", snd, "addr", "add", senderAddr+"/30", "dev", "a0")
-	sh(t, "ip", "-n", rcv, "addr", "add", receiverAddr+"/30", "dev", "b0")
-	sh(t, "ip", "-n", snd, "link", "set", "a0", "up")
-	sh(t, "ip", "-n", rcv, "link", "set", "b0", "up")
+	p := testutil.NewPairNamed(t, "snd", "a0")
 	// HQSH_GSO_MAX caps a0's gso_max_size (measurement knob, see the
 	// package comment of the traffic tests).
 	if v := os.Getenv("HQSH_GSO_MAX"); v != "" {
-		sh(t, "ip", "-n", snd, "link", "set", "a0", "gso_max_size", v)
+		sh(t, "ip", "-n", p.A.NetnsName, "link", "set", p.IfA, "gso_max_size", v)
 	}
-	return pairNS{snd: snd, rcv: rcv, ifindex: ifindexIn(t, snd, "a0")}
+	return p
 }
 
 // shapeRule applies a plan on a0 with a leaf for rule testSlot capped at ceil.
-func shapeRule(t *testing.T, p pairNS, ceil uint64) {
+func shapeRule(t *testing.T, p *testutil.Pair, ceil uint64) {
 	t.Helper()
 	linkRate := max(uint64(100*mbit), 2*ceil)
-	plan, err := Build(LinkSpec{Ifindex: p.ifindex, Name: "a0", Rate: linkRate},
+	plan, err := Build(LinkSpec{Ifindex: p.IndexA, Name: p.IfA, Rate: linkRate},
 		[]ClassSpec{
 			{Name: "default", Index: 2, Priority: 4, Default: true},
 			{Name: "bulk", Index: 3, Priority: 6},
@@ -77,7 +74,7 @@ func shapeRule(t *testing.T, p pairNS, ceil uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := applyIn(t, p.snd, plan); err != nil {
+	if _, err := applyIn(t, p.A, plan); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -143,7 +140,7 @@ func rateBetween(s []sample, from, to time.Time) (float64, error) {
 }
 
 func TestRateAccuracyUDP(t *testing.T) {
-	requireRoot(t)
+	testutil.NeedRoot(t)
 	for _, ceil := range testRates(t) {
 		t.Run(fmtRate(ceil), func(t *testing.T) {
 			withinAttempts(t, "UDP achieved/configured", 0.90, 1.05, func() float64 { return udpAccuracy(t, ceil) })
@@ -157,7 +154,7 @@ func udpAccuracy(t *testing.T, ceil uint64) float64 {
 	shapeRule(t, p, ceil)
 
 	var rc *net.UDPConn
-	mustIn(t, p.rcv, func() error {
+	p.B.MustDo(t, func() error {
 		var err error
 		rc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(receiverAddr), Port: 9000})
 		if err == nil {
@@ -191,7 +188,7 @@ func udpAccuracy(t *testing.T, ceil uint64) float64 {
 	// once the leaf's queue holds a buffer's worth (no pacing needed).
 	const sendFor = 2500 * time.Millisecond
 	var sent uint64
-	mustIn(t, p.snd, func() error {
+	p.A.MustDo(t, func() error {
 		d := net.Dialer{Control: setPriority(RuleClassID(testSlot)),
 			LocalAddr: &net.UDPAddr{IP: net.ParseIP(senderAddr)}}
 		c, err := d.Dial("udp4", net.JoinHostPort(receiverAddr, "9000"))
@@ -230,7 +227,7 @@ func udpAccuracy(t *testing.T, ceil uint64) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := statsIn(t, p.snd, p.ifindex)[RuleBase+testSlot]
+	st := statsIn(t, p.A, p.IndexA)[RuleBase+testSlot]
 	ratio := got / float64(ceil)
 	t.Logf("UDP ceil %s: sent %d datagrams, received %d over %.2fs, achieved %.4f Mbit/s (frame bytes), ratio %.4f; HTB leaf %d pkts %d bytes (%.1f B/pkt), %d drops, %d overlimits",
 		fmtRate(ceil), sent, len(samples), last.Sub(first).Seconds(), got/1e6, ratio,
@@ -242,7 +239,7 @@ func udpAccuracy(t *testing.T, ceil uint64) float64 {
 }
 
 func TestRateAccuracyTCP(t *testing.T) {
-	requireRoot(t)
+	testutil.NeedRoot(t)
 	for _, ceil := range testRates(t) {
 		t.Run(fmtRate(ceil), func(t *testing.T) {
 			withinAttempts(t, "TCP goodput/expected", 0.90, 1.02, func() float64 { return tcpAccuracy(t, ceil) })
@@ -256,7 +253,7 @@ func tcpAccuracy(t *testing.T, ceil uint64) float64 {
 	shapeRule(t, p, ceil)
 
 	var ln net.Listener
-	mustIn(t, p.rcv, func() error {
+	p.B.MustDo(t, func() error {
 		var err error
 		ln, err = net.Listen("tcp4", net.JoinHostPort(receiverAddr, "9001"))
 		return err
@@ -294,7 +291,7 @@ func tcpAccuracy(t *testing.T, ceil uint64) float64 {
 
 	const sendFor = 3500 * time.Millisecond
 	var mss int
-	mustIn(t, p.snd, func() error {
+	p.A.MustDo(t, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		d := net.Dialer{Control: setPriority(RuleClassID(testSlot)),
@@ -353,7 +350,7 @@ func tcpAccuracy(t *testing.T, ceil uint64) float64 {
 	}
 	expected := float64(ceil) * float64(mss) / frameLen
 	ratio := got / expected
-	st := statsIn(t, p.snd, p.ifindex)[RuleBase+testSlot]
+	st := statsIn(t, p.A, p.IndexA)[RuleBase+testSlot]
 	t.Logf("TCP ceil %s: mss %d, goodput %.4f Mbit/s, expected %.4f (ceil × %d/%d), ratio %.4f; HTB leaf %d pkts %d bytes (%.1f B/pkt), %d drops; receiver: largest read %d B, longest gap %v",
 		fmtRate(ceil), mss, got/1e6, expected/1e6, mss, frameLen, ratio,
 		st.Packets, st.Bytes, float64(st.Bytes)/float64(max(st.Packets, 1)), st.Drops, maxRead, maxGap.Round(time.Millisecond))

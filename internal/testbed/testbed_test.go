@@ -1,4 +1,4 @@
-package testbed
+package testbed_test
 
 import (
 	"context"
@@ -13,27 +13,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/testbed"
+	"github.com/hostqos/hostqos/internal/testutil"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
-
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
-}
 
 func mp(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
 // threeNode is client — router — server with IPv4 and IPv6; the router's
 // egress toward the server is the bottleneck (rate, optional DiffServ).
-func threeNode(name string, rate uint64, diffserv bool) Topology {
-	return Topology{
+func threeNode(name string, rate uint64, diffserv bool) testbed.Topology {
+	return testbed.Topology{
 		Name: name,
-		Nodes: []NodeSpec{
+		Nodes: []testbed.NodeSpec{
 			{Name: "client"}, {Name: "router", Router: true}, {Name: "server"},
 		},
-		Links: []LinkSpec{
+		Links: []testbed.LinkSpec{
 			{A: "client", B: "router",
 				AAddrs: []netip.Prefix{mp("198.18.1.1/24"), mp("2001:db8:1::1/64")},
 				BAddrs: []netip.Prefix{mp("198.18.1.2/24"), mp("2001:db8:1::2/64")}},
@@ -45,10 +40,10 @@ func threeNode(name string, rate uint64, diffserv bool) Topology {
 	}
 }
 
-func build(t *testing.T, topo Topology) *Testbed {
+func build(t *testing.T, topo testbed.Topology) *testbed.Testbed {
 	t.Helper()
-	needRoot(t)
-	tb, err := Build(topo)
+	testutil.NeedRoot(t)
+	tb, err := testbed.Build(topo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +58,7 @@ func build(t *testing.T, topo Topology) *Testbed {
 func hp(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
 
 // sink opens a UDP sink inside node and runs it in the background.
-func startSink(t *testing.T, n *Node, addr netip.Addr, cfg traffic.SinkConfig) (netip.AddrPort, <-chan *traffic.SinkResult) {
+func startSink(t *testing.T, n *testbed.Node, addr netip.Addr, cfg traffic.SinkConfig) (netip.AddrPort, <-chan *traffic.SinkResult) {
 	t.Helper()
 	cfg.Listen = hp(addr, 0)
 	var s *traffic.Sink
@@ -197,7 +192,7 @@ func TestDiffServProtectsEF(t *testing.T) {
 
 // diffServAttempt sends default traffic at 1.5× the bottleneck and EF
 // voice through it, and says what is wrong ("" when EF was protected).
-func diffServAttempt(t *testing.T, client, server *Node, rate uint64) string {
+func diffServAttempt(t *testing.T, client, server *testbed.Node, rate uint64) string {
 	bulkAddr, bulkRes := startSink(t, server, server.AddrV4(), traffic.SinkConfig{Duration: 15 * time.Second, Flows: 1})
 	voiceAddr, voiceRes := startSink(t, server, server.AddrV4(), traffic.SinkConfig{Duration: 15 * time.Second, Flows: 10})
 	bulkDone := make(chan error, 1)
@@ -237,8 +232,8 @@ func diffServAttempt(t *testing.T, client, server *Node, rate uint64) string {
 }
 
 func TestCloseLeavesNothing(t *testing.T) {
-	needRoot(t)
-	tb, err := Build(threeNode("hqtbclose", 10_000_000, true))
+	testutil.NeedRoot(t)
+	tb, err := testbed.Build(threeNode("hqtbclose", 10_000_000, true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +254,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 		t.Fatal("second Close:", err)
 	}
 	for _, n := range names {
-		for _, p := range []string{filepath.Join("/run/netns", n), markerPath(n)} {
+		for _, p := range []string{filepath.Join("/run/netns", n), filepath.Join(testbed.MarkerDir, n+".pid")} {
 			if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("%s left behind (%v)", p, err)
 			}
@@ -268,18 +263,18 @@ func TestCloseLeavesNothing(t *testing.T) {
 }
 
 func TestBuildIsAllOrNothing(t *testing.T) {
-	needRoot(t)
+	testutil.NeedRoot(t)
 	topo := threeNode("hqtbfail", 0, false)
 	// The same address twice on one node's two links fails at the second.
 	topo.Links[1].AAddrs = []netip.Prefix{mp("198.18.1.2/24")}
 	before := netnsWithPrefix(t, "hq-hqtbfail-")
-	if _, err := Build(topo); err == nil {
+	if _, err := testbed.Build(topo); err == nil {
 		t.Fatal("Build succeeded with a duplicate address")
 	}
 	if after := netnsWithPrefix(t, "hq-hqtbfail-"); after != before {
 		t.Fatalf("failed Build left %d namespaces (before %d)", after, before)
 	}
-	if _, err := Build(Topology{Name: "Bad Name"}); err == nil || !strings.Contains(err.Error(), "topology name") {
+	if _, err := testbed.Build(testbed.Topology{Name: "Bad Name"}); err == nil || !strings.Contains(err.Error(), "topology name") {
 		t.Fatalf("bad name: %v", err)
 	}
 }
@@ -296,20 +291,20 @@ func netnsWithPrefix(t *testing.T, prefix string) int {
 }
 
 func TestCleanStaleRemovesDeadRunsLeftovers(t *testing.T) {
-	needRoot(t)
+	testutil.NeedRoot(t)
 	// A "crashed run": a namespace with a marker naming a dead pid.
-	tb, err := Build(Topology{Name: "hqtbstale", Nodes: []NodeSpec{{Name: "a"}}})
+	tb, err := testbed.Build(testbed.Topology{Name: "hqtbstale", Nodes: []testbed.NodeSpec{{Name: "a"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := tb.Node("a").NetnsName
 	t.Cleanup(func() { tb.Close() })
 	dead := deadPid(t)
-	if err := os.WriteFile(markerPath(n), []byte(strconv.Itoa(dead)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(testbed.MarkerDir, n+".pid"), []byte(strconv.Itoa(dead)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// A live one (ours) must survive.
-	live, err := Build(Topology{Name: "hqtblive", Nodes: []NodeSpec{{Name: "b"}}})
+	live, err := testbed.Build(testbed.Topology{Name: "hqtblive", Nodes: []testbed.NodeSpec{{Name: "b"}}})
 	if err != nil { // Build runs CleanStale first
 		t.Fatal(err)
 	}
@@ -317,10 +312,10 @@ func TestCleanStaleRemovesDeadRunsLeftovers(t *testing.T) {
 	if _, err := os.Stat(filepath.Join("/run/netns", n)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("stale namespace %s not removed (%v)", n, err)
 	}
-	if _, err := os.Stat(markerPath(n)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(testbed.MarkerDir, n+".pid")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("stale marker not removed (%v)", err)
 	}
-	if err := CleanStale(); err != nil {
+	if err := testbed.CleanStale(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join("/run/netns", live.Node("b").NetnsName)); err != nil {
@@ -372,10 +367,10 @@ func TestDiffServDropPrecedence(t *testing.T) {
 func TestShortestPathRoutesThroughTwoRouters(t *testing.T) {
 	// h1 — r1 — r2 — h2, plus a direct r1 — h3 stub; every node reaches every
 	// other node's addresses in both families.
-	tb := build(t, Topology{
+	tb := build(t, testbed.Topology{
 		Name:  "hqtbchain",
-		Nodes: []NodeSpec{{Name: "h1"}, {Name: "r1", Router: true}, {Name: "r2", Router: true}, {Name: "h2"}, {Name: "h3"}},
-		Links: []LinkSpec{
+		Nodes: []testbed.NodeSpec{{Name: "h1"}, {Name: "r1", Router: true}, {Name: "r2", Router: true}, {Name: "h2"}, {Name: "h3"}},
+		Links: []testbed.LinkSpec{
 			{A: "h1", B: "r1", AAddrs: []netip.Prefix{mp("198.18.10.1/24"), mp("2001:db8:10::1/64")}, BAddrs: []netip.Prefix{mp("198.18.10.2/24"), mp("2001:db8:10::2/64")}},
 			{A: "r1", B: "r2", AAddrs: []netip.Prefix{mp("198.18.11.1/30"), mp("2001:db8:11::1/64")}, BAddrs: []netip.Prefix{mp("198.18.11.2/30"), mp("2001:db8:11::2/64")}},
 			{A: "r2", B: "h2", AAddrs: []netip.Prefix{mp("198.18.12.1/24"), mp("2001:db8:12::1/64")}, BAddrs: []netip.Prefix{mp("198.18.12.2/24"), mp("2001:db8:12::2/64")}},
@@ -420,7 +415,7 @@ func TestShortestPathRoutesThroughTwoRouters(t *testing.T) {
 }
 
 func TestDoRunsInNamespaceAndPropagatesPanics(t *testing.T) {
-	tb := build(t, Topology{Name: "hqtbdo", Nodes: []NodeSpec{{Name: "a"}}})
+	tb := build(t, testbed.Topology{Name: "hqtbdo", Nodes: []testbed.NodeSpec{{Name: "a"}}})
 	a := tb.Node("a")
 	var inside, outside string
 	if err := a.Do(func() error {

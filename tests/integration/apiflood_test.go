@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 // The API flood tests attack the daemon's socket as the ordinary user
@@ -174,7 +175,7 @@ func makeFlows() error {
 // EF marking rule, traffic to both ports, and a sniffer at the receiver.
 type floodEnv struct {
 	*env
-	sn *sniffer
+	sn *testutil.Receiver
 	// each, if set, is called every second of an attack, after the checks.
 	each func(second int)
 }
@@ -199,10 +200,10 @@ func newFloodEnv(t *testing.T, config string) *floodEnv {
 	openForNobody(t, e)
 	fe := &floodEnv{env: e}
 	var err error
-	if fe.sn, err = startSniffer(e.server, e.server.Iface("client")); err != nil {
+	if fe.sn, err = testutil.StartReceiver(e.server, e.server.Iface("client")); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(fe.sn.stop)
+	t.Cleanup(fe.sn.Stop)
 	srv := serverV4.Addr().String()
 	for _, p := range []int{floodDropPort, floodMarkPort} {
 		addr := srv + ":" + strconv.Itoa(p)
@@ -236,7 +237,7 @@ func (fe *floodEnv) attack(mode string, conns int, dur time.Duration, growthKiB 
 	})
 	before := rssOf(t, fe.d.PID())
 	time.Sleep(time.Second) // let it build up
-	_, prevMarked := fe.sn.dscpCounts(unix.IPPROTO_UDP, floodMarkPort)
+	_, prevMarked := fe.sn.DSCPCounts(unix.IPPROTO_UDP, floodMarkPort)
 	maxRSS, polls, slow := 0, 0, 0
 	var maxCLI time.Duration
 	for i := 0; ; i++ {
@@ -268,10 +269,10 @@ func (fe *floodEnv) attack(mode string, conns int, dur time.Duration, growthKiB 
 		case took > 2*time.Second:
 			slow++
 		}
-		if dropped, n := fe.sn.dscpCounts(unix.IPPROTO_UDP, floodDropPort); n != 0 {
+		if dropped, n := fe.sn.DSCPCounts(unix.IPPROTO_UDP, floodDropPort); n != 0 {
 			t.Errorf("second %d of the attack: %d packets passed the drop rule (%v)", i, n, dropped)
 		}
-		marks, n := fe.sn.dscpCounts(unix.IPPROTO_UDP, floodMarkPort)
+		marks, n := fe.sn.DSCPCounts(unix.IPPROTO_UDP, floodMarkPort)
 		if marks[dscpEF] != n {
 			t.Errorf("second %d of the attack: packets to the marked port not all EF: %v", i, marks)
 		}

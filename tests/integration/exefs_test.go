@@ -14,6 +14,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/lab"
+	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 // TestExeRuleMarksOnEveryFilesystem: an exe rule marks a program from its
@@ -109,11 +110,11 @@ func TestExeRuleMarksOnEveryFilesystem(t *testing.T) {
 		t.Logf("rule %s: %s", ri.Rule.Name, strings.Join(ri.Resolved, "; "))
 	}
 
-	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sn.stop()
+	defer sn.Stop()
 	srv := serverV4.Addr().String()
 	for i := range apps {
 		e.udpSink(fmt.Sprintf("%s:%d", srv, 5100+i), 30*time.Second)

@@ -8,13 +8,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +19,8 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/testbed"
+	"github.com/hostqos/hostqos/internal/testutil"
+	"github.com/hostqos/hostqos/internal/testutil/daemontest"
 )
 
 // binDir holds hostqos and hostqosd built once for the whole run.
@@ -45,8 +44,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	go cleanupOnSignal()
-	if n, err := lab.CleanStale(); err != nil || n > 0 {
+	testutil.OnSignal(func() { os.RemoveAll(dir) })
+	if n, err := daemontest.CleanStale(); err != nil || n > 0 {
 		fmt.Printf("integration: cleaned %d stale daemon(s) of killed runs (%v)\n", n, err)
 	}
 	code := m.Run()
@@ -54,40 +53,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// live holds the environments of running tests, so that an interrupted run
-// (Ctrl-C, a CI timeout's SIGTERM) still removes everything it made.
-var live struct {
-	sync.Mutex
-	envs map[*env]bool
-}
-
-func cleanupOnSignal() {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	s := <-sigs
-	fmt.Printf("integration: %v: removing every daemon and namespace of the running tests\n", s)
-	live.Lock()
-	for e := range live.envs {
-		_ = e.d.Stop()
-		_ = e.tb.Close()
-	}
-	live.Unlock()
-	os.RemoveAll(binDir)
-	os.Exit(130)
-}
-
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, BPF, qdiscs)")
-	}
-}
-
 // env is one test's world: a client host running hostqosd and a server
 // host, joined by a veth pair; the client's egress is what hostqos manages.
 type env struct {
 	t      *testing.T
-	tb     *testbed.Testbed
 	client *testbed.Node
 	server *testbed.Node
 	dir    string
@@ -97,52 +66,20 @@ type env struct {
 
 // Addresses of the two hosts.
 var (
-	clientV4 = netip.MustParsePrefix("198.18.0.1/24")
-	serverV4 = netip.MustParsePrefix("198.18.0.2/24")
-	clientV6 = netip.MustParsePrefix("2001:db8::1/64")
-	serverV6 = netip.MustParsePrefix("2001:db8::2/64")
+	clientV4 = testutil.PairA4
+	serverV4 = testutil.PairB4
+	serverV6 = testutil.PairB6
 )
 
-// newEnv builds the two hosts; the daemon is prepared, not started.
+// newEnv builds the two hosts (a testutil pair); the daemon is prepared,
+// not started. Both are removed at cleanup, and on SIGINT or SIGTERM.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	needRoot(t)
-	tb, err := testbed.Build(testbed.Topology{
-		Name:  "it",
-		Nodes: []testbed.NodeSpec{{Name: "client"}, {Name: "server"}},
-		Links: []testbed.LinkSpec{{
-			A: "client", B: "server",
-			AAddrs: []netip.Prefix{clientV4, clientV6},
-			BAddrs: []netip.Prefix{serverV4, serverV6},
-		}},
-	})
-	if err != nil {
-		t.Fatalf("build testbed: %v", err)
-	}
-	dir := t.TempDir()
-	e := &env{t: t, tb: tb, client: tb.Node("client"), server: tb.Node("server"), dir: dir}
-	e.d = lab.NewDaemon(e.client, binDir, dir)
+	p := testutil.NewPairNamed(t, "client", "server")
+	e := &env{t: t, client: p.A.Node, server: p.B.Node}
+	e.d = daemontest.New(t, e.client, binDir)
+	e.dir = e.d.Dir
 	e.cli = e.d.Client
-	live.Lock()
-	if live.envs == nil {
-		live.envs = map[*env]bool{}
-	}
-	live.envs[e] = true
-	live.Unlock()
-	t.Cleanup(func() {
-		live.Lock()
-		delete(live.envs, e)
-		live.Unlock()
-		if err := e.d.Stop(); err != nil {
-			t.Errorf("stop daemon: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("hostqosd log:\n%s", e.d.Log())
-		}
-		if err := tb.Close(); err != nil {
-			t.Errorf("close testbed: %v", err)
-		}
-	})
 	return e
 }
 

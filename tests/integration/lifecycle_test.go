@@ -17,6 +17,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 // TestKill9KeepsEnforcing: after kill -9 of the daemon under traffic,
@@ -29,16 +30,16 @@ func TestKill9KeepsEnforcing(t *testing.T) {
 	e.hostqos("link", "set", e.iface(), "--egress-rate", "200mbit")
 	e.hostqos("rule", "add", "mark", "--exe", marked, "--dscp", "EF")
 	e.hostqos("rule", "add", "cap", "--exe", capped, "--maxbw", "10mbit")
-	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sn.stop()
+	defer sn.Stop()
 	to := serverV4.Addr().String() + ":7020"
 	e.udpSink(to, 60*time.Second)
 	sender, _ := e.start(marked, "tool", "udp-send", "--to", to, "--pps", "200", "--size", "200", "--duration", "12s")
 	eventually(t, 5*time.Second, "marked traffic", func() (bool, string) {
-		c, n := sn.dscpCounts(unix.IPPROTO_UDP, 7020)
+		c, n := sn.DSCPCounts(unix.IPPROTO_UDP, 7020)
 		return n > 100, fmt.Sprintf("%v", c)
 	})
 	before := e.ruleStat("mark")
@@ -48,9 +49,9 @@ func TestKill9KeepsEnforcing(t *testing.T) {
 		t.Fatal("daemon still alive after SIGKILL")
 	}
 	// Marking goes on without the daemon.
-	_, n0 := sn.dscpCounts(unix.IPPROTO_UDP, 7020)
+	_, n0 := sn.DSCPCounts(unix.IPPROTO_UDP, 7020)
 	time.Sleep(1500 * time.Millisecond)
-	c, n1 := sn.dscpCounts(unix.IPPROTO_UDP, 7020)
+	c, n1 := sn.DSCPCounts(unix.IPPROTO_UDP, 7020)
 	if n1-n0 < 100 {
 		t.Fatalf("only %d packets arrived in 1.5 s after the kill", n1-n0)
 	}
@@ -78,7 +79,7 @@ func TestKill9KeepsEnforcing(t *testing.T) {
 	}
 	_ = sender.Wait()
 	final := e.ruleStat("mark")
-	_, seen := sn.dscpCounts(unix.IPPROTO_UDP, 7020)
+	_, seen := sn.DSCPCounts(unix.IPPROTO_UDP, 7020)
 	if final.Packets < uint64(seen) {
 		t.Errorf("rule counted %d packets, the receiver saw %d", final.Packets, seen)
 	}

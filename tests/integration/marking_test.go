@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 const (
@@ -18,9 +20,9 @@ const (
 
 // allDSCP checks that every packet of every flow towards port has dscp and
 // that the very first one did too.
-func allDSCP(t *testing.T, s *sniffer, proto uint8, port uint16, want int, minPackets int) {
+func allDSCP(t *testing.T, s *testutil.Receiver, proto uint8, port uint16, want int, minPackets int) {
 	t.Helper()
-	flows := s.to(proto, port)
+	flows := s.To(proto, port)
 	total := 0
 	for id, f := range flows {
 		if f.FirstDSCP != want {
@@ -52,11 +54,11 @@ func TestExeRuleMarksFromFirstPacket(t *testing.T) {
 	e.hostqos("link", "set", e.iface())
 	e.hostqos("rule", "add", "marked", "--exe", marked, "--dscp", "EF")
 
-	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sn.stop()
+	defer sn.Stop()
 	srv4, srv6 := serverV4.Addr().String(), "["+serverV6.Addr().String()+"]"
 	e.udpSink(srv4+":5001", 20*time.Second)
 	e.udpSink(srv6+":5001", 20*time.Second)
@@ -80,7 +82,7 @@ func TestExeRuleMarksFromFirstPacket(t *testing.T) {
 
 	allDSCP(t, sn, unix.IPPROTO_UDP, 5001, dscpEF, 40)
 	allDSCP(t, sn, unix.IPPROTO_TCP, 5002, dscpEF, 10)
-	for id, f := range sn.to(unix.IPPROTO_TCP, 5002) {
+	for id, f := range sn.To(unix.IPPROTO_TCP, 5002) {
 		if !f.FirstSYN {
 			t.Errorf("flow %v: the first packet seen was not the SYN", id)
 		}
@@ -121,11 +123,11 @@ func TestFlowRuleMarksAndCountsOnlyMatching(t *testing.T) {
 	e.hostqos("link", "set", e.iface())
 	e.hostqos("rule", "add", "f4", "--proto", "udp", "--rport", "6000", "--remote", serverV4.Addr().String()+"/32", "--dscp", "AF21")
 	e.hostqos("rule", "add", "f6", "--proto", "udp", "--rport", "6000-6000", "--remote", "2001:db8::/64", "--dscp", "AF22")
-	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sn.stop()
+	defer sn.Stop()
 	app := e.app("flow-app")
 	srv4, srv6 := serverV4.Addr().String(), "["+serverV6.Addr().String()+"]"
 	for _, to := range []string{srv4 + ":6000", srv4 + ":6001", srv6 + ":6000", srv6 + ":6001"} {
@@ -137,7 +139,7 @@ func TestFlowRuleMarksAndCountsOnlyMatching(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	byFamily := func(port uint16, v6 bool) (map[int]int, int) {
 		out, total := map[int]int{}, 0
-		for id, f := range sn.to(unix.IPPROTO_UDP, port) {
+		for id, f := range sn.To(unix.IPPROTO_UDP, port) {
 			if id.Dst.Addr().Is6() != v6 {
 				continue
 			}

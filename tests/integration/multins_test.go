@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 // TestDaemonsInTwoNamespacesDoNotInterfere: two daemons, each in its own
@@ -21,16 +23,16 @@ func TestDaemonsInTwoNamespacesDoNotInterfere(t *testing.T) {
 	a.hostqos("rule", "add", "same", "--exe", app, "--dscp", "EF")
 	b.hostqos("rule", "add", "same", "--exe", app, "--dscp", "AF41")
 
-	sa, err := startSniffer(a.server, a.server.Iface("client"))
+	sa, err := testutil.StartReceiver(a.server, a.server.Iface("client"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sa.stop()
-	sb, err := startSniffer(b.server, b.server.Iface("client"))
+	defer sa.Stop()
+	sb, err := testutil.StartReceiver(b.server, b.server.Iface("client"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sb.stop()
+	defer sb.Stop()
 	to := serverV4.Addr().String() + ":7040"
 	a.udpSink(to, 20*time.Second)
 	b.udpSink(to, 20*time.Second)

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/cgroups"
+	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 // TestDaemonUnderIPNetnsExec: hostqosd started with `ip netns exec` (a
@@ -55,11 +56,11 @@ func TestDaemonUnderIPNetnsExec(t *testing.T) {
 	e.hostqos("link", "set", e.iface())
 	static := e.app("static-app")
 	assertStatic(t, static)
-	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sn.stop()
+	defer sn.Stop()
 	to := serverV4.Addr().String() + ":5201"
 	e.udpSink(to, 20*time.Second)
 	e.runApp(hostqosBin(), "--socket", e.d.Socket, "run", "--dscp", "AF41", "--", static,

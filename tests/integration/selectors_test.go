@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/cgroups"
+	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 // TestAppSelectors: rules by command name, by user and by systemd unit
@@ -43,11 +44,11 @@ func TestAppSelectors(t *testing.T) {
 	e.hostqos("rule", "add", "byuser", "--user", "nobody", "--dscp", "AF41")
 	e.hostqos("rule", "add", "byunit", "--unit", unit, "--dscp", "EF")
 
-	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sn.stop()
+	defer sn.Stop()
 	srv := serverV4.Addr().String()
 	for _, p := range []string{"7101", "7102", "7103", "7104"} {
 		e.udpSink(srv+":"+p, 20*time.Second)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/testutil"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
 
@@ -114,24 +115,24 @@ func TestRuleAppliesToOpenConnection(t *testing.T) {
 	e.startDaemon()
 	app := e.app("longlived-app")
 	e.hostqos("link", "set", e.iface())
-	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sn.stop()
+	defer sn.Stop()
 	to := serverV4.Addr().String() + ":7010"
 	e.udpSink(to, 30*time.Second)
 	e.start(app, "tool", "udp-send", "--to", to, "--pps", "200", "--size", "200", "--duration", "8s")
 	eventually(t, 5*time.Second, "traffic before the rule", func() (bool, string) {
-		c, n := sn.dscpCounts(17, 7010)
+		c, n := sn.DSCPCounts(17, 7010)
 		return n >= 100 && c[0] == n, fmt.Sprintf("DSCP counts %v", c)
 	})
 	e.hostqos("rule", "add", "late", "--exe", app, "--dscp", "EF")
 	eventually(t, 2*time.Second, "marking of the open socket", func() (bool, string) {
-		c, _ := sn.dscpCounts(17, 7010)
+		c, _ := sn.DSCPCounts(17, 7010)
 		return c[dscpEF] >= 50, fmt.Sprintf("DSCP counts %v", c)
 	})
-	flows := sn.to(17, 7010)
+	flows := sn.To(17, 7010)
 	if len(flows) != 1 {
 		t.Fatalf("want one flow (the same socket throughout), got %d", len(flows))
 	}
@@ -143,24 +144,24 @@ func TestRuleAppliesToOpenConnection(t *testing.T) {
 func TestSocketsOpenBeforeDaemonStart(t *testing.T) {
 	e := newEnv(t)
 	app := e.app("early-app")
-	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sn.stop()
+	defer sn.Stop()
 	to := serverV4.Addr().String() + ":7030"
 	e.udpSink(to, 30*time.Second)
 	e.start(app, "tool", "udp-send", "--to", to, "--pps", "200", "--size", "200", "--duration", "10s")
 	eventually(t, 5*time.Second, "traffic before the daemon", func() (bool, string) {
-		_, n := sn.dscpCounts(17, 7030)
+		_, n := sn.DSCPCounts(17, 7030)
 		return n >= 50, fmt.Sprintf("%d packets", n)
 	})
 	e.startDaemon()
 	e.hostqos("link", "set", e.iface())
 	e.hostqos("rule", "add", "early", "--exe", app, "--dscp", "EF")
-	_, n0 := sn.dscpCounts(17, 7030)
+	_, n0 := sn.DSCPCounts(17, 7030)
 	eventually(t, 3*time.Second, "marking of the socket opened before the daemon", func() (bool, string) {
-		c, n := sn.dscpCounts(17, 7030)
+		c, n := sn.DSCPCounts(17, 7030)
 		return c[dscpEF] >= 50 && n > n0, fmt.Sprintf("DSCP counts %v", c)
 	})
 	if st := e.status(); st.Datapath.TaggedSockets < 1 {

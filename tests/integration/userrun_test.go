@@ -24,6 +24,7 @@ import (
 	"github.com/hostqos/hostqos/internal/apps"
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/testutil"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
 
@@ -76,11 +77,11 @@ func TestUserRunCannotBypassAdminRules(t *testing.T) {
 	e.hostqos("rule", "add", "cap", "--remote", srv+"/32", "--proto", "udp", "--rport", "7302", "--police", "1mbit", "--burst", "16kb")
 	e.hostqos("rule", "add", "ef", "--proto", "udp", "--rport", "7303", "--dscp", "EF")
 
-	sn, err := startSniffer(e.server, e.server.Iface("client"))
+	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sn.stop()
+	defer sn.Stop()
 	for _, p := range []string{"7301", "7302", "7303", "7304"} {
 		e.udpSink(srv+":"+p, 30*time.Second)
 	}
@@ -101,10 +102,10 @@ func TestUserRunCannotBypassAdminRules(t *testing.T) {
 	runAsNobody("7304", "--pps", "200", "--count", "20", "--size", "100")
 	time.Sleep(500 * time.Millisecond)
 
-	if _, n := sn.dscpCounts(unix.IPPROTO_UDP, 7301); n != 0 {
+	if _, n := sn.DSCPCounts(unix.IPPROTO_UDP, 7301); n != 0 {
 		t.Errorf("admin drop rule: %d of 300 packets of nobody's run reached the receiver, want 0", n)
 	}
-	_, got := sn.dscpCounts(unix.IPPROTO_UDP, 7302)
+	_, got := sn.DSCPCounts(unix.IPPROTO_UDP, 7302)
 	frame := 1000.0 + 8 + 20 + 14
 	allowed := int((1e6/8*sent.DurationS+16<<10)/frame*1.3) + 10
 	t.Logf("admin limit: nobody's run sent %d packets in %.2f s, %d reached the receiver (policed at 1 Mbit/s: at most %d)", sent.Packets, sent.DurationS, got, allowed)

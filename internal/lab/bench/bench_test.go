@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/lab"
+	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 // TestMain lets the test binary serve as the benchmark's helper executable:
@@ -47,9 +48,7 @@ func modRoot(t *testing.T) string {
 // connects) in quick mode to keep the suite from rotting. It checks that
 // results are produced and sane, never how fast anything is.
 func TestQuickCheap(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, BPF)")
-	}
+	testutil.NeedRoot(t)
 	bin := t.TempDir()
 	if err := lab.BuildBinaries(modRoot(t), bin); err != nil {
 		t.Fatal(err)

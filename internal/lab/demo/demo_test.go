@@ -21,15 +21,9 @@ import (
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/plot"
 	"github.com/hostqos/hostqos/internal/testbed"
+	"github.com/hostqos/hostqos/internal/testutil"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
-
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, BPF, qdiscs)")
-	}
-}
 
 // buildBinaries compiles hostqos and hostqosd for the test.
 func buildBinaries(t *testing.T) string {
@@ -120,7 +114,7 @@ func checkSVG(t *testing.T, name string, data []byte) {
 // (short: 8 s per run, 4 calls) and checks the acceptance ratios, the
 // plots, and that nothing is left behind.
 func TestDemoShort(t *testing.T) {
-	needRoot(t)
+	testutil.NeedRoot(t)
 	bin := buildBinaries(t)
 	out := t.TempDir()
 	ifsBefore := hostIfaces(t)
@@ -210,7 +204,7 @@ func TestDemoShort(t *testing.T) {
 // TestCleanStale plays a killed demo run: a testbed and a scratch directory
 // whose creator is dead. The next run's CleanStale must remove both.
 func TestCleanStale(t *testing.T) {
-	needRoot(t)
+	testutil.NeedRoot(t)
 	tb, err := testbed.Build(starTopology("demostale", 0, false))
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,111 @@
+package testutil
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/hostqos/hostqos/internal/testbed"
+)
+
+// NetNS is a network namespace made for one test: a testbed node, with its
+// Do (code on a locked OS thread inside the namespace), Command (a program
+// run in it with nsenter), Handle (netlink), NetnsName (the name under
+// /run/netns, for `ip -n` and `tc -n`) and addresses.
+type NetNS struct {
+	*testbed.Node
+}
+
+// MustDo runs fn inside the namespace (Do) and fails the test on an error.
+// fn runs on another goroutine: it may call tb.Error but not tb.Fatal.
+func (n *NetNS) MustDo(tb testing.TB, fn func() error) {
+	tb.Helper()
+	if err := n.Do(fn); err != nil {
+		tb.Fatalf("in namespace %s: %v", n.NetnsName, err)
+	}
+}
+
+// Ifindex is the index of interface name inside the namespace.
+func (n *NetNS) Ifindex(tb testing.TB, name string) int {
+	tb.Helper()
+	l, err := n.Handle().LinkByName(name)
+	if err != nil {
+		tb.Fatalf("find %s in namespace %s: %v", name, n.NetnsName, err)
+	}
+	return l.Attrs().Index
+}
+
+// topology is the testbed name of every namespace these helpers make:
+// they are called hq-tu-<node>-<random>.
+const topology = "tu"
+
+// build builds t for one test: it is removed at cleanup and on SIGINT or
+// SIGTERM; a killed run's leftovers go with the next run's CleanStale.
+func build(tb testing.TB, t testbed.Topology) *testbed.Testbed {
+	tb.Helper()
+	NeedRoot(tb)
+	cleanStaleOnce(tb)
+	bed, err := testbed.Build(t)
+	if err != nil {
+		tb.Fatalf("build network namespaces: %v", err)
+	}
+	unregister := onSignal(func() { _ = bed.Close() })
+	tb.Cleanup(func() {
+		unregister()
+		if err := bed.Close(); err != nil {
+			tb.Errorf("remove network namespaces: %v", err)
+		}
+	})
+	return bed
+}
+
+// NewNetNS makes a network namespace with only lo, up. It needs root
+// (without it the test is skipped).
+func NewNetNS(tb testing.TB) *NetNS {
+	tb.Helper()
+	bed := build(tb, testbed.Topology{Name: topology, Nodes: []testbed.NodeSpec{{Name: "ns"}}})
+	return &NetNS{bed.Node("ns")}
+}
+
+// The addresses of a pair's ends (documentation and benchmarking ranges).
+var (
+	PairA4 = netip.MustParsePrefix("198.18.0.1/24")
+	PairB4 = netip.MustParsePrefix("198.18.0.2/24")
+	PairA6 = netip.MustParsePrefix("2001:db8::1/64")
+	PairB6 = netip.MustParsePrefix("2001:db8::2/64")
+)
+
+// Pair is two namespaces joined by a veth: A has PairA4 and PairA6 on its
+// end IfA, B has PairB4 and PairB6 on IfB. Each end knows the other's
+// link-layer address (no ARP or neighbour discovery), IPv6 addresses need
+// no duplicate detection.
+type Pair struct {
+	A, B     *NetNS
+	IfA, IfB string // the veth's end in A and in B
+	IndexA   int    // ifindex of IfA in A
+	IndexB   int    // ifindex of IfB in B
+}
+
+// NewPair makes a Pair whose namespaces are the testbed nodes "a" and "b".
+// It needs root (without it the test is skipped).
+func NewPair(tb testing.TB) *Pair {
+	tb.Helper()
+	return NewPairNamed(tb, "a", "b")
+}
+
+// NewPairNamed makes a Pair whose namespaces are the testbed nodes a and b
+// (1..15 of a-z, 0-9 and '-'); the veth's end in A is called b and the one
+// in B is called a.
+func NewPairNamed(tb testing.TB, a, b string) *Pair {
+	tb.Helper()
+	bed := build(tb, testbed.Topology{
+		Name:  topology,
+		Nodes: []testbed.NodeSpec{{Name: a}, {Name: b}},
+		Links: []testbed.LinkSpec{{A: a, B: b,
+			AAddrs: []netip.Prefix{PairA4, PairA6},
+			BAddrs: []netip.Prefix{PairB4, PairB6}}},
+	})
+	p := &Pair{A: &NetNS{bed.Node(a)}, B: &NetNS{bed.Node(b)}}
+	p.IfA, p.IfB = p.A.Iface(b), p.B.Iface(a)
+	p.IndexA, p.IndexB = p.A.Ifindex(tb, p.IfA), p.B.Ifindex(tb, p.IfB)
+	return p
+}
