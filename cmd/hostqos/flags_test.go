@@ -1,27 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
-
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 )
 
-// runCLI executes the CLI in-process and returns its error. Flags are
-// package state in cobra, so every flag is reset first.
+// runCLI executes the CLI in-process with a fresh command tree and
+// in-memory streams, and returns its error.
 func runCLI(args ...string) error {
-	walk(rootCmd, func(c *cobra.Command) {
-		c.Flags().VisitAll(func(f *pflag.Flag) {
-			if f.Value.Type() != "stringArray" {
-				_ = f.Value.Set(f.DefValue)
-			}
-			f.Changed = false
-		})
-	})
-	rootCmd.SetArgs(args)
-	defer rootCmd.SetArgs(nil)
-	return rootCmd.Execute()
+	var out, errOut bytes.Buffer
+	root := newRootCmd(newFactory(ioStreams{In: strings.NewReader(""), Out: &out, Err: &errOut}))
+	root.SetArgs(args)
+	return root.Execute()
 }
 
 // TestBadFlagsNameFlagAndValue: invalid input is refused before anything

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,12 +17,20 @@ import (
 	"github.com/hostqos/hostqos/internal/traffic"
 )
 
-// toolCmd carries the traffic generators and measurement tools. They run
-// in-process and need no daemon.
-var toolCmd = &cobra.Command{
-	Use:   "tool",
-	Short: "Traffic generators and measurement tools (UDP CBR, voice, echo, TCP bulk, Pareto, video, FCT)",
-	Long: `Traffic generators and receivers that measure what the network gave each flow:
+// toolOptions are what every traffic tool shares: the streams and -o.
+type toolOptions struct {
+	io     ioStreams
+	output outputFormat
+}
+
+// newToolCmd makes `hostqos tool` with the traffic generators and
+// measurement tools. They run in-process and need no daemon.
+func newToolCmd(f *factory) *cobra.Command {
+	t := &toolOptions{io: f.io}
+	tool := &cobra.Command{
+		Use:   "tool",
+		Short: "Traffic generators and measurement tools (UDP CBR, voice, echo, TCP bulk, Pareto, video, FCT)",
+		Long: `Traffic generators and receivers that measure what the network gave each flow:
 loss, one-way or round-trip latency percentiles, RFC 3550 jitter, goodput, frame
 loss, flow completion times, and the DSCP each packet arrived with.
 
@@ -36,13 +43,11 @@ Senders and receivers stop by themselves (--duration; sinks also stop once the
 expected flows ended). Results print as a table, or as JSON with -o json.
 One-way latency is exact when both ends share a clock (network namespaces of
 one host); across hosts it includes the clock offset.`,
-}
-
-func init() {
-	rootCmd.AddCommand(toolCmd)
-	toolCmd.PersistentFlags().StringP("output", "o", "table", "output format: table or json")
-	toolCmd.AddCommand(udpSendCmd(), udpSinkCmd(), echoCmd(), voiceCmd(), tcpSendCmd(), tcpSinkCmd(),
-		paretoCmd(), videoCmd(), fctCmd())
+	}
+	addOutputFlag(tool.PersistentFlags(), &t.output)
+	tool.AddCommand(udpSendCmd(t), udpSinkCmd(t), echoCmd(t), voiceCmd(t), tcpSendCmd(t), tcpSinkCmd(t),
+		paretoCmd(t), videoCmd(t), fctCmd(t))
+	return tool
 }
 
 // toolCtx is cancelled by SIGINT/SIGTERM so a tool still prints its result.
@@ -54,21 +59,11 @@ func flagErr(flag, value, why, fix string) error {
 	return fmt.Errorf("--%s %q: %s; %s", flag, value, why, fix)
 }
 
-func outputFormat(cmd *cobra.Command) (string, error) {
-	o, _ := cmd.Flags().GetString("output")
-	if o != "table" && o != "json" {
-		return "", flagErr("output", o, "unknown format", "use table or json")
+func (t *toolOptions) printResult(r traffic.Reporter) error {
+	if t.output == outputJSON {
+		return printJSON(t.io.Out, r)
 	}
-	return o, nil
-}
-
-func printResult(cmd *cobra.Command, format string, r traffic.Reporter) error {
-	if format == "json" {
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	}
-	return r.WriteTable(cmd.OutOrStdout())
+	return r.WriteTable(t.io.Out)
 }
 
 func parseDSCPFlag(v string) (int, error) {
@@ -119,21 +114,17 @@ func splitHostPort(v string) (string, int, error) {
 	return v[:i], p, nil
 }
 
-func runWith(cmd *cobra.Command, run func(ctx context.Context) (traffic.Reporter, error)) error {
-	format, err := outputFormat(cmd)
-	if err != nil {
-		return err
-	}
+func (t *toolOptions) runWith(run func(ctx context.Context) (traffic.Reporter, error)) error {
 	ctx, stop := toolCtx()
 	defer stop()
 	r, err := run(ctx)
 	if err != nil {
 		return err
 	}
-	return printResult(cmd, format, r)
+	return t.printResult(r)
 }
 
-func udpSendCmd() *cobra.Command {
+func udpSendCmd(t *toolOptions) *cobra.Command {
 	var to, from, profile, rate, dscp string
 	var size int
 	var pps float64
@@ -189,7 +180,7 @@ of voice), a 60-byte IPv4 packet, 78 bytes on Ethernet with FCS, 31.2 kbit/s.`,
 				return err
 			}
 			cfg.DSCP = d
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendCBR(ctx, cfg) })
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendCBR(ctx, cfg) })
 		},
 	}
 	f := c.Flags()
@@ -206,7 +197,7 @@ of voice), a 60-byte IPv4 packet, 78 bytes on Ethernet with FCS, 31.2 kbit/s.`,
 	return c
 }
 
-func udpSinkCmd() *cobra.Command {
+func udpSinkCmd(t *toolOptions) *cobra.Command {
 	var listen string
 	var dur, idle time.Duration
 	var flows int
@@ -236,12 +227,12 @@ traffic, whichever comes first.`,
 			if idle < 0 {
 				return flagErr("idle", idle.String(), "negative", "use 0 (off) or a duration like 2s")
 			}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) {
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) {
 				s, err := traffic.ListenSink(ctx, traffic.SinkConfig{Listen: listen, Duration: dur, Flows: flows, Idle: idle})
 				if err != nil {
 					return nil, err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "udp-sink listening on %s\n", s.Addr())
+				fmt.Fprintf(t.io.Err, "udp-sink listening on %s\n", s.Addr())
 				return s.Run(ctx)
 			})
 		},
@@ -254,7 +245,7 @@ traffic, whichever comes first.`,
 	return c
 }
 
-func echoCmd() *cobra.Command {
+func echoCmd(t *toolOptions) *cobra.Command {
 	var listen string
 	var dur time.Duration
 	c := &cobra.Command{
@@ -272,12 +263,12 @@ the round trip into its forward and return halves.`,
 			if err := checkDuration("duration", dur); err != nil {
 				return err
 			}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) {
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) {
 				e, err := traffic.ListenEcho(ctx, listen)
 				if err != nil {
 					return nil, err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "echo listening on %s\n", e.Addr())
+				fmt.Fprintf(t.io.Err, "echo listening on %s\n", e.Addr())
 				return e.Run(ctx, dur)
 			})
 		},
@@ -287,7 +278,7 @@ the round trip into its forward and return halves.`,
 	return c
 }
 
-func voiceCmd() *cobra.Command {
+func voiceCmd(t *toolOptions) *cobra.Command {
 	var to, from, mode, dscp string
 	var calls, size int
 	var pps float64
@@ -334,7 +325,7 @@ flow with one-way latency.`,
 				return err
 			}
 			cfg := traffic.VoiceConfig{To: to, From: from, Calls: calls, Mode: mode, Duration: dur, DSCP: d, Size: size, PacketRate: pps, Drain: drain}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.RunVoice(ctx, cfg) })
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) { return traffic.RunVoice(ctx, cfg) })
 		},
 	}
 	f := c.Flags()
@@ -350,7 +341,7 @@ flow with one-way latency.`,
 	return c
 }
 
-func tcpSendCmd() *cobra.Command {
+func tcpSendCmd(t *toolOptions) *cobra.Command {
 	var to, from, dscp string
 	var streams int
 	var dur time.Duration
@@ -377,7 +368,7 @@ reports what the kernel accepted.`,
 				return err
 			}
 			cfg := traffic.BulkConfig{To: to, From: from, Streams: streams, Duration: dur, DSCP: d}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendBulk(ctx, cfg) })
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendBulk(ctx, cfg) })
 		},
 	}
 	f := c.Flags()
@@ -389,7 +380,7 @@ reports what the kernel accepted.`,
 	return c
 }
 
-func tcpSinkCmd() *cobra.Command {
+func tcpSinkCmd(t *toolOptions) *cobra.Command {
 	var listen string
 	var streams int
 	var dur time.Duration
@@ -411,12 +402,12 @@ received from the first to the last byte), and serve the short transfers of
 			if err := checkDuration("duration", dur); err != nil {
 				return err
 			}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) {
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) {
 				s, err := traffic.ListenTCPSink(ctx, traffic.TCPSinkConfig{Listen: listen, Duration: dur, Streams: streams})
 				if err != nil {
 					return nil, err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "tcp-sink listening on %s\n", s.Addr())
+				fmt.Fprintf(t.io.Err, "tcp-sink listening on %s\n", s.Addr())
 				return s.Run(ctx)
 			})
 		},
@@ -428,7 +419,7 @@ received from the first to the last byte), and serve the short transfers of
 	return c
 }
 
-func paretoCmd() *cobra.Command {
+func paretoCmd(t *toolOptions) *cobra.Command {
 	var to, from, k, capRate, dscp string
 	var size int
 	var alpha, offProb float64
@@ -482,7 +473,7 @@ an interval is silent with probability p (on/off). --seed makes runs repeatable.
 			}
 			cfg := traffic.ParetoConfig{To: to, From: from, Size: size, K: kr, Alpha: alpha, Cap: cr, Interval: interval,
 				OffProb: offProb, Duration: dur, Seed: seed, DSCP: d, Flow: flow}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendPareto(ctx, cfg) })
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendPareto(ctx, cfg) })
 		},
 	}
 	f := c.Flags()
@@ -501,7 +492,7 @@ an interval is silent with probability p (on/off). --seed makes runs repeatable.
 	return c
 }
 
-func videoCmd() *cobra.Command {
+func videoCmd(t *toolOptions) *cobra.Command {
 	var to, from, gop, dscp string
 	var fps float64
 	var iSize, pSize, bSize, maxPayload int
@@ -547,7 +538,7 @@ send time to its last fragment).`,
 			}
 			cfg := traffic.VideoConfig{To: to, From: from, FPS: fps, GOP: gop, ISize: iSize, PSize: pSize, BSize: bSize,
 				MaxPayload: maxPayload, Duration: dur, DSCP: d, Flow: flow}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendVideo(ctx, cfg) })
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendVideo(ctx, cfg) })
 		},
 	}
 	f := c.Flags()
@@ -565,7 +556,7 @@ send time to its last fragment).`,
 	return c
 }
 
-func fctCmd() *cobra.Command {
+func fctCmd(t *toolOptions) *cobra.Command {
 	var to, from, size, direction, dscp string
 	var count, conc int
 	var timeout, dur time.Duration
@@ -616,7 +607,7 @@ last byte (down) or the acknowledgement (up); p50/p90/p99 are reported.`,
 				return err
 			}
 			cfg := traffic.FCTConfig{To: to, From: from, Count: count, Size: sz, Concurrency: conc, Direction: direction, DSCP: d, Timeout: timeout, Duration: dur}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.RunFCT(ctx, cfg) })
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) { return traffic.RunFCT(ctx, cfg) })
 		},
 	}
 	f := c.Flags()
