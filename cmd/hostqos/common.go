@@ -44,9 +44,10 @@ type factory struct {
 	socket, idempotencyKey string // the global flags
 	// newClient makes the client; nil means the real one for --socket.
 	newClient func() apiClient
+	now       func() time.Time // the clock (status shows the uptime)
 }
 
-func newFactory(io ioStreams) *factory { return &factory{io: io} }
+func newFactory(io ioStreams) *factory { return &factory{io: io, now: time.Now} }
 
 // addGlobalFlags adds the flags every command takes.
 func (f *factory) addGlobalFlags(root *cobra.Command) {

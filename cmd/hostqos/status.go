@@ -24,7 +24,7 @@ type statusOptions struct {
 }
 
 func newStatusCmd(f *factory) *cobra.Command {
-	o := &statusOptions{io: f.io, client: f.client, now: time.Now}
+	o := &statusOptions{io: f.io, client: f.client, now: f.now}
 	st := &cobra.Command{
 		Use:   "status",
 		Short: "Show the daemon, the datapath, managed links and counts of rules, classes and flows",
