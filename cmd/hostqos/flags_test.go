@@ -36,6 +36,12 @@ func TestBadFlagsNameFlagAndValue(t *testing.T) {
 		{[]string{"tool", "udp-send", "--to", "nowhere", "--pps", "10"}, []string{"to", "nowhere"}},
 		{[]string{"tool", "voice", "--to", "198.18.0.2:7", "--calls", "0"}, []string{"calls", "0"}},
 		{[]string{"tool", "tcp-send", "--to", "198.18.0.2:7", "--streams", "5000"}, []string{"streams", "5000"}},
+		{[]string{"tool", "udp-send", "--to", "198.18.0.2:7", "--pps", "20000000"}, []string{"--pps", "2e+07", "10000000"}},
+		{[]string{"tool", "udp-send", "--to", "198.18.0.2:7", "--rate", "1mbit", "--pps", "5"}, []string{"--pps", "given together"}},
+		{[]string{"tool", "video", "--to", "198.18.0.2:7", "--max-payload", "10"}, []string{"--max-payload", "10"}},
+		{[]string{"tool", "pareto", "--to", "198.18.0.2:7", "--k", "4mbit", "--cap", "2mbit"}, []string{"--cap", "2mbit", "below k 4mbit"}},
+		{[]string{"tool", "fct", "--to", "198.18.0.2:7", "--size", "20g"}, []string{"--size", "20g", "17g"}},
+		{[]string{"tool", "udp-sink", "--listen", "nowhere"}, []string{"--listen", "nowhere", "host:port"}},
 	} {
 		err := runCLI(append([]string{"--socket", "/nonexistent/hostqos.sock"}, c.args...)...)
 		if err == nil {
