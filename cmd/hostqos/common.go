@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
 
@@ -74,32 +74,6 @@ func apiCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 60*time.Second)
 }
 
-// outputFormat is the value of -o/--output: table or json, checked when
-// the flag is parsed.
-type outputFormat string
-
-const (
-	outputTable outputFormat = "table"
-	outputJSON  outputFormat = "json"
-)
-
-func (o *outputFormat) String() string { return string(*o) }
-func (o *outputFormat) Type() string   { return "format" }
-func (o *outputFormat) Set(v string) error {
-	switch outputFormat(v) {
-	case outputTable, outputJSON:
-		*o = outputFormat(v)
-		return nil
-	}
-	return fmt.Errorf("want table or json")
-}
-
-// addOutputFlag adds -o/--output (default table) to a flag set.
-func addOutputFlag(fs *pflag.FlagSet, o *outputFormat) {
-	*o = outputTable
-	fs.VarP(o, "output", "o", "output format: table or json")
-}
-
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -144,7 +118,7 @@ func orDash(s string) string {
 type getOptions struct {
 	io     ioStreams
 	client func() apiClient
-	output outputFormat
+	output cliflag.Output
 }
 
 // getCmd makes a read-only command that fetches something with get and
@@ -153,7 +127,7 @@ func getCmd[T any](f *factory, use, short string, args cobra.PositionalArgs,
 	get func(ctx context.Context, c apiClient, args []string) (T, error), print func(io.Writer, T)) *cobra.Command {
 	o := &getOptions{io: f.io, client: f.client}
 	c := &cobra.Command{Use: use, Short: short, Args: args}
-	addOutputFlag(c.Flags(), &o.output)
+	cliflag.AddOutput(c.Flags(), &o.output)
 	c.RunE = func(cmd *cobra.Command, a []string) error {
 		cx, cancel := apiCtx()
 		defer cancel()
@@ -161,7 +135,7 @@ func getCmd[T any](f *factory, use, short string, args cobra.PositionalArgs,
 		if err != nil {
 			return err
 		}
-		if o.output == outputJSON {
+		if o.output == cliflag.JSON {
 			return printJSON(o.io.Out, v)
 		}
 		print(o.io.Out, v)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/rtchan"
 	"github.com/spf13/cobra"
 )
@@ -30,7 +31,7 @@ per-channel handlers under multi-class EDF with cooperative preemption.
 
 func newRtchanBenchCmd(f *factory) *cobra.Command {
 	var out string
-	var format outputFormat
+	var format cliflag.Output
 	var quick bool
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -43,7 +44,7 @@ func newRtchanBenchCmd(f *factory) *cobra.Command {
 				return fmt.Errorf("run real-time channel bench: %w", err)
 			}
 			w := f.io.Out
-			if format == outputJSON {
+			if format == cliflag.JSON {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(sweeps); err != nil {
@@ -81,14 +82,14 @@ func newRtchanBenchCmd(f *factory) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "directory for SVG plots and JSON results")
-	addOutputFlag(cmd.Flags(), &format)
+	cliflag.AddOutput(cmd.Flags(), &format)
 	cmd.Flags().BoolVar(&quick, "quick", false, "8K packets per run and fewer points")
 	return cmd
 }
 
 func newRtchanAdmitCmd(f *factory) *cobra.Command {
 	var file, paramsName string
-	var format outputFormat
+	var format cliflag.Output
 	var channels []string
 	var table3 bool
 	var linkRate string
@@ -151,7 +152,7 @@ in that order; the last channel is the candidate.`,
 				return err
 			}
 			w := f.io.Out
-			if format == outputJSON {
+			if format == cliflag.JSON {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
 				out := struct {
@@ -172,7 +173,7 @@ in that order; the last channel is the candidate.`,
 				fmt.Fprintln(f.io.Err, "refused:", ae)
 				return &exitError{code: exitRefused}
 			}
-			if format != outputJSON {
+			if format != cliflag.JSON {
 				fmt.Fprintf(w, "admitted: %s\n", specs[len(specs)-1].Name)
 			}
 			return nil
@@ -183,7 +184,7 @@ in that order; the last channel is the candidate.`,
 	cmd.Flags().BoolVar(&table3, "table3", false, "start from the seed's Table 3 channels")
 	cmd.Flags().StringVar(&paramsName, "params", "seed", "cost parameters: seed (Table 2b) or udp")
 	cmd.Flags().StringVar(&linkRate, "link-rate", "20mbit", "link rate for --params udp")
-	addOutputFlag(cmd.Flags(), &format)
+	cliflag.AddOutput(cmd.Flags(), &format)
 	return cmd
 }
 

@@ -12,13 +12,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cliflag"
 )
 
 // statOptions are those of `hostqos stat`.
 type statOptions struct {
 	io       ioStreams
 	client   func() apiClient
-	output   outputFormat
+	output   cliflag.Output
 	kind     string
 	interval float64
 	count    int
@@ -47,7 +48,7 @@ Ordinary users see only their own processes' apps and flows.`,
 			return o.run()
 		},
 	}
-	addOutputFlag(st.Flags(), &o.output)
+	cliflag.AddOutput(st.Flags(), &o.output)
 	st.Flags().Float64VarP(&o.interval, "interval", "i", 0, "repeat every SECONDS (0: once)")
 	st.Flags().IntVarP(&o.count, "count", "c", 0, "with -i: stop after this many reports (0: until interrupted)")
 	st.Flags().IntVar(&o.limit, "limit", 50, "show at most this many rows of flows/apps in a table (0: all)")
@@ -74,7 +75,7 @@ func (o *statOptions) run() error {
 		if err != nil {
 			return err
 		}
-		if o.output == outputJSON {
+		if o.output == cliflag.JSON {
 			if err := printJSON(w, s); err != nil {
 				return err
 			}

@@ -13,13 +13,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cliflag"
 )
 
 // statusOptions are those of `hostqos status`.
 type statusOptions struct {
 	io     ioStreams
 	client func() apiClient
-	output outputFormat
+	output cliflag.Output
 	now    func() time.Time // for the uptime
 }
 
@@ -31,7 +32,7 @@ func newStatusCmd(f *factory) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  func(*cobra.Command, []string) error { return o.run() },
 	}
-	addOutputFlag(st.Flags(), &o.output)
+	cliflag.AddOutput(st.Flags(), &o.output)
 	return st
 }
 
@@ -43,7 +44,7 @@ func (o *statusOptions) run() error {
 		return err
 	}
 	w := o.io.Out
-	if o.output == outputJSON {
+	if o.output == cliflag.JSON {
 		return printJSON(w, s)
 	}
 	fmt.Fprintf(w, "daemon:    hostqosd %s, pid %d, up %s%s\n", s.Daemon.Version, s.Daemon.PID,

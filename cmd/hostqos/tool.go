@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
@@ -19,7 +20,7 @@ import (
 // toolOptions are what every traffic tool shares: the streams and -o.
 type toolOptions struct {
 	io     ioStreams
-	output outputFormat
+	output cliflag.Output
 }
 
 // newToolCmd makes `hostqos tool` with the traffic generators and
@@ -43,7 +44,7 @@ expected flows ended). Results print as a table, or as JSON with -o json.
 One-way latency is exact when both ends share a clock (network namespaces of
 one host); across hosts it includes the clock offset.`,
 	}
-	addOutputFlag(tool.PersistentFlags(), &t.output)
+	cliflag.AddOutput(tool.PersistentFlags(), &t.output)
 	tool.AddCommand(udpSendCmd(t), udpSinkCmd(t), echoCmd(t), voiceCmd(t), tcpSendCmd(t), tcpSinkCmd(t),
 		paretoCmd(t), videoCmd(t), fctCmd(t))
 	return tool
@@ -82,7 +83,7 @@ func flagError(cmd *cobra.Command, err error, flags map[string]string) error {
 }
 
 func (t *toolOptions) printResult(r traffic.Reporter) error {
-	if t.output == outputJSON {
+	if t.output == cliflag.JSON {
 		return printJSON(t.io.Out, r)
 	}
 	return r.WriteTable(t.io.Out)
