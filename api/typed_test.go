@@ -80,6 +80,12 @@ func TestTypedClientRequests(t *testing.T) {
 	}
 	err = c.Rules().AddFields(ctx, "r", Fields{"comm": "x", "dscp": nil})
 	check("Rules().AddFields", err, "POST", "/v1/rules", `{"comm":"x","name":"r"}`)
+	err = c.Rules().Add(ctx, policy.Rule{Name: "r", Comm: "x", MaxBW: 5e6, DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP})
+	check("Rules().Add", err, "POST", "/v1/rules", "")
+	var r policy.Rule
+	if err := json.Unmarshal([]byte(got.body), &r); err != nil || r.Name != "r" || r.Comm != "x" || r.MaxBW != 5e6 {
+		t.Errorf("Rules().Add sent body %s (%v)", got.body, err)
+	}
 	err = c.Classes().Remove(ctx, "gold")
 	check("Classes().Remove", err, "DELETE", "/v1/classes/gold", "")
 	_, err = c.Links().Set(ctx, policy.Link{Name: "eth0", EgressRate: 10e6}, Temporary(true))

@@ -101,7 +101,8 @@ func counterCols(c api.Counter) []string {
 		strconv.FormatUint(c.Packets, 10), strconv.FormatUint(c.Drops, 10)}
 }
 
-var counterHead = []string{"RATE", "PKT/S", "BYTES", "PACKETS", "DROPS"}
+// counterHead is the header of counterCols.
+func counterHead() []string { return []string{"RATE", "PKT/S", "BYTES", "PACKETS", "DROPS"} }
 
 func printStats(w io.Writer, kind string, s api.Stats, limit int) {
 	var rows [][]string
@@ -110,12 +111,12 @@ func printStats(w io.Writer, kind string, s api.Stats, limit int) {
 		for _, r := range s.Rules {
 			rows = append(rows, append([]string{r.Rule, r.Class}, counterCols(r.Counter)...))
 		}
-		table(w, append([]string{"RULE", "CLASS"}, counterHead...), rows)
+		table(w, append([]string{"RULE", "CLASS"}, counterHead()...), rows)
 	case api.StatClasses:
 		for _, c := range s.Classes {
 			rows = append(rows, append([]string{c.Link, c.Class, strconv.FormatUint(uint64(c.Backlog), 10)}, counterCols(c.Counter)...))
 		}
-		table(w, append([]string{"LINK", "CLASS", "BACKLOG"}, counterHead...), rows)
+		table(w, append([]string{"LINK", "CLASS", "BACKLOG"}, counterHead()...), rows)
 	case api.StatApps:
 		for i, a := range s.Apps {
 			if limit > 0 && i >= limit {
@@ -124,7 +125,7 @@ func printStats(w io.Writer, kind string, s api.Stats, limit int) {
 			rows = append(rows, append([]string{strconv.Itoa(int(a.PID)), a.Comm, orDash(a.Exe), strconv.Itoa(a.Flows),
 				orDash(strings.Join(a.Rules, ","))}, counterCols(a.Counter)...))
 		}
-		table(w, append([]string{"PID", "COMM", "EXE", "FLOWS", "RULES"}, counterHead...), rows)
+		table(w, append([]string{"PID", "COMM", "EXE", "FLOWS", "RULES"}, counterHead()...), rows)
 		if limit > 0 && len(s.Apps) > limit {
 			fmt.Fprintf(w, "(%d more; --limit 0 shows all)\n", len(s.Apps)-limit)
 		}
@@ -139,7 +140,7 @@ func printStats(w io.Writer, kind string, s api.Stats, limit int) {
 			}
 			rows = append(rows, append([]string{f.Proto, f.Local, f.Remote, app, orDash(f.Rule)}, counterCols(f.Counter)...))
 		}
-		table(w, append([]string{"PROTO", "LOCAL", "REMOTE", "APP", "RULE"}, counterHead...), rows)
+		table(w, append([]string{"PROTO", "LOCAL", "REMOTE", "APP", "RULE"}, counterHead()...), rows)
 		if limit > 0 && len(s.Flows) > limit {
 			fmt.Fprintf(w, "(%d more; --limit 0 shows all)\n", len(s.Flows)-limit)
 		}
