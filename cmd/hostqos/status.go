@@ -69,22 +69,31 @@ func (o *statusOptions) run() error {
 	return nil
 }
 
+// reloadOptions are those of `hostqos reload`.
+type reloadOptions struct {
+	io     ioStreams
+	client func() apiClient
+}
+
 func newReloadCmd(f *factory) *cobra.Command {
+	o := &reloadOptions{io: f.io, client: f.client}
 	return &cobra.Command{
 		Use:   "reload",
 		Short: "Re-read the config file; an invalid file changes nothing",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, cancel := apiCtx()
-			defer cancel()
-			s, err := f.client().Reload(c)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(f.io.Out, "reloaded %s: %d rules, %d classes, %d links\n", s.Daemon.Config, s.Counts.Rules, s.Counts.Classes, s.Counts.Links)
-			return nil
-		},
+		RunE:  func(*cobra.Command, []string) error { return o.run() },
 	}
+}
+
+func (o *reloadOptions) run() error {
+	c, cancel := apiCtx()
+	defer cancel()
+	s, err := o.client().Reload(c)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.io.Out, "reloaded %s: %d rules, %d classes, %d links\n", s.Daemon.Config, s.Counts.Rules, s.Counts.Classes, s.Counts.Links)
+	return nil
 }
 
 // downOptions are those of `hostqos down`.
