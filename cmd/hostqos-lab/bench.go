@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/lab/bench"
 )
@@ -24,7 +25,8 @@ func init() {
 
 func benchCmd() *cobra.Command {
 	var quick, noRecord bool
-	var results, output string
+	var results string
+	var output cliflag.Output
 	c := &cobra.Command{
 		Use:   "bench [NAME...] [--quick] [--results FILE] [--no-record] [-o table|json]",
 		Short: "Run the benchmark suite in private network namespaces and record the results (root)",
@@ -40,9 +42,6 @@ takes about ten. See docs/benchmarks.md for what each one measures.`,
   hostqos bench datapath connect --quick --no-record
   hostqos bench pps -o json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("-o %q: unknown format; use table or json", output)
-			}
 			if os.Geteuid() != 0 {
 				return fmt.Errorf("hostqos bench needs root (network namespaces, BPF, qdiscs); run it with sudo")
 			}
@@ -88,7 +87,7 @@ takes about ten. See docs/benchmarks.md for what each one measures.`,
 	f.BoolVar(&quick, "quick", false, "shorter runs (about two minutes for the whole suite)")
 	f.StringVar(&results, "results", "bench/RESULTS.md", "results file to append the run to")
 	f.BoolVar(&noRecord, "no-record", false, "do not append to the results file")
-	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cliflag.AddOutput(f, &output)
 	return c
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/lab/demo"
 )
@@ -21,7 +22,7 @@ func init() { rootCmd.AddCommand(demoCmd()) }
 
 func demoCmd() *cobra.Command {
 	var o demo.Options
-	var output string
+	var output cliflag.Output
 	c := &cobra.Command{
 		Use:   "demo [--duration 20s] [--calls N] [--out DIR] [--scenario default|qpod-voip|qpod-scale] [-o table|json] [--keep]",
 		Short: "Show what hostqos does: the same traffic without and with hostqos, side by side (root)",
@@ -51,9 +52,6 @@ Everything the demo creates is removed when it ends, on Ctrl-C and on a crash
   hostqos demo --scenario qpod-scale --sessions 20 --gap 1s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("--output %q: unknown format; use table or json", output)
-			}
 			if os.Geteuid() != 0 {
 				return fmt.Errorf("the demo builds network namespaces and loads BPF programs: run it as root (sudo hostqos demo)")
 			}
@@ -97,7 +95,7 @@ Everything the demo creates is removed when it ends, on Ctrl-C and on a crash
 	f.DurationVar(&o.Duration, "duration", 0, "measured time per run (default 20s; qpod-voip 40s)")
 	f.IntVar(&o.Calls, "calls", 0, "voice calls (default 8; qpod-voip 64)")
 	f.StringVar(&o.OutDir, "out", "", "directory for plots and result.json (default ./demo-out/<timestamp>)")
-	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cliflag.AddOutput(f, &output)
 	f.BoolVar(&o.Keep, "keep", false, "keep the scratch directory (daemon log and config, raw generator output) under --out")
 	f.IntVar(&o.Sessions, "sessions", 0, "qpod-scale: number of 1 Mbit/s sessions (default 75, as in the seed)")
 	f.DurationVar(&o.Gap, "gap", 0, "qpod-scale: time between session launches (default 2s, as in the seed)")

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -27,8 +29,8 @@ func (f *classFlags) register(cmd *cobra.Command) {
 }
 
 // patch turns the flags that were given into a JSON patch, checking each.
-func (f *classFlags) patch(cmd *cobra.Command) (map[string]any, error) {
-	p := map[string]any{}
+func (f *classFlags) patch(cmd *cobra.Command) (api.Fields, error) {
+	p := api.Fields{}
 	if cmd.Flags().Changed("dscp") {
 		d, err := policy.ParseDSCP(f.dscp)
 		if err != nil {
@@ -69,7 +71,7 @@ func (f *classFlags) patch(cmd *cobra.Command) (map[string]any, error) {
 	return p, nil
 }
 
-func init() {
+func newClassCmd(f *factory) *cobra.Command {
 	class := &cobra.Command{
 		Use:   "class",
 		Short: "Manage service classes (DSCP mark, priority, guaranteed share, ceiling)",
@@ -80,18 +82,40 @@ interactive (AF41, 1), default (CS0, 2), bulk (AF11, 4), scavenger (CS1, 7).
 Traffic no rule matches goes to class default without being re-marked.`,
 	}
 
-	list := getCmd("list", "List classes", cobra.NoArgs, fixed("/v1/classes"), printClasses)
-	show := getCmd("show NAME", "Show one class", cobra.ExactArgs(1), named("classes"),
-		func(c api.ClassInfo) { printClasses([]api.ClassInfo{c}) })
+	list := getCmd(f, "list", "List classes", cobra.NoArgs,
+		func(ctx context.Context, c apiClient, _ []string) ([]api.ClassInfo, error) {
+			return c.Classes().List(ctx)
+		},
+		printClasses)
+	show := getCmd(f, "show NAME", "Show one class", cobra.ExactArgs(1),
+		func(ctx context.Context, c apiClient, a []string) (api.ClassInfo, error) {
+			return c.Classes().Get(ctx, a[0])
+		},
+		func(w io.Writer, c api.ClassInfo) { printClasses(w, []api.ClassInfo{c}) })
+	rm := removeCmd(f, "class", "Remove a class (rules using it must go first; class default cannot be removed)",
+		func(ctx context.Context, c apiClient, name string) error { return c.Classes().Remove(ctx, name) })
+	class.AddCommand(list, show, newClassAddCmd(f), newClassSetCmd(f), rm)
+	return class
+}
 
-	var af classFlags
+// classChangeOptions are those of class add and class set.
+type classChangeOptions struct {
+	io     ioStreams
+	client func() apiClient
+	flags  classFlags
+	name   string
+}
+
+func newClassAddCmd(f *factory) *cobra.Command {
+	o := &classChangeOptions{io: f.io, client: f.client}
 	add := &cobra.Command{
 		Use:     "add NAME --dscp D [--priority N] [--minbw RATE] [--maxbw RATE]",
 		Short:   "Add a class",
 		Example: "  hostqos class add backup --dscp CS1 --priority 6 --maxbw 50mbit",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := af.patch(cmd)
+			o.name = args[0]
+			p, err := o.flags.patch(cmd)
 			if err != nil {
 				return err
 			}
@@ -101,36 +125,37 @@ Traffic no rule matches goes to class default without being re-marked.`,
 			if _, ok := p["priority"]; !ok {
 				p["priority"] = 3
 			}
-			return sendChange("class", "classes", args[0], true, af.temp, p)
+			return sendChange(o.io.Out, o.client().Classes(), "class", o.name, true, o.flags.temp, p)
 		},
 	}
-	af.register(add)
+	o.flags.register(add)
+	return add
+}
 
-	var sf classFlags
+func newClassSetCmd(f *factory) *cobra.Command {
+	o := &classChangeOptions{io: f.io, client: f.client}
 	set := &cobra.Command{
 		Use:     "set NAME [--dscp D] [--priority N] [--minbw RATE] [--maxbw RATE]",
 		Short:   "Change a class; only the flags given change",
 		Example: "  hostqos class set voice --minbw 2mbit",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := sf.patch(cmd)
+			o.name = args[0]
+			p, err := o.flags.patch(cmd)
 			if err != nil {
 				return err
 			}
 			if len(p) == 0 {
 				return fmt.Errorf("nothing to change: give at least one of --dscp, --priority, --minbw, --maxbw, --user-allowed")
 			}
-			return sendChange("class", "classes", args[0], false, sf.temp, p)
+			return sendChange(o.io.Out, o.client().Classes(), "class", o.name, false, o.flags.temp, p)
 		},
 	}
-	sf.register(set)
-
-	rm := removeCmd("class", "classes", "Remove a class (rules using it must go first; class default cannot be removed)")
-	class.AddCommand(list, show, add, set, rm)
-	rootCmd.AddCommand(class)
+	o.flags.register(set)
+	return set
 }
 
-func printClasses(cs []api.ClassInfo) {
+func printClasses(w io.Writer, cs []api.ClassInfo) {
 	var rows [][]string
 	for _, ci := range cs {
 		c := ci.Class
@@ -144,5 +169,5 @@ func printClasses(cs []api.ClassInfo) {
 		rows = append(rows, []string{c.Name, c.DSCP.String(), strconv.Itoa(c.Priority), minbw, maxbw,
 			strconv.FormatBool(c.UserAllowed), ci.Source})
 	}
-	table([]string{"CLASS", "DSCP", "PRIO", "MINBW", "MAXBW", "USERS", "SOURCE"}, rows)
+	table(w, []string{"CLASS", "DSCP", "PRIO", "MINBW", "MAXBW", "USERS", "SOURCE"}, rows)
 }

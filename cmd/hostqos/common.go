@@ -4,8 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
-	"os"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,52 +12,77 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
 
-var socketFlag, idempotencyKeyFlag string
-
-func init() {
-	rootCmd.PersistentFlags().StringVar(&socketFlag, "socket", "", "hostqosd API socket (default $HOSTQOS_SOCKET or "+api.DefaultSocket+")")
-	// Advanced: a change's key, to learn the outcome of a change whose
-	// answer was lost (the CLI names the key when it cannot tell).
-	rootCmd.PersistentFlags().StringVar(&idempotencyKeyFlag, "idempotency-key", "", "send the change with this idempotency key (16-64 of A-Z a-z 0-9 _ -); a change is applied at most once per key")
-	_ = rootCmd.PersistentFlags().MarkHidden("idempotency-key")
+// ioStreams are where a command reads and writes.
+type ioStreams struct {
+	In       io.Reader
+	Out, Err io.Writer
 }
 
-func client() *api.Client {
-	c := api.NewClient(socketFlag)
-	c.IdempotencyKey = idempotencyKeyFlag
+// apiClient is what the commands need of the daemon's API; *api.Client is
+// it, tests pass a fake.
+type apiClient interface {
+	Status(ctx context.Context) (api.Status, error)
+	Reload(ctx context.Context, opts ...api.ChangeOption) (api.Status, error)
+	Down(ctx context.Context, opts ...api.ChangeOption) (string, error)
+	Links() api.LinksAPI
+	Classes() api.ClassesAPI
+	Rules() api.RulesAPI
+	Runs() api.RunsAPI
+	Stats() api.StatsAPI
+}
+
+var _ apiClient = (*api.Client)(nil)
+
+// factory gives the commands their streams and their client. The client
+// is made when a command runs, after the global flags were parsed.
+type factory struct {
+	io                     ioStreams
+	socket, idempotencyKey string // the global flags
+	// newClient makes the client; nil means the real one for --socket.
+	newClient func() apiClient
+	now       func() time.Time // the clock (status shows the uptime)
+}
+
+func newFactory(io ioStreams) *factory { return &factory{io: io, now: time.Now} }
+
+// addGlobalFlags adds the flags every command takes.
+func (f *factory) addGlobalFlags(root *cobra.Command) {
+	pf := root.PersistentFlags()
+	pf.StringVar(&f.socket, "socket", "", "hostqosd API socket (default $HOSTQOS_SOCKET or "+api.DefaultSocket+")")
+	// Advanced: a change's key, to learn the outcome of a change whose
+	// answer was lost (the CLI names the key when it cannot tell).
+	pf.StringVar(&f.idempotencyKey, "idempotency-key", "", "send the change with this idempotency key (16-64 of A-Z a-z 0-9 _ -); a change is applied at most once per key")
+	_ = pf.MarkHidden("idempotency-key")
+}
+
+// client returns the client commands talk to the daemon with.
+func (f *factory) client() apiClient {
+	if f.newClient != nil {
+		return f.newClient()
+	}
+	c := api.NewClient(f.socket)
+	c.IdempotencyKey = f.idempotencyKey
 	return c
 }
 
-func ctx() (context.Context, context.CancelFunc) {
+// apiCtx bounds one exchange with the daemon.
+func apiCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 60*time.Second)
 }
 
-// outputFlag adds -o/--output to a command and returns where it lands.
-func outputFlag(cmd *cobra.Command) *string {
-	var o string
-	cmd.Flags().StringVarP(&o, "output", "o", "table", "output format: table or json")
-	return &o
-}
-
-func checkOutput(o string) error {
-	if o != "table" && o != "json" {
-		return fmt.Errorf("flag --output = %q: want table or json", o)
-	}
-	return nil
-}
-
-func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
 
 // table prints rows under a header, aligned.
-func table(header []string, rows [][]string) {
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+func table(w io.Writer, header []string, rows [][]string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
 		fmt.Fprintln(tw, strings.Join(r, "\t"))
@@ -90,75 +114,81 @@ func orDash(s string) string {
 	return s
 }
 
-// getCmd makes a read-only command that fetches one API path and prints the
-// answer as a table (with print) or, with -o json, as it came.
-func getCmd[T any](use, short string, args cobra.PositionalArgs, path func([]string) string, print func(T)) *cobra.Command {
+// getOptions are those of a read-only command: list or show.
+type getOptions struct {
+	io     ioStreams
+	client func() apiClient
+	output cliflag.Output
+}
+
+// getCmd makes a read-only command that fetches something with get and
+// prints it as a table (with print) or, with -o json, as it came.
+func getCmd[T any](f *factory, use, short string, args cobra.PositionalArgs,
+	get func(ctx context.Context, c apiClient, args []string) (T, error), print func(io.Writer, T)) *cobra.Command {
+	o := &getOptions{io: f.io, client: f.client}
 	c := &cobra.Command{Use: use, Short: short, Args: args}
-	out := outputFlag(c)
+	cliflag.AddOutput(c.Flags(), &o.output)
 	c.RunE = func(cmd *cobra.Command, a []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
-		cx, cancel := ctx()
+		cx, cancel := apiCtx()
 		defer cancel()
-		var v T
-		if err := client().Get(cx, path(a), &v); err != nil {
+		v, err := get(cx, o.client(), a)
+		if err != nil {
 			return err
 		}
-		if *out == "json" {
-			return printJSON(v)
+		if o.output == cliflag.JSON {
+			return printJSON(o.io.Out, v)
 		}
-		print(v)
+		print(o.io.Out, v)
 		return nil
 	}
 	return c
 }
 
-// removeCmd makes `KIND remove NAME`, which deletes /v1/COLLECTION/NAME.
-func removeCmd(kind, collection, short string) *cobra.Command {
+// removeOptions are those of `KIND remove NAME`.
+type removeOptions struct {
+	io     ioStreams
+	client func() apiClient
+	name   string
+}
+
+// removeCmd makes `KIND remove NAME`, which removes with remove.
+func removeCmd(f *factory, kind, short string, remove func(ctx context.Context, c apiClient, name string) error) *cobra.Command {
+	o := &removeOptions{io: f.io, client: f.client}
 	return &cobra.Command{
 		Use:   "remove NAME",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cx, cancel := ctx()
+			o.name = args[0]
+			cx, cancel := apiCtx()
 			defer cancel()
-			if err := client().Do(cx, "DELETE", "/v1/"+collection+"/"+url.PathEscape(args[0]), nil, nil); err != nil {
+			if err := remove(cx, o.client(), o.name); err != nil {
 				return err
 			}
-			fmt.Printf("removed %s %s\n", kind, args[0])
+			fmt.Fprintf(o.io.Out, "removed %s %s\n", kind, o.name)
 			return nil
 		},
 	}
 }
 
-// fixed returns a path function that ignores the arguments.
-func fixed(p string) func([]string) string { return func([]string) string { return p } }
-
-// named returns a path function for /v1/COLLECTION/<first argument>.
-func named(collection string) func([]string) string {
-	return func(a []string) string { return "/v1/" + collection + "/" + url.PathEscape(a[0]) }
+// changeAPI is the part of RulesAPI and ClassesAPI that add and set use.
+type changeAPI interface {
+	AddFields(ctx context.Context, name string, f api.Fields, opts ...api.ChangeOption) error
+	Set(ctx context.Context, name string, f api.Fields, opts ...api.ChangeOption) error
 }
 
-// sendChange sends the fields given as flags: to add NAME (POST
-// /v1/COLLECTION, fields not given left out) or to change it (PATCH
-// /v1/COLLECTION/NAME, a field given as nil is cleared).
-func sendChange(kind, collection, name string, add, temp bool, fields map[string]any) error {
-	method, path, verb := "PATCH", "/v1/"+collection+"/"+url.PathEscape(name), "changed"
-	if add {
-		for k, v := range fields {
-			if v == nil {
-				delete(fields, k)
-			}
-		}
-		fields["name"] = name
-		method, path, verb = "POST", "/v1/"+collection, "added"
-	}
-	cx, cancel := ctx()
+// sendChange sends the fields given as flags: to add NAME (fields not
+// given left out) or to change it (a field given as nil is cleared).
+func sendChange(w io.Writer, to changeAPI, kind, name string, add, temp bool, fields api.Fields) error {
+	cx, cancel := apiCtx()
 	defer cancel()
-	if err := client().Do(cx, method, path+tempQuery(temp), fields, nil); err != nil {
+	verb, send := "changed", to.Set
+	if add {
+		verb, send = "added", to.AddFields
+	}
+	if err := send(cx, name, fields, api.Temporary(temp)); err != nil {
 		return err
 	}
-	fmt.Printf("%s %s %s\n", verb, kind, name)
+	fmt.Fprintf(w, "%s %s %s\n", verb, kind, name)
 	return nil
 }

@@ -2,14 +2,13 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
-func init() {
+func newConfigCmd(f *factory) *cobra.Command {
 	cfg := &cobra.Command{Use: "config", Short: "Check or print policy files without a daemon"}
 	check := &cobra.Command{
 		Use:   "check [FILE]",
@@ -28,9 +27,9 @@ up here; the daemon checks those when it applies the policy.`,
 			if err != nil {
 				return err
 			}
-			fmt.Printf("%s: ok — %d links, %d classes, %d rules\n", path, len(p.Links), len(p.Classes), len(p.Rules))
+			fmt.Fprintf(f.io.Out, "%s: ok — %d links, %d classes, %d rules\n", path, len(p.Links), len(p.Classes), len(p.Rules))
 			for _, w := range p.Warnings() {
-				fmt.Println("warning:", w)
+				fmt.Fprintln(f.io.Out, "warning:", w)
 			}
 			return nil
 		},
@@ -52,10 +51,10 @@ up here; the daemon checks those when it applies the policy.`,
 			if err != nil {
 				return err
 			}
-			_, err = os.Stdout.Write(data)
+			_, err = f.io.Out.Write(data)
 			return err
 		},
 	}
 	cfg.AddCommand(check, dump)
-	rootCmd.AddCommand(cfg)
+	return cfg
 }

@@ -27,7 +27,7 @@ func TestCLIReferenceCoversEveryCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(data)
-	walk(rootCmd, func(c *cobra.Command) {
+	walk(newRootCmd(newFactory(ioStreams{})), func(c *cobra.Command) {
 		path := c.CommandPath()
 		if !strings.Contains(doc, "`"+path) && !strings.Contains(doc, "## "+path) {
 			t.Errorf("docs/cli.md does not document %q", path)

@@ -1,27 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
-
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 )
 
-// runCLI executes the CLI in-process and returns its error. Flags are
-// package state in cobra, so every flag is reset first.
+// runCLI executes the CLI in-process with a fresh command tree and
+// in-memory streams, and returns its error.
 func runCLI(args ...string) error {
-	walk(rootCmd, func(c *cobra.Command) {
-		c.Flags().VisitAll(func(f *pflag.Flag) {
-			if f.Value.Type() != "stringArray" {
-				_ = f.Value.Set(f.DefValue)
-			}
-			f.Changed = false
-		})
-	})
-	rootCmd.SetArgs(args)
-	defer rootCmd.SetArgs(nil)
-	return rootCmd.Execute()
+	var out, errOut bytes.Buffer
+	root := newRootCmd(newFactory(ioStreams{In: strings.NewReader(""), Out: &out, Err: &errOut}))
+	root.SetArgs(args)
+	return root.Execute()
 }
 
 // TestBadFlagsNameFlagAndValue: invalid input is refused before anything
@@ -45,6 +36,12 @@ func TestBadFlagsNameFlagAndValue(t *testing.T) {
 		{[]string{"tool", "udp-send", "--to", "nowhere", "--pps", "10"}, []string{"to", "nowhere"}},
 		{[]string{"tool", "voice", "--to", "198.18.0.2:7", "--calls", "0"}, []string{"calls", "0"}},
 		{[]string{"tool", "tcp-send", "--to", "198.18.0.2:7", "--streams", "5000"}, []string{"streams", "5000"}},
+		{[]string{"tool", "udp-send", "--to", "198.18.0.2:7", "--pps", "20000000"}, []string{"--pps", "2e+07", "10000000"}},
+		{[]string{"tool", "udp-send", "--to", "198.18.0.2:7", "--rate", "1mbit", "--pps", "5"}, []string{"--pps", "given together"}},
+		{[]string{"tool", "video", "--to", "198.18.0.2:7", "--max-payload", "10"}, []string{"--max-payload", "10"}},
+		{[]string{"tool", "pareto", "--to", "198.18.0.2:7", "--k", "4mbit", "--cap", "2mbit"}, []string{"--cap", "2mbit", "below k 4mbit"}},
+		{[]string{"tool", "fct", "--to", "198.18.0.2:7", "--size", "20g"}, []string{"--size", "20g", "17g"}},
+		{[]string{"tool", "udp-sink", "--listen", "nowhere"}, []string{"--listen", "nowhere", "host:port"}},
 	} {
 		err := runCLI(append([]string{"--socket", "/nonexistent/hostqos.sock"}, c.args...)...)
 		if err == nil {

@@ -14,20 +14,21 @@ import (
 // The demo and the benchmarks build testbeds of network namespaces, which
 // needs netlink and BPF code the CLI does not carry; they live in the
 // hostqos-lab binary next to this one.
-func init() {
+func newLabCmds(f *factory) []*cobra.Command {
+	var cmds []*cobra.Command
 	for _, c := range []struct{ name, short string }{
 		{"demo", "Show what hostqos does: the same scenario without and with hostqos, side by side (root)"},
 		{"bench", "Run the benchmark suite and record the results (root)"},
 	} {
 		name := c.name
-		rootCmd.AddCommand(&cobra.Command{
+		cmds = append(cmds, &cobra.Command{
 			Use:                name + " [flags]",
 			Short:              c.short,
 			DisableFlagParsing: true,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				bin := findLab()
 				x := exec.Command(bin, append([]string{name}, args...)...)
-				x.Stdin, x.Stdout, x.Stderr = os.Stdin, os.Stdout, os.Stderr
+				x.Stdin, x.Stdout, x.Stderr = f.io.In, f.io.Out, f.io.Err
 				// Ctrl-C reaches the lab process too (same process group);
 				// wait for it to clean up instead of exiting first, and pass
 				// on signals sent to us alone.
@@ -46,7 +47,7 @@ func init() {
 				}()
 				if err := x.Wait(); err != nil {
 					if xe, ok := err.(*exec.ExitError); ok {
-						return &exitError{code: xe.ExitCode()}
+						return &exitError{code: exitCode(xe.ExitCode())}
 					}
 					return fmt.Errorf("run %s: %w (build it with: make build)", bin, err)
 				}
@@ -54,6 +55,7 @@ func init() {
 			},
 		})
 	}
+	return cmds
 }
 
 // findLab looks for hostqos-lab next to this binary, then in PATH.

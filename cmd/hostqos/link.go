@@ -1,8 +1,8 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"net/url"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -11,11 +11,30 @@ import (
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
-func init() {
+func newLinkCmd(f *factory) *cobra.Command {
 	link := &cobra.Command{Use: "link", Short: "Manage the network interfaces hostqos shapes and marks"}
+	list := getCmd(f, "list", "List managed links", cobra.NoArgs,
+		func(ctx context.Context, c apiClient, _ []string) ([]api.LinkStatus, error) {
+			return c.Links().List(ctx)
+		},
+		printLinks)
+	rm := removeCmd(f, "link", "Stop managing an interface (removes hostqos's classifier and HTB tree from it)",
+		func(ctx context.Context, c apiClient, name string) error { return c.Links().Remove(ctx, name) })
+	link.AddCommand(newLinkSetCmd(f), list, rm)
+	return link
+}
 
-	var rate, reservable string
-	var temp bool
+// linkSetOptions are those of `hostqos link set`.
+type linkSetOptions struct {
+	io               ioStreams
+	client           func() apiClient
+	name             string
+	rate, reservable string
+	temp             bool
+}
+
+func newLinkSetCmd(f *factory) *cobra.Command {
+	o := &linkSetOptions{io: f.io, client: f.client}
 	set := &cobra.Command{
 		Use:   "set IFACE [--egress-rate RATE] [--reservable FRACTION]",
 		Short: "Manage an interface: classify and mark its egress, and shape it at RATE",
@@ -30,44 +49,38 @@ here, where hostqos controls it. Without a rate the link is marked, not shaped.
 		Example: "  hostqos link set eth0 --egress-rate 20mbit\n  hostqos link set wg0 --egress-rate 1gbit --reservable 0.9",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l := policy.Link{Name: args[0]}
-			if rate != "" {
-				r, err := policy.ParseRate(rate)
-				if err != nil {
-					return fmt.Errorf("flag --egress-rate = %q: %w", rate, err)
-				}
-				l.EgressRate = r
-			}
-			if reservable != "" {
-				f, err := strconv.ParseFloat(reservable, 64)
-				if err != nil || f <= 0 || f > 1 {
-					return fmt.Errorf("flag --reservable = %q: want a fraction in (0, 1], e.g. 0.8", reservable)
-				}
-				l.Reservable = f
-			}
-			c, cancel := ctx()
-			defer cancel()
-			var ls []api.LinkStatus
-			if err := client().Do(c, "PUT", "/v1/links/"+url.PathEscape(l.Name)+tempQuery(temp), l, &ls); err != nil {
-				return err
-			}
-			printLinks(ls)
-			return nil
+			o.name = args[0]
+			return o.run()
 		},
 	}
-	set.Flags().StringVar(&rate, "egress-rate", "", "egress capacity to shape at, e.g. 20mbit (units: bit, kbit, mbit, gbit)")
-	set.Flags().StringVar(&reservable, "reservable", "", "fraction of the rate guarantees may claim (default 0.8)")
-	set.Flags().BoolVar(&temp, "temporary", false, "do not persist: forget the change when the daemon stops (a crash keeps it)")
-
-	list := getCmd("list", "List managed links", cobra.NoArgs, fixed("/v1/links"), printLinks)
-	rm := removeCmd("link", "links", "Stop managing an interface (removes hostqos's classifier and HTB tree from it)")
-	link.AddCommand(set, list, rm)
-	rootCmd.AddCommand(link)
+	set.Flags().StringVar(&o.rate, "egress-rate", "", "egress capacity to shape at, e.g. 20mbit (units: bit, kbit, mbit, gbit)")
+	set.Flags().StringVar(&o.reservable, "reservable", "", "fraction of the rate guarantees may claim (default 0.8)")
+	set.Flags().BoolVar(&o.temp, "temporary", false, "do not persist: forget the change when the daemon stops (a crash keeps it)")
+	return set
 }
 
-func tempQuery(temp bool) string {
-	if temp {
-		return "?temporary=1"
+func (o *linkSetOptions) run() error {
+	l := policy.Link{Name: o.name}
+	if o.rate != "" {
+		r, err := policy.ParseRate(o.rate)
+		if err != nil {
+			return fmt.Errorf("flag --egress-rate = %q: %w", o.rate, err)
+		}
+		l.EgressRate = r
 	}
-	return ""
+	if o.reservable != "" {
+		f, err := strconv.ParseFloat(o.reservable, 64)
+		if err != nil || f <= 0 || f > 1 {
+			return fmt.Errorf("flag --reservable = %q: want a fraction in (0, 1], e.g. 0.8", o.reservable)
+		}
+		l.Reservable = f
+	}
+	c, cancel := apiCtx()
+	defer cancel()
+	ls, err := o.client().Links().Set(c, l, api.Temporary(o.temp))
+	if err != nil {
+		return err
+	}
+	printLinks(o.io.Out, ls)
+	return nil
 }

@@ -9,13 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/rtchan"
 	"github.com/spf13/cobra"
 )
 
-func init() { rootCmd.AddCommand(newRtchanCmd()) }
-
-func newRtchanCmd() *cobra.Command {
+func newRtchanCmd(f *factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rtchan",
 		Short: "Real-time channels: admission control and the seed's evaluation",
@@ -26,28 +25,26 @@ per-channel handlers under multi-class EDF with cooperative preemption.
   hostqos rtchan admit   try admission control (D_order with CPU and link costs)
   hostqos rtchan bench   reproduce the seed's Figs. 7-9 in virtual time`,
 	}
-	cmd.AddCommand(newRtchanBenchCmd(), newRtchanAdmitCmd())
+	cmd.AddCommand(newRtchanBenchCmd(f), newRtchanAdmitCmd(f))
 	return cmd
 }
 
-func newRtchanBenchCmd() *cobra.Command {
-	var out, format string
+func newRtchanBenchCmd(f *factory) *cobra.Command {
+	var out string
+	var format cliflag.Output
 	var quick bool
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Run the seed's evaluation (Table 3 workload on the null device) and plot Figs. 7, 8 and 9",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if format != "table" && format != "json" {
-				return fmt.Errorf("check flag -o: %q is not table or json", format)
-			}
 			start := time.Now()
 			sweeps, err := rtchan.RunBench(rtchan.BenchOptions{Quick: quick})
 			if err != nil {
 				return fmt.Errorf("run real-time channel bench: %w", err)
 			}
-			w := cmd.OutOrStdout()
-			if format == "json" {
+			w := f.io.Out
+			if format == cliflag.JSON {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(sweeps); err != nil {
@@ -79,19 +76,20 @@ func newRtchanBenchCmd() *cobra.Command {
 				if err := os.WriteFile(jp, data, 0o644); err != nil {
 					return fmt.Errorf("write bench results %s: %w", jp, err)
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d plots and %s\n", len(files), jp)
+				fmt.Fprintf(f.io.Err, "wrote %d plots and %s\n", len(files), jp)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "directory for SVG plots and JSON results")
-	cmd.Flags().StringVarP(&format, "output", "o", "table", "output format: table or json")
+	cliflag.AddOutput(cmd.Flags(), &format)
 	cmd.Flags().BoolVar(&quick, "quick", false, "8K packets per run and fewer points")
 	return cmd
 }
 
-func newRtchanAdmitCmd() *cobra.Command {
-	var file, paramsName, format string
+func newRtchanAdmitCmd(f *factory) *cobra.Command {
+	var file, paramsName string
+	var format cliflag.Output
 	var channels []string
 	var table3 bool
 	var linkRate string
@@ -153,8 +151,8 @@ in that order; the last channel is the candidate.`,
 			if err != nil && !errors.As(err, &ae) {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			if format == "json" {
+			w := f.io.Out
+			if format == cliflag.JSON {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
 				out := struct {
@@ -172,10 +170,10 @@ in that order; the last channel is the candidate.`,
 				fmt.Fprint(w, rtchan.FormatBounds(res))
 			}
 			if ae != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "refused:", ae)
-				return &exitError{code: 2}
+				fmt.Fprintln(f.io.Err, "refused:", ae)
+				return &exitError{code: exitRefused}
 			}
-			if format != "json" {
+			if format != cliflag.JSON {
 				fmt.Fprintf(w, "admitted: %s\n", specs[len(specs)-1].Name)
 			}
 			return nil
@@ -186,7 +184,7 @@ in that order; the last channel is the candidate.`,
 	cmd.Flags().BoolVar(&table3, "table3", false, "start from the seed's Table 3 channels")
 	cmd.Flags().StringVar(&paramsName, "params", "seed", "cost parameters: seed (Table 2b) or udp")
 	cmd.Flags().StringVar(&linkRate, "link-rate", "20mbit", "link rate for --params udp")
-	cmd.Flags().StringVarP(&format, "output", "o", "table", "output format: table or json")
+	cliflag.AddOutput(cmd.Flags(), &format)
 	return cmd
 }
 

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,8 +50,8 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 
 // patch checks every flag that was given and turns it into its JSON field
 // (rates, DSCPs and ports in canonical form); "" clears a field on rule set.
-func (f *ruleFlags) patch(cmd *cobra.Command) (map[string]any, error) {
-	p := map[string]any{}
+func (f *ruleFlags) patch(cmd *cobra.Command) (api.Fields, error) {
+	p := api.Fields{}
 	var firstErr error
 	field := func(flag, name, v string, conv func(string) (any, error)) {
 		if firstErr != nil || !cmd.Flags().Changed(flag) {
@@ -117,7 +119,7 @@ func oneOf(choices ...string) func(string) (any, error) {
 	return check(func(v string) bool { return slices.Contains(choices, v) }, "want "+strings.Join(choices, ", "))
 }
 
-func init() {
+func newRuleCmd(f *factory) *cobra.Command {
 	rule := &cobra.Command{
 		Use:   "rule",
 		Short: "Manage rules: selectors (app and flow attributes) → properties (class, DSCP, limits, action)",
@@ -130,8 +132,36 @@ Rules are evaluated by --precedence (higher first), then the most specific rule
 first; the first match wins. Apps are recognised when they open a socket, so
 programs started later and static binaries are covered, UDP included.`,
 	}
+	rm := removeCmd(f, "rule", "Remove a rule", func(ctx context.Context, c apiClient, name string) error {
+		return c.Rules().Remove(ctx, name)
+	})
+	list := getCmd(f, "list", "List rules in evaluation order", cobra.NoArgs,
+		func(ctx context.Context, c apiClient, _ []string) ([]api.RuleInfo, error) { return c.Rules().List(ctx) },
+		printRules)
+	show := getCmd(f, "show NAME", "Show one rule and what its selectors resolve to", cobra.ExactArgs(1),
+		func(ctx context.Context, c apiClient, a []string) (api.RuleInfo, error) {
+			return c.Rules().Get(ctx, a[0])
+		},
+		func(w io.Writer, ri api.RuleInfo) {
+			printRules(w, []api.RuleInfo{ri})
+			for _, r := range ri.Resolved {
+				fmt.Fprintln(w, "resolved:", r)
+			}
+		})
+	rule.AddCommand(newRuleAddCmd(f), newRuleSetCmd(f), rm, list, show)
+	return rule
+}
 
-	var af ruleFlags
+// ruleChangeOptions are those of rule add and rule set.
+type ruleChangeOptions struct {
+	io     ioStreams
+	client func() apiClient
+	flags  ruleFlags
+	name   string
+}
+
+func newRuleAddCmd(f *factory) *cobra.Command {
+	o := &ruleChangeOptions{io: f.io, client: f.client}
 	add := &cobra.Command{
 		Use:   "add NAME [selectors] [properties]",
 		Short: "Add a rule",
@@ -142,45 +172,39 @@ programs started later and static binaries are covered, UDP included.`,
   hostqos rule add block-dns --proto udp --rport 53 --remote 198.18.0.0/15 --action drop`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := af.patch(cmd)
+			o.name = args[0]
+			p, err := o.flags.patch(cmd)
 			if err != nil {
 				return err
 			}
-			return sendChange("rule", "rules", args[0], true, af.temp, p)
+			return sendChange(o.io.Out, o.client().Rules(), "rule", o.name, true, o.flags.temp, p)
 		},
 	}
-	af.register(add)
+	o.flags.register(add)
+	return add
+}
 
-	var sf ruleFlags
+func newRuleSetCmd(f *factory) *cobra.Command {
+	o := &ruleChangeOptions{io: f.io, client: f.client}
 	set := &cobra.Command{
 		Use:     "set NAME [selectors] [properties]",
 		Short:   "Change a rule; only the flags given change (give a flag as \"\" to clear it)",
 		Example: "  hostqos rule set backup --maxbw 50mbit\n  hostqos rule set backup --maxbw \"\"",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := sf.patch(cmd)
+			o.name = args[0]
+			p, err := o.flags.patch(cmd)
 			if err != nil {
 				return err
 			}
 			if len(p) == 0 {
 				return fmt.Errorf("nothing to change: give at least one selector or property flag (see hostqos rule set --help)")
 			}
-			return sendChange("rule", "rules", args[0], false, sf.temp, p)
+			return sendChange(o.io.Out, o.client().Rules(), "rule", o.name, false, o.flags.temp, p)
 		},
 	}
-	sf.register(set)
-
-	rm := removeCmd("rule", "rules", "Remove a rule")
-	list := getCmd("list", "List rules in evaluation order", cobra.NoArgs, fixed("/v1/rules"), printRules)
-	show := getCmd("show NAME", "Show one rule and what its selectors resolve to", cobra.ExactArgs(1), named("rules"),
-		func(ri api.RuleInfo) {
-			printRules([]api.RuleInfo{ri})
-			for _, r := range ri.Resolved {
-				fmt.Println("resolved:", r)
-			}
-		})
-	rule.AddCommand(add, set, rm, list, show)
-	rootCmd.AddCommand(rule)
+	o.flags.register(set)
+	return set
 }
 
 // selectors renders a rule's selectors compactly.
@@ -215,7 +239,7 @@ func selectors(r policy.Rule) string {
 	return strings.Join(s, " ")
 }
 
-func printRules(rs []api.RuleInfo) {
+func printRules(w io.Writer, rs []api.RuleInfo) {
 	var rows [][]string
 	for _, ri := range rs {
 		r := ri.Rule
@@ -241,5 +265,5 @@ func printRules(rs []api.RuleInfo) {
 		rows = append(rows, []string{r.Name, prec, selectors(r), string(r.EffectiveAction()), r.EffectiveClass(), dscp,
 			orDash(strings.Join(limits, ", ")), src})
 	}
-	table([]string{"RULE", "PREC", "SELECTORS", "ACTION", "CLASS", "DSCP", "LIMITS", "SOURCE"}, rows)
+	table(w, []string{"RULE", "PREC", "SELECTORS", "ACTION", "CLASS", "DSCP", "LIMITS", "SOURCE"}, rows)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,8 +16,16 @@ import (
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
-func init() {
-	var class, dscp, maxbw string
+// runOptions are those of `hostqos run`.
+type runOptions struct {
+	io                ioStreams
+	client            func() apiClient
+	class, dscp, maxb string
+	args              []string
+}
+
+func newRunCmd(f *factory) *cobra.Command {
+	o := &runOptions{io: f.io, client: f.client}
 	run := &cobra.Command{
 		Use:   "run [--class C] [--dscp D] [--maxbw RATE] -- CMD [ARGS...]",
 		Short: "Run a program under a QoS policy; exits with the program's exit code",
@@ -33,65 +40,71 @@ users may use the classes the admin opened to them (user_allowed) and --maxbw.`,
 		Example: "  hostqos run --class voice -- ./softphone\n  hostqos run --maxbw 20mbit -- restic backup /home\n  hostqos run --dscp AF41 -- ffmpeg -re -i in.mp4 -f mpegts udp://198.18.0.2:5000",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := api.RunRequest{PID: os.Getpid(), Class: class, DSCP: policy.NoDSCP, Cmd: api.DisplayCmd(args)}
-			if dscp != "" {
-				d, err := policy.ParseDSCP(dscp)
-				if err != nil {
-					return fmt.Errorf("flag --dscp = %q: %w", dscp, err)
-				}
-				req.DSCP = d
-			}
-			if maxbw != "" {
-				r, err := policy.ParseRate(maxbw)
-				if err != nil {
-					return fmt.Errorf("flag --maxbw = %q: %w", maxbw, err)
-				}
-				req.MaxBW = r
-			}
-			path, err := exec.LookPath(args[0])
-			if err != nil {
-				return fmt.Errorf("find program %s: %w", args[0], err)
-			}
-			c, cancel := ctx()
-			var r api.Run
-			err = client().Do(c, "POST", "/v1/runs", req, &r)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("put this process under a policy: %w", err)
-			}
-			code := runChild(path, args)
-			c2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel2()
-			if err := client().Do(c2, "DELETE", "/v1/runs/"+url.PathEscape(r.ID), nil, nil); err != nil {
-				var ae *api.Error
-				if !errors.As(err, &ae) || ae.Status != 404 {
-					fmt.Fprintln(os.Stderr, "hostqos: end run:", err, "(the daemon reaps it once the program's cgroup is empty)")
-				}
-			}
-			if code != 0 {
-				return &exitError{code: code}
-			}
-			return nil
+			o.args = args
+			return o.run()
 		},
 	}
 	run.Flags().SetInterspersed(false)
-	run.Flags().StringVar(&class, "class", "", "service class (default: default)")
-	run.Flags().StringVar(&dscp, "dscp", "", "DSCP to mark (name or 0-63), overriding the class's")
-	run.Flags().StringVar(&maxbw, "maxbw", "", "ceiling for the program's traffic, e.g. 20mbit")
-	rootCmd.AddCommand(run)
+	run.Flags().StringVar(&o.class, "class", "", "service class (default: default)")
+	run.Flags().StringVar(&o.dscp, "dscp", "", "DSCP to mark (name or 0-63), overriding the class's")
+	run.Flags().StringVar(&o.maxb, "maxbw", "", "ceiling for the program's traffic, e.g. 20mbit")
+	return run
+}
+
+func (o *runOptions) run() error {
+	args := o.args
+	req := api.RunRequest{PID: os.Getpid(), Class: o.class, DSCP: policy.NoDSCP, Cmd: api.DisplayCmd(args)}
+	if o.dscp != "" {
+		d, err := policy.ParseDSCP(o.dscp)
+		if err != nil {
+			return fmt.Errorf("flag --dscp = %q: %w", o.dscp, err)
+		}
+		req.DSCP = d
+	}
+	if o.maxb != "" {
+		r, err := policy.ParseRate(o.maxb)
+		if err != nil {
+			return fmt.Errorf("flag --maxbw = %q: %w", o.maxb, err)
+		}
+		req.MaxBW = r
+	}
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return fmt.Errorf("find program %s: %w", args[0], err)
+	}
+	client := o.client()
+	c, cancel := apiCtx()
+	r, err := client.Runs().Start(c, req)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("put this process under a policy: %w", err)
+	}
+	code := runChild(o.io, path, args)
+	c2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := client.Runs().End(c2, r.ID); err != nil {
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Status != 404 {
+			fmt.Fprintln(o.io.Err, "hostqos: end run:", err, "(the daemon reaps it once the program's cgroup is empty)")
+		}
+	}
+	if code != 0 {
+		return &exitError{code: exitCode(code)}
+	}
+	return nil
 }
 
 // runChild runs the program with our stdio, forwards the usual signals to
 // it, and returns its exit code (128+signal when it was killed).
-func runChild(path string, args []string) int {
+func runChild(io ioStreams, path string, args []string) int {
 	child := exec.Command(path, args[1:]...)
 	child.Args = args
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	child.Stdin, child.Stdout, child.Stderr = io.In, io.Out, io.Err
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 	if err := child.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "hostqos: start %s: %v\n", path, err)
+		fmt.Fprintf(io.Err, "hostqos: start %s: %v\n", path, err)
 		return 127
 	}
 	go func() {
@@ -110,6 +123,6 @@ func runChild(path string, args []string) int {
 		}
 		return xe.ExitCode()
 	}
-	fmt.Fprintf(os.Stderr, "hostqos: wait for %s: %v\n", path, err)
+	fmt.Fprintf(io.Err, "hostqos: wait for %s: %v\n", path, err)
 	return 1
 }

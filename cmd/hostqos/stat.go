@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -11,12 +12,22 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cliflag"
 )
 
-func init() {
-	var interval float64
-	var count int
-	var limit int
+// statOptions are those of `hostqos stat`.
+type statOptions struct {
+	io       ioStreams
+	client   func() apiClient
+	output   cliflag.Output
+	kind     string
+	interval float64
+	count    int
+	limit    int
+}
+
+func newStatCmd(f *factory) *cobra.Command {
+	o := &statOptions{io: f.io, client: f.client}
 	st := &cobra.Command{
 		Use:   "stat [rules|classes|apps|flows]",
 		Short: "Show live counters and rates per rule, class, app or flow",
@@ -28,59 +39,61 @@ link-layer header). With -i it repeats every SECONDS until interrupted.
 Ordinary users see only their own processes' apps and flows.`,
 		Example:   "  hostqos stat\n  hostqos stat flows -i 1\n  hostqos stat apps -o json",
 		Args:      cobra.MaximumNArgs(1),
-		ValidArgs: []string{"rules", "classes", "apps", "flows"},
+		ValidArgs: []string{api.StatRules, api.StatClasses, api.StatApps, api.StatFlows},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.kind = api.StatRules
+			if len(args) == 1 {
+				o.kind = args[0]
+			}
+			return o.run()
+		},
 	}
-	out := outputFlag(st)
-	st.Flags().Float64VarP(&interval, "interval", "i", 0, "repeat every SECONDS (0: once)")
-	st.Flags().IntVarP(&count, "count", "c", 0, "with -i: stop after this many reports (0: until interrupted)")
-	st.Flags().IntVar(&limit, "limit", 50, "show at most this many rows of flows/apps in a table (0: all)")
-	st.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := checkOutput(*out); err != nil {
+	cliflag.AddOutput(st.Flags(), &o.output)
+	st.Flags().Float64VarP(&o.interval, "interval", "i", 0, "repeat every SECONDS (0: once)")
+	st.Flags().IntVarP(&o.count, "count", "c", 0, "with -i: stop after this many reports (0: until interrupted)")
+	st.Flags().IntVar(&o.limit, "limit", 50, "show at most this many rows of flows/apps in a table (0: all)")
+	return st
+}
+
+func (o *statOptions) run() error {
+	switch o.kind {
+	case api.StatRules, api.StatClasses, api.StatApps, api.StatFlows:
+	default:
+		return fmt.Errorf("argument %q: want rules, classes, apps or flows", o.kind)
+	}
+	if o.interval < 0 || (o.interval > 0 && o.interval < 0.2) {
+		return fmt.Errorf("flag --interval = %v: want 0 (once) or at least 0.2 seconds", o.interval)
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, os.Interrupt)
+	defer signal.Stop(stop)
+	w := o.io.Out
+	for n := 1; ; n++ {
+		c, cancel := apiCtx()
+		s, err := o.client().Stats().Get(c, o.kind)
+		cancel()
+		if err != nil {
 			return err
 		}
-		kind := "rules"
-		if len(args) == 1 {
-			kind = args[0]
-		}
-		switch kind {
-		case "rules", "classes", "apps", "flows":
-		default:
-			return fmt.Errorf("argument %q: want rules, classes, apps or flows", kind)
-		}
-		if interval < 0 || (interval > 0 && interval < 0.2) {
-			return fmt.Errorf("flag --interval = %v: want 0 (once) or at least 0.2 seconds", interval)
-		}
-		stop := make(chan os.Signal, 1)
-		signal.Notify(stop, os.Interrupt)
-		for n := 1; ; n++ {
-			c, cancel := ctx()
-			var s api.Stats
-			err := client().Get(c, "/v1/stats/"+kind, &s)
-			cancel()
-			if err != nil {
+		if o.output == cliflag.JSON {
+			if err := printJSON(w, s); err != nil {
 				return err
 			}
-			if *out == "json" {
-				if err := printJSON(s); err != nil {
-					return err
-				}
-			} else {
-				if interval > 0 {
-					fmt.Printf("--- %s %s\n", s.Time.Format("15:04:05"), kind)
-				}
-				printStats(kind, s, limit)
+		} else {
+			if o.interval > 0 {
+				fmt.Fprintf(w, "--- %s %s\n", s.Time.Format("15:04:05"), o.kind)
 			}
-			if interval == 0 || (count > 0 && n >= count) {
-				return nil
-			}
-			select {
-			case <-stop:
-				return nil
-			case <-time.After(time.Duration(interval * float64(time.Second))):
-			}
+			printStats(w, o.kind, s, o.limit)
+		}
+		if o.interval == 0 || (o.count > 0 && n >= o.count) {
+			return nil
+		}
+		select {
+		case <-stop:
+			return nil
+		case <-time.After(time.Duration(o.interval * float64(time.Second))):
 		}
 	}
-	rootCmd.AddCommand(st)
 }
 
 func counterCols(c api.Counter) []string {
@@ -88,22 +101,23 @@ func counterCols(c api.Counter) []string {
 		strconv.FormatUint(c.Packets, 10), strconv.FormatUint(c.Drops, 10)}
 }
 
-var counterHead = []string{"RATE", "PKT/S", "BYTES", "PACKETS", "DROPS"}
+// counterHead is the header of counterCols.
+func counterHead() []string { return []string{"RATE", "PKT/S", "BYTES", "PACKETS", "DROPS"} }
 
-func printStats(kind string, s api.Stats, limit int) {
+func printStats(w io.Writer, kind string, s api.Stats, limit int) {
 	var rows [][]string
 	switch kind {
-	case "rules":
+	case api.StatRules:
 		for _, r := range s.Rules {
 			rows = append(rows, append([]string{r.Rule, r.Class}, counterCols(r.Counter)...))
 		}
-		table(append([]string{"RULE", "CLASS"}, counterHead...), rows)
-	case "classes":
+		table(w, append([]string{"RULE", "CLASS"}, counterHead()...), rows)
+	case api.StatClasses:
 		for _, c := range s.Classes {
 			rows = append(rows, append([]string{c.Link, c.Class, strconv.FormatUint(uint64(c.Backlog), 10)}, counterCols(c.Counter)...))
 		}
-		table(append([]string{"LINK", "CLASS", "BACKLOG"}, counterHead...), rows)
-	case "apps":
+		table(w, append([]string{"LINK", "CLASS", "BACKLOG"}, counterHead()...), rows)
+	case api.StatApps:
 		for i, a := range s.Apps {
 			if limit > 0 && i >= limit {
 				break
@@ -111,11 +125,11 @@ func printStats(kind string, s api.Stats, limit int) {
 			rows = append(rows, append([]string{strconv.Itoa(int(a.PID)), a.Comm, orDash(a.Exe), strconv.Itoa(a.Flows),
 				orDash(strings.Join(a.Rules, ","))}, counterCols(a.Counter)...))
 		}
-		table(append([]string{"PID", "COMM", "EXE", "FLOWS", "RULES"}, counterHead...), rows)
+		table(w, append([]string{"PID", "COMM", "EXE", "FLOWS", "RULES"}, counterHead()...), rows)
 		if limit > 0 && len(s.Apps) > limit {
-			fmt.Printf("(%d more; --limit 0 shows all)\n", len(s.Apps)-limit)
+			fmt.Fprintf(w, "(%d more; --limit 0 shows all)\n", len(s.Apps)-limit)
 		}
-	case "flows":
+	case api.StatFlows:
 		for i, f := range s.Flows {
 			if limit > 0 && i >= limit {
 				break
@@ -126,9 +140,9 @@ func printStats(kind string, s api.Stats, limit int) {
 			}
 			rows = append(rows, append([]string{f.Proto, f.Local, f.Remote, app, orDash(f.Rule)}, counterCols(f.Counter)...))
 		}
-		table(append([]string{"PROTO", "LOCAL", "REMOTE", "APP", "RULE"}, counterHead...), rows)
+		table(w, append([]string{"PROTO", "LOCAL", "REMOTE", "APP", "RULE"}, counterHead()...), rows)
 		if limit > 0 && len(s.Flows) > limit {
-			fmt.Printf("(%d more; --limit 0 shows all)\n", len(s.Flows)-limit)
+			fmt.Fprintf(w, "(%d more; --limit 0 shows all)\n", len(s.Flows)-limit)
 		}
 	}
 }

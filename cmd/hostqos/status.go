@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,69 +13,99 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cliflag"
 )
 
-func init() {
+// statusOptions are those of `hostqos status`.
+type statusOptions struct {
+	io     ioStreams
+	client func() apiClient
+	output cliflag.Output
+	now    func() time.Time // for the uptime
+}
+
+func newStatusCmd(f *factory) *cobra.Command {
+	o := &statusOptions{io: f.io, client: f.client, now: f.now}
 	st := &cobra.Command{
 		Use:   "status",
 		Short: "Show the daemon, the datapath, managed links and counts of rules, classes and flows",
 		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return o.run() },
 	}
-	out := outputFlag(st)
-	st.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
-		c, cancel := ctx()
-		defer cancel()
-		var s api.Status
-		if err := client().Get(c, "/v1/status", &s); err != nil {
-			return err
-		}
-		if *out == "json" {
-			return printJSON(s)
-		}
-		fmt.Printf("daemon:    hostqosd %s, pid %d, up %s%s\n", s.Daemon.Version, s.Daemon.PID,
-			time.Since(s.Daemon.Started).Round(time.Second), map[bool]string{true: " (adopted pinned state)", false: ""}[s.Daemon.Adopted])
-		fmt.Printf("config:    %s (state %s)\n", s.Daemon.Config, s.Daemon.StateDir)
-		dp := "loaded"
-		if !s.Datapath.Loaded {
-			dp = "NOT loaded"
-		}
-		fmt.Printf("datapath:  %s, pins %s; %d packets seen, %d classified, %d parse errors, %d flow-table insert failures\n",
-			dp, s.Daemon.BPFFSDir, s.Datapath.Packets, s.Datapath.Classified, s.Datapath.ParseErrors, s.Datapath.FlowInsertFail)
-		fmt.Printf("mounts:    %s\n", mountsLine(s.Daemon))
-		fmt.Printf("policy:    %d links, %d classes, %d rules, %d runs; %d flows in the flow table (generation %d)\n",
-			s.Counts.Links, s.Counts.Classes, s.Counts.Rules, s.Counts.Runs, s.Counts.Flows, s.Daemon.Generation)
-		if len(s.Links) > 0 {
-			fmt.Println()
-			printLinks(s.Links)
-		}
-		for _, w := range s.Warnings {
-			fmt.Println("warning:", w)
-		}
-		return nil
-	}
-	rootCmd.AddCommand(st)
+	cliflag.AddOutput(st.Flags(), &o.output)
+	return st
+}
 
-	reload := &cobra.Command{
+func (o *statusOptions) run() error {
+	c, cancel := apiCtx()
+	defer cancel()
+	s, err := o.client().Status(c)
+	if err != nil {
+		return err
+	}
+	w := o.io.Out
+	if o.output == cliflag.JSON {
+		return printJSON(w, s)
+	}
+	fmt.Fprintf(w, "daemon:    hostqosd %s, pid %d, up %s%s\n", s.Daemon.Version, s.Daemon.PID,
+		o.now().Sub(s.Daemon.Started).Round(time.Second), map[bool]string{true: " (adopted pinned state)", false: ""}[s.Daemon.Adopted])
+	fmt.Fprintf(w, "config:    %s (state %s)\n", s.Daemon.Config, s.Daemon.StateDir)
+	dp := "loaded"
+	if !s.Datapath.Loaded {
+		dp = "NOT loaded"
+	}
+	fmt.Fprintf(w, "datapath:  %s, pins %s; %d packets seen, %d classified, %d parse errors, %d flow-table insert failures\n",
+		dp, s.Daemon.BPFFSDir, s.Datapath.Packets, s.Datapath.Classified, s.Datapath.ParseErrors, s.Datapath.FlowInsertFail)
+	fmt.Fprintf(w, "mounts:    %s\n", mountsLine(s.Daemon))
+	fmt.Fprintf(w, "policy:    %d links, %d classes, %d rules, %d runs; %d flows in the flow table (generation %d)\n",
+		s.Counts.Links, s.Counts.Classes, s.Counts.Rules, s.Counts.Runs, s.Counts.Flows, s.Daemon.Generation)
+	if len(s.Links) > 0 {
+		fmt.Fprintln(w)
+		printLinks(w, s.Links)
+	}
+	for _, warn := range s.Warnings {
+		fmt.Fprintln(w, "warning:", warn)
+	}
+	return nil
+}
+
+// reloadOptions are those of `hostqos reload`.
+type reloadOptions struct {
+	io     ioStreams
+	client func() apiClient
+}
+
+func newReloadCmd(f *factory) *cobra.Command {
+	o := &reloadOptions{io: f.io, client: f.client}
+	return &cobra.Command{
 		Use:   "reload",
 		Short: "Re-read the config file; an invalid file changes nothing",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, cancel := ctx()
-			defer cancel()
-			var s api.Status
-			if err := client().Do(c, "POST", "/v1/reload", nil, &s); err != nil {
-				return err
-			}
-			fmt.Printf("reloaded %s: %d rules, %d classes, %d links\n", s.Daemon.Config, s.Counts.Rules, s.Counts.Classes, s.Counts.Links)
-			return nil
-		},
+		RunE:  func(*cobra.Command, []string) error { return o.run() },
 	}
-	rootCmd.AddCommand(reload)
+}
 
-	var bpffs string
+func (o *reloadOptions) run() error {
+	c, cancel := apiCtx()
+	defer cancel()
+	s, err := o.client().Reload(c)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.io.Out, "reloaded %s: %d rules, %d classes, %d links\n", s.Daemon.Config, s.Counts.Rules, s.Counts.Classes, s.Counts.Links)
+	return nil
+}
+
+// downOptions are those of `hostqos down`.
+type downOptions struct {
+	io     ioStreams
+	client func() apiClient
+	bpffs  string
+	socket *string // the global --socket, for hostqosd down
+}
+
+func newDownCmd(f *factory) *cobra.Command {
+	o := &downOptions{io: f.io, client: f.client, socket: &f.socket}
 	down := &cobra.Command{
 		Use:   "down",
 		Short: "Remove every qdisc, program, pin and cgroup hostqos made (and nothing else); stops the daemon",
@@ -84,45 +115,49 @@ classifiers, HTB trees, pinned BPF programs and maps, and the cgroups of
 admin wrote (config file and persistent changes) is kept, so starting hostqosd
 again brings it back. Without a running daemon, down runs 'hostqosd down'.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, cancel := ctx()
-			defer cancel()
-			var res map[string]string
-			err := client().Do(c, "POST", "/v1/down", nil, &res)
-			if err == nil {
-				fmt.Println(res["down"])
-				return nil
-			}
-			if !errors.Is(err, api.ErrDaemonDown) {
-				return err
-			}
-			bin := findDaemon()
-			args := []string{"down"}
-			if bpffs != "" {
-				args = append(args, "--bpffs-dir", bpffs)
-			}
-			if socketFlag != "" {
-				args = append(args, "--socket", socketFlag)
-			}
-			x := exec.Command(bin, args...)
-			x.Stdout, x.Stderr = os.Stdout, os.Stderr
-			if err := x.Run(); err != nil {
-				return fmt.Errorf("run %s %s: %w", bin, strings.Join(args, " "), err)
-			}
-			return nil
-		},
+		RunE: func(*cobra.Command, []string) error { return o.run() },
 	}
-	down.Flags().StringVar(&bpffs, "bpffs-dir", "", "pin directory when no daemon runs (default that of hostqosd)")
-	rootCmd.AddCommand(down)
+	down.Flags().StringVar(&o.bpffs, "bpffs-dir", "", "pin directory when no daemon runs (default that of hostqosd)")
+	return down
+}
 
-	rootCmd.AddCommand(&cobra.Command{
+func (o *downOptions) run() error {
+	c, cancel := apiCtx()
+	defer cancel()
+	msg, err := o.client().Down(c)
+	if err == nil {
+		fmt.Fprintln(o.io.Out, msg)
+		return nil
+	}
+	if !errors.Is(err, api.ErrDaemonDown) {
+		return err
+	}
+	bin := findDaemon()
+	args := []string{"down"}
+	if o.bpffs != "" {
+		args = append(args, "--bpffs-dir", o.bpffs)
+	}
+	if *o.socket != "" {
+		args = append(args, "--socket", *o.socket)
+	}
+	x := exec.Command(bin, args...)
+	x.Stdout, x.Stderr = o.io.Out, o.io.Err
+	if err := x.Run(); err != nil {
+		return fmt.Errorf("run %s %s: %w", bin, strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+func newVersionCmd(f *factory) *cobra.Command {
+	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
-		Run:   func(*cobra.Command, []string) { fmt.Println("hostqos", version) },
-	})
+		Run:   func(*cobra.Command, []string) { fmt.Fprintln(f.io.Out, "hostqos", version) },
+	}
 }
 
+// version is set at link time (-X main.version=...).
 var version = "dev"
 
 // findDaemon looks for hostqosd next to this binary, then in PATH.
@@ -139,7 +174,7 @@ func findDaemon() string {
 	return "hostqosd"
 }
 
-func printLinks(ls []api.LinkStatus) {
+func printLinks(w io.Writer, ls []api.LinkStatus) {
 	var rows [][]string
 	for _, l := range ls {
 		rate := "mark only"
@@ -155,7 +190,7 @@ func printLinks(ls []api.LinkStatus) {
 		}
 		rows = append(rows, []string{l.Name, rate, fmt.Sprintf("%s of %s", l.Reserved, l.Reservable), state})
 	}
-	table([]string{"LINK", "EGRESS RATE", "RESERVED", "STATE"}, rows)
+	table(w, []string{"LINK", "EGRESS RATE", "RESERVED", "STATE"}, rows)
 }
 
 // mountsLine describes the cgroup2 and BPF file systems the daemon uses and

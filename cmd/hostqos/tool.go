@@ -2,28 +2,35 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
 
-// toolCmd carries the traffic generators and measurement tools. They run
-// in-process and need no daemon.
-var toolCmd = &cobra.Command{
-	Use:   "tool",
-	Short: "Traffic generators and measurement tools (UDP CBR, voice, echo, TCP bulk, Pareto, video, FCT)",
-	Long: `Traffic generators and receivers that measure what the network gave each flow:
+// toolOptions are what every traffic tool shares: the streams and -o.
+type toolOptions struct {
+	io     ioStreams
+	output cliflag.Output
+}
+
+// newToolCmd makes `hostqos tool` with the traffic generators and
+// measurement tools. They run in-process and need no daemon.
+func newToolCmd(f *factory) *cobra.Command {
+	t := &toolOptions{io: f.io}
+	tool := &cobra.Command{
+		Use:   "tool",
+		Short: "Traffic generators and measurement tools (UDP CBR, voice, echo, TCP bulk, Pareto, video, FCT)",
+		Long: `Traffic generators and receivers that measure what the network gave each flow:
 loss, one-way or round-trip latency percentiles, RFC 3550 jitter, goodput, frame
 loss, flow completion times, and the DSCP each packet arrived with.
 
@@ -36,13 +43,11 @@ Senders and receivers stop by themselves (--duration; sinks also stop once the
 expected flows ended). Results print as a table, or as JSON with -o json.
 One-way latency is exact when both ends share a clock (network namespaces of
 one host); across hosts it includes the clock offset.`,
-}
-
-func init() {
-	rootCmd.AddCommand(toolCmd)
-	toolCmd.PersistentFlags().StringP("output", "o", "table", "output format: table or json")
-	toolCmd.AddCommand(udpSendCmd(), udpSinkCmd(), echoCmd(), voiceCmd(), tcpSendCmd(), tcpSinkCmd(),
-		paretoCmd(), videoCmd(), fctCmd())
+	}
+	cliflag.AddOutput(tool.PersistentFlags(), &t.output)
+	tool.AddCommand(udpSendCmd(t), udpSinkCmd(t), echoCmd(t), voiceCmd(t), tcpSendCmd(t), tcpSinkCmd(t),
+		paretoCmd(t), videoCmd(t), fctCmd(t))
+	return tool
 }
 
 // toolCtx is cancelled by SIGINT/SIGTERM so a tool still prints its result.
@@ -54,21 +59,34 @@ func flagErr(flag, value, why, fix string) error {
 	return fmt.Errorf("--%s %q: %s; %s", flag, value, why, fix)
 }
 
-func outputFormat(cmd *cobra.Command) (string, error) {
-	o, _ := cmd.Flags().GetString("output")
-	if o != "table" && o != "json" {
-		return "", flagErr("output", o, "unknown format", "use table or json")
+// flagError turns a traffic config's *traffic.FieldError into the error of
+// the flag that set the field, with the value as given on the command line.
+// A field's flag is the field's name with - for _, unless flags names
+// another.
+func flagError(cmd *cobra.Command, err error, flags map[string]string) error {
+	var fe *traffic.FieldError
+	if !errors.As(err, &fe) {
+		return err
 	}
-	return o, nil
+	name, ok := flags[fe.Field]
+	if !ok {
+		name = strings.ReplaceAll(fe.Field, "_", "-")
+	}
+	value := fe.Value
+	if f := cmd.Flags().Lookup(name); f != nil {
+		value = f.Value.String()
+	}
+	if value == "" {
+		return fmt.Errorf("--%s: %s; %s", name, fe.Reason, fe.Fix)
+	}
+	return flagErr(name, value, fe.Reason, fe.Fix)
 }
 
-func printResult(cmd *cobra.Command, format string, r traffic.Reporter) error {
-	if format == "json" {
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+func (t *toolOptions) printResult(r traffic.Reporter) error {
+	if t.output == cliflag.JSON {
+		return printJSON(t.io.Out, r)
 	}
-	return r.WriteTable(cmd.OutOrStdout())
+	return r.WriteTable(t.io.Out)
 }
 
 func parseDSCPFlag(v string) (int, error) {
@@ -90,50 +108,17 @@ func parseRateFlag(name, v string) (uint64, error) {
 	return uint64(r), nil
 }
 
-func checkDuration(name string, d time.Duration) error {
-	if d <= 0 || d > traffic.MaxDuration {
-		return flagErr(name, d.String(), "out of range", "use a duration between 1ms and 24h, e.g. 10s")
-	}
-	return nil
-}
-
-func checkAddr(name, v string) error {
-	if v == "" {
-		return fmt.Errorf("--%s is required; give host:port, e.g. 198.18.2.2:5001 or [2001:db8:2::2]:5001", name)
-	}
-	if _, _, err := splitHostPort(v); err != nil {
-		return flagErr(name, v, "not host:port", "use host:port, e.g. 198.18.2.2:5001 or [2001:db8:2::2]:5001")
-	}
-	return nil
-}
-
-func splitHostPort(v string) (string, int, error) {
-	i := strings.LastIndex(v, ":")
-	if i < 0 {
-		return "", 0, fmt.Errorf("no port")
-	}
-	p, err := strconv.Atoi(v[i+1:])
-	if err != nil || p < 0 || p > 65535 {
-		return "", 0, fmt.Errorf("bad port")
-	}
-	return v[:i], p, nil
-}
-
-func runWith(cmd *cobra.Command, run func(ctx context.Context) (traffic.Reporter, error)) error {
-	format, err := outputFormat(cmd)
-	if err != nil {
-		return err
-	}
+func (t *toolOptions) runWith(run func(ctx context.Context) (traffic.Reporter, error)) error {
 	ctx, stop := toolCtx()
 	defer stop()
 	r, err := run(ctx)
 	if err != nil {
 		return err
 	}
-	return printResult(cmd, format, r)
+	return t.printResult(r)
 }
 
-func udpSendCmd() *cobra.Command {
+func udpSendCmd(t *toolOptions) *cobra.Command {
 	var to, from, profile, rate, dscp string
 	var size int
 	var pps float64
@@ -156,21 +141,6 @@ of voice), a 60-byte IPv4 packet, 78 bytes on Ethernet with FCS, 31.2 kbit/s.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := traffic.CBRConfig{To: to, From: from, Profile: profile, Size: size, PacketRate: pps, Duration: dur, Count: count, Flow: flow}
-			if err := checkAddr("to", to); err != nil {
-				return err
-			}
-			if profile != "" && profile != traffic.ProfileG729 {
-				return flagErr("profile", profile, "unknown profile", "use g729 or leave it out")
-			}
-			if size != 0 && (size < traffic.HeaderSize || size > traffic.MaxPayload) {
-				return flagErr("size", strconv.Itoa(size), "out of range", fmt.Sprintf("use %d..%d bytes of UDP payload", traffic.HeaderSize, traffic.MaxPayload))
-			}
-			if rate != "" && pps != 0 {
-				return flagErr("pps", fmt.Sprint(pps), "given together with --rate", "use one of --rate and --pps")
-			}
-			if pps < 0 || pps > 10e6 {
-				return flagErr("pps", fmt.Sprint(pps), "out of range", "use 0 < pps ≤ 10000000")
-			}
 			if rate != "" {
 				r, err := parseRateFlag("rate", rate)
 				if err != nil {
@@ -178,18 +148,15 @@ of voice), a 60-byte IPv4 packet, 78 bytes on Ethernet with FCS, 31.2 kbit/s.`,
 				}
 				cfg.BitRate = r
 			}
-			if cfg.BitRate == 0 && pps == 0 && profile == "" {
-				return fmt.Errorf("no rate: give --rate (e.g. 10mbit), --pps (e.g. 1000) or --profile g729")
-			}
-			if err := checkDuration("duration", dur); err != nil {
-				return err
-			}
 			d, err := parseDSCPFlag(dscp)
 			if err != nil {
 				return err
 			}
 			cfg.DSCP = d
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendCBR(ctx, cfg) })
+			if err := cfg.Validate(); err != nil {
+				return flagError(cmd, err, map[string]string{"packet_rate": "pps", "bit_rate": "rate"})
+			}
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendCBR(ctx, cfg) })
 		},
 	}
 	f := c.Flags()
@@ -206,7 +173,7 @@ of voice), a 60-byte IPv4 packet, 78 bytes on Ethernet with FCS, 31.2 kbit/s.`,
 	return c
 }
 
-func udpSinkCmd() *cobra.Command {
+func udpSinkCmd(t *toolOptions) *cobra.Command {
 	var listen string
 	var dur, idle time.Duration
 	var flows int
@@ -224,24 +191,16 @@ traffic, whichever comes first.`,
 		Example: `  hostqos tool udp-sink --listen 198.18.2.2:5001 --duration 30s --flows 1 -o json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkAddr("listen", listen); err != nil {
-				return err
+			cfg := traffic.SinkConfig{Listen: listen, Duration: dur, Flows: flows, Idle: idle}
+			if err := cfg.Validate(); err != nil {
+				return flagError(cmd, err, nil)
 			}
-			if err := checkDuration("duration", dur); err != nil {
-				return err
-			}
-			if flows < 0 {
-				return flagErr("flows", strconv.Itoa(flows), "negative", "use 0 (wait for --duration) or the number of flows to expect")
-			}
-			if idle < 0 {
-				return flagErr("idle", idle.String(), "negative", "use 0 (off) or a duration like 2s")
-			}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) {
-				s, err := traffic.ListenSink(ctx, traffic.SinkConfig{Listen: listen, Duration: dur, Flows: flows, Idle: idle})
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) {
+				s, err := traffic.ListenSink(ctx, cfg)
 				if err != nil {
 					return nil, err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "udp-sink listening on %s\n", s.Addr())
+				fmt.Fprintf(t.io.Err, "udp-sink listening on %s\n", s.Addr())
 				return s.Run(ctx)
 			})
 		},
@@ -254,7 +213,7 @@ traffic, whichever comes first.`,
 	return c
 }
 
-func echoCmd() *cobra.Command {
+func echoCmd(t *toolOptions) *cobra.Command {
 	var listen string
 	var dur time.Duration
 	c := &cobra.Command{
@@ -266,18 +225,15 @@ the round trip into its forward and return halves.`,
 		Example: `  hostqos tool echo --listen [2001:db8:2::2]:7 --duration 5m`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkAddr("listen", listen); err != nil {
-				return err
+			if err := (traffic.EchoConfig{Listen: listen, Duration: dur}).Validate(); err != nil {
+				return flagError(cmd, err, nil)
 			}
-			if err := checkDuration("duration", dur); err != nil {
-				return err
-			}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) {
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) {
 				e, err := traffic.ListenEcho(ctx, listen)
 				if err != nil {
 					return nil, err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "echo listening on %s\n", e.Addr())
+				fmt.Fprintf(t.io.Err, "echo listening on %s\n", e.Addr())
 				return e.Run(ctx, dur)
 			})
 		},
@@ -287,7 +243,7 @@ the round trip into its forward and return halves.`,
 	return c
 }
 
-func voiceCmd() *cobra.Command {
+func voiceCmd(t *toolOptions) *cobra.Command {
 	var to, from, mode, dscp string
 	var calls, size int
 	var pps float64
@@ -308,33 +264,15 @@ flow with one-way latency.`,
   hostqos tool voice --to 198.18.2.2:5001 --calls 640 --mode oneway --dscp AF11`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkAddr("to", to); err != nil {
-				return err
-			}
-			if calls < 1 || calls > 10000 {
-				return flagErr("calls", strconv.Itoa(calls), "out of range", "use 1..10000 calls")
-			}
-			if mode != traffic.VoiceEcho && mode != traffic.VoiceOneWay {
-				return flagErr("mode", mode, "unknown mode", "use echo or oneway")
-			}
-			if size != 0 && (size < traffic.HeaderSize || size > traffic.MaxPayload) {
-				return flagErr("size", strconv.Itoa(size), "out of range", fmt.Sprintf("use %d..%d bytes", traffic.HeaderSize, traffic.MaxPayload))
-			}
-			if pps < 0 || pps*float64(calls) > 1e6 {
-				return flagErr("pps", fmt.Sprint(pps), "out of range", "use a positive per-call rate, at most 1000000 packets/s over all calls")
-			}
-			if err := checkDuration("duration", dur); err != nil {
-				return err
-			}
-			if drain < 0 || drain > time.Minute {
-				return flagErr("drain", drain.String(), "out of range", "use 0 (default 500ms) up to 1m")
-			}
 			d, err := parseDSCPFlag(dscp)
 			if err != nil {
 				return err
 			}
 			cfg := traffic.VoiceConfig{To: to, From: from, Calls: calls, Mode: mode, Duration: dur, DSCP: d, Size: size, PacketRate: pps, Drain: drain}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.RunVoice(ctx, cfg) })
+			if err := cfg.Validate(); err != nil {
+				return flagError(cmd, err, map[string]string{"packet_rate": "pps"})
+			}
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) { return traffic.RunVoice(ctx, cfg) })
 		},
 	}
 	f := c.Flags()
@@ -350,7 +288,7 @@ flow with one-way latency.`,
 	return c
 }
 
-func tcpSendCmd() *cobra.Command {
+func tcpSendCmd(t *toolOptions) *cobra.Command {
 	var to, from, dscp string
 	var streams int
 	var dur time.Duration
@@ -363,21 +301,15 @@ reports what the kernel accepted.`,
 		Example: `  hostqos tool tcp-send --to 198.18.2.2:5002 --streams 4 --duration 10s --dscp AF11`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkAddr("to", to); err != nil {
-				return err
-			}
-			if streams < 1 || streams > 1024 {
-				return flagErr("streams", strconv.Itoa(streams), "out of range", "use 1..1024 streams")
-			}
-			if err := checkDuration("duration", dur); err != nil {
-				return err
-			}
 			d, err := parseDSCPFlag(dscp)
 			if err != nil {
 				return err
 			}
 			cfg := traffic.BulkConfig{To: to, From: from, Streams: streams, Duration: dur, DSCP: d}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendBulk(ctx, cfg) })
+			if err := cfg.Validate(); err != nil {
+				return flagError(cmd, err, nil)
+			}
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendBulk(ctx, cfg) })
 		},
 	}
 	f := c.Flags()
@@ -389,7 +321,7 @@ reports what the kernel accepted.`,
 	return c
 }
 
-func tcpSinkCmd() *cobra.Command {
+func tcpSinkCmd(t *toolOptions) *cobra.Command {
 	var listen string
 	var streams int
 	var dur time.Duration
@@ -402,21 +334,16 @@ received from the first to the last byte), and serve the short transfers of
 		Example: `  hostqos tool tcp-sink --listen 198.18.2.2:5002 --streams 4 --duration 30s`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkAddr("listen", listen); err != nil {
-				return err
+			cfg := traffic.TCPSinkConfig{Listen: listen, Duration: dur, Streams: streams}
+			if err := cfg.Validate(); err != nil {
+				return flagError(cmd, err, nil)
 			}
-			if streams < 0 {
-				return flagErr("streams", strconv.Itoa(streams), "negative", "use 0 (run for --duration) or the number of bulk streams to expect")
-			}
-			if err := checkDuration("duration", dur); err != nil {
-				return err
-			}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) {
-				s, err := traffic.ListenTCPSink(ctx, traffic.TCPSinkConfig{Listen: listen, Duration: dur, Streams: streams})
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) {
+				s, err := traffic.ListenTCPSink(ctx, cfg)
 				if err != nil {
 					return nil, err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "tcp-sink listening on %s\n", s.Addr())
+				fmt.Fprintf(t.io.Err, "tcp-sink listening on %s\n", s.Addr())
 				return s.Run(ctx)
 			})
 		},
@@ -428,7 +355,7 @@ received from the first to the last byte), and serve the short transfers of
 	return c
 }
 
-func paretoCmd() *cobra.Command {
+func paretoCmd(t *toolOptions) *cobra.Command {
 	var to, from, k, capRate, dscp string
 	var size int
 	var alpha, offProb float64
@@ -447,9 +374,6 @@ an interval is silent with probability p (on/off). --seed makes runs repeatable.
 		Example: `  hostqos tool pareto --to 198.18.2.2:5001 --k 4mbit --alpha 1.05 --cap 20mbit --duration 30s --dscp AF13`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkAddr("to", to); err != nil {
-				return err
-			}
 			kr, err := parseRateFlag("k", k)
 			if err != nil {
 				return err
@@ -458,31 +382,16 @@ an interval is silent with probability p (on/off). --seed makes runs repeatable.
 			if err != nil {
 				return err
 			}
-			if cr < kr {
-				return flagErr("cap", capRate, "below --k "+k, "give a cap at least k, normally the bottleneck link rate")
-			}
-			if !(alpha > 0) || alpha > 100 {
-				return flagErr("alpha", fmt.Sprint(alpha), "out of range", "use a shape in (0, 100]; the seed used 1.05")
-			}
-			if offProb < 0 || offProb >= 1 {
-				return flagErr("off-prob", fmt.Sprint(offProb), "out of range", "use a probability in [0, 1)")
-			}
-			if size < traffic.HeaderSize || size > traffic.MaxPayload {
-				return flagErr("size", strconv.Itoa(size), "out of range", fmt.Sprintf("use %d..%d bytes", traffic.HeaderSize, traffic.MaxPayload))
-			}
-			if interval < time.Millisecond || interval > time.Hour {
-				return flagErr("interval", interval.String(), "out of range", "use 1ms..1h; the seed used 2s")
-			}
-			if err := checkDuration("duration", dur); err != nil {
-				return err
-			}
 			d, err := parseDSCPFlag(dscp)
 			if err != nil {
 				return err
 			}
 			cfg := traffic.ParetoConfig{To: to, From: from, Size: size, K: kr, Alpha: alpha, Cap: cr, Interval: interval,
 				OffProb: offProb, Duration: dur, Seed: seed, DSCP: d, Flow: flow}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendPareto(ctx, cfg) })
+			if err := cfg.Validate(); err != nil {
+				return flagError(cmd, err, nil)
+			}
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendPareto(ctx, cfg) })
 		},
 	}
 	f := c.Flags()
@@ -501,7 +410,7 @@ an interval is silent with probability p (on/off). --seed makes runs repeatable.
 	return c
 }
 
-func videoCmd() *cobra.Command {
+func videoCmd(t *toolOptions) *cobra.Command {
 	var to, from, gop, dscp string
 	var fps float64
 	var iSize, pSize, bSize, maxPayload int
@@ -518,36 +427,16 @@ send time to its last fragment).`,
 		Example: `  hostqos tool video --to 198.18.2.2:5001 --fps 30 --gop IBBPBBPBBPBB --i-size 60000 --dscp AF41`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkAddr("to", to); err != nil {
-				return err
-			}
-			if fps <= 0 || fps > 1000 {
-				return flagErr("fps", fmt.Sprint(fps), "out of range", "use 0 < fps ≤ 1000")
-			}
-			if g := strings.ToUpper(gop); g == "" || strings.Trim(g, "IPB") != "" {
-				return flagErr("gop", gop, "not a GOP pattern", "use the letters I, P and B, e.g. IBBPBBPBBPBB")
-			}
-			for _, s := range []struct {
-				n string
-				v int
-			}{{"i-size", iSize}, {"p-size", pSize}, {"b-size", bSize}} {
-				if s.v < 1 || s.v > 16<<20 {
-					return flagErr(s.n, strconv.Itoa(s.v), "out of range", "use 1..16777216 bytes")
-				}
-			}
-			if maxPayload <= traffic.HeaderSize || maxPayload > traffic.MaxPayload {
-				return flagErr("max-payload", strconv.Itoa(maxPayload), "out of range", fmt.Sprintf("use %d..%d bytes (1400 fits a 1500-byte MTU)", traffic.HeaderSize+1, traffic.MaxPayload))
-			}
-			if err := checkDuration("duration", dur); err != nil {
-				return err
-			}
 			d, err := parseDSCPFlag(dscp)
 			if err != nil {
 				return err
 			}
 			cfg := traffic.VideoConfig{To: to, From: from, FPS: fps, GOP: gop, ISize: iSize, PSize: pSize, BSize: bSize,
 				MaxPayload: maxPayload, Duration: dur, DSCP: d, Flow: flow}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendVideo(ctx, cfg) })
+			if err := cfg.Validate(); err != nil {
+				return flagError(cmd, err, nil)
+			}
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) { return traffic.SendVideo(ctx, cfg) })
 		},
 	}
 	f := c.Flags()
@@ -565,7 +454,7 @@ send time to its last fragment).`,
 	return c
 }
 
-func fctCmd() *cobra.Command {
+func fctCmd(t *toolOptions) *cobra.Command {
 	var to, from, size, direction, dscp string
 	var count, conc int
 	var timeout, dur time.Duration
@@ -580,43 +469,19 @@ last byte (down) or the acknowledgement (up); p50/p90/p99 are reported.`,
 		Example: `  hostqos tool fct --to 198.18.2.2:5002 --count 200 --size 50k --concurrency 4 --dscp AF41`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkAddr("to", to); err != nil {
-				return err
-			}
-			if count < 1 || count > 1_000_000 {
-				return flagErr("count", strconv.Itoa(count), "out of range", "use 1..1000000 transfers")
-			}
 			psz, err := policy.ParseSize(size)
-			if err == nil && psz == 0 {
-				err = errors.New("not a positive byte count")
-			}
 			if err != nil {
 				return flagErr("size", size, err.Error(), "use bytes like 1500, 10k, 2m or 1g (k = 1024, as everywhere in hostqos)")
-			}
-			sz := uint64(psz)
-			if sz > traffic.MaxTransfer {
-				return flagErr("size", size, "too large", "use at most 17g per transfer")
-			}
-			if conc < 1 || conc > 1024 {
-				return flagErr("concurrency", strconv.Itoa(conc), "out of range", "use 1..1024")
-			}
-			if direction != traffic.FCTDown && direction != traffic.FCTUp {
-				return flagErr("direction", direction, "unknown direction", "use down or up")
-			}
-			if err := checkDuration("timeout", timeout); err != nil {
-				return err
-			}
-			if dur != 0 {
-				if err := checkDuration("duration", dur); err != nil {
-					return err
-				}
 			}
 			d, err := parseDSCPFlag(dscp)
 			if err != nil {
 				return err
 			}
-			cfg := traffic.FCTConfig{To: to, From: from, Count: count, Size: sz, Concurrency: conc, Direction: direction, DSCP: d, Timeout: timeout, Duration: dur}
-			return runWith(cmd, func(ctx context.Context) (traffic.Reporter, error) { return traffic.RunFCT(ctx, cfg) })
+			cfg := traffic.FCTConfig{To: to, From: from, Count: count, Size: uint64(psz), Concurrency: conc, Direction: direction, DSCP: d, Timeout: timeout, Duration: dur}
+			if err := cfg.Validate(); err != nil {
+				return flagError(cmd, err, nil)
+			}
+			return t.runWith(func(ctx context.Context) (traffic.Reporter, error) { return traffic.RunFCT(ctx, cfg) })
 		},
 	}
 	f := c.Flags()

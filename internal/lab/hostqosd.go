@@ -92,8 +92,7 @@ func (d *Daemon) Start() error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		var st api.Status
-		err := d.Client.Get(ctx, "/v1/status", &st)
+		_, err := d.Client.Status(ctx)
 		cancel()
 		if err == nil {
 			return d.mark()
@@ -209,20 +208,16 @@ func (d *Daemon) CLIJSON(out any, args ...string) error {
 
 // Stats reads /v1/stats/{kind}.
 func (d *Daemon) Stats(kind string) (api.Stats, error) {
-	var s api.Stats
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := d.Client.Get(ctx, "/v1/stats/"+kind, &s)
-	return s, err
+	return d.Client.Stats().Get(ctx, kind)
 }
 
 // Status reads /v1/status.
 func (d *Daemon) Status() (api.Status, error) {
-	var s api.Status
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := d.Client.Get(ctx, "/v1/status", &s)
-	return s, err
+	return d.Client.Status(ctx)
 }
 
 // BuildBinaries compiles hostqos, hostqosd (static, CGO off) into dir from

@@ -70,25 +70,28 @@ func (c *CBRConfig) normalize() error {
 			c.PacketRate = G729PacketRate
 		}
 	default:
-		return fmt.Errorf("profile %q: unknown; the known profile is %q", c.Profile, ProfileG729)
+		return fieldErr("profile", c.Profile, "unknown profile", "use "+ProfileG729+" or leave it out")
 	}
-	if c.To == "" {
-		return fmt.Errorf("destination: empty; give host:port")
+	if err := checkHostPort("to", c.To); err != nil {
+		return err
 	}
 	if c.Size == 0 {
 		c.Size = 1200
 	}
-	if err := checkSize(c.Size); err != nil {
+	if err := checkSize("size", c.Size); err != nil {
 		return err
 	}
-	if c.PacketRate < 0 || (c.PacketRate > 0 && c.BitRate > 0) || (c.PacketRate == 0 && c.BitRate == 0) {
-		return fmt.Errorf("rate: give exactly one of a packet rate and a bit rate, both positive")
+	if c.PacketRate != 0 && c.BitRate > 0 {
+		return fieldErr("packet_rate", c.PacketRate, "given together with a bit rate", "give one of a packet rate and a bit rate")
 	}
-	if c.Duration <= 0 && c.Count == 0 {
-		return fmt.Errorf("duration %v: must be positive (or give a packet count)", c.Duration)
+	if c.PacketRate < 0 || c.PacketRate > MaxPacketRate {
+		return fieldErr("packet_rate", c.PacketRate, "out of range", "use 0 < packets/s ≤ 10000000")
 	}
-	if c.Duration > MaxDuration {
-		return fmt.Errorf("duration %v: above the limit of %v", c.Duration, MaxDuration)
+	if c.PacketRate == 0 && c.BitRate == 0 {
+		return fieldErr("bit_rate", "", "no rate", "give a bit rate (e.g. 10mbit), a packet rate (e.g. 1000) or the "+ProfileG729+" profile")
+	}
+	if (c.Duration <= 0 && c.Count == 0) || c.Duration > MaxDuration {
+		return checkDuration("duration", c.Duration)
 	}
 	if c.Duration <= 0 {
 		c.Duration = MaxDuration
@@ -101,20 +104,6 @@ const MaxDuration = 24 * time.Hour
 
 // MaxPayload is the largest UDP payload the generators send.
 const MaxPayload = 65507
-
-func checkSize(n int) error {
-	if n < HeaderSize || n > MaxPayload {
-		return fmt.Errorf("size %d: must be between %d (our header) and %d bytes of UDP payload", n, HeaderSize, MaxPayload)
-	}
-	return nil
-}
-
-func checkDSCP(d int) error {
-	if d != NoDSCP && (d < 0 || d > 63) {
-		return fmt.Errorf("DSCP %d: must be 0..63", d)
-	}
-	return nil
-}
 
 func dscpString(d int) string {
 	if d < 0 {

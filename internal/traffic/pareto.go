@@ -2,10 +2,11 @@ package traffic
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/hostqos/hostqos/internal/policy"
 )
 
 // ParetoConfig describes bursty cross traffic as in the Q-Pod seed (§5.1,
@@ -93,37 +94,46 @@ func ParetoRates(cfg ParetoConfig, n int) []float64 {
 	return out
 }
 
-func (cfg *ParetoConfig) validate() error {
-	if cfg.Size == 0 {
-		cfg.Size = 1200
-	}
-	if err := checkSize(cfg.Size); err != nil {
+func (cfg *ParetoConfig) normalize() error {
+	if err := checkHostPort("to", cfg.To); err != nil {
 		return err
 	}
 	if cfg.K == 0 {
-		return fmt.Errorf("k: must be a positive rate (the seed used 40mbit)")
+		return fieldErr("k", "", "missing", "give a positive rate (the seed used 40mbit)")
 	}
-	if !(cfg.Alpha > 0) || cfg.Alpha > 100 {
-		return fmt.Errorf("alpha %v: must be in (0, 100] (the seed used 1.05)", cfg.Alpha)
+	if cfg.Cap == 0 {
+		return fieldErr("cap", "", "missing", "give a rate at least k, normally the bottleneck link rate")
 	}
-	if cfg.Cap == 0 || cfg.Cap < cfg.K {
-		return fmt.Errorf("cap %d: must be a rate at least k (%d); use the bottleneck link rate", cfg.Cap, cfg.K)
+	if cfg.Cap < cfg.K {
+		return fieldErr("cap", cfg.Cap, "below k "+policy.Rate(cfg.K).String(), "give a cap at least k, normally the bottleneck link rate")
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = 2 * time.Second
+	if !(cfg.Alpha > 0) || cfg.Alpha > MaxAlpha {
+		return fieldErr("alpha", cfg.Alpha, "out of range", "use a shape in (0, 100]; the seed used 1.05")
 	}
 	if cfg.OffProb < 0 || cfg.OffProb >= 1 {
-		return fmt.Errorf("off probability %v: must be in [0, 1)", cfg.OffProb)
+		return fieldErr("off_prob", cfg.OffProb, "out of range", "use a probability in [0, 1)")
 	}
-	if cfg.Duration <= 0 || cfg.Duration > MaxDuration {
-		return fmt.Errorf("duration %v: must be positive and at most %v", cfg.Duration, MaxDuration)
+	if cfg.Size == 0 {
+		cfg.Size = 1200
+	}
+	if err := checkSize("size", cfg.Size); err != nil {
+		return err
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 2 * time.Second
+	}
+	if cfg.Interval < MinInterval || cfg.Interval > MaxInterval {
+		return fieldErr("interval", cfg.Interval, "out of range", "use 1ms..1h; the seed used 2s")
+	}
+	if err := checkDuration("duration", cfg.Duration); err != nil {
+		return err
 	}
 	return checkDSCP(cfg.DSCP)
 }
 
 // SendPareto runs the bursty source.
 func SendPareto(ctx context.Context, cfg ParetoConfig) (*ParetoResult, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
 	c, err := dialUDP(ctx, cfg.To, cfg.From, cfg.DSCP)

@@ -83,11 +83,8 @@ type Sink struct {
 // ListenSink opens the sink's socket now (in the caller's network
 // namespace); Run measures.
 func ListenSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
-	if cfg.Duration <= 0 || cfg.Duration > MaxDuration {
-		return nil, fmt.Errorf("duration %v: must be positive and at most %v", cfg.Duration, MaxDuration)
-	}
-	if cfg.Flows < 0 {
-		return nil, fmt.Errorf("flows %d: must not be negative", cfg.Flows)
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	c, err := listenUDP(ctx, cfg.Listen)
 	if err != nil {

@@ -70,11 +70,8 @@ type TCPSink struct {
 
 // ListenTCPSink opens the listening socket now (in the caller's namespace).
 func ListenTCPSink(ctx context.Context, cfg TCPSinkConfig) (*TCPSink, error) {
-	if cfg.Duration <= 0 || cfg.Duration > MaxDuration {
-		return nil, fmt.Errorf("duration %v: must be positive and at most %v", cfg.Duration, MaxDuration)
-	}
-	if cfg.Streams < 0 {
-		return nil, fmt.Errorf("streams %d: must not be negative", cfg.Streams)
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
@@ -273,16 +270,7 @@ func tcpDialer(from string, dscp int) (*net.Dialer, error) {
 // SendBulk opens the streams and writes as fast as TCP allows for the
 // duration.
 func SendBulk(ctx context.Context, cfg BulkConfig) (*BulkResult, error) {
-	if cfg.Streams == 0 {
-		cfg.Streams = 1
-	}
-	if cfg.Streams < 1 || cfg.Streams > 1024 {
-		return nil, fmt.Errorf("streams %d: must be 1..1024", cfg.Streams)
-	}
-	if cfg.Duration <= 0 || cfg.Duration > MaxDuration {
-		return nil, fmt.Errorf("duration %v: must be positive and at most %v", cfg.Duration, MaxDuration)
-	}
-	if err := checkDSCP(cfg.DSCP); err != nil {
+	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
 	d, err := tcpDialer(cfg.From, cfg.DSCP)
@@ -388,37 +376,12 @@ type FCTResult struct {
 // goroutine (so in the caller's network namespace); the transfers themselves
 // run concurrently.
 func RunFCT(ctx context.Context, cfg FCTConfig) (*FCTResult, error) {
-	if cfg.Count < 1 || cfg.Count > 1_000_000 {
-		return nil, fmt.Errorf("count %d: must be 1..1000000", cfg.Count)
-	}
-	if cfg.Size == 0 || cfg.Size > MaxTransfer {
-		return nil, fmt.Errorf("size %d: must be 1..%d bytes", cfg.Size, uint64(MaxTransfer))
-	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = 1
-	}
-	if cfg.Concurrency < 1 || cfg.Concurrency > 1024 {
-		return nil, fmt.Errorf("concurrency %d: must be 1..1024", cfg.Concurrency)
-	}
-	if cfg.Direction == "" {
-		cfg.Direction = FCTDown
+	if err := cfg.normalize(); err != nil {
+		return nil, err
 	}
 	kind := byte(kindDown)
-	switch cfg.Direction {
-	case FCTDown:
-	case FCTUp:
+	if cfg.Direction == FCTUp {
 		kind = kindUp
-	default:
-		return nil, fmt.Errorf("direction %q: must be %q or %q", cfg.Direction, FCTDown, FCTUp)
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
-	}
-	if cfg.Duration <= 0 {
-		cfg.Duration = min(MaxDuration, time.Duration(cfg.Count)*cfg.Timeout)
-	}
-	if err := checkDSCP(cfg.DSCP); err != nil {
-		return nil, err
 	}
 	d, err := tcpDialer(cfg.From, cfg.DSCP)
 	if err != nil {

@@ -33,20 +33,23 @@ type VideoResult struct {
 	GOP    string  `json:"gop"`
 }
 
-func (cfg *VideoConfig) validate() error {
+func (cfg *VideoConfig) normalize() error {
+	if err := checkHostPort("to", cfg.To); err != nil {
+		return err
+	}
 	if cfg.FPS == 0 {
 		cfg.FPS = 25
 	}
-	if cfg.FPS < 0 || cfg.FPS > 1000 {
-		return fmt.Errorf("fps %v: must be in (0, 1000]", cfg.FPS)
+	if cfg.FPS < 0 || cfg.FPS > MaxFPS {
+		return fieldErr("fps", cfg.FPS, "out of range", "use 0 < fps ≤ 1000")
 	}
 	if cfg.GOP == "" {
 		cfg.GOP = "IBBPBBPBBPBB"
 	}
-	cfg.GOP = strings.ToUpper(cfg.GOP)
-	if strings.Trim(cfg.GOP, "IPB") != "" {
-		return fmt.Errorf("gop %q: must be a pattern of the letters I, P and B, e.g. IBBPBBPBBPBB", cfg.GOP)
+	if g := strings.ToUpper(cfg.GOP); strings.Trim(g, "IPB") != "" {
+		return fieldErr("gop", cfg.GOP, "not a GOP pattern", "use the letters I, P and B, e.g. IBBPBBPBBPBB")
 	}
+	cfg.GOP = strings.ToUpper(cfg.GOP)
 	if cfg.ISize == 0 {
 		cfg.ISize = 40000
 	}
@@ -59,26 +62,26 @@ func (cfg *VideoConfig) validate() error {
 	for _, s := range []struct {
 		n string
 		v int
-	}{{"I", cfg.ISize}, {"P", cfg.PSize}, {"B", cfg.BSize}} {
-		if s.v < 1 || s.v > 16<<20 {
-			return fmt.Errorf("%s-frame size %d: must be 1..16777216 bytes", s.n, s.v)
+	}{{"i_size", cfg.ISize}, {"p_size", cfg.PSize}, {"b_size", cfg.BSize}} {
+		if s.v < 1 || s.v > MaxFrameSize {
+			return fieldErr(s.n, s.v, "out of range", fmt.Sprintf("use 1..%d bytes", MaxFrameSize))
 		}
 	}
 	if cfg.MaxPayload == 0 {
 		cfg.MaxPayload = 1400
 	}
 	if cfg.MaxPayload <= HeaderSize || cfg.MaxPayload > MaxPayload {
-		return fmt.Errorf("max payload %d: must be %d..%d bytes", cfg.MaxPayload, HeaderSize+1, MaxPayload)
+		return fieldErr("max_payload", cfg.MaxPayload, "out of range", fmt.Sprintf("use %d..%d bytes (1400 fits a 1500-byte MTU)", HeaderSize+1, MaxPayload))
 	}
-	if cfg.Duration <= 0 || cfg.Duration > MaxDuration {
-		return fmt.Errorf("duration %v: must be positive and at most %v", cfg.Duration, MaxDuration)
+	if err := checkDuration("duration", cfg.Duration); err != nil {
+		return err
 	}
 	return checkDSCP(cfg.DSCP)
 }
 
 // SendVideo sends frames for the duration.
 func SendVideo(ctx context.Context, cfg VideoConfig) (*VideoResult, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
 	chunk := cfg.MaxPayload - HeaderSize

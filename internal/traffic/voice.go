@@ -83,35 +83,8 @@ type call struct {
 
 // RunVoice runs the calls for the duration and reports per call.
 func RunVoice(ctx context.Context, cfg VoiceConfig) (*VoiceResult, error) {
-	if cfg.Mode == "" {
-		cfg.Mode = VoiceEcho
-	}
-	if cfg.Mode != VoiceEcho && cfg.Mode != VoiceOneWay {
-		return nil, fmt.Errorf("mode %q: must be %q or %q", cfg.Mode, VoiceEcho, VoiceOneWay)
-	}
-	if cfg.Calls < 1 || cfg.Calls > 10000 {
-		return nil, fmt.Errorf("calls %d: must be 1..10000", cfg.Calls)
-	}
-	if cfg.Size == 0 {
-		cfg.Size = G729PayloadSize
-	}
-	if cfg.PacketRate == 0 {
-		cfg.PacketRate = G729PacketRate
-	}
-	if err := checkSize(cfg.Size); err != nil {
+	if err := cfg.normalize(); err != nil {
 		return nil, err
-	}
-	if cfg.PacketRate < 0 || cfg.PacketRate*float64(cfg.Calls) > 1e6 {
-		return nil, fmt.Errorf("packet rate %v per call: must be positive and at most 1e6 pkt/s in total", cfg.PacketRate)
-	}
-	if cfg.Duration <= 0 || cfg.Duration > MaxDuration {
-		return nil, fmt.Errorf("duration %v: must be positive and at most %v", cfg.Duration, MaxDuration)
-	}
-	if err := checkDSCP(cfg.DSCP); err != nil {
-		return nil, err
-	}
-	if cfg.Drain <= 0 {
-		cfg.Drain = 500 * time.Millisecond
 	}
 	from := ""
 	if cfg.From != "" {

@@ -50,12 +50,12 @@ func attackMain(mode string) int {
 	case "hang": // headers and part of a body, then nothing
 		payload = "POST /v1/runs HTTP/1.1\r\nHost: hostqosd\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"class\": \"bulk\", \"cmd\": \"aaaa"
 	case "idle", "noread", "flows": // one request, then keep-alive
-		path := "/v1/status"
+		path := api.Path(api.RouteStatus)
 		switch mode {
 		case "noread":
-			path = "/v1/rules"
+			path = api.Path(api.RouteRules)
 		case "flows": // own flows first, for a long answer of our own
-			path = "/v1/stats/flows"
+			path = api.Path(api.RouteStats, api.StatFlows)
 			if err := makeFlows(); err != nil {
 				fmt.Println("attacker:", err)
 				return 1
@@ -250,8 +250,7 @@ func (fe *floodEnv) attack(mode string, conns int, dur time.Duration, growthKiB 
 		}
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		var st api.Status
-		err := fe.cli.Get(ctx, "/v1/status", &st)
+		st, err := fe.cli.Status(ctx)
 		cancel()
 		took := time.Since(start)
 		switch {
@@ -400,8 +399,8 @@ func TestFloodUnreadAnswers(t *testing.T) {
 		fmt.Fprintf(&cfg, "[[rule]]\nname = \"bulk-transfers-of-the-flood-test-%04d\"\nproto = \"udp\"\nrport = %d\nclass = \"bulk\"\n", i, 20000+i)
 	}
 	fe := newFloodEnv(t, cfg.String())
-	var rules []api.RuleInfo
-	if err := fe.cli.Get(context.Background(), "/v1/rules", &rules); err != nil || len(rules) < n {
+	rules, err := fe.cli.Rules().List(context.Background())
+	if err != nil || len(rules) < n {
 		t.Fatalf("rule list: %d rules, %v", len(rules), err)
 	}
 	if b, _ := json.MarshalIndent(rules, "", "  "); len(b) < 3*212992 { // 3 × the default socket buffer

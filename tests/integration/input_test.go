@@ -53,15 +53,15 @@ func TestAPIRejectsBadInput(t *testing.T) {
 		code               int
 		want               string
 	}{
-		{"POST", "/v1/rules", `{"name":"r","comm":"x","max_bw":"1mbit"}`, 400, `rule "r": unknown field "max_bw"; did you mean maxbw?`},
-		{"POST", "/v1/classes", `{"name":"gold","dscp":"AF21","user_alowed":true}`, 400, `class "gold": unknown field "user_alowed"; did you mean user_allowed?`},
-		{"PATCH", "/v1/classes/bulk", `{"user_alowed":true}`, 400, `class "bulk": unknown field "user_alowed"; did you mean user_allowed?`},
-		{"PUT", "/v1/links/" + e.iface(), `{"egress":"1mbit"}`, 400, `unknown field "egress"; did you mean egress_rate?`},
-		{"PUT", "/v1/links/" + e.iface(), `null`, 400, "want a JSON object {...}, got null"},
-		{"POST", "/v1/rules", `{"name":"r","exe":"` + long + `"}`, 400, "(100001 bytes)\": too long: 100001 bytes, at most 4095"},
-		{"POST", "/v1/rules", `{"name":"r","exe":"` + strings.Repeat("a", 2<<20) + `"}`, 413, "limit of 1048576 bytes"},
-		{"POST", "/v1/classes", `{"name":"c","dscp":"EF","priority":"high"}`, 400, `field priority = "high": want a whole number, got string`},
-		{"POST", "/v1/runs", `{"cmd":"` + strings.Repeat("x", 900000) + `"}`, 400, "too long: 900000 bytes, at most 4096"},
+		{"POST", api.Path(api.RouteAddRule), `{"name":"r","comm":"x","max_bw":"1mbit"}`, 400, `rule "r": unknown field "max_bw"; did you mean maxbw?`},
+		{"POST", api.Path(api.RouteAddClass), `{"name":"gold","dscp":"AF21","user_alowed":true}`, 400, `class "gold": unknown field "user_alowed"; did you mean user_allowed?`},
+		{"PATCH", api.Path(api.RouteSetClass, "bulk"), `{"user_alowed":true}`, 400, `class "bulk": unknown field "user_alowed"; did you mean user_allowed?`},
+		{"PUT", api.Path(api.RouteSetLink, e.iface()), `{"egress":"1mbit"}`, 400, `unknown field "egress"; did you mean egress_rate?`},
+		{"PUT", api.Path(api.RouteSetLink, e.iface()), `null`, 400, "want a JSON object {...}, got null"},
+		{"POST", api.Path(api.RouteAddRule), `{"name":"r","exe":"` + long + `"}`, 400, "(100001 bytes)\": too long: 100001 bytes, at most 4095"},
+		{"POST", api.Path(api.RouteAddRule), `{"name":"r","exe":"` + strings.Repeat("a", 2<<20) + `"}`, 413, "limit of 1048576 bytes"},
+		{"POST", api.Path(api.RouteAddClass), `{"name":"c","dscp":"EF","priority":"high"}`, 400, `field priority = "high": want a whole number, got string`},
+		{"POST", api.Path(api.RouteStartRun), `{"cmd":"` + strings.Repeat("x", 900000) + `"}`, 400, "too long: 900000 bytes, at most 4096"},
 	} {
 		code, msg := e.call(c.method, c.path, c.body)
 		if code != c.code || !strings.Contains(msg, c.want) {
@@ -82,7 +82,7 @@ func TestAPIRejectsBadInput(t *testing.T) {
 		t.Errorf("link after refused changes: %+v", links)
 	}
 	// A class without priority gets the default, not "priority -1".
-	if code, msg := e.call("POST", "/v1/classes", `{"name":"gold","dscp":"AF21"}`); code != 200 {
+	if code, msg := e.call("POST", api.Path(api.RouteAddClass), `{"name":"gold","dscp":"AF21"}`); code != 200 {
 		t.Errorf("class without priority: %d %s", code, msg)
 	}
 	// The config file check gives the same message as the API.
@@ -189,7 +189,7 @@ func TestIdempotentChange(t *testing.T) {
 	// Connection dropped before the answer was read.
 	k1 := "11111111111111111111111111111111"
 	body := `{"name":"a","proto":"udp","class":"bulk"}`
-	rawChange(t, sock, "POST", "/v1/rules", k1, body)
+	rawChange(t, sock, "POST", api.Path(api.RouteAddRule), k1, body)
 	eventually(t, 10*time.Second, "rule a applied", has("a"))
 	if code, replay := keyedAdd(t, sock, k1, body); code != http.StatusCreated || !replay {
 		t.Errorf("retry with the same key: %d (replay %v), want 201 replayed", code, replay)
@@ -200,7 +200,7 @@ func TestIdempotentChange(t *testing.T) {
 
 	// Killed with -9 after the change was written, before the answer.
 	k2 := "22222222222222222222222222222222"
-	rawChange(t, sock, "POST", "/v1/rules", k2, `{"name":"b","proto":"tcp"}`)
+	rawChange(t, sock, "POST", api.Path(api.RouteAddRule), k2, `{"name":"b","proto":"tcp"}`)
 	state := filepath.Join(e.d.Dir, "state", "state.json")
 	eventually(t, 10*time.Second, "key recorded in the state file", func() (bool, string) {
 		data, _ := os.ReadFile(state)

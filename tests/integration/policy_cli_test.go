@@ -111,8 +111,8 @@ func TestRunExitCodeAndCleanup(t *testing.T) {
 	if len(rules) != 0 {
 		t.Errorf("run rules left after the programs ended: %+v", rules)
 	}
-	var runs []api.Run
-	if err := e.cli.Get(context.Background(), "/v1/runs", &runs); err != nil {
+	runs, err := e.cli.Runs().List(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(runs) != 0 {

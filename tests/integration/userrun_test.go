@@ -187,10 +187,10 @@ func TestUserSeesOnlyOwnRuns(t *testing.T) {
 	e.startUserRun(uidOther)
 	e.startUserRun(uidNobody)
 	e.waitRuns(3)
-	var all []api.Run
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := e.cli.Get(ctx, "/v1/runs", &all); err != nil || len(all) != 3 {
+	all, err := e.cli.Runs().List(ctx)
+	if err != nil || len(all) != 3 {
 		t.Fatalf("root's view of runs: %v %+v", err, all)
 	}
 	mine, others := "", map[string]bool{}
@@ -202,7 +202,7 @@ func TestUserSeesOnlyOwnRuns(t *testing.T) {
 		}
 	}
 	cmd := e.asUser(uidNobody, e.attacker())
-	cmd.Env = append(os.Environ(), attackerEnv+"=get", "HQ_IT_SOCKET="+e.d.Socket, "HQ_IT_PATH=/v1/runs")
+	cmd.Env = append(os.Environ(), attackerEnv+"=get", "HQ_IT_SOCKET="+e.d.Socket, "HQ_IT_PATH="+api.Path(api.RouteRuns))
 	raw, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("GET /v1/runs as nobody: %v\n%s", err, raw)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 )
 
@@ -68,10 +67,9 @@ func benchStats(e *env, r *Report) error {
 	var times []float64
 	var flows int
 	for i := 0; i < reads+1; i++ {
-		var st api.Stats
 		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 		t0 := time.Now()
-		err := d.Client.Get(ctx, "/v1/stats/flows", &st)
+		st, err := d.Client.Stats().Flows(ctx)
 		el := time.Since(t0)
 		cancel()
 		if err != nil {

@@ -1,0 +1,337 @@
+package api
+
+import (
+	"context"
+	"net/url"
+	"strings"
+
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// Method returns the HTTP method of a route ("GET /v1/rules" → "GET").
+func Method(route string) string {
+	m, _, _ := strings.Cut(route, " ")
+	return m
+}
+
+// Path returns the path of a route with its {wildcards} filled, in order,
+// by params (each escaped with url.PathEscape):
+// Path(RouteRule, "web") is "/v1/rules/web". It panics when the number of
+// params does not match the route's wildcards: that is a programming error.
+func Path(route string, params ...string) string {
+	_, p, ok := strings.Cut(route, " ")
+	if !ok {
+		p = route
+	}
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(p, '{')
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(p[i:], '}')
+		if j < 0 || len(params) == 0 {
+			panic("api.Path: route " + route + " wants more parameters")
+		}
+		b.WriteString(p[:i])
+		b.WriteString(url.PathEscape(params[0]))
+		params = params[1:]
+		p = p[i+j+1:]
+	}
+	if len(params) > 0 {
+		panic("api.Path: route " + route + " wants fewer parameters")
+	}
+	b.WriteString(p)
+	return b.String()
+}
+
+// ChangeOption adjusts one change (a request that is not a GET).
+type ChangeOption func(*ChangeOptions)
+
+// ChangeOptions are the options of one change, as the ChangeOptions given
+// set them (see Options).
+type ChangeOptions struct {
+	// Temporary: not persisted (see Temporary).
+	Temporary bool
+	// IdempotencyKey overrides the client's key (see WithIdempotencyKey).
+	IdempotencyKey string
+}
+
+// Options applies opts in order and returns the result; fakes of the
+// client use it to see the options of a change.
+func Options(opts ...ChangeOption) ChangeOptions {
+	var o ChangeOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// Temporary makes a change that is not persisted: the daemon forgets it
+// when it stops (a crash keeps it). Links, classes and rules take it.
+func Temporary(on bool) ChangeOption { return func(o *ChangeOptions) { o.Temporary = on } }
+
+// WithIdempotencyKey sends the change with this key instead of the
+// client's (Client.IdempotencyKey) or a fresh random one.
+func WithIdempotencyKey(key string) ChangeOption {
+	return func(o *ChangeOptions) { o.IdempotencyKey = key }
+}
+
+// Fields are a rule's or a class's fields by their JSON names, for adding
+// with only some fields given (the daemon fills in the defaults) or for
+// changing some fields (a field given as nil is cleared).
+type Fields map[string]any
+
+// call sends a request to route with its wildcards filled by params.
+func (c *Client) call(ctx context.Context, route string, params []string, body, out any, opts []ChangeOption) error {
+	o := Options(opts...)
+	path := Path(route, params...)
+	if o.Temporary {
+		path += "?temporary=1"
+	}
+	if o.IdempotencyKey != "" && o.IdempotencyKey != c.IdempotencyKey {
+		cc := *c
+		cc.IdempotencyKey = o.IdempotencyKey
+		c = &cc
+	}
+	return c.Do(ctx, Method(route), path, body, out)
+}
+
+// Status returns the daemon's status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var s Status
+	err := c.call(ctx, RouteStatus, nil, nil, &s, nil)
+	return s, err
+}
+
+// Reload makes the daemon re-read its config file and returns its status
+// afterwards; an invalid file changes nothing.
+func (c *Client) Reload(ctx context.Context, opts ...ChangeOption) (Status, error) {
+	var s Status
+	err := c.call(ctx, RouteReload, nil, nil, &s, opts)
+	return s, err
+}
+
+// Down makes the daemon remove everything it made and stop; it returns
+// the daemon's one-line account of what it removed.
+func (c *Client) Down(ctx context.Context, opts ...ChangeOption) (string, error) {
+	var res map[string]string
+	err := c.call(ctx, RouteDown, nil, nil, &res, opts)
+	return res["down"], err
+}
+
+// The parts of the API, as interfaces so that programs built on the
+// client (the CLI) can be tested against a fake.
+type (
+	// LinksAPI manages links.
+	LinksAPI interface {
+		List(ctx context.Context) ([]LinkStatus, error)
+		Set(ctx context.Context, link policy.Link, opts ...ChangeOption) ([]LinkStatus, error)
+		Remove(ctx context.Context, name string, opts ...ChangeOption) error
+	}
+	// ClassesAPI manages service classes.
+	ClassesAPI interface {
+		List(ctx context.Context) ([]ClassInfo, error)
+		Get(ctx context.Context, name string) (ClassInfo, error)
+		Add(ctx context.Context, class policy.Class, opts ...ChangeOption) error
+		AddFields(ctx context.Context, name string, f Fields, opts ...ChangeOption) error
+		Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) error
+		Remove(ctx context.Context, name string, opts ...ChangeOption) error
+	}
+	// RulesAPI manages rules.
+	RulesAPI interface {
+		List(ctx context.Context) ([]RuleInfo, error)
+		Get(ctx context.Context, name string) (RuleInfo, error)
+		Add(ctx context.Context, rule policy.Rule, opts ...ChangeOption) error
+		AddFields(ctx context.Context, name string, f Fields, opts ...ChangeOption) error
+		Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) error
+		Remove(ctx context.Context, name string, opts ...ChangeOption) error
+	}
+	// RunsAPI starts, lists and ends runs.
+	RunsAPI interface {
+		List(ctx context.Context) ([]Run, error)
+		Start(ctx context.Context, req RunRequest, opts ...ChangeOption) (Run, error)
+		End(ctx context.Context, id string, opts ...ChangeOption) error
+	}
+	// StatsAPI reads the live counters.
+	StatsAPI interface {
+		Get(ctx context.Context, kind string) (Stats, error)
+		Rules(ctx context.Context) (Stats, error)
+		Classes(ctx context.Context) (Stats, error)
+		Apps(ctx context.Context) (Stats, error)
+		Flows(ctx context.Context) (Stats, error)
+	}
+)
+
+// Links returns the client for managed links.
+func (c *Client) Links() LinksAPI { return &linksClient{c} }
+
+// Classes returns the client for service classes.
+func (c *Client) Classes() ClassesAPI { return &classesClient{c} }
+
+// Rules returns the client for rules.
+func (c *Client) Rules() RulesAPI { return &rulesClient{c} }
+
+// Runs returns the client for runs (programs started by hostqos run).
+func (c *Client) Runs() RunsAPI { return &runsClient{c} }
+
+// Stats returns the client for the live counters.
+func (c *Client) Stats() StatsAPI { return &statsClient{c} }
+
+type linksClient struct{ c *Client }
+
+// List returns the managed links.
+func (l *linksClient) List(ctx context.Context) ([]LinkStatus, error) {
+	var ls []LinkStatus
+	err := l.c.call(ctx, RouteLinks, nil, nil, &ls, nil)
+	return ls, err
+}
+
+// Set manages the link (or changes it) and returns the managed links.
+func (l *linksClient) Set(ctx context.Context, link policy.Link, opts ...ChangeOption) ([]LinkStatus, error) {
+	var ls []LinkStatus
+	err := l.c.call(ctx, RouteSetLink, []string{link.Name}, link, &ls, opts)
+	return ls, err
+}
+
+// Remove stops managing the link.
+func (l *linksClient) Remove(ctx context.Context, name string, opts ...ChangeOption) error {
+	return l.c.call(ctx, RouteRemoveLink, []string{name}, nil, nil, opts)
+}
+
+type classesClient struct{ c *Client }
+
+// List returns the classes.
+func (k *classesClient) List(ctx context.Context) ([]ClassInfo, error) {
+	var cs []ClassInfo
+	err := k.c.call(ctx, RouteClasses, nil, nil, &cs, nil)
+	return cs, err
+}
+
+// Get returns one class.
+func (k *classesClient) Get(ctx context.Context, name string) (ClassInfo, error) {
+	var ci ClassInfo
+	err := k.c.call(ctx, RouteClass, []string{name}, nil, &ci, nil)
+	return ci, err
+}
+
+// Add adds a class given whole.
+func (k *classesClient) Add(ctx context.Context, class policy.Class, opts ...ChangeOption) error {
+	return k.c.call(ctx, RouteAddClass, nil, class, nil, opts)
+}
+
+// AddFields adds class name with the fields given; the daemon fills in
+// the others' defaults.
+func (k *classesClient) AddFields(ctx context.Context, name string, f Fields, opts ...ChangeOption) error {
+	return k.c.call(ctx, RouteAddClass, nil, withName(name, f), nil, opts)
+}
+
+// Set changes the fields given of class name (nil clears a field).
+func (k *classesClient) Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) error {
+	return k.c.call(ctx, RouteSetClass, []string{name}, f, nil, opts)
+}
+
+// Remove removes a class.
+func (k *classesClient) Remove(ctx context.Context, name string, opts ...ChangeOption) error {
+	return k.c.call(ctx, RouteRemoveClass, []string{name}, nil, nil, opts)
+}
+
+type rulesClient struct{ c *Client }
+
+// List returns the rules in evaluation order.
+func (r *rulesClient) List(ctx context.Context) ([]RuleInfo, error) {
+	var rs []RuleInfo
+	err := r.c.call(ctx, RouteRules, nil, nil, &rs, nil)
+	return rs, err
+}
+
+// Get returns one rule and what its selectors resolve to.
+func (r *rulesClient) Get(ctx context.Context, name string) (RuleInfo, error) {
+	var ri RuleInfo
+	err := r.c.call(ctx, RouteRule, []string{name}, nil, &ri, nil)
+	return ri, err
+}
+
+// Add adds a rule given whole.
+func (r *rulesClient) Add(ctx context.Context, rule policy.Rule, opts ...ChangeOption) error {
+	return r.c.call(ctx, RouteAddRule, nil, rule, nil, opts)
+}
+
+// AddFields adds rule name with the fields given; the others keep their
+// defaults.
+func (r *rulesClient) AddFields(ctx context.Context, name string, f Fields, opts ...ChangeOption) error {
+	return r.c.call(ctx, RouteAddRule, nil, withName(name, f), nil, opts)
+}
+
+// Set changes the fields given of rule name (nil clears a field).
+func (r *rulesClient) Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) error {
+	return r.c.call(ctx, RouteSetRule, []string{name}, f, nil, opts)
+}
+
+// Remove removes a rule.
+func (r *rulesClient) Remove(ctx context.Context, name string, opts ...ChangeOption) error {
+	return r.c.call(ctx, RouteRemoveRule, []string{name}, nil, nil, opts)
+}
+
+type runsClient struct{ c *Client }
+
+// List returns the runs the caller may see.
+func (r *runsClient) List(ctx context.Context) ([]Run, error) {
+	var rs []Run
+	err := r.c.call(ctx, RouteRuns, nil, nil, &rs, nil)
+	return rs, err
+}
+
+// Start puts a process (req.PID, 0 for the caller) under a policy.
+func (r *runsClient) Start(ctx context.Context, req RunRequest, opts ...ChangeOption) (Run, error) {
+	var run Run
+	err := r.c.call(ctx, RouteStartRun, nil, req, &run, opts)
+	return run, err
+}
+
+// End ends a run.
+func (r *runsClient) End(ctx context.Context, id string, opts ...ChangeOption) error {
+	return r.c.call(ctx, RouteEndRun, []string{id}, nil, nil, opts)
+}
+
+// Stat kinds of RouteStats.
+const (
+	StatRules   = "rules"
+	StatClasses = "classes"
+	StatApps    = "apps"
+	StatFlows   = "flows"
+)
+
+type statsClient struct{ c *Client }
+
+// Get returns the counters of one kind (StatRules, StatClasses, StatApps
+// or StatFlows).
+func (s *statsClient) Get(ctx context.Context, kind string) (Stats, error) {
+	var st Stats
+	err := s.c.call(ctx, RouteStats, []string{kind}, nil, &st, nil)
+	return st, err
+}
+
+// Rules returns the counters per rule.
+func (s *statsClient) Rules(ctx context.Context) (Stats, error) { return s.Get(ctx, StatRules) }
+
+// Classes returns the counters per class and link.
+func (s *statsClient) Classes(ctx context.Context) (Stats, error) { return s.Get(ctx, StatClasses) }
+
+// Apps returns the counters per process.
+func (s *statsClient) Apps(ctx context.Context) (Stats, error) { return s.Get(ctx, StatApps) }
+
+// Flows returns the counters per flow.
+func (s *statsClient) Flows(ctx context.Context) (Stats, error) { return s.Get(ctx, StatFlows) }
+
+// withName returns a copy of f without its nil fields and with "name".
+func withName(name string, f Fields) Fields {
+	out := Fields{}
+	for k, v := range f {
+		if v != nil {
+			out[k] = v
+		}
+	}
+	out["name"] = name
+	return out
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// runFake runs the CLI against c with in-memory streams, as main does,
+// and returns stdout, stderr and the exit code.
+func runFake(c *fakeClient, args ...string) (string, string, exitCode) {
+	var out, errOut bytes.Buffer
+	f := newFactory(ioStreams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	f.newClient = func() apiClient { return c }
+	f.now = func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
+	root := newRootCmd(f)
+	root.SetArgs(args)
+	code := exitWith(f.io, root.Execute())
+	return out.String(), errOut.String(), code
+}
+
+func testRules() []api.RuleInfo {
+	voice := policy.Rule{Name: "zoom", Exe: "/opt/zoom/zoom", Proto: "udp", Class: "voice", DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP, Precedence: 10}
+	backup := policy.Rule{Name: "backup", Comm: "restic", Remote: netip.MustParsePrefix("198.18.0.0/15"), DSCP: 10, DSCPIn: policy.NoDSCP,
+		MaxBW: 20e6, MinBW: 1e6}
+	run := policy.Rule{Name: "run-1", Cgroup: "/hostqos/run-1", DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP, UserRun: true, Action: policy.ActionDrop}
+	return []api.RuleInfo{{Rule: voice, Source: "config"}, {Rule: backup, Source: "api"}, {Rule: run, Source: "run"}}
+}
+
+func TestCommandOutput(t *testing.T) {
+	status := api.Status{
+		Daemon: api.DaemonStatus{Version: "1.2.3", PID: 42, Started: time.Date(2026, 1, 2, 2, 4, 5, 0, time.UTC),
+			Config: "/etc/hostqos/hostqos.toml", StateDir: "/var/lib/hostqos", BPFFSDir: "/sys/fs/bpf/hostqos", Generation: 7,
+			CgroupMount: "/sys/fs/cgroup", BPFFSMount: "/sys/fs/bpf", BPFFSMountOwn: true},
+		Datapath: api.DatapathStatus{Loaded: true, Packets: 1000, Classified: 900, ParseErrors: 1, FlowInsertFail: 2},
+		Links:    []api.LinkStatus{{Link: policy.Link{Name: "eth0", EgressRate: 20e6}, Attached: true, Reserved: 2e6, Reservable: 16e6}},
+		Counts:   api.Counts{Links: 1, Classes: 5, Rules: 3, Flows: 12, Runs: 1},
+		Warnings: []string{"class bulk: no rule uses it"},
+	}
+	counter := api.Counter{Packets: 1500, Bytes: 3 << 20, Drops: 4, RateBps: 2.5e6, PktRate: 210}
+	flows := make([]api.FlowStat, 3)
+	for i := range flows {
+		flows[i] = api.FlowStat{Proto: "tcp", Local: "198.18.0.1:40000", Remote: "198.18.1.2:443", Counter: counter}
+	}
+	flows[0].PID, flows[0].Comm, flows[0].Rule = 77, "curl", "https"
+	fc := func() *fakeClient {
+		return &fakeClient{
+			status: status,
+			rules:  testRules(),
+			stats: map[string]api.Stats{
+				api.StatRules: {Rules: []api.RuleStat{{Rule: "zoom", Class: "voice", Counter: counter}, {Rule: "backup", Class: "default"}}},
+				api.StatFlows: {Flows: flows},
+			},
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		args   []string
+		out    string
+		errOut string
+		code   exitCode
+		calls  []string
+		fail   error // every call of the fake fails with it
+		outHas []string
+	}{
+		{
+			name: "rule list",
+			args: []string{"rule", "list"},
+			out: `RULE    PREC  SELECTORS                         ACTION  CLASS    DSCP   LIMITS                 SOURCE
+zoom    10    exe=/opt/zoom/zoom proto=udp      pass    voice    class  -                      config
+backup  0     comm=restic remote=198.18.0.0/15  pass    default  AF11   min 1mbit, max 20mbit  api
+run-1   user  cgroup=/hostqos/run-1             drop    default  class  -                      run (user, after admin rules)
+`,
+			calls: []string{"Rules.List"},
+		},
+		{
+			name:   "rule show",
+			args:   []string{"rule", "show", "nothing"},
+			errOut: "hostqos: rule \"nothing\": not found\n",
+			code:   exitFailure,
+			calls:  []string{"Rules.Get nothing"},
+		},
+		{
+			name: "stat",
+			args: []string{"stat"},
+			out: `RULE    CLASS    RATE        PKT/S  BYTES    PACKETS  DROPS
+zoom    voice    2.50mbit/s  210    3.00MiB  1500     4
+backup  default  0bit/s      0      0B       0        0
+`,
+			calls: []string{"Stats.Get rules"},
+		},
+		{
+			name: "stat flows --limit",
+			args: []string{"stat", "flows", "--limit", "2"},
+			out: `PROTO  LOCAL             REMOTE          APP       RULE   RATE        PKT/S  BYTES    PACKETS  DROPS
+tcp    198.18.0.1:40000  198.18.1.2:443  curl[77]  https  2.50mbit/s  210    3.00MiB  1500     4
+tcp    198.18.0.1:40000  198.18.1.2:443  -         -      2.50mbit/s  210    3.00MiB  1500     4
+(1 more; --limit 0 shows all)
+`,
+			calls: []string{"Stats.Get flows"},
+		},
+		{
+			name: "status",
+			args: []string{"status"},
+			out: `daemon:    hostqosd 1.2.3, pid 42, up 1h0m0s
+config:    /etc/hostqos/hostqos.toml (state /var/lib/hostqos)
+datapath:  loaded, pins /sys/fs/bpf/hostqos; 1000 packets seen, 900 classified, 1 parse errors, 2 flow-table insert failures
+mounts:    cgroup2 /sys/fs/cgroup, bpffs /sys/fs/bpf (mounted by hostqosd)
+policy:    1 links, 5 classes, 3 rules, 1 runs; 12 flows in the flow table (generation 7)
+
+LINK  EGRESS RATE  RESERVED         STATE
+eth0  20mbit       2mbit of 16mbit  attached
+warning: class bulk: no rule uses it
+`,
+			calls: []string{"Status"},
+		},
+		{
+			name:   "status -o json",
+			args:   []string{"status", "-o", "json"},
+			outHas: []string{`"version": "1.2.3"`, `"generation": 7`},
+			calls:  []string{"Status"},
+		},
+		{
+			name:   "bad -o is refused when parsed",
+			args:   []string{"rule", "list", "-o", "yaml"},
+			errOut: "hostqos: invalid argument \"yaml\" for \"-o, --output\" flag: want table or json\n",
+			code:   exitFailure,
+		},
+		{
+			name:   "daemon error with field errors",
+			args:   []string{"rule", "add", "web", "--proto", "tcp", "--maxbw", "10mbit", "--temporary"},
+			fail:   &api.Error{Status: 400, Body: api.ErrorBody{Error: "invalid rule", Fields: []*policy.FieldError{{Object: "rule \"web\"", Field: "class", Value: "gold", Reason: "no such class", Fix: "add it first"}}}},
+			errOut: "hostqos: invalid rule\n  rule \"web\": field class = \"gold\": no such class; add it first\n",
+			code:   exitFailure,
+			calls:  []string{`Rules.AddFields web maxbw="10mbit" proto="tcp" (temporary)`},
+		},
+		{
+			name:   "daemon not running",
+			args:   []string{"status"},
+			fail:   errors.New("connect to /x.sock: hostqosd is not running"),
+			errOut: "hostqos: connect to /x.sock: hostqosd is not running\n",
+			code:   exitFailure,
+			calls:  []string{"Status"},
+		},
+		{
+			name:  "rule set clears a field",
+			args:  []string{"rule", "set", "backup", "--maxbw", ""},
+			out:   "changed rule backup\n",
+			calls: []string{`Rules.Set backup maxbw=null`},
+		},
+		{
+			name:  "class add fills the priority",
+			args:  []string{"class", "add", "gold", "--dscp", "AF21"},
+			out:   "added class gold\n",
+			calls: []string{`Classes.AddFields gold dscp="AF21" priority=3`},
+		},
+		{
+			name:  "link remove",
+			args:  []string{"link", "remove", "eth0"},
+			out:   "removed link eth0\n",
+			calls: []string{"Links.Remove eth0"},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := fc()
+			f.err = c.fail
+			out, errOut, code := runFake(f, c.args...)
+			if c.outHas == nil && out != c.out {
+				t.Errorf("stdout:\n%s\nwant:\n%s", out, c.out)
+			}
+			for _, h := range c.outHas {
+				if !strings.Contains(out, h) {
+					t.Errorf("stdout does not have %q:\n%s", h, out)
+				}
+			}
+			if errOut != c.errOut {
+				t.Errorf("stderr: %q, want %q", errOut, c.errOut)
+			}
+			if code != c.code {
+				t.Errorf("exit code %d, want %d", code, c.code)
+			}
+			if strings.Join(f.calls, "\n") != strings.Join(c.calls, "\n") {
+				t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(f.calls, "\n"), strings.Join(c.calls, "\n"))
+			}
+		})
+	}
+}
