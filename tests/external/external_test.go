@@ -41,8 +41,11 @@ import (
 
 func main() {
 	c := api.NewClient(api.DefaultSocket)
+	_ = c.Rules() // the typed client
+	r := api.NewRule("web")
+	r.Proto, r.MaxBW, r.DSCP = "tcp", 10e6, 34
 	spec := rtchan.Spec{Name: "video", Mmax: 1200, Rmax: 1000, Bmax: 4}
-	fmt.Println(c.Socket, spec.Name)
+	fmt.Println(c.Socket, spec.Name, r.Name, r.MaxBW)
 }
 `)
 	// The application's go.sum comes from this checkout's: the same
@@ -65,7 +68,7 @@ func main() {
 	}
 	run("build", "-o", filepath.Join(dir, "qosapp"), ".")
 	out, err := exec.Command(filepath.Join(dir, "qosapp")).CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "/run/hostqos/hostqosd.sock video" {
+	if err != nil || strings.TrimSpace(string(out)) != "/run/hostqos/hostqosd.sock video web 10mbit" {
 		t.Fatalf("the application printed %q (%v)", out, err)
 	}
 }
