@@ -76,12 +76,12 @@ func newRtchanBenchCmd(f *factory) *cobra.Command {
 				if err := os.WriteFile(jp, data, 0o644); err != nil {
 					return fmt.Errorf("write bench results %s: %w", jp, err)
 				}
-				fmt.Fprintf(f.io.Err, "wrote %d plots and %s\n", len(files), jp)
+				fmt.Fprintf(f.io.Err, "wrote %d plots (PNG and SVG, %d files) and %s\n", len(files)/2, len(files), jp)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&out, "out", "", "directory for SVG plots and JSON results")
+	cmd.Flags().StringVar(&out, "out", "", "directory for the plots (PNG and SVG) and JSON results")
 	cliflag.AddOutput(cmd.Flags(), &format)
 	cmd.Flags().BoolVar(&quick, "quick", false, "8K packets per run and fewer points")
 	return cmd
