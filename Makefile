@@ -41,8 +41,11 @@ fmt:
 	gofmt -w api rtchan cmd internal tests
 	clang-format -i internal/datapath/*.bpf.c bpf/include/hostqos.h
 
+# go vet, staticcheck (a tool of go.mod: `go mod download` installs it) and
+# gofmt; any finding fails.
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
 	@test -z "$$(gofmt -l api rtchan cmd internal tests bench 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l api rtchan cmd internal tests bench; exit 1; }
 
 # Unit tests only (no root needed).

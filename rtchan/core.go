@@ -350,17 +350,6 @@ func (c *core) makeReady(h *handler) {
 	c.ready = append(c.ready, h)
 }
 
-func (c *core) removeReady(h *handler) {
-	for i, x := range c.ready {
-		if x == h {
-			copy(c.ready[i:], c.ready[i+1:])
-			c.ready[len(c.ready)-1] = nil
-			c.ready = c.ready[:len(c.ready)-1]
-			return
-		}
-	}
-}
-
 // classify sets h's class and key from its current message.
 func (c *core) classify(h *handler) {
 	m := h.cur

@@ -169,7 +169,6 @@ type udpLink struct {
 	clk      *rclock
 	dests    map[ChannelID]*net.UDPAddr
 	buf      []byte
-	zero     []byte
 	nextFree int64
 	errs     uint64
 	log      *slog.Logger
