@@ -64,4 +64,3 @@ func TestRunTargetCheck(t *testing.T) {
 		t.Errorf("open exited process: %v", err)
 	}
 }
-

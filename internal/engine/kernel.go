@@ -72,28 +72,30 @@ type SystemKernel struct {
 var _ Kernel = (*SystemKernel)(nil)
 
 func (k *SystemKernel) ApplyRules(p datapath.Policy) error { return k.DP.Apply(p) }
-func (k *SystemKernel) Shape(plan shaper.Plan) error         { return shaper.Apply(plan) }
-func (k *SystemKernel) Unshape(ifindex int) error            { return shaper.Remove(ifindex) }
-func (k *SystemKernel) Shaped(ifindex int) (bool, error)     { return shaper.Owned(ifindex) }
+func (k *SystemKernel) Shape(plan shaper.Plan) error       { return shaper.Apply(plan) }
+func (k *SystemKernel) Unshape(ifindex int) error          { return shaper.Remove(ifindex) }
+func (k *SystemKernel) Shaped(ifindex int) (bool, error)   { return shaper.Owned(ifindex) }
 func (k *SystemKernel) ClassStats(ifindex int) ([]shaper.ClassStats, error) {
 	return shaper.Stats(ifindex)
 }
-func (k *SystemKernel) AttachLink(ifindex int) error             { return k.DP.AttachLink(ifindex) }
-func (k *SystemKernel) DetachLink(ifindex int) error             { return k.DP.DetachLink(ifindex) }
-func (k *SystemKernel) LinkAttached(ifindex int) (bool, error)   { return k.DP.LinkAttached(ifindex) }
+func (k *SystemKernel) AttachLink(ifindex int) error              { return k.DP.AttachLink(ifindex) }
+func (k *SystemKernel) DetachLink(ifindex int) error              { return k.DP.DetachLink(ifindex) }
+func (k *SystemKernel) LinkAttached(ifindex int) (bool, error)    { return k.DP.LinkAttached(ifindex) }
 func (k *SystemKernel) LookupLink(name string) (int, bool, error) { return LookupLink(name) }
 func (k *SystemKernel) RuleCounters() ([]datapath.Counters, error) {
 	return k.DP.RuleCounters()
 }
 func (k *SystemKernel) Flows(fn func(datapath.Flow) bool) error { return k.DP.Flows(fn) }
-func (k *SystemKernel) Stats() (datapath.Stats, error)         { return k.DP.Stats() }
-func (k *SystemKernel) Generation() uint32                     { return k.DP.Generation() }
-func (k *SystemKernel) CgroupRoot() string                     { return k.CgRoot }
-func (k *SystemKernel) CreateCgroup(path string) error         { return cgroups.Create(k.CgRoot, path) }
-func (k *SystemKernel) RemoveCgroup(path string) error         { return cgroups.RemoveTree(k.CgRoot, path) }
-func (k *SystemKernel) CgroupOf(pid int) (string, error)       { return cgroups.OfPID(pid) }
-func (k *SystemKernel) MovePID(path string, pid int) error     { return cgroups.MovePID(k.CgRoot, path, pid) }
-func (k *SystemKernel) Populated(path string) (bool, error)    { return cgroups.Populated(k.CgRoot, path) }
+func (k *SystemKernel) Stats() (datapath.Stats, error)          { return k.DP.Stats() }
+func (k *SystemKernel) Generation() uint32                      { return k.DP.Generation() }
+func (k *SystemKernel) CgroupRoot() string                      { return k.CgRoot }
+func (k *SystemKernel) CreateCgroup(path string) error          { return cgroups.Create(k.CgRoot, path) }
+func (k *SystemKernel) RemoveCgroup(path string) error          { return cgroups.RemoveTree(k.CgRoot, path) }
+func (k *SystemKernel) CgroupOf(pid int) (string, error)        { return cgroups.OfPID(pid) }
+func (k *SystemKernel) MovePID(path string, pid int) error {
+	return cgroups.MovePID(k.CgRoot, path, pid)
+}
+func (k *SystemKernel) Populated(path string) (bool, error) { return cgroups.Populated(k.CgRoot, path) }
 
 // TagExistingSockets gives an identity to inet sockets that were opened
 // before the datapath was loaded (sockets born later are tagged by the
