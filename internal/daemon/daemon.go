@@ -280,7 +280,7 @@ func Teardown(cfg Config) error {
 	for _, ifi := range ifs {
 		if owned, _ := shaper.Owned(ifi.Index); owned {
 			if err := shaper.Remove(ifi.Index); err != nil {
-				errs = append(errs, fmt.Errorf("remove HTB tree of %s: %w", ifi.Name, err))
+				errs = append(errs, err) // the shaper names the link
 			}
 		}
 	}

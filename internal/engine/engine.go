@@ -292,11 +292,11 @@ func (e *Engine) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[stri
 	for _, lp := range plans {
 		if lp.plan != nil {
 			if err := e.k.Shape(*lp.plan); err != nil {
-				return fmt.Errorf("shape link %s: %w", lp.name, err)
+				return err // the shaper names the link and its step
 			}
 		} else if owned, _ := e.k.Shaped(lp.ifindex); owned {
 			if err := e.k.Unshape(lp.ifindex); err != nil {
-				return fmt.Errorf("stop shaping link %s: %w", lp.name, err)
+				return err // the shaper names the link and its step
 			}
 		}
 	}
@@ -305,7 +305,7 @@ func (e *Engine) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[stri
 	}
 	for _, lp := range plans {
 		if err := e.k.AttachLink(lp.ifindex); err != nil {
-			return fmt.Errorf("attach classifier to link %s: %w", lp.name, err)
+			return fmt.Errorf("link %s: %w", lp.name, err) // the datapath names its step
 		}
 	}
 	for name, ifindex := range e.links {

@@ -97,7 +97,7 @@ func (s *sampler) sample() {
 	s.classAt = now
 }
 
-// ruleStats answers GET /v1/stats/rules, without the rules in hidden
+// ruleStats are the rules' counters and rates, without the rules in hidden
 // (other users' runs, for an ordinary caller).
 func (s *sampler) ruleStats(hidden map[string]bool) ([]api.RuleStat, error) {
 	s.e.mu.Lock()
@@ -136,7 +136,7 @@ func sub(a, b uint64) uint64 {
 	return a - b
 }
 
-// classStats answers GET /v1/stats/classes: per managed link, what each
+// classStats are, per managed link, what each
 // class's HTB subtree carried. Links without shaping report the sum of the
 // class's rules instead.
 func (s *sampler) classStats() ([]api.ClassStat, error) {
@@ -197,7 +197,7 @@ const (
 	flowProbe    = 300 * time.Millisecond
 )
 
-// flowStats answers GET /v1/stats/flows; uid >= 0 limits the answer to that
+// flowStats are the flows with their rates; uid >= 0 limits the answer to that
 // user's flows.
 func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 	s.e.mu.Lock()
