@@ -1,7 +1,9 @@
-// Package daemon is hostqosd: it keeps the desired policy (config file plus
-// changes made through the API), validates and admits every change whole,
-// compiles it into BPF map entries and HTB classes, applies it as one
-// transaction, persists it, and serves the API and statistics.
+// Package daemon is hostqosd, a thin front door over the policy engine
+// (internal/engine): it runs the process (mounts, loading the datapath,
+// the periodic loop, stop and down), serves the HTTP API on a Unix socket
+// (peer credentials, connection limits, idempotency keys, streamed
+// answers), and maps requests to engine calls and engine errors to status
+// codes.
 package daemon
 
 import (

@@ -149,7 +149,8 @@ func (e *Engine) AuthorizeRun(who Caller, req *api.RunRequest) error {
 // it, and moves the target process into it; the program the CLI starts
 // next is born inside. The process is checked (alive, the caller's
 // identity) before the move and again after it; a change undoes the move.
-// The caller must have passed AuthorizeRun.
+// It decides with AuthorizeRun first. ctx is the request's (its idempotency
+// key is not recorded in the state files, see below).
 func (e *Engine) StartRun(ctx context.Context, who Caller, req api.RunRequest, t Target) (*api.Run, error) {
 	if err := e.AuthorizeRun(who, &req); err != nil {
 		return nil, err
@@ -189,7 +190,10 @@ func (e *Engine) StartRun(ctx context.Context, who Caller, req api.RunRequest, t
 		return nil, err
 	}
 	run := &runState{ID: id, PID: pid, UID: who.UID, Admin: who.Privileged, Cgroup: cg, Origin: origin, Rule: rule.Name, Cmd: req.Cmd, Since: time.Now().Unix()}
-	err = e.change(ctx, "api", func(_, temp *overlay, eff *policy.Policy) error {
+	// A run is not recorded under the request's idempotency key in the
+	// state files: it is one process's, which a restarted daemon cannot
+	// answer for again (the front door keeps its answer in memory).
+	err = e.change(context.Background(), "api", func(_, temp *overlay, eff *policy.Policy) error {
 		if run.ordinary() {
 			if err := e.admitUserRun(temp, eff, who.UID); err != nil {
 				return err
