@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,7 +24,6 @@ import (
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/engine"
-	"github.com/hostqos/hostqos/internal/shaper"
 )
 
 // Version is set at build time.
@@ -275,18 +273,7 @@ func (d *Daemon) loop(ctx context.Context) {
 // programs and maps, our cgroups and the temporary state.
 func Teardown(cfg Config) error {
 	var errs []error
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return fmt.Errorf("list interfaces: %w", err)
-	}
-	for _, ifi := range ifs {
-		if owned, _ := shaper.Owned(ifi.Index); owned {
-			if err := shaper.Remove(ifi.Index); err != nil {
-				errs = append(errs, err) // the shaper names the link
-			}
-		}
-	}
-	if err := datapath.Remove(cfg.BPFFSDir); err != nil {
+	if err := engine.RemoveKernelState(cfg.BPFFSDir); err != nil {
 		errs = append(errs, err)
 	}
 	rt := runtimePath(cfg)

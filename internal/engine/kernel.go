@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -177,4 +178,26 @@ func LookupLink(name string) (ifindex int, gone bool, err error) {
 		return 0, false, fmt.Errorf("look up interface %s: %w", name, err)
 	}
 	return int(ifr.Uint32()), false, nil
+}
+
+// RemoveKernelState removes what hostqos made in the kernel of this
+// network namespace without a running engine: every HTB root of hostqos's
+// on any interface, and the pinned programs and maps under bpffsDir.
+func RemoveKernelState(bpffsDir string) error {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return fmt.Errorf("list interfaces: %w", err)
+	}
+	var errs []error
+	for _, ifi := range ifs {
+		if owned, _ := shaper.Owned(ifi.Index); owned {
+			if err := shaper.Remove(ifi.Index); err != nil {
+				errs = append(errs, err) // the shaper names the link
+			}
+		}
+	}
+	if err := datapath.Remove(bpffsDir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
