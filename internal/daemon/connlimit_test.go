@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hostqos/hostqos/api"
 )
 
 // TestConnLimiter: an ordinary user's connections beyond the per-user limit,
@@ -105,9 +107,9 @@ func TestBoundFlowAnswers(t *testing.T) {
 	var inside atomic.Int32
 	h := boundFlowAnswers(func(w http.ResponseWriter, r *http.Request) { inside.Add(1); <-release })
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/stats/{kind}", h)
+	mux.HandleFunc(api.RouteStats, h)
 	call := func(p *peer) int {
-		r := httptest.NewRequest(http.MethodGet, "/v1/stats/flows", nil)
+		r := httptest.NewRequest(http.MethodGet, routePath(api.RouteStats, "flows"), nil)
 		r = r.WithContext(context.WithValue(r.Context(), credKey{}, p))
 		w := httptest.NewRecorder()
 		mux.ServeHTTP(w, r)

@@ -2,13 +2,13 @@ package daemon
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -39,7 +39,7 @@ func TestDecodeRequest(t *testing.T) {
 		code int
 		want string
 	}{
-		{"rule unknown field", `{"name":"r","comm":"x","max_bw":"1mbit"}`, func() any { r := newRule(); return &r }, 400,
+		{"rule unknown field", `{"name":"r","comm":"x","max_bw":"1mbit"}`, func() any { r := engine.NewRule(); return &r }, 400,
 			`api: rule "r": unknown field "max_bw"; did you mean maxbw?`},
 		{"class unknown field", `{"name":"gold","dscp":"AF21","user_alowed":true}`, func() any { return &policy.Class{} }, 400,
 			`api: class "gold": unknown field "user_alowed"; did you mean user_allowed?`},
@@ -53,7 +53,7 @@ func TestDecodeRequest(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := httptest.NewRequest("POST", "/v1/x", strings.NewReader(c.body))
+			r := httptest.NewRequest("POST", routePath(api.RouteAddRule), strings.NewReader(c.body))
 			err := decode(r, c.dst())
 			if err == nil {
 				t.Fatal("no error")
@@ -72,7 +72,7 @@ func TestDecodeRequest(t *testing.T) {
 	}
 	// Over 1 MiB: 413 with the limit, not "unexpected EOF".
 	big := `{"name":"r","exe":"/` + strings.Repeat("a", 1<<20) + `"}`
-	err := decode(httptest.NewRequest("POST", "/v1/rules", strings.NewReader(big)), &policy.Rule{})
+	err := decode(httptest.NewRequest("POST", routePath(api.RouteAddRule), strings.NewReader(big)), &policy.Rule{})
 	code, msg := answer(t, err)
 	if code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "limit of 1048576 bytes (1 MiB)") {
 		t.Errorf("large body: %d %q", code, msg)
@@ -91,8 +91,8 @@ func TestPatchStrict(t *testing.T) {
 		`["maxbw","1mbit"]`:   "got an array",
 		`{"maxbw":"1 donut"}`: `field maxbw = "1 donut"`,
 	} {
-		out := newRule()
-		err := patchJSON(cur, []byte(body), &out)
+		out := engine.NewRule()
+		err := engine.PatchJSON(cur, []byte(body), &out)
 		if err == nil {
 			t.Errorf("%s: no error", body)
 			continue
@@ -102,29 +102,16 @@ func TestPatchStrict(t *testing.T) {
 			t.Errorf("%s: got %d %q, want 400 and %q", body, code, msg, want)
 		}
 	}
-	out := newRule()
-	if err := patchJSON(cur, []byte(`{"maxbw":"1mbit","comm":null,"proto":"udp"}`), &out); err != nil || out.MaxBW != 1e6 || out.Comm != "" || out.Proto != "udp" {
+	out := engine.NewRule()
+	if err := engine.PatchJSON(cur, []byte(`{"maxbw":"1mbit","comm":null,"proto":"udp"}`), &out); err != nil || out.MaxBW != 1e6 || out.Comm != "" || out.Proto != "udp" {
 		t.Errorf("good patch: %+v, %v", out, err)
 	}
 }
 
-// TestClassDefaultsOnAdd: a class added or changed through the API without
-// a priority gets the default one, not "priority -1".
-func TestClassDefaultsOnAdd(t *testing.T) {
-	var c policy.Class
-	if err := decode(httptest.NewRequest("POST", "/v1/classes", strings.NewReader(`{"name":"gold","dscp":"AF21"}`)), &c); err != nil {
-		t.Fatal(err)
-	}
-	classKind.prepare(&c)
-	p := &policy.Policy{Classes: append(policy.DefaultClasses(), c)}
-	if err := p.Validate("api"); err != nil {
-		t.Fatalf("class without priority: %v", err)
-	}
-	if c.Priority < 0 || c.Priority > 7 {
-		t.Errorf("priority = %d", c.Priority)
-	}
-	var nf *notFoundError
-	if errors.As(&notFoundError{what: "rule", name: strings.Repeat("n", 10000)}, &nf); len(nf.Error()) > 200 {
-		t.Errorf("not-found message echoes the whole name: %d bytes", len(nf.Error()))
+// TestNotFoundClipped: a not-found answer does not echo a huge name.
+func TestNotFoundClipped(t *testing.T) {
+	_, msg := answer(t, &engine.NotFoundError{What: "rule", Name: strings.Repeat("n", 10000)})
+	if len(msg) > 200 {
+		t.Errorf("not-found message echoes the whole name: %d bytes", len(msg))
 	}
 }

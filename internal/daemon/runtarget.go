@@ -79,11 +79,11 @@ func (t *runTarget) Close() {
 	}
 }
 
-// check confirms that the process is alive and, when checkUID, acts as the
+// Check confirms that the process is alive and, when checkUID, acts as the
 // caller with every one of its uids. It reads /proc/PID/status, then asks
 // the pidfd whether its process still lives: if it does, the PID was not
 // reused, so what was read is that process's.
-func (t *runTarget) check() error {
+func (t *runTarget) Check() error {
 	id, err := apps.IdentityOf(t.pid)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
 		return exited(t.pid)
@@ -101,12 +101,15 @@ func (t *runTarget) check() error {
 		return exited(t.pid)
 	}
 	if t.checkUID && !id.AllUIDs(t.uid) {
-		return &forbidden{why: fmt.Sprintf("process %d no longer acts as uid %d alone (uids real %d, effective %d, saved %d, fs %d; it exec'd a setuid program?): a run moves only a process of the caller's own identity; start hostqos run directly",
+		return &forbidden{Why: fmt.Sprintf("process %d no longer acts as uid %d alone (uids real %d, effective %d, saved %d, fs %d; it exec'd a setuid program?): a run moves only a process of the caller's own identity; start hostqos run directly",
 			t.pid, t.uid, id.UIDs[0], id.UIDs[1], id.UIDs[2], id.UIDs[3])}
 	}
 	return nil
 }
 
 func exited(pid int) error {
-	return &badRequest{fmt.Errorf("process %d has exited; a run moves a live process (start hostqos run again)", pid)}
+	return &badRequest{Err: fmt.Errorf("process %d has exited; a run moves a live process (start hostqos run again)", pid)}
 }
+
+// PID is the number of the process (as seen when the request came).
+func (t *runTarget) PID() int { return t.pid }

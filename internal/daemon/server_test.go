@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/api"
 )
 
 // stuckWriter is a client that does not read: the first Write blocks until
@@ -32,29 +32,28 @@ func (w *stuckWriter) Write(p []byte) (int, error) {
 // client that does not read, the daemon's lock is free, so root's status
 // and changes go on.
 func TestNoWriteUnderLock(t *testing.T) {
-	p := &policy.Policy{Links: []policy.Link{{Name: "eth9"}}, Classes: policy.DefaultClasses(), Rules: []policy.Rule{rule("a")}}
-	d := &Daemon{eff: merged{Policy: p, Sources: map[string]string{}}, links: map[string]int{},
-		temp: newOverlay(), slots: newSlotTable()}
-	d.temp.Runs["r1"] = &runState{ID: "r1", Cmd: "sleep 1000"}
-	for path, h := range map[string]http.HandlerFunc{
-		"/v1/links": d.handleLinks, "/v1/classes": d.handleClasses,
-		"/v1/rules": d.handleRules, "/v1/runs": d.handleRuns,
+	d := newTestDaemon(t, t.TempDir())
+	for route, h := range map[string]http.HandlerFunc{
+		api.RouteLinks: d.handleLinks, api.RouteClasses: d.handleClasses,
+		api.RouteRules: d.handleRules, api.RouteRuns: d.handleRuns,
 	} {
 		w := &stuckWriter{h: http.Header{}, writing: make(chan struct{}, 1), release: make(chan struct{})}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			h(w, httptest.NewRequest(http.MethodGet, path, nil))
+			h(w, httptest.NewRequest(routeMethod(route), routePath(route), nil))
 		}()
 		select {
 		case <-w.writing:
 		case <-time.After(5 * time.Second):
-			t.Fatalf("GET %s: never wrote", path)
+			t.Fatalf("%s: never wrote", route)
 		}
-		if d.mu.TryLock() {
-			d.mu.Unlock()
-		} else {
-			t.Errorf("GET %s holds the daemon lock while writing to the client", path)
+		free := make(chan struct{})
+		go func() { d.eng.Counts(); close(free) }() // takes the engine's lock
+		select {
+		case <-free:
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s holds the engine's lock while writing to the client", route)
 		}
 		close(w.release)
 		<-done

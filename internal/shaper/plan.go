@@ -120,6 +120,22 @@ func ClassIDForRule(plan Plan, r RuleSpec) uint32 {
 
 func classID(minor uint16) uint32 { return uint32(Handle)<<16 | uint32(minor) }
 
+// ClassIndexes is how many service-class indexes the class-id scheme has
+// room for: a class's inner class InnerBase+index must stay below the
+// general leaves at LeafBase.
+const ClassIndexes = int(LeafBase - InnerBase)
+
+// ClassLeafID returns the classid of the general leaf of the service class
+// with index idx, the same on every shaped link.
+func ClassLeafID(idx int) uint32 { return classID(ClassLeafMinor(idx)) }
+
+// ClassLeafMinor is the minor number of the general leaf of the service
+// class with index idx.
+func ClassLeafMinor(idx int) uint16 { return LeafBase + uint16(idx) }
+
+// RuleLeafMinor is the minor number of the leaf of rule slot slot.
+func RuleLeafMinor(slot uint16) uint16 { return RuleBase + slot }
+
 // Build plans the HTB tree of link for classes and rules. It checks the
 // inputs (indexes, slots, priorities, min <= max, guarantees within the link)
 // and returns an error naming the offending class or rule.

@@ -1,17 +1,13 @@
-package daemon
+package engine
 
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
 )
@@ -79,7 +75,7 @@ func TestUserRunEvaluatedAfterAdminRules(t *testing.T) {
 }
 
 func TestAdmitUserRun(t *testing.T) {
-	d := &Daemon{cfg: Config{MaxRunsPerUser: 2, MaxUserRuns: 3}}
+	d := &Engine{cfg: Config{MaxRunsPerUser: 2, MaxUserRuns: 3}}
 	eff := &policy.Policy{Classes: policy.DefaultClasses()}
 	temp := newOverlay()
 	runOverlay(temp, "a", 65534, false)
@@ -89,7 +85,7 @@ func TestAdmitUserRun(t *testing.T) {
 	runOverlay(temp, "b", 65534, false)
 	runOverlay(temp, "root", 0, true) // admin runs count for neither limit
 	err := d.admitUserRun(temp, eff, 65534)
-	var tm *tooMany
+	var tm *TooManyError
 	if !errors.As(err, &tm) || !strings.Contains(err.Error(), "--max-runs-per-user 2") {
 		t.Fatalf("third run of a user: %v", err)
 	}
@@ -143,70 +139,16 @@ func TestCheckRunLimits(t *testing.T) {
 // TestHiddenRules: an ordinary user does not see the rules of other
 // users' runs (issue 7, item 12); a privileged caller sees all.
 func TestHiddenRules(t *testing.T) {
-	d := &Daemon{temp: newOverlay()}
+	d := &Engine{temp: newOverlay()}
 	runOverlay(d.temp, "mine", 65534, false)
 	runOverlay(d.temp, "other", 1001, false)
 	runOverlay(d.temp, "root", 0, true)
-	h := d.hiddenRulesLocked(&peer{UID: 65534})
+	h := d.hiddenRulesLocked(Caller{UID: 65534})
 	if h["run-mine"] || !h["run-other"] || !h["run-root"] {
 		t.Errorf("hidden for nobody = %v", h)
 	}
-	if h := d.hiddenRulesLocked(&peer{UID: 0, Privileged: true}); len(h) != 0 {
+	if h := d.hiddenRulesLocked(Caller{UID: 0, Privileged: true}); len(h) != 0 {
 		t.Errorf("hidden for root = %v", h)
-	}
-}
-
-// TestRunTargetCheck: the process a run moves is checked through a pidfd
-// (issue 7, item 8): alive, and every uid the caller's.
-func TestRunTargetCheck(t *testing.T) {
-	uid := uint32(os.Getuid())
-	// The caller's own process, through the connection's peer pidfd.
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := os.NewFile(uintptr(fds[0]), "peer")
-	defer unix.Close(fds[1])
-	c, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	who := &peer{PID: os.Getpid(), UID: uid}
-	tg, err := openRunTarget(c.(*net.UnixConn), who, os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tg.check(); err != nil {
-		t.Errorf("own live process: %v", err)
-	}
-	tg.uid = uid + 1 // as if the process now acted as someone else
-	var fb *forbidden
-	if err := tg.check(); !errors.As(err, &fb) || !strings.Contains(err.Error(), "no longer acts as") {
-		t.Errorf("other identity: %v", err)
-	}
-	tg.Close()
-
-	// A process that exits after its pidfd was taken, and one that is gone.
-	cmd := exec.Command("sleep", "30")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	tg, err = openRunTarget(nil, &peer{PID: 1, UID: uid, Privileged: true}, pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tg.Close()
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	var br *badRequest
-	if err := tg.check(); !errors.As(err, &br) || !strings.Contains(err.Error(), "has exited") {
-		t.Errorf("exited process: %v", err)
-	}
-	if _, err := openRunTarget(nil, &peer{PID: 1, UID: uid, Privileged: true}, pid); !errors.As(err, &br) {
-		t.Errorf("open exited process: %v", err)
 	}
 }
 
@@ -214,7 +156,7 @@ func TestRunTargetCheck(t *testing.T) {
 // their own runs and carries no warning about another user's run rule
 // (issue 7, item 12); root sees all.
 func TestStatusHidesOtherUsersRuns(t *testing.T) {
-	d := &Daemon{temp: newOverlay(), persist: newOverlay(), base: policy.DefaultPolicy(), cfg: Config{BPFFSDir: t.TempDir()}}
+	d := &Engine{temp: newOverlay(), persist: newOverlay(), base: policy.DefaultPolicy()}
 	runOverlay(d.temp, "mine", 65534, false)
 	runOverlay(d.temp, "other", 1001, false)
 	d.eff = merge(d.base, d.persist, d.temp)
@@ -222,7 +164,8 @@ func TestStatusHidesOtherUsersRuns(t *testing.T) {
 		`rule "run-other": cgroup /hostqos/run-other does not exist; the rule matches nothing until it does`,
 		`rule "run-mine": cgroup /hostqos/run-mine does not exist; the rule matches nothing until it does`,
 	}}
-	st := d.statusFor(&peer{UID: 65534})
+	var st api.Status
+	d.Status(Caller{UID: 65534}, &st)
 	if st.Counts.Runs != 1 || st.Counts.Rules != len(d.eff.Policy.Rules)-1 {
 		t.Errorf("nobody's counts: runs %d rules %d (of %d)", st.Counts.Runs, st.Counts.Rules, len(d.eff.Policy.Rules))
 	}
@@ -230,7 +173,8 @@ func TestStatusHidesOtherUsersRuns(t *testing.T) {
 	if strings.Contains(all, "run-other") || !strings.Contains(all, "run-mine") {
 		t.Errorf("nobody's warnings:\n%s", all)
 	}
-	st = d.statusFor(&peer{Privileged: true})
+	st = api.Status{}
+	d.Status(Caller{Privileged: true}, &st)
 	if st.Counts.Runs != 2 || !strings.Contains(strings.Join(st.Warnings, "\n"), "run-other") {
 		t.Errorf("root's status: runs %d warnings %q", st.Counts.Runs, st.Warnings)
 	}

@@ -1,4 +1,4 @@
-package daemon
+package engine
 
 import (
 	"path/filepath"
@@ -6,10 +6,6 @@ import (
 
 	"github.com/hostqos/hostqos/internal/policy"
 )
-
-func rule(name string) policy.Rule {
-	return policy.Rule{Name: name, Proto: "udp", DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP}
-}
 
 func TestMergeLayers(t *testing.T) {
 	base := &policy.Policy{

@@ -1,4 +1,4 @@
-package daemon
+package engine
 
 import (
 	"bytes"
@@ -185,9 +185,8 @@ type baseCounter struct {
 	Drops   uint64 `json:"drops"`
 }
 
-// maxClasses bounds service class indexes: the shaper numbers a class's
-// inner HTB class InnerBase+index, below its leaves at LeafBase.
-const maxClasses = int(shaper.LeafBase - shaper.InnerBase)
+// maxClasses bounds service class indexes (the shaper's class-id scheme).
+const maxClasses = shaper.ClassIndexes
 
 func newSlotTable() *slotTable {
 	return &slotTable{Rules: map[string]int{}, Classes: map[string]int{}, Baselines: map[int]baseCounter{}}

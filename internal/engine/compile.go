@@ -1,4 +1,4 @@
-package daemon
+package engine
 
 import (
 	"errors"
@@ -103,7 +103,7 @@ func compile(p *policy.Policy, slots *slotTable, cgRoot string) (*compiled, erro
 					MinBW: uint64(r.MinBW), MaxBW: uint64(r.MaxBW),
 				})
 			} else {
-				dr.ClassID = classLeafID(classIdx[className])
+				dr.ClassID = shaper.ClassLeafID(classIdx[className])
 			}
 			if r.Police > 0 {
 				dr.PoliceRate, dr.PoliceBurst = uint64(r.Police), uint32(r.PoliceBurst())
@@ -279,12 +279,6 @@ func resolveExe(pattern string) (exeResolution, error) {
 		return res.IDs[i].Ino < res.IDs[j].Ino
 	})
 	return res, nil
-}
-
-// classLeafID is the HTB classid of a service class's general leaf, the
-// same on every shaped link.
-func classLeafID(idx int) uint32 {
-	return uint32(shaper.Handle)<<16 | uint32(shaper.LeafBase+uint16(idx))
 }
 
 // globStrict is filepath.Glob that fails on a directory it cannot read

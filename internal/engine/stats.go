@@ -1,4 +1,4 @@
-package daemon
+package engine
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ import (
 // sampler keeps the previous reading of every counter so the API can show
 // current rates next to the cumulative counts.
 type sampler struct {
-	d  *Daemon
+	e  *Engine
 	mu sync.Mutex
 
 	ruleAt   time.Time
@@ -36,8 +36,8 @@ type sampler struct {
 	exeCache map[uint32]string
 }
 
-func newSampler(d *Daemon) *sampler {
-	return &sampler{d: d, ruleRate: map[int][2]float64{}, classPrev: map[[2]int]shaper.ClassStats{},
+func newSampler(e *Engine) *sampler {
+	return &sampler{e: e, ruleRate: map[int][2]float64{}, classPrev: map[[2]int]shaper.ClassStats{},
 		classRate: map[[2]int][2]float64{}, flowPrev: map[datapath.FlowKey]datapath.Counters{}, exeCache: map[uint32]string{}}
 }
 
@@ -50,10 +50,10 @@ func rate(now, prev uint64, dt float64) float64 {
 
 // sample reads rule and class counters and updates their rates.
 func (s *sampler) sample() {
-	s.d.mu.Lock()
-	dp := s.d.dp
-	links := maps.Clone(s.d.links)
-	s.d.mu.Unlock()
+	s.e.mu.Lock()
+	dp := s.e.k
+	links := maps.Clone(s.e.links)
+	s.e.mu.Unlock()
 	if dp == nil {
 		return
 	}
@@ -74,7 +74,7 @@ func (s *sampler) sample() {
 	}
 	seen := map[[2]int]bool{}
 	for _, ifindex := range links {
-		st, err := shaper.Stats(ifindex)
+		st, err := dp.ClassStats(ifindex)
 		if err != nil {
 			continue
 		}
@@ -97,12 +97,12 @@ func (s *sampler) sample() {
 	s.classAt = now
 }
 
-// ruleStats answers GET /v1/stats/rules, without the rules in hidden
+// ruleStats are the rules' counters and rates, without the rules in hidden
 // (other users' runs, for an ordinary caller).
 func (s *sampler) ruleStats(hidden map[string]bool) ([]api.RuleStat, error) {
-	s.d.mu.Lock()
-	dp, eff, slots := s.d.dp, s.d.eff, s.d.slots
-	s.d.mu.Unlock()
+	s.e.mu.Lock()
+	dp, eff, slots := s.e.k, s.e.eff, s.e.slots
+	s.e.mu.Unlock()
 	if dp == nil {
 		return nil, fmt.Errorf("read rule counters: datapath not loaded")
 	}
@@ -136,14 +136,14 @@ func sub(a, b uint64) uint64 {
 	return a - b
 }
 
-// classStats answers GET /v1/stats/classes: per managed link, what each
+// classStats are, per managed link, what each
 // class's HTB subtree carried. Links without shaping report the sum of the
 // class's rules instead.
 func (s *sampler) classStats() ([]api.ClassStat, error) {
-	s.d.mu.Lock()
-	eff, comp := s.d.eff, s.d.comp
-	links := maps.Clone(s.d.links)
-	s.d.mu.Unlock()
+	s.e.mu.Lock()
+	eff, comp := s.e.eff, s.e.comp
+	links := maps.Clone(s.e.links)
+	s.e.mu.Unlock()
 	if comp == nil {
 		return nil, nil
 	}
@@ -151,10 +151,10 @@ func (s *sampler) classStats() ([]api.ClassStat, error) {
 	// as the compiled policy gave them to the shaper.
 	leaves := map[string][]int{}
 	for _, c := range comp.Classes {
-		leaves[c.Name] = append(leaves[c.Name], int(shaper.LeafBase)+c.Index)
+		leaves[c.Name] = append(leaves[c.Name], int(shaper.ClassLeafMinor(c.Index)))
 		for _, r := range comp.Rules {
 			if r.Class == c.Index {
-				leaves[c.Name] = append(leaves[c.Name], int(shaper.RuleBase)+int(r.Slot))
+				leaves[c.Name] = append(leaves[c.Name], int(shaper.RuleLeafMinor(r.Slot)))
 			}
 		}
 	}
@@ -197,12 +197,12 @@ const (
 	flowProbe    = 300 * time.Millisecond
 )
 
-// flowStats answers GET /v1/stats/flows; uid >= 0 limits the answer to that
+// flowStats are the flows with their rates; uid >= 0 limits the answer to that
 // user's flows.
 func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
-	s.d.mu.Lock()
-	dp, eff, slots := s.d.dp, s.d.eff, s.d.slots
-	s.d.mu.Unlock()
+	s.e.mu.Lock()
+	dp, eff, slots := s.e.k, s.e.eff, s.e.slots
+	s.e.mu.Unlock()
 	if dp == nil {
 		return nil, fmt.Errorf("read flows: datapath not loaded")
 	}

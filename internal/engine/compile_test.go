@@ -1,4 +1,4 @@
-package daemon
+package engine
 
 import (
 	"errors"

@@ -1,9 +1,7 @@
-package daemon
+package engine
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -11,16 +9,11 @@ import (
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
-// linkDaemon is a daemon with one managed link "eth9", set up on ifindex 7,
-// whose interface lookups answer with lookup.
-func linkDaemon(lookup lookupFunc) *Daemon {
+// linkEngine is an engine with one managed link "eth9", set up on ifindex
+// 7, over kernel k.
+func linkEngine(k *FakeKernel) *Engine {
 	p := &policy.Policy{Links: []policy.Link{{Name: "eth9"}}, Classes: policy.DefaultClasses()}
-	return &Daemon{
-		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		eff:    merged{Policy: p},
-		links:  map[string]int{"eth9": 7},
-		lookup: lookup,
-	}
+	return &Engine{log: quiet, k: k, eff: merged{Policy: p}, links: map[string]int{"eth9": 7}}
 }
 
 // TestLookupFailureKeepsLink: a lookup that fails without saying that the
@@ -28,14 +21,13 @@ func linkDaemon(lookup lookupFunc) *Daemon {
 // neither counts as a change nor drops the link from the plan, so a rescan
 // detaches nothing and removes no HTB tree. Only proof (gone) does.
 func TestLookupFailureKeepsLink(t *testing.T) {
-	emfile := func(string) (int, bool, error) {
-		return 0, false, fmt.Errorf("look up interface eth9: open socket: %w", unix.EMFILE)
-	}
-	d := linkDaemon(emfile)
-	if d.linksChanged() {
+	emfile := NewFakeKernel(t.TempDir())
+	emfile.LookupErrs["eth9"] = fmt.Errorf("look up interface eth9: open socket: %w", unix.EMFILE)
+	e := linkEngine(emfile)
+	if e.linksChanged() {
 		t.Error("a failed lookup counts as a change of the managed links")
 	}
-	plans, idx, missing, err := d.planLinks(d.eff.Policy, &compiled{})
+	plans, idx, missing, err := e.planLinks(e.eff.Policy, &compiled{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,25 +35,26 @@ func TestLookupFailureKeepsLink(t *testing.T) {
 		t.Errorf("failed lookup: plans %+v, ifindexes %v, missing %v; want eth9 kept on ifindex 7", plans, idx, missing)
 	}
 
-	gone := func(string) (int, bool, error) { return 0, true, nil }
-	d = linkDaemon(gone)
-	if !d.linksChanged() {
+	gone := NewFakeKernel(t.TempDir())
+	e = linkEngine(gone)
+	if !e.linksChanged() {
 		t.Error("an interface that is gone is no change")
 	}
-	if _, idx, missing, _ := d.planLinks(d.eff.Policy, &compiled{}); len(missing) != 1 || len(idx) != 0 {
+	if _, idx, missing, _ := e.planLinks(e.eff.Policy, &compiled{}); len(missing) != 1 || len(idx) != 0 {
 		t.Errorf("gone interface: ifindexes %v, missing %v; want it missing", idx, missing)
 	}
 
-	recreated := func(string) (int, bool, error) { return 8, false, nil }
-	d = linkDaemon(recreated)
-	if !d.linksChanged() {
+	recreated := NewFakeKernel(t.TempDir())
+	recreated.Ifindexes["eth9"] = 8
+	e = linkEngine(recreated)
+	if !e.linksChanged() {
 		t.Error("a recreated interface (new ifindex) is no change")
 	}
 
 	// Not set up yet and the lookup fails: nothing to keep, nothing to do.
-	d = linkDaemon(emfile)
-	d.links = map[string]int{}
-	if d.linksChanged() {
+	e = linkEngine(emfile)
+	e.links = map[string]int{}
+	if e.linksChanged() {
 		t.Error("a failed lookup of a link not set up counts as a change")
 	}
 }
@@ -69,11 +62,11 @@ func TestLookupFailureKeepsLink(t *testing.T) {
 // TestLookupLink: the real lookup tells an existing interface from a
 // missing one.
 func TestLookupLink(t *testing.T) {
-	ifindex, gone, err := lookupLink("lo")
+	ifindex, gone, err := LookupLink("lo")
 	if err != nil || gone || ifindex <= 0 {
-		t.Errorf("lookupLink(lo) = %d, %v, %v", ifindex, gone, err)
+		t.Errorf("LookupLink(lo) = %d, %v, %v", ifindex, gone, err)
 	}
-	if _, gone, err := lookupLink("hqnosuch0"); err != nil || !gone {
-		t.Errorf("lookupLink(hqnosuch0) = gone %v, %v; want gone", gone, err)
+	if _, gone, err := LookupLink("hqnosuch0"); err != nil || !gone {
+		t.Errorf("LookupLink(hqnosuch0) = gone %v, %v; want gone", gone, err)
 	}
 }

@@ -1,0 +1,104 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// TestErrorCodes: each of the engine's refusals has its status code.
+func TestErrorCodes(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		code int
+	}{
+		{&engine.NotFoundError{What: "rule", Name: "x"}, 404},
+		{&engine.ForbiddenError{Why: "no"}, 403},
+		{&engine.ConflictError{What: "rule", Name: "x"}, 409},
+		{&engine.BadRequestError{Err: errors.New("bad")}, 400},
+		{&engine.TooManyError{Why: "many"}, 429},
+		{&policy.FieldError{Field: "maxbw"}, 400},
+		{policy.Errors{&policy.FieldError{Field: "a"}, &policy.FieldError{Field: "b"}}, 400},
+		{&tooLarge{limit: maxBody}, 413},
+		{errors.New("kernel said no"), 500},
+	} {
+		if code, _ := answer(t, c.err); code != c.code {
+			t.Errorf("%T: %d, want %d", c.err, code, c.code)
+		}
+	}
+}
+
+// TestFrontDoor: requests reach the engine as the caller, and its answers
+// and refusals come back with their codes: root adds a rule (201, then a
+// conflict), an ordinary user is refused before the body is read, and a
+// keyed change is recorded with the change and replayed.
+func TestFrontDoor(t *testing.T) {
+	dir := t.TempDir()
+	d := newTestDaemon(t, dir)
+	if err := d.eng.Start(engine.NewFakeKernel(dir)); err != nil {
+		t.Fatal(err)
+	}
+	h := d.routes()
+	call := func(who *peer, route, body, key string, args ...string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(routeMethod(route), routePath(route, args...), strings.NewReader(body))
+		r = r.WithContext(context.WithValue(r.Context(), credKey{}, who))
+		if key != "" {
+			r.Header.Set(api.IdempotencyKeyHeader, key)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	rootP, nobodyP := &peer{Privileged: true}, &peer{UID: 65534, PID: 1}
+	body := `{"name":"web","proto":"tcp","rport":"443","class":"interactive"}`
+	if w := call(rootP, api.RouteAddRule, body, testKey); w.Code != 201 {
+		t.Fatalf("add: %d %s", w.Code, w.Body)
+	}
+	if w := call(rootP, api.RouteAddRule, body, testKey); w.Code != 201 || w.Header().Get(api.IdempotentReplayHeader) != "true" {
+		t.Errorf("replay: %d %v", w.Code, w.Header())
+	}
+	if w := call(rootP, api.RouteAddRule, body, ""); w.Code != 409 {
+		t.Errorf("add again: %d %s", w.Code, w.Body)
+	}
+	if w := call(nobodyP, api.RouteAddRule, `not json`, ""); w.Code != 403 {
+		t.Errorf("nobody adds: %d %s", w.Code, w.Body)
+	}
+	w := call(nobodyP, api.RouteRule, "", "", "web")
+	var ri api.RuleInfo
+	if err := json.Unmarshal(w.Body.Bytes(), &ri); w.Code != 200 || err != nil || ri.Rule.Class != "interactive" || ri.Source != "api" {
+		t.Errorf("get rule: %d %s", w.Code, w.Body)
+	}
+	if w := call(rootP, api.RouteSetRule, `{"class":"bulk"}`, "", "web"); w.Code != 200 || !strings.Contains(w.Body.String(), `"bulk"`) {
+		t.Errorf("set rule: %d %s", w.Code, w.Body)
+	}
+	if w := call(rootP, api.RouteRemoveRule, "", "", "nosuch"); w.Code != 404 {
+		t.Errorf("remove a missing rule: %d", w.Code)
+	}
+	if w := call(rootP, api.RouteAddClass, `{"name":"gold","dscp":"AF21","user_allowed":true}`, ""); w.Code != 201 {
+		t.Errorf("add class: %d %s", w.Code, w.Body)
+	}
+	if w := call(nobodyP, api.RouteStartRun, `{"class":"voice"}`, ""); w.Code != 403 {
+		t.Errorf("nobody runs in a closed class: %d %s", w.Code, w.Body)
+	}
+	if w := call(nobodyP, api.RouteEndRun, "", "", "nosuch"); w.Code != 404 {
+		t.Errorf("end a missing run: %d", w.Code)
+	}
+	if w := call(nobodyP, api.RouteStats, "", "", "colour"); w.Code != 404 {
+		t.Errorf("unknown stats: %d", w.Code)
+	}
+	w = call(nobodyP, api.RouteStatus, "", "")
+	var st api.Status
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || !st.Datapath.Loaded || st.Counts.Rules != 1 {
+		t.Errorf("status: %d %s", w.Code, w.Body)
+	}
+	if _, ok := d.eng.LookupKey(testKey); !ok {
+		t.Error("the key of the change was not recorded")
+	}
+}

@@ -1,0 +1,51 @@
+package daemon
+
+import (
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// routePath is the path of an api.Route* pattern ("GET /v1/rules/{name}"),
+// each {…} filled with the next of args.
+func routePath(route string, args ...string) string {
+	_, p, _ := strings.Cut(route, " ")
+	for _, a := range args {
+		i, j := strings.Index(p, "{"), strings.Index(p, "}")
+		if i < 0 || j < i {
+			break
+		}
+		p = p[:i] + a + p[j+1:]
+	}
+	return p
+}
+
+// routeMethod is the method of an api.Route* pattern.
+func routeMethod(route string) string {
+	m, _, _ := strings.Cut(route, " ")
+	return m
+}
+
+func rule(name string) policy.Rule {
+	return policy.Rule{Name: name, Proto: "udp", DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP}
+}
+
+// newTestDaemon is a daemon whose engine reads its state from dir (the
+// default policy, no kernel); nothing is started.
+func newTestDaemon(t *testing.T, dir string) *Daemon {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	eng, err := engine.New(engine.Config{
+		ConfigPath: filepath.Join(dir, "none.toml"), StatePath: filepath.Join(dir, "state.json"),
+		RuntimePath: filepath.Join(dir, "runtime.json"), Logger: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Daemon{log: log, eng: eng, down: make(chan struct{})}
+}

@@ -1,0 +1,496 @@
+// Package engine is hostqos's policy engine: the desired state (config
+// file, changes made through the API, temporary changes, runs), its
+// validation and admission, compilation into BPF map entries and HTB
+// classes, applying it as one transaction, persistence, repair, and who
+// may see and do what. It knows nothing of HTTP: front doors (the daemon's
+// API) map their requests to its methods and its errors to their answers.
+// It reaches the kernel only through a Kernel.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"reflect"
+	"sync"
+
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/shaper"
+)
+
+// Config are the engine's settings.
+type Config struct {
+	ConfigPath     string // TOML policy file
+	ConfigExplicit bool   // the path was given on the command line: it must exist
+	StatePath      string // persistent state (API changes, slots, keys)
+	RuntimePath    string // temporary state (temporary changes, runs): survives a crash, not a reboot
+	// CgroupBase is the engine's cgroup subtree (relative to the cgroup2
+	// root) where runs get their cgroups.
+	CgroupBase string
+	// Limits on `hostqos run` by ordinary users (0 = the default); see
+	// CheckRunLimits.
+	MaxRunsPerUser int
+	MaxUserRuns    int
+	Logger         *slog.Logger
+}
+
+// Engine holds the desired policy and makes the kernel match it.
+type Engine struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex // serialises changes
+	k       Kernel     // nil before Start and after Detach
+	base    *policy.Policy
+	persist *overlay
+	temp    *overlay
+	slots   *slotTable
+	eff     merged
+	comp    *compiled
+	links   map[string]int // managed link name → ifindex currently set up
+	missing []string       // managed links whose interface does not exist now
+	// lastLinkErr is the last error of setting up links again in Rescan,
+	// so that a lasting problem is logged once.
+	lastLinkErr string
+	lookupErr   map[string]string // link → last lookup error, logged once
+	tagged      int
+
+	stats *sampler
+
+	// Idempotency keys (see keys.go): those recorded in the state file and
+	// in the runtime file, and the keyed change being applied.
+	keysPersist, keysTemp keyTable
+	commit                *PendingKey
+}
+
+// New reads the config and the state files and validates them; it touches
+// nothing in the kernel.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxRunsPerUser == 0 {
+		cfg.MaxRunsPerUser = DefaultMaxRunsPerUser
+	}
+	if cfg.MaxUserRuns == 0 {
+		cfg.MaxUserRuns = DefaultMaxUserRuns
+	}
+	if err := CheckRunLimits(cfg.MaxRunsPerUser, cfg.MaxUserRuns); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, log: cfg.Logger, links: map[string]int{}}
+	e.stats = newSampler(e)
+	var err error
+	if e.base, err = e.loadConfig(); err != nil {
+		return nil, err
+	}
+	ps, err := readStateFile(cfg.StatePath)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := readStateFile(cfg.RuntimePath)
+	if err != nil {
+		return nil, err
+	}
+	e.persist, e.temp, e.keysPersist, e.keysTemp = ps.Overlay, rt.Overlay, ps.Keys, rt.Keys
+	e.slots = newSlotTable()
+	if ps.Slots != nil {
+		e.slots = ps.Slots
+	}
+	e.eff = merge(e.base, e.persist, e.temp)
+	if err := checkPolicy(e.eff.Policy, "state"); err != nil {
+		return nil, fmt.Errorf("validate policy (config %s with changes in %s): %w", cfg.ConfigPath, cfg.StatePath, err)
+	}
+	return e, nil
+}
+
+// loadConfig reads the policy file. A missing default file means "no
+// policy yet"; a missing file named on the command line is an error.
+func (e *Engine) loadConfig() (*policy.Policy, error) {
+	p, err := policy.LoadFile(e.cfg.ConfigPath)
+	if errors.Is(err, fs.ErrNotExist) && !e.cfg.ConfigExplicit {
+		e.log.Info("no config file; starting with the default classes", "path", e.cfg.ConfigPath)
+		return policy.Load(nil, e.cfg.ConfigPath)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// checkPolicy validates and admits a whole policy.
+func checkPolicy(p *policy.Policy, source string) error {
+	if err := p.Validate(source); err != nil {
+		return err
+	}
+	return p.Admit(source)
+}
+
+// Start makes the kernel match the policy read by New, through k.
+func (e *Engine) Start(k Kernel) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.k = k
+	if err := e.applyLocked(e.eff, e.slots.clone(), nil, nil); err != nil {
+		e.k = nil
+		return err
+	}
+	return nil
+}
+
+// Detach forgets the kernel (hostqos down removed what was there): the
+// engine applies nothing more and reports the datapath as not loaded.
+func (e *Engine) Detach() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.k = nil
+	e.links = map[string]int{}
+}
+
+// Counts is the size of the effective policy.
+func (e *Engine) Counts() (links, rules int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.eff.Policy.Links), len(e.eff.Policy.Rules)
+}
+
+var errNotLoaded = errors.New("the datapath is not loaded (hostqos down?)")
+
+// applyLocked makes the kernel match m and, when persist and temp are
+// given, writes them as the state files and makes them current. On any
+// error it restores the previous kernel state and returns the error;
+// nothing of the change remains.
+func (e *Engine) applyLocked(m merged, slots *slotTable, persist, temp *overlay) error {
+	if e.k == nil {
+		return errNotLoaded
+	}
+	if err := slots.assign(m.Policy, e.counterReader()); err != nil {
+		return err
+	}
+	comp, err := compile(m.Policy, slots, e.k.CgroupRoot())
+	if err != nil {
+		return err
+	}
+	plans, ifindexes, missing, err := e.planLinks(m.Policy, comp)
+	if err != nil {
+		return err
+	}
+	if err := e.pushKernel(comp, plans, ifindexes); err != nil {
+		e.restoreKernel()
+		return err
+	}
+	if persist != nil {
+		keysP, keysT := e.recordKeyLocked(!reflect.DeepEqual(temp, e.temp))
+		err := writeState(e.cfg.StatePath, persist, slots, keysP)
+		if err == nil {
+			err = writeState(e.cfg.RuntimePath, temp, nil, keysT)
+		}
+		if err != nil {
+			e.restoreKernel()
+			return err
+		}
+		e.persist, e.temp, e.keysPersist, e.keysTemp = persist, temp, keysP, keysT
+	}
+	e.eff, e.comp, e.slots, e.missing = m, comp, slots, missing
+	return nil
+}
+
+// restoreKernel puts the last applied policy back after a failed change.
+func (e *Engine) restoreKernel() {
+	if e.comp == nil {
+		return
+	}
+	plans, idx, _, err := e.planLinks(e.eff.Policy, e.comp)
+	if err == nil {
+		err = e.pushKernel(e.comp, plans, idx)
+	}
+	if err != nil {
+		e.log.Error("restore previous policy after a failed change", "err", err)
+	}
+}
+
+// linkPlan is the shaper plan of one managed link (nil Plan: mark only).
+type linkPlan struct {
+	name    string
+	ifindex int
+	plan    *shaper.Plan
+}
+
+// planLinks builds the HTB plan of every managed link that exists now.
+// Interfaces come and go (VPN tunnels, hot-plugged NICs): a missing one is
+// reported in missing and managed once it appears (see Rescan). A link whose
+// lookup fails without proof that it is gone stays planned on the ifindex
+// it is set up on, so that applying the plan releases nothing.
+func (e *Engine) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[string]int, []string, error) {
+	var out []linkPlan
+	var missing []string
+	idx := map[string]int{}
+	for _, l := range p.Links {
+		verdict, ifindex := e.judgeLink(l.Name)
+		if verdict == linkGone || ifindex == 0 { // unknown and not set up: nothing to keep
+			missing = append(missing, l.Name)
+			continue
+		}
+		lp := linkPlan{name: l.Name, ifindex: ifindex}
+		if l.EgressRate > 0 {
+			// shaper.Build names the link in its errors.
+			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate)}, comp.Classes, comp.Rules)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			lp.plan = &plan
+		}
+		out = append(out, lp)
+		idx[l.Name] = ifindex
+	}
+	return out, idx, missing, nil
+}
+
+// linksDamaged reports whether someone removed hostqos's HTB root or egress
+// classifier from a managed link; the next apply puts them back.
+func (e *Engine) linksDamaged() bool {
+	damaged := false
+	for _, l := range e.eff.Policy.Links {
+		ifindex, ok := e.links[l.Name]
+		if !ok {
+			continue
+		}
+		if attached, err := e.k.LinkAttached(ifindex); err == nil && !attached {
+			damaged = true
+		}
+		if l.EgressRate > 0 {
+			if owned, err := e.k.Shaped(ifindex); err == nil && !owned {
+				damaged = true
+			}
+		}
+	}
+	return damaged
+}
+
+// linksChanged reports whether managed interfaces appeared, disappeared or
+// were recreated (new ifindex) since the last apply. A failed lookup is no
+// change: only proof that an interface is gone counts as gone.
+func (e *Engine) linksChanged() bool {
+	for _, l := range e.eff.Policy.Links {
+		verdict, ifindex := e.judgeLink(l.Name)
+		have, managed := e.links[l.Name]
+		switch {
+		case verdict == linkGone && managed, verdict == linkPresent && (!managed || ifindex != have):
+			return true
+		}
+	}
+	return false
+}
+
+// pushKernel applies a compiled policy: shaper trees first (so that classes
+// exist before packets are steered into them), then the datapath rules,
+// then attachments; links no longer managed are released last.
+func (e *Engine) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[string]int) error {
+	for _, lp := range plans {
+		if lp.plan != nil {
+			if err := e.k.Shape(*lp.plan); err != nil {
+				return err // the shaper names the link and its step
+			}
+		} else if owned, _ := e.k.Shaped(lp.ifindex); owned {
+			if err := e.k.Unshape(lp.ifindex); err != nil {
+				return err // the shaper names the link and its step
+			}
+		}
+	}
+	if err := e.k.ApplyRules(comp.Datapath); err != nil {
+		return fmt.Errorf("apply datapath rules: %w", err)
+	}
+	for _, lp := range plans {
+		if err := e.k.AttachLink(lp.ifindex); err != nil {
+			return fmt.Errorf("link %s: %w", lp.name, err) // the datapath names its step
+		}
+	}
+	for name, ifindex := range e.links {
+		if _, still := ifindexes[name]; still {
+			continue
+		}
+		if err := e.k.DetachLink(ifindex); err != nil {
+			e.log.Warn("detach classifier", "link", name, "err", err)
+		}
+		if owned, _ := e.k.Shaped(ifindex); owned {
+			if err := e.k.Unshape(ifindex); err != nil {
+				e.log.Warn("remove HTB tree", "link", name, "err", err)
+			}
+		}
+	}
+	e.links = ifindexes
+	return nil
+}
+
+// counterReader returns a function that gives a rule slot's raw counters
+// (the baseline of a reused slot), reading the counter array at most once.
+func (e *Engine) counterReader() func(slot int) baseCounter {
+	var cs []datapath.Counters
+	read := false
+	return func(slot int) baseCounter {
+		if !read && e.k != nil {
+			cs, _ = e.k.RuleCounters()
+			read = true
+		}
+		if slot >= len(cs) {
+			return baseCounter{}
+		}
+		return baseCounter{Packets: cs[slot].Packets, Bytes: cs[slot].Bytes, Drops: cs[slot].Drops}
+	}
+}
+
+// change runs a mutation of the overlays as one transaction: mutate works
+// on copies; the result is validated, admitted, applied and persisted, or
+// nothing changes. An idempotency key in ctx (WithPendingKey) is recorded
+// in the same state write.
+func (e *Engine) change(ctx context.Context, source string, mutate func(persist, temp *overlay, eff *policy.Policy) error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	defer func() { e.commit = nil }() // the key is this change's only
+	persist, temp := e.persist.clone(), e.temp.clone()
+	if err := mutate(persist, temp, e.eff.Policy); err != nil {
+		return err
+	}
+	m := merge(e.base, persist, temp)
+	if err := checkPolicy(m.Policy, source); err != nil {
+		return err
+	}
+	if err := e.checkAppSlots(m.Policy); err != nil {
+		return err
+	}
+	e.commit = pendingFrom(ctx)
+	return e.applyLocked(m, e.slots.clone(), persist, temp)
+}
+
+// Reload re-reads the config file. An invalid file changes nothing.
+func (e *Engine) Reload() error {
+	base, err := e.loadConfig()
+	if err != nil {
+		e.log.Error("reload: config rejected; keeping the running policy", "err", err)
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := merge(base, e.persist, e.temp)
+	if err := checkPolicy(m.Policy, e.cfg.ConfigPath); err != nil {
+		e.log.Error("reload: policy rejected; keeping the running policy", "err", err)
+		return err
+	}
+	if err := e.checkAppSlots(m.Policy); err != nil {
+		e.log.Error("reload: policy rejected; keeping the running policy", "err", err)
+		return err
+	}
+	if err := e.applyLocked(m, e.slots.clone(), e.persist, e.temp); err != nil {
+		e.log.Error("reload: apply failed; kept the running policy", "err", err)
+		return err
+	}
+	e.base = base
+	e.log.Info("reloaded", "config", e.cfg.ConfigPath, "rules", len(m.Policy.Rules))
+	return nil
+}
+
+// Tick is the periodic work: sampling counters for rates, reaping finished
+// runs, and repairing (Rescan).
+func (e *Engine) Tick() {
+	e.stats.sample()
+	e.ReapRuns()
+	e.Rescan()
+}
+
+// Rescan repairs: it sets managed links up again when interfaces appeared,
+// vanished or were recreated, or someone removed hostqos's HTB root or
+// classifier; otherwise it recompiles the policy and pushes it when what
+// the app selectors resolve to has changed (new files for an exe glob,
+// units that started).
+func (e *Engine) Rescan() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.k == nil {
+		return
+	}
+	if e.linksChanged() || e.linksDamaged() {
+		err := e.applyLocked(e.eff, e.slots.clone(), nil, nil)
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		if msg != e.lastLinkErr { // log changes, not every second
+			if err != nil {
+				e.log.Warn("rescan: set up managed links again", "err", err)
+			} else {
+				e.log.Info("managed links set up again", "links", e.links, "missing", e.missing)
+			}
+			e.lastLinkErr = msg
+		}
+		return
+	}
+	comp, err := compile(e.eff.Policy, e.slots, e.k.CgroupRoot())
+	if err != nil {
+		e.log.Warn("rescan", "err", err)
+		return
+	}
+	if e.comp != nil && sameDatapath(comp.Datapath, e.comp.Datapath) {
+		e.comp.Warnings, e.comp.Resolved = comp.Warnings, comp.Resolved
+		return
+	}
+	if err := e.k.ApplyRules(comp.Datapath); err != nil {
+		e.log.Warn("rescan: apply datapath rules", "err", err)
+		return
+	}
+	e.comp = comp
+	e.log.Info("app selectors re-resolved; datapath updated")
+}
+
+// TagExistingSockets tags the sockets opened before the datapath was
+// loaded (see Kernel.TagExistingSockets); status counts them.
+func (e *Engine) TagExistingSockets() {
+	e.mu.Lock()
+	k := e.k
+	e.mu.Unlock()
+	if k == nil {
+		return
+	}
+	n, err := k.TagExistingSockets()
+	if err != nil {
+		e.log.Warn("tag existing sockets", "err", err)
+		return
+	}
+	e.mu.Lock()
+	e.tagged += n
+	e.mu.Unlock()
+	e.log.Info("tagged existing sockets", "count", n)
+}
+
+// DropTemporary forgets temporary links, classes and rules (not those of
+// runs) in the runtime state, for the next start.
+func (e *Engine) DropTemporary() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.temp == nil {
+		return
+	}
+	keep := newOverlay()
+	for id, run := range e.temp.Runs {
+		keep.Runs[id] = run
+		if r, ok := e.temp.Rules[run.Rule]; ok {
+			keep.Rules[run.Rule] = r
+		}
+	}
+	if err := writeState(e.cfg.RuntimePath, keep, nil, e.keysTemp); err != nil {
+		e.log.Warn("forget temporary changes", "err", err)
+	}
+}
+
+// ReleaseRuns moves the processes of the runs recorded in the runtime state
+// file at runtimePath back to the cgroups they came from (cgroup2 mounted
+// at cgRoot), so that removing hostqos's cgroups leaves programs where they
+// were. It is for `hostqos down` without a running engine.
+func ReleaseRuns(runtimePath, cgRoot string) {
+	temp, _, err := readState(runtimePath)
+	if err == nil {
+		releaseRuns(cgRoot, temp.Runs)
+	}
+}

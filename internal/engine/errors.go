@@ -1,0 +1,42 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// The engine's refusals. Front doors map them to their own words (the
+// HTTP API to status codes); policy.FieldError and policy.Errors are the
+// engine's field errors (invalid input, nothing changed).
+
+// NotFoundError is a request for an object that does not exist.
+type NotFoundError struct{ What, Name string }
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("%s %q not found; see hostqos %s list", e.What, policy.Clip(e.Name), e.What)
+}
+
+// ForbiddenError is a request by someone not allowed to make it.
+type ForbiddenError struct{ Why string }
+
+func (e *ForbiddenError) Error() string { return e.Why }
+
+// ConflictError is an add of something that exists.
+type ConflictError struct{ What, Name string }
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%s %q already exists; change it with hostqos %s set %s", e.What, e.Name, e.What, e.Name)
+}
+
+// BadRequestError is a malformed request or one that cannot be done as
+// asked (a process that has exited, a rule that belongs to a run).
+type BadRequestError struct{ Err error }
+
+func (e *BadRequestError) Error() string { return e.Err.Error() }
+func (e *BadRequestError) Unwrap() error { return e.Err }
+
+// TooManyError is a request refused because a limit is reached.
+type TooManyError struct{ Why string }
+
+func (e *TooManyError) Error() string { return e.Why }

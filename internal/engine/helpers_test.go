@@ -1,0 +1,68 @@
+package engine
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+func rule(name string) policy.Rule {
+	return policy.Rule{Name: name, Proto: "udp", DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// testEnv is an engine over a state directory and a fake kernel.
+type testEnv struct {
+	dir string
+	k   *FakeKernel
+	cfg Config
+}
+
+// newEnv writes config (TOML, "" for none) into a fresh directory and
+// makes a fake kernel with interface eth0 (ifindex 2).
+func newEnv(t *testing.T, config string) *testEnv {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := Config{
+		ConfigPath: filepath.Join(dir, "hostqos.toml"), StatePath: filepath.Join(dir, "state", "state.json"),
+		RuntimePath: filepath.Join(dir, "run", "runtime.json"), CgroupBase: "/hostqos/ns-1", Logger: quiet,
+	}
+	if config != "" {
+		if err := os.WriteFile(cfg.ConfigPath, []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(dir, "cgroup")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k := NewFakeKernel(root)
+	k.Ifindexes["eth0"] = 2
+	return &testEnv{dir: dir, k: k, cfg: cfg}
+}
+
+// start makes an engine over the env's state and starts it on the fake
+// kernel.
+func (env *testEnv) start(t *testing.T) *Engine {
+	t.Helper()
+	e, err := New(env.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(env.k); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+var (
+	root   = Caller{PID: 1, UID: 0, Privileged: true}
+	admin  = Caller{PID: 2, UID: 1000, GID: 999, Privileged: true} // group hostqos
+	nobody = Caller{PID: 3, UID: 65534, GID: 65534}
+	alice  = Caller{PID: 4, UID: 1001, GID: 1001}
+)

@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"time"
+
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// Idempotency keys make a retried change safe. A front door gives a keyed
+// change to the engine with WithPendingKey; the engine records key →
+// (request fingerprint, answer) in the same atomic state write as the
+// change itself, so after a crash either both are there or neither.
+// Failed changes are not recorded. The front door replays recorded
+// answers (LookupKey) and records the answer it sent (RecordAnswer).
+
+// Limits of the key table, per state file.
+const (
+	maxKeys = 1024
+	keyTTL  = 24 * time.Hour
+	// MaxKeptAnswer bounds a recorded answer; larger ones are not kept (a
+	// replay then says "applied").
+	MaxKeptAnswer = 64 << 10
+)
+
+// keyRE is the format of an idempotency key.
+var keyRE = regexp.MustCompile(`^[A-Za-z0-9_-]{16,64}$`)
+
+// ValidKey reports whether key is a well-formed idempotency key: 16 to 64
+// of A-Z a-z 0-9 _ -.
+func ValidKey(key string) bool { return keyRE.MatchString(key) }
+
+// KeyEntry is a change recorded under an idempotency key.
+type KeyEntry struct {
+	Fingerprint string `json:"fingerprint"` // of the request: caller, method, path, body
+	At          int64  `json:"at_unix"`
+	// Status and Body are the answer; Status 0 means the change was
+	// applied but its answer was not kept (the daemon stopped before
+	// sending it, or it was too large).
+	Status int             `json:"status,omitempty"`
+	Body   json.RawMessage `json:"body,omitempty"`
+}
+
+// keyTable maps idempotency keys to recorded changes.
+type keyTable map[string]*KeyEntry
+
+// with returns a copy of t with key added, dropping entries older than
+// keyTTL and the oldest beyond maxKeys.
+func (t keyTable) with(key string, e *KeyEntry, now time.Time) keyTable {
+	n := keyTable{}
+	for k, v := range t {
+		if now.Sub(time.Unix(v.At, 0)) < keyTTL {
+			n[k] = v
+		}
+	}
+	n[key] = e
+	if len(n) > maxKeys {
+		keys := make([]string, 0, len(n))
+		for k := range n {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool { return n[keys[i]].At < n[keys[j]].At })
+		for _, k := range keys[:len(n)-maxKeys] {
+			if k != key {
+				delete(n, k)
+			}
+		}
+	}
+	return n
+}
+
+// check validates a table read from a state file.
+func (t keyTable) check() error {
+	if len(t) > 4*maxKeys {
+		return fmt.Errorf("%d idempotency keys, more than this daemon ever keeps", len(t))
+	}
+	for k, e := range t {
+		if !keyRE.MatchString(k) || e == nil {
+			return fmt.Errorf("idempotency key %q malformed", policy.Clip(k))
+		}
+	}
+	return nil
+}
+
+// PendingKey is a keyed request on its way through a change: the change
+// records it with the state write.
+type PendingKey struct {
+	key, fingerprint string
+	entry            *KeyEntry
+}
+
+type pendingKeyCtx struct{}
+
+// WithPendingKey returns a context that makes the engine's change record
+// key (with the request's fingerprint) in the same state write.
+func WithPendingKey(ctx context.Context, key, fingerprint string) (context.Context, *PendingKey) {
+	pk := &PendingKey{key: key, fingerprint: fingerprint}
+	return context.WithValue(ctx, pendingKeyCtx{}, pk), pk
+}
+
+func pendingFrom(ctx context.Context) *PendingKey {
+	pk, _ := ctx.Value(pendingKeyCtx{}).(*PendingKey)
+	return pk
+}
+
+// LookupKey finds a recorded key in either state file's table.
+func (e *Engine) LookupKey(key string) (KeyEntry, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ent, ok := e.keysTemp[key]; ok {
+		return *ent, true
+	}
+	if ent, ok := e.keysPersist[key]; ok {
+		return *ent, true
+	}
+	return KeyEntry{}, false
+}
+
+// RecordAnswer records the answer to a keyed change that succeeded. A
+// change applied without a state write (reload, runs) is kept in memory.
+func (e *Engine) RecordAnswer(pk *PendingKey, status int, body []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ent := pk.entry
+	if ent == nil {
+		ent = &KeyEntry{Fingerprint: pk.fingerprint, At: time.Now().Unix()}
+		e.keysPersist = e.keysPersist.with(pk.key, ent, time.Now())
+	}
+	if len(body) <= MaxKeptAnswer {
+		ent.Status, ent.Body = status, json.RawMessage(body)
+	}
+}
+
+// recordKeyLocked adds the pending key of the change being written to the
+// table of the file that holds the change: the runtime file when the
+// temporary overlay changes (it is written last, so the key there means
+// both files were written), else the state file.
+func (e *Engine) recordKeyLocked(tempChanged bool) (keysP, keysT keyTable) {
+	keysP, keysT = e.keysPersist, e.keysTemp
+	pk := e.commit
+	if pk == nil {
+		return
+	}
+	pk.entry = &KeyEntry{Fingerprint: pk.fingerprint, At: time.Now().Unix()}
+	if tempChanged {
+		keysT = keysT.with(pk.key, pk.entry, time.Now())
+	} else {
+		keysP = keysP.with(pk.key, pk.entry, time.Now())
+	}
+	return
+}

@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/shaper"
+)
+
+// TestStats: rule, class, flow and app statistics come from the kernel's
+// counters with rates between samples; an ordinary user sees only their
+// own flows and apps; an unknown kind is not found.
+func TestStats(t *testing.T) {
+	env := newEnv(t, shapedConfig)
+	e := env.start(t)
+	k := env.k
+	slot := e.slots.Rules["a"]
+	voice := e.slots.Classes["voice"]
+	k.Counters = make([]datapath.Counters, datapath.MaxRules)
+	k.Counters[slot] = datapath.Counters{Packets: 10, Bytes: 1000}
+	k.ClassCounters[2] = []shaper.ClassStats{{Minor: shaper.ClassLeafMinor(voice), Packets: 5, Bytes: 500}}
+	e.Tick()
+	k.Counters[slot] = datapath.Counters{Packets: 20, Bytes: 3000}
+	k.ClassCounters[2] = []shaper.ClassStats{{Minor: shaper.ClassLeafMinor(voice), Packets: 9, Bytes: 900, Backlog: 3}}
+	e.Tick()
+
+	var st api.Stats
+	if err := e.Stats(root, "rules", &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Rules) != 1 || st.Rules[0].Rule != "a" || st.Rules[0].Packets != 20 || st.Rules[0].RateBps <= 0 {
+		t.Errorf("rule stats %+v", st.Rules)
+	}
+	if err := e.Stats(root, "classes", &st); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range st.Classes {
+		if c.Class == "voice" {
+			found = true
+			if c.Link != "eth0" || c.Packets != 9 || c.Backlog != 3 || c.RateBps <= 0 {
+				t.Errorf("voice on eth0: %+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("class stats %+v", st.Classes)
+	}
+
+	flow := func(uid, pid uint32, port uint16, bytes uint64) datapath.Flow {
+		return datapath.Flow{
+			Key:      datapath.FlowKey{Proto: 17, Local: netip.MustParseAddrPort("198.18.0.1:5000"), Remote: netip.AddrPortFrom(netip.MustParseAddr("198.18.0.2"), port)},
+			RuleSlot: slot, PID: pid, UID: uid, Comm: "app", Counters: datapath.Counters{Packets: 1, Bytes: bytes},
+		}
+	}
+	k.FlowTable = []datapath.Flow{flow(0, 0, 7000, 10), flow(65534, 42, 7001, 300), flow(1001, 43, 7002, 200), flow(65534, 42, 7003, 100)}
+	if err := e.Stats(root, "flows", &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Flows) != 4 || st.Flows[0].Bytes != 300 || st.Flows[0].Rule != "a" || st.Flows[0].Proto != "udp" || st.Flows[0].Remote != "198.18.0.2:7001" {
+		t.Errorf("root's flows %+v", st.Flows)
+	}
+	if err := e.Stats(nobody, "flows", &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Flows) != 2 {
+		t.Errorf("nobody's flows %+v", st.Flows)
+	}
+	if err := e.Stats(nobody, "apps", &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Apps) != 1 || st.Apps[0].PID != 42 || st.Apps[0].Flows != 2 || st.Apps[0].Bytes != 400 {
+		t.Errorf("nobody's apps %+v", st.Apps)
+	}
+	if err := e.Stats(root, "colour", &st); err == nil {
+		t.Error("unknown kind answered")
+	}
+	var s api.Status
+	e.Status(nobody, &s)
+	if s.Counts.Flows != 4 || s.Datapath.Packets != 10 {
+		t.Errorf("status counts %+v datapath %+v", s.Counts, s.Datapath)
+	}
+}

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/datapath"
+)
+
+// Status fills in what the engine knows of st (the datapath, links,
+// counts, warnings), as who may see it: an ordinary user gets no warning
+// about another user's run. The flow table is counted after the lock is
+// released (a walk of a full table takes milliseconds, and status is open
+// to everyone).
+func (e *Engine) Status(who Caller, st *api.Status) {
+	k := e.statusLocked(who, st)
+	if k != nil {
+		n := 0
+		_ = k.Flows(func(datapath.Flow) bool { n++; return true })
+		st.Counts.Flows = n
+	}
+}
+
+func (e *Engine) statusLocked(who Caller, st *api.Status) Kernel {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st.Datapath.Loaded = e.k != nil
+	st.Datapath.TaggedSockets = e.tagged
+	if e.k != nil {
+		st.Daemon.Generation = uint64(e.k.Generation())
+		if s, err := e.k.Stats(); err == nil {
+			st.Datapath.Packets, st.Datapath.Classified = s.Packets, s.Classified
+			st.Datapath.FlowInsertFail, st.Datapath.ParseErrors, st.Datapath.NoIdentity = s.FlowInsertFail, s.ParseErrors, s.NoIdentity
+		} else {
+			st.Datapath.Error = err.Error()
+		}
+	}
+	st.Links = e.linkStatusLocked()
+	st.Counts.Links = len(e.eff.Policy.Links)
+	st.Counts.Classes = len(e.eff.Policy.Classes)
+	hidden := e.hiddenRulesLocked(who)
+	st.Counts.Rules = len(e.eff.Policy.Rules) - len(hidden)
+	st.Counts.Runs = len(e.temp.Runs) - len(hidden) // a hidden rule is another user's run
+	st.Warnings = append(st.Warnings, e.eff.Policy.Warnings()...)
+	if e.comp != nil {
+		for _, w := range e.comp.Warnings {
+			if !mentionsRule(w, hidden) {
+				st.Warnings = append(st.Warnings, w)
+			}
+		}
+	}
+	for _, name := range e.missing {
+		if why, ok := e.lookupErr[name]; ok {
+			st.Warnings = append(st.Warnings, fmt.Sprintf("link %q: cannot tell whether the interface exists (%s); hostqos manages it once it can", name, why))
+			continue
+		}
+		st.Warnings = append(st.Warnings, fmt.Sprintf("link %q: no such interface now; hostqos manages it as soon as it appears", name))
+	}
+	return e.k
+}
+
+// mentionsRule reports whether a compile warning is about one of the rules
+// named in set (warnings name their rule as `rule "NAME"`).
+func mentionsRule(warning string, set map[string]bool) bool {
+	for name := range set {
+		if strings.Contains(warning, fmt.Sprintf("rule %q", name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Links reports every managed link: where it is set up, and whether
+// hostqos's classifier and HTB root are on it.
+func (e *Engine) Links() []api.LinkStatus {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.linkStatusLocked()
+}
+
+func (e *Engine) linkStatusLocked() []api.LinkStatus {
+	var out []api.LinkStatus
+	for _, l := range e.eff.Policy.Links {
+		ls := api.LinkStatus{Link: l}
+		if ifindex, ok := e.links[l.Name]; ok && e.k != nil {
+			ls.Ifindex = ifindex
+			attached, err := e.k.LinkAttached(ifindex)
+			ls.Attached = attached || err != nil // unknown is not reported as detached
+			if !ls.Attached {
+				ls.Error = "hostqos's classifier is not attached in the kernel (detached by someone else?); the daemon puts it back within a second"
+			}
+			if l.EgressRate > 0 {
+				owned, err := e.k.Shaped(ifindex)
+				ls.Shaping = owned || err != nil // unknown is not reported as removed
+				if !ls.Shaping {
+					ls.Error = "hostqos's HTB root is not on the link (removed by someone else?); the daemon rebuilds it within a second unless another root qdisc took its place"
+				}
+			}
+		} else {
+			ls.Error = "no such interface now; managed as soon as it appears"
+		}
+		ls.Reservable = l.Capacity()
+		ls.Reserved = e.eff.Policy.Guaranteed()
+		out = append(out, ls)
+	}
+	return out
+}
+
+// Stats fills in the statistics of kind ("rules", "classes", "apps",
+// "flows") the caller may see: an ordinary user sees no other user's run
+// rules, flows or apps. An unknown kind is a *NotFoundError.
+func (e *Engine) Stats(who Caller, kind string, st *api.Stats) error {
+	uid := who.MayOnlySeeOwn()
+	var err error
+	switch kind {
+	case "rules":
+		e.mu.Lock()
+		hidden := e.hiddenRulesLocked(who)
+		e.mu.Unlock()
+		st.Rules, err = e.stats.ruleStats(hidden)
+	case "classes":
+		st.Classes, err = e.stats.classStats()
+	case "apps":
+		st.Apps, err = e.stats.appStats(uid)
+	case "flows":
+		st.Flows, err = e.stats.flowStats(uid)
+	default:
+		err = &NotFoundError{What: "stat kind", Name: kind}
+	}
+	return err
+}
