@@ -149,7 +149,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 		d.cgRoot, d.cgOwn = root, own
 	}
 	dp, err := datapath.Open(datapath.Options{
-		BPFFSDir: d.cfg.BPFFSDir, CgroupPath: d.cgRoot, FlowTableSize: d.cfg.FlowTableSize,
+		BPFFSDir: d.cfg.BPFFSDir, CgroupPath: d.cgRoot, FlowTableSize: d.cfg.FlowTableSize, Logger: d.cfg.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("load datapath: %w", err)
@@ -162,7 +162,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 		d.pinsDie = true
 		d.log.Warn("the bpffs holding the pins lives in a mount namespace of the daemon's own: the pinned datapath goes away when the daemon exits", "path", d.bpffsOwn)
 	}
-	if err := d.eng.Start(&engine.SystemKernel{DP: dp, CgRoot: d.cgRoot, Netns: d.netns}); err != nil {
+	if err := d.eng.Start(&engine.SystemKernel{DP: dp, CgRoot: d.cgRoot, Netns: d.netns, Log: d.cfg.Logger}); err != nil {
 		return fmt.Errorf("apply policy: %w", err)
 	}
 	if err := d.listen(); err != nil {

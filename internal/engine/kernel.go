@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 
@@ -67,14 +68,22 @@ type Kernel interface {
 type SystemKernel struct {
 	DP     *datapath.Datapath
 	CgRoot string
-	Netns  uint64 // the network namespace whose sockets are tagged
+	Netns  uint64       // the network namespace whose sockets are tagged
+	Log    *slog.Logger // for the shaper; nil: slog.Default()
+}
+
+func (k *SystemKernel) shaperLog() shaper.Option {
+	if k.Log == nil {
+		return shaper.WithLogger(slog.Default())
+	}
+	return shaper.WithLogger(k.Log)
 }
 
 var _ Kernel = (*SystemKernel)(nil)
 
 func (k *SystemKernel) ApplyRules(p datapath.Policy) error { return k.DP.Apply(p) }
-func (k *SystemKernel) Shape(plan shaper.Plan) error       { return shaper.Apply(plan) }
-func (k *SystemKernel) Unshape(ifindex int) error          { return shaper.Remove(ifindex) }
+func (k *SystemKernel) Shape(plan shaper.Plan) error       { return shaper.Apply(plan, k.shaperLog()) }
+func (k *SystemKernel) Unshape(ifindex int) error          { return shaper.Remove(ifindex, k.shaperLog()) }
 func (k *SystemKernel) Shaped(ifindex int) (bool, error)   { return shaper.Owned(ifindex) }
 func (k *SystemKernel) ClassStats(ifindex int) ([]shaper.ClassStats, error) {
 	return shaper.Stats(ifindex)
