@@ -41,7 +41,7 @@ func TestExeRuleMarksOnEveryFilesystem(t *testing.T) {
 	m.run("btrfs", "subvolume", "create", filepath.Join(btrfs, "sv"))
 	btrfsSub := m.mount(filepath.Join(root, "btrfs-sv"), btrfsDev, "btrfs", "subvol=sv")
 	// ext4 on a loop device; a directory of it bind-mounted elsewhere.
-	ext4Dev := m.loopImage(filepath.Join(e.dir, "ext4.img"), 64<<20, "mkfs.ext4", "-q", "-F")
+	ext4Dev := m.loopImage(filepath.Join(e.dir, "ext4.img"), 256<<20, "mkfs.ext4", "-q", "-F")
 	ext4 := m.mount(filepath.Join(root, "ext4"), ext4Dev, "ext4", "")
 	for _, d := range []string{"bindsrc", "lower"} {
 		if err := os.Mkdir(filepath.Join(ext4, d), 0o755); err != nil {
@@ -49,7 +49,7 @@ func TestExeRuleMarksOnEveryFilesystem(t *testing.T) {
 		}
 	}
 	bind := m.bind(filepath.Join(ext4, "bindsrc"), filepath.Join(root, "bind"))
-	tmpfs := m.mount(filepath.Join(root, "tmpfs"), "tmpfs", "tmpfs", "size=64m")
+	tmpfs := m.mount(filepath.Join(root, "tmpfs"), "tmpfs", "tmpfs", "size=256m")
 	// overlayfs: lower on ext4, upper on tmpfs (not the same file system).
 	lower := filepath.Join(ext4, "lower")
 	upper, work := filepath.Join(tmpfs, "upper"), filepath.Join(tmpfs, "work")
