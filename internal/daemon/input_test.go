@@ -39,7 +39,7 @@ func TestDecodeRequest(t *testing.T) {
 		code int
 		want string
 	}{
-		{"rule unknown field", `{"name":"r","comm":"x","max_bw":"1mbit"}`, func() any { r := engine.NewRule(); return &r }, 400,
+		{"rule unknown field", `{"name":"r","comm":"x","max_bw":"1mbit"}`, func() any { r := policy.NewRule(""); return &r }, 400,
 			`api: rule "r": unknown field "max_bw"; did you mean maxbw?`},
 		{"class unknown field", `{"name":"gold","dscp":"AF21","user_alowed":true}`, func() any { return &policy.Class{} }, 400,
 			`api: class "gold": unknown field "user_alowed"; did you mean user_allowed?`},
@@ -91,7 +91,7 @@ func TestPatchStrict(t *testing.T) {
 		`["maxbw","1mbit"]`:   "got an array",
 		`{"maxbw":"1 donut"}`: `field maxbw = "1 donut"`,
 	} {
-		out := engine.NewRule()
+		out := policy.NewRule("")
 		err := engine.PatchJSON(cur, []byte(body), &out)
 		if err == nil {
 			t.Errorf("%s: no error", body)
@@ -102,7 +102,7 @@ func TestPatchStrict(t *testing.T) {
 			t.Errorf("%s: got %d %q, want 400 and %q", body, code, msg, want)
 		}
 	}
-	out := engine.NewRule()
+	out := policy.NewRule("")
 	if err := engine.PatchJSON(cur, []byte(`{"maxbw":"1mbit","comm":null,"proto":"udp"}`), &out); err != nil || out.MaxBW != 1e6 || out.Comm != "" || out.Proto != "udp" {
 		t.Errorf("good patch: %+v, %v", out, err)
 	}

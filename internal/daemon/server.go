@@ -352,7 +352,7 @@ func (d *Daemon) handleClasses(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) handleAddClass(w http.ResponseWriter, r *http.Request) {
-	c := engine.NewClass()
+	c := policy.NewClass("")
 	if err := decode(r, &c); err != nil {
 		writeErr(w, err)
 		return
@@ -389,7 +389,7 @@ func (d *Daemon) handleRemoveClass(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) handleAddRule(w http.ResponseWriter, r *http.Request) {
-	ru := engine.NewRule()
+	ru := policy.NewRule("")
 	if err := decode(r, &ru); err != nil {
 		writeErr(w, err)
 		return

@@ -282,7 +282,7 @@ func TestAuthorization(t *testing.T) {
 		"add rule":     second(e.AddRule(ctx, nobody, rule("x"), false)),
 		"set rule":     second(e.SetRule(ctx, nobody, "a", []byte(`{}`), false)),
 		"remove rule":  e.RemoveRule(ctx, nobody, "a"),
-		"add class":    second(e.AddClass(ctx, nobody, NewClass(), false)),
+		"add class":    second(e.AddClass(ctx, nobody, policy.NewClass(""), false)),
 		"set class":    second(e.SetClass(ctx, nobody, "gold", []byte(`{}`), false)),
 		"remove class": e.RemoveClass(ctx, nobody, "gold"),
 		"set link":     e.SetLink(ctx, nobody, "eth0", policy.Link{}, false),

@@ -31,7 +31,7 @@ var classKind = objKind[policy.Class]{
 	name:    "class",
 	find:    (*policy.Policy).Class,
 	layer:   func(o *overlay) map[string]*policy.Class { return o.Classes },
-	blank:   NewClass,
+	blank:   func() policy.Class { return policy.NewClass("") },
 	nameOf:  func(c *policy.Class) *string { return &c.Name },
 	prepare: (*policy.Class).FillDefaults,
 }
@@ -40,7 +40,7 @@ var ruleKind = objKind[policy.Rule]{
 	name:   "rule",
 	find:   (*policy.Policy).Rule,
 	layer:  func(o *overlay) map[string]*policy.Rule { return o.Rules },
-	blank:  NewRule,
+	blank:  func() policy.Rule { return policy.NewRule("") },
 	nameOf: func(r *policy.Rule) *string { return &r.Name },
 	canRemove: func(temp *overlay, name string) error {
 		for _, run := range temp.Runs {
@@ -51,12 +51,6 @@ var ruleKind = objKind[policy.Rule]{
 		return nil
 	},
 }
-
-// NewRule is a rule with nothing set: DSCP fields hold "unset", not 0.
-func NewRule() policy.Rule { return policy.Rule{DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP} }
-
-// NewClass is a class with nothing set: DSCP and priority hold "unset".
-func NewClass() policy.Class { return policy.Class{DSCP: policy.NoDSCP, Priority: policy.NoPriority} }
 
 // AddClass adds a class (temporary: until the daemon stops); an existing
 // name is a *ConflictError. It returns the class as added.

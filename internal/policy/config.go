@@ -129,7 +129,7 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 		e := ld.entry("class", i, m)
 		name := e.name()
 		// Fields the entry leaves out keep the built-in class's values.
-		c := Class{Name: name, DSCP: NoDSCP, Priority: NoPriority}
+		c := NewClass(name)
 		if b, ok := builtinClass(name); ok && !fromFile[name] {
 			c = b
 		}

@@ -152,6 +152,12 @@ func NewRule(name string) Rule {
 	return Rule{Name: name, DSCP: NoDSCP, DSCPIn: NoDSCP}
 }
 
+// NewClass returns a class with the given name and nothing else set (DSCP
+// NoDSCP, priority NoPriority): FillDefaults or validation fills them.
+func NewClass(name string) Class {
+	return Class{Name: name, DSCP: NoDSCP, Priority: NoPriority}
+}
+
 // Clone returns a deep copy of p.
 func (p *Policy) Clone() *Policy {
 	q := &Policy{

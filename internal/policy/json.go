@@ -57,7 +57,7 @@ var jsonValueDecoders = map[reflect.Type]func(raw json.RawMessage, dst reflect.V
 // Normalize, AddClass) to fill from the defaults.
 func (c *Class) UnmarshalJSON(b []byte) error {
 	type plain Class
-	*c = Class{DSCP: NoDSCP, Priority: NoPriority}
+	*c = NewClass("")
 	return DecodeJSONObject(b, (*plain)(c), "class", nil)
 }
 
