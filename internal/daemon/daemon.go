@@ -38,10 +38,11 @@ type Config struct {
 	Socket         string // API socket
 	FlowTableSize  int
 	RescanInterval time.Duration
-	// Limits on `hostqos run` by ordinary users (0 = the default): runs
-	// one user may have at once, and runs of all ordinary users together.
-	// The datapath's app-selector slots beyond MaxUserRuns are kept for
-	// admin rules. See CheckRunLimits.
+	// Limits on `hostqos run` by ordinary users: runs one user may have
+	// at once, and runs of all ordinary users together (0: the defaults;
+	// the engine applies and checks them, see engine.CheckRunLimits). The
+	// datapath's app-selector slots beyond MaxUserRuns are kept for admin
+	// rules.
 	MaxRunsPerUser int
 	MaxUserRuns    int
 	Logger         *slog.Logger
@@ -96,15 +97,6 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if cfg.RescanInterval == 0 {
 		cfg.RescanInterval = time.Second
-	}
-	if cfg.MaxRunsPerUser == 0 {
-		cfg.MaxRunsPerUser = DefaultMaxRunsPerUser
-	}
-	if cfg.MaxUserRuns == 0 {
-		cfg.MaxUserRuns = DefaultMaxUserRuns
-	}
-	if err := CheckRunLimits(cfg.MaxRunsPerUser, cfg.MaxUserRuns); err != nil {
-		return nil, err
 	}
 	if cfg.MaxConnsPerUser <= 0 {
 		cfg.MaxConnsPerUser = DefaultMaxConnsPerUser
