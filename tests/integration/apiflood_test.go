@@ -379,14 +379,14 @@ func rssOf(t *testing.T, pid int) int {
 // HTB tree), nor keep root out, nor stop enforcement.
 func TestFloodHalfSentRequests(t *testing.T) {
 	fe := newFloodEnv(t, "")
-	fe.attack("hang", 4000, 8*time.Second, rssGrowthKiB)
+	fe.attack("hang", 4000, 4*time.Second, rssGrowthKiB)
 }
 
 // TestFloodIdleKeepAlive: connections that make one request and stay idle
 // with keep-alive are bounded the same way.
 func TestFloodIdleKeepAlive(t *testing.T) {
 	fe := newFloodEnv(t, "")
-	fe.attack("idle", 4000, 8*time.Second, rssGrowthKiB)
+	fe.attack("idle", 4000, 4*time.Second, rssGrowthKiB)
 }
 
 // TestFloodUnreadAnswers: clients that ask for a long answer (the rule
@@ -408,7 +408,7 @@ func TestFloodUnreadAnswers(t *testing.T) {
 	} else {
 		t.Logf("the rule list is %d bytes", len(b))
 	}
-	fe.attack("noread", 2000, 8*time.Second, rssGrowthKiB)
+	fe.attack("noread", 2000, 5*time.Second, rssGrowthKiB)
 }
 
 // TestFloodUnreadFlowStats: an ordinary user with a full flow table of its
@@ -416,7 +416,7 @@ func TestFloodUnreadAnswers(t *testing.T) {
 // answers in flight are bounded, and so is the daemon's memory.
 func TestFloodUnreadFlowStats(t *testing.T) {
 	fe := newFloodEnv(t, "")
-	fe.attack("flows", 500, 10*time.Second, rssGrowthFlowsKiB)
+	fe.attack("flows", 500, 7*time.Second, rssGrowthFlowsKiB)
 }
 
 // TestStatFlowsMemory: answering `stat flows` on a full flow table (it used
@@ -488,7 +488,7 @@ func TestFloodRuns(t *testing.T) {
 			t.Errorf("second %d of the attack: %d runs of nobody, the limit is 4", second, st.Counts.Runs)
 		}
 	}
-	out := fe.attack("runs", 64, 8*time.Second, rssGrowthKiB)
+	out := fe.attack("runs", 64, 5*time.Second, rssGrowthKiB)
 	if !strings.Contains(out, "runs started") || strings.Contains(out, " 0 refused") {
 		t.Errorf("the per-user limit held nothing back: %s", out)
 	}
