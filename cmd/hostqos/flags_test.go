@@ -42,6 +42,10 @@ func TestBadFlagsNameFlagAndValue(t *testing.T) {
 		{[]string{"tool", "pareto", "--to", "198.18.0.2:7", "--k", "4mbit", "--cap", "2mbit"}, []string{"--cap", "2mbit", "below k 4mbit"}},
 		{[]string{"tool", "fct", "--to", "198.18.0.2:7", "--size", "20g"}, []string{"--size", "20g", "17g"}},
 		{[]string{"tool", "udp-sink", "--listen", "nowhere"}, []string{"--listen", "nowhere", "host:port"}},
+		{[]string{"tool", "video", "--to", "198.18.0.2:7", "--fps", "0"}, []string{"--fps", "0", "default (25)"}},
+		{[]string{"tool", "video", "--to", "198.18.0.2:7", "--i-size", "0"}, []string{"--i-size", "0"}},
+		{[]string{"tool", "fct", "--to", "198.18.0.2:7", "--timeout", "0s"}, []string{"--timeout", "0s"}},
+		{[]string{"tool", "udp-send", "--to", "198.18.0.2:7", "--pps", "10", "--duration", "0s"}, []string{"--duration", "0s"}},
 	} {
 		err := runCLI(append([]string{"--socket", "/nonexistent/hostqos.sock"}, c.args...)...)
 		if err == nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -45,6 +46,7 @@ One-way latency is exact when both ends share a clock (network namespaces of
 one host); across hosts it includes the clock offset.`,
 	}
 	cliflag.AddOutput(tool.PersistentFlags(), &t.output)
+	tool.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return refuseExplicitZero(cmd) }
 	tool.AddCommand(udpSendCmd(t), udpSinkCmd(t), echoCmd(t), voiceCmd(t), tcpSendCmd(t), tcpSinkCmd(t),
 		paretoCmd(t), videoCmd(t), fctCmd(t))
 	return tool
@@ -54,6 +56,27 @@ one host); across hosts it includes the clock offset.`,
 func toolCtx() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
+
+// refuseExplicitZero refuses a numeric flag given as 0 whose default is
+// not 0 (--fps 0, --i-size 0, --timeout 0s): zero is not a frame rate, a
+// frame size or a timeout, and the tools' configs would silently take their
+// default for it. A flag whose default is 0 (--size of udp-send: "the
+// profile's size") keeps 0 as that default.
+func refuseExplicitZero(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if err != nil || !isZero(f.Value.String()) || isZero(f.DefValue) {
+			return
+		}
+		switch f.Value.Type() {
+		case "int", "int64", "uint", "uint64", "float64", "duration":
+			err = flagErr(f.Name, f.Value.String(), "must be more than 0", fmt.Sprintf("leave --%s out for its default (%s), or give a positive value", f.Name, f.DefValue))
+		}
+	})
+	return err
+}
+
+func isZero(v string) bool { return v == "0" || v == "0s" || v == "0.0" }
 
 func flagErr(flag, value, why, fix string) error {
 	return fmt.Errorf("--%s %q: %s; %s", flag, value, why, fix)
