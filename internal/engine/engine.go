@@ -63,6 +63,7 @@ type Engine struct {
 	// Idempotency keys (see keys.go): those recorded in the state file and
 	// in the runtime file, and the keyed change being applied.
 	keysPersist, keysTemp keyTable
+	keysMem               keyTable // keys of changes without a state write (RecordAnswer)
 	commit                *PendingKey
 }
 
@@ -184,11 +185,16 @@ func (e *Engine) applyLocked(m merged, slots *slotTable, persist, temp *overlay)
 	}
 	if persist != nil {
 		keysP, keysT := e.recordKeyLocked(!reflect.DeepEqual(temp, e.temp))
-		err := writeState(e.cfg.StatePath, persist, slots, keysP)
-		if err == nil {
-			err = writeState(e.cfg.RuntimePath, temp, nil, keysT)
+		if err := writeState(e.cfg.StatePath, persist, slots, keysP); err != nil {
+			e.restoreKernel()
+			return err
 		}
-		if err != nil {
+		if err := writeState(e.cfg.RuntimePath, temp, nil, keysT); err != nil {
+			// The state file already holds the change: put the previous
+			// one back, or a restart would bring the failed change back.
+			if rerr := writeState(e.cfg.StatePath, e.persist, e.slots, e.keysPersist); rerr != nil {
+				e.log.Error("restore the state file after a failed change", "err", rerr)
+			}
 			e.restoreKernel()
 			return err
 		}
@@ -289,6 +295,14 @@ func (e *Engine) linksChanged() bool {
 // exist before packets are steered into them), then the datapath rules,
 // then attachments; links no longer managed are released last.
 func (e *Engine) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[string]int) error {
+	// Every link this push may set up counts as set up from here on, so
+	// that a failure midway and the restore that follows release a newly
+	// shaped or attached link instead of leaving it behind.
+	for name, ifindex := range ifindexes {
+		if _, ok := e.links[name]; !ok {
+			e.links[name] = ifindex
+		}
+	}
 	for _, lp := range plans {
 		if lp.plan != nil {
 			if err := e.k.Shape(*lp.plan); err != nil {

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -617,5 +619,95 @@ func TestDetach(t *testing.T) {
 	e.TagExistingSockets()
 	if err := e.Stats(root, "rules", &api.Stats{}); err == nil {
 		t.Error("rule stats without a datapath")
+	}
+}
+
+// TestRollbackReleasesNewLink: a change that makes a new link managed and
+// fails after the link was shaped (here at the datapath rules) leaves no
+// HTB tree and no classifier on it: the restore releases what the failed
+// push set up.
+func TestRollbackReleasesNewLink(t *testing.T) {
+	env := newEnv(t, shapedConfig)
+	env.k.Ifindexes["eth1"] = 3
+	e := env.start(t)
+	before := env.k.Snapshot()
+	env.k.FailNth("ApplyRules", 1, errors.New("boom"))
+	if err := e.SetLink(ctx, root, "eth1", policy.Link{EgressRate: 10e6}, false); err == nil {
+		t.Fatal("the change succeeded")
+	}
+	if after := env.k.Snapshot(); !reflect.DeepEqual(after, before) {
+		t.Errorf("kernel after the failed change:\n%+v\nwant\n%+v", after, before)
+	}
+}
+
+// TestFailedRuntimeWriteRestoresStateFile: when the state file was written
+// but the runtime file cannot be, the change fails and the state file is
+// put back, so that a restart does not bring the failed change back.
+func TestFailedRuntimeWriteRestoresStateFile(t *testing.T) {
+	env := newEnv(t, shapedConfig)
+	e := env.start(t)
+	if _, err := e.AddRule(ctx, root, rule("keep"), false); err != nil {
+		t.Fatal(err)
+	}
+	state := readFile(t, env.cfg.StatePath)
+	// The runtime dir is a file now: only the second write fails.
+	if err := os.RemoveAll(filepath.Dir(env.cfg.RuntimePath)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Dir(env.cfg.RuntimePath), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.AddRule(ctx, root, rule("lost"), false); err == nil {
+		t.Fatal("the change succeeded")
+	}
+	if got := readFile(t, env.cfg.StatePath); !bytes.Equal(got, state) {
+		t.Errorf("state file after the failed change:\n%s\nwant\n%s", got, state)
+	}
+}
+
+// TestReapKeepsRunOnReadError: a run whose cgroup cannot be read (out of
+// descriptors) is kept; one whose cgroup is empty or gone ends.
+func TestReapKeepsRunOnReadError(t *testing.T) {
+	env := newEnv(t, shapedConfig)
+	e := env.start(t)
+	env.k.Procs[3] = "/user.slice/nobody"
+	if _, err := e.StartRun(ctx, nobody, api.RunRequest{DSCP: policy.NoDSCP}, &fakeTarget{pid: 3}); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	for _, run := range e.temp.Runs {
+		run.Since -= 10 // old enough to be reaped
+	}
+	e.mu.Unlock()
+	env.k.FailNth("Populated", 1, fmt.Errorf("read events of cgroup: %w", syscall.EMFILE))
+	e.ReapRuns()
+	if runs := e.Runs(root); len(runs) != 1 {
+		t.Fatalf("after a failed read: %d runs, want the run kept", len(runs))
+	}
+	delete(env.k.Procs, 3) // the program ended: its cgroup is empty
+	e.ReapRuns()
+	if runs := e.Runs(root); len(runs) != 0 {
+		t.Errorf("after the program ended: %d runs, want none", len(runs))
+	}
+}
+
+// TestUnwrittenKeysStayInMemory: the key of a change made without a state
+// write (a reload) is answered while the daemon runs but never written by a
+// later, unrelated change: after a restart that change is not known to have
+// happened.
+func TestUnwrittenKeysStayInMemory(t *testing.T) {
+	env := newEnv(t, shapedConfig)
+	e := env.start(t)
+	const key = "reload-key-0123456789abcdef"
+	_, pk := WithPendingKey(ctx, key, "fp")
+	e.RecordAnswer(pk, 200, []byte(`{}`))
+	if _, ok := e.LookupKey(key); !ok {
+		t.Fatal("the key is not known")
+	}
+	if _, err := e.AddRule(ctx, root, rule("other"), false); err != nil {
+		t.Fatal(err)
+	}
+	if s := readFile(t, env.cfg.StatePath); bytes.Contains(s, []byte(key)) {
+		t.Errorf("the key of an unwritten change was written to the state file:\n%s", s)
 	}
 }

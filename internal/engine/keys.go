@@ -117,18 +117,23 @@ func (e *Engine) LookupKey(key string) (KeyEntry, bool) {
 	if ent, ok := e.keysPersist[key]; ok {
 		return *ent, true
 	}
+	if ent, ok := e.keysMem[key]; ok {
+		return *ent, true
+	}
 	return KeyEntry{}, false
 }
 
-// RecordAnswer records the answer to a keyed change that succeeded. A
-// change applied without a state write (reload, runs) is kept in memory.
+// RecordAnswer records the answer to a keyed change that succeeded. The
+// key of a change applied without a state write (reload, down) is kept in
+// memory only, in a table of its own that no state write carries: after a
+// restart such a change is not known to have happened.
 func (e *Engine) RecordAnswer(pk *PendingKey, status int, body []byte) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ent := pk.entry
 	if ent == nil {
 		ent = &KeyEntry{Fingerprint: pk.fingerprint, At: time.Now().Unix()}
-		e.keysPersist = e.keysPersist.with(pk.key, ent, time.Now())
+		e.keysMem = e.keysMem.with(pk.key, ent, time.Now())
 	}
 	if len(body) <= MaxKeptAnswer {
 		ent.Status, ent.Body = status, json.RawMessage(body)

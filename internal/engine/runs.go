@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"reflect"
 	"time"
@@ -317,9 +319,15 @@ func (e *Engine) ReapRuns() {
 		if time.Since(time.Unix(run.Since, 0)) < 3*time.Second {
 			continue // the CLI may not have moved itself in yet
 		}
+		// Only an empty or vanished cgroup ends a run: a failed read (out
+		// of descriptors, memory) proves nothing, and ending the run would
+		// move its live processes out of their class.
 		pop, err := e.k.Populated(run.Cgroup)
-		if err != nil || !pop {
+		switch {
+		case err == nil && !pop, errors.Is(err, fs.ErrNotExist):
 			done = append(done, id)
+		case err != nil:
+			e.log.Warn("read run cgroup; keeping the run", "id", id, "cgroup", run.Cgroup, "err", err)
 		}
 	}
 	e.mu.Unlock()
