@@ -222,9 +222,14 @@ func (e *Engine) StartRun(ctx context.Context, who Caller, req api.RunRequest, t
 		return nil, err
 	}
 	if err := t.Check(); err != nil {
-		// Changed between the check and the move: put it back.
-		if merr := k.MovePID(origin, pid); merr != nil {
-			e.log.Warn("move process back after a refused run", "pid", pid, "err", merr)
+		// Changed between the check and the move: put it back — only when
+		// the check saw the process alive (a changed identity); an exited
+		// process's PID may be someone else's by now.
+		var fb *ForbiddenError
+		if errors.As(err, &fb) {
+			if merr := k.MovePID(origin, pid); merr != nil {
+				e.log.Warn("move process back after a refused run", "pid", pid, "err", merr)
+			}
 		}
 		_ = e.endRun(id)
 		return nil, err
