@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -114,36 +115,61 @@ func peerOf(c net.Conn) *peer {
 		return &peer{UID: ^uint32(0), GID: ^uint32(0)}
 	}
 	var cred *unix.Ucred
+	var groups []uint32
+	var gerr error
 	_ = raw.Control(func(fd uintptr) {
 		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		groups, gerr = peerGroups(int(fd))
 	})
 	if err != nil || cred == nil {
 		return &peer{UID: ^uint32(0), GID: ^uint32(0)}
 	}
 	p := &peer{PID: int(cred.Pid), UID: cred.Uid, GID: cred.Gid}
-	p.Privileged = cred.Uid == 0 || inHostqosGroup(p)
+	if errors.Is(gerr, unix.ENOPROTOOPT) {
+		// No SO_PEERGROUPS (Linux < 4.13): the groups of the PID seen at
+		// connect time.
+		groups, gerr = apps.PeerGroups(p.PID)
+	}
+	p.Privileged = cred.Uid == 0 || (gerr == nil && inHostqosGroup(p.GID, groups))
 	return p
 }
 
-// inHostqosGroup reports whether the caller belongs to group "hostqos".
-func inHostqosGroup(p *peer) bool {
+// peerGroups returns the supplementary groups the peer of a Unix socket had
+// when it connected (SO_PEERGROUPS): taken by the kernel with the
+// connection, so no later exec or PID reuse changes them.
+func peerGroups(fd int) ([]uint32, error) {
+	for n := 64; n <= 1<<16; n *= 4 {
+		buf := make([]uint32, n)
+		size := uint32(4 * n)
+		_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&size)), 0)
+		if errno == unix.ERANGE {
+			continue // more groups than buf holds: size says how many
+		}
+		if errno != 0 {
+			return nil, errno
+		}
+		return buf[:size/4], nil
+	}
+	return nil, unix.ERANGE
+}
+
+// inHostqosGroup reports whether a caller with primary group gid and
+// supplementary groups belongs to group "hostqos".
+func inHostqosGroup(gid uint32, groups []uint32) bool {
 	g, err := user.LookupGroup("hostqos")
 	if err != nil {
 		return false
 	}
-	gid, err := strconv.ParseUint(g.Gid, 10, 32)
+	want, err := strconv.ParseUint(g.Gid, 10, 32)
 	if err != nil {
 		return false
 	}
-	if p.GID == uint32(gid) {
+	if gid == uint32(want) {
 		return true
 	}
-	groups, err := apps.PeerGroups(p.PID)
-	if err != nil {
-		return false
-	}
 	for _, x := range groups {
-		if x == uint32(gid) {
+		if x == uint32(want) {
 			return true
 		}
 	}
