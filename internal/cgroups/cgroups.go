@@ -65,9 +65,18 @@ func Resolve(root, rel string) (Ref, error) {
 
 // FindUnit searches the hierarchy for the cgroup of a systemd unit (a
 // directory named like the unit, e.g. nginx.service), breadth first and at
-// most maxDepth levels deep. It returns every match (a user unit may exist
-// once per user session).
+// most maxDepth levels deep. It returns every match.
+//
+// Only cgroups owned by the owner of the hierarchy's root (root) count, and
+// the search does not enter others: a cgroup subtree delegated to a user
+// (user@UID.service and below) belongs to that user, who could create a
+// directory named like any unit there and so take an admin's rule for that
+// unit. Such cgroups are matched by `user` or `cgroup` selectors instead.
 func FindUnit(root, unit string, maxDepth int) ([]string, error) {
+	var rootSt syscall.Stat_t
+	if err := syscall.Stat(root, &rootSt); err != nil {
+		return nil, fmt.Errorf("search cgroups for unit %s: %w", unit, err)
+	}
 	var found []string
 	type item struct {
 		rel   string
@@ -87,6 +96,9 @@ func FindUnit(root, unit string, maxDepth int) ([]string, error) {
 		for _, e := range entries {
 			if !e.IsDir() {
 				continue
+			}
+			if info, err := e.Info(); err != nil || info.Sys().(*syscall.Stat_t).Uid != rootSt.Uid {
+				continue // gone meanwhile, or delegated to a user
 			}
 			rel := filepath.Join(it.rel, e.Name())
 			if e.Name() == unit {
