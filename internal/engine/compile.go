@@ -31,9 +31,15 @@ type compiled struct {
 var never = datapath.FileID{Dev: 0, Ino: 0}
 
 // compile resolves app selectors against the running system and produces
-// datapath rules (in evaluation order) and shaper inputs.
-func compile(p *policy.Policy, slots *slotTable, cgRoot string) (*compiled, error) {
+// datapath rules (in evaluation order) and shaper inputs. runs are the
+// runs going (merged.Runs): an admin cgroup or unit rule also matches the
+// cgroup of a run whose process it contained (see runsInside).
+func compile(p *policy.Policy, runs []runCgroup, slots *slotTable, cgRoot string) (*compiled, error) {
 	c := &compiled{Resolved: map[string][]string{}}
+	runRule := map[string]bool{}
+	for _, run := range runs {
+		runRule[run.Rule] = true
+	}
 	classIdx := map[string]int{}
 	classByName := map[string]policy.Class{}
 	for _, cl := range p.Classes {
@@ -71,7 +77,11 @@ func compile(p *policy.Policy, slots *slotTable, cgRoot string) (*compiled, erro
 			DSCP:         -1,
 			ServiceClass: uint8(classIdx[className]),
 		}
-		if err := resolveApp(&dr, r, cgRoot, c); err != nil {
+		var inherit []runCgroup
+		if !runRule[r.Name] && !r.UserRun {
+			inherit = runs
+		}
+		if err := resolveApp(&dr, r, cgRoot, inherit, c); err != nil {
 			return nil, err
 		}
 		switch r.Proto {
@@ -114,8 +124,10 @@ func compile(p *policy.Policy, slots *slotTable, cgRoot string) (*compiled, erro
 	return c, nil
 }
 
-// resolveApp fills the app selectors of dr from r.
-func resolveApp(dr *datapath.Rule, r policy.Rule, cgRoot string, c *compiled) error {
+// resolveApp fills the app selectors of dr from r. The cgroup and unit
+// selectors also match the cgroups of the runs (of those given) that were
+// started inside the cgroups they name.
+func resolveApp(dr *datapath.Rule, r policy.Rule, cgRoot string, runs []runCgroup, c *compiled) error {
 	var notes []string
 	if r.Exe != "" {
 		ex, err := resolveExe(r.Exe)
@@ -188,8 +200,17 @@ func resolveApp(dr *datapath.Rule, r policy.Rule, cgRoot string, c *compiled) er
 		}
 		cgPaths = found
 	}
-	for _, p := range cgPaths {
+	inside := runsInside(cgPaths, runs)
+	if len(inside) > 0 {
+		notes = append(notes, fmt.Sprintf("also %d run(s) started inside", len(inside)))
+	}
+	nInside := len(inside)
+	cgPaths = append(cgPaths, inside...)
+	for i, p := range cgPaths {
 		ref, err := cgroups.Resolve(cgRoot, p)
+		if err != nil && i >= len(cgPaths)-nInside {
+			continue // a run that just ended
+		}
 		if err != nil {
 			notes = append(notes, "cgroup "+p+": missing")
 			c.Warnings = append(c.Warnings, fmt.Sprintf("rule %q: cgroup %s does not exist; the rule matches nothing until it does", r.Name, p))
@@ -204,6 +225,50 @@ func resolveApp(dr *datapath.Rule, r policy.Rule, cgRoot string, c *compiled) er
 		c.Resolved[r.Name] = notes
 	}
 	return nil
+}
+
+// runsInside returns the cgroups of the runs whose process was moved out
+// of one of paths (its origin is one of them or below one), and of the
+// runs started inside those in turn: a run does not take its process out
+// of an admin's cgroup or unit rule (an ordinary user's rule comes after
+// the admin rules, so the admin rule claims the run's traffic first).
+func runsInside(paths []string, runs []runCgroup) []string {
+	if len(paths) == 0 || len(runs) == 0 {
+		return nil
+	}
+	under := func(p, dir string) bool {
+		p, dir = cleanCgroup(p), cleanCgroup(dir)
+		return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
+	}
+	dirs := append([]string(nil), paths...)
+	taken := make([]bool, len(runs))
+	var out []string
+	for added := true; added; {
+		added = false
+		for i, run := range runs {
+			if taken[i] || run.Origin == "" {
+				continue
+			}
+			for _, d := range dirs {
+				if under(run.Origin, d) {
+					taken[i], added = true, true
+					out = append(out, run.Cgroup)
+					dirs = append(dirs, run.Cgroup)
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// cleanCgroup is a cgroup path without trailing slashes ("/" for the root).
+func cleanCgroup(p string) string {
+	p = strings.TrimRight(p, "/")
+	if p == "" {
+		return "/"
+	}
+	return p
 }
 
 // maxUnresolvedNotes bounds the files a rule's notes and warnings name one

@@ -37,7 +37,7 @@ func TestResolveExeSaysWhatItCannotResolve(t *testing.T) {
 
 	c := &compiled{Resolved: map[string][]string{}}
 	var dr datapath.Rule
-	if err := resolveApp(&dr, policy.Rule{Name: "loop", Exe: loopA}, "", c); err != nil {
+	if err := resolveApp(&dr, policy.Rule{Name: "loop", Exe: loopA}, "", nil, c); err != nil {
 		t.Fatal(err)
 	}
 	if len(dr.Exes) != 1 || dr.Exes[0] != never {
@@ -52,7 +52,7 @@ func TestResolveExeSaysWhatItCannotResolve(t *testing.T) {
 
 	c = &compiled{Resolved: map[string][]string{}}
 	dr = datapath.Rule{}
-	if err := resolveApp(&dr, policy.Rule{Name: "glob", Exe: filepath.Join(dir, "*")}, "", c); err != nil {
+	if err := resolveApp(&dr, policy.Rule{Name: "glob", Exe: filepath.Join(dir, "*")}, "", nil, c); err != nil {
 		t.Fatal(err)
 	}
 	if len(dr.Exes) != 1 || dr.Exes[0] != want {
@@ -64,7 +64,7 @@ func TestResolveExeSaysWhatItCannotResolve(t *testing.T) {
 
 	c = &compiled{Resolved: map[string][]string{}}
 	dr = datapath.Rule{}
-	if err := resolveApp(&dr, policy.Rule{Name: "missing", Exe: filepath.Join(dir, "nope")}, "", c); err != nil {
+	if err := resolveApp(&dr, policy.Rule{Name: "missing", Exe: filepath.Join(dir, "nope")}, "", nil, c); err != nil {
 		t.Fatal(err)
 	}
 	if n := strings.Join(c.Resolved["missing"], "; "); n != "exe: no such file yet" || len(c.Warnings) != 1 {

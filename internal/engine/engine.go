@@ -171,7 +171,7 @@ func (e *Engine) applyLocked(m merged, slots *slotTable, persist, temp *overlay)
 	if err := slots.assign(m.Policy, e.counterReader()); err != nil {
 		return err
 	}
-	comp, err := compile(m.Policy, slots, e.k.CgroupRoot())
+	comp, err := compile(m.Policy, m.Runs, slots, e.k.CgroupRoot())
 	if err != nil {
 		return err
 	}
@@ -441,7 +441,7 @@ func (e *Engine) Rescan() {
 		}
 		return
 	}
-	comp, err := compile(e.eff.Policy, e.slots, e.k.CgroupRoot())
+	comp, err := compile(e.eff.Policy, e.eff.Runs, e.slots, e.k.CgroupRoot())
 	if err != nil {
 		e.log.Warn("rescan", "err", err)
 		return

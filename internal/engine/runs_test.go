@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
 )
@@ -51,7 +54,7 @@ func TestUserRunEvaluatedAfterAdminRules(t *testing.T) {
 	if err := slots.assign(m.Policy, nil); err != nil {
 		t.Fatal(err)
 	}
-	c, err := compile(m.Policy, slots, t.TempDir())
+	c, err := compile(m.Policy, m.Runs, slots, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,5 +180,89 @@ func TestStatusHidesOtherUsersRuns(t *testing.T) {
 	d.Status(Caller{Privileged: true}, &st)
 	if st.Counts.Runs != 2 || !strings.Contains(strings.Join(st.Warnings, "\n"), "run-other") {
 		t.Errorf("root's status: runs %d warnings %q", st.Counts.Runs, st.Warnings)
+	}
+}
+
+// TestRunStaysUnderAdminCgroupRule: a run takes its process out of its
+// cgroup, but an admin rule on that cgroup (or a unit above it) still
+// matches the run's cgroup, also of a run started inside that run; a run
+// from elsewhere and a run's own rule are left alone (issue 7, item 2).
+func TestRunStaysUnderAdminCgroupRule(t *testing.T) {
+	cgRoot := t.TempDir()
+	ids := map[string]uint64{}
+	for _, p := range []string{
+		"/user.slice/user-65534.slice/user@65534.service/app.slice/x.scope",
+		"/system.slice/cron.service",
+		"/hostqos/run-u1", "/hostqos/run-u2", "/hostqos/run-u3", "/hostqos/run-r1",
+	} {
+		if err := os.MkdirAll(filepath.Join(cgRoot, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"/user.slice", "/hostqos/run-u1", "/hostqos/run-u2", "/hostqos/run-u3", "/hostqos/run-r1", "/system.slice/cron.service", "/system.slice"} {
+		ref, err := cgroups.Resolve(cgRoot, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[p] = ref.ID
+	}
+	temp := newOverlay()
+	runOverlay(temp, "u1", 65534, false)
+	temp.Runs["u1"].Origin = "/user.slice/user-65534.slice/user@65534.service/app.slice/x.scope"
+	runOverlay(temp, "u2", 65534, false)
+	temp.Runs["u2"].Origin = "/system.slice/cron.service/"
+	runOverlay(temp, "u3", 65534, false) // started inside run u1
+	temp.Runs["u3"].Origin = "/hostqos/run-u1"
+	runOverlay(temp, "r1", 0, true)
+	temp.Runs["r1"].Origin = "/user.slice"
+	// A run's rule naming a cgroup its own origin lies in gets nothing.
+	temp.Rules["run-u2"].Cgroup = "/system.slice"
+	persist := newOverlay()
+	users := rule("users")
+	users.Proto, users.Cgroup, users.Action = "", "/user.slice/", policy.ActionDrop
+	persist.Rules["users"] = &users
+	unit := rule("unit")
+	unit.Proto, unit.Unit, unit.MaxBW = "", "user@65534.service", 1e6
+	persist.Rules["unit"] = &unit
+	m := merge(&policy.Policy{Classes: policy.DefaultClasses()}, persist, temp)
+	slots := newSlotTable()
+	if err := slots.assign(m.Policy, nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := compile(m.Policy, m.Runs, slots, cgRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byslot := map[uint16]string{}
+	for name, s := range slots.Rules {
+		byslot[uint16(s)] = name
+	}
+	got := map[string]map[uint64]bool{}
+	for _, r := range c.Datapath.Rules {
+		got[byslot[r.Slot]] = map[uint64]bool{}
+		for _, g := range r.Cgroups {
+			got[byslot[r.Slot]][g.ID] = true
+		}
+	}
+	for _, name := range []string{"users", "unit"} {
+		g := got[name]
+		if !g[ids["/hostqos/run-u1"]] || !g[ids["/hostqos/run-u3"]] {
+			t.Errorf("rule %s: the cgroups of runs u1 and u3 (from inside it) are missing: %v", name, g)
+		}
+		if g[ids["/hostqos/run-u2"]] {
+			t.Errorf("rule %s matches run u2, which came from elsewhere", name)
+		}
+	}
+	if !got["users"][ids["/user.slice"]] || !got["users"][ids["/hostqos/run-r1"]] || len(got["users"]) != 4 {
+		t.Errorf("rule users: cgroups %v, want /user.slice and runs u1, u3, r1", got["users"])
+	}
+	if n := strings.Join(c.Resolved["users"], "; "); !strings.Contains(n, "also 3 run(s) started inside") {
+		t.Errorf("rule users: notes %q", n)
+	}
+	if g := got["run-u2"]; len(g) != 1 || !g[ids["/system.slice"]] {
+		t.Errorf("run u2's own rule: cgroups %v, want only /system.slice", g)
+	}
+	if g := got["run-r1"]; len(g) != 1 || !g[ids["/hostqos/run-r1"]] {
+		t.Errorf("admin run r1's own rule: cgroups %v, want only its own", g)
 	}
 }

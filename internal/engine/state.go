@@ -81,6 +81,13 @@ const (
 type merged struct {
 	Policy  *policy.Policy
 	Sources map[string]string // "rule/NAME", "class/NAME", "link/NAME" → source
+	Runs    []runCgroup       // the runs' cgroups and origins, sorted by rule
+}
+
+// runCgroup is where a run's process was moved from and to; compile keeps
+// it under the admin cgroup and unit rules of the cgroup it left.
+type runCgroup struct {
+	Rule, Cgroup, Origin string
 }
 
 // merge lays the persistent and temporary overlays over the config file's
@@ -107,7 +114,9 @@ func merge(base *policy.Policy, persist, temp *overlay) merged {
 	for _, run := range temp.Runs {
 		m.Sources["rule/"+run.Rule] = srcRun
 		userRun[run.Rule] = run.ordinary()
+		m.Runs = append(m.Runs, runCgroup{Rule: run.Rule, Cgroup: run.Cgroup, Origin: run.Origin})
 	}
+	sort.Slice(m.Runs, func(i, j int) bool { return m.Runs[i].Rule < m.Runs[j].Rule })
 	// Only the daemon says which rules are ordinary users' runs.
 	for i := range m.Policy.Rules {
 		m.Policy.Rules[i].UserRun = userRun[m.Policy.Rules[i].Name]

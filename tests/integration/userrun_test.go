@@ -22,6 +22,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/apps"
+	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/testutil"
@@ -120,6 +121,59 @@ func TestUserRunCannotBypassAdminRules(t *testing.T) {
 	}
 	allDSCP(t, sn, unix.IPPROTO_UDP, 7303, dscpEF, 20) // the admin's mark, not bulk's AF11
 	allDSCP(t, sn, unix.IPPROTO_UDP, 7304, 10, 20)     // unclaimed traffic: the run's class (bulk, AF11)
+}
+
+// TestUserRunStaysUnderAdminCgroupRule (issue 7, item 2): `hostqos run`
+// moves nobody's process out of its cgroup into hostqos's, yet the
+// admin's rules on the cgroup it came from still drop and mark its
+// traffic; only traffic no admin rule claims gets the run's class.
+func TestUserRunStaysUnderAdminCgroupRule(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	openForNobody(t, e)
+	e.hostqos("link", "set", e.iface())
+	root, err := cgroups.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := "/hqtest-run-" + strconv.Itoa(os.Getpid()) + ".slice"
+	if err := cgroups.Create(root, cg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cgroups.RemoveTree(root, cg) })
+	e.hostqos("rule", "add", "drop-cg", "--cgroup", cg, "--proto", "udp", "--rport", "7311", "--action", "drop")
+	e.hostqos("rule", "add", "ef-cg", "--cgroup", cg, "--proto", "udp", "--rport", "7312", "--dscp", "EF")
+
+	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Stop()
+	srv := serverV4.Addr().String()
+	for _, p := range []string{"7311", "7312", "7313"} {
+		e.udpSink(srv+":"+p, 30*time.Second)
+	}
+	// A root shell moves itself into the test cgroup, then becomes nobody
+	// (nsenter), who starts the sender under `hostqos run`.
+	procs := filepath.Join(root, cg, "cgroup.procs")
+	runInCgroup := func(port string) {
+		user := e.asUser(uidNobody, hostqosBin(), "--socket", e.d.Socket, "run", "--class", "bulk", "--", hostqosBin(),
+			"tool", "udp-send", "--to", srv+":"+port, "--pps", "200", "--count", "20", "--size", "100")
+		cmd := exec.Command("sh", append([]string{"-c", `echo $$ > "$0" && exec "$@"`, procs}, user.Args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("run as nobody in %s to port %s: %v\n%s", cg, port, err, out)
+		}
+	}
+	for _, p := range []string{"7311", "7312", "7313"} {
+		runInCgroup(p)
+	}
+	time.Sleep(500 * time.Millisecond)
+
+	if _, n := sn.DSCPCounts(unix.IPPROTO_UDP, 7311); n != 0 {
+		t.Errorf("admin drop rule on %s: %d of 20 packets of nobody's run reached the receiver, want 0", cg, n)
+	}
+	allDSCP(t, sn, unix.IPPROTO_UDP, 7312, dscpEF, 20) // the admin's mark, not bulk's AF11
+	allDSCP(t, sn, unix.IPPROTO_UDP, 7313, 10, 20)     // unclaimed traffic: the run's class (bulk, AF11)
 }
 
 // startUserRun starts `hostqos run --class bulk -- sleep 60` as uid in the
