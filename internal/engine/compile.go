@@ -202,7 +202,7 @@ func resolveApp(dr *datapath.Rule, r policy.Rule, cgRoot string, runs []runCgrou
 	}
 	inside := runsInside(cgPaths, runs)
 	if len(inside) > 0 {
-		notes = append(notes, fmt.Sprintf("also %d run(s) started inside", len(inside)))
+		notes = append(notes, "also the runs started inside") // no count: it would tell ordinary users of others' runs
 	}
 	nInside := len(inside)
 	cgPaths = append(cgPaths, inside...)

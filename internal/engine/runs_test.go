@@ -256,7 +256,7 @@ func TestRunStaysUnderAdminCgroupRule(t *testing.T) {
 	if !got["users"][ids["/user.slice"]] || !got["users"][ids["/hostqos/run-r1"]] || len(got["users"]) != 4 {
 		t.Errorf("rule users: cgroups %v, want /user.slice and runs u1, u3, r1", got["users"])
 	}
-	if n := strings.Join(c.Resolved["users"], "; "); !strings.Contains(n, "also 3 run(s) started inside") {
+	if n := strings.Join(c.Resolved["users"], "; "); !strings.Contains(n, "also the runs started inside") {
 		t.Errorf("rule users: notes %q", n)
 	}
 	if g := got["run-u2"]; len(g) != 1 || !g[ids["/system.slice"]] {
