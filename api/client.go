@@ -37,7 +37,14 @@ type Client struct {
 	// again with the same key until the context ends. 0 means 15 s.
 	AttemptTimeout time.Duration
 	http           *http.Client
+	// once: a change that may have reached the daemon is not sent again
+	// (see SendOnce).
+	once bool
 }
+
+// changeDeadline bounds a change whose context has no deadline of its own:
+// retrying goes on at most this long.
+var changeDeadline = 60 * time.Second
 
 // NewClient returns a client for the socket path; "" means $HOSTQOS_SOCKET
 // or DefaultSocket.
@@ -154,10 +161,18 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 	if key == "" {
 		key = NewIdempotencyKey()
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, changeDeadline)
+		defer cancel()
+	}
 	start := time.Now()
 	reached := false // an attempt may have reached the daemon
 	var last error
 	for attempt := 0; ; attempt++ {
+		if ctx.Err() != nil && !reached {
+			return fmt.Errorf("%s %s: %w; not sent, so not applied", method, path, ctx.Err())
+		}
 		actx, cancel := context.WithTimeout(ctx, c.attemptTimeout())
 		resp, err := c.send(actx, method, path, data, key)
 		if err == nil {
@@ -169,6 +184,9 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		last = err
 		if !isNoDaemon(err) {
 			reached = true
+			if c.once {
+				return &OutcomeUnknownError{Method: method, Path: path, Key: key, Waited: time.Since(start), Last: last}
+			}
 		}
 		if !reached && ((attempt == 0 && errors.Is(err, os.ErrNotExist)) || time.Since(start) > noDaemonWait) {
 			// Never connected: the request never reached a daemon. (A

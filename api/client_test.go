@@ -97,3 +97,74 @@ func TestChangeNoDaemon(t *testing.T) {
 		t.Errorf("Do = %v after %v", err, time.Since(start))
 	}
 }
+
+// TestChangeWithoutDeadlineEnds: a change whose context has no deadline
+// still ends (after changeDeadline) when the daemon never answers.
+func TestChangeWithoutDeadlineEnds(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	sock := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	defer func(d time.Duration) { changeDeadline = d }(changeDeadline)
+	changeDeadline = time.Second
+	c := NewClient(sock)
+	c.AttemptTimeout = 200 * time.Millisecond
+	done := make(chan error, 1)
+	go func() { done <- c.Do(context.Background(), "DELETE", "/v1/rules/a", nil, nil) }()
+	select {
+	case err := <-done:
+		var ue *OutcomeUnknownError
+		if !errors.As(err, &ue) {
+			t.Errorf("Do = %v, want outcome unknown", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do without a deadline did not end")
+	}
+}
+
+// TestChangeCancelledNotSent: a change whose context has already ended is
+// not sent, and says it was not applied (not "outcome unknown").
+func TestChangeCancelledNotSent(t *testing.T) {
+	sock := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("request sent: %s %s", r.Method, r.URL)
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := NewClient(sock).Do(ctx, "POST", "/v1/rules", map[string]string{"name": "a"}, nil)
+	var ue *OutcomeUnknownError
+	if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), "not applied") {
+		t.Errorf("Do = %v, want not sent, not applied", err)
+	}
+}
+
+// TestRunStartSentOnce: a run start whose answer is lost is not sent again
+// (the daemon does not deduplicate an ordinary user's runs by key): the
+// outcome is reported unknown after one request.
+func TestRunStartSentOnce(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	sock := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		hj, _ := w.(http.Hijacker)
+		c, _, _ := hj.Hijack()
+		c.Close() // applied, answer lost
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := NewClient(sock).Runs().Start(ctx, RunRequest{Class: "bulk", DSCP: NoDSCP})
+	var ue *OutcomeUnknownError
+	if !errors.As(err, &ue) {
+		t.Errorf("Start = %v, want outcome unknown", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n != 1 {
+		t.Errorf("the run start was sent %d times, want once", n)
+	}
+}

@@ -55,7 +55,16 @@ type ChangeOptions struct {
 	Temporary bool
 	// IdempotencyKey overrides the client's key (see WithIdempotencyKey).
 	IdempotencyKey string
+	// Once: not sent again after an attempt that may have reached the
+	// daemon (see SendOnce).
+	Once bool
 }
+
+// SendOnce makes a change that may have reached the daemon not be sent
+// again: for a change the daemon does not deduplicate by its key (the runs
+// of ordinary users), where a resend could apply it twice. A lost answer
+// then comes back as an *OutcomeUnknownError.
+func SendOnce() ChangeOption { return func(o *ChangeOptions) { o.Once = true } }
 
 // Options applies opts in order and returns the result; fakes of the
 // client use it to see the options of a change.
@@ -89,9 +98,12 @@ func (c *Client) call(ctx context.Context, route string, params []string, body, 
 	if o.Temporary {
 		path += "?temporary=1"
 	}
-	if o.IdempotencyKey != "" && o.IdempotencyKey != c.IdempotencyKey {
+	if (o.IdempotencyKey != "" && o.IdempotencyKey != c.IdempotencyKey) || o.Once {
 		cc := *c
-		cc.IdempotencyKey = o.IdempotencyKey
+		if o.IdempotencyKey != "" {
+			cc.IdempotencyKey = o.IdempotencyKey
+		}
+		cc.once = o.Once
 		c = &cc
 	}
 	return c.Do(ctx, Method(route), path, body, out)
@@ -285,7 +297,8 @@ func (r *runsClient) List(ctx context.Context) ([]Run, error) {
 // Start puts a process (req.PID, 0 for the caller) under a policy.
 func (r *runsClient) Start(ctx context.Context, req RunRequest, opts ...ChangeOption) (Run, error) {
 	var run Run
-	err := r.c.call(ctx, RouteStartRun, nil, req, &run, opts)
+	// An ordinary user's run is not deduplicated by its key: never resend.
+	err := r.c.call(ctx, RouteStartRun, nil, req, &run, append(opts, SendOnce()))
 	return run, err
 }
 

@@ -231,7 +231,9 @@ func (r *RunRequest) Check() error {
 // DisplayCmd is the command line a run request carries for display: the
 // arguments joined, cut to policy.MaxRunCmdLen bytes (at a character).
 func DisplayCmd(args []string) string {
-	s := strings.Join(args, " ")
+	// Invalid UTF-8 becomes U+FFFD now, as JSON would make it (3 bytes
+	// each), so that the cut below is the length the daemon sees.
+	s := strings.ToValidUTF8(strings.Join(args, " "), "\uFFFD")
 	if len(s) > policy.MaxRunCmdLen {
 		s = strings.ToValidUTF8(s[:policy.MaxRunCmdLen], "")
 	}

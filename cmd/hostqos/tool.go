@@ -65,8 +65,8 @@ func toolCtx() (context.Context, context.CancelFunc) {
 func refuseExplicitZero(cmd *cobra.Command) error {
 	var err error
 	cmd.Flags().Visit(func(f *pflag.Flag) {
-		if err != nil || !isZero(f.Value.String()) || isZero(f.DefValue) {
-			return
+		if err != nil || !isZero(f.Value.String()) || isZero(f.DefValue) || f.Name == "seed" {
+			return // a seed of 0 is a seed like any other
 		}
 		switch f.Value.Type() {
 		case "int", "int64", "uint", "uint64", "float64", "duration":
