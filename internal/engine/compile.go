@@ -318,7 +318,12 @@ func resolveExe(pattern string) (exeResolution, error) {
 			switch {
 			case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR):
 				continue // no such file (now): a warning, not a failed change
-			case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.ENOMEM), errors.Is(err, unix.EMFILE), errors.Is(err, unix.ENFILE):
+			case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, fs.ErrPermission):
+				// Facts about the path: reported as unresolvable below.
+			default:
+				// Anything else (out of descriptors, watches or memory, an
+				// I/O error) says nothing about the file: fail, so that a
+				// re-resolution keeps the rule's last identities.
 				return res, fmt.Errorf("resolve exe %s: %w", p, err)
 			}
 			var pe *fs.PathError

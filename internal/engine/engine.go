@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -64,7 +65,12 @@ type Engine struct {
 	// in the runtime file, and the keyed change being applied.
 	keysPersist, keysTemp keyTable
 	keysMem               keyTable // keys of changes without a state write (RecordAnswer)
-	commit                *PendingKey
+
+	// The last count of the flow table for status (flowCount).
+	flowsMu sync.Mutex
+	flowsAt time.Time
+	flows   int
+	commit  *PendingKey
 }
 
 // New reads the config and the state files and validates them; it touches

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
@@ -16,10 +17,23 @@ import (
 func (e *Engine) Status(who Caller, st *api.Status) {
 	k := e.statusLocked(who, st)
 	if k != nil {
-		n := 0
-		_ = k.Flows(func(datapath.Flow) bool { n++; return true })
-		st.Counts.Flows = n
+		st.Counts.Flows = e.flowCount(k)
 	}
+}
+
+// flowCount counts the flow table at most once a second: status is open to
+// everyone, and one walk of a full table at a time is enough for all
+// callers (the others wait for it and share its count).
+func (e *Engine) flowCount(k Kernel) int {
+	e.flowsMu.Lock()
+	defer e.flowsMu.Unlock()
+	if time.Since(e.flowsAt) < time.Second {
+		return e.flows
+	}
+	n := 0
+	_ = k.Flows(func(datapath.Flow) bool { n++; return true })
+	e.flows, e.flowsAt = n, time.Now()
+	return n
 }
 
 func (e *Engine) statusLocked(who Caller, st *api.Status) Kernel {
