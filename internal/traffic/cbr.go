@@ -90,10 +90,10 @@ func (c *CBRConfig) normalize() error {
 	if c.PacketRate == 0 && c.BitRate == 0 {
 		return fieldErr("bit_rate", "", "no rate", "give a bit rate (e.g. 10mbit), a packet rate (e.g. 1000) or the "+ProfileG729+" profile")
 	}
-	if (c.Duration <= 0 && c.Count == 0) || c.Duration > MaxDuration {
+	if c.Duration < 0 || (c.Duration == 0 && c.Count == 0) || c.Duration > MaxDuration {
 		return checkDuration("duration", c.Duration)
 	}
-	if c.Duration <= 0 {
+	if c.Duration == 0 {
 		c.Duration = MaxDuration
 	}
 	return checkDSCP(c.DSCP)

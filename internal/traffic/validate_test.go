@@ -27,6 +27,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"cbr no rate", CBRConfig{To: to, Duration: sec}, "bit_rate"},
 		{"cbr profile", CBRConfig{To: to, Profile: "g711", Duration: sec}, "profile"},
 		{"cbr duration", CBRConfig{To: to, PacketRate: 1, Duration: 25 * time.Hour}, "duration"},
+		{"cbr negative duration with count", CBRConfig{To: to, PacketRate: 1, Count: 5, Duration: -time.Second, DSCP: NoDSCP}, "duration"},
 		{"cbr dscp", CBRConfig{To: to, PacketRate: 1, Duration: sec, DSCP: 64}, "dscp"},
 		{"sink ok", SinkConfig{Listen: to, Duration: sec}, ""},
 		{"sink flows", SinkConfig{Listen: to, Duration: sec, Flows: -1}, "flows"},
