@@ -207,6 +207,33 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
+// An error answer lists at most maxFieldErrors field errors, and each of
+// their texts is cut to maxFieldText bytes: a reason may quote its input
+// (e.g. an unknown DSCP), which an ordinary user's request can make long.
+const (
+	maxFieldErrors = 100
+	maxFieldText   = 512
+)
+
+// boundFieldErrors returns copies of the first maxFieldErrors field errors
+// with every text cut to maxFieldText bytes.
+func boundFieldErrors(fes []*policy.FieldError) []*policy.FieldError {
+	cut := func(s string) string {
+		if len(s) <= maxFieldText {
+			return s
+		}
+		return strings.ToValidUTF8(s[:maxFieldText], "") + fmt.Sprintf("… (%d bytes)", len(s))
+	}
+	out := make([]*policy.FieldError, 0, min(len(fes), maxFieldErrors))
+	for _, fe := range fes[:min(len(fes), maxFieldErrors)] {
+		c := *fe
+		c.Source, c.Object, c.Field, c.Value = cut(c.Source), cut(c.Object), cut(c.Field), cut(c.Value)
+		c.Reason, c.Fix = cut(c.Reason), cut(c.Fix)
+		out = append(out, &c)
+	}
+	return out
+}
+
 // maxErrorText bounds the message of an error answer: no error echoes an
 // unbounded value (values in FieldErrors are clipped where they are made).
 const maxErrorText = 2048
@@ -228,11 +255,11 @@ func writeErr(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &fes):
 		code = http.StatusBadRequest
-		body.Fields = fes
+		body.Fields = boundFieldErrors(fes)
 		body.Error = fmt.Sprintf("invalid policy: %d problem(s); nothing was changed", len(fes))
 	case errors.As(err, &fe):
 		code = http.StatusBadRequest
-		body.Fields = []*policy.FieldError{fe}
+		body.Fields = boundFieldErrors([]*policy.FieldError{fe})
 		body.Error = "invalid policy; nothing was changed"
 	case errors.As(err, &nf):
 		code = http.StatusNotFound
