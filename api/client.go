@@ -40,6 +40,8 @@ type Client struct {
 	// once: a change that may have reached the daemon is not sent again
 	// (see SendOnce).
 	once bool
+	// noWait: a refused connection is not tried again (see NoWaitForDaemon).
+	noWait bool
 }
 
 // changeDeadline bounds a change whose context has no deadline of its own:
@@ -188,7 +190,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 				return &OutcomeUnknownError{Method: method, Path: path, Key: key, Waited: time.Since(start), Last: last}
 			}
 		}
-		if !reached && ((attempt == 0 && errors.Is(err, os.ErrNotExist)) || time.Since(start) > noDaemonWait) {
+		if !reached && ((attempt == 0 && (errors.Is(err, os.ErrNotExist) || c.noWait)) || time.Since(start) > noDaemonWait) {
 			// Never connected: the request never reached a daemon. (A
 			// refused connection is tried again for a while: a daemon
 			// restarting leaves its socket file behind.)

@@ -168,3 +168,21 @@ func TestRunStartSentOnce(t *testing.T) {
 		t.Errorf("the run start was sent %d times, want once", n)
 	}
 }
+
+// TestDownNoWaitOnStaleSocket: with a socket file nobody listens on (a
+// crashed daemon's), a change with NoWaitForDaemon gives up at once, not
+// applied, so that `hostqos down` falls back to cleaning up itself.
+func TestDownNoWaitOnStaleSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close() // the file stays; connections are refused
+	start := time.Now()
+	_, err = NewClient(sock).Down(context.Background(), NoWaitForDaemon())
+	if !errors.Is(err, ErrDaemonDown) || time.Since(start) > 2*time.Second {
+		t.Errorf("Down = %v after %v, want ErrDaemonDown at once", err, time.Since(start))
+	}
+}

@@ -58,7 +58,16 @@ type ChangeOptions struct {
 	// Once: not sent again after an attempt that may have reached the
 	// daemon (see SendOnce).
 	Once bool
+	// NoWait: a refused connection is not tried again (see
+	// NoWaitForDaemon).
+	NoWait bool
 }
+
+// NoWaitForDaemon makes a change give up at once when the daemon's socket
+// refuses the connection (a socket file left by a crashed daemon), instead
+// of trying again for 10 s while a restarting daemon comes back: for
+// `hostqos down`, which then cleans up without a daemon.
+func NoWaitForDaemon() ChangeOption { return func(o *ChangeOptions) { o.NoWait = true } }
 
 // SendOnce makes a change that may have reached the daemon not be sent
 // again: for a change the daemon does not deduplicate by its key (the runs
@@ -98,12 +107,12 @@ func (c *Client) call(ctx context.Context, route string, params []string, body, 
 	if o.Temporary {
 		path += "?temporary=1"
 	}
-	if (o.IdempotencyKey != "" && o.IdempotencyKey != c.IdempotencyKey) || o.Once {
+	if (o.IdempotencyKey != "" && o.IdempotencyKey != c.IdempotencyKey) || o.Once || o.NoWait {
 		cc := *c
 		if o.IdempotencyKey != "" {
 			cc.IdempotencyKey = o.IdempotencyKey
 		}
-		cc.once = o.Once
+		cc.once, cc.noWait = o.Once, o.NoWait
 		c = &cc
 	}
 	return c.Do(ctx, Method(route), path, body, out)

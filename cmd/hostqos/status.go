@@ -124,7 +124,7 @@ again brings it back. Without a running daemon, down runs 'hostqosd down'.`,
 func (o *downOptions) run() error {
 	c, cancel := apiCtx()
 	defer cancel()
-	msg, err := o.client().Down(c)
+	msg, err := o.client().Down(c, api.NoWaitForDaemon()) // a stale socket: clean up without a daemon at once
 	if err == nil {
 		fmt.Fprintln(o.io.Out, msg)
 		return nil
