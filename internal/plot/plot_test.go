@@ -205,3 +205,29 @@ func TestNotLowerCase(t *testing.T) {
 		t.Errorf("test figure: %q", bad)
 	}
 }
+
+// TestCheckFile: a figure written by Save passes CheckFile; a truncated PNG,
+// an SVG without lines and another file type do not.
+func TestCheckFile(t *testing.T) {
+	dir := t.TempDir()
+	f := &Figure{Title: "t", Panels: []Panel{{Title: "p", Series: []Series{{Name: "a", X: []float64{0, 1}, Y: []float64{0, 1}, Color: Green}}}}}
+	files, err := Save(f, filepath.Join(dir, "fig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range files {
+		if _, err := CheckFile(p); err != nil {
+			t.Error(err)
+		}
+	}
+	bad := map[string]string{"cut.png": "\x89PNG\r\n", "empty.svg": `<svg xmlns="http://www.w3.org/2000/svg"></svg>`, "x.txt": "x"}
+	for name, content := range bad {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := CheckFile(p); err == nil {
+			t.Errorf("%s passed", name)
+		}
+	}
+}
