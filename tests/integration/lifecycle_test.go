@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -271,18 +270,8 @@ minbw = "4mbit"
 func TestUnprivilegedUser(t *testing.T) {
 	e := newEnv(t)
 	e.startDaemon()
-	// The test's private directories must be reachable for "nobody".
-	for _, d := range []string{binDir, e.dir, filepath.Dir(e.dir), filepath.Dir(e.d.Socket)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	asNobody := func(args ...string) (string, error) {
-		cmd := exec.Command(hostqosBin(), append([]string{"--socket", e.d.Socket}, args...)...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	openForNobody(t, e)
+	asNobody := func(args ...string) (string, error) { return e.userHostqos(uidNobody, args...) }
 	if out, err := asNobody("status"); err != nil {
 		t.Fatalf("status as nobody: %v\n%s", err, out)
 	}
