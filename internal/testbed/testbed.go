@@ -60,6 +60,11 @@ type LinkSpec struct {
 	// DiffServAtoB and DiffServBtoA give that egress the DiffServ router
 	// role (see DiffServ in the docs); they need the direction's rate.
 	DiffServAtoB, DiffServBtoA bool
+	// DelayAtoB and DelayBtoA add that one-way delay (0 .. MaxDelay) to
+	// the packets the link carries in that direction. The delay line runs
+	// in the link's router end (B if both are routers), so one end must
+	// be a router; see delay.go.
+	DelayAtoB, DelayBtoA time.Duration
 }
 
 // Option changes how Build works.
@@ -102,6 +107,7 @@ type Node struct {
 	h      *netlink.Handle
 	ifaces []nodeIface
 	expect []netip.Addr // addresses the routes must reach (waitRoutes)
+	delays []*delayLine // this router's delay lines (setupDelays)
 }
 
 type nodeIface struct {
@@ -160,6 +166,14 @@ func (t *Topology) validate() error {
 		if (l.DiffServAtoB && l.RateAtoB == 0) || (l.DiffServBtoA && l.RateBtoA == 0) {
 			return fmt.Errorf("link %d (%s-%s): DiffServ needs the direction's rate (the HTB root runs at the link rate)", i, l.A, l.B)
 		}
+		for _, d := range []time.Duration{l.DelayAtoB, l.DelayBtoA} {
+			if d < 0 || d > MaxDelay {
+				return fmt.Errorf("link %d (%s-%s) delay %v: must be 0 .. %v", i, l.A, l.B, d, MaxDelay)
+			}
+			if d > 0 && !routerOf(t.Nodes, l.A) && !routerOf(t.Nodes, l.B) {
+				return fmt.Errorf("link %d (%s-%s) delay %v: one end must be a router (the delay line runs there); insert a router node", i, l.A, l.B, d)
+			}
+		}
 		for _, r := range []uint64{l.RateAtoB, l.RateBtoA} {
 			if r != 0 && (r < 8000 || r > 100e9) {
 				return fmt.Errorf("link %d (%s-%s) rate %d: must be 0 (unlimited) or 8 kbit/s .. 100 gbit/s", i, l.A, l.B, r)
@@ -167,6 +181,15 @@ func (t *Topology) validate() error {
 		}
 	}
 	return nil
+}
+
+func routerOf(nodes []NodeSpec, name string) bool {
+	for _, n := range nodes {
+		if n.Name == name {
+			return n.Router
+		}
+	}
+	return false
 }
 
 // Build creates the topology: all or nothing — on error everything created
@@ -222,6 +245,9 @@ func (tb *Testbed) build(t Topology) error {
 		return err
 	}
 	if err := tb.waitRoutes(5 * time.Second); err != nil {
+		return err
+	}
+	if err := tb.setupDelays(); err != nil {
 		return err
 	}
 	for _, l := range tb.links {
@@ -413,6 +439,9 @@ func (tb *Testbed) Close() error {
 	}
 	var errs []error
 	for _, n := range tb.nodes {
+		for _, dl := range n.delays {
+			dl.stop()
+		}
 		if n.h != nil {
 			n.h.Close()
 		}
