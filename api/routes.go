@@ -24,4 +24,7 @@ const (
 	RouteStats       = "GET /v1/stats/{kind}"
 	RouteReload      = "POST /v1/reload"
 	RouteDown        = "POST /v1/down"
+	// RouteEvents streams events, one JSON object (Event) per line, for as
+	// long as the client reads; ?since=SEQ resumes, ?kind=K[,K] filters.
+	RouteEvents = "GET /v1/events"
 )

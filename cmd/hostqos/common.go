@@ -33,6 +33,7 @@ type apiClient interface {
 	Rules() api.RulesAPI
 	Runs() api.RunsAPI
 	Stats() api.StatsAPI
+	Events() api.EventsAPI
 }
 
 var _ apiClient = (*api.Client)(nil)

@@ -19,8 +19,9 @@ type fakeClient struct {
 	rules   []api.RuleInfo
 	runs    []api.Run
 	stats   map[string]api.Stats
-	err     error    // when set, every call fails with it
-	calls   []string // the calls made, one line each
+	events  []api.Event // what Events().Follow delivers
+	err     error       // when set, every call fails with it
+	calls   []string    // the calls made, one line each
 }
 
 var _ apiClient = (*fakeClient)(nil)
@@ -162,3 +163,19 @@ func (s fakeStats) Classes(ctx context.Context) (api.Stats, error) {
 }
 func (s fakeStats) Apps(ctx context.Context) (api.Stats, error)  { return s.Get(ctx, api.StatApps) }
 func (s fakeStats) Flows(ctx context.Context) (api.Stats, error) { return s.Get(ctx, api.StatFlows) }
+
+func (f *fakeClient) Events() api.EventsAPI { return fakeEvents{f} }
+
+type fakeEvents struct{ f *fakeClient }
+
+func (e fakeEvents) Follow(_ context.Context, o api.EventsOptions, fn func(api.Event) error) error {
+	if err := e.f.record("Events.Follow", []any{o}, nil); err != nil {
+		return err
+	}
+	for _, ev := range e.f.events {
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -77,6 +77,9 @@ type Daemon struct {
 
 	srv  *http.Server
 	down chan struct{}
+	// streamsEnd is closed when the server shuts down: event streams end
+	// (see events.go).
+	streamsEnd chan struct{}
 
 	// Requests at work by idempotency key (see idempotency.go).
 	keyMu    sync.Mutex
@@ -106,7 +109,7 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	d := &Daemon{
 		cfg: cfg, log: cfg.Logger.With("component", "daemon"), started: time.Now(),
-		down: make(chan struct{}),
+		down: make(chan struct{}), streamsEnd: make(chan struct{}),
 	}
 	var err error
 	if d.netns, err = netnsInode(); err != nil {
@@ -122,6 +125,9 @@ func New(cfg Config) (*Daemon, error) {
 		ConfigPath: cfg.ConfigPath, ConfigExplicit: cfg.ConfigExplicit,
 		StatePath: d.statePath(), RuntimePath: runtimePath(cfg), CgroupBase: d.cgBase,
 		MaxRunsPerUser: cfg.MaxRunsPerUser, MaxUserRuns: cfg.MaxUserRuns,
+		// An ordinary user's event streams take at most half their API
+		// connections.
+		MaxSubscribersPerUser: max(1, cfg.MaxConnsPerUser/2), MaxUserSubscribers: max(1, cfg.MaxUserConns/2),
 		Logger: cfg.Logger.With("component", "engine"),
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -67,6 +68,8 @@ func (d *Daemon) listen() error {
 		},
 	}
 	d.srv = srv
+	var endOnce sync.Once
+	srv.RegisterOnShutdown(func() { endOnce.Do(func() { close(d.streamsEnd) }) })
 	limited := newConnLimiter(ln, d.cfg.MaxConnsPerUser, d.cfg.MaxUserConns, peerOf, d.log)
 	go func() {
 		if err := srv.Serve(limited); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
@@ -336,6 +339,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteStats, boundFlowAnswers(d.handleStats))
 	mux.HandleFunc(api.RouteReload, mutating(d.handleReload))
 	mux.HandleFunc(api.RouteDown, mutating(d.handleDown))
+	mux.HandleFunc(api.RouteEvents, d.handleEvents)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})

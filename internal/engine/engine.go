@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
@@ -35,7 +36,10 @@ type Config struct {
 	// CheckRunLimits.
 	MaxRunsPerUser int
 	MaxUserRuns    int
-	Logger         *slog.Logger
+	// Bounds of ordinary users' event streams (0 = the defaults); see
+	// Subscribe.
+	MaxSubscribersPerUser, MaxUserSubscribers int
+	Logger                                    *slog.Logger
 }
 
 // Engine holds the desired policy and makes the kernel match it.
@@ -71,6 +75,8 @@ type Engine struct {
 	flowsAt time.Time
 	flows   int
 	commit  *PendingKey
+
+	events *eventHub // the event stream (events.go)
 }
 
 // New reads the config and the state files and validates them; it touches
@@ -90,6 +96,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, links: map[string]int{}}
 	e.stats = newSampler(e)
+	e.events = newEventHub(DefaultEventRing, cfg.MaxSubscribersPerUser, cfg.MaxUserSubscribers, time.Now)
 	var err error
 	if e.base, err = e.loadConfig(); err != nil {
 		return nil, err
@@ -145,6 +152,8 @@ func (e *Engine) Start(k Kernel) error {
 		e.k = nil
 		return err
 	}
+	e.Publish(api.Event{Kind: EventDaemonStarted, Message: "the engine started and applied the policy",
+		Fields: map[string]any{"generation": uint64(k.Generation())}})
 	return nil
 }
 
@@ -408,6 +417,7 @@ func (e *Engine) Reload() error {
 		return err
 	}
 	e.base = base
+	e.Publish(api.Event{Kind: EventPolicyLoaded, Message: "the config file was read again and applied", Fields: map[string]any{"config": e.cfg.ConfigPath}})
 	e.log.Info("reloaded", "config", e.cfg.ConfigPath, "rules", len(m.Policy.Rules))
 	return nil
 }

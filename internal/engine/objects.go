@@ -104,6 +104,9 @@ func add[T any](ctx context.Context, e *Engine, who Caller, k objKind[T], obj T,
 		k.layer(ov)[name] = &obj
 		return nil
 	})
+	if err == nil {
+		e.publishChange(k.name, "added", name, nil)
+	}
 	return obj, err
 }
 
@@ -136,6 +139,9 @@ func set[T any](ctx context.Context, e *Engine, who Caller, k objKind[T], name s
 		out = n
 		return nil
 	})
+	if err == nil {
+		e.publishChange(k.name, "modified", name, nil)
+	}
 	return out, err
 }
 
@@ -145,7 +151,7 @@ func remove[T any](ctx context.Context, e *Engine, who Caller, k objKind[T], nam
 	if err := who.MayChange(); err != nil {
 		return err
 	}
-	return e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
+	err := e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
 		if _, ok := k.find(eff, name); !ok {
 			return &NotFoundError{What: k.name, Name: name}
 		}
@@ -162,6 +168,10 @@ func remove[T any](ctx context.Context, e *Engine, who Caller, k objKind[T], nam
 		}
 		return nil
 	})
+	if err == nil {
+		e.publishChange(k.name, "removed", name, nil)
+	}
+	return err
 }
 
 // SetLink manages a link (an interface that exists now) with the settings
@@ -187,7 +197,7 @@ func (e *Engine) SetLink(ctx context.Context, who Caller, name string, l policy.
 		return &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", policy.Clip(name)), Field: "name", Value: policy.Clip(name),
 			Reason: "no such interface in this network namespace", Fix: "check the name with `ip link`; to manage an interface that comes later (a VPN tunnel), add it to the config file"}
 	}
-	return e.change(ctx, "api", func(persist, temp *overlay, _ *policy.Policy) error {
+	err := e.change(ctx, "api", func(persist, temp *overlay, _ *policy.Policy) error {
 		if temporary {
 			temp.Links[name] = &l
 			return nil
@@ -199,6 +209,10 @@ func (e *Engine) SetLink(ctx context.Context, who Caller, name string, l policy.
 		delete(temp.Links, name)
 		return nil
 	})
+	if err == nil {
+		e.publishChange("link", "set", name, map[string]any{"egress_rate": l.EgressRate})
+	}
+	return err
 }
 
 // RemoveLink stops managing a link.
@@ -206,7 +220,7 @@ func (e *Engine) RemoveLink(ctx context.Context, who Caller, name string) error 
 	if err := who.MayChange(); err != nil {
 		return err
 	}
-	return e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
+	err := e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
 		if !hasLink(eff, name) {
 			return &NotFoundError{What: "link", Name: name}
 		}
@@ -217,6 +231,10 @@ func (e *Engine) RemoveLink(ctx context.Context, who Caller, name string) error 
 		}
 		return nil
 	})
+	if err == nil {
+		e.publishChange("link", "removed", name, nil)
+	}
+	return err
 }
 
 // pathOf is the path of the object name under an api.Route* pattern.

@@ -235,6 +235,9 @@ func (e *Engine) StartRun(ctx context.Context, who Caller, req api.RunRequest, t
 		return nil, err
 	}
 	e.log.Info("run started", "id", id, "pid", pid, "uid", who.UID, "cmd", req.Cmd, "cgroup", cg)
+	uid := who.UID
+	e.Publish(api.Event{Kind: "run.started", Subject: "run/" + id, UID: &uid, Message: fmt.Sprintf("run %s started (pid %d)", id, pid),
+		Fields: map[string]any{"pid": pid, "cmd": req.Cmd}})
 	return toAPIRun(run), nil
 }
 
@@ -286,12 +289,13 @@ func (e *Engine) EndRun(who Caller, id string) error {
 // endRun removes a run's rule and cgroup.
 func (e *Engine) endRun(id string) error {
 	var cg string
+	var uid uint32
 	err := e.change(context.Background(), "api", func(_, temp *overlay, _ *policy.Policy) error {
 		run, ok := temp.Runs[id]
 		if !ok {
 			return &NotFoundError{What: "run", Name: id}
 		}
-		cg = run.Cgroup
+		cg, uid = run.Cgroup, run.UID
 		delete(temp.Rules, run.Rule)
 		delete(temp.Runs, id)
 		return nil
@@ -308,6 +312,7 @@ func (e *Engine) endRun(id string) error {
 		}
 	}
 	e.log.Info("run ended", "id", id)
+	e.Publish(api.Event{Kind: "run.ended", Subject: "run/" + id, UID: &uid, Message: fmt.Sprintf("run %s ended", id)})
 	return nil
 }
 
