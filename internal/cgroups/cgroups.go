@@ -23,14 +23,17 @@ var ErrNoCgroup2 = errors.New("find cgroup v2 mount: no cgroup2 filesystem is mo
 // Root returns the mount point of the cgroup v2 (unified) hierarchy, read
 // from the mount table. Hybrid layouts mount it below /sys/fs/cgroup (for
 // example /sys/fs/cgroup/unified); pure v2 systems at /sys/fs/cgroup. The
-// first cgroup2 mount is the system's; later ones are usually bind mounts
-// made for containers or tests.
+// first cgroup2 mount that can be reached is the system's; later ones are
+// usually bind mounts made for containers or tests. A mount hidden by a
+// later one on top of it or of a parent (a mount namespace that mounted
+// cgroup2 over a hybrid /sys/fs/cgroup: the old .../unified is still in the
+// table) is skipped.
 func Root() (string, error) {
 	table, err := mounts.Read()
 	if err != nil {
 		return "", err
 	}
-	m, err := mounts.FirstOfType(table, "cgroup2")
+	m, err := mounts.FirstVisibleOfType(table, "cgroup2", mounts.Of)
 	if err != nil {
 		return "", ErrNoCgroup2
 	}

@@ -36,9 +36,14 @@ type Daemon struct {
 	// instead of nsenter --net: in a mount namespace of its own with a
 	// fresh /sys, without the host's cgroup2 and bpffs mounts.
 	IPNetnsExec bool
-	cmd         *exec.Cmd
-	exited      chan error
-	logFile     *os.File
+	// Wrap, when set, is a command (with its arguments) that runs
+	// hostqosd and hostqosd down inside the node: it gets hostqosd's path
+	// and arguments appended and must exec it (keep its pid), like
+	// setpriv or unshare do. PureCgroup2 and the service-unit tests use it.
+	Wrap    []string
+	cmd     *exec.Cmd
+	exited  chan error
+	logFile *os.File
 }
 
 // NewDaemon prepares (does not start) a daemon for node. dir must exist.
@@ -120,10 +125,35 @@ func (d *Daemon) PID() int {
 // daemonCommand runs hostqosd with args in the node (see IPNetnsExec).
 func (d *Daemon) daemonCommand(args ...string) *exec.Cmd {
 	bin := filepath.Join(d.BinDir, "hostqosd")
+	if len(d.Wrap) > 0 {
+		args = append(append(append([]string{}, d.Wrap[1:]...), bin), args...)
+		bin = d.Wrap[0]
+	}
 	if d.IPNetnsExec {
 		return exec.Command("ip", append([]string{"netns", "exec", d.Node.NetnsName, bin}, args...)...)
 	}
 	return d.Node.Command(bin, args...)
+}
+
+// PureCgroup2 is a Wrap that runs hostqosd in a private mount namespace
+// with the pure cgroup v2 layout most distributions have: whatever is
+// mounted at /sys/fs/cgroup (here the hybrid layout's tmpfs, v1
+// hierarchies and .../unified) is unmounted there and cgroup2 mounted at
+// /sys/fs/cgroup itself. It is the same hierarchy (same cgroup ids) as the
+// host's cgroup2 mount; the host's mount table is not touched.
+//
+// HybridCgroup2 is the other layout (systemd's hybrid, what older
+// distributions have): a tmpfs at /sys/fs/cgroup with cgroup2 at
+// /sys/fs/cgroup/unified. Tests run the daemon under both, whatever the
+// host has.
+var (
+	PureCgroup2   = cgroupLayout(`mount -t cgroup2 cgroup2 /sys/fs/cgroup`)
+	HybridCgroup2 = cgroupLayout(`mount -t tmpfs -o mode=0755 cgroup /sys/fs/cgroup && mkdir /sys/fs/cgroup/unified && mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified`)
+)
+
+func cgroupLayout(mount string) []string {
+	return []string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+		`umount -R /sys/fs/cgroup 2>/dev/null; ` + mount + ` && exec "$@"`, "cgroup-layout"}
 }
 
 // Signal sends sig and, for SIGTERM/SIGKILL, waits until the daemon is gone.

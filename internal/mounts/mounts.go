@@ -125,6 +125,23 @@ func FirstOfType(table []Mount, fstype string) (Mount, error) {
 	return Mount{}, fmt.Errorf("find %s mount: %w", fstype, ErrNotFound)
 }
 
+// FirstVisibleOfType returns the first mount of file system type fstype
+// whose mount point leads to it: of reports the mount that holds a path
+// (Of), so a mount hidden under a later one (on its point or on a parent
+// of it) is skipped. Mounts whose point cannot be looked up are skipped
+// too; when no mount of the type is visible, the error wraps ErrNotFound.
+func FirstVisibleOfType(table []Mount, fstype string, of func(path string) (Mount, error)) (Mount, error) {
+	for _, m := range table {
+		if m.FSType != fstype {
+			continue
+		}
+		if got, err := of(m.Point); err == nil && got.ID == m.ID {
+			return m, nil
+		}
+	}
+	return Mount{}, fmt.Errorf("find visible %s mount: %w", fstype, ErrNotFound)
+}
+
 // At returns the mount at point that is on top (the last one mounted
 // there).
 func At(table []Mount, point string) (Mount, error) {

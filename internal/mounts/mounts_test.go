@@ -50,3 +50,33 @@ func TestOf(t *testing.T) {
 		t.Errorf("missing path: %v", err)
 	}
 }
+
+// A namespace that mounted cgroup2 over a hybrid /sys/fs/cgroup still
+// lists the hybrid .../unified mount first; it is hidden, so the one on
+// top is the visible cgroup2 mount.
+func TestFirstVisibleOfType(t *testing.T) {
+	table := Parse(`30 25 0:26 / /sys/fs/cgroup rw - tmpfs tmpfs rw
+40 30 0:35 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw
+50 30 0:35 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw
+`)
+	top := func(path string) (Mount, error) { // what statx sees
+		if path == "/sys/fs/cgroup" || path == "/sys/fs/cgroup/unified" {
+			if path == "/sys/fs/cgroup/unified" {
+				return Mount{}, os.ErrNotExist // no such directory in the top mount
+			}
+			return ByID(table, 50)
+		}
+		return Mount{}, os.ErrNotExist
+	}
+	m, err := FirstVisibleOfType(table, "cgroup2", top)
+	if err != nil || m.ID != 50 {
+		t.Errorf("visible cgroup2 mount: %+v %v, want id 50 at /sys/fs/cgroup", m, err)
+	}
+	hybrid := func(path string) (Mount, error) { return At(table[:2], path) }
+	if m, err := FirstVisibleOfType(table[:2], "cgroup2", hybrid); err != nil || m.ID != 40 {
+		t.Errorf("hybrid layout: %+v %v, want id 40", m, err)
+	}
+	if _, err := FirstVisibleOfType(table[:1], "cgroup2", hybrid); !errors.Is(err, ErrNotFound) {
+		t.Errorf("no cgroup2 mount: %v, want ErrNotFound", err)
+	}
+}

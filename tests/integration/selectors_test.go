@@ -12,14 +12,38 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/cgroups"
+	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/testutil"
 )
 
+// cgroupLayouts runs test once with the daemon in each cgroup layout (in
+// a private mount namespace, whatever the host has): pure cgroup v2 at
+// /sys/fs/cgroup, and the hybrid layout with cgroup2 at
+// /sys/fs/cgroup/unified (issue 9, item 4). The test's own processes stay
+// in the host's view: the hierarchy is the same.
+func cgroupLayouts(t *testing.T, test func(t *testing.T, e *env)) {
+	for _, l := range []struct {
+		name, mount string
+		wrap        []string
+	}{{"pure-v2", "/sys/fs/cgroup", lab.PureCgroup2}, {"hybrid", "/sys/fs/cgroup/unified", lab.HybridCgroup2}} {
+		t.Run(l.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.d.Wrap = l.wrap
+			e.startDaemon()
+			if d := e.status().Daemon; d.CgroupMount != l.mount || d.CgroupMountOwn {
+				t.Fatalf("status: the daemon uses the cgroup2 mount %q (own %v), want %s", d.CgroupMount, d.CgroupMountOwn, l.mount)
+			}
+			test(t, e)
+		})
+	}
+}
+
 // TestAppSelectors: rules by command name, by user and by systemd unit
-// (its cgroup) mark exactly the programs they describe.
-func TestAppSelectors(t *testing.T) {
-	e := newEnv(t)
-	e.startDaemon()
+// (its cgroup) mark exactly the programs they describe, in both cgroup
+// layouts.
+func TestAppSelectors(t *testing.T) { cgroupLayouts(t, appSelectors) }
+
+func appSelectors(t *testing.T, e *env) {
 	e.hostqos("link", "set", e.iface())
 	commApp := e.app("commapp")
 	plain := e.app("plainapp")

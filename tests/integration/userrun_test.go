@@ -126,10 +126,13 @@ func TestUserRunCannotBypassAdminRules(t *testing.T) {
 // TestUserRunStaysUnderAdminCgroupRule (issue 7, item 2): `hostqos run`
 // moves nobody's process out of its cgroup into hostqos's, yet the
 // admin's rules on the cgroup it came from still drop and mark its
-// traffic; only traffic no admin rule claims gets the run's class.
+// traffic; only traffic no admin rule claims gets the run's class. In
+// both cgroup layouts (cgroupLayouts).
 func TestUserRunStaysUnderAdminCgroupRule(t *testing.T) {
-	e := newEnv(t)
-	e.startDaemon()
+	cgroupLayouts(t, userRunStaysUnderAdminCgroupRule)
+}
+
+func userRunStaysUnderAdminCgroupRule(t *testing.T, e *env) {
 	openForNobody(t, e)
 	e.hostqos("link", "set", e.iface())
 	root, err := cgroups.Root()
