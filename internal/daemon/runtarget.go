@@ -91,11 +91,22 @@ func (t *runTarget) Check() error {
 	if err != nil {
 		return err
 	}
-	if err := unix.PidfdSendSignal(t.fd, 0, nil, 0); err != nil {
-		if errors.Is(err, unix.ESRCH) {
+	// A pidfd turns readable when its process exits. Polling it needs no
+	// permission over the process, where a null signal to another user's
+	// process would need CAP_KILL, which the service unit does not give.
+	pfd := []unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(pfd, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("check process %d is alive: poll its pidfd: %w", t.pid, err)
+		}
+		if n > 0 {
 			return exited(t.pid)
 		}
-		return fmt.Errorf("check process %d is alive: %w", t.pid, err)
+		break
 	}
 	if id.Gone() {
 		return exited(t.pid)

@@ -38,14 +38,15 @@ func cgroupLayouts(t *testing.T, test func(t *testing.T, e *env)) {
 	}
 }
 
-// TestAppSelectors: rules by command name, by user and by systemd unit
-// (its cgroup) mark exactly the programs they describe, in both cgroup
+// TestAppSelectors: rules by command name, by user, by systemd unit (its
+// cgroup) and by executable mark exactly the programs they describe, in both cgroup
 // layouts.
 func TestAppSelectors(t *testing.T) { cgroupLayouts(t, appSelectors) }
 
 func appSelectors(t *testing.T, e *env) {
 	e.hostqos("link", "set", e.iface())
 	commApp := e.app("commapp")
+	exeApp := e.app("exeapp")
 	plain := e.app("plainapp")
 	for _, d := range []string{e.dir, filepath.Dir(e.dir)} { // reachable for nobody
 		if err := os.Chmod(d, 0o755); err != nil {
@@ -67,6 +68,7 @@ func appSelectors(t *testing.T, e *env) {
 	e.hostqos("rule", "add", "bycomm", "--comm", "commapp", "--dscp", "AF21")
 	e.hostqos("rule", "add", "byuser", "--user", "nobody", "--dscp", "AF41")
 	e.hostqos("rule", "add", "byunit", "--unit", unit, "--dscp", "EF")
+	e.hostqos("rule", "add", "byexe", "--exe", exeApp, "--dscp", "CS5")
 
 	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))
 	if err != nil {
@@ -74,7 +76,7 @@ func appSelectors(t *testing.T, e *env) {
 	}
 	defer sn.Stop()
 	srv := serverV4.Addr().String()
-	for _, p := range []string{"7101", "7102", "7103", "7104"} {
+	for _, p := range []string{"7101", "7102", "7103", "7104", "7105"} {
 		e.udpSink(srv+":"+p, 20*time.Second)
 	}
 	send := func(port string) []string {
@@ -92,9 +94,11 @@ func appSelectors(t *testing.T, e *env) {
 		t.Fatalf("send in unit: %v\n%s", err, out)
 	}
 	e.runApp(plain, send("7104")...)
+	e.runApp(exeApp, send("7105")...)
 	time.Sleep(300 * time.Millisecond)
 	allDSCP(t, sn, unix.IPPROTO_UDP, 7101, dscpAF21, 20)
 	allDSCP(t, sn, unix.IPPROTO_UDP, 7102, dscpAF41, 20)
 	allDSCP(t, sn, unix.IPPROTO_UDP, 7103, dscpEF, 20)
 	allDSCP(t, sn, unix.IPPROTO_UDP, 7104, 0, 20)
+	allDSCP(t, sn, unix.IPPROTO_UDP, 7105, 40, 20) // CS5
 }
