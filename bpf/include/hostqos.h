@@ -16,7 +16,7 @@
  */
 enum hq_limits {
 	/* Layout version of the pinned maps; bump on any layout change. */
-	HQ_ABI_VERSION = 3,
+	HQ_ABI_VERSION = 4,
 	/* Rule slots, and rules per policy buffer. */
 	HQ_MAX_RULES = 4096,
 	/* Rules with app selectors (bits of a bitmap). */
@@ -38,6 +38,12 @@ enum hq_limits {
 	HQ_CG_ENTRIES = 8192,
 	/* A policer's cost per byte is kept in 1/2^HQ_POLICE_SHIFT ns. */
 	HQ_POLICE_SHIFT = 16,
+	/* Reservation ids 1..HQ_MAX_RESV-1 (0 = none); see struct hq_resv. */
+	HQ_MAX_RESV = 256,
+	/* Sockets bound to reservations at once (hq_bind). */
+	HQ_BIND_ENTRIES = 65536,
+	/* Session refusals kept for the daemon (hq_refusal ring). */
+	HQ_REFUSALS = 64,
 };
 
 #define HQ_CG_LEVEL_WALK 32 /* bound of the walk that finds the own level */
@@ -58,6 +64,21 @@ enum hq_action {
 	HQ_ACT_DROP = 1,
 	HQ_ACT_OBSERVE = 2,
 	HQ_ACT_POLICE = 3, /* pass, within the rule's policer (hq_police) */
+	HQ_ACT_RESV = 4, /* pass under the rule's reservation (hq_rule_resv) */
+};
+
+/* Service of a reservation (RFC 2210/2211/2212). */
+enum hq_service {
+	HQ_SVC_NONE = 0, /* sessions counted and limited, no Tspec */
+	HQ_SVC_GUARANTEED = 1,
+	HQ_SVC_CONTROLLED_LOAD = 2,
+	HQ_SVC_BEST_EFFORT = 3,
+};
+
+/* Why a session was refused (struct hq_refusal). */
+enum hq_refuse {
+	HQ_REFUSE_CONNECT = 1, /* connect() failed with EPERM */
+	HQ_REFUSE_SENDMSG = 2, /* unconnected sendmsg() failed with EPERM */
 };
 
 enum hq_family {
@@ -254,7 +275,8 @@ struct hq_stats {
 /* Per-buffer policy header. */
 struct hq_buf {
 	__u32 nrules;
-	__u32 pad;
+	__u16 nresv;		/* rules with a reservation (HQ_ACT_RESV) */
+	__u16 nsess;		/* of them, with a session limit */
 	struct hq_bitmap r_exe; /* rules that have an exe selector */
 	struct hq_bitmap r_comm;
 	struct hq_bitmap r_uid;
@@ -275,6 +297,108 @@ struct hq_state {
 	struct hq_buf buf[2];
 	/* Counter slot allocation cursor, in its own cache line. */
 	__u64 fcursor __attribute__((aligned(64)));
+	/* Session refusals so far (struct hq_refusal). */
+	__u64 refuse_seq __attribute__((aligned(64)));
+};
+
+/*
+ * A reservation as the rules that name it see it (hq_rule_resv, keyed by
+ * buffer * HQ_MAX_RULES + rule slot, written with the rules and made
+ * active by the same generation flip). Rates are in bytes/s, sizes in
+ * bytes, times in ns. The policer keeps the seed's two terms
+ *     t_m = max(t - b/r, t_m) + max(L, m)/r
+ *     t_p = max(t - M/p, t_p) + max(L, m)/p
+ * with t_m = t_p = -inf at setup; a packet conforms when L <= M and
+ * t >= max(t_m, t_p) before the update. A charge c/r is computed as
+ * ceil(c * r_q16 / 65536) ns with r_q16 = ceil(1e9 * 65536 / r), which is
+ * exact when r divides 1e9 and never undercharges otherwise.
+ */
+struct hq_resv {
+	__u64 r_q16;	/* ns per byte at r, in 1/65536 ns; 0 = no policing */
+	__u64 p_q16;	/* ns per byte at p, in 1/65536 ns; 0 = no peak term */
+	__u64 b_ns;	/* b/r */
+	__u64 mp_ns;	/* M/p */
+	__u32 min_unit; /* m: minimum policed unit */
+	__u32 max_unit; /* M: maximum packet size */
+	__u32 classid;	/* class of conformant (guaranteed: all) packets */
+	__u32 demote_classid; /* class of non-conformant controlled load */
+	__u32 max_sessions;   /* sockets admitted at once; 0 = any number */
+	__u32 sndbuf;	      /* SO_SNDBUF of bound sockets; 0 = leave */
+	__u16 id;	      /* 1..HQ_MAX_RESV-1 */
+	__u8 service;	      /* enum hq_service */
+	__s8 dscp;	      /* conformant packets; -1 = leave */
+	__s8 demote_dscp;     /* non-conformant controlled load; -1 = leave */
+	__u8 pad;
+	/*
+	 * Names the Tspec (never 0): a packet that finds another epoch in the
+	 * state restarts t_m and t_p at -inf, so a changed Tspec starts afresh.
+	 */
+	__u32 epoch;
+};
+
+/*
+ * A reservation's state (hq_resv_state, by id): the policer's two times
+ * under the spin lock, shared by every CPU and every socket bound to the
+ * reservation, and its counters (also under the lock, except the session
+ * counts, which the socket hooks change atomically).
+ */
+struct hq_resv_state {
+	struct bpf_spin_lock lock;
+	__u32 incarnation; /* changes when the id is given up (daemon) */
+	__s64 t_m;	   /* ns; HQ_T_NEG_INF at setup */
+	__s64 t_p;
+	__u64 conf_packets;
+	__u64 conf_bytes;
+	__u64 nonconf_packets; /* includes the shaped and demoted ones */
+	__u64 nonconf_bytes;
+	__u64 demoted_bytes;  /* controlled load sent as best effort */
+	__u64 shaped_packets; /* guaranteed packets left to the leaf's shaping */
+	__u64 shaped_ns;      /* sum of max(t_m, t_p) - t over them */
+	__u64 oversize_packets; /* L > M */
+	__s64 sessions;		/* sockets counted now */
+	__u64 sessions_total;	/* sockets ever counted */
+	__u64 refused_connects; /* connect() refused: over max_sessions */
+	__u64 refused_sends;	/* unconnected sendmsg() refused */
+	__u32 epoch; /* hq_resv.epoch the times were computed under; 0 = none */
+	__u32 pad;
+};
+
+/* -inf of the policer's times: far below any time, safe to subtract from. */
+#define HQ_T_NEG_INF (-(1LL << 62))
+
+/*
+ * A socket bound to a reservation (hq_bind, keyed by socket cookie): the
+ * connect/sendmsg hooks and the classifier (for sockets older than the
+ * reservation) add it, sock_release removes it. The 5-tuple is the
+ * egress one (local = source), completed by the first classified packet.
+ */
+struct hq_binding {
+	struct hq_flow_key key;
+	__u64 bound_ns;
+	__u32 tgid;
+	__u32 uid;
+	__u64 exe_ino;
+	__u32 exe_dev;
+	__u16 resv;
+	__u8 counted; /* holds one of the reservation's sessions */
+	__u8 pad;
+	__u32 incarnation; /* of the reservation when counted */
+	__u32 pad2;
+	char comm[HQ_COMM_LEN];
+};
+
+/* A refused session (hq_refusal ring; seq 0 = empty). */
+struct hq_refusal {
+	__u64 seq; /* 1, 2, ...: hq_state.refuse_seq when written */
+	__u64 ns;
+	struct hq_flow_key key; /* remote part and protocol; local if bound */
+	__u32 tgid;
+	__u32 uid;
+	__u16 resv;
+	__u8 why; /* enum hq_refuse */
+	__u8 pad;
+	__u32 sessions; /* the reservation's limit */
+	char comm[HQ_COMM_LEN];
 };
 
 /* App-selector map keys: (buffer, value). */

@@ -75,11 +75,17 @@ type Rule struct {
 	// packet the link sends.
 	PoliceRate  uint64
 	PoliceBurst uint32
+	// Reservation, when not 0, is the ID of the policy's reservation the
+	// rule's sessions and packets belong to (see Reservation). Only for
+	// ActPass rules without a policer.
+	Reservation uint16
 }
 
-// Policy is a complete compiled policy, applied atomically.
+// Policy is a complete compiled policy, applied atomically: the rules and
+// the reservations they name take effect with one generation flip.
 type Policy struct {
-	Rules []Rule
+	Rules        []Rule
+	Reservations []Reservation
 }
 
 // Options configure Open.
@@ -93,6 +99,9 @@ type Options struct {
 	// Logger receives the datapath's log records (with "component" =
 	// "datapath"); nil = slog.Default() at the time of Open.
 	Logger *slog.Logger
+	// testClock makes the reservation policer take t from skb->tstamp
+	// (tests set it through test-run's context).
+	testClock bool
 }
 
 // Counters are cumulative packet/byte/drop counts.

@@ -53,9 +53,10 @@ type Datapath struct {
 	dir     string
 	log     *slog.Logger
 	objs    hostqosObjects
-	state   *ebpf.Map // pinned .bss (struct hq_state)
-	mem     []byte    // mmap of state
-	sock    link.Link // nil when not attached by us
+	state   *ebpf.Map   // pinned .bss (struct hq_state)
+	mem     []byte      // mmap of state
+	sock    link.Link   // nil when not attached by us
+	hooks   []link.Link // session hooks (connect, sendmsg, sock_release)
 	tcx     map[int]link.Link
 	adopted bool
 	// Map iterators for Flows (IPv4 and IPv6 tables) and RuleCounters,
@@ -190,6 +191,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 		{"netns cookie", specs.HqNetnsCookie, cookie},
 		{"tick length", specs.HqTickNs, tickNS()},
 		{"CPU count", specs.HqNcpu, uint32(d.ncpu)},
+		{"test clock", specs.HqTestClock, boolByte(opts.testClock)},
 	} {
 		if err := v.spec.Set(v.val); err != nil {
 			return nil, fmt.Errorf("set %s: %w", v.what, err)
@@ -258,6 +260,9 @@ func Open(opts Options) (_ *Datapath, err error) {
 	}
 
 	if err := d.attachSockCreate(opts.CgroupPath); err != nil {
+		return nil, err
+	}
+	if err := d.attachSessionHooks(opts.CgroupPath); err != nil {
 		return nil, err
 	}
 	if err := d.adoptTCX(); err != nil {
@@ -653,6 +658,10 @@ func (d *Datapath) Close() error {
 		d.sock.Close()
 		d.sock = nil
 	}
+	for _, l := range d.hooks {
+		l.Close()
+	}
+	d.hooks = nil
 	d.objs.Close()
 	d.fctr.Store(nil)
 	if d.mem != nil {

@@ -43,6 +43,8 @@ const volatile enum hq_action hq_type_action = 0;
 const volatile enum hq_family hq_type_family = 0;
 const volatile enum hq_verdict hq_type_verdict = 0;
 const volatile struct hq_ctr_rec hq_type_ctr_rec = {};
+const volatile enum hq_service hq_type_service = 0;
+const volatile enum hq_refuse hq_type_refuse = 0;
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -479,34 +481,41 @@ static __always_inline __u32 proto_class(__u8 proto)
 	return 3;
 }
 
+/* The identity of the packet's (full) socket, NULL for none. */
+static __always_inline struct hq_ident *skb_ident(struct __sk_buff *skb,
+						  struct hq_stats *st)
+{
+	struct bpf_sock *sk = skb->sk;
+	struct hq_ident *id;
+
+	if (!sk)
+		return NULL;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return NULL;
+	id = bpf_sk_storage_get(&hq_sk_ident, sk, 0, 0);
+	if (!id && st)
+		st->no_identity++;
+	return id;
+}
+
 /*
- * Evaluates the active policy for a packet of flow k and fills the cached
- * part of *f (gen, slot, action, dscp, classid, owner).
+ * Evaluates the active policy for flow k of a socket with identity id
+ * (NULL: none) and fills the cached part of *f (gen, slot, action, dscp,
+ * classid, owner).
  */
-static __always_inline void evaluate(struct __sk_buff *skb,
+static __always_inline void evaluate(const struct hq_ident *id,
 				     const struct hq_flow_key *k, __u8 dscp_in,
 				     struct hq_flow *f, __u32 gen,
 				     struct hq_stats *st)
 {
 	struct hq_eval ev = {};
-	struct hq_ident *id = NULL;
-	struct bpf_sock *sk;
 	const struct hq_buf *hb;
 	struct hq_rule *r;
 	__u32 buf = gen & 1;
 	__u32 idx, li;
 
 	hb = &hq_policy.buf[buf];
-
-	sk = skb->sk;
-	if (sk) {
-		sk = bpf_sk_fullsock(sk);
-		if (sk) {
-			id = bpf_sk_storage_get(&hq_sk_ident, sk, 0, 0);
-			if (!id && st)
-				st->no_identity++;
-		}
-	}
 
 	f->gen = gen;
 	f->slot = HQ_SLOT_NONE;
@@ -865,6 +874,458 @@ static __always_inline __u64 police_result(__u64 res, __u32 len, __u64 now)
 	return res | ((__u64)police((__u16)(res >> 32), len, now) << 48);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Reservations: policing (t_m, t_p), socket binding, session admission   */
+/* ---------------------------------------------------------------------- */
+
+#define SOL_SOCKET 1
+#define SO_SNDBUF 7
+
+/* Reservation of each rule slot, by buffer * HQ_MAX_RULES + slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * HQ_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct hq_resv);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_rule_resv SEC(".maps");
+
+/* Policer times and counters by reservation id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, HQ_MAX_RESV);
+	__type(key, __u32);
+	__type(value, struct hq_resv_state);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_resv_state SEC(".maps");
+
+/* Sockets bound to a reservation, by socket cookie. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, HQ_BIND_ENTRIES);
+	__type(key, __u64);
+	__type(value, struct hq_binding);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_bind SEC(".maps");
+
+/* The latest session refusals, by seq % HQ_REFUSALS. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, HQ_REFUSALS);
+	__type(key, __u32);
+	__type(value, struct hq_refusal);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_refusal SEC(".maps");
+
+/*
+ * Tests only: the policer takes t from skb->tstamp (which test-run lets the
+ * caller set) instead of the clock, so that t_m/t_p sequences can be
+ * computed by hand. Set at load; 0 in the daemon, where the verifier
+ * removes the branch.
+ */
+const volatile __u8 hq_test_clock = 0;
+
+static __always_inline __s64 smax(__s64 a, __s64 b)
+{
+	return a > b ? a : b;
+}
+
+/* c bytes at a rate of q16 (ns per byte << 16), rounded up to the ns. */
+static __always_inline __s64 charge(__u64 c, __u64 q16)
+{
+	return (__s64)((c * q16 + 0xffff) >> 16);
+}
+
+enum {
+	HQ_CONFORM = 0,
+	HQ_NONCONFORM = 1,
+};
+
+/*
+ * The seed's policer (§III-C), for a packet of L bytes (segs segments) at
+ * time t. Conformant: t >= max(t_m, t_p) and no segment above M; then
+ *     t_m = max(t - b/r, t_m) + max(L, m)/r,
+ *     t_p = max(t - M/p, t_p) + max(L, m)/p.
+ * A non-conformant packet of a guaranteed reservation is shaped (its HTB
+ * leaf delays it): it is charged as the seed's session-level shaper
+ * charges it, at the time it becomes conformant, te = max(t_m, t_p), and
+ * te - t is added to the shaped time. Any other non-conformant packet
+ * leaves the times as they are (it is not sent under the reservation).
+ * One spin lock per reservation: the two times move together, and every
+ * CPU and every bound socket of the reservation shares them.
+ */
+static __always_inline int resv_police(const struct hq_resv *rv,
+				       struct hq_resv_state *s, __s64 t,
+				       __u64 L, __u32 segs)
+{
+	__u64 c = L, cmin = (__u64)rv->min_unit * segs;
+	__s64 cm, cp = 0, te, tm, tp;
+	int over, verdict = HQ_CONFORM;
+
+	if (c < cmin)
+		c = cmin;
+	cm = charge(c, rv->r_q16);
+	if (rv->p_q16)
+		cp = charge(c, rv->p_q16);
+	/* A GSO packet's segments are at most M each if its average is. */
+	over = L > (__u64)rv->max_unit * segs;
+
+	bpf_spin_lock(&s->lock);
+	if (s->epoch != rv->epoch) {
+		s->epoch = rv->epoch;
+		s->t_m = HQ_T_NEG_INF;
+		s->t_p = HQ_T_NEG_INF;
+	}
+	tm = s->t_m;
+	tp = s->t_p;
+	te = smax(tm, tp);
+	if (!over && t >= te) {
+		s->t_m = smax(t - (__s64)rv->b_ns, tm) + cm;
+		if (rv->p_q16)
+			s->t_p = smax(t - (__s64)rv->mp_ns, tp) + cp;
+		s->conf_packets++;
+		s->conf_bytes += L;
+	} else {
+		verdict = HQ_NONCONFORM;
+		s->nonconf_packets++;
+		s->nonconf_bytes += L;
+		if (over) {
+			s->oversize_packets++;
+		} else if (rv->service == HQ_SVC_GUARANTEED) {
+			s->t_m = smax(te - (__s64)rv->b_ns, tm) + cm;
+			if (rv->p_q16)
+				s->t_p = smax(te - (__s64)rv->mp_ns, tp) + cp;
+			s->shaped_packets++;
+			s->shaped_ns += te - t;
+		}
+		if (rv->service == HQ_SVC_CONTROLLED_LOAD)
+			s->demoted_bytes += L;
+	}
+	bpf_spin_unlock(&s->lock);
+	return verdict;
+}
+
+/*
+ * The result of a packet classified under a reservation (action
+ * HQ_ACT_RESV): it passes; a non-conformant controlled-load packet leaves
+ * as best effort (the reservation's demote class and DSCP); every other
+ * packet keeps the class and DSCP of its rule (a guaranteed
+ * reservation's leaf shapes the non-conformant ones). Never drops.
+ */
+static __noinline __u64 resv_result(struct __sk_buff *skb, __u64 res, __u32 gen,
+				    __u32 off)
+{
+	struct hq_resv_state *s;
+	struct hq_resv *rv;
+	__u32 slot = (__u16)(res >> 32), idx, id, segs;
+	__u64 L;
+	__s64 t;
+
+	res &= ~(0xffULL << 48); /* HQ_ACT_PASS */
+	if (slot >= HQ_MAX_RULES)
+		return res;
+	idx = (gen & 1) * HQ_MAX_RULES + slot;
+	rv = bpf_map_lookup_elem(&hq_rule_resv, &idx);
+	if (!rv || !rv->r_q16)
+		return res;
+	id = rv->id;
+	s = bpf_map_lookup_elem(&hq_resv_state, &id);
+	if (!s)
+		return res;
+	/* L: the IP packet (RFC 2210: m and M count no link-layer header). */
+	L = skb->len > off ? skb->len - off : 0;
+	segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
+	t = hq_test_clock ? (__s64)skb->tstamp : (__s64)bpf_ktime_get_ns();
+	if (resv_police(rv, s, t, L, segs) == HQ_CONFORM ||
+	    rv->service != HQ_SVC_CONTROLLED_LOAD)
+		return res;
+	return (res & (0xffffULL << 32)) | rv->demote_classid |
+	       ((__u64)(__u8)rv->demote_dscp << 56);
+}
+
+/* The reservation a rule slot names in the policy of generation gen. */
+static __always_inline struct hq_resv *slot_resv(__u32 slot, __u32 gen)
+{
+	__u32 idx = (gen & 1) * HQ_MAX_RULES + slot;
+
+	if (slot >= HQ_MAX_RULES)
+		return NULL;
+	return bpf_map_lookup_elem(&hq_rule_resv, &idx);
+}
+
+/* Gives back the session binding b holds, if it still holds one. */
+static __always_inline void resv_uncount(struct hq_binding *b)
+{
+	struct hq_resv_state *s;
+	__u32 id = b->resv;
+
+	if (!b->counted)
+		return;
+	b->counted = 0;
+	s = bpf_map_lookup_elem(&hq_resv_state, &id);
+	if (s && s->incarnation == b->incarnation)
+		__sync_fetch_and_add(&s->sessions, -1);
+}
+
+static __always_inline void fill_owner(struct hq_binding *b,
+				       const struct hq_ident *id)
+{
+	if (!id)
+		return;
+	b->tgid = id->tgid;
+	b->uid = id->uid;
+	b->exe_ino = id->exe_ino;
+	b->exe_dev = id->exe_dev;
+	__builtin_memcpy(b->comm, id->comm, HQ_COMM_LEN);
+}
+
+/*
+ * A packet of a socket with no binding yet was classified under a
+ * reservation: the socket was open before the reservation (or connected
+ * in a way the hooks do not see). Bind it, holding a session it is never
+ * refused; complete the 5-tuple of a socket bound at connect.
+ */
+static __noinline void resv_bind_skb(struct __sk_buff *skb,
+				     const struct hq_flow_key *key,
+				     const struct hq_flow *f,
+				     const struct hq_ident *id, __u32 gen)
+{
+	struct hq_binding nb = {}, *b;
+	struct hq_resv_state *s;
+	struct hq_resv *rv;
+	struct bpf_sock *sk;
+	__u64 cookie;
+	__u32 rid;
+
+	sk = skb->sk;
+	if (!sk || !bpf_sk_fullsock(sk))
+		return;
+	cookie = bpf_get_socket_cookie(skb);
+	if (!cookie)
+		return;
+	rv = slot_resv(f->slot, gen);
+	if (!rv)
+		return;
+	b = bpf_map_lookup_elem(&hq_bind, &cookie);
+	if (b && b->resv == rv->id) {
+		b->key = *key;
+		return;
+	}
+	if (b)
+		resv_uncount(b);
+	rid = rv->id;
+	s = bpf_map_lookup_elem(&hq_resv_state, &rid);
+	if (!s)
+		return;
+	nb.key = *key;
+	nb.bound_ns = bpf_ktime_get_ns();
+	nb.resv = rv->id;
+	nb.incarnation = s->incarnation;
+	nb.counted = 1;
+	fill_owner(&nb, id);
+	if (!id) {
+		nb.tgid = f->tgid;
+		nb.uid = f->uid;
+	}
+	if (bpf_map_update_elem(&hq_bind, &cookie, &nb, BPF_ANY) == 0) {
+		__sync_fetch_and_add(&s->sessions, 1);
+		__sync_fetch_and_add(&s->sessions_total, 1);
+	}
+}
+
+/* Records a refused session for the daemon (hq_refusal ring). */
+static __always_inline void refusal(const struct hq_flow_key *key,
+				    const struct hq_ident *id, __u16 resv,
+				    __u32 limit, __u8 why)
+{
+	struct hq_refusal *e;
+	__u64 seq = __sync_fetch_and_add(&hq_policy.refuse_seq, 1) + 1;
+	__u32 idx = seq % HQ_REFUSALS;
+
+	e = bpf_map_lookup_elem(&hq_refusal, &idx);
+	if (!e)
+		return;
+	e->seq = 0; /* readers skip the entry while it is rewritten */
+	e->ns = bpf_ktime_get_ns();
+	e->key = *key;
+	e->resv = resv;
+	e->why = why;
+	e->sessions = limit;
+	if (id) {
+		e->tgid = id->tgid;
+		e->uid = id->uid;
+		__builtin_memcpy(e->comm, id->comm, HQ_COMM_LEN);
+	} else {
+		e->tgid = bpf_get_current_pid_tgid() >> 32;
+		e->uid = (__u32)bpf_get_current_uid_gid();
+		bpf_get_current_comm(e->comm, sizeof(e->comm));
+	}
+	e->seq = seq;
+}
+
+/*
+ * connect() or an unconnected sendmsg() of a socket to the address in
+ * ctx. When the policy classifies the session under a reservation, the
+ * socket is bound to it here, before it sends anything: it takes one of
+ * the reservation's sessions (or, over max_sessions, the call fails with
+ * EPERM and nothing is sent) and a guaranteed reservation sets its send
+ * buffer. Returns the hook's verdict (1 allow, 0 refuse with EPERM).
+ */
+static __noinline int resv_session(struct bpf_sock_addr *ctx, __u8 family,
+				   __u8 why)
+{
+	struct hq_flow nf = {};
+	struct hq_flow_key key = {};
+	struct hq_binding nb = {}, *b;
+	struct hq_resv_state *s;
+	struct hq_ident *id = NULL;
+	struct hq_resv *rv;
+	struct bpf_sock *sk;
+	__u32 gen, rid, max;
+	__u64 cookie;
+	__s64 n;
+
+	gen = *(volatile __u32 *)&hq_policy.gen;
+	if (!hq_policy.buf[gen & 1].nresv)
+		return 1;
+	if (why == HQ_REFUSE_SENDMSG && !hq_policy.buf[gen & 1].nsess)
+		return 1;
+	if (bpf_get_netns_cookie(ctx) != hq_netns_cookie)
+		return 1;
+	cookie = bpf_get_socket_cookie(ctx);
+	b = bpf_map_lookup_elem(&hq_bind, &cookie);
+	/* An unconnected socket that holds its session sends freely. */
+	if (why == HQ_REFUSE_SENDMSG && b && b->counted)
+		return 1;
+
+	key.family = family;
+	key.proto = ctx->protocol;
+	key.dport = bpf_ntohs((__u16)ctx->user_port);
+	if (family == HQ_AF_INET) {
+		key.dst[0] = ctx->user_ip4;
+	} else {
+		key.dst[0] = ctx->user_ip6[0];
+		key.dst[1] = ctx->user_ip6[1];
+		key.dst[2] = ctx->user_ip6[2];
+		key.dst[3] = ctx->user_ip6[3];
+	}
+	sk = ctx->sk;
+	if (sk) {
+		/* Known only when the socket was bound before. */
+		key.sport = sk->src_port;
+		if (family == HQ_AF_INET) {
+			key.src[0] = sk->src_ip4;
+		} else {
+			key.src[0] = sk->src_ip6[0];
+			key.src[1] = sk->src_ip6[1];
+			key.src[2] = sk->src_ip6[2];
+			key.src[3] = sk->src_ip6[3];
+		}
+		id = bpf_sk_storage_get(&hq_sk_ident, sk, 0, 0);
+	}
+
+	evaluate(id, &key, 0, &nf, gen, NULL);
+	rv = nf.action == HQ_ACT_RESV ? slot_resv(nf.slot, gen) : NULL;
+	if (!rv) {
+		/* Connected elsewhere: the socket leaves its reservation. */
+		if (b) {
+			resv_uncount(b);
+			bpf_map_delete_elem(&hq_bind, &cookie);
+		}
+		return 1;
+	}
+	rid = rv->id;
+	s = bpf_map_lookup_elem(&hq_resv_state, &rid);
+	if (!s)
+		return 1;
+	if (b && b->resv == rid && b->counted &&
+	    b->incarnation == s->incarnation) {
+		b->key = key;
+		return 1;
+	}
+	if (b)
+		resv_uncount(b);
+
+	max = rv->max_sessions;
+	n = __sync_fetch_and_add(&s->sessions, 1);
+	if (max && n >= max) {
+		__sync_fetch_and_add(&s->sessions, -1);
+		if (why == HQ_REFUSE_CONNECT)
+			__sync_fetch_and_add(&s->refused_connects, 1);
+		else
+			__sync_fetch_and_add(&s->refused_sends, 1);
+		if (b)
+			bpf_map_delete_elem(&hq_bind, &cookie);
+		refusal(&key, id, rid, max, why);
+		return 0;
+	}
+	__sync_fetch_and_add(&s->sessions_total, 1);
+	nb.key = key;
+	nb.bound_ns = bpf_ktime_get_ns();
+	nb.resv = rid;
+	nb.counted = 1;
+	nb.incarnation = s->incarnation;
+	fill_owner(&nb, id);
+	if (!id) {
+		nb.tgid = bpf_get_current_pid_tgid() >> 32;
+		nb.uid = (__u32)bpf_get_current_uid_gid();
+	}
+	if (bpf_map_update_elem(&hq_bind, &cookie, &nb, BPF_ANY)) {
+		/* No room to remember it: do not hold a session we cannot give back. */
+		__sync_fetch_and_add(&s->sessions, -1);
+		return 1;
+	}
+	if (rv->sndbuf && why == HQ_REFUSE_CONNECT) {
+		int v = rv->sndbuf;
+
+		bpf_setsockopt(ctx, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+	}
+	return 1;
+}
+
+SEC("cgroup/connect4")
+int hq_connect4(struct bpf_sock_addr *ctx)
+{
+	return resv_session(ctx, HQ_AF_INET, HQ_REFUSE_CONNECT);
+}
+
+SEC("cgroup/connect6")
+int hq_connect6(struct bpf_sock_addr *ctx)
+{
+	return resv_session(ctx, HQ_AF_INET6, HQ_REFUSE_CONNECT);
+}
+
+SEC("cgroup/sendmsg4")
+int hq_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return resv_session(ctx, HQ_AF_INET, HQ_REFUSE_SENDMSG);
+}
+
+SEC("cgroup/sendmsg6")
+int hq_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return resv_session(ctx, HQ_AF_INET6, HQ_REFUSE_SENDMSG);
+}
+
+/* A closed socket unbinds and gives its session back. */
+SEC("cgroup/sock_release")
+int hq_sock_release(struct bpf_sock *ctx)
+{
+	struct hq_binding *b;
+	__u64 cookie;
+
+	if (ctx->family != AF_INET && ctx->family != AF_INET6)
+		return 1;
+	cookie = bpf_get_socket_cookie(ctx);
+	b = bpf_map_lookup_elem(&hq_bind, &cookie);
+	if (!b)
+		return 1;
+	resv_uncount(b);
+	bpf_map_delete_elem(&hq_bind, &cookie);
+	return 1;
+}
+
 /*
  * Everything but the common case: a new flow (f == NULL), a flow evaluated
  * under an older policy, or a flow without a valid counter slot. Counts
@@ -896,7 +1357,11 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 
 	clock_sync();
 	if (!f || f->gen != p->gen) {
-		evaluate(skb, &key, p->dscp_in, &nf, p->gen, st);
+		struct hq_ident *id = skb_ident(skb, st);
+
+		evaluate(id, &key, p->dscp_in, &nf, p->gen, st);
+		if (nf.action == HQ_ACT_RESV)
+			resv_bind_skb(skb, &key, &nf, id, p->gen);
 		if (!f) {
 			nf.first_ns = p->now;
 			nf.base_last_ns = p->now;
@@ -1006,6 +1471,8 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 	res = flow_slow(skb, &p, f);
 
 classified:
+	if ((__u8)(res >> 48) == HQ_ACT_RESV)
+		res = resv_result(skb, res, p.gen, off);
 	classid = (__u32)res;
 	slot = (__u16)(res >> 32);
 	action = (__u8)(res >> 48);

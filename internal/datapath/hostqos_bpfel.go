@@ -20,7 +20,24 @@ const (
 	hostqosHqActionHQ_ACT_DROP    hostqosHqAction = 1
 	hostqosHqActionHQ_ACT_OBSERVE hostqosHqAction = 2
 	hostqosHqActionHQ_ACT_POLICE  hostqosHqAction = 3
+	hostqosHqActionHQ_ACT_RESV    hostqosHqAction = 4
 )
+
+type hostqosHqBinding struct {
+	_           structs.HostLayout
+	Key         hostqosHqFlowKey
+	BoundNs     uint64
+	Tgid        uint32
+	Uid         uint32
+	ExeIno      uint64
+	ExeDev      uint32
+	Resv        uint16
+	Counted     uint8
+	Pad         uint8
+	Incarnation uint32
+	Pad2        uint32
+	Comm        [16]int8
+}
 
 type hostqosHqBitmap struct {
 	_ structs.HostLayout
@@ -139,7 +156,7 @@ type hostqosHqIdent struct {
 type hostqosHqLimits uint32
 
 const (
-	hostqosHqLimitsHQ_ABI_VERSION   hostqosHqLimits = 3
+	hostqosHqLimitsHQ_ABI_VERSION   hostqosHqLimits = 4
 	hostqosHqLimitsHQ_MAX_RULES     hostqosHqLimits = 4096
 	hostqosHqLimitsHQ_MAX_APP_RULES hostqosHqLimits = 256
 	hostqosHqLimitsHQ_BITMAP_WORDS  hostqosHqLimits = 4
@@ -154,6 +171,9 @@ const (
 	hostqosHqLimitsHQ_UID_ENTRIES   hostqosHqLimits = 4096
 	hostqosHqLimitsHQ_CG_ENTRIES    hostqosHqLimits = 8192
 	hostqosHqLimitsHQ_POLICE_SHIFT  hostqosHqLimits = 16
+	hostqosHqLimitsHQ_MAX_RESV      hostqosHqLimits = 256
+	hostqosHqLimitsHQ_BIND_ENTRIES  hostqosHqLimits = 65536
+	hostqosHqLimitsHQ_REFUSALS      hostqosHqLimits = 64
 )
 
 type hostqosHqPolice struct {
@@ -162,6 +182,74 @@ type hostqosHqPolice struct {
 	Tau   uint64
 	Tat   uint64
 	Pad   uint64
+}
+
+type hostqosHqRefusal struct {
+	_        structs.HostLayout
+	Seq      uint64
+	Ns       uint64
+	Key      hostqosHqFlowKey
+	Tgid     uint32
+	Uid      uint32
+	Resv     uint16
+	Why      uint8
+	Pad      uint8
+	Sessions uint32
+	Comm     [16]int8
+}
+
+type hostqosHqRefuse uint32
+
+const (
+	hostqosHqRefuseHQ_REFUSE_CONNECT hostqosHqRefuse = 1
+	hostqosHqRefuseHQ_REFUSE_SENDMSG hostqosHqRefuse = 2
+)
+
+type hostqosHqResv struct {
+	_             structs.HostLayout
+	R_q16         uint64
+	P_q16         uint64
+	B_ns          uint64
+	MpNs          uint64
+	MinUnit       uint32
+	MaxUnit       uint32
+	Classid       uint32
+	DemoteClassid uint32
+	MaxSessions   uint32
+	Sndbuf        uint32
+	Id            uint16
+	Service       uint8
+	Dscp          int8
+	DemoteDscp    int8
+	Pad           uint8
+	_             [2]byte
+	Epoch         uint32
+	_             [4]byte
+}
+
+type hostqosHqResvState struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+	Incarnation     uint32
+	T_m             int64
+	T_p             int64
+	ConfPackets     uint64
+	ConfBytes       uint64
+	NonconfPackets  uint64
+	NonconfBytes    uint64
+	DemotedBytes    uint64
+	ShapedPackets   uint64
+	ShapedNs        uint64
+	OversizePackets uint64
+	Sessions        int64
+	SessionsTotal   uint64
+	RefusedConnects uint64
+	RefusedSends    uint64
+	Epoch           uint32
+	Pad             uint32
 }
 
 type hostqosHqRlist struct {
@@ -192,6 +280,15 @@ type hostqosHqRule struct {
 	Pad        [2]uint8
 }
 
+type hostqosHqService uint32
+
+const (
+	hostqosHqServiceHQ_SVC_NONE            hostqosHqService = 0
+	hostqosHqServiceHQ_SVC_GUARANTEED      hostqosHqService = 1
+	hostqosHqServiceHQ_SVC_CONTROLLED_LOAD hostqosHqService = 2
+	hostqosHqServiceHQ_SVC_BEST_EFFORT     hostqosHqService = 3
+)
+
 type hostqosHqState struct {
 	_         structs.HostLayout
 	Gen       uint32
@@ -200,7 +297,8 @@ type hostqosHqState struct {
 	Buf       [2]struct {
 		_      structs.HostLayout
 		Nrules uint32
-		Pad    uint32
+		Nresv  uint16
+		Nsess  uint16
 		R_exe  struct {
 			_ structs.HostLayout
 			W [4]uint64
@@ -218,9 +316,11 @@ type hostqosHqState struct {
 			W [4]uint64
 		}
 	}
-	_       [32]byte
-	Fcursor uint64
-	_       [56]byte
+	_         [32]byte
+	Fcursor   uint64
+	_         [56]byte
+	RefuseSeq uint64
+	_         [56]byte
 }
 
 type hostqosHqStats struct {
@@ -252,6 +352,7 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	hostqosMapHqBind         = "hq_bind"
 	hostqosMapHqCg           = "hq_cg"
 	hostqosMapHqComm         = "hq_comm"
 	hostqosMapHqExe          = "hq_exe"
@@ -261,26 +362,37 @@ const (
 	hostqosMapHqFlows6       = "hq_flows6"
 	hostqosMapHqHealth       = "hq_health"
 	hostqosMapHqPolice       = "hq_police"
+	hostqosMapHqRefusal      = "hq_refusal"
+	hostqosMapHqResvState    = "hq_resv_state"
 	hostqosMapHqRlists       = "hq_rlists"
 	hostqosMapHqRuleCtr      = "hq_rule_ctr"
+	hostqosMapHqRuleResv     = "hq_rule_resv"
 	hostqosMapHqRules        = "hq_rules"
 	hostqosMapHqSkIdent      = "hq_sk_ident"
 	hostqosMapHqUid          = "hq_uid"
+	hostqosProgHqConnect4    = "hq_connect4"
+	hostqosProgHqConnect6    = "hq_connect6"
 	hostqosProgHqIterFlows4  = "hq_iter_flows4"
 	hostqosProgHqIterFlows6  = "hq_iter_flows6"
 	hostqosProgHqIterRuleCtr = "hq_iter_rule_ctr"
+	hostqosProgHqSendmsg4    = "hq_sendmsg4"
+	hostqosProgHqSendmsg6    = "hq_sendmsg6"
 	hostqosProgHqSockCreate  = "hq_sock_create"
+	hostqosProgHqSockRelease = "hq_sock_release"
 	hostqosProgHqTcEgress    = "hq_tc_egress"
 	hostqosProgHqTcEgressL3  = "hq_tc_egress_l3"
 	hostqosVarHqFctrN        = "hq_fctr_n"
 	hostqosVarHqNcpu         = "hq_ncpu"
 	hostqosVarHqNetnsCookie  = "hq_netns_cookie"
 	hostqosVarHqPolicy       = "hq_policy"
+	hostqosVarHqTestClock    = "hq_test_clock"
 	hostqosVarHqTickNs       = "hq_tick_ns"
 	hostqosVarHqTypeAction   = "hq_type_action"
 	hostqosVarHqTypeCtrRec   = "hq_type_ctr_rec"
 	hostqosVarHqTypeFamily   = "hq_type_family"
 	hostqosVarHqTypeLimits   = "hq_type_limits"
+	hostqosVarHqTypeRefuse   = "hq_type_refuse"
+	hostqosVarHqTypeService  = "hq_type_service"
 	hostqosVarHqTypeVerdict  = "hq_type_verdict"
 )
 
@@ -326,10 +438,15 @@ type hostqosSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hostqosProgramSpecs struct {
+	HqConnect4    *ebpf.ProgramSpec `ebpf:"hq_connect4"`
+	HqConnect6    *ebpf.ProgramSpec `ebpf:"hq_connect6"`
 	HqIterFlows4  *ebpf.ProgramSpec `ebpf:"hq_iter_flows4"`
 	HqIterFlows6  *ebpf.ProgramSpec `ebpf:"hq_iter_flows6"`
 	HqIterRuleCtr *ebpf.ProgramSpec `ebpf:"hq_iter_rule_ctr"`
+	HqSendmsg4    *ebpf.ProgramSpec `ebpf:"hq_sendmsg4"`
+	HqSendmsg6    *ebpf.ProgramSpec `ebpf:"hq_sendmsg6"`
 	HqSockCreate  *ebpf.ProgramSpec `ebpf:"hq_sock_create"`
+	HqSockRelease *ebpf.ProgramSpec `ebpf:"hq_sock_release"`
 	HqTcEgress    *ebpf.ProgramSpec `ebpf:"hq_tc_egress"`
 	HqTcEgressL3  *ebpf.ProgramSpec `ebpf:"hq_tc_egress_l3"`
 }
@@ -338,20 +455,24 @@ type hostqosProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hostqosMapSpecs struct {
-	HqCg      *ebpf.MapSpec `ebpf:"hq_cg"`
-	HqComm    *ebpf.MapSpec `ebpf:"hq_comm"`
-	HqExe     *ebpf.MapSpec `ebpf:"hq_exe"`
-	HqFctr    *ebpf.MapSpec `ebpf:"hq_fctr"`
-	HqFkey    *ebpf.MapSpec `ebpf:"hq_fkey"`
-	HqFlows4  *ebpf.MapSpec `ebpf:"hq_flows4"`
-	HqFlows6  *ebpf.MapSpec `ebpf:"hq_flows6"`
-	HqHealth  *ebpf.MapSpec `ebpf:"hq_health"`
-	HqPolice  *ebpf.MapSpec `ebpf:"hq_police"`
-	HqRlists  *ebpf.MapSpec `ebpf:"hq_rlists"`
-	HqRuleCtr *ebpf.MapSpec `ebpf:"hq_rule_ctr"`
-	HqRules   *ebpf.MapSpec `ebpf:"hq_rules"`
-	HqSkIdent *ebpf.MapSpec `ebpf:"hq_sk_ident"`
-	HqUid     *ebpf.MapSpec `ebpf:"hq_uid"`
+	HqBind      *ebpf.MapSpec `ebpf:"hq_bind"`
+	HqCg        *ebpf.MapSpec `ebpf:"hq_cg"`
+	HqComm      *ebpf.MapSpec `ebpf:"hq_comm"`
+	HqExe       *ebpf.MapSpec `ebpf:"hq_exe"`
+	HqFctr      *ebpf.MapSpec `ebpf:"hq_fctr"`
+	HqFkey      *ebpf.MapSpec `ebpf:"hq_fkey"`
+	HqFlows4    *ebpf.MapSpec `ebpf:"hq_flows4"`
+	HqFlows6    *ebpf.MapSpec `ebpf:"hq_flows6"`
+	HqHealth    *ebpf.MapSpec `ebpf:"hq_health"`
+	HqPolice    *ebpf.MapSpec `ebpf:"hq_police"`
+	HqRefusal   *ebpf.MapSpec `ebpf:"hq_refusal"`
+	HqResvState *ebpf.MapSpec `ebpf:"hq_resv_state"`
+	HqRlists    *ebpf.MapSpec `ebpf:"hq_rlists"`
+	HqRuleCtr   *ebpf.MapSpec `ebpf:"hq_rule_ctr"`
+	HqRuleResv  *ebpf.MapSpec `ebpf:"hq_rule_resv"`
+	HqRules     *ebpf.MapSpec `ebpf:"hq_rules"`
+	HqSkIdent   *ebpf.MapSpec `ebpf:"hq_sk_ident"`
+	HqUid       *ebpf.MapSpec `ebpf:"hq_uid"`
 }
 
 // hostqosVariableSpecs contains global variables before they are loaded into the kernel.
@@ -362,11 +483,14 @@ type hostqosVariableSpecs struct {
 	HqNcpu        *ebpf.VariableSpec `ebpf:"hq_ncpu"`
 	HqNetnsCookie *ebpf.VariableSpec `ebpf:"hq_netns_cookie"`
 	HqPolicy      *ebpf.VariableSpec `ebpf:"hq_policy"`
+	HqTestClock   *ebpf.VariableSpec `ebpf:"hq_test_clock"`
 	HqTickNs      *ebpf.VariableSpec `ebpf:"hq_tick_ns"`
 	HqTypeAction  *ebpf.VariableSpec `ebpf:"hq_type_action"`
 	HqTypeCtrRec  *ebpf.VariableSpec `ebpf:"hq_type_ctr_rec"`
 	HqTypeFamily  *ebpf.VariableSpec `ebpf:"hq_type_family"`
 	HqTypeLimits  *ebpf.VariableSpec `ebpf:"hq_type_limits"`
+	HqTypeRefuse  *ebpf.VariableSpec `ebpf:"hq_type_refuse"`
+	HqTypeService *ebpf.VariableSpec `ebpf:"hq_type_service"`
 	HqTypeVerdict *ebpf.VariableSpec `ebpf:"hq_type_verdict"`
 }
 
@@ -390,24 +514,29 @@ func (o *hostqosObjects) Close() error {
 //
 // It can be passed to loadHostqosObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hostqosMaps struct {
-	HqCg      *ebpf.Map `ebpf:"hq_cg"`
-	HqComm    *ebpf.Map `ebpf:"hq_comm"`
-	HqExe     *ebpf.Map `ebpf:"hq_exe"`
-	HqFctr    *ebpf.Map `ebpf:"hq_fctr"`
-	HqFkey    *ebpf.Map `ebpf:"hq_fkey"`
-	HqFlows4  *ebpf.Map `ebpf:"hq_flows4"`
-	HqFlows6  *ebpf.Map `ebpf:"hq_flows6"`
-	HqHealth  *ebpf.Map `ebpf:"hq_health"`
-	HqPolice  *ebpf.Map `ebpf:"hq_police"`
-	HqRlists  *ebpf.Map `ebpf:"hq_rlists"`
-	HqRuleCtr *ebpf.Map `ebpf:"hq_rule_ctr"`
-	HqRules   *ebpf.Map `ebpf:"hq_rules"`
-	HqSkIdent *ebpf.Map `ebpf:"hq_sk_ident"`
-	HqUid     *ebpf.Map `ebpf:"hq_uid"`
+	HqBind      *ebpf.Map `ebpf:"hq_bind"`
+	HqCg        *ebpf.Map `ebpf:"hq_cg"`
+	HqComm      *ebpf.Map `ebpf:"hq_comm"`
+	HqExe       *ebpf.Map `ebpf:"hq_exe"`
+	HqFctr      *ebpf.Map `ebpf:"hq_fctr"`
+	HqFkey      *ebpf.Map `ebpf:"hq_fkey"`
+	HqFlows4    *ebpf.Map `ebpf:"hq_flows4"`
+	HqFlows6    *ebpf.Map `ebpf:"hq_flows6"`
+	HqHealth    *ebpf.Map `ebpf:"hq_health"`
+	HqPolice    *ebpf.Map `ebpf:"hq_police"`
+	HqRefusal   *ebpf.Map `ebpf:"hq_refusal"`
+	HqResvState *ebpf.Map `ebpf:"hq_resv_state"`
+	HqRlists    *ebpf.Map `ebpf:"hq_rlists"`
+	HqRuleCtr   *ebpf.Map `ebpf:"hq_rule_ctr"`
+	HqRuleResv  *ebpf.Map `ebpf:"hq_rule_resv"`
+	HqRules     *ebpf.Map `ebpf:"hq_rules"`
+	HqSkIdent   *ebpf.Map `ebpf:"hq_sk_ident"`
+	HqUid       *ebpf.Map `ebpf:"hq_uid"`
 }
 
 func (m *hostqosMaps) Close() error {
 	return _HostqosClose(
+		m.HqBind,
 		m.HqCg,
 		m.HqComm,
 		m.HqExe,
@@ -417,8 +546,11 @@ func (m *hostqosMaps) Close() error {
 		m.HqFlows6,
 		m.HqHealth,
 		m.HqPolice,
+		m.HqRefusal,
+		m.HqResvState,
 		m.HqRlists,
 		m.HqRuleCtr,
+		m.HqRuleResv,
 		m.HqRules,
 		m.HqSkIdent,
 		m.HqUid,
@@ -433,11 +565,14 @@ type hostqosVariables struct {
 	HqNcpu        *ebpf.Variable `ebpf:"hq_ncpu"`
 	HqNetnsCookie *ebpf.Variable `ebpf:"hq_netns_cookie"`
 	HqPolicy      *ebpf.Variable `ebpf:"hq_policy"`
+	HqTestClock   *ebpf.Variable `ebpf:"hq_test_clock"`
 	HqTickNs      *ebpf.Variable `ebpf:"hq_tick_ns"`
 	HqTypeAction  *ebpf.Variable `ebpf:"hq_type_action"`
 	HqTypeCtrRec  *ebpf.Variable `ebpf:"hq_type_ctr_rec"`
 	HqTypeFamily  *ebpf.Variable `ebpf:"hq_type_family"`
 	HqTypeLimits  *ebpf.Variable `ebpf:"hq_type_limits"`
+	HqTypeRefuse  *ebpf.Variable `ebpf:"hq_type_refuse"`
+	HqTypeService *ebpf.Variable `ebpf:"hq_type_service"`
 	HqTypeVerdict *ebpf.Variable `ebpf:"hq_type_verdict"`
 }
 
@@ -445,20 +580,30 @@ type hostqosVariables struct {
 //
 // It can be passed to loadHostqosObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hostqosPrograms struct {
+	HqConnect4    *ebpf.Program `ebpf:"hq_connect4"`
+	HqConnect6    *ebpf.Program `ebpf:"hq_connect6"`
 	HqIterFlows4  *ebpf.Program `ebpf:"hq_iter_flows4"`
 	HqIterFlows6  *ebpf.Program `ebpf:"hq_iter_flows6"`
 	HqIterRuleCtr *ebpf.Program `ebpf:"hq_iter_rule_ctr"`
+	HqSendmsg4    *ebpf.Program `ebpf:"hq_sendmsg4"`
+	HqSendmsg6    *ebpf.Program `ebpf:"hq_sendmsg6"`
 	HqSockCreate  *ebpf.Program `ebpf:"hq_sock_create"`
+	HqSockRelease *ebpf.Program `ebpf:"hq_sock_release"`
 	HqTcEgress    *ebpf.Program `ebpf:"hq_tc_egress"`
 	HqTcEgressL3  *ebpf.Program `ebpf:"hq_tc_egress_l3"`
 }
 
 func (p *hostqosPrograms) Close() error {
 	return _HostqosClose(
+		p.HqConnect4,
+		p.HqConnect6,
 		p.HqIterFlows4,
 		p.HqIterFlows6,
 		p.HqIterRuleCtr,
+		p.HqSendmsg4,
+		p.HqSendmsg6,
 		p.HqSockCreate,
+		p.HqSockRelease,
 		p.HqTcEgress,
 		p.HqTcEgressL3,
 	)

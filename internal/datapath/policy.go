@@ -37,6 +37,8 @@ type compiled struct {
 	lists [rlists][]uint16
 	// Policers of the rules that have one.
 	police []policer
+	// Reservations of the rules that name one, by rule slot.
+	resv map[uint16]hostqosHqResv
 }
 
 // policer is a rule slot's token bucket as struct hq_police holds it.
@@ -227,6 +229,10 @@ func compile(p Policy) (*compiled, error) {
 		}
 		c.rules = append(c.rules, br)
 	}
+	var err error
+	if c.resv, err = compileResv(p, c.rules); err != nil {
+		return nil, err
+	}
 	switch {
 	case len(c.exe) > maxExeKeys:
 		return nil, fmt.Errorf("policy names %d executables, the datapath holds at most %d", len(c.exe), maxExeKeys)
@@ -320,6 +326,14 @@ func (d *Datapath) Apply(p Policy) error {
 	gen := atomic.LoadUint32(&st.Gen)
 	buf := (gen + 1) & 1
 
+	oldResv, err := d.activeResv(gen & 1)
+	if err != nil {
+		return err
+	}
+	nresv, nsess, err := d.writeResv(buf, c.resv, st.Buf[buf].Nresv != 0)
+	if err != nil {
+		return err
+	}
 	if err := d.writeAppMaps(buf, c); err != nil {
 		return err
 	}
@@ -350,8 +364,18 @@ func (d *Datapath) Apply(p Policy) error {
 	hb.R_comm.W = c.rComm
 	hb.R_uid.W = c.rUID
 	hb.R_cg.W = c.rCg
+	hb.Nresv = nresv
+	hb.Nsess = nsess
 	// The atomic store orders the buffer writes above before the flip.
 	atomic.StoreUint32(&st.Gen, gen+1)
+	for _, v := range c.resv {
+		delete(oldResv, v.Id)
+	}
+	if err := d.releaseResv(oldResv); err != nil {
+		// The policy is in force; the freed ids start afresh when reused
+		// at the latest because their Tspec epoch restarts the times.
+		d.log.Warn("reset state of removed reservations", "err", err)
+	}
 	d.log.Info("policy applied", "generation", gen+1, "rules", len(c.rules), "app_rules", c.appRules)
 	return nil
 }
