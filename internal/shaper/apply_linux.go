@@ -234,6 +234,12 @@ func applyPlan(plan Plan, o options) (int, error) {
 		}
 		return 0, err
 	}
+	if err := t.syncQueues(plan); err != nil {
+		if rerr := t.rollback(); rerr != nil {
+			err = fmt.Errorf("%w (rolling back: %v)", err, rerr)
+		}
+		return 0, err
+	}
 	if err := setGSO(o.log, h, link, GSOCap(plan.Link.Rate)); err != nil {
 		if rerr := t.rollback(); rerr != nil {
 			err = fmt.Errorf("%w (rolling back: %v)", err, rerr)

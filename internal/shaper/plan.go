@@ -54,6 +54,10 @@ type RuleSpec struct {
 	Class int    // ClassSpec.Index
 	MinBW uint64 // bits/s, 0 = unset
 	MaxBW uint64 // bits/s, 0 = unset
+	// QueueLimit is the length in packets of the queue of the rule's own
+	// leaf (a reservation's buffers); 0 = the kernel's default (the
+	// link's txqueuelen). Only for rules with a leaf (MinBW or MaxBW).
+	QueueLimit uint32
 }
 
 // LinkSpec is the managed link.
@@ -84,7 +88,18 @@ type HTBClass struct {
 	// Burst and Cburst are the token bucket depths in bytes at Rate and
 	// Ceil; Quantum is the DRR quantum in bytes.
 	Burst, Cburst, Quantum uint32
+	// QueueLimit (leaves only) is the packets the leaf's queue holds: a
+	// pfifo of that length, handle QueueMajor(Minor); 0 = the kernel's
+	// default queue.
+	QueueLimit uint32
 }
+
+// queueMajorBase + a leaf's minor is the major handle of the pfifo that
+// Apply gives a leaf with a QueueLimit.
+const queueMajorBase = 0x5000
+
+// QueueMajor is the major handle of the queue of leaf minor.
+func QueueMajor(minor uint16) uint16 { return queueMajorBase + minor }
 
 // ClassIDFor returns the HTB classid (Handle<<16 | minor) of the general leaf
 // of service class index class: the value the datapath writes into
@@ -328,8 +343,9 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 			mkClass(InnerBase+i, RootMinor, cp.share+cp.ruleSum, cp.ceil, prio, false, label),
 			mkClass(LeafBase+i, InnerBase+i, cp.share, cp.ceil, prio, true, label+" general"))
 		for _, rp := range cp.rules {
-			p.Classes = append(p.Classes,
-				mkClass(RuleBase+rp.spec.Slot, InnerBase+i, rp.rate, rp.ceil, prio, true, fmt.Sprintf("rule %d", rp.spec.Slot)))
+			leaf := mkClass(RuleBase+rp.spec.Slot, InnerBase+i, rp.rate, rp.ceil, prio, true, fmt.Sprintf("rule %d", rp.spec.Slot))
+			leaf.QueueLimit = rp.spec.QueueLimit
+			p.Classes = append(p.Classes, leaf)
 		}
 	}
 	return p, nil

@@ -1,0 +1,368 @@
+package datapath
+
+import (
+	"errors"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hostqos/hostqos/internal/shaper"
+	"github.com/hostqos/hostqos/internal/testutil"
+	"golang.org/x/sys/unix"
+)
+
+// resvBed is a pair of namespaces with the datapath (and its socket hooks)
+// loaded in A, the classifier on A's veth end and an HTB tree on it.
+type resvBed struct {
+	p *testutil.Pair
+	d *Datapath
+}
+
+func newResvBed(t *testing.T) *resvBed {
+	testutil.NeedRoot(t)
+	cgroot := cgroupRoot(t)
+	p := testutil.NewPair(t)
+	dir := testutil.TempPinDir(t)
+	b := &resvBed{p: p}
+	p.A.MustDo(t, func() error {
+		var err error
+		if b.d, err = Open(Options{BPFFSDir: dir, CgroupPath: cgroot}); err != nil {
+			return err
+		}
+		return b.d.AttachLink(p.IndexA)
+	})
+	t.Cleanup(func() {
+		// Unpin the cgroup links: they are attached to the host's root cgroup.
+		b.d.Close()
+		if err := Remove(dir); err != nil {
+			t.Errorf("remove datapath: %v", err)
+		}
+	})
+	return b
+}
+
+// shape gives A's veth end an HTB tree of linkRate bit/s with the rules'
+// leaves.
+func (b *resvBed) shape(t *testing.T, linkRate uint64, rules []shaper.RuleSpec) {
+	t.Helper()
+	plan, err := shaper.Build(shaper.LinkSpec{Ifindex: b.p.IndexA, Name: b.p.IfA, Rate: linkRate},
+		[]shaper.ClassSpec{{Name: "default", Index: 0, Priority: 4, Default: true}}, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.p.A.MustDo(t, func() error { return shaper.Apply(plan) })
+}
+
+// socket makes a socket in A.
+func (b *resvBed) socket(t *testing.T, typ int) int {
+	t.Helper()
+	var fd int
+	b.p.A.MustDo(t, func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_INET, typ|unix.SOCK_CLOEXEC, 0)
+		return err
+	})
+	return fd
+}
+
+func sockaddr(ap netip.AddrPort) *unix.SockaddrInet4 {
+	return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+}
+
+// udpSink counts the UDP payload bytes B receives on port.
+func udpSink(t *testing.T, p *testutil.Pair, port uint16) (bytes *atomic.Int64, stop func()) {
+	t.Helper()
+	var fd int
+	p.B.MustDo(t, func() error {
+		var err error
+		if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
+		return unix.Bind(fd, sockaddr(netip.AddrPortFrom(testutil.PairB4.Addr(), port)))
+	})
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100000})
+	bytes = new(atomic.Int64)
+	var done atomic.Bool
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		buf := make([]byte, 65536)
+		for !done.Load() {
+			n, _, err := unix.Recvfrom(fd, buf, 0)
+			if err == nil {
+				bytes.Add(int64(n))
+			}
+		}
+	}()
+	return bytes, func() { done.Store(true); <-finished; unix.Close(fd) }
+}
+
+// TestGuaranteedShapingByFlowControl: a guaranteed reservation's sender
+// going at 3× its rate through a blocking socket is held back in send()
+// (its send buffer, sized by FlowControl, fills before the leaf's queue),
+// the receiver gets the service rate R and the host drops nothing; a
+// non-blocking sender gets EAGAIN instead.
+func TestGuaranteedShapingByFlowControl(t *testing.T) {
+	b := newResvBed(t)
+	const (
+		R       = 4_000_000 // bit/s, the leaf's rate and ceil (= r)
+		payload = 1000
+		frame   = payload + 8 + 20 + 14 // what HTB counts
+		slot    = 7
+	)
+	sndbuf, queue := FlowControl(6000, 500, 2)
+	b.shape(t, 100_000_000, []shaper.RuleSpec{{Slot: slot, Class: 0, MinBW: R, MaxBW: R, QueueLimit: queue}})
+	res := Reservation{ID: 1, Service: ServiceGuaranteed, Rate: R / 8, Bucket: 6000, MinUnit: 500, MaxUnit: 1500,
+		ClassID: shaper.RuleClassID(slot), DSCP: 46, DemoteDSCP: -1, MaxSessions: 2, SendBuffer: sndbuf}
+	pol := Policy{Rules: []Rule{{Slot: slot, Proto: 17, Remote: netip.PrefixFrom(testutil.PairB4.Addr(), 32), RPortFrom: 9000, RPortTo: 9001,
+		DSCPIn: -1, DSCP: 46, ClassID: shaper.RuleClassID(slot), Reservation: 1}}, Reservations: []Reservation{res}}
+	if err := b.d.Apply(pol); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, blocking := range []bool{true, false} {
+		port := uint16(9000)
+		name := "blocking"
+		if !blocking {
+			port, name = 9001, "non-blocking"
+		}
+		got, stop := udpSink(t, b.p, port)
+		fd := b.socket(t, unix.SOCK_DGRAM)
+		if err := unix.Connect(fd, sockaddr(netip.AddrPortFrom(testutil.PairB4.Addr(), port))); err != nil {
+			t.Fatalf("%s: connect: %v", name, err)
+		}
+		if v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF); err != nil || v != int(2*sndbuf) {
+			t.Errorf("%s: SO_SNDBUF after connect = %d (%v), want %d (2 × %d, set at connect)", name, v, err, 2*sndbuf, sndbuf)
+		}
+		if !blocking {
+			if err := unix.SetNonblock(fd, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The app tries 3× R for 3 s.
+		const dur = 3 * time.Second
+		gap := time.Second * payload * 8 / (3 * R)
+		msg := make([]byte, payload)
+		var sent, eagain int
+		var inSend time.Duration
+		start := time.Now()
+		next := start
+		for time.Since(start) < dur {
+			t0 := time.Now()
+			_, err := unix.Write(fd, msg)
+			inSend += time.Since(t0)
+			switch {
+			case err == nil:
+				sent++
+			case errors.Is(err, unix.EAGAIN):
+				eagain++
+			default:
+				t.Fatalf("%s: send: %v", name, err)
+			}
+			next = next.Add(gap)
+			if d := time.Until(next); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		elapsed := time.Since(start)
+		unix.Close(fd)
+		time.Sleep(300 * time.Millisecond) // the queue drains
+		stop()
+
+		// Everything sent arrived: nothing dropped on the way.
+		if want := int64(sent * payload); got.Load() != want {
+			t.Errorf("%s: receiver got %d bytes, the sender sent %d", name, got.Load(), want)
+		}
+		// The receiver got R (in frames as HTB counts them), give or
+		// take the leaf's initial burst and the time the queue took to drain.
+		rate := float64(sent) * frame * 8 / elapsed.Seconds()
+		// (A non-blocking sender that skips what EAGAIN refused sends
+		// less; only the blocking one is held to the rate.)
+		if ratio := rate / R; blocking && (ratio < 0.98 || ratio > 1.01) {
+			t.Errorf("%s: goodput %.0f bit/s = %.3f × R (want 0.98–1.01)", name, rate, ratio)
+		}
+		if blocking && inSend < dur/3 {
+			t.Errorf("%s: the sender spent %v of %v in send(): it was not held back", name, inSend, elapsed)
+		}
+		if !blocking && eagain == 0 {
+			t.Errorf("%s: no EAGAIN in %d sends at 3× R", name, sent)
+		}
+		t.Logf("%s: %d sent, %d EAGAIN, %v in send() of %v, %.3f × R", name, sent, eagain, inSend.Round(time.Millisecond), elapsed.Round(time.Millisecond), rate/R)
+	}
+
+	var drops uint64
+	b.p.A.MustDo(t, func() error {
+		st, err := shaper.Stats(b.p.IndexA)
+		for _, c := range st {
+			drops += c.Drops
+		}
+		return err
+	})
+	ds, err := b.d.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drops != 0 || ds.Drops != 0 {
+		t.Errorf("host drops: qdisc %d, datapath %d; want none", drops, ds.Drops)
+	}
+	c, err := b.d.ReservationCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[1].ConformantPackets == 0 || c[1].SessionsTotal != 2 || c[1].Sessions != 0 {
+		t.Errorf("reservation counters %+v: want conformant packets, 2 sessions in all, none now", c[1])
+	}
+}
+
+// TestSessionAdmission: a reservation admitting 3 sessions refuses the
+// fourth TCP connect() with EPERM (recorded as a refusal) until one of the
+// three closes; an unconnected UDP socket over the limit gets EPERM from
+// sendmsg(); a socket opened before its reservation is bound by its first
+// packet; closing a socket unbinds it.
+func TestSessionAdmission(t *testing.T) {
+	b := newResvBed(t)
+	b4 := testutil.PairB4.Addr()
+	var lfd int
+	b.p.B.MustDo(t, func() error {
+		var err error
+		if lfd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
+		if err := unix.Bind(lfd, sockaddr(netip.AddrPortFrom(b4, 9100))); err != nil {
+			return err
+		}
+		return unix.Listen(lfd, 16)
+	})
+	defer unix.Close(lfd)
+
+	// Opened and connected before any reservation exists.
+	early := b.socket(t, unix.SOCK_DGRAM)
+	defer unix.Close(early)
+	if err := unix.Connect(early, sockaddr(netip.AddrPortFrom(b4, 9300))); err != nil {
+		t.Fatal(err)
+	}
+
+	pol := Policy{
+		Rules: []Rule{
+			{Slot: 1, Proto: 6, RPortFrom: 9100, DSCPIn: -1, DSCP: -1, Reservation: 1},
+			{Slot: 2, Proto: 17, RPortFrom: 9200, DSCPIn: -1, DSCP: -1, Reservation: 2},
+			{Slot: 3, Proto: 17, RPortFrom: 9300, DSCPIn: -1, DSCP: 34, Reservation: 3},
+		},
+		Reservations: []Reservation{
+			{ID: 1, MaxSessions: 3},
+			{ID: 2, MaxSessions: 1},
+			{ID: 3, Service: ServiceControlledLoad, Rate: 125000, Bucket: 3000, MinUnit: 64, MaxUnit: 1500, DSCP: 34, DemoteDSCP: 0},
+		},
+	}
+	if err := b.d.Apply(pol); err != nil {
+		t.Fatal(err)
+	}
+
+	dial := func() (int, error) {
+		fd := b.socket(t, unix.SOCK_STREAM)
+		err := unix.Connect(fd, sockaddr(netip.AddrPortFrom(b4, 9100)))
+		if err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		return fd, nil
+	}
+	var conns []int
+	for i := 0; i < 3; i++ {
+		fd, err := dial()
+		if err != nil {
+			t.Fatalf("connect %d of 3: %v", i+1, err)
+		}
+		conns = append(conns, fd)
+	}
+	if fd, err := dial(); !errors.Is(err, unix.EPERM) {
+		if err == nil {
+			unix.Close(fd)
+		}
+		t.Fatalf("fourth connect: %v, want EPERM", err)
+	}
+	refs, seq, err := b.d.SessionRefusals(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) != 1 || refs[0].Kind != RefusedConnect || refs[0].Reservation != 1 || refs[0].Limit != 3 ||
+		refs[0].Key.Remote != netip.AddrPortFrom(b4, 9100) || refs[0].Key.Proto != 6 {
+		t.Errorf("refusals %+v, want the fourth connect to %s", refs, netip.AddrPortFrom(b4, 9100))
+	}
+	bs, err := b.d.Bindings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countBound(bs, 1); n != 3 {
+		t.Errorf("%d sockets bound to reservation 1, want 3: %+v", n, bs)
+	}
+	// Closing one lets the next in.
+	unix.Close(conns[0])
+	fd, err := dial()
+	if err != nil {
+		t.Fatalf("connect after a close: %v", err)
+	}
+	conns = append(conns[1:], fd)
+	if refs, _, _ := b.d.SessionRefusals(seq); len(refs) != 0 {
+		t.Errorf("new refusals %+v", refs)
+	}
+
+	// Unconnected UDP: the second socket's sendto is refused.
+	u1, u2 := b.socket(t, unix.SOCK_DGRAM), b.socket(t, unix.SOCK_DGRAM)
+	to := sockaddr(netip.AddrPortFrom(b4, 9200))
+	if err := unix.Sendto(u1, []byte("x"), 0, to); err != nil {
+		t.Fatalf("first unconnected sendto: %v", err)
+	}
+	if err := unix.Sendto(u1, []byte("x"), 0, to); err != nil {
+		t.Fatalf("first socket's second sendto: %v", err)
+	}
+	if err := unix.Sendto(u2, []byte("x"), 0, to); !errors.Is(err, unix.EPERM) {
+		t.Errorf("second socket's sendto: %v, want EPERM", err)
+	}
+	unix.Close(u1)
+	if err := unix.Sendto(u2, []byte("x"), 0, to); err != nil {
+		t.Errorf("sendto after the first socket closed: %v", err)
+	}
+	unix.Close(u2)
+
+	// The early socket binds when it sends.
+	if _, err := unix.Write(early, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	bs, _ = b.d.Bindings()
+	if n := countBound(bs, 3); n != 1 {
+		t.Errorf("socket opened before its reservation: %d bindings after it sent, want 1: %+v", n, bs)
+	}
+	for _, c := range conns {
+		unix.Close(c)
+	}
+	bs, _ = b.d.Bindings()
+	if n := countBound(bs, 1); n != 0 {
+		t.Errorf("%d sockets still bound to reservation 1 after every one closed", n)
+	}
+	c, err := b.d.ReservationCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[1].Sessions != 0 || c[1].SessionsTotal != 4 || c[1].RefusedConnects != 1 {
+		t.Errorf("reservation 1: %+v, want 0 sessions now, 4 in all, 1 refused connect", c[1])
+	}
+	if c[2].Sessions != 0 || c[2].RefusedSends != 1 {
+		t.Errorf("reservation 2: %+v, want 0 sessions now, 1 refused send", c[2])
+	}
+	if c[3].Sessions != 1 || c[3].ConformantPackets != 1 {
+		t.Errorf("reservation 3: %+v, want the early socket's session and its packet", c[3])
+	}
+}
+
+func countBound(bs []Binding, id uint16) int {
+	n := 0
+	for _, b := range bs {
+		if b.Reservation == id {
+			n++
+		}
+	}
+	return n
+}
