@@ -31,6 +31,11 @@ type FakeKernel struct {
 	Counters      []datapath.Counters
 	FlowTable     []datapath.Flow
 	ClassCounters map[int][]shaper.ClassStats
+	// ResvCounters, BindingList and Refusals are what the reservation
+	// readers return (Refusals: every refusal so far, Seq 1, 2, ...).
+	ResvCounters map[uint16]datapath.ResvCounters
+	BindingList  []datapath.Binding
+	Refusals     []datapath.Refusal
 	// Cgroups are the cgroups that exist and the processes in them; Procs
 	// the cgroup of each process.
 	Root    string

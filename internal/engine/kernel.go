@@ -47,6 +47,13 @@ type Kernel interface {
 	Flows(fn func(datapath.Flow) bool) error
 	Stats() (datapath.Stats, error)
 	Generation() uint32
+	// ReservationCounters reads the counters and sessions of the
+	// reservations of the applied policy, by id; Bindings lists the sockets
+	// bound to reservations; SessionRefusals returns the session refusals
+	// after seq since and the seq to pass next time.
+	ReservationCounters() (map[uint16]datapath.ResvCounters, error)
+	Bindings() ([]datapath.Binding, error)
+	SessionRefusals(since uint64) ([]datapath.Refusal, uint64, error)
 	// TagExistingSockets gives an identity to the sockets of this network
 	// namespace opened before the datapath was loaded, and returns how many
 	// it tagged.
