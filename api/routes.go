@@ -27,4 +27,10 @@ const (
 	// RouteEvents streams events, one JSON object (Event) per line, for as
 	// long as the client reads; ?since=SEQ resumes, ?kind=K[,K] filters.
 	RouteEvents = "GET /v1/events"
+	// Reservations (issue 11).
+	RouteReservations      = "GET /v1/reservations"
+	RouteReservation       = "GET /v1/reservations/{name}"
+	RouteAddReservation    = "POST /v1/reservations"
+	RouteSetReservation    = "PATCH /v1/reservations/{name}"
+	RouteRemoveReservation = "DELETE /v1/reservations/{name}"
 )

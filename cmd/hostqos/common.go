@@ -34,6 +34,7 @@ type apiClient interface {
 	Runs() api.RunsAPI
 	Stats() api.StatsAPI
 	Events() api.EventsAPI
+	Reservations() api.ReservationsAPI
 }
 
 var _ apiClient = (*api.Client)(nil)
@@ -193,3 +194,6 @@ func sendChange(w io.Writer, to changeAPI, kind, name string, add, temp bool, fi
 	fmt.Fprintf(w, "%s %s %s\n", verb, kind, name)
 	return nil
 }
+
+// jsonMarshal encodes v as JSON.
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

@@ -51,8 +51,12 @@ subject, uid, message, fields).`,
 // given, replace --kind.
 func eventsCmd(f *factory, use, short, long, example string, fixed []string) *cobra.Command {
 	o := &eventsOptions{io: f.io, client: f.client}
+	usage := " [--kind K[,K…]] [--since SEQ] [--count N] [-o json]"
+	if fixed != nil {
+		usage = " [--since SEQ] [--count N] [-o json]"
+	}
 	c := &cobra.Command{
-		Use: use + " [--kind K[,K…]] [--since SEQ] [--count N] [-o json]", Short: short, Long: long, Example: example,
+		Use: use + usage, Short: short, Long: long, Example: example,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if fixed != nil {

@@ -20,8 +20,9 @@ type fakeClient struct {
 	runs    []api.Run
 	stats   map[string]api.Stats
 	events  []api.Event // what Events().Follow delivers
-	err     error       // when set, every call fails with it
-	calls   []string    // the calls made, one line each
+	resvs   []api.ReservationInfo
+	err     error    // when set, every call fails with it
+	calls   []string // the calls made, one line each
 }
 
 var _ apiClient = (*fakeClient)(nil)
@@ -178,4 +179,32 @@ func (e fakeEvents) Follow(_ context.Context, o api.EventsOptions, fn func(api.E
 		}
 	}
 	return nil
+}
+
+func (f *fakeClient) Reservations() api.ReservationsAPI { return fakeResv{f} }
+
+type fakeResv struct{ f *fakeClient }
+
+func (r fakeResv) List(context.Context) ([]api.ReservationInfo, error) {
+	return r.f.resvs, r.f.record("Reservations.List", nil, nil)
+}
+func (r fakeResv) Get(_ context.Context, name string) (api.ReservationInfo, error) {
+	if err := r.f.record("Reservations.Get", []any{name}, nil); err != nil {
+		return api.ReservationInfo{}, err
+	}
+	for _, ri := range r.f.resvs {
+		if ri.Reservation.Name == name {
+			return ri, nil
+		}
+	}
+	return api.ReservationInfo{}, &api.Error{Status: 404, Body: api.ErrorBody{Error: fmt.Sprintf("reservation %q: not found", name)}}
+}
+func (r fakeResv) Add(_ context.Context, resv policy.Reservation, opts ...api.ChangeOption) (api.ReservationInfo, error) {
+	return api.ReservationInfo{Reservation: resv}, r.f.record("Reservations.Add", []any{resv}, opts)
+}
+func (r fakeResv) Set(_ context.Context, name string, fl api.Fields, opts ...api.ChangeOption) (api.ReservationInfo, error) {
+	return api.ReservationInfo{}, r.f.record("Reservations.Set", []any{name, fl}, opts)
+}
+func (r fakeResv) Remove(_ context.Context, name string, opts ...api.ChangeOption) error {
+	return r.f.record("Reservations.Remove", []any{name}, opts)
 }

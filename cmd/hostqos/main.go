@@ -78,7 +78,7 @@ default /run/hostqos/hostqosd.sock).`,
 		newLinkCmd(f), newClassCmd(f), newRuleCmd(f), newRunCmd(f), newStatCmd(f),
 		newConfigCmd(f), newToolCmd(f), newRtchanCmd(f),
 	)
-	root.AddCommand(newEventsCmd(f))
+	root.AddCommand(newEventsCmd(f), newResvCmd(f))
 	root.AddCommand(newLabCmds(f)...)
 	return root
 }

@@ -21,6 +21,7 @@ type ruleFlags struct {
 	proto, local, remote, lport, rport, dscpIn    string
 	class, dscp, maxbw, minbw, action, precedence string
 	police, burst                                 string
+	sessions                                      sessionFlags
 	temp                                          bool
 }
 
@@ -46,6 +47,7 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.action, "action", "", "property: pass (default), drop, or observe (count only)")
 	fl.StringVar(&f.precedence, "precedence", "", "evaluation order: higher first (0-65535); ties go to the most specific rule")
 	fl.BoolVar(&f.temp, "temporary", false, "do not persist: forget the rule when the daemon stops (a crash keeps it)")
+	f.sessions.register(cmd)
 }
 
 // patch checks every flag that was given and turns it into its JSON field
@@ -93,6 +95,9 @@ func (f *ruleFlags) patch(cmd *cobra.Command) (api.Fields, error) {
 		}
 		return n, nil
 	})
+	if firstErr == nil {
+		firstErr = f.sessions.patch(cmd, p)
+	}
 	if firstErr != nil {
 		return nil, firstErr
 	}

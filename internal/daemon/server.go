@@ -340,6 +340,11 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteReload, mutating(d.handleReload))
 	mux.HandleFunc(api.RouteDown, mutating(d.handleDown))
 	mux.HandleFunc(api.RouteEvents, d.handleEvents)
+	mux.HandleFunc(api.RouteReservations, d.handleReservations)
+	mux.HandleFunc(api.RouteReservation, d.handleReservations)
+	mux.HandleFunc(api.RouteAddReservation, mutating(d.handleAddReservation))
+	mux.HandleFunc(api.RouteSetReservation, mutating(d.handleSetReservation))
+	mux.HandleFunc(api.RouteRemoveReservation, mutating(d.handleRemoveReservation))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})

@@ -77,6 +77,9 @@ type Engine struct {
 	commit  *PendingKey
 
 	events *eventHub // the event stream (events.go)
+	// resvBroken are the reservations' current problems, "name\x00why"
+	// (see watchReservations).
+	resvBroken map[string]bool
 }
 
 // New reads the config and the state files and validates them; it touches
@@ -428,6 +431,7 @@ func (e *Engine) Tick() {
 	e.stats.sample()
 	e.ReapRuns()
 	e.Rescan()
+	e.watchReservations()
 }
 
 // Rescan repairs: it sets managed links up again when interfaces appeared,

@@ -44,6 +44,8 @@ type FakeKernel struct {
 	Tagged  int
 	// Calls are the operations done, "op arg", in order.
 	Calls []string
+	// MTUs are the interfaces' MTUs by ifindex (1500 when absent).
+	MTUs map[int]int
 
 	fail map[string]failure
 }

@@ -24,6 +24,8 @@ type overlay struct {
 	Classes map[string]*policy.Class `json:"classes,omitempty"`
 	Rules   map[string]*policy.Rule  `json:"rules,omitempty"`
 	Runs    map[string]*runState     `json:"runs,omitempty"`
+	// Reservations (see reservations.go).
+	Reservations map[string]*policy.Reservation `json:"reservations,omitempty"`
 }
 
 // runState is an active `hostqos run`, kept in the temporary overlay so a
@@ -46,12 +48,15 @@ func newOverlay() *overlay {
 		Classes: map[string]*policy.Class{},
 		Rules:   map[string]*policy.Rule{},
 		Runs:    map[string]*runState{},
+
+		Reservations: map[string]*policy.Reservation{},
 	}
 }
 
 // clone deep-copies the overlay so a change can be prepared and dropped.
 func (o *overlay) clone() *overlay {
-	return &overlay{Links: cloneMap(o.Links), Classes: cloneMap(o.Classes), Rules: cloneMap(o.Rules), Runs: cloneMap(o.Runs)}
+	return &overlay{Links: cloneMap(o.Links), Classes: cloneMap(o.Classes), Rules: cloneMap(o.Rules), Runs: cloneMap(o.Runs),
+		Reservations: cloneMap(o.Reservations)}
 }
 
 // cloneMap copies a map of pointers and the values they point to (nil
@@ -110,6 +115,9 @@ func merge(base *policy.Policy, persist, temp *overlay) merged {
 	m.Policy.Rules = layer(m.Sources, "rule/", base.Rules, func(r policy.Rule) string { return r.Name },
 		func(string) string { return srcConfig }, persist.Rules, temp.Rules,
 		func(r *policy.Rule, temporary bool) { r.Temporary = temporary })
+	m.Policy.Reservations = layer(m.Sources, "reservation/", base.Reservations, func(r policy.Reservation) string { return r.Name },
+		func(string) string { return srcConfig }, persist.Reservations, temp.Reservations,
+		func(r *policy.Reservation, temporary bool) { r.Temporary = temporary })
 	userRun := map[string]bool{}
 	for _, run := range temp.Runs {
 		m.Sources["rule/"+run.Rule] = srcRun

@@ -89,8 +89,15 @@ func (p *Policy) guarantees() ([]contribution, Rate) {
 			cs = append(cs, contribution{"rule", r.Name, r.MinBW})
 			total += r.MinBW
 		}
+		// Each admitted session's guarantee (Q-Pod): N × per-session minbw.
+		if n := r.MaxSessions; n > 0 && r.PerSessionMinBW > 0 && r.EffectiveAction() == ActionPass {
+			x := Rate(uint64(n) * uint64(r.PerSessionMinBW))
+			cs = append(cs, contribution{"rule", fmt.Sprintf("%s sessions %d × %s", r.Name, n, r.PerSessionMinBW), x})
+			total += x
+		}
 	}
-	return cs, total
+	rcs, rtotal := p.reservationContributions()
+	return append(cs, rcs...), total + rtotal
 }
 
 // Guaranteed is the sum of every explicit guarantee (class minbw and pass
@@ -125,10 +132,11 @@ func (p *Policy) Admit(source string) error {
 				Reason: fmt.Sprintf("guarantees %s exceed reservable capacity %s (%s × %s): %s",
 					total, capacity, strconv.FormatFloat(l.ReservableShare(), 'g', -1, 64), l.EgressRate,
 					formatContributions(append([]contribution(nil), cs...))),
-				Fix: "lower a minbw or raise egress_rate/reservable",
+				Fix: admitFix(p),
 			})
 		}
 	}
+	errs = append(errs, p.admitBuffers(source)...)
 	for i, c := range p.Classes {
 		if c.MaxBW == 0 {
 			continue
@@ -208,4 +216,12 @@ func sameSelectors(a, b Rule) bool {
 	return a.Exe == b.Exe && a.Comm == b.Comm && a.Cgroup == b.Cgroup && a.Unit == b.Unit && a.User == b.User &&
 		a.Proto == b.Proto && a.Local == b.Local && a.Remote == b.Remote && a.LPort == b.LPort && a.RPort == b.RPort &&
 		a.DSCPIn == b.DSCPIn
+}
+
+// admitFix is how to fix a refusal of guarantees.
+func admitFix(p *Policy) string {
+	if _, r := p.reservationContributions(); r > 0 {
+		return "lower a minbw or a reservation's rate, or raise egress_rate/reservable"
+	}
+	return "lower a minbw or raise egress_rate/reservable"
 }

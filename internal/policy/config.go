@@ -159,6 +159,13 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 		e.fields(&r)
 		p.Rules = append(p.Rules, r)
 	}
+	for i, m := range ld.tables(raw, "reservation") {
+		e := ld.entry("reservation", i, m)
+		r := NewReservation(e.name())
+		e.label(objectLabel("reservation", r.Name, len(p.Reservations)))
+		e.fields(&r)
+		p.Reservations = append(p.Reservations, r)
+	}
 	return p
 }
 
@@ -698,6 +705,11 @@ func (p *Policy) MarshalTOML() ([]byte, error) {
 	for _, r := range p.Rules {
 		if !r.Temporary {
 			writeTOMLTable(&b, "rule", r)
+		}
+	}
+	for _, r := range p.Reservations {
+		if !r.Temporary {
+			writeTOMLTable(&b, "reservation", r)
 		}
 	}
 	return b.Bytes(), nil

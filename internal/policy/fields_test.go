@@ -20,16 +20,17 @@ var tomlSamples = map[reflect.Type]struct {
 	toml string
 	want any
 }{
-	reflect.TypeOf(""):         {`"x"`, "x"},
-	reflect.TypeOf(Action("")): {`"drop"`, ActionDrop},
-	reflect.TypeOf(0):          {`7`, 7},
-	reflect.TypeOf(0.0):        {`0.5`, 0.5},
-	reflect.TypeOf(false):      {`true`, true},
-	rateType:                   {`"1.5mbit"`, Rate(1_500_000)},
-	sizeType:                   {`"64kb"`, Size(64 << 10)},
-	dscpType:                   {`"AF41"`, DSCP(34)},
-	portsType:                  {`"1000-2000"`, PortRange{1000, 2000}},
-	prefixType:                 {`"198.18.0.0/15"`, netip.MustParsePrefix("198.18.0.0/15")},
+	reflect.TypeOf(""):          {`"x"`, "x"},
+	reflect.TypeOf(Action("")):  {`"drop"`, ActionDrop},
+	reflect.TypeOf(0):           {`7`, 7},
+	reflect.TypeOf(0.0):         {`0.5`, 0.5},
+	reflect.TypeOf(false):       {`true`, true},
+	reflect.TypeOf(Service("")): {`"guaranteed"`, ServiceGuaranteed},
+	rateType:                    {`"1.5mbit"`, Rate(1_500_000)},
+	sizeType:                    {`"64kb"`, Size(64 << 10)},
+	dscpType:                    {`"AF41"`, DSCP(34)},
+	portsType:                   {`"1000-2000"`, PortRange{1000, 2000}},
+	prefixType:                  {`"198.18.0.0/15"`, netip.MustParsePrefix("198.18.0.0/15")},
 }
 
 // TestEveryFieldLoads is the claim of fields.go checked field by field: a
@@ -41,7 +42,7 @@ func TestEveryFieldLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeOf(Link{}), reflect.TypeOf(Class{}), reflect.TypeOf(Rule{})} {
+	for _, typ := range []reflect.Type{reflect.TypeOf(Link{}), reflect.TypeOf(Class{}), reflect.TypeOf(Rule{}), reflect.TypeOf(Reservation{})} {
 		section := strings.ToLower(typ.Name())
 		sectionDoc := docSection(string(doc), "## `[["+section+"]]`")
 		for _, f := range fieldsOf(typ, "toml").list {

@@ -40,6 +40,9 @@ type Link struct {
 	// Reservable is the fraction of EgressRate that guarantees (minbw) may
 	// claim in total. Zero means the default, DefaultReservable.
 	Reservable float64 `json:"reservable" toml:"reservable,omitzero"`
+	// ResvBuffer is the buffer pool reservations may claim on this link
+	// (see Reservation.Buffer). Zero means DefaultResvBuffer.
+	ResvBuffer Size `json:"resv_buffer,omitempty" toml:"resv_buffer,omitzero"`
 }
 
 // DefaultReservable is the share of a link that admission control lets
@@ -93,7 +96,13 @@ type Rule struct {
 	Burst      Size   `json:"burst,omitempty" toml:"burst,omitzero"` // police's bucket depth; 0 = DefaultBurst(Police)
 	Action     Action `json:"action,omitempty" toml:"action,omitzero"`
 	Precedence int    `json:"precedence,omitempty" toml:"precedence,omitzero"`
-	Temporary  bool   `json:"temporary,omitempty" toml:"-"`
+	// Per-session admission (Q-Pod): at most MaxSessions of the rule's
+	// sockets connected at once (0: any; the next connect() fails with
+	// EPERM); each session's guarantee and ceiling.
+	MaxSessions     int  `json:"max_sessions,omitempty" toml:"max_sessions,omitzero"`
+	PerSessionMaxBW Rate `json:"per_session_maxbw,omitempty" toml:"per_session_maxbw,omitzero"`
+	PerSessionMinBW Rate `json:"per_session_minbw,omitempty" toml:"per_session_minbw,omitzero"`
+	Temporary       bool `json:"temporary,omitempty" toml:"-"`
 	// UserRun marks the rule of a `hostqos run` started by an ordinary
 	// user. The daemon sets it (it is not read from the config file, and
 	// the daemon overwrites what the API sends): such rules form a tier of
@@ -107,6 +116,8 @@ type Policy struct {
 	Links   []Link  `json:"links" toml:"link"`
 	Classes []Class `json:"classes" toml:"class"`
 	Rules   []Rule  `json:"rules" toml:"rule"`
+	// Reservations (see Reservation).
+	Reservations []Reservation `json:"reservations,omitempty" toml:"reservation"`
 }
 
 // Policer limits. MinPoliceBurst holds one full-size Ethernet frame (the

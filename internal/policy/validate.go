@@ -66,6 +66,7 @@ func (p *Policy) Validate(source string) error {
 	v.links(p)
 	v.classes(p)
 	v.rules(p)
+	v.reservations(p)
 	return v.errs.err()
 }
 
@@ -168,6 +169,7 @@ func (v *validator) rules(p *Policy) {
 		obj := v.checkName("rule", r.Name, i, seen)
 		v.ruleSelectors(obj, r)
 		v.ruleProperties(obj, r, p)
+		v.sessions(obj, r.MaxSessions, r.PerSessionMinBW, r.PerSessionMaxBW)
 		if r.Precedence < 0 || r.Precedence > MaxPrecedence {
 			v.addNum(obj, "precedence", strconv.Itoa(r.Precedence), "out of range", fmt.Sprintf("use 1..%d (larger is evaluated first) or 0 for unset", MaxPrecedence))
 		}

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// sessionFlags are the per-session admission flags of rules and
+// reservations.
+type sessionFlags struct {
+	max, maxbw, minbw string
+}
+
+func (f *sessionFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.max, "max-sessions", "", "per-session admission: at most N sessions (sockets) at once; the next connect() fails with EPERM (0: any)")
+	fl.StringVar(&f.maxbw, "per-session-maxbw", "", "per-session admission: each session's ceiling, e.g. 200kbit (needs --max-sessions)")
+	fl.StringVar(&f.minbw, "per-session-minbw", "", "per-session admission: each session's guarantee, e.g. 100kbit; N × it is admission-controlled (needs --max-sessions)")
+}
+
+// patch adds the session flags given to p.
+func (f *sessionFlags) patch(cmd *cobra.Command, p api.Fields) error {
+	if cmd.Flags().Changed("max-sessions") {
+		switch n, err := strconv.Atoi(f.max); {
+		case f.max == "":
+			p["max_sessions"] = nil
+		case err != nil || n < 0 || n > policy.MaxSessions:
+			return fmt.Errorf("flag --max-sessions = %q: want 0 … %d (0: any)", f.max, policy.MaxSessions)
+		default:
+			p["max_sessions"] = n
+		}
+	}
+	for _, x := range []struct{ flag, field, v string }{
+		{"per-session-maxbw", "per_session_maxbw", f.maxbw}, {"per-session-minbw", "per_session_minbw", f.minbw}} {
+		if !cmd.Flags().Changed(x.flag) {
+			continue
+		}
+		if x.v == "" {
+			p[x.field] = nil
+			continue
+		}
+		r, err := policy.ParseRate(x.v)
+		if err != nil {
+			return fmt.Errorf("flag --%s = %q: %w", x.flag, x.v, err)
+		}
+		p[x.field] = r
+	}
+	return nil
+}
+
+// resvFlags are the flags of resv add and resv set.
+type resvFlags struct {
+	sel                                    ruleFlags // the selector flags only
+	service, rate, burst, peak, minU, maxU string
+	serviceRate, slack, dscp               string
+	sessions                               sessionFlags
+	temp                                   bool
+}
+
+func (f *resvFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.sel.exe, "exe", "", "session selector: executable path or glob")
+	fl.StringVar(&f.sel.comm, "comm", "", "session selector: process command name (at most 15 bytes)")
+	fl.StringVar(&f.sel.cgroup, "cgroup", "", "session selector: cgroup v2 path (and below)")
+	fl.StringVar(&f.sel.unit, "unit", "", "session selector: systemd unit")
+	fl.StringVar(&f.sel.user, "user", "", "session selector: user name or uid owning the process")
+	fl.StringVar(&f.sel.proto, "proto", "", "session selector: tcp, udp or icmp")
+	fl.StringVar(&f.sel.local, "local", "", "session selector: local address or CIDR")
+	fl.StringVar(&f.sel.remote, "remote", "", "session selector: remote address or CIDR")
+	fl.StringVar(&f.sel.lport, "lport", "", "session selector: local port or range (needs --proto tcp|udp)")
+	fl.StringVar(&f.sel.rport, "rport", "", "session selector: remote port or range (needs --proto tcp|udp)")
+	fl.StringVar(&f.service, "service", "", "guaranteed (excess shaped to R, never dropped on the host), controlled-load (excess sent as best effort) or best-effort (counted only)")
+	fl.StringVar(&f.rate, "rate", "", "Tspec token rate r, e.g. 2mbit or 250000bps (RFC 2210 counts bytes/s)")
+	fl.StringVar(&f.burst, "burst", "", "Tspec bucket depth b in bytes, e.g. 16kb (at least M)")
+	fl.StringVar(&f.peak, "peak", "", "Tspec peak rate p ≥ r (default: no peak term)")
+	fl.StringVar(&f.minU, "min-unit", "", "Tspec minimum policed unit m in bytes: smaller packets are charged as m (default 64)")
+	fl.StringVar(&f.maxU, "max-unit", "", "Tspec maximum packet size M in bytes (IP packet; default 1500; at most the links' MTU)")
+	fl.StringVar(&f.serviceRate, "service-rate", "", "Rspec service rate R ≥ r of guaranteed service (default r)")
+	fl.StringVar(&f.slack, "slack", "", "Rspec slack term S in microseconds (guaranteed service)")
+	fl.StringVar(&f.dscp, "dscp", "", "DSCP of conformant packets (default: EF for guaranteed, the interactive class's for controlled load)")
+	fl.BoolVar(&f.temp, "temporary", false, "do not persist: forget the reservation when the daemon stops (a crash keeps it)")
+	f.sessions.register(cmd)
+}
+
+// patch turns the flags given into the reservation's JSON fields.
+func (f *resvFlags) patch(cmd *cobra.Command) (api.Fields, error) {
+	p := api.Fields{}
+	var firstErr error
+	field := func(flag, name, v string, conv func(string) (any, error)) {
+		if firstErr != nil || !cmd.Flags().Changed(flag) {
+			return
+		}
+		if v == "" {
+			p[name] = nil
+			return
+		}
+		x, err := conv(v)
+		if err != nil {
+			firstErr = fmt.Errorf("flag --%s = %q: %w", flag, v, err)
+			return
+		}
+		p[name] = x
+	}
+	s := &f.sel
+	field("exe", "exe", s.exe, check(func(v string) bool { return strings.HasPrefix(v, "/") }, "want an absolute path or glob, e.g. /usr/bin/curl"))
+	field("comm", "comm", s.comm, check(func(v string) bool { return len(v) <= 15 }, "command names have at most 15 bytes (the kernel truncates them)"))
+	field("cgroup", "cgroup", s.cgroup, check(func(v string) bool { return strings.HasPrefix(v, "/") }, "want a path below the cgroup2 root starting with /"))
+	field("unit", "unit", s.unit, asIs)
+	field("user", "user", s.user, asIs)
+	field("proto", "proto", s.proto, oneOf("tcp", "udp", "icmp"))
+	field("local", "local", s.local, parsed(policy.ParsePrefix))
+	field("remote", "remote", s.remote, parsed(policy.ParsePrefix))
+	field("lport", "lport", s.lport, parsed(policy.ParsePortRange))
+	field("rport", "rport", s.rport, parsed(policy.ParsePortRange))
+	field("service", "service", f.service, oneOf(string(policy.ServiceGuaranteed), string(policy.ServiceControlledLoad), string(policy.ServiceBestEffort)))
+	field("rate", "rate", f.rate, parsed(policy.ParseRate))
+	field("burst", "burst", f.burst, parsed(policy.ParseSize))
+	field("peak", "peak", f.peak, parsed(policy.ParseRate))
+	field("min-unit", "min_unit", f.minU, parsed(policy.ParseSize))
+	field("max-unit", "max_unit", f.maxU, parsed(policy.ParseSize))
+	field("service-rate", "service_rate", f.serviceRate, parsed(policy.ParseRate))
+	field("slack", "slack_us", f.slack, func(v string) (any, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("want microseconds ≥ 0")
+		}
+		return n, nil
+	})
+	field("dscp", "dscp", f.dscp, parsed(policy.ParseDSCP))
+	if firstErr == nil {
+		firstErr = f.sessions.patch(cmd, p)
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return p, nil
+}
+
+// resvKinds are the event kinds `resv watch` follows.
+var resvKinds = []string{"reservation", "socket", "session", "policing"}
+
+func newResvCmd(f *factory) *cobra.Command {
+	resv := &cobra.Command{
+		Use:   "resv",
+		Short: "Manage reservations: a session, a Tspec (r, b, p, m, M) and a service (guaranteed, controlled-load, best-effort)",
+		Long: `A reservation asks for network service for a session: the sockets its selector
+matches (protocol, local/remote address and port, or an app selector), which
+send within a traffic specification (Tspec, RFC 2210: token rate r, bucket b,
+peak rate p, minimum policed unit m, maximum packet size M). Admission control
+refuses it unless every shaped link can honour it (reserved rates and buffers);
+a refusal names the numbers and changes nothing. Sockets are bound when they
+connect, and when the reservation is added if they are open already.
+
+  guaranteed       traffic inside the Tspec is never dropped on the host;
+                   excess is shaped to the service rate R (the sender blocks)
+  controlled-load  traffic inside the Tspec gets the reserved rate; excess is
+                   sent as best effort
+  best-effort      the Tspec is counted, nothing is reserved
+
+See docs/reservations.md.`,
+	}
+	rm := removeCmd(f, "reservation", "Remove a reservation (its sockets go on as best effort)",
+		func(ctx context.Context, c apiClient, name string) error { return c.Reservations().Remove(ctx, name) })
+	list := getCmd(f, "list", "List reservations with their reserved rates and sessions", cobra.NoArgs,
+		func(ctx context.Context, c apiClient, _ []string) ([]api.ReservationInfo, error) {
+			return c.Reservations().List(ctx)
+		}, printResvList)
+	show := getCmd(f, "show NAME", "Show a reservation: Tspec, admission figures, bound sockets, counters", cobra.ExactArgs(1),
+		func(ctx context.Context, c apiClient, a []string) (api.ReservationInfo, error) {
+			return c.Reservations().Get(ctx, a[0])
+		}, printResv)
+	watch := eventsCmd(f, "watch", "Follow reservation events: admitted, refused, modified, removed, sockets bound and unbound, violations, sessions refused",
+		"watch is hostqos events --kind "+strings.Join(resvKinds, ",")+" (see hostqos events --help).",
+		"  hostqos resv watch\n  hostqos resv watch -o json", resvKinds)
+	resv.AddCommand(newResvChangeCmd(f, true), newResvChangeCmd(f, false), rm, list, show, watch)
+	return resv
+}
+
+// resvChangeOptions are those of resv add and resv set.
+type resvChangeOptions struct {
+	io     ioStreams
+	client func() apiClient
+	flags  resvFlags
+}
+
+func newResvChangeCmd(f *factory, add bool) *cobra.Command {
+	o := &resvChangeOptions{io: f.io, client: f.client}
+	c := &cobra.Command{
+		Use:   "add NAME --service S [selectors] --rate r --burst b [--peak p] [--min-unit m] [--max-unit M] [--service-rate R] [--slack S]",
+		Short: "Ask for a reservation (admission-controlled)",
+		Example: `  hostqos resv add rtp --service guaranteed --proto udp --rport 5004 --rate 2mbit --burst 16kb --max-unit 1400
+  hostqos resv add video --service controlled-load --exe /usr/bin/ffmpeg --rate 4mbit --burst 64kb --peak 10mbit
+  hostqos resv add calls --service controlled-load --proto tcp --rport 5060 --rate 2mbit --burst 16kb --max-sessions 20 --per-session-minbw 100kbit`,
+		Args: cobra.ExactArgs(1),
+	}
+	if !add {
+		c.Use, c.Short = "set NAME [flags]", "Change a reservation; only the flags given change (admission runs again)"
+		c.Example = "  hostqos resv set rtp --rate 3mbit --burst 24kb"
+	}
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		p, err := o.flags.patch(cmd)
+		if err != nil {
+			return err
+		}
+		cx, cancel := apiCtx()
+		defer cancel()
+		var ri api.ReservationInfo
+		if add {
+			p["name"] = args[0]
+			var r policy.Reservation
+			if err := decodeFields(p, &r); err != nil {
+				return err
+			}
+			ri, err = o.client().Reservations().Add(cx, r, api.Temporary(o.flags.temp))
+		} else {
+			if len(p) == 0 {
+				return fmt.Errorf("nothing to change: give at least one flag (see hostqos resv set --help)")
+			}
+			ri, err = o.client().Reservations().Set(cx, args[0], p, api.Temporary(o.flags.temp))
+		}
+		if err != nil {
+			return err
+		}
+		verb := "changed"
+		if add {
+			verb = "admitted"
+		}
+		fmt.Fprintf(o.io.Out, "%s reservation %s: %s, reserved %s, buffers %d × %d B\n", verb, args[0],
+			ri.Reservation.Service, ri.Admission.Reserved, ri.Admission.BufferPackets, ri.Admission.BufferSize)
+		return nil
+	}
+	o.flags.register(c)
+	return c
+}
+
+// decodeFields turns flag fields into a reservation as the daemon would
+// decode them.
+func decodeFields(p api.Fields, r *policy.Reservation) error {
+	b, err := jsonMarshal(p)
+	if err != nil {
+		return err
+	}
+	if err := r.UnmarshalJSON(b); err != nil {
+		return fmt.Errorf("reservation: %w", err)
+	}
+	return nil
+}
+
+func printResvList(w io.Writer, rs []api.ReservationInfo) {
+	var rows [][]string
+	for _, ri := range rs {
+		r := ri.Reservation
+		sessions := strconv.Itoa(len(ri.Sockets))
+		if r.MaxSessions > 0 {
+			sessions += "/" + strconv.Itoa(r.MaxSessions)
+		}
+		state := "ok"
+		if len(ri.Broken) > 0 {
+			state = "broken"
+		}
+		rows = append(rows, []string{r.Name, string(r.Service), selectors(r.SessionRule()),
+			fmt.Sprintf("r=%s b=%s", r.Rate, r.Burst), orDash(rateOrEmpty(ri.Admission.Reserved)), sessions, state, ri.Source})
+	}
+	table(w, []string{"RESERVATION", "SERVICE", "SESSION", "TSPEC", "RESERVED", "SOCKETS", "STATE", "SOURCE"}, rows)
+}
+
+func rateOrEmpty(r policy.Rate) string {
+	if r == 0 {
+		return ""
+	}
+	return r.String()
+}
+
+func printResv(w io.Writer, ri api.ReservationInfo) {
+	r, t := ri.Reservation, ri.Tspec
+	fmt.Fprintf(w, "reservation %s (%s), source %s\n", r.Name, r.Service, ri.Source)
+	fmt.Fprintf(w, "session:   %s\n", selectors(r.SessionRule()))
+	fmt.Fprintf(w, "tspec:     r=%d B/s (%s) b=%d B", t.Rate, r.Rate, t.Bucket)
+	if t.Peak > 0 {
+		fmt.Fprintf(w, " p=%d B/s (%s)", t.Peak, r.Peak)
+	}
+	fmt.Fprintf(w, " m=%d B M=%d B\n", t.MinUnit, t.MaxUnit)
+	if r.Service == policy.ServiceGuaranteed {
+		fmt.Fprintf(w, "rspec:     R=%d B/s (%s) S=%d µs\n", t.ServiceRate, r.EffServiceRate(), t.Slack)
+	}
+	if r.MaxSessions > 0 {
+		fmt.Fprintf(w, "sessions:  at most %d", r.MaxSessions)
+		if r.PerSessionMinBW > 0 {
+			fmt.Fprintf(w, ", each guaranteed %s", r.PerSessionMinBW)
+		}
+		if r.PerSessionMaxBW > 0 {
+			fmt.Fprintf(w, ", each at most %s", r.PerSessionMaxBW)
+		}
+		fmt.Fprintln(w)
+	}
+	a := ri.Admission
+	fmt.Fprintf(w, "admission: reserved %s; buffers ⌈b/m⌉ = %d × %d B = %d B\n", orDash(rateOrEmpty(a.Reserved)), a.BufferPackets, a.BufferSize, a.Buffer)
+	for _, l := range ri.Links {
+		fmt.Fprintf(w, "  link %s: guarantees %s of %s reservable; buffers %d of %d B", l.Link, l.Guaranteed, l.Capacity, l.BufferUsed, l.BufferPool)
+		if l.MTU > 0 {
+			fmt.Fprintf(w, "; MTU %d", l.MTU)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, b := range ri.Broken {
+		fmt.Fprintln(w, "BROKEN:", b)
+	}
+	if c := ri.Counters; c != nil {
+		fmt.Fprintf(w, "conformant:     %d packets, %d bytes\n", c.ConformantPackets, c.ConformantBytes)
+		fmt.Fprintf(w, "non-conformant: %d packets, %d bytes (oversize %d); demoted %d bytes; shaped %d packets, %.3f s\n",
+			c.NonConformantPackets, c.NonConformantBytes, c.OversizePackets, c.DemotedBytes, c.ShapedPackets, c.ShapedTime)
+		fmt.Fprintf(w, "buffers:        %d packets, %d bytes queued of %d packets; queue drops %d\n", c.BacklogPackets, c.BacklogBytes, c.QueueLimit, c.QueueDrops)
+		fmt.Fprintf(w, "sessions:       %d now, %d in all; refused %d connects, %d sends\n", c.Sessions, c.SessionsTotal, c.RefusedConnects, c.RefusedSends)
+	}
+	if ri.Error != "" {
+		fmt.Fprintln(w, "counters:", ri.Error)
+	}
+	if len(ri.Sockets) == 0 {
+		fmt.Fprintln(w, "sockets:   none bound")
+		return
+	}
+	var rows [][]string
+	for _, s := range ri.Sockets {
+		rows = append(rows, []string{strconv.Itoa(int(s.PID)), strconv.Itoa(int(s.UID)), orDash(s.Comm), orDash(s.Exe), s.Proto, orDash(s.Local), orDash(s.Remote)})
+	}
+	table(w, []string{"PID", "UID", "COMM", "EXE", "PROTO", "LOCAL", "REMOTE"}, rows)
+}

@@ -1,0 +1,332 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// Reservations are a front door of the engine (issue 11): a reservation is
+// a policy object (policy.Reservation) kept in the overlays like rules and
+// persisted with them; admission control is policy.Admit (reserved rates
+// and buffers per link) plus the MTU check here, which needs the kernel.
+// Every change is published on the event stream.
+
+// Event kinds of reservations.
+const (
+	EventResvAdmitted = "reservation.admitted"
+	EventResvRefused  = "reservation.refused"
+	EventResvModified = "reservation.modified"
+	EventResvRemoved  = "reservation.removed"
+	// EventResvBroken: a change of a link (its rate, reservable share or
+	// buffer pool) left an admitted reservation over the link's capacity.
+	EventResvBroken = "reservation.broken"
+)
+
+var reservationKind = objKind[policy.Reservation]{
+	name:   "reservation",
+	find:   (*policy.Policy).Reservation,
+	layer:  func(o *overlay) map[string]*policy.Reservation { return o.Reservations },
+	blank:  func() policy.Reservation { return policy.NewReservation("") },
+	nameOf: func(r *policy.Reservation) *string { return &r.Name },
+}
+
+// linkMTUer is a Kernel that knows the MTU of an interface.
+type linkMTUer interface {
+	LinkMTU(ifindex int) (int, error)
+}
+
+// LinkMTU is the MTU of an interface of the daemon's network namespace.
+func (k *SystemKernel) LinkMTU(ifindex int) (int, error) {
+	ifc, err := net.InterfaceByIndex(ifindex)
+	if err != nil {
+		return 0, fmt.Errorf("read MTU of interface %d: %w", ifindex, err)
+	}
+	return ifc.MTU, nil
+}
+
+// LinkMTU is the MTU of the fake interface (MTUs, else 1500).
+func (f *FakeKernel) LinkMTU(ifindex int) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m, ok := f.MTUs[ifindex]; ok {
+		return m, nil
+	}
+	return 1500, nil
+}
+
+// checkMTULocked refuses a reservation whose maximum packet size M is
+// above the MTU of a managed link: such a packet would be fragmented (or
+// never sent), so the Tspec could not be honoured. Caller holds e.mu.
+func (e *Engine) checkMTULocked(r policy.Reservation) error {
+	mk, ok := e.k.(linkMTUer)
+	if !ok {
+		return nil
+	}
+	M := r.EffMaxUnit()
+	for _, name := range sortedKeys(e.links) {
+		mtu, err := mk.LinkMTU(e.links[name])
+		if err != nil {
+			return err
+		}
+		if uint64(M) > uint64(mtu) {
+			return &policy.FieldError{Source: "api", Object: fmt.Sprintf("reservation %q", r.Name), Field: "max_unit",
+				Value: fmt.Sprint(uint64(M)), Literal: true,
+				Reason: fmt.Sprintf("above the MTU %d of link %s: a packet of M bytes would be fragmented", mtu, name),
+				Fix:    fmt.Sprintf("use max_unit ≤ %d (the path MTU)", mtu)}
+		}
+	}
+	return nil
+}
+
+// AddReservation admits a reservation (temporary: until the daemon stops);
+// an existing name is a *ConflictError. A refusal (invalid, over a link's
+// reservable capacity or buffer pool, M above an MTU) changes nothing and
+// is published as reservation.refused with its numbers.
+func (e *Engine) AddReservation(ctx context.Context, who Caller, r policy.Reservation, temporary bool) (policy.Reservation, error) {
+	if err := who.MayChange(); err != nil {
+		return r, err
+	}
+	err := e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
+		if _, ok := eff.Reservation(r.Name); ok && r.Name != "" {
+			return &ConflictError{What: "reservation", Name: r.Name}
+		}
+		if e.k != nil {
+			if err := e.checkMTULocked(r); err != nil {
+				return err
+			}
+		}
+		ov := persist
+		if temporary {
+			ov = temp
+		}
+		ov.Reservations[r.Name] = &r
+		return nil
+	})
+	if err != nil {
+		e.publishRefused(r.Name, err)
+		return r, err
+	}
+	e.Publish(api.Event{Kind: EventResvAdmitted, Subject: "reservation/" + r.Name,
+		Message: fmt.Sprintf("reservation %q admitted: %s %s", r.Name, r.Service, tspecText(r)), Fields: resvFields(r)})
+	return r, nil
+}
+
+// SetReservation changes the fields of reservation name given in patch (a
+// JSON object); admission runs again on the result.
+func (e *Engine) SetReservation(ctx context.Context, who Caller, name string, patch []byte, temporary bool) (policy.Reservation, error) {
+	if err := who.MayChange(); err != nil {
+		return policy.Reservation{}, err
+	}
+	var out policy.Reservation
+	err := e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
+		cur, ok := eff.Reservation(name)
+		if !ok {
+			return &NotFoundError{What: "reservation", Name: name}
+		}
+		n := policy.NewReservation("")
+		if err := PatchJSON(cur, patch, &n); err != nil {
+			return err
+		}
+		n.Name = name
+		if e.k != nil {
+			if err := e.checkMTULocked(n); err != nil {
+				return err
+			}
+		}
+		ov := persist
+		if _, inTemp := temp.Reservations[name]; temporary || inTemp {
+			ov = temp
+		}
+		ov.Reservations[name] = &n
+		out = n
+		return nil
+	})
+	if err != nil {
+		var nf *NotFoundError
+		if !errors.As(err, &nf) {
+			e.publishRefused(name, err)
+		}
+		return out, err
+	}
+	e.Publish(api.Event{Kind: EventResvModified, Subject: "reservation/" + name,
+		Message: fmt.Sprintf("reservation %q modified: %s %s", name, out.Service, tspecText(out)), Fields: resvFields(out)})
+	return out, nil
+}
+
+// RemoveReservation removes a reservation; its sockets stay open and go on
+// as best effort.
+func (e *Engine) RemoveReservation(ctx context.Context, who Caller, name string) error {
+	if err := remove(ctx, e, who, reservationKind, name); err != nil {
+		return err
+	}
+	return nil
+}
+
+// publishRefused publishes a refusal of a reservation change, unless it
+// was refused for who asked (forbidden) or a name conflict.
+func (e *Engine) publishRefused(name string, err error) {
+	var fb *ForbiddenError
+	var cf *ConflictError
+	if errors.As(err, &fb) || errors.As(err, &cf) {
+		return
+	}
+	msg := err.Error()
+	if fes := policy.AsErrors(err); len(fes) > 0 {
+		msg = fes.Error()
+	}
+	e.Publish(api.Event{Kind: EventResvRefused, Subject: "reservation/" + name,
+		Message: fmt.Sprintf("reservation %q refused; nothing was changed: %s", name, msg)})
+}
+
+// tspecText is a reservation's Tspec in RFC 2210 units.
+func tspecText(r policy.Reservation) string {
+	s := fmt.Sprintf("r=%d B/s b=%d B", uint64(r.Rate)/8, uint64(r.Burst))
+	if r.Peak != 0 {
+		s += fmt.Sprintf(" p=%d B/s", uint64(r.Peak)/8)
+	}
+	s += fmt.Sprintf(" m=%d B M=%d B", uint64(r.EffMinUnit()), uint64(r.EffMaxUnit()))
+	if r.Service == policy.ServiceGuaranteed {
+		s += fmt.Sprintf(" R=%d B/s S=%d us", uint64(r.EffServiceRate())/8, r.Slack)
+	}
+	return s
+}
+
+// resvFields are a reservation's figures for its events.
+func resvFields(r policy.Reservation) map[string]any {
+	return map[string]any{
+		"service": string(r.Service), "rate_Bps": uint64(r.Rate) / 8, "burst_B": uint64(r.Burst),
+		"peak_Bps": uint64(r.Peak) / 8, "min_unit_B": uint64(r.EffMinUnit()), "max_unit_B": uint64(r.EffMaxUnit()),
+		"reserved_bps": uint64(r.Reserved()), "buffer_B": uint64(r.Buffer()),
+	}
+}
+
+// Reservations lists the reservations (name, if not "", picks one; a
+// *NotFoundError if there is none) with their Tspec, admission figures and
+// what the kernel reports of them. Reservations are host policy: everyone
+// sees them; an ordinary user sees only their own bound sockets.
+func (e *Engine) Reservations(who Caller, name string) ([]api.ReservationInfo, error) {
+	out, k := e.reservationsLocked(name)
+	if name != "" && len(out) == 0 {
+		return nil, &NotFoundError{What: "reservation", Name: name}
+	}
+	if k != nil {
+		e.fillReservationStatus(k, who, out) // outside the lock: kernel reads
+	}
+	return out, nil
+}
+
+func (e *Engine) reservationsLocked(name string) ([]api.ReservationInfo, Kernel) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.eff.Policy
+	var links []api.ResvLinkAdmission
+	for _, l := range p.Links {
+		if l.EgressRate == 0 {
+			continue
+		}
+		la := api.ResvLinkAdmission{Link: l.Name, Capacity: l.Capacity(), Guaranteed: p.Guaranteed(), BufferPool: uint64(l.EffResvBuffer())}
+		for _, r := range p.Reservations {
+			la.BufferUsed += uint64(r.Buffer())
+		}
+		if ifx, ok := e.links[l.Name]; ok && e.k != nil {
+			if mk, ok := e.k.(linkMTUer); ok {
+				la.MTU, _ = mk.LinkMTU(ifx)
+			}
+		}
+		links = append(links, la)
+	}
+	out := []api.ReservationInfo{}
+	for _, r := range p.Reservations {
+		if name != "" && r.Name != name {
+			continue
+		}
+		ri := api.ReservationInfo{Reservation: r, Source: e.eff.Sources["reservation/"+r.Name], Slot: -1,
+			Tspec: tspecOf(r), Links: links, Sockets: []api.BoundSocket{},
+			Admission: api.ResvAdmission{Reserved: r.Reserved(), BufferPackets: r.BufferPackets(), BufferSize: r.BufferSize(), Buffer: uint64(r.Buffer())}}
+		if s, ok := e.slots.Rules[resvRuleName(r.Name)]; ok {
+			ri.Slot = s
+		}
+		for _, l := range links {
+			if l.MTU > 0 && uint64(r.EffMaxUnit()) > uint64(l.MTU) {
+				ri.Broken = append(ri.Broken, fmt.Sprintf("M = %d above the MTU %d of link %s", uint64(r.EffMaxUnit()), l.MTU, l.Link))
+			}
+		}
+		out = append(out, ri)
+	}
+	return out, e.k
+}
+
+// resvRuleName is the name of the rule that carries a reservation's
+// session selector in the compiled policy (":" keeps it apart from every
+// rule name a user can give).
+func resvRuleName(name string) string { return "resv:" + name }
+
+// tspecOf is a reservation's Tspec and Rspec in RFC 2210 units.
+func tspecOf(r policy.Reservation) api.Tspec {
+	t := api.Tspec{Rate: uint64(r.Rate) / 8, Bucket: uint64(r.Burst), Peak: uint64(r.Peak) / 8,
+		MinUnit: uint64(r.EffMinUnit()), MaxUnit: uint64(r.EffMaxUnit())}
+	if r.Service == policy.ServiceGuaranteed {
+		t.ServiceRate, t.Slack = uint64(r.EffServiceRate())/8, r.Slack
+	}
+	return t
+}
+
+// watchReservations publishes reservation.broken when a reservation can no
+// longer be honoured as admitted — a managed link's MTU fell below its M,
+// or a managed link's interface vanished — and reservation.restored when
+// that ends. Each problem is published once.
+func (e *Engine) watchReservations() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.k == nil {
+		return
+	}
+	now := map[string]bool{}
+	for _, r := range e.eff.Policy.Reservations {
+		if r.Service == policy.ServiceBestEffort {
+			continue
+		}
+		if mk, ok := e.k.(linkMTUer); ok {
+			for _, name := range sortedKeys(e.links) {
+				if mtu, err := mk.LinkMTU(e.links[name]); err == nil && uint64(r.EffMaxUnit()) > uint64(mtu) {
+					now[r.Name+"\x00"+fmt.Sprintf("M = %d is above the MTU %d of link %s", uint64(r.EffMaxUnit()), mtu, name)] = true
+				}
+			}
+		}
+		for _, name := range e.missing {
+			now[r.Name+"\x00"+fmt.Sprintf("link %s has no interface now", name)] = true
+		}
+	}
+	for _, k := range sortedKeys(now) {
+		if !e.resvBroken[k] {
+			name, why, _ := cutNUL(k)
+			e.Publish(api.Event{Kind: EventResvBroken, Subject: "reservation/" + name,
+				Message: fmt.Sprintf("reservation %q cannot be honoured: %s", name, why), Fields: map[string]any{"why": why}})
+		}
+	}
+	for _, k := range sortedKeys(e.resvBroken) {
+		if !now[k] {
+			name, why, _ := cutNUL(k)
+			e.Publish(api.Event{Kind: EventResvRestored, Subject: "reservation/" + name,
+				Message: fmt.Sprintf("reservation %q is honoured again (%s no longer)", name, why)})
+		}
+	}
+	e.resvBroken = now
+}
+
+// EventResvRestored: a reservation.broken problem ended.
+const EventResvRestored = "reservation.restored"
+
+func cutNUL(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
