@@ -22,6 +22,7 @@ const (
 	RouteStartRun    = "POST /v1/runs"
 	RouteEndRun      = "DELETE /v1/runs/{id}"
 	RouteStats       = "GET /v1/stats/{kind}"
+	RouteHistory     = "GET /v1/history/{kind}"
 	RouteReload      = "POST /v1/reload"
 	RouteDown        = "POST /v1/down"
 	// RouteEvents streams events, one JSON object (Event) per line, for as

@@ -10,6 +10,7 @@
 //	GET    /v1/rules[/{name}]      POST /v1/rules          PATCH /v1/rules/{name}     DELETE /v1/rules/{name}
 //	POST   /v1/runs                DELETE /v1/runs/{id}
 //	GET    /v1/stats/{rules|classes|apps|flows}
+//	GET    /v1/history/{links|classes|rules|apps|flows}?name=&since=&until=&step=&limit=
 //	POST   /v1/reload              POST /v1/down
 //
 // Changing requests accept ?temporary=1: the change is kept until reboot or

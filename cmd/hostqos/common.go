@@ -35,6 +35,7 @@ type apiClient interface {
 	Stats() api.StatsAPI
 	Events() api.EventsAPI
 	Reservations() api.ReservationsAPI
+	History() api.HistoryAPI
 }
 
 var _ apiClient = (*api.Client)(nil)

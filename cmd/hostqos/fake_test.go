@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -21,6 +22,7 @@ type fakeClient struct {
 	stats   map[string]api.Stats
 	events  []api.Event // what Events().Follow delivers
 	resvs   []api.ReservationInfo
+	history api.History
 	err     error    // when set, every call fails with it
 	calls   []string // the calls made, one line each
 }
@@ -70,6 +72,15 @@ func (f *fakeClient) Classes() api.ClassesAPI { return fakeClasses{f} }
 func (f *fakeClient) Rules() api.RulesAPI     { return fakeRules{f} }
 func (f *fakeClient) Runs() api.RunsAPI       { return fakeRuns{f} }
 func (f *fakeClient) Stats() api.StatsAPI     { return fakeStats{f} }
+func (f *fakeClient) History() api.HistoryAPI { return fakeHistory{f} }
+
+type fakeHistory struct{ f *fakeClient }
+
+func (h fakeHistory) Get(_ context.Context, q api.HistoryQuery) (api.History, error) {
+	out := h.f.history
+	out.Kind, out.Since, out.Until = q.Kind, q.Since, q.Until
+	return out, h.f.record("History.Get", []any{q.Kind, q.Name, q.Since.UTC().Format(time.RFC3339), q.Until.UTC().Format(time.RFC3339), q.Step.String()}, nil)
+}
 
 type fakeLinks struct{ f *fakeClient }
 

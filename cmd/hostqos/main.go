@@ -76,7 +76,7 @@ default /run/hostqos/hostqosd.sock).`,
 	root.AddCommand(
 		newStatusCmd(f), newReloadCmd(f), newDownCmd(f), newVersionCmd(f),
 		newLinkCmd(f), newClassCmd(f), newRuleCmd(f), newRunCmd(f), newStatCmd(f),
-		newConfigCmd(f), newToolCmd(f), newRtchanCmd(f),
+		newConfigCmd(f), newToolCmd(f), newRtchanCmd(f), newPlotCmd(f),
 	)
 	root.AddCommand(newEventsCmd(f), newResvCmd(f))
 	root.AddCommand(newLabCmds(f)...)

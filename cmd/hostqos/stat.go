@@ -48,6 +48,7 @@ Ordinary users see only their own processes' apps and flows.`,
 			return o.run()
 		},
 	}
+	st.AddCommand(newStatHistoryCmd(f))
 	cliflag.AddOutput(st.Flags(), &o.output)
 	st.Flags().Float64VarP(&o.interval, "interval", "i", 0, "repeat every SECONDS (0: once)")
 	st.Flags().IntVarP(&o.count, "count", "c", 0, "with -i: stop after this many reports (0: until interrupted)")

@@ -49,6 +49,15 @@ func main() {
 	fs.IntVar(&cfg.MaxUserRuns, "max-user-runs", daemon.DefaultMaxUserRuns, "hostqos runs of all ordinary users together (at most 128); the other app-selector slots of the 256 are kept for admin rules")
 	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", daemon.DefaultMaxConnsPerUser, "API connections one ordinary user may hold at once; more are refused at once (root and group hostqos are not limited)")
 	fs.IntVar(&cfg.MaxUserConns, "max-user-conns", daemon.DefaultMaxUserConns, "API connections all ordinary users together may hold at once")
+	fs.StringVar(&cfg.Settings.MetricsListen, "metrics-listen", "", "serve Prometheus metrics on this host:port at /metrics, e.g. 127.0.0.1:9464 (overrides metrics_listen; default: no listener)")
+	fs.IntVar(&cfg.Settings.MaxApps, "max-apps", 0, "apps named in history and metrics; the others are app \"other\" of their user (overrides max_apps; default 100)")
+	fs.StringVar(&cfg.Settings.HistoryRaw, "history-raw", "", "keep per-second history this long (overrides history_raw; default 1h)")
+	fs.StringVar(&cfg.Settings.HistoryMinutes, "history-minutes", "", "keep per-minute history this long (overrides history_minutes; default 30d)")
+	fs.StringVar(&cfg.Settings.HistoryHours, "history-hours", "", "keep per-hour history this long (overrides history_hours; default 365d)")
+	fs.StringVar(&cfg.Settings.HistoryFlows, "history-flows", "", "keep flow records and events this long (overrides history_flows; default 30d)")
+	fs.IntVar(&cfg.Settings.HistoryMaxFlows, "history-max-flows", 0, "keep at most this many flow records (overrides history_max_flows; default 1000000)")
+	fs.StringVar(&cfg.Settings.FlowIdle, "flow-idle", "", "a flow without packets this long is recorded as ended (overrides flow_idle; default 15s)")
+	fs.BoolVar(&cfg.NoHistory, "no-history", false, "keep no history database")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
 	args := os.Args[1:]
@@ -93,6 +102,10 @@ func main() {
 	}
 	if cfg.MaxUserConns < 1 || cfg.MaxUserConns > 1<<16 {
 		fmt.Fprintf(os.Stderr, "hostqosd: flag --max-user-conns = %d: want 1 … 65536\n", cfg.MaxUserConns)
+		os.Exit(2)
+	}
+	if err := cfg.Settings.Validate("flags"); err != nil {
+		fmt.Fprintln(os.Stderr, "hostqosd:", err)
 		os.Exit(2)
 	}
 	if os.Geteuid() != 0 {

@@ -24,6 +24,9 @@ import (
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/history"
+	"github.com/hostqos/hostqos/internal/metrics"
+	"github.com/hostqos/hostqos/internal/policy"
 )
 
 // Version is set at build time.
@@ -51,6 +54,11 @@ type Config struct {
 	// defaults). Root and group hostqos are not counted.
 	MaxConnsPerUser int
 	MaxUserConns    int
+	// Settings override the config file's settings (metrics listener,
+	// history retention) where they are set (flags).
+	Settings policy.Settings
+	// NoHistory runs without the history store.
+	NoHistory bool
 }
 
 // Daemon is a running hostqosd: the process around the engine — its
@@ -80,6 +88,9 @@ type Daemon struct {
 	// streamsEnd is closed when the server shuts down: event streams end
 	// (see events.go).
 	streamsEnd chan struct{}
+
+	hist    *history.Store  // nil: no history
+	metrics *metrics.Server // nil: no metrics listener
 
 	// Requests at work by idempotency key (see idempotency.go).
 	keyMu    sync.Mutex
@@ -163,7 +174,11 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if err := d.eng.Start(&engine.SystemKernel{DP: dp, CgRoot: d.cgRoot, Netns: d.netns, Log: d.cfg.Logger}); err != nil {
 		return fmt.Errorf("apply policy: %w", err)
 	}
+	if err := d.startObservability(); err != nil {
+		return err
+	}
 	if err := d.listen(); err != nil {
+		d.stopObservability()
 		return err
 	}
 	go d.eng.TagExistingSockets()
@@ -200,6 +215,7 @@ func (d *Daemon) Stop() {
 		d.eng.DropTemporary() // after the API is closed: no change can bring them back
 	}
 	d.eng.Detach()
+	d.stopObservability()
 	d.mu.Lock()
 	if d.dp != nil {
 		d.dp.Close()

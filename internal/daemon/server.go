@@ -337,6 +337,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteStartRun, d.handleStartRun)
 	mux.HandleFunc(api.RouteEndRun, d.handleEndRun)
 	mux.HandleFunc(api.RouteStats, boundFlowAnswers(d.handleStats))
+	mux.HandleFunc(api.RouteHistory, d.handleHistory())
 	mux.HandleFunc(api.RouteReload, mutating(d.handleReload))
 	mux.HandleFunc(api.RouteDown, mutating(d.handleDown))
 	mux.HandleFunc(api.RouteEvents, d.handleEvents)

@@ -65,6 +65,10 @@ type Engine struct {
 
 	stats *sampler
 
+	// The history recorder (SetHistory); nil: no history.
+	histMu sync.Mutex
+	hist   *recorder
+
 	// Idempotency keys (see keys.go): those recorded in the state file and
 	// in the runtime file, and the keyed change being applied.
 	keysPersist, keysTemp keyTable
@@ -429,6 +433,7 @@ func (e *Engine) Reload() error {
 // runs, and repairing (Rescan).
 func (e *Engine) Tick() {
 	e.stats.sample()
+	e.recordHistory()
 	e.ReapRuns()
 	e.Rescan()
 	e.watchReservations()

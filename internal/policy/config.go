@@ -99,9 +99,10 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 	p := &Policy{}
 	builtins := true
 	top := fieldsOf(reflect.TypeOf(Policy{}), "toml")
+	settings := settingsKeys()
 	for _, k := range sortedKeys(raw) {
 		switch _, section := top.byKey[k]; {
-		case section:
+		case section, settings[k]:
 		case k == builtinClassesKey:
 			b, ok := raw[k].(bool)
 			if !ok {
@@ -110,9 +111,10 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 			}
 			builtins = b
 		default:
-			ld.unknownKey("", k, ld.loc[keyLoc{"", -1, k}], append(slices.Clip(top.names), builtinClassesKey))
+			ld.unknownKey("", k, ld.loc[keyLoc{"", -1, k}], append(append(slices.Clip(top.names), builtinClassesKey), fieldsOf(reflect.TypeOf(Settings{}), "toml").names...))
 		}
 	}
+	ld.settings(raw, p)
 	if builtins {
 		p.Classes = DefaultClasses()
 	}

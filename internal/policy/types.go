@@ -118,6 +118,9 @@ type Policy struct {
 	Rules   []Rule  `json:"rules" toml:"rule"`
 	// Reservations (see Reservation).
 	Reservations []Reservation `json:"reservations,omitempty" toml:"reservation"`
+	// Settings are the daemon's top-level settings of the config file
+	// (not policy: never merged, changed or sent through the API).
+	Settings Settings `json:"-" toml:"-"`
 }
 
 // Policer limits. MinPoliceBurst holds one full-size Ethernet frame (the

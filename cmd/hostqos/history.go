@@ -1,0 +1,321 @@
+package main
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/plot"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// historyKinds are the kinds `stat history` takes, in display order.
+var historyKinds = []string{api.HistoryLinks, api.HistoryClasses, api.HistoryRules, api.HistoryApps, api.HistoryFlows}
+
+// historyOptions are those of `hostqos stat history` and `hostqos plot`.
+type historyOptions struct {
+	io           ioStreams
+	client       func() apiClient
+	now          func() time.Time
+	output       string
+	since, until string
+	step         string
+	limit        int
+	out          string // plot: the file
+	q            api.HistoryQuery
+}
+
+// parseTime reads a time as the history commands take it: RFC 3339
+// ("2026-11-22T18:00:00Z"), a date and time in local time ("2026-11-22
+// 18:00", "2026-11-22"), or a duration ago ("2h", "30m", "7d").
+func parseTime(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
+			return t, nil
+		}
+	}
+	if d, err := policy.ParseSpan(s); err == nil {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-11-22T18:00:00Z), a date and time (2026-11-22 18:00), or a duration ago (2h, 30m, 7d)", s)
+}
+
+// parse turns the arguments and flags into the query.
+func (o *historyOptions) parse(args []string, kinds []string) error {
+	o.q = api.HistoryQuery{Kind: api.HistoryRules, Limit: o.limit}
+	if len(args) > 0 {
+		o.q.Kind = args[0]
+	}
+	ok := false
+	for _, k := range kinds {
+		ok = ok || k == o.q.Kind
+	}
+	if !ok {
+		return fmt.Errorf("argument %q: want %s", o.q.Kind, strings.Join(kinds, ", "))
+	}
+	if len(args) > 1 {
+		o.q.Name = args[1]
+	}
+	now := o.now()
+	var err error
+	if o.until != "" {
+		if o.q.Until, err = parseTime(o.until, now); err != nil {
+			return fmt.Errorf("flag --until = %w", err)
+		}
+	} else {
+		o.q.Until = now
+	}
+	if o.q.Since, err = parseTime(o.since, now); err != nil {
+		return fmt.Errorf("flag --since = %w", err)
+	}
+	if !o.q.Since.Before(o.q.Until) {
+		return fmt.Errorf("flag --since = %q: not before --until (%s)", o.since, o.q.Until.Format(time.RFC3339))
+	}
+	if o.step != "" {
+		if o.q.Step, err = policy.ParseSpan(o.step); err != nil || o.q.Step < time.Second {
+			return fmt.Errorf("flag --step = %q: want a duration of at least 1s, e.g. 10s, 5m, 1h", o.step)
+		}
+	}
+	if o.limit < 0 {
+		return fmt.Errorf("flag --limit = %d: want 0 (the daemon's maximum) or more", o.limit)
+	}
+	return nil
+}
+
+func (o *historyOptions) addRangeFlags(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&o.since, "since", "1h", "start: RFC 3339, a date (and time), or a duration ago (2h, 7d)")
+	fl.StringVar(&o.until, "until", "", "end: as --since (default now)")
+	fl.StringVar(&o.step, "step", "", "width of a point, e.g. 10s, 5m, 1h (default: the finest the range allows, at most 2000 points)")
+	fl.IntVar(&o.limit, "limit", 0, "at most this many series or flow records (0: the daemon's maximum)")
+}
+
+func newStatHistoryCmd(f *factory) *cobra.Command {
+	o := &historyOptions{io: f.io, client: f.client, now: f.now}
+	cmd := &cobra.Command{
+		Use:   "history [links|classes|rules|apps|flows] [NAME]",
+		Short: "Show what links, classes, rules, apps or finished flows carried over a time range",
+		Long: `stat history reads hostqosd's history database: per link, class, rule and app,
+the bytes, packets and drops of each direction (in = received, out = sent),
+kept per second for the last hour, per minute for 30 days and per hour for a
+year (see docs/observability.md); and the records of flows that ended, with
+their app, rule, class, start, end and bytes each way.
+
+NAME picks one object (for flows: an app's comm or exe, a rule, a class or a
+unit). --since and --until take an RFC 3339 time, a local date and time
+("2026-11-22 18:00"), or a duration ago ("2h", "7d"). The table shows each
+series' total over the range; -o json and -o csv give every point. Ordinary
+users see links, classes, the admin's rules, and only their own apps, runs and
+flows.`,
+		Example: "  hostqos stat history rules --since 2h\n  hostqos stat history apps /usr/bin/curl --since 2026-11-22 --step 1h -o csv\n  hostqos stat history flows curl --since 30m -o json",
+		Args:    cobra.MaximumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.parse(args, historyKinds); err != nil {
+				return err
+			}
+			switch o.output {
+			case "table", "json", "csv":
+			default:
+				return fmt.Errorf("flag --output = %q: want table, json or csv", o.output)
+			}
+			c, cancel := apiCtx()
+			defer cancel()
+			h, err := o.client().History().Get(c, o.q)
+			if err != nil {
+				return err
+			}
+			return printHistory(o.io.Out, o.output, h)
+		},
+	}
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or csv")
+	o.addRangeFlags(cmd)
+	return cmd
+}
+
+func historyCols(c api.HistoryCounters) []string {
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	return []string{humanBytes(c.BytesIn), humanBytes(c.BytesOut), u(c.PacketsIn), u(c.PacketsOut), u(c.DropsIn), u(c.DropsOut)}
+}
+
+var historyHead = []string{"BYTES IN", "BYTES OUT", "PKTS IN", "PKTS OUT", "DROPS IN", "DROPS OUT"}
+
+func rawCols(c api.HistoryCounters) []string {
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	return []string{u(c.BytesIn), u(c.BytesOut), u(c.PacketsIn), u(c.PacketsOut), u(c.DropsIn), u(c.DropsOut)}
+}
+
+var rawHead = []string{"bytes_in", "bytes_out", "packets_in", "packets_out", "drops_in", "drops_out"}
+
+func seriesName(s api.HistorySeries) string {
+	if s.UID != nil {
+		return fmt.Sprintf("%s (uid %d)", s.Name, *s.UID)
+	}
+	return s.Name
+}
+
+func printHistory(w io.Writer, format string, h api.History) error {
+	switch format {
+	case "json":
+		return printJSON(w, h)
+	case "csv":
+		cw := csv.NewWriter(w)
+		if h.Kind == api.HistoryFlows {
+			_ = cw.Write(append([]string{"proto", "local", "remote", "pid", "comm", "exe", "uid", "unit", "rule", "class", "start", "end"}, rawHead...))
+			for _, f := range h.Flows {
+				_ = cw.Write(append([]string{f.Proto, f.Local, f.Remote, strconv.Itoa(int(f.PID)), f.Comm, f.Exe,
+					strconv.Itoa(int(f.UID)), f.Unit, f.Rule, f.Class, f.Start.Format(time.RFC3339Nano), f.End.Format(time.RFC3339Nano)},
+					rawCols(f.HistoryCounters)...))
+			}
+		} else {
+			_ = cw.Write(append([]string{"name", "time"}, rawHead...))
+			for _, s := range h.Series {
+				for _, p := range s.Points {
+					_ = cw.Write(append([]string{seriesName(s), p.Time.Format(time.RFC3339)}, rawCols(p.HistoryCounters)...))
+				}
+			}
+		}
+		cw.Flush()
+		return cw.Error()
+	}
+	var rows [][]string
+	if h.Kind == api.HistoryFlows {
+		for _, f := range h.Flows {
+			app := "-"
+			if f.PID != 0 {
+				app = fmt.Sprintf("%s[%d]", f.Comm, f.PID)
+			}
+			rows = append(rows, append([]string{f.Proto, f.Local, f.Remote, app, orDash(f.Rule), orDash(f.Class),
+				f.Start.Local().Format("01-02 15:04:05"), f.End.Sub(f.Start).Round(time.Second).String()}, historyCols(f.HistoryCounters)...))
+		}
+		table(w, append([]string{"PROTO", "LOCAL", "REMOTE", "APP", "RULE", "CLASS", "START", "LASTED"}, historyHead...), rows)
+	} else {
+		name := strings.ToUpper(strings.TrimSuffix(h.Kind, "s"))
+		for _, s := range h.Series {
+			rows = append(rows, append([]string{seriesName(s)}, historyCols(s.Total)...))
+		}
+		fmt.Fprintf(w, "%s … %s (points of %s, from the %s table)\n", h.Since.Local().Format("2006-01-02 15:04:05"),
+			h.Until.Local().Format("2006-01-02 15:04:05"), time.Duration(h.Step*float64(time.Second)), h.Resolution)
+		table(w, append([]string{name}, historyHead...), rows)
+	}
+	if h.Truncated {
+		fmt.Fprintln(w, "(more matched than one answer holds; narrow the range, name one object, or use --limit)")
+	}
+	return nil
+}
+
+func newPlotCmd(f *factory) *cobra.Command {
+	o := &historyOptions{io: f.io, client: f.client, now: f.now}
+	cmd := &cobra.Command{
+		Use:   "plot [links|classes|rules|apps] [NAME] --out FILE.png|FILE.svg",
+		Short: "Draw the rates of links, classes, rules or apps over time from the history",
+		Long: `plot draws, from hostqosd's history database (see 'hostqos stat history'), the
+rate of each link, class, rule or app over a time range: one panel for what
+was sent (out) and one for what was received (in), in bit/s, averaged over
+each point's step. The file's extension picks the format (.png or .svg).
+With many series, the 8 that carried the most are drawn.`,
+		Example: "  hostqos plot rules --since 2h --out rules.png\n  hostqos plot apps /usr/bin/curl --since 2026-11-22 --step 5m --out curl.svg",
+		Args:    cobra.MaximumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.parse(args, historyKinds[:4]); err != nil {
+				return err
+			}
+			ext := strings.ToLower(filepath.Ext(o.out))
+			if o.out == "" || (ext != ".png" && ext != ".svg") {
+				return fmt.Errorf("flag --out = %q: want a file name ending in .png or .svg", o.out)
+			}
+			c, cancel := apiCtx()
+			defer cancel()
+			h, err := o.client().History().Get(c, o.q)
+			if err != nil {
+				return err
+			}
+			fig, peak, n := historyFigure(h, 8)
+			var data []byte
+			if ext == ".png" {
+				data, err = fig.PNG()
+			} else {
+				data, err = fig.SVG()
+			}
+			if err != nil {
+				return fmt.Errorf("draw plot %s: %w", o.out, err)
+			}
+			if err := os.WriteFile(o.out, data, 0o644); err != nil {
+				return fmt.Errorf("write plot %s: %w", o.out, err)
+			}
+			fmt.Fprintf(o.io.Out, "wrote %s: %d series, %d points, %s … %s, peak %s\n", o.out, len(fig.Panels[0].Series), n,
+				h.Since.Local().Format("2006-01-02 15:04:05"), h.Until.Local().Format("2006-01-02 15:04:05"), humanRate(peak))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&o.out, "out", "", "the file to write (.png or .svg)")
+	o.addRangeFlags(cmd)
+	return cmd
+}
+
+// historyFigure draws the rates of at most maxSeries series (the answer is
+// sorted by bytes); x is minutes since the range's start. It returns the
+// figure, the highest rate drawn and the number of points.
+func historyFigure(h api.History, maxSeries int) (*plot.Figure, float64, int) {
+	series := h.Series
+	if len(series) > maxSeries {
+		series = series[:maxSeries]
+	}
+	step := h.Step
+	if step <= 0 {
+		step = 1
+	}
+	out := plot.Panel{Title: "sent (out)", YLabel: "Mbit/s"}
+	in := plot.Panel{Title: "received (in)", YLabel: "Mbit/s"}
+	peak, n := 0.0, 0
+	for i, s := range series {
+		so := plot.Series{Name: plot.Lower(seriesName(s)), Color: plot.Cycle(i), Marks: plot.Line}
+		si := so
+		// Points are only those with traffic: put zeros between them.
+		var last time.Time
+		add := func(t time.Time, bo, bi float64) {
+			x := t.Sub(h.Since).Minutes()
+			so.X, so.Y = append(so.X, x), append(so.Y, bo/1e6)
+			si.X, si.Y = append(si.X, x), append(si.Y, bi/1e6)
+		}
+		for _, p := range s.Points {
+			if !last.IsZero() && p.Time.Sub(last).Seconds() > step*1.5 {
+				add(last.Add(time.Duration(step*float64(time.Second))), 0, 0)
+				add(p.Time.Add(-time.Duration(step*float64(time.Second))), 0, 0)
+			}
+			bo := 8 * float64(p.BytesOut) / step
+			bi := 8 * float64(p.BytesIn) / step
+			peak = math.Max(peak, math.Max(bo, bi))
+			add(p.Time, bo, bi)
+			last = p.Time
+			n++
+		}
+		out.Series = append(out.Series, so)
+		in.Series = append(in.Series, si)
+	}
+	title := fmt.Sprintf("%s: rate from the history", h.Kind)
+	fig := &plot.Figure{
+		Title: title, XLabel: "minutes since " + h.Since.Local().Format("2006-01-02 15:04:05"),
+		Panels: []plot.Panel{out, in},
+		Notes: []string{fmt.Sprintf("%s … %s, step %s (%s table), peak %s", h.Since.Local().Format("2006-01-02 15:04:05"),
+			h.Until.Local().Format("15:04:05"), time.Duration(step*float64(time.Second)), h.Resolution, humanRate(peak))},
+	}
+	if len(out.Series) == 0 {
+		fig.Notes = append(fig.Notes, "no traffic recorded in this range")
+		empty := plot.Series{X: []float64{0, h.Until.Sub(h.Since).Minutes()}, Y: []float64{0, 0}, Color: plot.Grey}
+		fig.Panels[0].Series = []plot.Series{empty}
+		fig.Panels[1].Series = []plot.Series{empty}
+	}
+	return fig, peak, n
+}

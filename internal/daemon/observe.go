@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/history"
+	"github.com/hostqos/hostqos/internal/metrics"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// historyPath is the history database, next to the persistent state.
+func (d *Daemon) historyPath() string { return filepath.Join(d.cfg.StateDir, "history.db") }
+
+// settings are the config file's settings with the flags' over them.
+func (d *Daemon) settings() policy.Settings {
+	s := d.eng.Settings()
+	o := d.cfg.Settings
+	if o.MetricsListen != "" {
+		s.MetricsListen = o.MetricsListen
+	}
+	if o.MaxApps != 0 {
+		s.MaxApps = o.MaxApps
+	}
+	for _, f := range []struct{ dst, src *string }{
+		{&s.HistoryRaw, &o.HistoryRaw}, {&s.HistoryMinutes, &o.HistoryMinutes}, {&s.HistoryHours, &o.HistoryHours},
+		{&s.HistoryFlows, &o.HistoryFlows}, {&s.FlowIdle, &o.FlowIdle},
+	} {
+		if *f.src != "" {
+			*f.dst = *f.src
+		}
+	}
+	if o.HistoryMaxFlows != 0 {
+		s.HistoryMaxFlows = o.HistoryMaxFlows
+	}
+	return s
+}
+
+// startObservability opens the history store (a failure is logged: the
+// daemon runs on without history) and starts the metrics listener when
+// one is configured (a failure is an error).
+func (d *Daemon) startObservability() error {
+	s := d.settings()
+	ho := engine.HistoryOptions{FlowIdle: s.Span("flow_idle"), MaxApps: s.Apps()}
+	var st *history.Store
+	if !d.cfg.NoHistory {
+		var err error
+		if err = os.MkdirAll(d.cfg.StateDir, 0o755); err == nil {
+			st, err = history.Open(d.historyPath(), history.Options{
+				Raw: s.Span("history_raw"), Minutes: s.Span("history_minutes"), Hours: s.Span("history_hours"),
+				Flows: s.Span("history_flows"), MaxFlows: s.MaxFlowRecords(), Logger: d.cfg.Logger.With("component", "history"),
+			})
+		}
+		if err != nil {
+			d.log.Error("history store not opened; running without history", "err", err)
+			st = nil
+		} else {
+			d.log.Info("history", "store", st.Describe(), "flow_idle", ho.FlowIdle, "max_apps", ho.MaxApps)
+		}
+	}
+	d.hist = st
+	d.eng.SetHistory(st, ho)
+	if s.MetricsListen != "" {
+		m, err := metrics.Listen(s.MetricsListen, metrics.Source{Engine: d.eng, History: st, Version: Version}, d.log)
+		if err != nil {
+			return err
+		}
+		d.metrics = m
+		d.log.Info("metrics listener", "addr", m.Addr().String())
+	}
+	return nil
+}
+
+// stopObservability closes the metrics listener and the history store.
+func (d *Daemon) stopObservability() {
+	if d.metrics != nil {
+		_ = d.metrics.Close()
+		d.metrics = nil
+	}
+	if d.hist != nil {
+		if err := d.hist.Close(); err != nil {
+			d.log.Warn("close history store", "err", err)
+		}
+		d.hist = nil
+	}
+}
+
+// maxUserHistoryAnswers bounds the history queries of ordinary users under
+// way at once (each reads the database); historyTimeout bounds any one.
+const (
+	maxUserHistoryAnswers = 4
+	historyTimeout        = 10 * time.Second
+)
+
+// handleHistory answers GET /v1/history/{kind}.
+func (d *Daemon) handleHistory() http.HandlerFunc {
+	places := make(chan struct{}, maxUserHistoryAnswers)
+	return func(w http.ResponseWriter, r *http.Request) {
+		who := callerOf(r)
+		q, err := api.ParseHistoryQuery(r.PathValue("kind"), r.URL.Query())
+		if err != nil {
+			writeErr(w, &badRequest{Err: err})
+			return
+		}
+		if !who.Privileged {
+			select {
+			case places <- struct{}{}:
+				defer func() { <-places }()
+			case <-time.After(flowAnswerWait):
+				writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Error: fmt.Sprintf(
+					"busy: %d history answers to ordinary users are under way (the limit); try again", maxUserHistoryAnswers)})
+				return
+			case <-r.Context().Done():
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), historyTimeout)
+		defer cancel()
+		h, err := d.eng.History(ctx, *who, q)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, h)
+	}
+}

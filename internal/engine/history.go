@@ -1,0 +1,430 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/apps"
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/history"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// HistoryOptions configure what the engine records in the history store.
+type HistoryOptions struct {
+	// FlowIdle is how long a flow may go without a packet before it is
+	// recorded as ended (NetFlow's inactive timeout; config flow_idle).
+	FlowIdle time.Duration
+	// MaxApps is how many apps (executable and user) get a name of
+	// their own in history and metrics; the traffic of later ones is
+	// counted as app "other" of their user (config max_apps).
+	MaxApps int
+}
+
+// OtherApp names the apps beyond HistoryOptions.MaxApps.
+const OtherApp = "other"
+
+// recorder follows the flow table from tick to tick: it adds each flow's
+// new traffic to its app's counters, and records the flows that ended.
+// Flows end in the datapath's LRU tables in one of two ways: they fall
+// silent (recorded once idle for FlowIdle) or they are evicted (recorded
+// when they are gone from a walk of the table, with their last counters).
+type recorder struct {
+	mu    sync.Mutex
+	store *history.Store
+	opt   HistoryOptions
+
+	walked   bool // the first walk after start only takes a baseline
+	prev     map[datapath.FlowKey]datapath.Flow
+	reported map[datapath.FlowKey]uint64 // LastSeenNS at which the flow was recorded
+	appTotal map[appKey]*history.Counters
+	named    int
+	procs    map[uint32]procInfo
+}
+
+type appKey struct {
+	name string
+	uid  uint32
+}
+
+// procInfo is what a flow record says of its process, read when the
+// recorder first saw it (the process may be gone when the flow ends).
+type procInfo struct {
+	exe, cgroup, unit string
+}
+
+// SetHistory makes the engine record a sample in st at every Tick.
+func (e *Engine) SetHistory(st *history.Store, o HistoryOptions) {
+	var none policy.Settings
+	if o.FlowIdle == 0 {
+		o.FlowIdle = none.Span("flow_idle")
+	}
+	if o.MaxApps == 0 {
+		o.MaxApps = none.Apps()
+	}
+	r := &recorder{store: st, opt: o, prev: map[datapath.FlowKey]datapath.Flow{},
+		reported: map[datapath.FlowKey]uint64{}, appTotal: map[appKey]*history.Counters{}, procs: map[uint32]procInfo{}}
+	e.histMu.Lock()
+	e.hist = r
+	e.histMu.Unlock()
+}
+
+func (e *Engine) recorder() *recorder {
+	e.histMu.Lock()
+	defer e.histMu.Unlock()
+	return e.hist
+}
+
+// RecordEvent records an event in the history store (when there is one);
+// it never blocks.
+func (e *Engine) RecordEvent(ev history.Event) {
+	if r := e.recorder(); r != nil && r.store != nil {
+		r.store.RecordEvent(ev)
+	}
+}
+
+// History answers a history query as who may see it: an ordinary user
+// sees the links, classes and admin rules, and only their own apps, runs
+// and flows.
+func (e *Engine) History(ctx context.Context, who Caller, q api.HistoryQuery) (api.History, error) {
+	r := e.recorder()
+	if r == nil || r.store == nil {
+		return api.History{}, errNoHistory
+	}
+	h, err := r.store.Query(ctx, q, who.MayOnlySeeOwn())
+	if qe, ok := err.(*history.QueryError); ok {
+		return h, &BadRequestError{Err: qe}
+	}
+	return h, err
+}
+
+var errNoHistory = errors.New("hostqosd keeps no history: its history store did not open (see its log)")
+
+// recordHistory reads every counter once and hands the sample to the
+// store (which writes it off the engine's lock, without blocking).
+func (e *Engine) recordHistory() {
+	r := e.recorder()
+	if r == nil {
+		return
+	}
+	sm, ok := e.readSample(r)
+	if ok && r.store != nil {
+		r.store.Record(sm)
+	}
+}
+
+// readSample reads the sample of this tick.
+func (e *Engine) readSample(r *recorder) (history.Sample, bool) {
+	e.mu.Lock()
+	k, eff, slots := e.k, e.eff, e.slots
+	linkNames := make([]string, 0, len(e.links))
+	for name := range e.links {
+		linkNames = append(linkNames, name)
+	}
+	owners := map[string]int64{}
+	for _, run := range e.temp.Runs {
+		if run.ordinary() {
+			owners[run.Rule] = int64(run.UID)
+		}
+	}
+	e.mu.Unlock()
+	if k == nil {
+		return history.Sample{}, false
+	}
+	sm := history.Sample{Time: time.Now()}
+	if rs, err := e.stats.ruleStats(nil); err == nil {
+		for _, rule := range rs {
+			owner, ok := owners[rule.Rule]
+			if !ok {
+				owner = -1
+			}
+			sm.Series = append(sm.Series, history.Series{Kind: history.KindRules, Name: rule.Rule, Owner: owner,
+				Counters: history.Counters{BytesOut: rule.Bytes, PacketsOut: rule.Packets, DropsOut: rule.Drops}})
+		}
+	}
+	if cs, err := e.stats.classStats(); err == nil {
+		for _, c := range classTotals(cs) {
+			sm.Series = append(sm.Series, history.Series{Kind: history.KindClasses, Name: c.Class, Owner: -1,
+				Counters: history.Counters{BytesOut: c.Bytes, PacketsOut: c.Packets, DropsOut: c.Drops}})
+		}
+	}
+	dev := readNetDev()
+	sort.Strings(linkNames)
+	for _, name := range linkNames {
+		if c, ok := dev[name]; ok {
+			sm.Series = append(sm.Series, history.Series{Kind: history.KindLinks, Name: name, Owner: -1, Counters: c})
+		}
+	}
+	classOf := map[string]string{}
+	names := map[int]string{}
+	for _, rule := range eff.Policy.Rules {
+		classOf[rule.Name] = rule.EffectiveClass()
+		if slot, ok := slots.Rules[rule.Name]; ok {
+			names[slot] = rule.Name
+		}
+	}
+	ended := r.walk(k, names, classOf, sm.Time)
+	sm.Flows = ended
+	r.mu.Lock()
+	for key, c := range r.appTotal {
+		owner := int64(key.uid)
+		sm.Series = append(sm.Series, history.Series{Kind: history.KindApps, Name: key.name, Owner: owner, Counters: *c})
+	}
+	r.mu.Unlock()
+	return sm, true
+}
+
+// classTotals sums each class over the links.
+func classTotals(cs []api.ClassStat) []api.ClassStat {
+	idx := map[string]int{}
+	var out []api.ClassStat
+	for _, c := range cs {
+		i, ok := idx[c.Class]
+		if !ok {
+			i = len(out)
+			idx[c.Class] = i
+			out = append(out, api.ClassStat{Class: c.Class})
+		}
+		out[i].Bytes += c.Bytes
+		out[i].Packets += c.Packets
+		out[i].Drops += c.Drops
+	}
+	return out
+}
+
+// monoNow is CLOCK_MONOTONIC, the clock of the datapath's flow times.
+func monoNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// walk reads the flow table once: it adds each flow's new traffic to its
+// app's counters and returns the flows that ended since the last walk.
+func (r *recorder) walk(k Kernel, ruleNames map[int]string, classOf map[string]string, now time.Time) []history.Flow {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	mono := monoNow()
+	wall := func(ns uint64) time.Time {
+		if ns == 0 || ns > mono {
+			return now
+		}
+		return now.Add(-time.Duration(mono - ns))
+	}
+	var ended []history.Flow
+	record := func(f datapath.Flow) {
+		if r.reported[f.Key] == f.LastSeenNS {
+			return
+		}
+		r.reported[f.Key] = f.LastSeenNS
+		ended = append(ended, r.flowRecord(k, f, ruleNames, classOf, wall))
+	}
+	cur := make(map[datapath.FlowKey]datapath.Flow, len(r.prev))
+	idle := uint64(r.opt.FlowIdle)
+	err := k.Flows(func(f datapath.Flow) bool {
+		cur[f.Key] = f
+		p, seen := r.prev[f.Key]
+		if seen && p.FirstSeenNS != f.FirstSeenNS {
+			// The slot holds a new flow of the same 5-tuple: the old
+			// one ended with its last reading.
+			record(p)
+			delete(r.reported, f.Key)
+			seen = false
+		}
+		if r.walked && f.PID != 0 {
+			d := f.Counters
+			if seen && f.Bytes >= p.Bytes && f.Packets >= p.Packets && f.Drops >= p.Drops {
+				d = datapath.Counters{Packets: f.Packets - p.Packets, Bytes: f.Bytes - p.Bytes, Drops: f.Drops - p.Drops}
+			}
+			if d != (datapath.Counters{}) {
+				c := r.app(k, f)
+				c.BytesOut += d.Bytes
+				c.PacketsOut += d.Packets
+				c.DropsOut += d.Drops
+			}
+		}
+		if f.LastSeenNS > 0 && mono > f.LastSeenNS && mono-f.LastSeenNS >= idle {
+			record(f)
+		}
+		return true
+	})
+	if err != nil {
+		return ended // keep prev: the next walk compares with it
+	}
+	for key, p := range r.prev {
+		if _, ok := cur[key]; !ok {
+			record(p) // evicted
+			delete(r.reported, key)
+		}
+	}
+	r.prev, r.walked = cur, true
+	if len(r.procs) > 8192 {
+		r.procs = map[uint32]procInfo{}
+	}
+	return ended
+}
+
+// app is the counters of f's app, creating them (or, beyond MaxApps, the
+// "other" app of the flow's user).
+func (r *recorder) app(k Kernel, f datapath.Flow) *history.Counters {
+	name := r.proc(k, f.PID).exe
+	if name == "" {
+		name = f.Comm
+	}
+	key := appKey{name: name, uid: f.UID}
+	if c, ok := r.appTotal[key]; ok {
+		return c
+	}
+	if r.named >= r.opt.MaxApps {
+		key.name = OtherApp
+		if c, ok := r.appTotal[key]; ok {
+			return c
+		}
+	} else {
+		r.named++
+	}
+	c := &history.Counters{}
+	r.appTotal[key] = c
+	return c
+}
+
+// proc reads (once per pid) the executable, cgroup and unit of a process.
+func (r *recorder) proc(k Kernel, pid uint32) procInfo {
+	if p, ok := r.procs[pid]; ok {
+		return p
+	}
+	p := procInfo{exe: apps.Exe(int(pid))}
+	if cg, err := k.CgroupOf(int(pid)); err == nil {
+		p.cgroup = cg
+		p.unit = unitOf(cg)
+	}
+	r.procs[pid] = p
+	return p
+}
+
+// unitOf is the systemd unit a cgroup path belongs to: its innermost
+// element that is a service or a scope ("" when none is).
+func unitOf(cgroup string) string {
+	for dir := cgroup; dir != "/" && dir != "." && dir != ""; dir = path.Dir(dir) {
+		b := path.Base(dir)
+		if strings.HasSuffix(b, ".service") || strings.HasSuffix(b, ".scope") {
+			return b
+		}
+	}
+	return ""
+}
+
+func (r *recorder) flowRecord(k Kernel, f datapath.Flow, ruleNames map[int]string, classOf map[string]string, wall func(uint64) time.Time) history.Flow {
+	rec := history.Flow{Proto: protoName(f.Key.Proto), Local: addrPort(f.Key.Local), Remote: addrPort(f.Key.Remote),
+		FirstNS: f.FirstSeenNS, PID: f.PID, Comm: f.Comm, UID: f.UID,
+		Start: wall(f.FirstSeenNS), End: wall(f.LastSeenNS),
+		Counters: history.Counters{BytesOut: f.Bytes, PacketsOut: f.Packets, DropsOut: f.Drops}}
+	if f.PID != 0 {
+		p := r.proc(k, f.PID)
+		rec.Exe, rec.Cgroup, rec.Unit = p.exe, p.cgroup, p.unit
+	}
+	if f.RuleSlot >= 0 {
+		rec.Rule = ruleNames[f.RuleSlot]
+		rec.Class = classOf[rec.Rule]
+	}
+	return rec
+}
+
+// Settings are the daemon settings of the config file read at New.
+func (e *Engine) Settings() policy.Settings {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.base.Settings
+}
+
+// AppCounters are an app's cumulative counters since the daemon started.
+type AppCounters struct {
+	Name string
+	UID  uint32
+	history.Counters
+}
+
+// AppTotals are the apps' cumulative counters (for metrics); nil without
+// history recording.
+func (e *Engine) AppTotals() []AppCounters {
+	r := e.recorder()
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]AppCounters, 0, len(r.appTotal))
+	for k, c := range r.appTotal {
+		out = append(out, AppCounters{Name: k.name, UID: k.uid, Counters: *c})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].UID < out[j].UID
+	})
+	return out
+}
+
+// LinkCounters are a managed link's interface counters (both directions)
+// with its reservation figures.
+type LinkCounters struct {
+	Name string
+	history.Counters
+	Reserved, Reservable uint64 // bit/s
+}
+
+// LinkTotals reads the managed links' interface counters.
+func (e *Engine) LinkTotals() []LinkCounters {
+	ls := e.Links()
+	dev := readNetDev()
+	out := make([]LinkCounters, 0, len(ls))
+	for _, l := range ls {
+		lc := LinkCounters{Name: l.Name, Counters: dev[l.Name], Reserved: uint64(l.Reserved), Reservable: uint64(l.Reservable)}
+		out = append(out, lc)
+	}
+	return out
+}
+
+// readNetDev reads the interface counters of the calling thread's network
+// namespace (/proc/net/dev): received → in, transmitted → out.
+func readNetDev() map[string]history.Counters {
+	data, err := os.ReadFile("/proc/thread-self/net/dev")
+	if err != nil {
+		return nil
+	}
+	return parseNetDev(data)
+}
+
+func parseNetDev(data []byte) map[string]history.Counters {
+	out := map[string]history.Counters{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) < 16 {
+			continue
+		}
+		n := func(i int) uint64 { v, _ := strconv.ParseUint(f[i], 10, 64); return v }
+		// Receive: bytes packets errs drop fifo frame compressed multicast;
+		// transmit: bytes packets errs drop ...
+		out[strings.TrimSpace(name)] = history.Counters{BytesIn: n(0), PacketsIn: n(1), DropsIn: n(3),
+			BytesOut: n(8), PacketsOut: n(9), DropsOut: n(11)}
+	}
+	return out
+}

@@ -1,0 +1,199 @@
+package policy
+
+import (
+	"fmt"
+	"net"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Settings are the daemon's observability settings, written as top-level
+// keys of the config file (before the first [[section]]). hostqosd reads
+// them when it starts (a reload does not change them); its flags of the
+// same names (--metrics-listen, --history-raw, …) override them. Empty or
+// zero fields take the defaults.
+type Settings struct {
+	// MetricsListen is the address of the Prometheus listener
+	// ("127.0.0.1:9464"); "" = no listener.
+	MetricsListen string `toml:"metrics_listen" json:"metrics_listen,omitempty"`
+	// MaxApps is how many apps get a name of their own in history and
+	// metrics; the traffic of the others is app "other" of their user.
+	MaxApps int `toml:"max_apps" json:"max_apps,omitempty"`
+	// Retention of the history store: per-second samples, per-minute and
+	// per-hour roll-ups, flow records and events ("1h", "30d").
+	HistoryRaw     string `toml:"history_raw" json:"history_raw,omitempty"`
+	HistoryMinutes string `toml:"history_minutes" json:"history_minutes,omitempty"`
+	HistoryHours   string `toml:"history_hours" json:"history_hours,omitempty"`
+	HistoryFlows   string `toml:"history_flows" json:"history_flows,omitempty"`
+	// HistoryMaxFlows bounds the flow records kept.
+	HistoryMaxFlows int `toml:"history_max_flows" json:"history_max_flows,omitempty"`
+	// FlowIdle is how long a flow may be silent before it is recorded as
+	// ended ("15s").
+	FlowIdle string `toml:"flow_idle" json:"flow_idle,omitempty"`
+}
+
+// Defaults and ranges of the settings.
+var (
+	SpanDefaults = map[string]time.Duration{
+		"history_raw": time.Hour, "history_minutes": 30 * day, "history_hours": 365 * day,
+		"history_flows": 30 * day, "flow_idle": 15 * time.Second,
+	}
+	SpanLimits = map[string][2]time.Duration{
+		"history_raw":     {time.Minute, day},
+		"history_minutes": {time.Hour, 366 * day},
+		"history_hours":   {day, 10 * 366 * day},
+		"history_flows":   {time.Hour, 10 * 366 * day},
+		"flow_idle":       {time.Second, time.Hour},
+	}
+)
+
+// Defaults and ranges of the numeric settings.
+const (
+	DefaultMaxApps         = 100
+	MaxMaxApps             = 10000
+	DefaultHistoryMaxFlows = 1_000_000
+	MinHistoryMaxFlows     = 1000
+	MaxHistoryMaxFlows     = 100_000_000
+)
+
+const day = 24 * time.Hour
+
+// Span is the duration a span setting (history_raw, flow_idle, …) gives,
+// or its default when it is empty. Call it on validated settings.
+func (s Settings) Span(key string) time.Duration {
+	v := reflect.ValueOf(s)
+	f, ok := fieldsOf(v.Type(), "toml").byKey[key]
+	if !ok {
+		panic("policy.Settings.Span: no setting " + key)
+	}
+	str := v.FieldByIndex(f.index).String()
+	if str == "" {
+		return SpanDefaults[key]
+	}
+	d, _ := ParseSpan(str)
+	return d
+}
+
+// Apps is MaxApps or its default.
+func (s Settings) Apps() int {
+	if s.MaxApps == 0 {
+		return DefaultMaxApps
+	}
+	return s.MaxApps
+}
+
+// MaxFlowRecords is HistoryMaxFlows or its default.
+func (s Settings) MaxFlowRecords() int {
+	if s.HistoryMaxFlows == 0 {
+		return DefaultHistoryMaxFlows
+	}
+	return s.HistoryMaxFlows
+}
+
+// Validate checks every setting and names the bad ones.
+func (s Settings) Validate(source string) error {
+	var errs Errors
+	v := reflect.ValueOf(s)
+	for key := range SpanLimits {
+		f := fieldsOf(v.Type(), "toml").byKey[key]
+		str := v.FieldByIndex(f.index).String()
+		if str == "" {
+			continue
+		}
+		lim := SpanLimits[key]
+		d, err := ParseSpan(str)
+		if err != nil || d < lim[0] || d > lim[1] {
+			errs = append(errs, &FieldError{Source: source, Field: key, Value: Clip(str),
+				Reason: fmt.Sprintf("want a duration from %s to %s", FormatSpan(lim[0]), FormatSpan(lim[1])),
+				Fix:    "write e.g. " + FormatSpan(SpanDefaults[key]) + " (s, m, h or d)"})
+		}
+	}
+	if s.MaxApps != 0 && (s.MaxApps < 1 || s.MaxApps > MaxMaxApps) {
+		errs = append(errs, &FieldError{Source: source, Field: "max_apps", Value: strconv.Itoa(s.MaxApps), Literal: true,
+			Reason: fmt.Sprintf("want 1 … %d", MaxMaxApps)})
+	}
+	if s.HistoryMaxFlows != 0 && (s.HistoryMaxFlows < MinHistoryMaxFlows || s.HistoryMaxFlows > MaxHistoryMaxFlows) {
+		errs = append(errs, &FieldError{Source: source, Field: "history_max_flows", Value: strconv.Itoa(s.HistoryMaxFlows), Literal: true,
+			Reason: fmt.Sprintf("want %d … %d", MinHistoryMaxFlows, MaxHistoryMaxFlows)})
+	}
+	if s.MetricsListen != "" {
+		if _, port, err := net.SplitHostPort(s.MetricsListen); err != nil || port == "" {
+			errs = append(errs, &FieldError{Source: source, Field: "metrics_listen", Value: Clip(s.MetricsListen),
+				Reason: "not a host:port address", Fix: `write e.g. "127.0.0.1:9464"`})
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	errs.sortByLine()
+	return errs
+}
+
+// ParseSpan reads a duration: Go's form ("90s", "1h30m") or whole days
+// ("30d").
+func ParseSpan(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.ParseUint(n, 10, 32)
+		if err != nil || days > 100000 {
+			return 0, fmt.Errorf("%q: want a duration such as 90s, 2h or 30d", Clip(s))
+		}
+		return time.Duration(days) * day, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q: want a duration such as 90s, 2h or 30d", Clip(s))
+	}
+	return d, nil
+}
+
+// FormatSpan writes a duration the way ParseSpan reads it: whole days as
+// "30d", otherwise the shortest of Go's form ("1h", "90s").
+func FormatSpan(d time.Duration) string {
+	if d >= day && d%day == 0 {
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// settingsKeys are the top-level keys of the config file that are
+// settings.
+func settingsKeys() map[string]bool {
+	out := map[string]bool{}
+	for _, n := range fieldsOf(reflect.TypeOf(Settings{}), "toml").names {
+		out[n] = true
+	}
+	return out
+}
+
+// settings decodes the top-level settings keys of raw into p.Settings.
+func (ld *loader) settings(raw map[string]any, p *Policy) {
+	keys := settingsKeys()
+	sub := map[string]any{}
+	for k, v := range raw {
+		if keys[k] {
+			sub[k] = v
+		}
+	}
+	if len(sub) == 0 {
+		return
+	}
+	e := ld.entry("", -1, sub)
+	e.obj = ""
+	e.fields(&p.Settings)
+	for _, fe := range AsErrors(p.Settings.Validate(ld.src)) {
+		if ld.bad["\x00"+fe.Field] {
+			continue
+		}
+		fe.Line = ld.loc[keyLoc{"", -1, fe.Field}]
+		ld.errs = append(ld.errs, fe)
+	}
+}
