@@ -3,7 +3,7 @@
 # Debian/Ubuntu machine. Idempotent: installs only what is missing.
 #   scripts/install-deps.sh          runtime/test/bench needs (iproute2, nsenter, nftables, bpftool,
 #                                    btrfs-progs and e2fsprogs for the filesystem tests, systemd-analyze
-#                                    for the service unit's test)
+#                                    for the service unit's test, prometheus for the metrics test)
 #   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate` and `make fmt`: the
 #                                    pinned clang-14 (internal/datapath/gen.go calls it by name),
 #                                    so regenerated objects match the committed ones
@@ -20,6 +20,7 @@ have mkfs.btrfs || need+=(btrfs-progs) # exe-identity tests on a loop btrfs
 have mkfs.ext4 || need+=(e2fsprogs)
 have systemd-analyze || need+=(systemd) # rates packaging/hostqosd.service (cmd/hostqosd/unit_test.go)
 have setpriv || need+=(util-linux)      # runs hostqosd with the unit's capabilities (tests/integration/unit_test.go)
+have prometheus || need+=(prometheus) # the metrics test scrapes hostqosd with a real Prometheus
 # The BPF compiler is pinned by name: the same clang gives byte-identical
 # objects, which `make check-generated` compares with the committed ones.
 # Change it together with -cc/-strip in internal/datapath/gen.go.
