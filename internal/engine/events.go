@@ -78,7 +78,12 @@ func newEventHub(ringSize, perUser, total int, now func() time.Time) *eventHub {
 // Publish adds an event to the stream (its Seq and Time are set here) and
 // returns its seq. It never waits for a reader; it may be called with or
 // without the engine's lock held.
-func (e *Engine) Publish(ev api.Event) uint64 { return e.events.publish(ev) }
+// The event is also recorded in the history store, when there is one.
+func (e *Engine) Publish(ev api.Event) uint64 {
+	seq := e.events.publish(ev)
+	e.recordEvent(ev)
+	return seq
+}
 
 func (h *eventHub) publish(ev api.Event) uint64 {
 	h.mu.Lock()

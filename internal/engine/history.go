@@ -95,6 +95,15 @@ func (e *Engine) RecordEvent(ev history.Event) {
 	}
 }
 
+// recordEvent records a published event in the history store.
+func (e *Engine) recordEvent(ev api.Event) {
+	owner := int64(-1)
+	if ev.UID != nil {
+		owner = int64(*ev.UID)
+	}
+	e.RecordEvent(history.Event{Time: time.Now(), Kind: ev.Kind, Subject: ev.Subject, Message: ev.Message, Fields: ev.Fields, Owner: owner})
+}
+
 // History answers a history query as who may see it: an ordinary user
 // sees the links, classes and admin rules, and only their own apps, runs
 // and flows.

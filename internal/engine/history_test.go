@@ -48,10 +48,18 @@ func TestHistoryRecordsAppsAndEndedFlows(t *testing.T) {
 	e.Tick() // idle again: not recorded twice
 	env.k.FlowTable = []datapath.Flow{busy, idle}
 	e.Tick()
+	uid := uint32(1001)
+	e.Publish(api.Event{Kind: "quota.reached", Subject: "rule/web", Message: "5 MB", UID: &uid})
 	if err := st.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	since := time.Now().Add(-time.Minute)
+	if evs, err := st.Events(context.Background(), since, time.Now(), 1001, 0); err != nil || len(evs) != 1 || evs[0].Kind != "quota.reached" {
+		t.Errorf("events in the history: %+v, %v; want the published one", evs, err)
+	}
+	if evs, _ := st.Events(context.Background(), since, time.Now(), 1002, 0); len(evs) != 0 {
+		t.Errorf("uid 1002 sees uid 1001's event: %+v", evs)
+	}
 	h, err := e.History(context.Background(), alice, api.HistoryQuery{Kind: api.HistoryFlows, Since: since})
 	if err != nil {
 		t.Fatal(err)

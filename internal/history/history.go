@@ -19,6 +19,7 @@ package history
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -130,6 +131,7 @@ type Event struct {
 	Kind    string
 	Subject string // what it is about: a rule, an app, a link
 	Message string
+	Fields  map[string]any // the event's figures (stored as JSON)
 	// Owner is the uid of the only ordinary user who may see it; -1:
 	// everyone.
 	Owner int64
@@ -313,7 +315,7 @@ CREATE INDEX IF NOT EXISTS flows_end ON flows (end_ms);
 CREATE TABLE IF NOT EXISTS events (
 	id INTEGER PRIMARY KEY,
 	t_ms INTEGER NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL,
-	message TEXT NOT NULL, owner INTEGER NOT NULL
+	message TEXT NOT NULL, owner INTEGER NOT NULL, fields TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS events_t ON events (t_ms);
 `
@@ -592,8 +594,14 @@ func (s *Store) writeTx(batch []item) (err error) {
 			}
 		case it.event != nil:
 			ev := it.event
-			if _, err := tx.Exec(`INSERT INTO events (t_ms, kind, subject, message, owner) VALUES (?, ?, ?, ?, ?)`,
-				ev.Time.UnixMilli(), ev.Kind, ev.Subject, ev.Message, ev.Owner); err != nil {
+			fields := ""
+			if len(ev.Fields) > 0 {
+				if b, err := json.Marshal(ev.Fields); err == nil {
+					fields = string(b)
+				}
+			}
+			if _, err := tx.Exec(`INSERT INTO events (t_ms, kind, subject, message, owner, fields) VALUES (?, ?, ?, ?, ?, ?)`,
+				ev.Time.UnixMilli(), ev.Kind, ev.Subject, ev.Message, ev.Owner, fields); err != nil {
 				return fmt.Errorf("write event: %w", err)
 			}
 		}

@@ -103,7 +103,7 @@ func TestFlowRecordedOnce(t *testing.T) {
 		{Kind: KindApps, Name: "/usr/bin/curl", Owner: 1000, Counters: Counters{BytesOut: 300}},
 		{Kind: KindApps, Name: "/usr/bin/wget", Owner: 1001, Counters: Counters{BytesOut: 200}},
 	}})
-	s.RecordEvent(Event{Kind: "quota", Subject: "web", Message: "reached", Owner: -1})
+	s.RecordEvent(Event{Kind: "quota", Subject: "web", Message: "reached", Owner: -1, Fields: map[string]any{"bytes": 5e6}})
 	flush(t, s)
 	h, err := s.Query(context.Background(), api.HistoryQuery{Kind: api.HistoryFlows, Since: now.Add(-time.Minute)}, -1)
 	if err != nil {
@@ -121,7 +121,7 @@ func TestFlowRecordedOnce(t *testing.T) {
 		t.Errorf("uid 1001 sees apps %+v, want only its wget", h.Series)
 	}
 	evs, err := s.Events(context.Background(), now.Add(-time.Minute), time.Now().Add(time.Second), 1001, 0)
-	if err != nil || len(evs) != 1 || evs[0].Kind != "quota" {
+	if err != nil || len(evs) != 1 || evs[0].Kind != "quota" || evs[0].Fields["bytes"] != 5e6 {
 		t.Errorf("events = %+v, %v", evs, err)
 	}
 }

@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -235,7 +236,7 @@ func (s *Store) Events(ctx context.Context, since, until time.Time, owner int64,
 	if limit <= 0 || limit > 1000 {
 		limit = 1000
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT t_ms, kind, subject, message, owner FROM events
+	rows, err := s.db.QueryContext(ctx, `SELECT t_ms, kind, subject, message, owner, fields FROM events
 		WHERE t_ms >= ? AND t_ms <= ? AND (? < 0 OR owner < 0 OR owner = ?) ORDER BY t_ms, id LIMIT ?`,
 		since.UnixMilli(), until.UnixMilli(), owner, owner, limit)
 	if err != nil {
@@ -246,8 +247,12 @@ func (s *Store) Events(ctx context.Context, since, until time.Time, owner int64,
 	for rows.Next() {
 		var ev Event
 		var t int64
-		if err := rows.Scan(&t, &ev.Kind, &ev.Subject, &ev.Message, &ev.Owner); err != nil {
+		var fields string
+		if err := rows.Scan(&t, &ev.Kind, &ev.Subject, &ev.Message, &ev.Owner, &fields); err != nil {
 			return nil, fmt.Errorf("query events: %w", err)
+		}
+		if fields != "" {
+			_ = json.Unmarshal([]byte(fields), &ev.Fields)
 		}
 		ev.Time = time.UnixMilli(t).UTC()
 		out = append(out, ev)
