@@ -17,12 +17,15 @@ const (
 )
 
 // Bounds of a history answer: at most MaxHistoryPoints points per series,
-// MaxHistorySeries series and MaxHistoryFlows flow records (the newest).
-// A longer range gets a coarser step; more series or flows set Truncated.
+// MaxHistorySeries series, MaxHistoryTotalPoints points in all and
+// MaxHistoryFlows flow records (the newest). A longer range gets a coarser
+// step; more series, points or flows set Truncated (the totals still
+// count every point).
 const (
-	MaxHistoryPoints = 2000
-	MaxHistorySeries = 500
-	MaxHistoryFlows  = 5000
+	MaxHistoryPoints      = 2000
+	MaxHistorySeries      = 500
+	MaxHistoryTotalPoints = 100_000
+	MaxHistoryFlows       = 5000
 )
 
 // HistoryQuery asks for the history of one kind over [Since, Until].

@@ -133,6 +133,7 @@ func (s *Store) Query(ctx context.Context, q api.HistoryQuery, owner int64) (api
 		owner int64
 	}
 	idx := map[key]int{}
+	points := 0
 	for rows.Next() {
 		var k key
 		var b int64
@@ -153,7 +154,12 @@ func (s *Store) Query(ctx context.Context, q api.HistoryQuery, owner int64) (api
 		}
 		c := apiCounters(f)
 		se := &out.Series[i]
-		se.Points = append(se.Points, api.HistoryPoint{Time: time.Unix(b, 0).UTC(), HistoryCounters: c})
+		if points < api.MaxHistoryTotalPoints {
+			se.Points = append(se.Points, api.HistoryPoint{Time: time.Unix(b, 0).UTC(), HistoryCounters: c})
+			points++
+		} else {
+			out.Truncated = true
+		}
 		addAPI(&se.Total, c)
 	}
 	if err := rows.Err(); err != nil {
