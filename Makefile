@@ -29,7 +29,7 @@ generate:
 # Regenerate the BPF objects and their bindings with the pinned clang and
 # fail when they differ from the committed ones (make test runs this, so CI
 # does). The same clang gives byte-identical objects from any checkout.
-GENERATED := internal/datapath/hostqos_bpfel.o internal/datapath/hostqos_bpfel.go
+GENERATED := internal/datapath/hostqos_bpfel.o internal/datapath/hostqos_bpfel.go internal/datapath/hqxdp_bpfel.o internal/datapath/hqxdp_bpfel.go
 check-generated: generate
 	@git diff --exit-code --stat -- $(GENERATED) bpf/include/vmlinux.h || { echo "check-generated: the committed BPF objects differ from what the sources generate; run make generate and commit the result"; exit 1; }
 	@test -z "$$(git ls-files --others --exclude-standard internal/datapath bpf)" || { echo "check-generated: uncommitted generated files:"; git ls-files --others --exclude-standard internal/datapath bpf; exit 1; }

@@ -8,3 +8,4 @@ package datapath
 // through the generated bindings (map and variable types, and the type
 // anchors in hostqos.bpf.c); -type adds the ones nothing else uses.
 //go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -type hq_rule hostqos hostqos.bpf.c -- -I../../bpf/include
+//go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel hqxdp hqxdp.bpf.c -- -I../../bpf/include
