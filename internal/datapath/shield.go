@@ -41,7 +41,7 @@ type BlockEntry struct {
 // every packet from the prefix (frame bytes, Ethernet header included) and
 // those dropped.
 type BlockCounters struct {
-	Prefix                   netip.Prefix
+	Prefix                  netip.Prefix
 	Packets, Bytes, Dropped uint64
 }
 
