@@ -154,6 +154,15 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 		c, _ := builtinClass(DefaultClassName)
 		p.Classes = append(p.Classes, c)
 	}
+	for i, m := range ld.tables(raw, "block") {
+		e := ld.entry("block", i, m)
+		var b Block
+		if s, ok := m["prefix"].(string); ok {
+			e.label(objectLabel("block", s, i))
+		}
+		e.fields(&b)
+		p.Blocks = append(p.Blocks, b)
+	}
 	for i, m := range ld.tables(raw, "rule") {
 		e := ld.entry("rule", i, m)
 		r := NewRule(e.name())
@@ -713,6 +722,9 @@ func (p *Policy) MarshalTOML() ([]byte, error) {
 		if !r.Temporary {
 			writeTOMLTable(&b, "reservation", r)
 		}
+	}
+	for _, bl := range p.Blocks {
+		writeTOMLTable(&b, "block", bl)
 	}
 	return b.Bytes(), nil
 }

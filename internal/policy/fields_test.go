@@ -42,7 +42,7 @@ func TestEveryFieldLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeOf(Link{}), reflect.TypeOf(Class{}), reflect.TypeOf(Rule{}), reflect.TypeOf(Reservation{})} {
+	for _, typ := range []reflect.Type{reflect.TypeOf(Link{}), reflect.TypeOf(Class{}), reflect.TypeOf(Rule{}), reflect.TypeOf(Reservation{}), reflect.TypeOf(Block{})} {
 		section := strings.ToLower(typ.Name())
 		sectionDoc := docSection(string(doc), "## `[["+section+"]]`")
 		for _, f := range fieldsOf(typ, "toml").list {

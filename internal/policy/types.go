@@ -43,7 +43,32 @@ type Link struct {
 	// ResvBuffer is the buffer pool reservations may claim on this link
 	// (see Reservation.Buffer). Zero means DefaultResvBuffer.
 	ResvBuffer Size `json:"resv_buffer,omitempty" toml:"resv_buffer,omitzero"`
+	// SynRate throttles pure TCP SYNs (SYN without ACK) arriving on the
+	// link to this many per second, in its XDP shield; SynRatePerSource
+	// to this many per second from each source (IPv4 address, IPv6 /64).
+	// Zero: no limit. Packets of established connections are never
+	// touched.
+	SynRate          int `json:"syn_rate,omitempty" toml:"syn_rate,omitzero"`
+	SynRatePerSource int `json:"syn_rate_per_source,omitempty" toml:"syn_rate_per_source,omitzero"`
 }
+
+// MaxSynRate bounds the SYN limits of a link (SYNs per second).
+const MaxSynRate = 10_000_000
+
+// Block is a drop-list entry of the XDP shield: packets from Prefix are
+// dropped before the stack on every managed link, or, with MaxBWIn,
+// passed at most at that rate (quarantine: Crossbow's low-bandwidth ring,
+// which still lets the admin observe the source).
+type Block struct {
+	Prefix  netip.Prefix `json:"prefix" toml:"prefix"`
+	MaxBWIn Rate         `json:"maxbw_in,omitempty" toml:"maxbw_in,omitzero"`
+}
+
+// Bounds of a quarantine rate.
+const (
+	MinBlockRate Rate = 8000
+	MaxBlockRate Rate = 100_000_000_000
+)
 
 // DefaultReservable is the share of a link that admission control lets
 // guarantees claim when a link does not say.
@@ -121,6 +146,9 @@ type Policy struct {
 	// Settings are the daemon's top-level settings of the config file
 	// (not policy: never merged, changed or sent through the API).
 	Settings Settings `json:"-" toml:"-"`
+	// Blocks are the config file's drop-list entries (permanent; the API
+	// adds more, with a TTL if asked).
+	Blocks []Block `json:"blocks,omitempty" toml:"block"`
 }
 
 // Policer limits. MinPoliceBurst holds one full-size Ethernet frame (the

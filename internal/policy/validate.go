@@ -67,6 +67,7 @@ func (p *Policy) Validate(source string) error {
 	v.classes(p)
 	v.rules(p)
 	v.reservations(p)
+	v.blocks(p)
 	return v.errs.err()
 }
 
@@ -117,6 +118,14 @@ func (v *validator) links(p *Policy) {
 			v.add(obj, "name", l.Name, "duplicate link", "list each interface once")
 		}
 		seen[l.Name] = true
+		for _, f := range []struct {
+			name string
+			v    int
+		}{{"syn_rate", l.SynRate}, {"syn_rate_per_source", l.SynRatePerSource}} {
+			if f.v < 0 || f.v > MaxSynRate {
+				v.addNum(obj, f.name, strconv.Itoa(f.v), fmt.Sprintf("must be 0 (no limit) .. %d SYNs per second", MaxSynRate), "e.g. 1000; leave it out for no limit")
+			}
+		}
 		if math.IsNaN(l.Reservable) || l.Reservable < 0 || l.Reservable > 1 {
 			v.addNum(obj, "reservable", strconv.FormatFloat(l.Reservable, 'g', -1, 64),
 				"must be a fraction in (0, 1]", fmt.Sprintf("e.g. 0.8; leave it out for the default %g", DefaultReservable))
@@ -415,4 +424,42 @@ func ResolveUser(name string) (uint32, error) {
 		return 0, fmt.Errorf("resolve user %q: uid %q is not numeric", name, u.Uid)
 	}
 	return uint32(n), nil
+}
+
+func (v *validator) blocks(p *Policy) {
+	seen := map[netip.Prefix]bool{}
+	for i, b := range p.Blocks {
+		name := ""
+		if b.Prefix.IsValid() {
+			name = b.Prefix.String()
+		}
+		obj := objectLabel("block", name, i)
+		if msg, fix := CheckBlock(b); msg != "" {
+			field, val := "prefix", b.Prefix.String()
+			if b.Prefix.IsValid() && b.Prefix == b.Prefix.Masked() {
+				field, val = "maxbw_in", b.MaxBWIn.String()
+			}
+			v.add(obj, field, val, msg, fix)
+			continue
+		}
+		if seen[b.Prefix] {
+			v.add(obj, "prefix", b.Prefix.String(), "duplicate block", "list each prefix once")
+		}
+		seen[b.Prefix] = true
+	}
+}
+
+// CheckBlock returns why a drop-list entry is not valid (and the fix), or
+// "": the prefix must be valid and written masked (198.18.0.0/16, not
+// 198.18.1.1/16), the quarantine rate 0 or MinBlockRate..MaxBlockRate.
+func CheckBlock(b Block) (msg, fix string) {
+	switch {
+	case !b.Prefix.IsValid() || b.Prefix.Addr().Zone() != "":
+		return "not a valid address prefix", "e.g. 203.0.113.0/24 or 2001:db8:bad::/48"
+	case b.Prefix != b.Prefix.Masked():
+		return "has bits set beyond the prefix length", "write " + b.Prefix.Masked().String()
+	case b.MaxBWIn != 0 && (b.MaxBWIn < MinBlockRate || b.MaxBWIn > MaxBlockRate):
+		return fmt.Sprintf("must be 0 (drop everything) or %s .. %s", MinBlockRate, MaxBlockRate), "e.g. 1mbit"
+	}
+	return "", ""
 }
