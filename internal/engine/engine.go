@@ -84,6 +84,12 @@ type Engine struct {
 	// resvBroken are the reservations' current problems, "name\x00why"
 	// (see watchReservations).
 	resvBroken map[string]bool
+	// The XDP shield (shield.go): the API's drop list and protected
+	// clients (read on first use), whether they were pushed to this
+	// kernel, and the links carrying the XDP program.
+	shield       *shieldState
+	shieldPushed bool
+	xdp          map[string]int
 }
 
 // New reads the config and the state files and validates them; it touches
@@ -171,6 +177,7 @@ func (e *Engine) Detach() {
 	defer e.mu.Unlock()
 	e.k = nil
 	e.links = map[string]int{}
+	e.xdp, e.shieldPushed = nil, false
 }
 
 // Counts is the size of the effective policy.
@@ -245,6 +252,7 @@ type linkPlan struct {
 	name    string
 	ifindex int
 	plan    *shaper.Plan
+	syn     datapath.SynLimits // the link's SYN limits (XDP shield)
 }
 
 // planLinks builds the HTB plan of every managed link that exists now.
@@ -262,7 +270,7 @@ func (e *Engine) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[st
 			missing = append(missing, l.Name)
 			continue
 		}
-		lp := linkPlan{name: l.Name, ifindex: ifindex}
+		lp := linkPlan{name: l.Name, ifindex: ifindex, syn: synLimits(l)}
 		if l.EgressRate > 0 {
 			// shaper.Build names the link in its errors.
 			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate)}, comp.Classes, comp.Rules)
@@ -343,6 +351,9 @@ func (e *Engine) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[stri
 		if err := e.k.AttachLink(lp.ifindex); err != nil {
 			return fmt.Errorf("link %s: %w", lp.name, err) // the datapath names its step
 		}
+	}
+	if err := e.pushShieldLocked(plans, ifindexes, false); err != nil {
+		return err
 	}
 	for name, ifindex := range e.links {
 		if _, still := ifindexes[name]; still {
@@ -425,6 +436,11 @@ func (e *Engine) Reload() error {
 	}
 	e.base = base
 	e.Publish(api.Event{Kind: EventPolicyLoaded, Message: "the config file was read again and applied", Fields: map[string]any{"config": e.cfg.ConfigPath}})
+	if plans, idx, _, err := e.planLinks(e.eff.Policy, e.comp); err == nil {
+		if err := e.pushShieldLocked(plans, idx, true); err != nil {
+			e.log.Error("reload: set the config file's drop list", "err", err)
+		}
+	}
 	e.log.Info("reloaded", "config", e.cfg.ConfigPath, "rules", len(m.Policy.Rules))
 	return nil
 }
@@ -435,6 +451,7 @@ func (e *Engine) Tick() {
 	e.stats.sample()
 	e.recordHistory()
 	e.ReapRuns()
+	e.ExpireShield()
 	e.Rescan()
 	e.watchReservations()
 }

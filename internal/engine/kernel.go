@@ -77,6 +77,9 @@ type SystemKernel struct {
 	CgRoot string
 	Netns  uint64       // the network namespace whose sockets are tagged
 	Log    *slog.Logger // for the shaper; nil: slog.Default()
+	// Shield is the XDP program (drop list, SYN limits); nil when it did
+	// not load (the rest works without it).
+	Shield *datapath.Shield
 }
 
 func (k *SystemKernel) shaperLog() shaper.Option {

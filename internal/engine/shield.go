@@ -1,0 +1,698 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// The XDP shield (docs/ddos.md): the drop list (the config file's
+// [[block]] entries and those added through the API, with optional TTLs),
+// SYN limits of managed links, and protected clients. The API's entries
+// are kept in their own state file (StatePath + ".shield"), written
+// atomically on every change, so a restart (or a crash) keeps them and
+// their deadlines.
+
+// ShieldKernel is what the shield needs of the kernel, beside Kernel.
+// SystemKernel has it when the XDP program loaded; without it the drop
+// list and SYN limits are refused and managed links carry no XDP program.
+type ShieldKernel interface {
+	// SetBlocks makes the drop list exactly entries.
+	SetBlocks(entries []datapath.BlockEntry) error
+	BlockCounters() ([]datapath.BlockCounters, error)
+	// SetProtected makes the protected clients exactly list.
+	SetProtected(list []datapath.Protected) error
+	// AttachXDP puts the shield on a link (idempotent) with its SYN
+	// limits; DetachXDP takes it off.
+	AttachXDP(ifindex int, syn datapath.SynLimits) error
+	DetachXDP(ifindex int) error
+	// ListenerUIDs are the owners of the listening TCP sockets (IPv4 and
+	// IPv6) on a local port, in the daemon's network namespace.
+	ListenerUIDs(port uint16) ([]uint32, error)
+}
+
+// MaxProtectedPerUser bounds the protected clients one ordinary user may
+// have at a time.
+const MaxProtectedPerUser = 256
+
+const shieldStateVersion = 1
+
+// shieldState is the API's part of the shield, as persisted.
+type shieldState struct {
+	Version   int                         `json:"version"`
+	Blocks    map[netip.Prefix]*blockRec  `json:"blocks,omitempty"`
+	Protected map[netip.AddrPort]*protRec `json:"protected,omitempty"`
+}
+
+type blockRec struct {
+	MaxBWIn policy.Rate `json:"maxbw_in,omitempty"`
+	Expires int64       `json:"expires_unix,omitempty"` // 0: never
+}
+
+type protRec struct {
+	UID     uint32 `json:"uid"`
+	Expires int64  `json:"expires_unix,omitempty"`
+}
+
+func newShieldState() *shieldState {
+	return &shieldState{Version: shieldStateVersion, Blocks: map[netip.Prefix]*blockRec{}, Protected: map[netip.AddrPort]*protRec{}}
+}
+
+func (s *shieldState) clone() *shieldState {
+	n := newShieldState()
+	for k, v := range s.Blocks {
+		c := *v
+		n.Blocks[k] = &c
+	}
+	for k, v := range s.Protected {
+		c := *v
+		n.Protected[k] = &c
+	}
+	return n
+}
+
+func (e *Engine) shieldPath() string {
+	if e.cfg.StatePath == "" {
+		return ""
+	}
+	return e.cfg.StatePath + ".shield"
+}
+
+// shieldLocked returns the shield state, reading its file on first use.
+func (e *Engine) shieldLocked() (*shieldState, error) {
+	if e.shield != nil {
+		return e.shield, nil
+	}
+	s := newShieldState()
+	path := e.shieldPath()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, fmt.Errorf("read shield state %s: %w", path, err)
+		default:
+			if err := json.Unmarshal(data, s); err != nil {
+				return nil, fmt.Errorf("parse shield state %s: %w (move it away to start with an empty drop list)", path, err)
+			}
+			if s.Version != shieldStateVersion {
+				return nil, fmt.Errorf("read shield state %s: version %d, this hostqosd reads version %d (move it away to start with an empty drop list)", path, s.Version, shieldStateVersion)
+			}
+			if s.Blocks == nil {
+				s.Blocks = map[netip.Prefix]*blockRec{}
+			}
+			if s.Protected == nil {
+				s.Protected = map[netip.AddrPort]*protRec{}
+			}
+		}
+	}
+	e.shield = s
+	return s, nil
+}
+
+func (e *Engine) writeShield(s *shieldState) error {
+	path := e.shieldPath()
+	if path == "" {
+		return nil
+	}
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode shield state: %w", err)
+	}
+	return writeFileAtomic(path, append(data, '\n'))
+}
+
+// writeFileAtomic replaces path: a temporary file in the same directory,
+// fsynced, renamed over it.
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create state dir %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".shield-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	return nil
+}
+
+// shieldKernel is the kernel's shield, or nil.
+func (e *Engine) shieldKernel() ShieldKernel {
+	if e.k == nil {
+		return nil
+	}
+	sk, _ := e.k.(ShieldKernel)
+	if sys, ok := e.k.(*SystemKernel); ok && sys.Shield == nil {
+		return nil
+	}
+	return sk
+}
+
+var errNoShield = errors.New("the XDP shield is not loaded (see the daemon's log); the drop list, SYN limits and protected clients are unavailable")
+
+// blockEntries is the whole drop list: the config file's entries and the
+// API's (which cannot shadow the config file's).
+func blockEntries(base *policy.Policy, s *shieldState) []datapath.BlockEntry {
+	out := make([]datapath.BlockEntry, 0, len(base.Blocks)+len(s.Blocks))
+	seen := map[netip.Prefix]bool{}
+	for _, b := range base.Blocks {
+		out = append(out, datapath.BlockEntry{Prefix: b.Prefix, Rate: uint64(b.MaxBWIn)})
+		seen[b.Prefix] = true
+	}
+	for p, b := range s.Blocks {
+		if !seen[p] {
+			out = append(out, datapath.BlockEntry{Prefix: p, Rate: uint64(b.MaxBWIn)})
+		}
+	}
+	return out
+}
+
+func protectedList(s *shieldState) []datapath.Protected {
+	out := make([]datapath.Protected, 0, len(s.Protected))
+	for ap := range s.Protected {
+		out = append(out, datapath.Protected{Addr: ap.Addr(), Port: ap.Port()})
+	}
+	return out
+}
+
+func synLimits(l policy.Link) datapath.SynLimits {
+	return datapath.SynLimits{Rate: uint32(l.SynRate), PerSource: uint32(l.SynRatePerSource)}
+}
+
+// needsXDP reports whether a managed link carries the XDP program: it
+// has SYN limits, or the drop list is not empty. Links that need neither
+// are left without one (an XDP program changes how a veth receives).
+func (e *Engine) needsXDP(syn datapath.SynLimits) bool {
+	if syn.Enabled() {
+		return true
+	}
+	if len(e.base.Blocks) > 0 {
+		return true
+	}
+	s, err := e.shieldLocked()
+	return err == nil && len(s.Blocks) > 0
+}
+
+// pushShieldLocked makes the kernel's shield match: the drop list and
+// protected clients when full is set (a shield change, the first push),
+// and the XDP program on the managed links that need it. Links no
+// longer managed lose it.
+func (e *Engine) pushShieldLocked(plans []linkPlan, ifindexes map[string]int, full bool) error {
+	sk := e.shieldKernel()
+	if sk == nil {
+		for _, lp := range plans {
+			if lp.syn.Enabled() {
+				return fmt.Errorf("link %s: SYN limits: %w", lp.name, errNoShield)
+			}
+		}
+		return nil
+	}
+	s, err := e.shieldLocked()
+	if err != nil {
+		return err
+	}
+	if full || !e.shieldPushed {
+		if err := sk.SetBlocks(blockEntries(e.base, s)); err != nil {
+			return err
+		}
+		if err := sk.SetProtected(protectedList(s)); err != nil {
+			return err
+		}
+		e.shieldPushed = true
+	}
+	if e.xdp == nil {
+		e.xdp = map[string]int{}
+	}
+	for _, lp := range plans {
+		if e.needsXDP(lp.syn) {
+			if err := sk.AttachXDP(lp.ifindex, lp.syn); err != nil {
+				return fmt.Errorf("link %s: %w", lp.name, err)
+			}
+			e.xdp[lp.name] = lp.ifindex
+		} else if ifindex, ok := e.xdp[lp.name]; ok {
+			if err := sk.DetachXDP(ifindex); err != nil {
+				return fmt.Errorf("link %s: %w", lp.name, err)
+			}
+			delete(e.xdp, lp.name)
+		}
+	}
+	for name, ifindex := range e.xdp {
+		if _, still := ifindexes[name]; still {
+			continue
+		}
+		if err := sk.DetachXDP(ifindex); err != nil {
+			e.log.Warn("detach XDP shield", "link", name, "err", err)
+		}
+		delete(e.xdp, name)
+	}
+	return nil
+}
+
+// shieldChange applies a change of the shield state: mutate works on a
+// copy; the result is pushed to the kernel and written, or nothing
+// changes (the kernel is put back on error).
+func (e *Engine) shieldChange(mutate func(s *shieldState) error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.k == nil {
+		return errNotLoaded
+	}
+	if e.shieldKernel() == nil {
+		return errNoShield
+	}
+	cur, err := e.shieldLocked()
+	if err != nil {
+		return err
+	}
+	next := cur.clone()
+	if err := mutate(next); err != nil {
+		return err
+	}
+	apply := func(s *shieldState) error {
+		e.shield = s
+		plans, idx, _, err := e.planLinks(e.eff.Policy, e.comp)
+		if err != nil {
+			return err
+		}
+		return e.pushShieldLocked(plans, idx, true)
+	}
+	if e.comp == nil {
+		return errNotLoaded
+	}
+	if err := apply(next); err == nil {
+		err = e.writeShield(next)
+		if err == nil {
+			return nil
+		}
+		if rerr := apply(cur); rerr != nil {
+			e.log.Error("restore the XDP shield after a failed change", "err", rerr)
+		}
+		return err
+	} else {
+		if rerr := apply(cur); rerr != nil {
+			e.log.Error("restore the XDP shield after a failed change", "err", rerr)
+		}
+		return err
+	}
+}
+
+func ttlDeadline(ttl int64, field string) (int64, error) {
+	if ttl < 0 || ttl > api.MaxTTLSeconds {
+		return 0, &policy.FieldError{Source: "api", Field: field, Value: strconv.FormatInt(ttl, 10), Literal: true,
+			Reason: fmt.Sprintf("must be 0 (no expiry) .. %d seconds", api.MaxTTLSeconds), Fix: "e.g. 3600 for an hour"}
+	}
+	if ttl == 0 {
+		return 0, nil
+	}
+	return time.Now().Add(time.Duration(ttl) * time.Second).Unix(), nil
+}
+
+// AddBlock adds (or replaces) a drop-list entry of the API.
+func (e *Engine) AddBlock(ctx context.Context, who Caller, req api.BlockRequest) (api.BlockInfo, error) {
+	if err := who.MayChange(); err != nil {
+		return api.BlockInfo{}, err
+	}
+	b := policy.Block{Prefix: req.Prefix, MaxBWIn: req.MaxBWIn}
+	if msg, fix := policy.CheckBlock(b); msg != "" {
+		field, val := "prefix", req.Prefix.String()
+		if req.Prefix.IsValid() && req.Prefix == req.Prefix.Masked() {
+			field, val = "maxbw_in", req.MaxBWIn.String()
+		}
+		return api.BlockInfo{}, &policy.FieldError{Source: "api", Object: "block", Field: field, Value: policy.Clip(val), Reason: msg, Fix: fix}
+	}
+	exp, err := ttlDeadline(req.TTLSeconds, "ttl_s")
+	if err != nil {
+		return api.BlockInfo{}, err
+	}
+	err = e.shieldChange(func(s *shieldState) error {
+		for _, cb := range e.base.Blocks {
+			if cb.Prefix == b.Prefix {
+				return &BadRequestError{fmt.Errorf("block %s is in the config file; change it there (and hostqos reload)", b.Prefix)}
+			}
+		}
+		if _, ok := s.Blocks[b.Prefix]; !ok {
+			n4 := 0
+			for _, be := range blockEntries(e.base, s) {
+				if be.Prefix.Addr().Is4() == b.Prefix.Addr().Is4() {
+					n4++
+				}
+			}
+			if n4 >= datapath.MaxBlocks {
+				return &TooManyError{Why: fmt.Sprintf("the drop list holds %d entries of this family, the most it can; remove some first", n4)}
+			}
+		}
+		s.Blocks[b.Prefix] = &blockRec{MaxBWIn: b.MaxBWIn, Expires: exp}
+		return nil
+	})
+	if err != nil {
+		return api.BlockInfo{}, err
+	}
+	info := api.BlockInfo{Block: b, Source: srcAPI}
+	if exp != 0 {
+		t := time.Unix(exp, 0).UTC()
+		info.Expires = &t
+	}
+	return info, nil
+}
+
+// RemoveBlock removes a drop-list entry of the API.
+func (e *Engine) RemoveBlock(ctx context.Context, who Caller, prefix string) error {
+	if err := who.MayChange(); err != nil {
+		return err
+	}
+	p, err := netip.ParsePrefix(prefix)
+	if err != nil {
+		return &NotFoundError{What: "block", Name: prefix}
+	}
+	return e.shieldChange(func(s *shieldState) error {
+		if _, ok := s.Blocks[p]; !ok {
+			for _, cb := range e.base.Blocks {
+				if cb.Prefix == p {
+					return &BadRequestError{fmt.Errorf("block %s is in the config file; remove it there (and hostqos reload)", p)}
+				}
+			}
+			return &NotFoundError{What: "block", Name: prefix}
+		}
+		delete(s.Blocks, p)
+		return nil
+	})
+}
+
+// Blocks lists the drop list with its counters (config entries first,
+// then the API's, each by prefix). Anyone may read it.
+func (e *Engine) Blocks() ([]api.BlockInfo, error) {
+	e.mu.Lock()
+	s, err := e.shieldLocked()
+	if err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	var out []api.BlockInfo
+	seen := map[netip.Prefix]bool{}
+	for _, b := range e.base.Blocks {
+		out = append(out, api.BlockInfo{Block: b, Source: srcConfig})
+		seen[b.Prefix] = true
+	}
+	var more []api.BlockInfo
+	for p, b := range s.Blocks {
+		if seen[p] {
+			continue
+		}
+		bi := api.BlockInfo{Block: policy.Block{Prefix: p, MaxBWIn: b.MaxBWIn}, Source: srcAPI}
+		if b.Expires != 0 {
+			t := time.Unix(b.Expires, 0).UTC()
+			bi.Expires = &t
+		}
+		more = append(more, bi)
+	}
+	sort.Slice(more, func(i, j int) bool { return more[i].Prefix.String() < more[j].Prefix.String() })
+	out = append(out, more...)
+	sk := e.shieldKernel()
+	e.mu.Unlock()
+	if sk == nil {
+		return out, nil
+	}
+	cs, err := sk.BlockCounters() // not under the engine's lock
+	if err != nil {
+		return nil, err
+	}
+	byPrefix := make(map[netip.Prefix]datapath.BlockCounters, len(cs))
+	for _, c := range cs {
+		byPrefix[c.Prefix] = c
+	}
+	for i := range out {
+		c := byPrefix[out[i].Prefix]
+		out[i].Packets, out[i].Bytes, out[i].Dropped = c.Packets, c.Bytes, c.Dropped
+	}
+	return out, nil
+}
+
+// Protect protects a client (see api.ProtectRequest for who may).
+func (e *Engine) Protect(ctx context.Context, who Caller, req api.ProtectRequest) (api.ProtectedInfo, error) {
+	if !req.Addr.IsValid() || req.Addr.Zone() != "" {
+		return api.ProtectedInfo{}, &policy.FieldError{Source: "api", Object: "protected client", Field: "addr", Value: policy.Clip(req.Addr.String()),
+			Reason: "not a valid IP address", Fix: "e.g. 198.51.100.7 or 2001:db8::7"}
+	}
+	exp, err := ttlDeadline(req.TTLSeconds, "ttl_s")
+	if err != nil {
+		return api.ProtectedInfo{}, err
+	}
+	addr := req.Addr.Unmap()
+	if err := who.MayChange(); err != nil {
+		if req.Port == 0 {
+			return api.ProtectedInfo{}, &ForbiddenError{Why: "protecting a client on every port needs root or group hostqos; name the port your server listens on (port)"}
+		}
+		if err := e.ownsListener(who.UID, req.Port); err != nil {
+			return api.ProtectedInfo{}, err
+		}
+	}
+	key := netip.AddrPortFrom(addr, req.Port)
+	err = e.shieldChange(func(s *shieldState) error {
+		if old, ok := s.Protected[key]; ok && old.UID != who.UID && !who.Privileged {
+			return &ForbiddenError{Why: fmt.Sprintf("client %s is already protected by uid %d", key, old.UID)}
+		}
+		if _, ok := s.Protected[key]; !ok {
+			if len(s.Protected) >= datapath.MaxProtected {
+				return &TooManyError{Why: fmt.Sprintf("%d clients are protected, the most the shield holds", len(s.Protected))}
+			}
+			if !who.Privileged {
+				n := 0
+				for _, p := range s.Protected {
+					if p.UID == who.UID {
+						n++
+					}
+				}
+				if n >= MaxProtectedPerUser {
+					return &TooManyError{Why: fmt.Sprintf("you protect %d clients, the most one user may; remove some first", n)}
+				}
+			}
+		}
+		s.Protected[key] = &protRec{UID: who.UID, Expires: exp}
+		return nil
+	})
+	if err != nil {
+		return api.ProtectedInfo{}, err
+	}
+	out := api.ProtectedInfo{Addr: addr, Port: req.Port, UID: who.UID}
+	if exp != 0 {
+		t := time.Unix(exp, 0).UTC()
+		out.Expires = &t
+	}
+	return out, nil
+}
+
+// ownsListener checks that uid has a listening TCP socket on port.
+func (e *Engine) ownsListener(uid uint32, port uint16) error {
+	e.mu.Lock()
+	sk := e.shieldKernel()
+	e.mu.Unlock()
+	if sk == nil {
+		return errNoShield
+	}
+	uids, err := sk.ListenerUIDs(port)
+	if err != nil {
+		return err
+	}
+	for _, u := range uids {
+		if u == uid {
+			return nil
+		}
+	}
+	return &ForbiddenError{Why: fmt.Sprintf("protecting a client needs root or group hostqos, or a listening TCP socket of yours on the port; uid %d has none on port %d", uid, port)}
+}
+
+// Unprotect ends a client's protection: the admin's for any client, a
+// user's for their own.
+func (e *Engine) Unprotect(ctx context.Context, who Caller, client string) error {
+	ap, err := netip.ParseAddrPort(client)
+	if err != nil {
+		return &NotFoundError{What: "protected client", Name: client}
+	}
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	return e.shieldChange(func(s *shieldState) error {
+		p, ok := s.Protected[ap]
+		if !ok {
+			return &NotFoundError{What: "protected client", Name: client}
+		}
+		if !who.Privileged && p.UID != who.UID {
+			return &ForbiddenError{Why: fmt.Sprintf("client %s was protected by uid %d; only they, root or group hostqos may end it", ap, p.UID)}
+		}
+		delete(s.Protected, ap)
+		return nil
+	})
+}
+
+// Protected lists the protected clients: all of them for root and group
+// hostqos, their own for other users.
+func (e *Engine) Protected(who Caller) ([]api.ProtectedInfo, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, err := e.shieldLocked()
+	if err != nil {
+		return nil, err
+	}
+	out := []api.ProtectedInfo{}
+	for ap, p := range s.Protected {
+		if !who.Privileged && p.UID != who.UID {
+			continue
+		}
+		pi := api.ProtectedInfo{Addr: ap.Addr(), Port: ap.Port(), UID: p.UID}
+		if p.Expires != 0 {
+			t := time.Unix(p.Expires, 0).UTC()
+			pi.Expires = &t
+		}
+		out = append(out, pi)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if c := out[i].Addr.Compare(out[j].Addr); c != 0 {
+			return c < 0
+		}
+		return out[i].Port < out[j].Port
+	})
+	return out, nil
+}
+
+// ExpireShield removes the API's blocks and protected clients whose TTL
+// has passed (Tick calls it every second).
+func (e *Engine) ExpireShield() {
+	now := time.Now().Unix()
+	e.mu.Lock()
+	s, err := e.shieldLocked()
+	due := false
+	if err == nil {
+		for _, b := range s.Blocks {
+			due = due || (b.Expires != 0 && b.Expires <= now)
+		}
+		for _, p := range s.Protected {
+			due = due || (p.Expires != 0 && p.Expires <= now)
+		}
+	}
+	e.mu.Unlock()
+	if !due {
+		return
+	}
+	var gone []string
+	err = e.shieldChange(func(s *shieldState) error {
+		for p, b := range s.Blocks {
+			if b.Expires != 0 && b.Expires <= now {
+				delete(s.Blocks, p)
+				gone = append(gone, p.String())
+			}
+		}
+		for ap, p := range s.Protected {
+			if p.Expires != 0 && p.Expires <= now {
+				delete(s.Protected, ap)
+				gone = append(gone, "protected "+ap.String())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.log.Warn("expire drop-list entries", "err", err)
+		return
+	}
+	e.log.Info("drop-list entries expired", "entries", gone)
+}
+
+// ListenerUIDs reads /proc/self/net/tcp and tcp6 (the daemon's network
+// namespace) for the owners of listening sockets on port.
+func (k *SystemKernel) ListenerUIDs(port uint16) ([]uint32, error) {
+	var out []uint32
+	for _, f := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
+		uids, err := listenersIn(f, port)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, uids...)
+	}
+	return out, nil
+}
+
+// listenersIn parses one /proc/net/tcp table: "sl local_address
+// rem_address st ... uid ..."; state 0A is LISTEN.
+func listenersIn(path string, port uint16) ([]uint32, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read listening sockets: %w", err)
+	}
+	defer f.Close()
+	var out []uint32
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 8 || fs[3] != "0A" {
+			continue
+		}
+		_, ph, ok := strings.Cut(fs[1], ":")
+		if !ok {
+			continue
+		}
+		pb, err := hex.DecodeString(ph)
+		if err != nil || len(pb) != 2 || uint16(pb[0])<<8|uint16(pb[1]) != port {
+			continue
+		}
+		uid, err := strconv.ParseUint(fs[7], 10, 32)
+		if err == nil {
+			out = append(out, uint32(uid))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// The SystemKernel's shield, when the XDP program loaded.
+func (k *SystemKernel) SetBlocks(entries []datapath.BlockEntry) error {
+	return k.Shield.SetBlocks(entries)
+}
+func (k *SystemKernel) BlockCounters() ([]datapath.BlockCounters, error) {
+	return k.Shield.BlockCounters()
+}
+func (k *SystemKernel) SetProtected(list []datapath.Protected) error {
+	return k.Shield.SetProtected(list)
+}
+func (k *SystemKernel) AttachXDP(ifindex int, syn datapath.SynLimits) error {
+	return k.Shield.AttachXDP(ifindex, syn)
+}
+func (k *SystemKernel) DetachXDP(ifindex int) error { return k.Shield.DetachXDP(ifindex) }
+
+var _ ShieldKernel = (*SystemKernel)(nil)
