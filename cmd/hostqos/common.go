@@ -36,6 +36,7 @@ type apiClient interface {
 	Events() api.EventsAPI
 	Reservations() api.ReservationsAPI
 	History() api.HistoryAPI
+	Shield() api.ShieldAPI
 }
 
 var _ apiClient = (*api.Client)(nil)

@@ -81,6 +81,7 @@ func (h fakeHistory) Get(_ context.Context, q api.HistoryQuery) (api.History, er
 	out.Kind, out.Since, out.Until = q.Kind, q.Since, q.Until
 	return out, h.f.record("History.Get", []any{q.Kind, q.Name, q.Since.UTC().Format(time.RFC3339), q.Until.UTC().Format(time.RFC3339), q.Step.String()}, nil)
 }
+func (f *fakeClient) Shield() api.ShieldAPI { return nil }
 
 type fakeLinks struct{ f *fakeClient }
 

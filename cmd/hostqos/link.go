@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -30,13 +31,14 @@ type linkSetOptions struct {
 	client           func() apiClient
 	name             string
 	rate, reservable string
+	synRate, synSrc  string
 	temp             bool
 }
 
 func newLinkSetCmd(f *factory) *cobra.Command {
 	o := &linkSetOptions{io: f.io, client: f.client}
 	set := &cobra.Command{
-		Use:   "set IFACE [--egress-rate RATE] [--reservable FRACTION]",
+		Use:   "set IFACE [--egress-rate RATE] [--reservable FRACTION] [--syn-rate N/s] [--syn-rate-per-source N/s]",
 		Short: "Manage an interface: classify and mark its egress, and shape it at RATE",
 		Long: `set makes IFACE a managed link. Its egress traffic is classified, marked and
 counted; with --egress-rate hostqos also builds an HTB tree at that rate, so
@@ -45,7 +47,13 @@ little below the real bottleneck (e.g. 95 % of your uplink) so the queue forms
 here, where hostqos controls it. Without a rate the link is marked, not shaped.
 
 --reservable is the share of the rate that guarantees may claim in total
-(default 0.8); admission control refuses guarantees beyond it.`,
+(default 0.8); admission control refuses guarantees beyond it.
+
+--syn-rate and --syn-rate-per-source throttle pure TCP SYNs (SYN without ACK)
+arriving on the link, in hostqos's XDP program: per source (an IPv4 address, an
+IPv6 /64) first, then for the link. Packets of established connections are never
+touched; clients protected with hostqos protect add bypass both. See docs/ddos.md.
+A set replaces all of the link's settings: give every flag you want to keep.`,
 		Example: "  hostqos link set eth0 --egress-rate 20mbit\n  hostqos link set wg0 --egress-rate 1gbit --reservable 0.9",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -55,6 +63,8 @@ here, where hostqos controls it. Without a rate the link is marked, not shaped.
 	}
 	set.Flags().StringVar(&o.rate, "egress-rate", "", "egress capacity to shape at, e.g. 20mbit (units: bit, kbit, mbit, gbit)")
 	set.Flags().StringVar(&o.reservable, "reservable", "", "fraction of the rate guarantees may claim (default 0.8)")
+	set.Flags().StringVar(&o.synRate, "syn-rate", "", "throttle pure TCP SYNs arriving on the link to N per second, e.g. 1000/s (XDP; established connections are never touched)")
+	set.Flags().StringVar(&o.synSrc, "syn-rate-per-source", "", "throttle pure TCP SYNs from each source (IPv4 address, IPv6 /64) to N per second, e.g. 20/s")
 	set.Flags().BoolVar(&o.temp, "temporary", false, "do not persist: forget the change when the daemon stops (a crash keeps it)")
 	return set
 }
@@ -74,6 +84,19 @@ func (o *linkSetOptions) run() error {
 			return fmt.Errorf("flag --reservable = %q: want a fraction in (0, 1], e.g. 0.8", o.reservable)
 		}
 		l.Reservable = f
+	}
+	for _, f := range []struct {
+		flag, v string
+		dst     *int
+	}{{"--syn-rate", o.synRate, &l.SynRate}, {"--syn-rate-per-source", o.synSrc, &l.SynRatePerSource}} {
+		if f.v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSuffix(f.v, "/s"))
+		if err != nil || n < 0 || n > policy.MaxSynRate {
+			return fmt.Errorf("flag %s = %q: want SYNs per second, 0 .. %d, e.g. 1000/s", f.flag, f.v, policy.MaxSynRate)
+		}
+		*f.dst = n
 	}
 	c, cancel := apiCtx()
 	defer cancel()

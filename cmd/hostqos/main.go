@@ -79,6 +79,7 @@ default /run/hostqos/hostqosd.sock).`,
 		newConfigCmd(f), newToolCmd(f), newRtchanCmd(f), newPlotCmd(f),
 	)
 	root.AddCommand(newEventsCmd(f), newResvCmd(f))
+	root.AddCommand(newBlockCmd(f), newProtectCmd(f))
 	root.AddCommand(newLabCmds(f)...)
 	return root
 }

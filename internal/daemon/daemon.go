@@ -81,6 +81,7 @@ type Daemon struct {
 
 	mu      sync.Mutex // guards dp and adopted
 	dp      *datapath.Datapath
+	shield  *datapath.Shield // XDP drop list and SYN limits; nil if it did not load
 	adopted bool
 
 	srv  *http.Server
@@ -171,7 +172,17 @@ func (d *Daemon) Start(ctx context.Context) error {
 		d.pinsDie = true
 		d.log.Warn("the bpffs holding the pins lives in a mount namespace of the daemon's own: the pinned datapath goes away when the daemon exits", "path", d.bpffsOwn)
 	}
-	if err := d.eng.Start(&engine.SystemKernel{DP: dp, CgRoot: d.cgRoot, Netns: d.netns, Log: d.cfg.Logger}); err != nil {
+	// The XDP shield is optional: without it the daemon works, and the
+	// drop list and SYN limits are refused.
+	shield, err := datapath.OpenShield(dp.Dir(), d.cfg.Logger)
+	if err != nil {
+		d.log.Error("XDP shield not loaded; the drop list and SYN limits are unavailable", "err", err)
+		shield = nil
+	}
+	d.mu.Lock()
+	d.shield = shield
+	d.mu.Unlock()
+	if err := d.eng.Start(&engine.SystemKernel{DP: dp, CgRoot: d.cgRoot, Netns: d.netns, Log: d.cfg.Logger, Shield: shield}); err != nil {
 		return fmt.Errorf("apply policy: %w", err)
 	}
 	if err := d.startObservability(); err != nil {
@@ -221,6 +232,10 @@ func (d *Daemon) Stop() {
 		d.dp.Close()
 		d.dp = nil
 	}
+	if d.shield != nil {
+		d.shield.Close()
+		d.shield = nil
+	}
 	d.mu.Unlock()
 	d.log.Info("hostqosd stopped; the datapath keeps enforcing the last policy")
 }
@@ -238,6 +253,10 @@ func (d *Daemon) Down() error {
 	if d.dp != nil {
 		d.dp.Close()
 		d.dp = nil
+	}
+	if d.shield != nil {
+		d.shield.Close()
+		d.shield = nil
 	}
 	err := Teardown(d.cfg)
 	if d.bpffsOwn != "" {

@@ -346,6 +346,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteAddReservation, mutating(d.handleAddReservation))
 	mux.HandleFunc(api.RouteSetReservation, mutating(d.handleSetReservation))
 	mux.HandleFunc(api.RouteRemoveReservation, mutating(d.handleRemoveReservation))
+	d.shieldRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})

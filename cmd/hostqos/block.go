@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// The XDP shield's commands: block (the drop list) and protect
+// (protected clients); see docs/ddos.md.
+
+func newBlockCmd(f *factory) *cobra.Command {
+	block := &cobra.Command{Use: "block", Short: "Drop (or rate-starve) traffic from address prefixes at XDP, before the network stack"}
+	list := getCmd(f, "list", "List the drop list with per-entry counters", cobra.NoArgs,
+		func(ctx context.Context, c apiClient, _ []string) ([]api.BlockInfo, error) {
+			return c.Shield().Blocks(ctx)
+		},
+		printBlocks)
+	rm := removeCmd(f, "block", "Remove a drop-list entry added with block add",
+		func(ctx context.Context, c apiClient, name string) error {
+			p, err := netip.ParsePrefix(name)
+			if err != nil {
+				return fmt.Errorf("argument CIDR = %q: not an address prefix, e.g. 203.0.113.0/24", name)
+			}
+			return c.Shield().Unblock(ctx, p)
+		})
+	rm.Use = "remove CIDR"
+	block.AddCommand(newBlockAddCmd(f), list, rm)
+	return block
+}
+
+type blockAddOptions struct {
+	io        ioStreams
+	client    func() apiClient
+	ttl, rate string
+}
+
+func newBlockAddCmd(f *factory) *cobra.Command {
+	o := &blockAddOptions{io: f.io, client: f.client}
+	c := &cobra.Command{
+		Use:   "add CIDR [--ttl DURATION] [--maxbw-in RATE]",
+		Short: "Drop packets from a prefix on every managed link (or, with --maxbw-in, pass them at most at RATE)",
+		Long: `add puts a source prefix (IPv4 or IPv6) on the drop list of hostqos's XDP
+program, which runs on every managed link before the network stack: packets from
+the prefix are counted and dropped. With --maxbw-in they are quarantined instead:
+passed at most at RATE (all the prefix's sources together), the rest dropped, so
+the source can still be observed. The longest matching prefix wins. Adding a
+prefix that is on the list replaces its rate and TTL.
+
+With --ttl the entry is removed after DURATION (kept across daemon restarts).
+The list holds up to 131072 entries per family. The entries stay enforced if the
+daemon dies; hostqos down removes them.`,
+		Example: "  hostqos block add 203.0.113.0/24\n  hostqos block add 2001:db8:bad::/48 --ttl 1h\n  hostqos block add 198.51.100.7/32 --maxbw-in 1mbit",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(args[0])
+		},
+	}
+	c.Flags().StringVar(&o.ttl, "ttl", "", "remove the entry after this long, e.g. 30m, 24h (default: never)")
+	c.Flags().StringVar(&o.rate, "maxbw-in", "", "quarantine: pass the prefix's packets at most at RATE, e.g. 1mbit (default: drop all)")
+	return c
+}
+
+func (o *blockAddOptions) run(cidr string) error {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return fmt.Errorf("argument CIDR = %q: not an address prefix, e.g. 203.0.113.0/24 or 2001:db8:bad::/48", cidr)
+	}
+	if p != p.Masked() {
+		return fmt.Errorf("argument CIDR = %q: has bits set beyond the prefix length; write %s", cidr, p.Masked())
+	}
+	req := api.BlockRequest{Prefix: p}
+	if o.rate != "" {
+		r, err := policy.ParseRate(o.rate)
+		if err != nil {
+			return fmt.Errorf("flag --maxbw-in = %q: %w", o.rate, err)
+		}
+		req.MaxBWIn = r
+	}
+	if req.TTLSeconds, err = parseTTL(o.ttl); err != nil {
+		return err
+	}
+	cx, cancel := apiCtx()
+	defer cancel()
+	bi, err := o.client().Shield().Block(cx, req)
+	if err != nil {
+		return err
+	}
+	printBlocks(o.io.Out, []api.BlockInfo{bi})
+	return nil
+}
+
+// parseTTL reads --ttl: a Go duration of at least a second ("" = none).
+func parseTTL(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Second || d > api.MaxTTLSeconds*time.Second {
+		return 0, fmt.Errorf("flag --ttl = %q: want a duration from 1s to %dh, e.g. 30m or 24h", s, api.MaxTTLSeconds/3600)
+	}
+	return int64(d / time.Second), nil
+}
+
+func printBlocks(w io.Writer, bs []api.BlockInfo) {
+	var rows [][]string
+	for _, b := range bs {
+		action := "drop"
+		if b.MaxBWIn != 0 {
+			action = "quarantine " + b.MaxBWIn.String()
+		}
+		exp := "-"
+		if b.Expires != nil {
+			exp = b.Expires.Local().Format(time.DateTime)
+		}
+		rows = append(rows, []string{b.Prefix.String(), action, b.Source, exp,
+			strconv.FormatUint(b.Packets, 10), humanBytes(b.Bytes), strconv.FormatUint(b.Dropped, 10)})
+	}
+	table(w, []string{"PREFIX", "ACTION", "SOURCE", "EXPIRES", "PACKETS", "BYTES", "DROPPED"}, rows)
+}
+
+func newProtectCmd(f *factory) *cobra.Command {
+	pr := &cobra.Command{Use: "protect", Short: "Let a client's connections bypass SYN throttling (Crossbow's white list)"}
+	list := getCmd(f, "list", "List protected clients (yours, unless you are root or in group hostqos)", cobra.NoArgs,
+		func(ctx context.Context, c apiClient, _ []string) ([]api.ProtectedInfo, error) {
+			return c.Shield().Protected(ctx)
+		},
+		printProtected)
+	rm := removeCmd(f, "protected client", "End a client's protection (ADDR, or ADDR:PORT / [ADDR]:PORT as added)",
+		func(ctx context.Context, c apiClient, name string) error {
+			a, port, err := parseClient(name)
+			if err != nil {
+				return err
+			}
+			return c.Shield().Unprotect(ctx, a, port)
+		})
+	rm.Use = "remove ADDR[:PORT]"
+	pr.AddCommand(newProtectAddCmd(f), list, rm)
+	return pr
+}
+
+func parseClient(s string) (netip.Addr, uint16, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a, 0, nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return netip.Addr{}, 0, fmt.Errorf("argument %q: want ADDR, ADDR:PORT or [IPv6]:PORT", s)
+	}
+	return ap.Addr(), ap.Port(), nil
+}
+
+type protectAddOptions struct {
+	io     ioStreams
+	client func() apiClient
+	port   uint16
+	ttl    string
+}
+
+func newProtectAddCmd(f *factory) *cobra.Command {
+	o := &protectAddOptions{io: f.io, client: f.client}
+	c := &cobra.Command{
+		Use:   "add ADDR [--port PORT] [--ttl DURATION]",
+		Short: "Protect a client: its new connections to PORT are never SYN-throttled",
+		Long: `add protects a client address (e.g. one your server has authenticated): its
+SYNs to the local TCP port PORT bypass the links' SYN limits, so it can still
+connect during a SYN flood. Root and group hostqos may protect any client, on
+every port (no --port). Any other user may protect a client only on a port on
+which they have a listening TCP socket, at most 256 at a time.`,
+		Example: "  hostqos protect add 198.51.100.7 --port 443 --ttl 1h",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := netip.ParseAddr(args[0])
+			if err != nil {
+				return fmt.Errorf("argument ADDR = %q: not an IP address", args[0])
+			}
+			ttl, err := parseTTL(o.ttl)
+			if err != nil {
+				return err
+			}
+			cx, cancel := apiCtx()
+			defer cancel()
+			pi, err := o.client().Shield().Protect(cx, api.ProtectRequest{Addr: a, Port: o.port, TTLSeconds: ttl})
+			if err != nil {
+				return err
+			}
+			printProtected(o.io.Out, []api.ProtectedInfo{pi})
+			return nil
+		},
+	}
+	c.Flags().Uint16Var(&o.port, "port", 0, "the local TCP port the client connects to (default: every port; root or group hostqos only)")
+	c.Flags().StringVar(&o.ttl, "ttl", "", "end the protection after this long, e.g. 1h (default: never)")
+	return c
+}
+
+func printProtected(w io.Writer, ps []api.ProtectedInfo) {
+	var rows [][]string
+	for _, p := range ps {
+		port := "any"
+		if p.Port != 0 {
+			port = strconv.Itoa(int(p.Port))
+		}
+		exp := "-"
+		if p.Expires != nil {
+			exp = p.Expires.Local().Format(time.DateTime)
+		}
+		rows = append(rows, []string{p.Addr.String(), port, strconv.FormatUint(uint64(p.UID), 10), exp})
+	}
+	table(w, []string{"CLIENT", "PORT", "UID", "EXPIRES"}, rows)
+}
