@@ -1,0 +1,189 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/traffic"
+)
+
+// Extra source addresses of the server host for the shield tests: a
+// legitimate peer, and a quarantined one (the server's own address is the
+// flooding source).
+var (
+	legitV4      = netip.MustParseAddr("198.18.0.3")
+	quarantineV4 = netip.MustParseAddr("198.18.0.4")
+)
+
+func (e *env) addServerAddrs(t *testing.T, addrs ...netip.Addr) {
+	t.Helper()
+	h := e.server.Handle()
+	lk, err := h.LinkByName(e.server.Iface("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if err := h.AddrAdd(lk, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
+			t.Fatalf("add %v to the server: %v", a, err)
+		}
+	}
+}
+
+// upload sends bulk TCP from the client (the managed host) to the
+// legitimate peer for dur and returns the goodput at the peer.
+func (e *env) upload(t *testing.T, dur time.Duration) float64 {
+	t.Helper()
+	var sink *traffic.TCPSink
+	if err := e.server.Do(func() (err error) {
+		sink, err = traffic.ListenTCPSink(context.Background(), traffic.TCPSinkConfig{Listen: netip.AddrPortFrom(legitV4, 0).String(), Duration: dur + 10*time.Second, Streams: 1})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *traffic.TCPSinkResult, 1)
+	go func() { r, _ := sink.Run(context.Background()); done <- r }()
+	if err := e.client.Do(func() error {
+		_, err := traffic.SendBulk(context.Background(), traffic.BulkConfig{To: sink.Addr().String(), Duration: dur, DSCP: traffic.NoDSCP})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := waitResult(t, done, 20*time.Second)
+	if r == nil {
+		t.Fatal("upload: no sink result")
+	}
+	return r.GoodputBps
+}
+
+// blocks reads the drop list through the CLI.
+func (e *env) blocks(t *testing.T) map[string]api.BlockInfo {
+	t.Helper()
+	var bs []api.BlockInfo
+	e.hostqosJSON(&bs, "block", "list", "-o", "json")
+	out := map[string]api.BlockInfo{}
+	for _, b := range bs {
+		out[b.Prefix.String()] = b
+	}
+	return out
+}
+
+// TestDropListAtXDP: a UDP flood from a listed source is dropped at XDP
+// (counted on its entry, nothing reaches a socket) while an unlisted
+// peer's TCP transfer keeps ≥ 95 % of its rate; a quarantined source
+// (--maxbw-in 1mbit) gets 1 Mbit/s through; `hostqos down` removes the
+// XDP program and the drop list.
+func TestDropListAtXDP(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	e.addServerAddrs(t, legitV4, quarantineV4)
+	// The upload is shaped by hostqos at 200 Mbit/s, so its rate does not
+	// depend on how much CPU the flood generator leaves.
+	e.hostqos("link", "set", e.iface(), "--egress-rate", "200mbit")
+	flooder := serverV4.Addr()
+	e.hostqos("block", "add", flooder.String()+"/32")
+	e.hostqos("block", "add", quarantineV4.String()+"/32", "--maxbw-in", "1mbit", "--ttl", "1h")
+	// Bad input is refused and changes nothing.
+	if out, err := e.hostqosErr("block", "add", "198.18.0.9/16"); err == nil {
+		t.Fatalf("unmasked prefix accepted: %s", out)
+	}
+	if out, err := e.hostqosErr("block", "add", "198.18.0.0/16", "--maxbw-in", "10bit"); err == nil {
+		t.Fatalf("10 bit/s quarantine accepted: %s", out)
+	}
+	if bs := e.blocks(t); len(bs) != 2 {
+		t.Fatalf("drop list %+v", bs)
+	}
+
+	measured(t, "TCP rate under a listed flood", func(n int) (bool, string) {
+		base := e.upload(t, 3*time.Second)
+		before := e.blocks(t)[flooder.String()+"/32"]
+		sink := e.clientUDPSink(t, netip.AddrPortFrom(clientV4.Addr(), uint16(9100+n)).String(), 12*time.Second)
+		floodDone := make(chan *traffic.SendResult, 1)
+		go func() {
+			var s *traffic.SendResult
+			_ = e.server.Do(func() (err error) {
+				s, err = traffic.SendCBR(context.Background(), traffic.CBRConfig{To: netip.AddrPortFrom(clientV4.Addr(), uint16(9100+n)).String(),
+					From: netip.AddrPortFrom(flooder, 0).String(), Size: traffic.HeaderSize, PacketRate: 400_000, Duration: 4 * time.Second, DSCP: traffic.NoDSCP})
+				return err
+			})
+			floodDone <- s
+		}()
+		time.Sleep(300 * time.Millisecond)
+		under := e.upload(t, 3*time.Second)
+		fs := waitResult(t, floodDone, 15*time.Second)
+		got := waitResult(t, sink, 20*time.Second)
+		after := e.blocks(t)[flooder.String()+"/32"]
+		if fs == nil || got == nil {
+			return false, "flood or sink failed"
+		}
+		counted := after.Packets - before.Packets
+		msg := fmt.Sprintf("upload %.1f Mbit/s alone, %.1f under a flood of %d packets (%.0f pkt/s); entry counted %d, dropped %d; %d reached the socket",
+			base/1e6, under/1e6, fs.Packets, float64(fs.Packets)/fs.DurationS, counted, after.Dropped-before.Dropped, got.Packets)
+		t.Log(msg)
+		if got.Packets != 0 || counted < fs.Packets || after.Dropped-before.Dropped != counted {
+			t.Fatalf("flood not dropped at XDP: %s", msg)
+		}
+		return under >= 0.95*base, msg
+	})
+
+	measured(t, "quarantined source at 1 Mbit/s", func(n int) (bool, string) {
+		const payload = 1000
+		to := netip.AddrPortFrom(clientV4.Addr(), uint16(9200+n)).String()
+		sink := e.clientUDPSink(t, to, 12*time.Second)
+		var s *traffic.SendResult
+		if err := e.server.Do(func() (err error) {
+			s, err = traffic.SendCBR(context.Background(), traffic.CBRConfig{To: to, From: netip.AddrPortFrom(quarantineV4, 0).String(),
+				Size: payload, BitRate: 5_000_000, Duration: 4 * time.Second, DSCP: traffic.NoDSCP})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		r := waitResult(t, sink, 20*time.Second)
+		// The bucket counts whole frames (payload, UDP, IP, Ethernet) and
+		// lets a burst of 20 ms (at least 3028 bytes) through first.
+		frame := float64(payload + 8 + 20 + 14)
+		rate := (float64(r.Packets)*frame*8 - 3028*8) / s.DurationS
+		msg := fmt.Sprintf("offered %.2f Mbit/s, %d of %d packets passed: %.3f Mbit/s in frames", s.IPBitRate/1e6, r.Packets, s.Packets, rate/1e6)
+		t.Log(msg)
+		return rate >= 0.95e6 && rate <= 1.05e6, msg
+	})
+
+	// The XDP program is on the link; hostqos down removes it and the
+	// drop list with it.
+	linkOut, _ := e.client.Command("ip", "-d", "link", "show", "dev", e.iface()).CombinedOutput()
+	if !contains(string(linkOut), "xdp") {
+		t.Fatalf("no XDP program on the managed link:\n%s", linkOut)
+	}
+	e.hostqos("down")
+	linkOut, _ = e.client.Command("ip", "-d", "link", "show", "dev", e.iface()).CombinedOutput()
+	if contains(string(linkOut), "prog/xdp") {
+		t.Fatalf("XDP program left after hostqos down:\n%s", linkOut)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// clientUDPSink is a UDP sink in the client (the managed host).
+func (e *env) clientUDPSink(t *testing.T, addr string, dur time.Duration) <-chan *traffic.SinkResult {
+	t.Helper()
+	var s *traffic.Sink
+	if err := e.client.Do(func() (err error) {
+		s, err = traffic.ListenSink(context.Background(), traffic.SinkConfig{Listen: addr, Duration: dur})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan *traffic.SinkResult, 1)
+	go func() {
+		r, _ := s.Run(context.Background())
+		out <- r
+	}()
+	return out
+}
