@@ -116,6 +116,30 @@ type RuleInfo struct {
 	// Resolved says what the app selectors resolved to right now, e.g.
 	// "exe: 2 files", "unit: not running".
 	Resolved []string `json:"resolved,omitempty"`
+	// Quota and Schedule report the rule's quota usage and schedule state
+	// now (nil when the rule has none).
+	Quota    *QuotaStatus    `json:"quota,omitempty"`
+	Schedule *ScheduleStatus `json:"schedule,omitempty"`
+}
+
+// QuotaStatus is a rule's quota in its current period.
+type QuotaStatus struct {
+	Quota       policy.Size `json:"quota"`
+	Used        uint64      `json:"used_bytes"`
+	Period      string      `json:"period"`
+	Direction   string      `json:"direction"`
+	Action      string      `json:"action"`
+	PeriodStart time.Time   `json:"period_start"`
+	NextReset   time.Time   `json:"next_reset"`
+	Reached     bool        `json:"reached"`
+	ReachedAt   *time.Time  `json:"reached_at,omitempty"`
+}
+
+// ScheduleStatus says whether a rule is inside its schedule now and when
+// that changes next (nil: not within eight days).
+type ScheduleStatus struct {
+	Active     bool       `json:"active"`
+	NextChange *time.Time `json:"next_change,omitempty"`
 }
 
 // ClassInfo is a class as listed by the API.

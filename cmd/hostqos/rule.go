@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +23,8 @@ type ruleFlags struct {
 	class, dscp, maxbw, minbw, action, precedence string
 	police, burst                                 string
 	sessions                                      sessionFlags
+	quota, quotaPeriod, quotaDir, quotaReset      string
+	quotaAction, schedule, timezone               string
 	temp                                          bool
 }
 
@@ -46,6 +49,13 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.burst, "burst", "", "property: --police bucket depth in bytes, e.g. 64kb (default: 10 ms at the rate, at least 64kb)")
 	fl.StringVar(&f.action, "action", "", "property: pass (default), drop, or observe (count only)")
 	fl.StringVar(&f.precedence, "precedence", "", "evaluation order: higher first (0-65535); ties go to the most specific rule")
+	fl.StringVar(&f.quota, "quota", "", "quota: volume per period, e.g. 5gb (see --quota-action)")
+	fl.StringVar(&f.quotaPeriod, "quota-period", "", "quota: day (default), week (from Monday) or month (from the 1st)")
+	fl.StringVar(&f.quotaDir, "quota-direction", "", "quota: which traffic counts: out (default; in and both need receive-side counters)")
+	fl.StringVar(&f.quotaReset, "quota-reset", "", "quota: time of day a period starts, HH:MM (default 00:00, in --timezone)")
+	fl.StringVar(&f.quotaAction, "quota-action", "", "quota: when used up, until the reset: event (default), block, or \"limit RATE\" (e.g. \"limit 1mbit\")")
+	fl.StringVar(&f.schedule, "schedule", "", "active only in these windows, e.g. \"Mon-Fri 09:00-18:00, Sat 10:00-14:00\" (default: always)")
+	fl.StringVar(&f.timezone, "timezone", "", "IANA time zone of --schedule and --quota-reset, e.g. Europe/Berlin (default: the host's)")
 	fl.BoolVar(&f.temp, "temporary", false, "do not persist: forget the rule when the daemon stops (a crash keeps it)")
 	f.sessions.register(cmd)
 }
@@ -88,6 +98,16 @@ func (f *ruleFlags) patch(cmd *cobra.Command) (api.Fields, error) {
 	field("police", "police", f.police, parsed(policy.ParseRate))
 	field("burst", "burst", f.burst, parsed(policy.ParseSize))
 	field("action", "action", f.action, oneOf("pass", "drop", "observe"))
+	field("quota", "quota", f.quota, parsed(policy.ParseSize))
+	field("quota-period", "quota_period", f.quotaPeriod, oneOf(policy.PeriodDay, policy.PeriodWeek, policy.PeriodMonth))
+	field("quota-direction", "quota_direction", f.quotaDir, asIs) // the daemon says why in and both are refused
+	field("quota-reset", "quota_reset", f.quotaReset, check(func(v string) bool { _, err := policy.ParseClock(v, false); return err == nil }, "want a time of day HH:MM, e.g. 06:00"))
+	field("quota-action", "quota_action", f.quotaAction, parsed(func(v string) (string, error) {
+		a, err := policy.ParseQuotaAction(v)
+		return a.String(), err
+	}))
+	field("schedule", "schedule", f.schedule, parsed(func(v string) (string, error) { _, err := policy.ParseSchedule(v); return v, err }))
+	field("timezone", "timezone", f.timezone, parsed(func(v string) (string, error) { _, err := policy.Location(v); return v, err }))
 	field("precedence", "precedence", f.precedence, func(v string) (any, error) {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 65535 {
@@ -152,6 +172,7 @@ programs started later and static binaries are covered, UDP included.`,
 			for _, r := range ri.Resolved {
 				fmt.Fprintln(w, "resolved:", r)
 			}
+			printQuotaSchedule(w, ri)
 		})
 	rule.AddCommand(newRuleAddCmd(f), newRuleSetCmd(f), rm, list, show)
 	return rule
@@ -271,4 +292,36 @@ func printRules(w io.Writer, rs []api.RuleInfo) {
 			orDash(strings.Join(limits, ", ")), src})
 	}
 	table(w, []string{"RULE", "PREC", "SELECTORS", "ACTION", "CLASS", "DSCP", "LIMITS", "SOURCE"}, rows)
+}
+
+// printQuotaSchedule adds a rule's quota usage and schedule state to rule
+// show.
+func printQuotaSchedule(w io.Writer, ri api.RuleInfo) {
+	if q := ri.Quota; q != nil {
+		state := "not reached"
+		if q.Reached {
+			state = "reached"
+			if q.ReachedAt != nil {
+				state += " at " + q.ReachedAt.Local().Format(time.RFC3339)
+			}
+			state += ", " + q.Action + " until the reset"
+		}
+		pct := 0.0
+		if q.Quota > 0 {
+			pct = 100 * float64(q.Used) / float64(q.Quota)
+		}
+		fmt.Fprintf(w, "quota: %s of %s per %s used (%.1f%%, %s); %s; next reset %s\n",
+			humanBytes(q.Used), humanBytes(uint64(q.Quota)), q.Period, pct, q.Direction, state, q.NextReset.Local().Format(time.RFC3339))
+	}
+	if s := ri.Schedule; s != nil {
+		state := "off (outside its windows: the rule does not match now)"
+		if s.Active {
+			state = "on"
+		}
+		next := "never"
+		if s.NextChange != nil {
+			next = s.NextChange.Local().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "schedule: %s %s; %s; next switch %s\n", ri.Rule.Schedule, orDash(ri.Rule.TimeZone), state, next)
+	}
 }

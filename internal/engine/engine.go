@@ -40,6 +40,9 @@ type Config struct {
 	// Subscribe.
 	MaxSubscribersPerUser, MaxUserSubscribers int
 	Logger                                    *slog.Logger
+	// Now is the clock of quotas and schedules (nil: time.Now); tests
+	// set their own.
+	Now func() time.Time
 }
 
 // Engine holds the desired policy and makes the kernel match it.
@@ -64,6 +67,7 @@ type Engine struct {
 	tagged      int
 
 	stats *sampler
+	times *ruleTimes // quota usage and schedule state (quota.go)
 
 	// The history recorder (SetHistory); nil: no history.
 	histMu sync.Mutex
@@ -107,10 +111,16 @@ func New(cfg Config) (*Engine, error) {
 	if err := CheckRunLimits(cfg.MaxRunsPerUser, cfg.MaxUserRuns); err != nil {
 		return nil, err
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, links: map[string]int{}}
 	e.stats = newSampler(e)
 	e.events = newEventHub(DefaultEventRing, cfg.MaxSubscribersPerUser, cfg.MaxUserSubscribers, time.Now)
 	var err error
+	if e.times, err = newRuleTimes(cfg.StatePath); err != nil {
+		return nil, err
+	}
 	if e.base, err = e.loadConfig(); err != nil {
 		return nil, err
 	}
@@ -200,11 +210,12 @@ func (e *Engine) applyLocked(m merged, slots *slotTable, persist, temp *overlay)
 	if err := slots.assign(m.Policy, e.counterReader()); err != nil {
 		return err
 	}
-	comp, err := compile(m.Policy, m.Runs, slots, e.k.CgroupRoot())
+	now, view := e.runtimePolicy(m.Policy) // quotas and schedules (quota.go)
+	comp, err := compile(now, m.Runs, slots, e.k.CgroupRoot())
 	if err != nil {
 		return err
 	}
-	plans, ifindexes, missing, err := e.planLinks(m.Policy, comp)
+	plans, ifindexes, missing, err := e.planLinks(now, comp)
 	if err != nil {
 		return err
 	}
@@ -230,6 +241,7 @@ func (e *Engine) applyLocked(m merged, slots *slotTable, persist, temp *overlay)
 		e.persist, e.temp, e.keysPersist, e.keysTemp = persist, temp, keysP, keysT
 	}
 	e.eff, e.comp, e.slots, e.missing = m, comp, slots, missing
+	e.times.view = view
 	return nil
 }
 
@@ -238,7 +250,8 @@ func (e *Engine) restoreKernel() {
 	if e.comp == nil {
 		return
 	}
-	plans, idx, _, err := e.planLinks(e.eff.Policy, e.comp)
+	now, _ := e.runtimePolicy(e.eff.Policy)
+	plans, idx, _, err := e.planLinks(now, e.comp)
 	if err == nil {
 		err = e.pushKernel(e.comp, plans, idx)
 	}
@@ -450,6 +463,7 @@ func (e *Engine) Reload() error {
 func (e *Engine) Tick() {
 	e.stats.sample()
 	e.recordHistory()
+	e.tickTimes()
 	e.ReapRuns()
 	e.ExpireShield()
 	e.Rescan()
@@ -483,7 +497,11 @@ func (e *Engine) Rescan() {
 		}
 		return
 	}
-	comp, err := compile(e.eff.Policy, e.eff.Runs, e.slots, e.k.CgroupRoot())
+	now, view := e.runtimePolicy(e.eff.Policy)
+	if view != e.times.view {
+		return // a quota or schedule changed the view: tickTimes applies it whole
+	}
+	comp, err := compile(now, e.eff.Runs, e.slots, e.k.CgroupRoot())
 	if err != nil {
 		e.log.Warn("rescan", "err", err)
 		return

@@ -288,6 +288,7 @@ func (e *Engine) Rules(who Caller, name string) ([]api.RuleInfo, error) {
 		if e.comp != nil {
 			ri.Resolved = e.comp.Resolved[ru.Name]
 		}
+		e.quotaStatusLocked(ru, &ri)
 		out = append(out, ri)
 	}
 	if name != "" && len(out) == 0 {

@@ -127,7 +127,18 @@ type Rule struct {
 	MaxSessions     int  `json:"max_sessions,omitempty" toml:"max_sessions,omitzero"`
 	PerSessionMaxBW Rate `json:"per_session_maxbw,omitempty" toml:"per_session_maxbw,omitzero"`
 	PerSessionMinBW Rate `json:"per_session_minbw,omitempty" toml:"per_session_minbw,omitzero"`
-	Temporary       bool `json:"temporary,omitempty" toml:"-"`
+
+	// Quota and schedule (quota.go): a volume per period with what to do
+	// when it is used up, and the weekday/time windows the rule is on in.
+	Quota          Size   `json:"quota,omitempty" toml:"quota,omitzero"`
+	QuotaPeriod    string `json:"quota_period,omitempty" toml:"quota_period,omitzero"`       // day (default), week, month
+	QuotaDirection string `json:"quota_direction,omitempty" toml:"quota_direction,omitzero"` // out (default); in, both refused until rx counters exist
+	QuotaReset     string `json:"quota_reset,omitempty" toml:"quota_reset,omitzero"`         // HH:MM (default 00:00)
+	QuotaAction    string `json:"quota_action,omitempty" toml:"quota_action,omitzero"`       // event (default), block, "limit RATE"
+	Schedule       string `json:"schedule,omitempty" toml:"schedule,omitzero"`               // e.g. "Mon-Fri 09:00-18:00, Sat 10:00-14:00"
+	TimeZone       string `json:"timezone,omitempty" toml:"timezone,omitzero"`               // IANA zone of quota_reset and schedule (default: the host's)
+
+	Temporary bool `json:"temporary,omitempty" toml:"-"`
 	// UserRun marks the rule of a `hostqos run` started by an ordinary
 	// user. The daemon sets it (it is not read from the config file, and
 	// the daemon overwrites what the API sends): such rules form a tier of

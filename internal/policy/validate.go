@@ -179,6 +179,7 @@ func (v *validator) rules(p *Policy) {
 		v.ruleSelectors(obj, r)
 		v.ruleProperties(obj, r, p)
 		v.sessions(obj, r.MaxSessions, r.PerSessionMinBW, r.PerSessionMaxBW)
+		v.quotaSchedule(obj, r)
 		if r.Precedence < 0 || r.Precedence > MaxPrecedence {
 			v.addNum(obj, "precedence", strconv.Itoa(r.Precedence), "out of range", fmt.Sprintf("use 1..%d (larger is evaluated first) or 0 for unset", MaxPrecedence))
 		}

@@ -1,0 +1,346 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// Quotas and schedules change what a rule does over time without changing
+// the rule: the engine lays a runtime view over the effective policy before
+// compiling it (runtimePolicy). A rule outside its schedule's windows is
+// left out of the datapath (its traffic falls to the next rule); a rule
+// whose quota is used up is blocked (action drop) or capped (a ceiling on
+// a shaped link, else a policer) until the quota's next reset. Tick
+// counts each quota's usage from the rule's byte counter, notices resets
+// and schedule switches, publishes events, and pushes the datapath again
+// when the view changed. Usage is kept in quota.json beside the state file.
+
+// quotaSaveEvery is how often usage that grew is written (a crash loses at
+// most this much counting); a reached quota or a reset is written at once.
+const quotaSaveEvery = 5 * time.Second
+
+// quotaUsage is one rule's quota usage in its current period.
+type quotaUsage struct {
+	PeriodStart time.Time `json:"period_start"`
+	Used        uint64    `json:"used_bytes"`
+	// Slot and Counter are the rule's counter slot and its raw byte
+	// counter at the last reading; usage grows by the counter's increase.
+	Slot      int       `json:"slot"`
+	Counter   uint64    `json:"counter"`
+	ReachedAt time.Time `json:"reached_at,omitzero"`
+}
+
+// ruleTimes is the engine's quota and schedule state.
+type ruleTimes struct {
+	path    string
+	usage   map[string]*quotaUsage // by rule name
+	dirty   bool
+	savedAt time.Time
+	view    string          // runtime view last applied (runtimePolicy's key)
+	on      map[string]bool // schedule state last seen, by rule
+	lastErr string          // last error of applying a changed view, logged once
+}
+
+// quotaFile is the content of quota.json.
+type quotaFile struct {
+	Version int                    `json:"version"`
+	Usage   map[string]*quotaUsage `json:"usage"`
+}
+
+func newRuleTimes(statePath string) (*ruleTimes, error) {
+	t := &ruleTimes{path: filepath.Join(filepath.Dir(statePath), "quota.json"), usage: map[string]*quotaUsage{}, on: map[string]bool{}}
+	data, err := os.ReadFile(t.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return t, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read quota usage %s: %w", t.path, err)
+	}
+	var f quotaFile
+	if err := json.Unmarshal(data, &f); err != nil || f.Version != 1 {
+		return nil, fmt.Errorf("read quota usage %s: not a version 1 usage file (%v); move it away to count quotas from zero", t.path, err)
+	}
+	for name, u := range f.Usage {
+		if u != nil {
+			t.usage[name] = u
+		}
+	}
+	return t, nil
+}
+
+// save writes the usage atomically.
+func (t *ruleTimes) save(now time.Time) error {
+	data, err := json.MarshalIndent(quotaFile{Version: 1, Usage: t.usage}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode quota usage: %w", err)
+	}
+	if err := writeFileAtomic(t.path, append(data, '\n')); err != nil {
+		return err
+	}
+	t.dirty, t.savedAt = false, now
+	return nil
+}
+
+// writeFileAtomic replaces path with data: a temporary file in the same
+// directory, synced, renamed over it.
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create dir %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".quota-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	return nil
+}
+
+// reached reports whether rule name's quota q is used up in the period
+// that now falls in.
+func (t *ruleTimes) reached(name string, q policy.QuotaSpec, now time.Time) bool {
+	u := t.usage[name]
+	if u == nil {
+		return false
+	}
+	start, _ := policy.QuotaPeriodAt(now, q.Period, q.ResetMin, q.Loc)
+	return u.PeriodStart.Equal(start) && u.Used >= q.Size
+}
+
+// runtimePolicy is p as it applies now: rules outside their schedule left
+// out, rules over their quota blocked or capped. key names that view, so
+// that Tick can tell when it changes. p itself is not changed.
+func (e *Engine) runtimePolicy(p *policy.Policy) (*policy.Policy, string) {
+	now := e.cfg.Now()
+	shaped := false
+	for _, l := range p.Links {
+		shaped = shaped || l.EgressRate > 0
+	}
+	var out *policy.Policy
+	var key []string
+	for i, r := range p.Rules {
+		if s, loc, ok := r.ScheduleOf(); ok && !s.Active(now, loc) {
+			key = append(key, r.Name+":off")
+			if out == nil {
+				out = p.Clone()
+				out.Rules = append([]policy.Rule{}, p.Rules[:i]...)
+			}
+			continue
+		}
+		if q, ok := r.QuotaOf(); ok && q.Action.Kind != policy.QuotaEvent && e.times.reached(r.Name, q, now) {
+			key = append(key, r.Name+":"+q.Action.String())
+			switch q.Action.Kind {
+			case policy.QuotaBlock:
+				r.Action = policy.ActionDrop
+			case policy.QuotaLimit:
+				if shaped {
+					if r.MaxBW == 0 || r.MaxBW > q.Action.Limit {
+						r.MaxBW = q.Action.Limit
+					}
+					r.MinBW = min(r.MinBW, r.MaxBW)
+				} else if r.Police == 0 || r.Police > q.Action.Limit {
+					r.Police = q.Action.Limit
+				}
+			}
+			if out == nil {
+				out = p.Clone()
+				out.Rules = append([]policy.Rule{}, p.Rules[:i]...)
+			}
+		}
+		if out != nil {
+			out.Rules = append(out.Rules, r)
+		}
+	}
+	if out == nil {
+		return p, ""
+	}
+	return out, strings.Join(key, ",")
+}
+
+// tickTimes counts quota usage, notices quota resets and schedule
+// switches, applies the runtime view when it changed, and publishes the
+// events (after the lock is released).
+func (e *Engine) tickTimes() {
+	e.mu.Lock()
+	evs := e.tickTimesLocked()
+	e.mu.Unlock()
+	e.publish(evs...)
+}
+
+func (e *Engine) tickTimesLocked() []api.Event {
+	if e.k == nil {
+		return nil
+	}
+	t := e.times
+	now := e.cfg.Now()
+	cs, cerr := e.k.RuleCounters()
+	if cerr != nil {
+		cs = nil // count nothing this time; the next reading catches up
+	}
+	var evs []api.Event
+	saveNow := false
+	quota := map[string]bool{}
+	for _, r := range e.eff.Policy.Rules {
+		q, ok := r.QuotaOf()
+		if !ok {
+			continue
+		}
+		quota[r.Name] = true
+		start, next := policy.QuotaPeriodAt(now, q.Period, q.ResetMin, q.Loc)
+		slot, hasSlot := e.slots.Rules[r.Name]
+		var raw uint64
+		haveRaw := hasSlot && slot < len(cs)
+		if haveRaw {
+			raw = cs[slot].Bytes
+		}
+		u := t.usage[r.Name]
+		if u == nil {
+			if !haveRaw {
+				continue
+			}
+			u = &quotaUsage{PeriodStart: start, Slot: slot, Counter: raw}
+			t.usage[r.Name], saveNow = u, true
+		}
+		if !u.PeriodStart.Equal(start) {
+			if !u.ReachedAt.IsZero() {
+				evs = append(evs, quotaEvent(EventQuotaReset, r, q, 0, start, next,
+					fmt.Sprintf("rule %s: quota of %s per %s starts again (used %s last period)", r.Name, policy.Size(q.Size), q.Period, policy.Size(u.Used))))
+			}
+			u.PeriodStart, u.Used, u.ReachedAt, saveNow = start, 0, time.Time{}, true
+		}
+		if haveRaw {
+			switch {
+			case u.Slot != slot:
+				u.Slot, u.Counter = slot, raw // another slot: count from here
+			case raw >= u.Counter:
+				if raw > u.Counter {
+					u.Used += raw - u.Counter
+					u.Counter, t.dirty = raw, true
+				}
+			default: // the counter started again from zero (a new datapath)
+				u.Used += raw
+				u.Counter, t.dirty = raw, true
+			}
+		}
+		if u.Used >= q.Size && u.ReachedAt.IsZero() {
+			u.ReachedAt, saveNow = now, true
+			what := "an event only"
+			if q.Action.Kind != policy.QuotaEvent {
+				what = q.Action.String() + " until " + next.Format(time.RFC3339)
+			}
+			evs = append(evs, quotaEvent(EventQuotaReached, r, q, u.Used, start, next,
+				fmt.Sprintf("rule %s: quota of %s per %s reached (%s used); %s", r.Name, policy.Size(q.Size), q.Period, policy.Size(u.Used), what)))
+		}
+	}
+	for name := range t.usage {
+		if !quota[name] {
+			delete(t.usage, name)
+			saveNow = true
+		}
+	}
+	sched := map[string]bool{}
+	for _, r := range e.eff.Policy.Rules {
+		s, loc, ok := r.ScheduleOf()
+		if !ok {
+			continue
+		}
+		sched[r.Name] = true
+		on := s.Active(now, loc)
+		if prev, seen := t.on[r.Name]; seen && prev != on {
+			kind, msg := EventScheduleOff, "rule %s: outside its schedule (%s); off until %s"
+			if on {
+				kind, msg = EventScheduleOn, "rule %s: inside its schedule (%s); on until %s"
+			}
+			until := "further notice"
+			if nc := s.NextChange(now, loc); !nc.IsZero() {
+				until = nc.Format(time.RFC3339)
+			}
+			evs = append(evs, api.Event{Kind: kind, Subject: "rule/" + r.Name, Message: fmt.Sprintf(msg, r.Name, r.Schedule, until),
+				Fields: map[string]any{"rule": r.Name, "schedule": r.Schedule, "active": on}})
+		}
+		t.on[r.Name] = on
+	}
+	for name := range t.on {
+		if !sched[name] {
+			delete(t.on, name)
+		}
+	}
+	if _, key := e.runtimePolicy(e.eff.Policy); key != t.view {
+		err := e.applyLocked(e.eff, e.slots.clone(), nil, nil)
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		if err != nil && msg != t.lastErr {
+			e.log.Warn("apply quota and schedule changes", "err", err)
+		}
+		t.lastErr = msg
+	}
+	if saveNow || (t.dirty && now.Sub(t.savedAt) >= quotaSaveEvery) {
+		if err := t.save(now); err != nil {
+			e.log.Warn("save quota usage", "err", err)
+		}
+	}
+	return evs
+}
+
+func quotaEvent(kind string, r policy.Rule, q policy.QuotaSpec, used uint64, start, next time.Time, msg string) api.Event {
+	return api.Event{Kind: kind, Subject: "rule/" + r.Name, Message: msg, Fields: map[string]any{
+		"rule": r.Name, "quota_bytes": q.Size, "used_bytes": used, "period": q.Period, "direction": q.Direction,
+		"action": q.Action.String(), "period_start": start, "next_reset": next,
+	}}
+}
+
+// quotaStatusLocked is what `rule show` reports of a rule's quota and
+// schedule.
+func (e *Engine) quotaStatusLocked(r policy.Rule, ri *api.RuleInfo) {
+	now := e.cfg.Now()
+	if q, ok := r.QuotaOf(); ok {
+		start, next := policy.QuotaPeriodAt(now, q.Period, q.ResetMin, q.Loc)
+		qs := &api.QuotaStatus{Quota: policy.Size(q.Size), Period: q.Period, Direction: q.Direction, Action: q.Action.String(),
+			PeriodStart: start, NextReset: next}
+		if u := e.times.usage[r.Name]; u != nil && u.PeriodStart.Equal(start) {
+			qs.Used = u.Used
+			qs.Reached = u.Used >= q.Size
+			if !u.ReachedAt.IsZero() {
+				at := u.ReachedAt
+				qs.ReachedAt = &at
+			}
+		}
+		ri.Quota = qs
+	}
+	if s, loc, ok := r.ScheduleOf(); ok {
+		ss := &api.ScheduleStatus{Active: s.Active(now, loc)}
+		if nc := s.NextChange(now, loc); !nc.IsZero() {
+			ss.NextChange = &nc
+		}
+		ri.Schedule = ss
+	}
+}

@@ -1,0 +1,310 @@
+package engine
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/shaper"
+)
+
+// fakeClock is the engine's clock in these tests.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+// evRecorder reads the quota and schedule events of the engines it is
+// attached to from their event streams.
+type evRecorder struct {
+	sub *Subscription
+	got []api.Event
+}
+
+func (r *evRecorder) read() {
+	if r.sub != nil {
+		r.got = append(r.got, r.sub.take()...)
+	}
+}
+
+// kinds lists the kinds of the events published so far.
+func (r *evRecorder) kinds() []string {
+	r.read()
+	var out []string
+	for _, ev := range r.got {
+		out = append(out, ev.Kind)
+	}
+	return out
+}
+
+// startAt starts an engine over env whose clock reads clk; rec reads its
+// quota and schedule events.
+func startAt(t *testing.T, env *testEnv, clk *fakeClock, rec *evRecorder) *Engine {
+	t.Helper()
+	env.cfg.Now = clk.now
+	e, err := New(env.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.read()
+	if rec.sub, err = e.Subscribe(root, nil, []string{"quota", "schedule"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.sub.Close)
+	if err := e.Start(env.k); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// dpRule is the datapath rule of slot, if the datapath has it.
+func dpRule(k *FakeKernel, slot int) (datapath.Rule, bool) {
+	for _, r := range k.Snapshot().Rules.Rules {
+		if int(r.Slot) == slot {
+			return r, true
+		}
+	}
+	return datapath.Rule{}, false
+}
+
+// TestScheduleSwitchesRule: a rule with a schedule is in the datapath only
+// inside its windows; Tick switches it on and off at the configured times
+// (in its time zone) and publishes schedule.on / schedule.off.
+func TestScheduleSwitchesRule(t *testing.T) {
+	env := newEnv(t, `
+[[link]]
+name = "eth0"
+egress_rate = "100mbit"
+
+[[rule]]
+name = "backup"
+comm = "restic"
+maxbw = "10mbit"
+schedule = "Mon-Fri 09:00-18:00"
+timezone = "Europe/Berlin"
+`)
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	clk := &fakeClock{t: time.Date(2026, 11, 23, 8, 59, 30, 0, berlin)} // a Monday
+	var evs evRecorder
+	e := startAt(t, env, clk, &evs)
+	slot := e.slots.Rules["backup"]
+	if _, on := dpRule(env.k, slot); on {
+		t.Fatal("rule in the datapath at 08:59 on Monday; its schedule starts at 09:00")
+	}
+	e.Tick()
+	if len(evs.kinds()) != 0 {
+		t.Fatalf("events before any switch: %v", evs.kinds())
+	}
+	ri, _ := e.Rules(root, "backup")
+	if s := ri[0].Schedule; s == nil || s.Active || s.NextChange == nil || !s.NextChange.Equal(time.Date(2026, 11, 23, 9, 0, 0, 0, berlin)) {
+		t.Errorf("schedule status at 08:59: %+v", ri[0].Schedule)
+	}
+
+	clk.set(time.Date(2026, 11, 23, 9, 0, 0, 0, berlin))
+	e.Tick()
+	r, on := dpRule(env.k, slot)
+	if !on || r.ClassID != shaper.RuleClassID(uint16(slot)) {
+		t.Fatalf("at 09:00 the rule is not in the datapath with its own HTB leaf: on=%v %+v", on, r)
+	}
+	if got := evs.kinds(); len(got) != 1 || got[0] != "schedule.on" {
+		t.Fatalf("events at 09:00: %v", got)
+	}
+	ri, _ = e.Rules(root, "backup")
+	if s := ri[0].Schedule; s == nil || !s.Active || s.NextChange == nil || !s.NextChange.Equal(time.Date(2026, 11, 23, 18, 0, 0, 0, berlin)) {
+		t.Errorf("schedule status at 09:00: %+v", ri[0].Schedule)
+	}
+
+	clk.set(time.Date(2026, 11, 23, 18, 0, 1, 0, berlin))
+	e.Tick()
+	if _, on := dpRule(env.k, slot); on {
+		t.Fatal("rule still in the datapath after 18:00")
+	}
+	if got := evs.kinds(); len(got) != 2 || got[1] != "schedule.off" {
+		t.Fatalf("events after 18:00: %v", got)
+	}
+	// Saturday: stays off all day, no event.
+	clk.set(time.Date(2026, 11, 28, 10, 0, 0, 0, berlin))
+	e.Tick()
+	if _, on := dpRule(env.k, slot); on || len(evs.kinds()) != 2 {
+		t.Fatalf("Saturday 10:00: on=%v events %v", on, evs.kinds())
+	}
+	// The time zone counts: 09:30 in Berlin is 08:30 UTC on a Monday.
+	clk.set(time.Date(2026, 11, 30, 8, 30, 0, 0, time.UTC))
+	e.Tick()
+	if _, on := dpRule(env.k, slot); !on {
+		t.Fatal("Monday 09:30 Berlin time (08:30 UTC): rule not on")
+	}
+}
+
+const quotaConfig = `
+[[link]]
+name = "eth0"
+egress_rate = "100mbit"
+
+[[rule]]
+name = "dl"
+comm = "wget"
+quota = "5mb"
+quota_action = "limit 1mbit"
+quota_reset = "06:00"
+timezone = "UTC"
+`
+
+// TestQuotaLimitsPersistsAndResets: the rule's sent bytes count against its
+// quota; at 5 MB the rule gets a 1mbit ceiling and quota.reached is
+// published; usage and the limit survive a restart; at the reset time the
+// limit goes and quota.reset is published.
+func TestQuotaLimitsPersistsAndResets(t *testing.T) {
+	env := newEnv(t, quotaConfig)
+	clk := &fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	var evs evRecorder
+	e := startAt(t, env, clk, &evs)
+	k := env.k
+	slot := e.slots.Rules["dl"]
+	k.Counters = make([]datapath.Counters, datapath.MaxRules)
+	k.Counters[slot].Bytes = 1000 // before the first reading: not counted
+	e.Tick()
+	k.Counters[slot].Bytes = 1000 + 3<<20
+	clk.set(clk.now().Add(time.Second))
+	e.Tick()
+	ri, _ := e.Rules(root, "dl")
+	q := ri[0].Quota
+	if q == nil || q.Used != 3<<20 || q.Reached || q.Quota != 5<<20 ||
+		!q.NextReset.Equal(time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)) || !q.PeriodStart.Equal(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)) {
+		t.Fatalf("quota after 3 MB: %+v", q)
+	}
+	if r, _ := dpRule(k, slot); r.ClassID != shaper.ClassLeafID(e.slots.Classes["default"]) {
+		t.Fatalf("limited before the quota was reached: %+v", r)
+	}
+	k.Counters[slot].Bytes = 1000 + 5<<20
+	clk.set(clk.now().Add(time.Second))
+	e.Tick()
+	if got := evs.kinds(); len(got) != 1 || got[0] != "quota.reached" {
+		t.Fatalf("events at 5 MB: %v", got)
+	}
+	limited := func(e *Engine) {
+		t.Helper()
+		r, _ := dpRule(k, slot)
+		if r.ClassID != shaper.RuleClassID(uint16(slot)) {
+			t.Fatalf("over quota, the rule has no leaf of its own: %+v", r)
+		}
+		var ceil uint64
+		for _, c := range k.Snapshot().Trees[2].Classes {
+			if c.Minor == shaper.RuleLeafMinor(uint16(slot)) {
+				ceil = c.Ceil
+			}
+		}
+		if ceil != 1_000_000 {
+			t.Fatalf("over quota, the rule's ceiling is %d, want 1mbit", ceil)
+		}
+		// The policy itself is unchanged: the limit is the quota's.
+		ri, _ := e.Rules(root, "dl")
+		if ri[0].Rule.MaxBW != 0 || ri[0].Quota == nil || !ri[0].Quota.Reached || ri[0].Quota.ReachedAt == nil {
+			t.Fatalf("rule show over quota: %+v %+v", ri[0].Rule, ri[0].Quota)
+		}
+	}
+	limited(e)
+
+	// A restart (the datapath's counters go on, pinned) keeps usage and limit.
+	e2 := startAt(t, env, clk, &evs)
+	limited(e2)
+	k.Counters[slot].Bytes = 1000 + 6<<20
+	e2.Tick()
+	ri, _ = e2.Rules(root, "dl")
+	if ri[0].Quota.Used != 6<<20 || len(evs.kinds()) != 1 {
+		t.Fatalf("after restart and 1 MB more: used %d, events %v", ri[0].Quota.Used, evs.kinds())
+	}
+
+	// 06:00 next day: a new period.
+	clk.set(time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC))
+	e2.Tick()
+	if r, _ := dpRule(k, slot); r.ClassID != shaper.ClassLeafID(e2.slots.Classes["default"]) {
+		t.Fatalf("still limited after the reset: %+v", r)
+	}
+	if got := evs.kinds(); len(got) != 2 || got[1] != "quota.reset" {
+		t.Fatalf("events at the reset: %v", got)
+	}
+	ri, _ = e2.Rules(root, "dl")
+	if ri[0].Quota.Used != 0 || ri[0].Quota.Reached {
+		t.Fatalf("quota after the reset: %+v", ri[0].Quota)
+	}
+}
+
+// TestQuotaBlockAndPolice: action block drops the rule's traffic once the
+// quota is reached; on a link without shaping, limit becomes a policer.
+func TestQuotaBlockAndPolice(t *testing.T) {
+	for _, c := range []struct{ action string }{{"block"}, {"limit 2mbit"}} {
+		env := newEnv(t, `
+[[link]]
+name = "eth0"
+
+[[rule]]
+name = "dl"
+comm = "wget"
+quota = "1kb"
+quota_action = "`+c.action+`"
+`)
+		clk := &fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+		var evs evRecorder
+		e := startAt(t, env, clk, &evs)
+		slot := e.slots.Rules["dl"]
+		env.k.Counters = make([]datapath.Counters, datapath.MaxRules)
+		e.Tick()
+		env.k.Counters[slot].Bytes = 2048
+		e.Tick()
+		r, _ := dpRule(env.k, slot)
+		switch c.action {
+		case "block":
+			if r.ActionCode != datapath.ActDrop {
+				t.Errorf("block: rule not dropping: %+v", r)
+			}
+		default:
+			if r.PoliceRate != 2_000_000 || r.ActionCode != datapath.ActPass {
+				t.Errorf("limit on an unshaped link: want a 2mbit policer, got %+v", r)
+			}
+		}
+		if len(evs.kinds()) != 1 || evs.got[0].Kind != "quota.reached" {
+			t.Errorf("%s: events %v", c.action, evs.kinds())
+		}
+	}
+}
+
+// TestQuotaFieldsValidated: bad quota and schedule fields are refused
+// naming the field, and change nothing.
+func TestQuotaFieldsValidated(t *testing.T) {
+	env := newEnv(t, "")
+	e := env.start(t)
+	for _, c := range []struct {
+		patch func(*policy.Rule)
+		field string
+	}{
+		{func(r *policy.Rule) { r.Quota, r.QuotaDirection = 1<<20, "in" }, "quota_direction"},
+		{func(r *policy.Rule) { r.Quota, r.QuotaDirection = 1<<20, "both" }, "quota_direction"},
+		{func(r *policy.Rule) { r.Quota, r.QuotaAction = 1<<20, "limit" }, "quota_action"},
+		{func(r *policy.Rule) { r.Quota, r.QuotaAction = 1<<20, "throttle" }, "quota_action"},
+		{func(r *policy.Rule) { r.Quota, r.QuotaPeriod = 1<<20, "year" }, "quota_period"},
+		{func(r *policy.Rule) { r.Quota, r.QuotaReset = 1<<20, "25:00" }, "quota_reset"},
+		{func(r *policy.Rule) { r.QuotaAction = "block" }, "quota_action"},
+		{func(r *policy.Rule) { r.Schedule = "Mon-Fry 09:00-18:00" }, "schedule"},
+		{func(r *policy.Rule) { r.Schedule = "Mon 09:00-09:00" }, "schedule"},
+		{func(r *policy.Rule) { r.Schedule, r.TimeZone = "daily", "Mars/Olympus" }, "timezone"},
+		{func(r *policy.Rule) { r.Quota, r.Action, r.QuotaAction = 1<<20, policy.ActionObserve, "block" }, "quota_action"},
+	} {
+		r := rule("q")
+		c.patch(&r)
+		_, err := e.AddRule(t.Context(), root, r, false)
+		fes := policy.AsErrors(err)
+		if len(fes) == 0 || fes[0].Field != c.field {
+			t.Errorf("%+v: want an error on field %s, got %v", r, c.field, err)
+		}
+	}
+	if rs, _ := e.Rules(root, ""); len(rs) != 0 {
+		t.Errorf("refused rules were added: %+v", rs)
+	}
+}
