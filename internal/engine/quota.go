@@ -231,7 +231,7 @@ func (e *Engine) tickTimesLocked() []api.Event {
 		if !u.PeriodStart.Equal(start) {
 			if !u.ReachedAt.IsZero() {
 				evs = append(evs, quotaEvent(EventQuotaReset, r, q, 0, start, next,
-					fmt.Sprintf("rule %s: quota of %s per %s starts again (used %s last period)", r.Name, policy.Size(q.Size), q.Period, policy.Size(u.Used))))
+					fmt.Sprintf("rule %s: quota of %s per %s starts again (%s used last period)", r.Name, policy.Size(q.Size), q.Period, mib(u.Used))))
 			}
 			u.PeriodStart, u.Used, u.ReachedAt, saveNow = start, 0, time.Time{}, true
 		}
@@ -256,7 +256,7 @@ func (e *Engine) tickTimesLocked() []api.Event {
 				what = q.Action.String() + " until " + next.Format(time.RFC3339)
 			}
 			evs = append(evs, quotaEvent(EventQuotaReached, r, q, u.Used, start, next,
-				fmt.Sprintf("rule %s: quota of %s per %s reached (%s used); %s", r.Name, policy.Size(q.Size), q.Period, policy.Size(u.Used), what)))
+				fmt.Sprintf("rule %s: quota of %s per %s reached (%s used); %s", r.Name, policy.Size(q.Size), q.Period, mib(u.Used), what)))
 		}
 	}
 	for name := range t.usage {
@@ -310,6 +310,9 @@ func (e *Engine) tickTimesLocked() []api.Event {
 	}
 	return evs
 }
+
+// mib writes a byte count in MiB for messages.
+func mib(n uint64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 func quotaEvent(kind string, r policy.Rule, q policy.QuotaSpec, used uint64, start, next time.Time, msg string) api.Event {
 	return api.Event{Kind: kind, Subject: "rule/" + r.Name, Message: msg, Fields: map[string]any{

@@ -1,0 +1,66 @@
+package integration
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+)
+
+// TestQuotaLimitsApp: a quota of 5 MB with action "limit 1mbit" on an app:
+// the app sends at full speed until the daemon has counted 5 MB; then
+// rule show says the quota is reached, a quota.reached event is
+// published, and the app's TCP goodput, measured at the receiver, falls to
+// the 1 Mbit/s limit.
+func TestQuotaLimitsApp(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon()
+	app := e.app("quota-app")
+	e.hostqos("link", "set", e.iface(), "--egress-rate", "200mbit")
+	e.hostqos("rule", "add", "dl", "--exe", app, "--quota", "5mb", "--quota-action", "limit 1mbit")
+
+	// Full speed until the quota is used up (the daemon counts every
+	// second); the sink ends after 6 s, cutting what is still queued.
+	to := serverV4.Addr().String() + ":7300"
+	sink := e.tcpSink(to, 6*time.Second, 0)
+	before := e.ruleStat("dl").Bytes
+	begin := time.Now()
+	e.start(app, "tool", "tcp-send", "--to", to, "--duration", "10s")
+	var ri api.RuleInfo
+	eventually(t, 8*time.Second, "quota reached in rule show", func() (bool, string) {
+		e.hostqosJSON(&ri, "rule", "show", "dl")
+		if ri.Quota == nil {
+			return false, "no quota in rule show"
+		}
+		return ri.Quota.Reached, fmt.Sprintf("used %d of %d", ri.Quota.Used, ri.Quota.Quota)
+	})
+	took := time.Since(begin)
+	first := waitResult(t, sink, 30*time.Second)
+	if first == nil || first.Bytes < 5<<20 {
+		t.Fatalf("before the quota: the receiver got %+v; want more than 5 MB", first)
+	}
+	t.Logf("quota of 5 MB reached after %.1f s; the receiver got %.1f MB in its 6 s", took.Seconds(), float64(first.Bytes)/(1<<20))
+	if sent := e.ruleStat("dl").Bytes - before; ri.Quota.Used < 5<<20 || ri.Quota.Used > sent {
+		t.Errorf("quota used %d bytes; the rule counted %d (want 5 MB ≤ used ≤ counted)", ri.Quota.Used, sent)
+	}
+	if ri.Rule.MaxBW != 0 {
+		t.Errorf("the quota's limit changed the rule itself: maxbw %s", ri.Rule.MaxBW)
+	}
+	t.Logf("rule show: %s", e.hostqos("rule", "show", "dl"))
+
+	measured(t, "goodput over quota / 1 Mbit/s", func(n int) (bool, string) {
+		to := serverV4.Addr().String() + ":" + strconv.Itoa(7300+n)
+		sink := e.tcpSink(to, 5*time.Second, 0)
+		e.start(app, "tool", "tcp-send", "--to", to, "--duration", "8s")
+		r := waitResult(t, sink, 30*time.Second)
+		if r == nil {
+			t.Fatal("no sink result")
+		}
+		ratio := r.GoodputBps / (1e6 * tcpPayloadShare)
+		msg := fmt.Sprintf("goodput %.3f Mbit/s = %.3f of the 1 Mbit/s limit in payload (want 0.8–1.05)", r.GoodputBps/1e6, ratio)
+		t.Log(msg)
+		return ratio >= 0.8 && ratio <= 1.05, msg
+	})
+}
