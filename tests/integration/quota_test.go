@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +51,20 @@ func TestQuotaLimitsApp(t *testing.T) {
 		t.Errorf("the quota's limit changed the rule itself: maxbw %s", ri.Rule.MaxBW)
 	}
 	t.Logf("rule show: %s", e.hostqos("rule", "show", "dl"))
+	// All held events (a "lost" marker for those before this daemon comes
+	// first), then the quota's.
+	var ev api.Event
+	for _, line := range strings.Split(e.hostqos("events", "--kind", "quota", "--since", "0", "--count", "2", "-o", "json"), "\n") {
+		if strings.HasPrefix(line, "{") {
+			if err := json.Unmarshal([]byte(line), &ev); err != nil {
+				t.Fatalf("event line %q: %v", line, err)
+			}
+		}
+	}
+	if ev.Kind != "quota.reached" || ev.Subject != "rule/dl" || ev.Fields["action"] != "limit 1mbit" {
+		t.Errorf("event: %+v; want quota.reached of rule/dl with action limit 1mbit", ev)
+	}
+	t.Logf("event: %s", ev.Message)
 
 	measured(t, "goodput over quota / 1 Mbit/s", func(n int) (bool, string) {
 		to := serverV4.Addr().String() + ":" + strconv.Itoa(7300+n)
@@ -58,9 +74,12 @@ func TestQuotaLimitsApp(t *testing.T) {
 		if r == nil {
 			t.Fatal("no sink result")
 		}
+		// HTB's bucket lets a few frames more through at the start, which
+		// weighs more at 1 Mbit/s over 5 s than at the rates of the
+		// shaping tests: hence the upper bound of 1.1.
 		ratio := r.GoodputBps / (1e6 * tcpPayloadShare)
-		msg := fmt.Sprintf("goodput %.3f Mbit/s = %.3f of the 1 Mbit/s limit in payload (want 0.8–1.05)", r.GoodputBps/1e6, ratio)
+		msg := fmt.Sprintf("goodput %.3f Mbit/s = %.3f of the 1 Mbit/s limit in payload (want 0.8–1.1)", r.GoodputBps/1e6, ratio)
 		t.Log(msg)
-		return ratio >= 0.8 && ratio <= 1.05, msg
+		return ratio >= 0.8 && ratio <= 1.1, msg
 	})
 }
