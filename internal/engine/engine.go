@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"reflect"
 	"sync"
 	"time"
@@ -68,6 +69,7 @@ type Engine struct {
 
 	stats *sampler
 	times *ruleTimes // quota usage and schedule state (quota.go)
+	apps  appWatch   // apps seen in the flow table (notify.go)
 
 	// The history recorder (SetHistory); nil: no history.
 	histMu sync.Mutex
@@ -464,6 +466,7 @@ func (e *Engine) Tick() {
 	e.stats.sample()
 	e.recordHistory()
 	e.tickTimes()
+	e.scanApps()
 	e.ReapRuns()
 	e.ExpireShield()
 	e.Rescan()
@@ -482,7 +485,11 @@ func (e *Engine) Rescan() {
 		return
 	}
 	if e.linksChanged() || e.linksDamaged() {
+		before := maps.Clone(e.links)
 		err := e.applyLocked(e.eff, e.slots.clone(), nil, nil)
+		if err == nil {
+			e.publish(linkEvents(before, e.links)...)
+		}
 		msg := ""
 		if err != nil {
 			msg = err.Error()

@@ -308,3 +308,57 @@ func TestQuotaFieldsValidated(t *testing.T) {
 		t.Errorf("refused rules were added: %+v", rs)
 	}
 }
+
+// TestLinkAndAppEvents: a managed link that goes away and comes back
+// publishes link.down and link.up; an app that opens its first flow after
+// the first scan publishes app.seen once, visible to its owner and not to
+// another user.
+func TestLinkAndAppEvents(t *testing.T) {
+	env := newEnv(t, `
+[[link]]
+name = "eth0"
+`)
+	clk := &fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	var rec recorder
+	e := startAt(t, env, clk, &rec)
+	sub, err := e.Subscribe(root, nil, []string{"link", "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	other, err := e.Subscribe(alice, nil, []string{"app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	got := func(s *Subscription) []string {
+		var out []string
+		for _, ev := range s.take() {
+			out = append(out, ev.Kind+" "+ev.Subject)
+		}
+		return out
+	}
+	env.k.FlowTable = []datapath.Flow{{PID: 999999, Comm: "sshd", UID: 0}}
+	e.Tick() // the first scan learns sshd silently
+	delete(env.k.Ifindexes, "eth0")
+	e.Rescan()
+	if g := got(sub); len(g) != 1 || g[0] != "link.down link/eth0" {
+		t.Fatalf("interface gone: events %v", g)
+	}
+	env.k.Ifindexes["eth0"] = 5
+	e.Rescan()
+	if g := got(sub); len(g) != 1 || g[0] != "link.up link/eth0" {
+		t.Fatalf("interface back: events %v", g)
+	}
+	env.k.FlowTable = append(env.k.FlowTable, datapath.Flow{PID: 999998, Comm: "curl", UID: 1002})
+	clk.set(clk.now().Add(appScanEvery))
+	e.Tick()
+	clk.set(clk.now().Add(appScanEvery))
+	e.Tick()
+	if g := got(sub); len(g) != 1 || g[0] != "app.seen app/curl" {
+		t.Fatalf("new app: events %v", g)
+	}
+	if g := got(other); len(g) != 0 {
+		t.Errorf("uid 1001 sees the app of uid 1002: %v", g)
+	}
+}
