@@ -21,6 +21,7 @@ have mkfs.ext4 || need+=(e2fsprogs)
 have systemd-analyze || need+=(systemd) # rates packaging/hostqosd.service (cmd/hostqosd/unit_test.go)
 have setpriv || need+=(util-linux)      # runs hostqosd with the unit's capabilities (tests/integration/unit_test.go)
 have prometheus || need+=(prometheus) # the metrics test scrapes hostqosd with a real Prometheus
+have tmux || need+=(tmux)               # hostqos top is tested inside a tmux pane
 # The BPF compiler is pinned by name: the same clang gives byte-identical
 # objects, which `make check-generated` compares with the committed ones.
 # Change it together with -cc/-strip in internal/datapath/gen.go.

@@ -80,6 +80,7 @@ default /run/hostqos/hostqosd.sock).`,
 	)
 	root.AddCommand(newEventsCmd(f), newResvCmd(f))
 	root.AddCommand(newBlockCmd(f), newProtectCmd(f))
+	root.AddCommand(newTopCmd(f))
 	root.AddCommand(newLabCmds(f)...)
 	return root
 }

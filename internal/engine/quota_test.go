@@ -319,7 +319,7 @@ func TestLinkAndAppEvents(t *testing.T) {
 name = "eth0"
 `)
 	clk := &fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
-	var rec recorder
+	var rec evRecorder
 	e := startAt(t, env, clk, &rec)
 	sub, err := e.Subscribe(root, nil, []string{"link", "app"})
 	if err != nil {

@@ -1,0 +1,709 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gdamore/tcell/v2"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// topOptions are those of `hostqos top`.
+type topOptions struct {
+	io       ioStreams
+	client   func() apiClient
+	sort     string
+	filter   string
+	interval time.Duration
+}
+
+// Sort orders of top (--sort and the s key, in this order).
+var topSorts = []string{"rate", "bytes", "drops", "flows", "name"}
+
+func newTopCmd(f *factory) *cobra.Command {
+	o := &topOptions{io: f.io, client: f.client}
+	c := &cobra.Command{
+		Use:   "top [--sort rate|bytes|drops|flows|name] [--filter TEXT]",
+		Short: "Live full-screen view of apps and their flows: rates, class, limit, drops; change an app's class or limit, or block it",
+		Long: `top shows the apps (processes) that have flows, each with its flows below it
+when unfolded: the rate each sends now (OUT; IN stays "-" until hostqos counts
+received traffic per flow), bytes and drops so far, and the rule, class and
+limit that apply. It refreshes every second.
+
+Keys: ↑/↓ (or k/j) select an app, Enter or space folds its flows in or out,
+s changes the sort order, / filters (by command, exe, pid, user or rule),
+c puts the selected app in a class, l limits it (a ceiling, e.g. 5mbit; empty
+removes the limit), b blocks it (drops all its traffic), u removes what top
+did to it, q quits. Every change asks for confirmation (y).
+
+A change makes or changes one rule for the app, named top-<name> (its
+executable's file name, or its command name when the executable cannot be
+read): selector exe (or comm), precedence one above the rules that match the
+app now, so that it decides the app's traffic; it is persistent, like
+'hostqos rule add'. Changing policy needs root or group hostqos: the daemon
+refuses anyone else and top shows the refusal.
+
+When standard output is not a terminal, top prints 'hostqos stat apps' once.`,
+		Example: "  hostqos top\n  hostqos top --sort bytes --filter curl\n  hostqos top | head",
+		Args:    cobra.NoArgs,
+		RunE:    func(*cobra.Command, []string) error { return o.run() },
+	}
+	c.Flags().StringVar(&o.sort, "sort", "rate", "order apps by "+strings.Join(topSorts, ", "))
+	c.Flags().StringVar(&o.filter, "filter", "", "show only apps whose command, exe, pid, uid or rule contains TEXT")
+	c.Flags().DurationVar(&o.interval, "interval", time.Second, "refresh interval (at least 200ms)")
+	return c
+}
+
+func (o *topOptions) run() error {
+	if !contains(topSorts, o.sort) {
+		return fmt.Errorf("flag --sort = %q: want %s", o.sort, strings.Join(topSorts, ", "))
+	}
+	if o.interval < 200*time.Millisecond {
+		return fmt.Errorf("flag --interval = %v: want at least 200ms", o.interval)
+	}
+	if f, ok := o.io.Out.(*os.File); !ok || !term.IsTerminal(int(f.Fd())) {
+		c, cancel := apiCtx()
+		defer cancel()
+		s, err := o.client().Stats().Apps(c)
+		if err != nil {
+			return err
+		}
+		printStats(o.io.Out, api.StatApps, s, 0)
+		return nil
+	}
+	scr, err := tcell.NewScreen()
+	if err != nil {
+		return fmt.Errorf("open terminal: %w", err)
+	}
+	if err := scr.Init(); err != nil {
+		return fmt.Errorf("open terminal: %w", err)
+	}
+	defer scr.Fini()
+	m := &topModel{sort: o.sort, filter: o.filter, open: map[uint32]bool{}}
+	return m.loop(scr, o.client(), o.interval)
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// topApp is one app of the view: a process and its flows.
+type topApp struct {
+	PID, UID  uint32
+	Comm, Exe string
+	Flows     []api.FlowStat
+	Rules     []string // the rules its flows matched
+	api.Counter
+}
+
+// Name is how top names the app: its executable's file name, else its
+// command name.
+func (a topApp) Name() string {
+	if a.Exe != "" {
+		return filepath.Base(a.Exe)
+	}
+	return a.Comm
+}
+
+// topModel is the state of the view; it draws itself and turns keys into
+// changes, without a terminal (tests drive it directly).
+type topModel struct {
+	apps   []topApp // filtered and sorted
+	rules  map[string]api.RuleInfo
+	order  []string // rule names in evaluation order
+	sel    int      // index into apps
+	selPID uint32   // the selected app, kept across refreshes
+	open   map[uint32]bool
+	sort   string
+	filter string
+	top    int // first line shown
+	at     time.Time
+	status string // the last answer or error
+
+	// An input or confirmation in progress (nil: none).
+	prompt *topPrompt
+	quit   bool
+}
+
+// topPrompt reads a line (a class, a rate, a filter) or a y/n answer.
+type topPrompt struct {
+	label   string
+	text    string
+	confirm bool                   // a y/n question
+	done    func(text string) bool // called with the text (or "y"); false keeps the prompt
+	choices []string               // Tab cycles through these
+	choice  int
+}
+
+// update replaces the data with a new reading of flows and rules.
+func (m *topModel) update(flows []api.FlowStat, rules []api.RuleInfo, at time.Time) {
+	m.at = at
+	m.rules = map[string]api.RuleInfo{}
+	m.order = m.order[:0]
+	for _, ri := range rules {
+		m.rules[ri.Rule.Name] = ri
+		m.order = append(m.order, ri.Rule.Name)
+	}
+	byPID := map[uint32]*topApp{}
+	var apps []*topApp
+	for _, f := range flows {
+		if f.PID == 0 {
+			continue
+		}
+		a := byPID[f.PID]
+		if a == nil {
+			a = &topApp{PID: f.PID, UID: f.UID, Comm: f.Comm, Exe: f.Exe}
+			byPID[f.PID] = a
+			apps = append(apps, a)
+		}
+		a.Flows = append(a.Flows, f)
+		a.Packets += f.Packets
+		a.Bytes += f.Bytes
+		a.Drops += f.Drops
+		a.RateBps += f.RateBps
+		a.PktRate += f.PktRate
+		if f.Rule != "" && !contains(a.Rules, f.Rule) {
+			a.Rules = append(a.Rules, f.Rule)
+		}
+	}
+	m.apps = m.apps[:0]
+	for _, a := range apps {
+		if m.matches(*a) {
+			sort.Slice(a.Flows, func(i, j int) bool { return a.Flows[i].RateBps > a.Flows[j].RateBps })
+			m.apps = append(m.apps, *a)
+		}
+	}
+	m.sortApps()
+	m.sel = 0
+	for i, a := range m.apps {
+		if a.PID == m.selPID {
+			m.sel = i
+		}
+	}
+	if m.sel < len(m.apps) {
+		m.selPID = m.apps[m.sel].PID
+	}
+}
+
+func (m *topModel) matches(a topApp) bool {
+	if m.filter == "" {
+		return true
+	}
+	f := strings.ToLower(m.filter)
+	for _, s := range append([]string{a.Comm, a.Exe, strconv.Itoa(int(a.PID)), strconv.Itoa(int(a.UID))}, a.Rules...) {
+		if strings.Contains(strings.ToLower(s), f) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *topModel) sortApps() {
+	less := map[string]func(a, b topApp) bool{
+		"rate":  func(a, b topApp) bool { return a.RateBps > b.RateBps },
+		"bytes": func(a, b topApp) bool { return a.Bytes > b.Bytes },
+		"drops": func(a, b topApp) bool { return a.Drops > b.Drops },
+		"flows": func(a, b topApp) bool { return len(a.Flows) > len(b.Flows) },
+		"name":  func(a, b topApp) bool { return a.Name() < b.Name() },
+	}[m.sort]
+	sort.SliceStable(m.apps, func(i, j int) bool {
+		a, b := m.apps[i], m.apps[j]
+		if less(a, b) != less(b, a) {
+			return less(a, b)
+		}
+		return a.PID < b.PID
+	})
+}
+
+// decision is the rule that decides the app's traffic (the first of its
+// rules in evaluation order), if any.
+func (m *topModel) decision(a topApp) (api.RuleInfo, bool) {
+	for _, name := range m.order {
+		if contains(a.Rules, name) {
+			return m.rules[name], true
+		}
+	}
+	return api.RuleInfo{}, false
+}
+
+// classLimit is what the CLASS and LIMIT columns show for an app.
+func (m *topModel) classLimit(a topApp) (class, limit string) {
+	ri, ok := m.decision(a)
+	if !ok {
+		return policy.DefaultClassName, "-"
+	}
+	r := ri.Rule
+	if r.EffectiveAction() == policy.ActionDrop {
+		return "-", "blocked"
+	}
+	var l []string
+	if r.MaxBW > 0 {
+		l = append(l, "max "+r.MaxBW.String())
+	}
+	if r.Police > 0 {
+		l = append(l, "police "+r.Police.String())
+	}
+	if ri.Quota != nil && ri.Quota.Reached {
+		l = append(l, "quota: "+ri.Quota.Action)
+	}
+	return r.EffectiveClass(), orDash(strings.Join(l, ", "))
+}
+
+var topNameRE = regexp.MustCompile(`[^a-z0-9_.-]+`)
+
+// topRuleName is the rule top makes for an app.
+func topRuleName(a topApp) string {
+	n := strings.Trim(topNameRE.ReplaceAllString(strings.ToLower(a.Name()), "-"), "-.")
+	if n == "" {
+		n = "pid" + strconv.Itoa(int(a.PID))
+	}
+	n = "top-" + n
+	if len(n) > policy.MaxNameLen {
+		n = n[:policy.MaxNameLen]
+	}
+	return n
+}
+
+// topChange is one change of an app's rule: add it (with its selector and
+// precedence) or set fields of it.
+type topChange struct {
+	Rule   string
+	Add    bool
+	Fields api.Fields
+	Remove bool
+}
+
+// change is what a key asks for the app: what is "class", "limit",
+// "block" or "undo", value the class or rate ("" clears the limit).
+func (m *topModel) change(a topApp, what, value string) (topChange, error) {
+	name := topRuleName(a)
+	_, exists := m.rules[name]
+	if what == "undo" {
+		if !exists {
+			return topChange{}, fmt.Errorf("top made no rule for %s (%s)", a.Name(), name)
+		}
+		return topChange{Rule: name, Remove: true}, nil
+	}
+	f := api.Fields{}
+	switch what {
+	case "class":
+		f["class"], f["action"] = value, nil
+	case "limit":
+		if value == "" {
+			f["maxbw"] = nil
+		} else {
+			r, err := policy.ParseRate(value)
+			if err != nil {
+				return topChange{}, err
+			}
+			f["maxbw"], f["action"] = r, nil
+		}
+	case "block":
+		f["action"] = policy.ActionDrop
+		for _, k := range []string{"class", "dscp", "maxbw", "minbw", "police", "burst"} {
+			f[k] = nil
+		}
+	}
+	if exists {
+		return topChange{Rule: name, Fields: f}, nil
+	}
+	// The new rule keeps what the rule deciding the app gave it (class,
+	// mark, limits; not a guarantee, which admission would count twice)
+	// unless the change replaces it.
+	if ri, ok := m.decision(a); ok && ri.Rule.EffectiveAction() == policy.ActionPass && what != "block" {
+		r := ri.Rule
+		keep := api.Fields{}
+		if r.Class != "" {
+			keep["class"] = r.Class
+		}
+		if r.DSCP != policy.NoDSCP {
+			keep["dscp"] = r.DSCP
+		}
+		if r.MaxBW > 0 {
+			keep["maxbw"] = r.MaxBW
+		}
+		if r.Police > 0 {
+			keep["police"] = r.Police
+			if r.Burst > 0 {
+				keep["burst"] = r.Burst
+			}
+		}
+		for k, v := range keep {
+			if _, set := f[k]; !set {
+				f[k] = v
+			}
+		}
+	}
+	for k, v := range f {
+		if v == nil {
+			delete(f, k)
+		}
+	}
+	if a.Exe != "" {
+		f["exe"] = a.Exe
+	} else {
+		f["comm"] = a.Comm
+	}
+	prec := 0
+	for _, rn := range a.Rules {
+		if rn != name {
+			prec = max(prec, m.rules[rn].Rule.Precedence)
+		}
+	}
+	f["precedence"] = min(prec+1, policy.MaxPrecedence)
+	return topChange{Rule: name, Add: true, Fields: f}, nil
+}
+
+// describe says what a change does, for the confirmation.
+func (c topChange) describe(a topApp) string {
+	switch {
+	case c.Remove:
+		return fmt.Sprintf("remove rule %s (what top did to %s)", c.Rule, a.Name())
+	case c.Add:
+		return fmt.Sprintf("add rule %s %s", c.Rule, fieldsText(c.Fields))
+	}
+	return fmt.Sprintf("change rule %s: %s", c.Rule, fieldsText(c.Fields))
+}
+
+func fieldsText(f api.Fields) string {
+	var s []string
+	for _, k := range sortedKeys(f) {
+		if f[k] == nil {
+			s = append(s, k+"=(unset)")
+		} else {
+			s = append(s, fmt.Sprintf("%s=%v", k, f[k]))
+		}
+	}
+	return strings.Join(s, " ")
+}
+
+func sortedKeys(f api.Fields) []string {
+	keys := make([]string, 0, len(f))
+	for k := range f {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// apply sends a change to the daemon.
+func (c topChange) apply(ctx context.Context, cl apiClient) error {
+	switch {
+	case c.Remove:
+		return cl.Rules().Remove(ctx, c.Rule)
+	case c.Add:
+		return cl.Rules().AddFields(ctx, c.Rule, c.Fields)
+	}
+	return cl.Rules().Set(ctx, c.Rule, c.Fields)
+}
+
+// loop runs the view until q.
+func (m *topModel) loop(scr tcell.Screen, cl apiClient, every time.Duration) error {
+	events := make(chan tcell.Event, 16)
+	quit := make(chan struct{})
+	defer close(quit)
+	go scr.ChannelEvents(events, quit)
+	var classes []string
+	refresh := func() {
+		c, cancel := apiCtx()
+		defer cancel()
+		s, err := cl.Stats().Flows(c)
+		if err != nil {
+			m.status = "read flows: " + err.Error()
+			return
+		}
+		rules, err := cl.Rules().List(c)
+		if err != nil {
+			m.status = "read rules: " + err.Error()
+			return
+		}
+		if classes == nil {
+			if cs, err := cl.Classes().List(c); err == nil {
+				for _, ci := range cs {
+					classes = append(classes, ci.Class.Name)
+				}
+			}
+		}
+		m.update(s.Flows, rules, s.Time)
+	}
+	act := func(ch topChange) {
+		c, cancel := apiCtx()
+		defer cancel()
+		if err := ch.apply(c, cl); err != nil {
+			m.status = "refused: " + err.Error()
+			return
+		}
+		m.status = "done: " + ch.Rule
+		refresh()
+	}
+	refresh()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for !m.quit {
+		m.draw(scr)
+		select {
+		case ev := <-events:
+			switch ev := ev.(type) {
+			case *tcell.EventKey:
+				m.key(ev, classes, act)
+			case *tcell.EventResize:
+				scr.Sync()
+			case nil:
+				return nil // the screen was closed
+			}
+		case <-tick.C:
+			refresh()
+		}
+	}
+	return nil
+}
+
+// key handles one key press; act applies a confirmed change.
+func (m *topModel) key(ev *tcell.EventKey, classes []string, act func(topChange)) {
+	if p := m.prompt; p != nil {
+		switch ev.Key() {
+		case tcell.KeyEscape, tcell.KeyCtrlC:
+			m.prompt, m.status = nil, "cancelled"
+		case tcell.KeyEnter:
+			if p.confirm {
+				m.prompt, m.status = nil, "cancelled"
+			} else if p.done(p.text) {
+				if m.prompt == p {
+					m.prompt = nil
+				}
+			}
+		case tcell.KeyBackspace, tcell.KeyBackspace2:
+			if len(p.text) > 0 {
+				p.text = p.text[:len(p.text)-1]
+			}
+		case tcell.KeyTab:
+			if len(p.choices) > 0 {
+				p.text = p.choices[p.choice%len(p.choices)]
+				p.choice++
+			}
+		case tcell.KeyRune:
+			if p.confirm {
+				m.prompt = nil
+				if ev.Rune() == 'y' || ev.Rune() == 'Y' {
+					p.done("y")
+				} else {
+					m.status = "cancelled"
+				}
+			} else if len(p.text) < 256 {
+				p.text += string(ev.Rune())
+			}
+		}
+		return
+	}
+	switch ev.Key() {
+	case tcell.KeyUp:
+		m.move(-1)
+	case tcell.KeyDown:
+		m.move(1)
+	case tcell.KeyPgUp:
+		m.move(-10)
+	case tcell.KeyPgDn:
+		m.move(10)
+	case tcell.KeyEnter:
+		m.toggle()
+	case tcell.KeyEscape, tcell.KeyCtrlC:
+		m.quit = true
+	case tcell.KeyRune:
+		switch ev.Rune() {
+		case 'q':
+			m.quit = true
+		case 'k':
+			m.move(-1)
+		case 'j':
+			m.move(1)
+		case ' ':
+			m.toggle()
+		case 's':
+			i := 0
+			for n, s := range topSorts {
+				if s == m.sort {
+					i = n
+				}
+			}
+			m.sort = topSorts[(i+1)%len(topSorts)]
+			m.sortApps()
+			m.status = "sorted by " + m.sort
+		case '/':
+			m.prompt = &topPrompt{label: "filter (empty: all): ", text: m.filter, done: func(t string) bool {
+				m.filter = strings.TrimSpace(t)
+				return true
+			}}
+		case 'c', 'l', 'b', 'u':
+			m.ask(ev.Rune(), classes, act)
+		}
+	}
+}
+
+// ask starts the prompts of a change to the selected app.
+func (m *topModel) ask(k rune, classes []string, act func(topChange)) {
+	if m.sel >= len(m.apps) {
+		m.status = "no app selected"
+		return
+	}
+	a := m.apps[m.sel]
+	confirm := func(what, value string) bool {
+		ch, err := m.change(a, what, value)
+		if err != nil {
+			m.status = err.Error()
+			return false
+		}
+		m.prompt = &topPrompt{label: ch.describe(a) + "? [y/N] ", confirm: true, done: func(string) bool { act(ch); return true }}
+		return true
+	}
+	switch k {
+	case 'c':
+		m.prompt = &topPrompt{label: fmt.Sprintf("class for %s (Tab: %s): ", a.Name(), strings.Join(classes, ", ")), choices: classes,
+			done: func(t string) bool { return confirm("class", strings.TrimSpace(t)) }}
+	case 'l':
+		m.prompt = &topPrompt{label: fmt.Sprintf("limit for %s (e.g. 5mbit; empty: none): ", a.Name()),
+			done: func(t string) bool { return confirm("limit", strings.TrimSpace(t)) }}
+	case 'b':
+		confirm("block", "")
+	case 'u':
+		confirm("undo", "")
+	}
+}
+
+func (m *topModel) move(d int) {
+	m.sel = max(0, min(len(m.apps)-1, m.sel+d))
+	if m.sel < len(m.apps) {
+		m.selPID = m.apps[m.sel].PID
+	}
+}
+
+func (m *topModel) toggle() {
+	if m.sel < len(m.apps) {
+		pid := m.apps[m.sel].PID
+		m.open[pid] = !m.open[pid]
+	}
+}
+
+// topLine is one line of the view.
+type topLine struct {
+	text     string
+	selected bool
+	header   bool
+}
+
+// lines lays out the view: a title, the column header, the apps (with the
+// flows of the unfolded ones), and at the bottom the prompt or the status.
+func (m *topModel) lines() []topLine {
+	var total api.Counter
+	for _, a := range m.apps {
+		total.RateBps += a.RateBps
+		total.Drops += a.Drops
+	}
+	title := fmt.Sprintf("hostqos top — %s — %d apps, sending %s, %d drops — sort: %s (s)  filter: %s (/)  keys: ↑↓ Enter c l b u q",
+		m.at.Local().Format("15:04:05"), len(m.apps), humanRate(total.RateBps), total.Drops, m.sort, orDash(m.filter))
+	out := []topLine{{text: title}, {text: topRow("PID", "APP", "UID", "FLOWS", "OUT", "IN", "BYTES", "DROPS", "RULE", "CLASS", "LIMIT", "EXE"), header: true}}
+	for i, a := range m.apps {
+		class, limit := m.classLimit(a)
+		rule := "-"
+		if ri, ok := m.decision(a); ok {
+			rule = ri.Rule.Name
+		}
+		mark := "+"
+		if m.open[a.PID] {
+			mark = "-"
+		}
+		out = append(out, topLine{selected: i == m.sel, text: topRow(strconv.Itoa(int(a.PID)), mark+" "+a.Comm, strconv.Itoa(int(a.UID)),
+			strconv.Itoa(len(a.Flows)), humanRate(a.RateBps), "-", humanBytes(a.Bytes), strconv.FormatUint(a.Drops, 10), rule, class, limit, orDash(a.Exe))})
+		if m.open[a.PID] {
+			for _, f := range a.Flows {
+				out = append(out, topLine{text: topRow("", "  "+f.Proto, "", "", humanRate(f.RateBps), "-", humanBytes(f.Bytes),
+					strconv.FormatUint(f.Drops, 10), orDash(f.Rule), "", "", f.Local+" → "+f.Remote)})
+			}
+		}
+	}
+	return out
+}
+
+// topRow lays out the columns of a line.
+func topRow(c ...string) string {
+	widths := []int{8, 18, 6, 6, 13, 6, 10, 7, 16, 12, 16, 0}
+	var b strings.Builder
+	for i, s := range c {
+		w := widths[i]
+		if w > 0 && len([]rune(s)) > w-1 {
+			s = string([]rune(s)[:w-2]) + "…"
+		}
+		if w > 0 {
+			s += strings.Repeat(" ", max(1, w-len([]rune(s))))
+		}
+		b.WriteString(s)
+	}
+	return b.String()
+}
+
+// draw paints the view, keeping the selected app on the screen.
+func (m *topModel) draw(scr tcell.Screen) {
+	scr.Clear()
+	w, h := scr.Size()
+	ls := m.lines()
+	body := h - 3 // title, header, prompt/status line
+	selLine := 0
+	for i, l := range ls {
+		if l.selected {
+			selLine = i - 2
+		}
+	}
+	if selLine < m.top {
+		m.top = selLine
+	}
+	if body > 0 && selLine >= m.top+body {
+		m.top = selLine - body + 1
+	}
+	put := func(y int, s string, st tcell.Style) {
+		x := 0
+		for _, r := range s {
+			if x >= w {
+				break
+			}
+			scr.SetContent(x, y, r, nil, st)
+			x++
+		}
+		for ; x < w && st != tcell.StyleDefault; x++ {
+			scr.SetContent(x, y, ' ', nil, st)
+		}
+	}
+	put(0, ls[0].text, tcell.StyleDefault.Bold(true))
+	put(1, ls[1].text, tcell.StyleDefault.Reverse(true))
+	for i := 0; i < body && m.top+2+i < len(ls); i++ {
+		l := ls[m.top+2+i]
+		st := tcell.StyleDefault
+		if l.selected {
+			st = st.Background(tcell.ColorNavy).Foreground(tcell.ColorWhite)
+		}
+		put(2+i, l.text, st)
+	}
+	bottom := m.status
+	if p := m.prompt; p != nil {
+		bottom = p.label + p.text
+		if !p.confirm {
+			bottom += "_"
+		}
+	}
+	put(h-1, bottom, tcell.StyleDefault.Bold(true))
+	scr.Show()
+}
