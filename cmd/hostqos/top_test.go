@@ -49,7 +49,9 @@ func TestTopModel(t *testing.T) {
 
 	// Select zoom (second by bytes is restic; zoom is first), unfold it.
 	m.sel, m.selPID = 0, 10
-	key := func(k tcell.Key, r rune) { m.key(tcell.NewEventKey(k, r, tcell.ModNone), []string{"voice", "bulk"}, nil) }
+	key := func(k tcell.Key, r rune) {
+		m.key(tcell.NewEventKey(k, r, tcell.ModNone), []string{"voice", "bulk"}, nil)
+	}
 	var applied []topChange
 	act := func(c topChange) { applied = append(applied, c) }
 	press := func(s string) {
@@ -132,5 +134,3 @@ func TestTopPlainWhenPiped(t *testing.T) {
 		t.Error("--sort speed accepted")
 	}
 }
-
-
