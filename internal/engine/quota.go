@@ -216,6 +216,9 @@ func (e *Engine) tickTimesLocked() []api.Event {
 				u.Counter, t.dirty = raw, true
 			}
 		}
+		if u.Used < q.Size && !u.ReachedAt.IsZero() {
+			u.ReachedAt, saveNow = time.Time{}, true // the quota was raised
+		}
 		if u.Used >= q.Size && u.ReachedAt.IsZero() {
 			u.ReachedAt, saveNow = now, true
 			what := "an event only"
