@@ -116,8 +116,7 @@ func (e *Engine) runtimePolicy(p *policy.Policy) (*policy.Policy, string) {
 		if s, loc, ok := r.ScheduleOf(); ok && !s.Active(now, loc) {
 			key = append(key, r.Name+":off")
 			if out == nil {
-				out = p.Clone()
-				out.Rules = append([]policy.Rule{}, p.Rules[:i]...)
+				out = withRules(p, p.Rules[:i])
 			}
 			continue
 		}
@@ -137,8 +136,7 @@ func (e *Engine) runtimePolicy(p *policy.Policy) (*policy.Policy, string) {
 				}
 			}
 			if out == nil {
-				out = p.Clone()
-				out.Rules = append([]policy.Rule{}, p.Rules[:i]...)
+				out = withRules(p, p.Rules[:i])
 			}
 		}
 		if out != nil {
@@ -149,6 +147,14 @@ func (e *Engine) runtimePolicy(p *policy.Policy) (*policy.Policy, string) {
 		return p, ""
 	}
 	return out, strings.Join(key, ",")
+}
+
+// withRules is a shallow copy of p (every other part shared) with a copy
+// of rules as its rules.
+func withRules(p *policy.Policy, rules []policy.Rule) *policy.Policy {
+	c := *p
+	c.Rules = append([]policy.Rule{}, rules...)
+	return &c
 }
 
 // tickTimes counts quota usage, notices quota resets and schedule
