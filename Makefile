@@ -10,7 +10,7 @@ LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X 
 # Test timeout per package; the whole suite stays well under 15 minutes.
 TEST_TIMEOUT ?= 600s
 
-.PHONY: all build deps generate check-generated test test-unit vet fmt bench demo install clean
+.PHONY: all build deps generate check-generated test test-unit vet fmt fuzz fuzz-ci bench demo install clean
 
 all: build
 
@@ -57,6 +57,18 @@ test-unit:
 # latencies and must not compete with each other for the CPU.
 test: deps vet build check-generated
 	$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+# Fuzzing: every Go fuzz target (config loader, API bodies, unit parsers,
+# the datapath's packet parsing) for FUZZTIME each; `make test` runs their
+# seed corpora (testdata/fuzz) only. FUZZ_ARGS names targets; SAVE=1 copies
+# the inputs found into testdata/fuzz to commit (scripts/fuzz.sh).
+FUZZTIME ?= 60s
+fuzz:
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh $(FUZZ_ARGS)
+
+# What CI runs after make test: a few seconds per target (about a minute).
+fuzz-ci:
+	FUZZTIME=3s scripts/fuzz.sh
 
 bench: deps build
 	$(BIN)/hostqos bench $(BENCH_ARGS)
