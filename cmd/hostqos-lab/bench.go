@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -57,7 +58,11 @@ takes about ten. See docs/benchmarks.md for what each one measures.`,
 			rev := bench.GitRevision(".")
 			fmt.Fprintf(progress, "hostqos bench: %s, commit %s%s\n", host, rev, map[bool]string{true: " (quick)"}[quick])
 			start := time.Now()
-			reports, runErr := bench.Run(ctx, bench.Options{Quick: quick, Progress: progress, Log: log}, args)
+			plotDir := ""
+			if !noRecord {
+				plotDir = filepath.Dir(results)
+			}
+			reports, runErr := bench.Run(ctx, bench.Options{Quick: quick, Progress: progress, Log: log, PlotDir: plotDir}, args)
 			if reports == nil && runErr != nil {
 				return runErr
 			}

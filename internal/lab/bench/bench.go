@@ -45,6 +45,9 @@ type Options struct {
 	// ConnectCount overrides the connects per alternative of "connect"
 	// (0 = 2000, quick 300).
 	ConnectCount int
+	// PlotDir receives the plots of the benchmarks that draw one
+	// ("" = none are saved).
+	PlotDir string
 }
 
 // Report is the outcome of one benchmark.
@@ -87,6 +90,9 @@ var suite = []benchmark{
 	{"ratelimit", "Rate-limit accuracy (rule maxbw through the real daemon)", benchRateLimit},
 	{"isolation", "Voice latency under saturating bulk TCP on a 20 Mbit/s uplink", benchIsolation},
 	{"scale", "10k managed flows and 1k rules: per-packet cost and memory", benchScale},
+	{"resv-cost", "Reservation component costs (seed Table II): policing, bind at connect, backpressure", benchResvCost},
+	{"resv-latency", "UDP round trips best effort vs reserved (seed Table III)", benchResvLatency},
+	{"resv-goodput", "Goodput vs reserved rate: none, policing, session shaping, link shaping (seed Figs. 6–8)", benchResvGoodput},
 }
 
 // Names lists the benchmarks in the order the suite runs them.
