@@ -1284,6 +1284,104 @@ static __noinline int resv_session(struct bpf_sock_addr *ctx, __u8 family,
 	return 1;
 }
 
+/*
+ * Sockets open before their reservation: when a policy with reservations
+ * is applied, the daemon runs these iterators over the TCP and UDP sockets
+ * of its network namespace. A connected socket the policy classifies under
+ * a reservation is bound (and holds a session, never refused) as if it
+ * had connected now; its send buffer is left as it is.
+ */
+#define TCP_ESTABLISHED 1
+#define TCP_LISTEN 10
+#define TCP_TIME_WAIT 6
+#define TCP_NEW_SYN_RECV 12
+
+static __noinline void resv_bind_open(struct sock *sk, __u8 proto)
+{
+	struct sock_common *skc = &sk->__sk_common;
+	struct hq_binding nb = {};
+	struct hq_flow_key key = {};
+	struct hq_flow nf = {};
+	struct hq_resv_state *s;
+	struct hq_ident *id;
+	struct hq_resv *rv;
+	__u32 gen, rid;
+	__u64 cookie;
+
+	if (BPF_CORE_READ(skc, skc_net.net, net_cookie) != hq_netns_cookie)
+		return;
+	key.proto = proto;
+	key.sport = BPF_CORE_READ(skc, skc_num);
+	key.dport = bpf_ntohs(BPF_CORE_READ(skc, skc_dport));
+	if (!key.dport)
+		return; /* not connected */
+	if (BPF_CORE_READ(skc, skc_family) == AF_INET) {
+		key.family = HQ_AF_INET;
+		key.src[0] = BPF_CORE_READ(skc, skc_rcv_saddr);
+		key.dst[0] = BPF_CORE_READ(skc, skc_daddr);
+	} else if (BPF_CORE_READ(skc, skc_family) == AF_INET6) {
+		key.family = HQ_AF_INET6;
+		BPF_CORE_READ_INTO(&key.src, skc, skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO(&key.dst, skc, skc_v6_daddr);
+	} else {
+		return;
+	}
+	cookie = bpf_get_socket_cookie(sk);
+	if (!cookie || bpf_map_lookup_elem(&hq_bind, &cookie))
+		return;
+	gen = *(volatile __u32 *)&hq_policy.gen;
+	id = bpf_sk_storage_get(&hq_sk_ident, sk, 0, 0);
+	evaluate(id, &key, 0, &nf, gen, NULL);
+	if (nf.action != HQ_ACT_RESV)
+		return;
+	rv = slot_resv(nf.slot, gen);
+	if (!rv)
+		return;
+	rid = rv->id;
+	s = bpf_map_lookup_elem(&hq_resv_state, &rid);
+	if (!s)
+		return;
+	nb.key = key;
+	nb.bound_ns = bpf_ktime_get_ns();
+	nb.resv = rid;
+	nb.incarnation = s->incarnation;
+	nb.counted = 1;
+	fill_owner(&nb, id);
+	if (bpf_map_update_elem(&hq_bind, &cookie, &nb, BPF_NOEXIST) == 0) {
+		__sync_fetch_and_add(&s->sessions, 1);
+		__sync_fetch_and_add(&s->sessions_total, 1);
+	}
+}
+
+SEC("iter/tcp")
+int hq_iter_bind_tcp(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+	__u8 state;
+
+	if (!skc)
+		return 0;
+	state = BPF_CORE_READ(skc, skc_state);
+	if (state == TCP_LISTEN || state == TCP_TIME_WAIT ||
+	    state == TCP_NEW_SYN_RECV)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (tp)
+		resv_bind_open((struct sock *)tp, IPPROTO_TCP);
+	return 0;
+}
+
+SEC("iter/udp")
+int hq_iter_bind_udp(struct bpf_iter__udp *ctx)
+{
+	struct udp_sock *us = ctx->udp_sk;
+
+	if (us)
+		resv_bind_open((struct sock *)us, IPPROTO_UDP);
+	return 0;
+}
+
 SEC("cgroup/connect4")
 int hq_connect4(struct bpf_sock_addr *ctx)
 {

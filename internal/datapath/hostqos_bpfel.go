@@ -372,6 +372,8 @@ const (
 	hostqosMapHqUid          = "hq_uid"
 	hostqosProgHqConnect4    = "hq_connect4"
 	hostqosProgHqConnect6    = "hq_connect6"
+	hostqosProgHqIterBindTcp = "hq_iter_bind_tcp"
+	hostqosProgHqIterBindUdp = "hq_iter_bind_udp"
 	hostqosProgHqIterFlows4  = "hq_iter_flows4"
 	hostqosProgHqIterFlows6  = "hq_iter_flows6"
 	hostqosProgHqIterRuleCtr = "hq_iter_rule_ctr"
@@ -440,6 +442,8 @@ type hostqosSpecs struct {
 type hostqosProgramSpecs struct {
 	HqConnect4    *ebpf.ProgramSpec `ebpf:"hq_connect4"`
 	HqConnect6    *ebpf.ProgramSpec `ebpf:"hq_connect6"`
+	HqIterBindTcp *ebpf.ProgramSpec `ebpf:"hq_iter_bind_tcp"`
+	HqIterBindUdp *ebpf.ProgramSpec `ebpf:"hq_iter_bind_udp"`
 	HqIterFlows4  *ebpf.ProgramSpec `ebpf:"hq_iter_flows4"`
 	HqIterFlows6  *ebpf.ProgramSpec `ebpf:"hq_iter_flows6"`
 	HqIterRuleCtr *ebpf.ProgramSpec `ebpf:"hq_iter_rule_ctr"`
@@ -582,6 +586,8 @@ type hostqosVariables struct {
 type hostqosPrograms struct {
 	HqConnect4    *ebpf.Program `ebpf:"hq_connect4"`
 	HqConnect6    *ebpf.Program `ebpf:"hq_connect6"`
+	HqIterBindTcp *ebpf.Program `ebpf:"hq_iter_bind_tcp"`
+	HqIterBindUdp *ebpf.Program `ebpf:"hq_iter_bind_udp"`
 	HqIterFlows4  *ebpf.Program `ebpf:"hq_iter_flows4"`
 	HqIterFlows6  *ebpf.Program `ebpf:"hq_iter_flows6"`
 	HqIterRuleCtr *ebpf.Program `ebpf:"hq_iter_rule_ctr"`
@@ -597,6 +603,8 @@ func (p *hostqosPrograms) Close() error {
 	return _HostqosClose(
 		p.HqConnect4,
 		p.HqConnect6,
+		p.HqIterBindTcp,
+		p.HqIterBindUdp,
 		p.HqIterFlows4,
 		p.HqIterFlows6,
 		p.HqIterRuleCtr,

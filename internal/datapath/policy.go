@@ -313,7 +313,9 @@ func addrFromWords(family uint8, w *[4]uint32) netip.Addr {
 // buffer of the double-buffered policy tables completely, then flips the
 // active buffer and generation with one atomic store. Flows evaluated under
 // the previous generation are re-evaluated on their next packet. On error
-// nothing changes for the datapath.
+// nothing changes for the datapath. When the policy has reservations, the
+// connected sockets of the calling thread's network namespace that fall
+// under one are bound to it right after the flip.
 func (d *Datapath) Apply(p Policy) error {
 	c, err := compile(p)
 	if err != nil {
@@ -375,6 +377,13 @@ func (d *Datapath) Apply(p Policy) error {
 		// The policy is in force; the freed ids start afresh when reused
 		// at the latest because their Tspec epoch restarts the times.
 		d.log.Warn("reset state of removed reservations", "err", err)
+	}
+	if nresv > 0 {
+		// Sockets opened before their reservation are bound now, not
+		// at their next packet.
+		if err := d.bindOpenSockets(); err != nil {
+			d.log.Warn("bind open sockets to reservations", "err", err)
+		}
 	}
 	d.log.Info("policy applied", "generation", gen+1, "rules", len(c.rules), "app_rules", c.appRules)
 	return nil

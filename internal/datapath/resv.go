@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math"
 	"math/bits"
 	"net/netip"
@@ -514,4 +515,30 @@ func FlowControl(bucket uint64, minUnit, sessions uint32) (sndbuf, queue uint32)
 	perEff := (s + minTruesize - 1) / minTruesize
 	queue64 := max(q, n*perEff)
 	return uint32(s / 2), uint32(min(queue64, 1<<20))
+}
+
+// bindOpenSockets binds the connected TCP and UDP sockets of the calling
+// thread's network namespace that the active policy puts under a
+// reservation and that are not bound yet (sockets opened before their
+// reservation): it runs the iter/tcp and iter/udp programs once.
+func (d *Datapath) bindOpenSockets() error {
+	for _, p := range []struct {
+		name string
+		prog *ebpf.Program
+	}{{"TCP", d.objs.HqIterBindTcp}, {"UDP", d.objs.HqIterBindUdp}} {
+		it, err := link.AttachIter(link.IterOptions{Program: p.prog})
+		if err != nil {
+			return fmt.Errorf("bind open %s sockets: attach iterator: %w", p.name, err)
+		}
+		rd, err := it.Open()
+		if err == nil {
+			_, err = io.Copy(io.Discard, rd)
+			rd.Close()
+		}
+		it.Close()
+		if err != nil {
+			return fmt.Errorf("bind open %s sockets: %w", p.name, err)
+		}
+	}
+	return nil
 }

@@ -15,8 +15,9 @@ import (
 // resvBed is a pair of namespaces with the datapath (and its socket hooks)
 // loaded in A, the classifier on A's veth end and an HTB tree on it.
 type resvBed struct {
-	p *testutil.Pair
-	d *Datapath
+	p           *testutil.Pair
+	d           *Datapath
+	dir, cgroot string
 }
 
 func newResvBed(t *testing.T) *resvBed {
@@ -24,7 +25,7 @@ func newResvBed(t *testing.T) *resvBed {
 	cgroot := cgroupRoot(t)
 	p := testutil.NewPair(t)
 	dir := testutil.TempPinDir(t)
-	b := &resvBed{p: p}
+	b := &resvBed{p: p, dir: dir, cgroot: cgroot}
 	p.A.MustDo(t, func() error {
 		var err error
 		if b.d, err = Open(Options{BPFFSDir: dir, CgroupPath: cgroot}); err != nil {
@@ -218,9 +219,10 @@ func TestGuaranteedShapingByFlowControl(t *testing.T) {
 
 // TestSessionAdmission: a reservation admitting 3 sessions refuses the
 // fourth TCP connect() with EPERM (recorded as a refusal) until one of the
-// three closes; an unconnected UDP socket over the limit gets EPERM from
-// sendmsg(); a socket opened before its reservation is bound by its first
-// packet; closing a socket unbinds it.
+// three closes, also after a restart adopted the datapath; an unconnected
+// UDP socket over the limit gets EPERM from sendmsg(); a socket opened
+// before its reservation is bound when the policy is applied; closing a
+// socket unbinds it.
 func TestSessionAdmission(t *testing.T) {
 	b := newResvBed(t)
 	b4 := testutil.PairB4.Addr()
@@ -256,8 +258,10 @@ func TestSessionAdmission(t *testing.T) {
 			{ID: 3, Service: ServiceControlledLoad, Rate: 125000, Bucket: 3000, MinUnit: 64, MaxUnit: 1500, DSCP: 34, DemoteDSCP: 0},
 		},
 	}
-	if err := b.d.Apply(pol); err != nil {
-		t.Fatal(err)
+	// Applied in A: the early socket is bound at once, before it sends.
+	b.p.A.MustDo(t, func() error { return b.d.Apply(pol) })
+	if bs, _ := b.d.Bindings(); countBound(bs, 3) != 1 {
+		t.Errorf("socket open before its reservation not bound when the policy was applied: %+v", bs)
 	}
 
 	dial := func() (int, error) {
@@ -298,6 +302,27 @@ func TestSessionAdmission(t *testing.T) {
 	if n := countBound(bs, 1); n != 3 {
 		t.Errorf("%d sockets bound to reservation 1, want 3: %+v", n, bs)
 	}
+	// The daemon dies (its datapath closes without removing anything) and
+	// a new one adopts the pinned state: the sessions are still counted
+	// and the limit still holds.
+	b.d.Close()
+	b.p.A.MustDo(t, func() error {
+		var err error
+		b.d, err = Open(Options{BPFFSDir: b.dir, CgroupPath: b.cgroot})
+		return err
+	})
+	if fd, err := dial(); !errors.Is(err, unix.EPERM) {
+		if err == nil {
+			unix.Close(fd)
+		}
+		t.Errorf("fourth connect after the datapath was adopted: %v, want EPERM", err)
+	}
+	if refs, _, _ := b.d.SessionRefusals(seq); len(refs) != 1 {
+		t.Errorf("refusals after adoption: %+v, want the new one", refs)
+	} else {
+		seq = refs[0].Seq
+	}
+
 	// Closing one lets the next in.
 	unix.Close(conns[0])
 	fd, err := dial()
@@ -327,7 +352,7 @@ func TestSessionAdmission(t *testing.T) {
 	}
 	unix.Close(u2)
 
-	// The early socket binds when it sends.
+	// The early socket's packets are under its reservation; it stays bound once.
 	if _, err := unix.Write(early, []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
@@ -346,8 +371,8 @@ func TestSessionAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c[1].Sessions != 0 || c[1].SessionsTotal != 4 || c[1].RefusedConnects != 1 {
-		t.Errorf("reservation 1: %+v, want 0 sessions now, 4 in all, 1 refused connect", c[1])
+	if c[1].Sessions != 0 || c[1].SessionsTotal != 4 || c[1].RefusedConnects != 2 {
+		t.Errorf("reservation 1: %+v, want 0 sessions now, 4 in all, 2 refused connects", c[1])
 	}
 	if c[2].Sessions != 0 || c[2].RefusedSends != 1 {
 		t.Errorf("reservation 2: %+v, want 0 sessions now, 1 refused send", c[2])
@@ -365,4 +390,94 @@ func countBound(bs []Binding, id uint16) int {
 		}
 	}
 	return n
+}
+
+// paceUDP sends size-byte datagrams from a socket connected to port of B
+// at rate bit/s (of UDP payload) for dur, batch datagrams at a time, and
+// returns how many it sent.
+func paceUDP(t *testing.T, b *resvBed, port uint16, size int, rate float64, batch int, dur time.Duration) int {
+	fd := b.socket(t, unix.SOCK_DGRAM)
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, sockaddr(netip.AddrPortFrom(testutil.PairB4.Addr(), port))); err != nil {
+		t.Errorf("connect to port %d: %v", port, err)
+		return 0
+	}
+	msg := make([]byte, size)
+	gap := time.Duration(float64(time.Second) * float64(size*8*batch) / rate)
+	sent := 0
+	start := time.Now()
+	for next := start; time.Since(start) < dur; {
+		for i := 0; i < batch; i++ {
+			if _, err := unix.Write(fd, msg); err == nil {
+				sent++
+			}
+		}
+		next = next.Add(gap)
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		}
+	}
+	return sent
+}
+
+// TestControlledLoad: a controlled-load sender at 3× r on an idle link
+// loses nothing, its conformant part (r, exactly as the policer counts)
+// arrives with the reservation's DSCP and the excess with best effort's;
+// under a best-effort flood of the link its conformant part still gets
+// through at r or more.
+func TestControlledLoad(t *testing.T) {
+	b := newResvBed(t)
+	const (
+		r       = 2_000_000 // bit/s of IP packets
+		bucket  = 3000
+		payload = 1000
+		ip      = payload + 28
+		slot    = 9
+		dscpRes = 34
+	)
+	b.shape(t, 20_000_000, []shaper.RuleSpec{{Slot: slot, Class: 0, MinBW: r * (ip + 14) / ip}})
+	rx := testutil.NewReceiver(t, b.p.B, b.p.IfB)
+	res := Reservation{ID: 4, Service: ServiceControlledLoad, Rate: r / 8, Bucket: bucket, MinUnit: 64, MaxUnit: 1500,
+		ClassID: shaper.RuleClassID(slot), DSCP: dscpRes, DemoteClassID: shaper.ClassLeafID(0), DemoteDSCP: 0}
+	if err := b.d.Apply(Policy{Rules: []Rule{{Slot: slot, Proto: 17, RPortFrom: 9500, RPortTo: 9502, DSCPIn: -1, DSCP: dscpRes,
+		ClassID: shaper.RuleClassID(slot), Reservation: 4}}, Reservations: []Reservation{res}}); err != nil {
+		t.Fatal(err)
+	}
+	const dur = 3 * time.Second
+
+	// Idle link.
+	got, stop := udpSink(t, b.p, 9500)
+	start := time.Now()
+	sent := paceUDP(t, b, 9500, payload, 3*r*payload/ip, 1, dur)
+	active := time.Since(start)
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	if got.Load() != int64(sent*payload) {
+		t.Errorf("idle link: receiver got %d bytes of %d sent", got.Load(), sent*payload)
+	}
+	counts, total := rx.DSCPCounts(17, 9500)
+	want := (float64(r)/8*active.Seconds() + bucket) / ip // conformant packets the Tspec allows
+	if total != sent || counts[dscpRes]+counts[0] != total {
+		t.Errorf("idle link: DSCPs %v of %d packets (sent %d), want only %d (conformant) and 0 (excess)", counts, total, sent, dscpRes)
+	}
+	if c := float64(counts[dscpRes]); c < 0.98*want || c > 1.02*want+1 {
+		t.Errorf("idle link: %d packets with the reservation's DSCP, want %.0f (r × %v + b)", counts[dscpRes], want, active.Round(time.Millisecond))
+	}
+	t.Logf("idle link: %d sent, DSCP %v, %.0f conformant expected", sent, counts, want)
+
+	// A best-effort flood of the link (40 Mbit/s offered into 20).
+	done := make(chan int)
+	go func() { done <- paceUDP(t, b, 9600, payload, 40e6, 10, dur+time.Second) }()
+	time.Sleep(500 * time.Millisecond)
+	start = time.Now()
+	sent = paceUDP(t, b, 9501, payload, 3*r*payload/ip, 1, dur)
+	active = time.Since(start)
+	<-done
+	time.Sleep(300 * time.Millisecond)
+	counts, _ = rx.DSCPCounts(17, 9501)
+	rate := float64(counts[dscpRes]*ip*8) / active.Seconds()
+	if rate < 0.98*r {
+		t.Errorf("under a best-effort flood: conformant packets arrived at %.0f bit/s = %.3f × r, want ≥ 0.98", rate, rate/r)
+	}
+	t.Logf("under flood: %d sent, DSCP %v, conformant %.3f × r", sent, counts, rate/r)
 }
