@@ -415,7 +415,7 @@ func benchResvGoodput(e *env, r *Report) error {
 	modes := []string{"none", "policing (CL)", "session shaping (GS)", "link shaping only"}
 	r.setup("two namespaces over a veth at 1 Gbit/s; HTB on the sender: best effort capped at 10 Mbit/s (as the seed's best-effort VC), a reservation's own leaf at r (rate = ceil = r) in a separate class")
 	r.setup("none: no reservation, all traffic best effort; policing: controlled-load reservation, conformant packets to the leaf, the excess demoted to best effort; session shaping: guaranteed reservation (R = r), leaf queue and SO_SNDBUF from datapath.FlowControl(b = 64000, m = 1000, 1 session): the sender blocks; link shaping only: the flow sent to the leaf with no reservation (kernel default queue)")
-	r.setup("UDP: one blocking sender of 1000-byte datagrams as fast as it can; TCP: one stream; %v per point, goodput = payload bytes the receiver read / %v", dur, dur)
+	r.setup("UDP: one blocking sender of 1000-byte datagrams as fast as it can; TCP: one stream; SO_SNDBUF 4 MiB before connect (net.core.wmem_max permitting; a guaranteed reservation replaces it at connect); %v per point, goodput = payload bytes the receiver read / %v", dur, dur)
 	type key struct {
 		proto string
 		mode  int
@@ -556,6 +556,11 @@ func blast(rb *resvBed, port int, dur time.Duration, tcp bool) error {
 		return err
 	}
 	defer unix.Close(fd)
+	// A large send buffer, as the seed's netperf had: with the default one
+	// a controlled-load sender's conformant backlog in its leaf holds more
+	// than half of it, and Linux wakes a blocked UDP writer only below
+	// half. A guaranteed reservation sets its own at connect (after this).
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20)
 	if err := unix.Connect(fd, sa4(port)); err != nil {
 		return fmt.Errorf("connect to port %d: %w", port, err)
 	}
