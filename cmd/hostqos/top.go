@@ -139,6 +139,8 @@ type topModel struct {
 	// An input or confirmation in progress (nil: none).
 	prompt *topPrompt
 	quit   bool
+	// drawn, when set (tests), is called after each draw, in the loop.
+	drawn func()
 }
 
 // topPrompt reads a line (a class, a rate, a filter) or a y/n answer.
@@ -457,6 +459,9 @@ func (m *topModel) loop(scr tcell.Screen, cl apiClient, every time.Duration) err
 	defer tick.Stop()
 	for !m.quit {
 		m.draw(scr)
+		if m.drawn != nil {
+			m.drawn()
+		}
 		select {
 		case ev := <-events:
 			switch ev := ev.(type) {

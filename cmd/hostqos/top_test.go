@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,5 +135,79 @@ func TestTopPlainWhenPiped(t *testing.T) {
 	}
 	if _, _, code := runFake(c, "top", "--sort", "speed"); code == 0 {
 		t.Error("--sort speed accepted")
+	}
+}
+
+// refusingClient is a fakeClient whose daemon refuses rule changes, as it
+// does for a user without the right to change policy.
+type refusingClient struct{ *fakeClient }
+
+func (c refusingClient) Rules() api.RulesAPI { return refusingRules{fakeRules{c.fakeClient}} }
+
+type refusingRules struct{ fakeRules }
+
+var errRefused = errors.New("hostqosd POST /v1/rules: changing policy needs root or group hostqos")
+
+func (refusingRules) AddFields(context.Context, string, api.Fields, ...api.ChangeOption) error {
+	return errRefused
+}
+
+// TestTopScreenShowsRefusal: on a (simulated) terminal, top draws the app,
+// and a confirmed change the daemon refuses shows the refusal on the
+// bottom line; q ends it.
+func TestTopScreenShowsRefusal(t *testing.T) {
+	fc := &fakeClient{rules: testRules(), stats: map[string]api.Stats{api.StatFlows: {Flows: topFlows()}}}
+	scr := tcell.NewSimulationScreen("UTF-8")
+	if err := scr.Init(); err != nil {
+		t.Fatal(err)
+	}
+	defer scr.Fini()
+	scr.SetSize(200, 20)
+	var mu sync.Mutex
+	shown := ""
+	m := &topModel{sort: "rate", open: map[uint32]bool{}, drawn: func() {
+		// In the loop's goroutine, right after it drew.
+		cells, w, _ := scr.GetContents()
+		var b strings.Builder
+		for i, c := range cells {
+			if i > 0 && i%w == 0 {
+				b.WriteByte('\n')
+			}
+			b.Write(c.Bytes)
+		}
+		mu.Lock()
+		shown = b.String()
+		mu.Unlock()
+	}}
+	done := make(chan error, 1)
+	go func() { done <- m.loop(scr, refusingClient{fc}, time.Hour) }()
+	text := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return shown
+	}
+	wait := func(what string) {
+		t.Helper()
+		for range 200 {
+			if strings.Contains(text(), what) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("screen never shows %q:\n%s", what, text())
+	}
+	wait("restic")
+	scr.InjectKey(tcell.KeyRune, 'b', tcell.ModNone)
+	wait("add rule top-restic action=drop comm=restic precedence=1? [y/N]")
+	scr.InjectKey(tcell.KeyRune, 'y', tcell.ModNone)
+	wait("refused: " + errRefused.Error())
+	scr.InjectKey(tcell.KeyRune, 'q', tcell.ModNone)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("q does not end top")
 	}
 }
