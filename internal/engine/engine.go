@@ -120,7 +120,7 @@ func New(cfg Config) (*Engine, error) {
 	e.stats = newSampler(e)
 	e.events = newEventHub(DefaultEventRing, cfg.MaxSubscribersPerUser, cfg.MaxUserSubscribers, time.Now)
 	var err error
-	if e.times, err = newRuleTimes(cfg.StatePath); err != nil {
+	if e.times, err = newRuleTimes(cfg.StatePath, cfg.Logger); err != nil {
 		return nil, err
 	}
 	if e.base, err = e.loadConfig(); err != nil {

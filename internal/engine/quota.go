@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,7 +57,11 @@ type quotaFile struct {
 	Usage   map[string]*quotaUsage `json:"usage"`
 }
 
-func newRuleTimes(statePath string) (*ruleTimes, error) {
+// newRuleTimes reads the quota usage kept beside the state file. A file
+// that cannot be parsed (or of another version) is moved aside to
+// quota.json.bad and quotas count from zero: usage is worth less than a
+// daemon that starts.
+func newRuleTimes(statePath string, log *slog.Logger) (*ruleTimes, error) {
 	t := &ruleTimes{path: filepath.Join(filepath.Dir(statePath), "quota.json"), usage: map[string]*quotaUsage{}, on: map[string]bool{}}
 	data, err := os.ReadFile(t.path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -67,7 +72,10 @@ func newRuleTimes(statePath string) (*ruleTimes, error) {
 	}
 	var f quotaFile
 	if err := json.Unmarshal(data, &f); err != nil || f.Version != 1 {
-		return nil, fmt.Errorf("read quota usage %s: not a version 1 usage file (%v); move it away to count quotas from zero", t.path, err)
+		bad := t.path + ".bad"
+		rerr := os.Rename(t.path, bad)
+		log.Warn("quota usage file unreadable; quotas count from zero", "path", t.path, "moved_to", bad, "err", err, "version", f.Version, "move_err", rerr)
+		return t, nil
 	}
 	for name, u := range f.Usage {
 		if u != nil {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -360,5 +362,32 @@ name = "eth0"
 	}
 	if g := got(other); len(g) != 0 {
 		t.Errorf("uid 1001 sees the app of uid 1002: %v", g)
+	}
+}
+
+// TestQuotaFileDamaged: an unreadable quota.json does not stop the engine:
+// it is moved aside and quotas count from zero.
+func TestQuotaFileDamaged(t *testing.T) {
+	env := newEnv(t, quotaConfig)
+	path := filepath.Join(filepath.Dir(env.cfg.StatePath), "quota.json")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("{half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	clk := &fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	var evs evRecorder
+	e := startAt(t, env, clk, &evs)
+	if _, err := os.Stat(path + ".bad"); err != nil {
+		t.Errorf("damaged file not moved aside: %v", err)
+	}
+	env.k.Counters = make([]datapath.Counters, datapath.MaxRules)
+	e.Tick()
+	if ri, _ := e.Rules(root, "dl"); ri[0].Quota == nil || ri[0].Quota.Used != 0 {
+		t.Errorf("quota after a damaged file: %+v", ri[0].Quota)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("quota.json not written again: %v", err)
 	}
 }

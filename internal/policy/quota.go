@@ -261,7 +261,9 @@ func (r Rule) HasQuota() bool { return r.Quota > 0 }
 // quotaSchedule checks the quota and schedule fields of a rule.
 func (v *validator) quotaSchedule(obj string, r Rule) {
 	if r.TimeZone != "" {
-		if _, err := Location(r.TimeZone); err != nil || len(r.TimeZone) > 64 {
+		if len(r.TimeZone) > 64 {
+			v.add(obj, "timezone", r.TimeZone, fmt.Sprintf("too long: %d bytes, at most 64", len(r.TimeZone)), "use an IANA name such as Europe/Berlin or UTC")
+		} else if _, err := Location(r.TimeZone); err != nil {
 			v.add(obj, "timezone", r.TimeZone, "unknown time zone", "use an IANA name such as Europe/Berlin or UTC, or leave it out for the host's local time")
 		} else if !r.HasQuota() && r.Schedule == "" {
 			v.add(obj, "timezone", r.TimeZone, "set without quota or schedule", "add a quota or schedule, or remove timezone")
