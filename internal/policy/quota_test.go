@@ -63,3 +63,47 @@ func TestQuotaPeriods(t *testing.T) {
 		t.Errorf("limit 1mbit: %+v %v", a, err)
 	}
 }
+
+// FuzzParseSchedule: no panic; an accepted schedule has 1 to
+// MaxScheduleWindows windows with times in a day, and at the time
+// NextChange gives, Active has changed.
+func FuzzParseSchedule(f *testing.F) {
+	for _, s := range []string{"Mon-Fri 09:00-18:00", "daily", "Sat 22:00-02:00, Sun", "Fri-Mon 12:00-24:00", "mon 9:00-10:00", ",", "Mon 24:00-01:00", "* 00:00-23:59"} {
+		f.Add(s, int64(1795000000))
+	}
+	f.Fuzz(func(t *testing.T, s string, unix int64) {
+		sc, err := ParseSchedule(s)
+		if err != nil {
+			return
+		}
+		if len(sc) == 0 || len(sc) > MaxScheduleWindows {
+			t.Fatalf("ParseSchedule(%q): %d windows", s, len(sc))
+		}
+		for _, w := range sc {
+			if w.Start < 0 || w.Start >= 24*60 || w.End < 0 || w.End > 24*60 || w.Start == w.End {
+				t.Fatalf("ParseSchedule(%q): window %+v", s, w)
+			}
+		}
+		now := time.Unix(unix%(1<<34), 0)
+		if nc := sc.NextChange(now, time.UTC); !nc.IsZero() && sc.Active(nc, time.UTC) == sc.Active(now, time.UTC) {
+			t.Fatalf("ParseSchedule(%q): at %v, NextChange %v does not change Active", s, now, nc)
+		}
+	})
+}
+
+// FuzzParseQuotaAction: no panic, and String parses back to the same.
+func FuzzParseQuotaAction(f *testing.F) {
+	for _, s := range []string{"", "event", "block", "limit 1mbit", "limit", "limit 0", "limit 1mbit 2", "Block"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseQuotaAction(s)
+		if err != nil {
+			return
+		}
+		back, err := ParseQuotaAction(a.String())
+		if err != nil || back != a {
+			t.Fatalf("ParseQuotaAction(%q) = %+v; String %q parses to %+v, %v", s, a, a.String(), back, err)
+		}
+	})
+}
