@@ -16,19 +16,28 @@
  */
 enum hq_limits {
 	/* Layout version of the pinned maps; bump on any layout change. */
-	HQ_ABI_VERSION = 4,
-	/* Rule slots, and rules per policy buffer. */
-	HQ_MAX_RULES = 4096,
+	HQ_ABI_VERSION = 5,
+	/*
+	 * Rule slots, and rules per policy buffer. internal/policy's MaxRules
+	 * and MaxAppRules are these (a test keeps them equal).
+	 */
+	HQ_MAX_RULES = 16384,
 	/* Rules with app selectors (bits of a bitmap). */
-	HQ_MAX_APP_RULES = 256,
-	HQ_BITMAP_WORDS = 4, /* 256 bits */
+	HQ_MAX_APP_RULES = 2048,
+	HQ_BITMAP_WORDS = 32, /* 2048 bits */
+	/*
+	 * Tuple-space search over the rules without app selectors: tuples
+	 * (distinct selector shapes) per address family and buffer, and
+	 * entries (hq_tss keys and hq_tnodes chain nodes) per buffer. A rule
+	 * adds at most one tuple per family and at most four entries (two
+	 * families, ICMP also under ICMPv6).
+	 */
+	HQ_MAX_TUPLES = HQ_MAX_RULES,
+	HQ_TSS_ENTRIES = 4 * HQ_MAX_RULES,
 	/* Cgroup ancestor ids kept per socket (levels 0..7). */
 	HQ_CG_LEVELS = 8,
 	HQ_COMM_LEN = 16,
 	HQ_SLOT_NONE = 0xffff,
-	/* Rule lists per policy buffer and the app-rule list (hq_rlist). */
-	HQ_RLISTS = 9,
-	HQ_RLIST_APP = 8,
 	/* Entries of each flow table unless the loader sets another size. */
 	HQ_FLOW_ENTRIES = 65536,
 	/* App-selector map sizes (both policy buffers share them). */
@@ -212,16 +221,47 @@ struct hq_rule {
 };
 
 /*
- * A rule list: indexes (within the policy buffer) of rules, in policy
- * order. Each buffer has HQ_RLISTS of them at keys buf * HQ_RLISTS + k:
- * k = family (0 IPv4, 1 IPv6) * 4 + protocol class (0 TCP, 1 UDP, 2 ICMP
- * and ICMPv6, 3 other) lists the rules without app selectors that can
- * match such a packet; k = HQ_RLIST_APP lists the rules with app selectors
- * by app bit (which follows policy order too).
+ * Tuple-space search (hq_tuples, hq_tss, hq_tnodes). The rules without app
+ * selectors are grouped by their shape: the masks their selectors apply
+ * to a packet's flow key (address prefixes, exact port or not, protocol or
+ * not, DSCP or not). Each shape is a tuple; a packet's key, masked by the
+ * tuple's masks, is looked up in one hash (hq_tss) whose value starts the
+ * chain of the tuple's rules with those masked values, earliest first.
+ * Tuples are kept in the order of their earliest rule, so the search stops
+ * at the first tuple that cannot hold an earlier rule than the best found.
+ * Every candidate is checked against its full rule (port ranges included).
  */
-struct hq_rlist {
-	__u32 n;
-	__u16 idx[HQ_MAX_RULES];
+struct hq_tuple {
+	__u32 src_mask[4];
+	__u32 dst_mask[4];
+	__u32 min; /* index of the tuple's earliest rule */
+	__u16 lport_mask;
+	__u16 rport_mask;
+	__u8 proto_mask;
+	__u8 dscp_mask;
+	__u8 pad[2];
+};
+
+/* hq_tss key: the tuple's index in hq_tuples and the masked packet key. */
+struct hq_tss_key {
+	__u32 tuple;
+	__u8 proto;
+	__u8 dscp;
+	__u16 lport;
+	__u16 rport;
+	__u16 pad;
+	__u32 src[4];
+	__u32 dst[4];
+};
+
+/*
+ * A chain node: a rule index (within the buffer) and the next node
+ * (index within the buffer's part of hq_tnodes, 0 = end). The hq_tss value
+ * is the chain's first node.
+ */
+struct hq_tnode {
+	__u32 rule;
+	__u32 next;
 };
 
 struct hq_counters {
@@ -277,6 +317,9 @@ struct hq_buf {
 	__u32 nrules;
 	__u16 nresv;		/* rules with a reservation (HQ_ACT_RESV) */
 	__u16 nsess;		/* of them, with a session limit */
+	__u32 napp;		/* rules with app selectors (app bits 0..napp-1) */
+	__u32 ntuples[2];	/* tuples per family: IPv4, IPv6 */
+	__u32 pad;
 	struct hq_bitmap r_exe; /* rules that have an exe selector */
 	struct hq_bitmap r_comm;
 	struct hq_bitmap r_uid;

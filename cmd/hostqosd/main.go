@@ -14,6 +14,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/daemon"
+	"github.com/hostqos/hostqos/internal/policy"
 )
 
 const usage = `hostqosd — the hostqos daemon
@@ -46,7 +47,7 @@ func main() {
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "Unix socket of the API")
 	fs.IntVar(&cfg.FlowTableSize, "flow-table-size", 65536, "entries of each flow table (LRU; one for IPv4, one for IPv6)")
 	fs.IntVar(&cfg.MaxRunsPerUser, "max-runs-per-user", daemon.DefaultMaxRunsPerUser, "hostqos runs one ordinary user (not root, not group hostqos) may have at once")
-	fs.IntVar(&cfg.MaxUserRuns, "max-user-runs", daemon.DefaultMaxUserRuns, "hostqos runs of all ordinary users together (at most 128); the other app-selector slots of the 256 are kept for admin rules")
+	fs.IntVar(&cfg.MaxUserRuns, "max-user-runs", daemon.DefaultMaxUserRuns, fmt.Sprintf("hostqos runs of all ordinary users together (at most %d); the other app-selector slots of the %d are kept for admin rules", policy.MaxAppRules/2, policy.MaxAppRules))
 	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", daemon.DefaultMaxConnsPerUser, "API connections one ordinary user may hold at once; more are refused at once (root and group hostqos are not limited)")
 	fs.IntVar(&cfg.MaxUserConns, "max-user-conns", daemon.DefaultMaxUserConns, "API connections all ordinary users together may hold at once")
 	fs.StringVar(&cfg.Settings.MetricsListen, "metrics-listen", "", "serve Prometheus metrics on this host:port at /metrics, e.g. 127.0.0.1:9464 (overrides metrics_listen; default: no listener)")

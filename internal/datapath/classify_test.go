@@ -3,6 +3,7 @@ package datapath
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -323,7 +324,7 @@ func TestApplyRejects(t *testing.T) {
 		{Policy{Rules: []Rule{{Slot: 2, Local: pfx("198.18.0.0/15"), Remote: pfx("2001:db8::/32"), DSCPIn: -1, DSCP: 1}}}, "different address families"},
 		{Policy{Rules: []Rule{{Slot: 2, LPortFrom: 10, LPortTo: 5, DSCPIn: -1, DSCP: 1}}}, "local ports"},
 		{Policy{Rules: []Rule{{Slot: 2, Comm: "a-very-long-command-name", DSCPIn: -1, DSCP: 1}}}, "longer than 15"},
-		{many, "more than 256 rules with app selectors"},
+		{many, fmt.Sprintf("more than %d rules with app selectors", MaxAppRules)},
 	}
 	for _, b := range bad {
 		err := d.Apply(b.p)

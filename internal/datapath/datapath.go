@@ -58,6 +58,9 @@ type Datapath struct {
 	sock    link.Link   // nil when not attached by us
 	hooks   []link.Link // session hooks (connect, sendmsg, sock_release)
 	tcx     map[int]link.Link
+	// bufs is what Apply last wrote to each policy buffer (nil =
+	// unknown: adopted, or a write failed); guarded by mu.
+	bufs    [2]*bufState
 	adopted bool
 	// Map iterators for Flows (IPv4 and IPv6 tables) and RuleCounters,
 	// attached on first use; guarded by mu.

@@ -219,32 +219,52 @@ func TestTestRunKernelTiming(t *testing.T) {
 	}
 }
 
-// TestRuleLists: rules without app selectors are listed under every
-// family and protocol class they can match, app rules by app bit, all in
-// policy order.
-func TestRuleLists(t *testing.T) {
+// TestTupleSpaceLayout: the rules without app selectors form one tuple
+// per distinct shape and family, in the order of their earliest rule; an
+// ICMP rule is keyed under ICMP and ICMPv6; rules sharing a masked key are
+// chained in policy order; app rules are indexed by app bit.
+func TestTupleSpaceLayout(t *testing.T) {
 	uid := uint32(1)
 	c, err := compile(Policy{Rules: []Rule{
 		{Slot: 0, Proto: 6, DSCPIn: -1, DSCP: -1},                                // v4+v6 TCP
 		{Slot: 1, UID: &uid, DSCPIn: -1, DSCP: -1},                               // app bit 0
-		{Slot: 2, Proto: 17, Remote: pfx("198.18.0.0/15"), DSCPIn: -1, DSCP: -1}, // v4 UDP
+		{Slot: 2, Proto: 17, Remote: pfx("198.18.0.0/15"), DSCPIn: -1, DSCP: -1}, // v4 UDP /15
 		{Slot: 3, DSCPIn: -1, DSCP: -1},                                          // everything
 		{Slot: 4, Proto: 1, Local: pfx("2001:db8::/32"), DSCPIn: -1, DSCP: -1},   // v6 ICMP
-		{Slot: 5, Proto: 47, DSCPIn: -1, DSCP: -1},                               // other
+		{Slot: 5, Proto: 6, RPortFrom: 10, RPortTo: 20, DSCPIn: -1, DSCP: -1},    // v4+v6 TCP, range
 		{Slot: 6, Comm: "x", Proto: 17, DSCPIn: -1, DSCP: -1},                    // app bit 1
-		{Slot: 7, Proto: 58, Remote: pfx("2001:db8::/32"), DSCPIn: -1, DSCP: -1}, // v6 ICMPv6
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := [rlists][]uint16{
-		0: {0, 3}, 1: {2, 3}, 2: {3}, 3: {3, 5}, // IPv4: TCP, UDP, ICMP, other
-		4: {0, 3}, 5: {3}, 6: {3, 4, 7}, 7: {3, 5}, // IPv6
-		rlistApp: {1, 6},
+	if !slices.Equal(c.appIdx, []uint32{1, 6}) {
+		t.Errorf("app index %v, want [1 6]", c.appIdx)
 	}
-	for k := range want {
-		if !slices.Equal(c.lists[k], want[k]) {
-			t.Errorf("list %d: %v, want %v", k, c.lists[k], want[k])
+	mins := func(ts []hostqosHqTuple) []uint32 {
+		var out []uint32
+		for _, t := range ts {
+			out = append(out, t.Min)
+		}
+		return out
+	}
+	// IPv4: {proto} (0, 5), {proto, remote /15} (2), {} (3). IPv6: {proto}
+	// (0, 5), {} (3), {proto, local /32} (4).
+	if got := mins(c.tuples[0]); !slices.Equal(got, []uint32{0, 2, 3}) {
+		t.Errorf("IPv4 tuples by earliest rule %v, want [0 2 3]", got)
+	}
+	if got := mins(c.tuples[1]); !slices.Equal(got, []uint32{0, 3, 4}) {
+		t.Errorf("IPv6 tuples by earliest rule %v, want [0 3 4]", got)
+	}
+	tcp4 := hostqosHqTssKey{Tuple: 0, Proto: 6}
+	head, ok := c.tss[tcp4]
+	if !ok || head.Rule != 0 || head.Next == 0 || c.tnodes[head.Next].Rule != 5 || c.tnodes[head.Next].Next != 0 {
+		t.Errorf("IPv4 TCP chain: head %+v (found %v), nodes %+v; want rule 0 then rule 5", head, ok, c.tnodes)
+	}
+	for _, proto := range []uint8{1, 58} {
+		k := hostqosHqTssKey{Tuple: uint32(maxTuples) + 2, Proto: proto}
+		k.Src = c.rules[4].LocalAddr
+		if n, ok := c.tss[k]; !ok || n.Rule != 4 {
+			t.Errorf("IPv6 ICMP rule under protocol %d: %+v, %v", proto, n, ok)
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/hostqos/hostqos/internal/policy"
 )
 
 // TestLimitsMatchObject: the Go limits, derived from the C enums, agree
@@ -27,7 +29,10 @@ func TestLimitsMatchObject(t *testing.T) {
 		{"rule counter slots", int(specs.HqRuleCtr.MaxEntries), MaxRules},
 		{"rules (two buffers)", int(specs.HqRules.MaxEntries), 2 * MaxRules},
 		{"policers", int(specs.HqPolice.MaxEntries), MaxRules},
-		{"rule lists (two buffers)", int(specs.HqRlists.MaxEntries), 2 * rlists},
+		{"app-rule index (two buffers)", int(specs.HqAppidx.MaxEntries), 2 * MaxAppRules},
+		{"search tuples (two buffers, two families)", int(specs.HqTuples.MaxEntries), 4 * maxTuples},
+		{"search entries (two buffers)", int(specs.HqTss.MaxEntries), 2 * tssEntries},
+		{"search chain nodes (two buffers)", int(specs.HqTnodes.MaxEntries), 2 * tssEntries},
 		{"flow table", int(specs.HqFlows4.MaxEntries), DefaultFlowTable},
 		{"exe keys (two buffers)", int(specs.HqExe.MaxEntries), 2 * maxExeKeys},
 		{"comm keys (two buffers)", int(specs.HqComm.MaxEntries), 2 * maxCommKeys},
@@ -63,5 +68,14 @@ func TestOpenLogsToGivenLogger(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestLimitsMatchPolicy: the rule capacity the policy package enforces
+// (config check and the daemon) is the datapath's.
+func TestLimitsMatchPolicy(t *testing.T) {
+	if MaxRules != policy.MaxRules || MaxAppRules != policy.MaxAppRules {
+		t.Errorf("datapath holds %d rules, %d with app selectors; policy allows %d and %d",
+			MaxRules, MaxAppRules, policy.MaxRules, policy.MaxAppRules)
 	}
 }

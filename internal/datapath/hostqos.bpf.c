@@ -89,13 +89,45 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_flows6 SEC(".maps");
 
+/* Rule index (within the buffer) of each app bit, by buffer. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2 * HQ_RLISTS);
+	__uint(max_entries, 2 * HQ_MAX_APP_RULES);
 	__type(key, __u32);
-	__type(value, struct hq_rlist);
+	__type(value, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} hq_rlists SEC(".maps");
+} hq_appidx SEC(".maps");
+
+/*
+ * Tuple-space search (see struct hq_tuple): tuples at (buf * 2 + family
+ * (0 IPv4, 1 IPv6)) * HQ_MAX_TUPLES + i, in the order of their earliest
+ * rule; the hash of masked keys; chain nodes at buf * HQ_TSS_ENTRIES +
+ * node.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * 2 * HQ_MAX_TUPLES);
+	__type(key, __u32);
+	__type(value, struct hq_tuple);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_tuples SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 2 * HQ_TSS_ENTRIES);
+	__type(key, struct hq_tss_key);
+	__type(value, struct hq_tnode);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_tss SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * HQ_TSS_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct hq_tnode);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_tnodes SEC(".maps");
 
 /* Per-flow counters, memory-mapped by the daemon; see struct hq_fctr. */
 struct {
@@ -184,6 +216,33 @@ struct {
 	__type(value, struct hq_bitmap);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_cg SEC(".maps");
+
+/*
+ * Per-CPU scratch of a rule evaluation (app_match): bitmaps too large for
+ * the stack, one per kind of caller (enum hq_scratch_slot). The TC
+ * programs run with bottom halves off, so their evaluations on one CPU
+ * never overlap. The socket hooks and the socket iterator run in process
+ * context, where another task may be scheduled on the CPU midway: their
+ * evaluation marks the scratch with a token and redoes the app part if the
+ * mark changed.
+ */
+struct hq_scratch {
+	struct hq_bitmap app;
+	struct hq_bitmap cg;
+	__u64 token;
+};
+
+enum hq_scratch_slot {
+	HQ_SCRATCH_TC = 0,
+	HQ_SCRATCH_SOCK = 1,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct hq_scratch);
+} hq_scratch SEC(".maps");
 
 /*
  * CLOCK_MONOTONIC at tick resolution, i.e. bpf_ktime_get_coarse_ns(). That
@@ -299,13 +358,23 @@ struct hq_pkt {
 _Static_assert(HQ_OFF(hq_flow_key4, saddr) == HQ_OFF(hq_flow_key, src),
 	       "hq_flow_key4 and hq_flow_key must share their first 12 bytes");
 
+/*
+ * State of one rule evaluation. best is the index (within the buffer) of
+ * the earliest matching rule found so far; the buffer's rule count while
+ * none matched. Both walks stop as soon as nothing left can beat it.
+ */
 struct hq_eval {
 	const struct hq_flow_key *key; /* the packet's flow, full form */
-	struct hq_rlist *list;
-	struct hq_bitmap appmatch;
+	struct hq_bitmap *app;	       /* app rules the identity satisfies */
+	__u64 bits;		       /* app walk: untried bits of word w */
+	__u32 w;
+	__u32 done;  /* app walk: the earliest app rule is found */
+	__u32 abase; /* first hq_appidx entry of the buffer */
 	__u32 base;  /* first rule index of the active buffer */
-	__u32 limit; /* only rules before this one can still win */
-	__s32 match; /* rule index (within buffer) or -1 */
+	__u32 best;
+	__u32 tbase; /* first hq_tuples entry of the buffer and family */
+	__u32 node;  /* tuple walk: chain node, 0 = end */
+	__u32 nbase; /* first hq_tnodes entry of the buffer */
 	__u8 dscp_in;
 };
 
@@ -351,134 +420,243 @@ static __always_inline int flow_match(struct hq_eval *ev, __u32 ri)
 	return 1;
 }
 
-/* bpf_loop callback over the app-rule list: app bit i, rule list->idx[i]. */
-static long eval_app_rule(__u32 i, void *data)
+/*
+ * Index of a bit by de Bruijn multiplication: (b * HQ_DEBRUIJN) >> 58
+ * is distinct for each single-bit b. Branch-free, so the verifier walks
+ * one path, not one per bit position.
+ */
+#define HQ_DEBRUIJN 0x03f79d71b4ca8b09ULL
+static const __u8 hq_debruijn[64] = {
+	0, 1, 56, 2, 57, 49, 28, 3, 61, 58, 42, 50, 38, 29, 17, 4,
+	62, 47, 59, 36, 45, 43, 51, 22, 53, 39, 33, 30, 24, 18, 12, 5,
+	63, 55, 48, 27, 60, 41, 37, 16, 46, 35, 44, 21, 52, 32, 23, 11,
+	54, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6,
+};
+
+/* Index of the lowest set bit of x (x != 0). */
+static __always_inline __u32 ctz64(__u64 x)
 {
-	struct hq_eval *ev = data;
-	struct hq_rlist *l = ev->list;
-	__u32 bit = i & (HQ_MAX_APP_RULES - 1);
-	__u32 ri;
-
-	if (!l || i >= l->n || i >= HQ_MAX_APP_RULES)
-		return 1;
-	if (!(ev->appmatch.w[bit >> 6] & (1ULL << (bit & 63))))
-		return 0;
-	ri = l->idx[i & (HQ_MAX_RULES - 1)];
-	if (!flow_match(ev, ri))
-		return 0;
-	ev->match = ri;
-	return 1;
-}
-
-/* bpf_loop callback over a flow-rule list, in policy order. */
-static long eval_flow_rule(__u32 i, void *data)
-{
-	struct hq_eval *ev = data;
-	struct hq_rlist *l = ev->list;
-	__u32 ri;
-
-	if (!l || i >= l->n)
-		return 1;
-	ri = l->idx[i & (HQ_MAX_RULES - 1)];
-	if (ri >= ev->limit)
-		return 1;
-	if (!flow_match(ev, ri))
-		return 0;
-	ev->match = ri;
-	return 1;
-}
-
-static __always_inline void bm_or(struct hq_bitmap *dst,
-				  const struct hq_bitmap *src)
-{
-	dst->w[0] |= src->w[0];
-	dst->w[1] |= src->w[1];
-	dst->w[2] |= src->w[2];
-	dst->w[3] |= src->w[3];
-}
-
-/* acc &= (b | ~r) for one selector type; b may be NULL (empty set). */
-static __always_inline void bm_sel(struct hq_bitmap *acc,
-				   const struct hq_bitmap *b,
-				   const struct hq_bitmap *r)
-{
-#pragma unroll
-	for (int k = 0; k < HQ_BITMAP_WORDS; k++)
-		acc->w[k] &= (b ? b->w[k] : 0) | ~r->w[k];
+	return hq_debruijn[((x & -x) * HQ_DEBRUIJN) >> 58];
 }
 
 /*
- * Computes the bitmap of app rules the socket's identity satisfies. A
- * function of its own keeps its keys off the stack of the rule loops.
+ * The app-rule walk: the set bits of the app bitmap in order (app bits
+ * follow policy order); the first app rule whose flow selectors match is
+ * the earliest. Every walk position comes from a bpf_loop index or a map,
+ * never from a counter, so that the verifier sees each callback converge.
  */
-static __noinline void app_match(struct hq_eval *ev, __u32 buf,
-				 const struct hq_buf *hb,
-				 const struct hq_ident *id)
+static long eval_app_bit(__u32 i, void *data)
+{
+	struct hq_eval *ev = data;
+	__u32 bit, idx, *ri;
+	__u64 b = ev->bits;
+
+	if (!b)
+		return 1;
+	ev->bits = b & (b - 1);
+	bit = (ev->w * 64 + ctz64(b)) & (HQ_MAX_APP_RULES - 1);
+	idx = ev->abase + bit;
+	ri = bpf_map_lookup_elem(&hq_appidx, &idx);
+	if (!ri || *ri >= ev->best)
+		return 1;
+	if (flow_match(ev, *ri)) {
+		ev->best = *ri;
+		ev->done = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* One word (w) of the app bitmap. */
+static long eval_app_word(__u32 w, void *data)
+{
+	struct hq_eval *ev = data;
+
+	if (ev->done || !ev->app)
+		return 1;
+	ev->w = w & (HQ_BITMAP_WORDS - 1);
+	ev->bits = ev->app->w[ev->w];
+	if (ev->bits)
+		bpf_loop(64, eval_app_bit, ev, 0);
+	return 0;
+}
+
+/*
+ * One node of a tuple's chain (ev->node): rules in policy order, so the
+ * walk stops at a match or at a rule not before best.
+ */
+static long eval_tss_node(__u32 i, void *data)
+{
+	struct hq_eval *ev = data;
+	struct hq_tnode *n;
+	__u32 idx;
+
+	if (!ev->node)
+		return 1;
+	idx = ev->nbase + ev->node;
+	n = bpf_map_lookup_elem(&hq_tnodes, &idx);
+	if (!n || n->rule >= ev->best)
+		return 1;
+	if (flow_match(ev, n->rule)) {
+		ev->best = n->rule;
+		return 1;
+	}
+	ev->node = n->next;
+	return 0;
+}
+
+/*
+ * The tuple-space search, one tuple (i-th of the family's) a step: the
+ * packet's key masked by the tuple's masks is looked up in hq_tss, and the
+ * chain it finds walked. Tuples come in the order of their earliest rule:
+ * the search ends at the first tuple whose earliest rule is not before
+ * best.
+ */
+static long eval_tss_tuple(__u32 i, void *data)
+{
+	struct hq_eval *ev = data;
+	const struct hq_flow_key *k = ev->key;
+	struct hq_tss_key tk;
+	struct hq_tuple *t;
+	struct hq_tnode *n;
+	__u32 idx;
+
+	idx = ev->tbase + (i & (HQ_MAX_TUPLES - 1));
+	t = bpf_map_lookup_elem(&hq_tuples, &idx);
+	if (!t || t->min >= ev->best)
+		return 1;
+	tk.tuple = idx;
+	tk.proto = k->proto & t->proto_mask;
+	tk.dscp = ev->dscp_in & t->dscp_mask;
+	tk.lport = k->sport & t->lport_mask;
+	tk.rport = k->dport & t->rport_mask;
+	tk.pad = 0;
+	tk.src[0] = k->src[0] & t->src_mask[0];
+	tk.src[1] = k->src[1] & t->src_mask[1];
+	tk.src[2] = k->src[2] & t->src_mask[2];
+	tk.src[3] = k->src[3] & t->src_mask[3];
+	tk.dst[0] = k->dst[0] & t->dst_mask[0];
+	tk.dst[1] = k->dst[1] & t->dst_mask[1];
+	tk.dst[2] = k->dst[2] & t->dst_mask[2];
+	tk.dst[3] = k->dst[3] & t->dst_mask[3];
+	n = bpf_map_lookup_elem(&hq_tss, &tk);
+	if (!n || n->rule >= ev->best)
+		return 0;
+	if (flow_match(ev, n->rule)) {
+		ev->best = n->rule; /* the rest of the chain comes later */
+		return 0;
+	}
+	ev->node = n->next;
+	if (ev->node)
+		bpf_loop(HQ_TSS_ENTRIES, eval_tss_node, ev, 0);
+	return 0;
+}
+
+/* State of app_match's word loops (bpf_loop callbacks). */
+struct hq_appm {
+	struct hq_scratch *s;
+	const struct hq_buf *hb;
+	struct hq_bitmap *exe; /* the identity's entries; NULL = none */
+	struct hq_bitmap *comm;
+	struct hq_bitmap *uid;
+	struct hq_bitmap *cg; /* one cgroup level's entry */
+	__u64 any;
+};
+
+static long am_clear_word(__u32 k, void *data)
+{
+	struct hq_appm *m = data;
+
+	if (!m->s)
+		return 1;
+	m->s->cg.w[k & (HQ_BITMAP_WORDS - 1)] = 0;
+	return 0;
+}
+
+static long am_cg_word(__u32 k, void *data)
+{
+	struct hq_appm *m = data;
+
+	if (!m->s || !m->cg)
+		return 1;
+	k &= HQ_BITMAP_WORDS - 1;
+	m->s->cg.w[k] |= m->cg->w[k];
+	return 0;
+}
+
+/*
+ * Word k of the app bitmap: a rule's bit survives when each selector type
+ * it uses matches (its bit is set in the identity's entry of that type).
+ * Bits of no rule (every app rule has some selector) stay clear.
+ */
+static long am_word(__u32 k, void *data)
+{
+	struct hq_appm *m = data;
+	const struct hq_buf *hb = m->hb;
+	__u64 w;
+
+	if (!m->s || !hb)
+		return 1;
+	k &= HQ_BITMAP_WORDS - 1;
+	w = hb->r_exe.w[k] | hb->r_comm.w[k] | hb->r_uid.w[k] | hb->r_cg.w[k];
+	w &= (m->exe ? m->exe->w[k] : 0) | ~hb->r_exe.w[k];
+	w &= (m->comm ? m->comm->w[k] : 0) | ~hb->r_comm.w[k];
+	w &= (m->uid ? m->uid->w[k] : 0) | ~hb->r_uid.w[k];
+	w &= m->s->cg.w[k] | ~hb->r_cg.w[k];
+	m->s->app.w[k] = w;
+	m->any |= w;
+	return 0;
+}
+
+/*
+ * Computes into s->app the bitmap of app rules the socket's identity
+ * satisfies (words 0..nw-1, nw <= HQ_BITMAP_WORDS); returns whether any
+ * bit is set. Cgroups match as the union over the socket's own cgroup and
+ * its ancestors.
+ */
+static __noinline int app_match(struct hq_scratch *s, __u32 buf,
+				const struct hq_buf *hb,
+				const struct hq_ident *id, __u32 nw)
 {
 	struct hq_exe_key ek = {};
 	struct hq_comm_key ck = {};
 	struct hq_uid_key uk = {};
 	struct hq_cg_key gk = {};
-	struct hq_bitmap cg = {};
-	struct hq_bitmap *b;
+	struct hq_appm m = {};
 	__u32 l, top;
 
-	ev->appmatch.w[0] = ~0ULL;
-	ev->appmatch.w[1] = ~0ULL;
-	ev->appmatch.w[2] = ~0ULL;
-	ev->appmatch.w[3] = ~0ULL;
-
+	m.s = s;
+	m.hb = hb;
 	ek.buf = buf;
 	ek.dev = id->exe_dev;
 	ek.ino = id->exe_ino;
-	bm_sel(&ev->appmatch, bpf_map_lookup_elem(&hq_exe, &ek), &hb->r_exe);
-
+	m.exe = bpf_map_lookup_elem(&hq_exe, &ek);
 	ck.buf = buf;
 	__builtin_memcpy(ck.comm, id->comm, HQ_COMM_LEN);
-	bm_sel(&ev->appmatch, bpf_map_lookup_elem(&hq_comm, &ck), &hb->r_comm);
-
+	m.comm = bpf_map_lookup_elem(&hq_comm, &ck);
 	uk.buf = buf;
 	uk.uid = id->uid;
-	bm_sel(&ev->appmatch, bpf_map_lookup_elem(&hq_uid, &uk), &hb->r_uid);
+	m.uid = bpf_map_lookup_elem(&hq_uid, &uk);
 
+	bpf_loop(nw, am_clear_word, &m, 0);
 	gk.buf = buf;
 	top = id->cg_level;
-	for (l = 0; l < HQ_CG_LEVELS; l++) {
-		if (l > top)
-			break;
-		gk.id = id->cg[l];
-		b = bpf_map_lookup_elem(&hq_cg, &gk);
-		if (b)
-			bm_or(&cg, b);
+	for (l = 0; l <= HQ_CG_LEVELS; l++) {
+		if (l < HQ_CG_LEVELS) {
+			if (l > top)
+				break;
+			gk.id = id->cg[l];
+		} else {
+			if (top < HQ_CG_LEVELS)
+				break;
+			gk.id = id->cg_own;
+		}
+		m.cg = bpf_map_lookup_elem(&hq_cg, &gk);
+		if (m.cg)
+			bpf_loop(nw, am_cg_word, &m, 0);
 	}
-	if (top >= HQ_CG_LEVELS) {
-		gk.id = id->cg_own;
-		b = bpf_map_lookup_elem(&hq_cg, &gk);
-		if (b)
-			bm_or(&cg, b);
-	}
-	bm_sel(&ev->appmatch, &cg, &hb->r_cg);
-
-	/* Bits of no rule (every app rule has some selector) stay clear. */
-#pragma unroll
-	for (int k = 0; k < HQ_BITMAP_WORDS; k++)
-		ev->appmatch.w[k] &= hb->r_exe.w[k] | hb->r_comm.w[k] |
-				     hb->r_uid.w[k] | hb->r_cg.w[k];
-}
-
-/* Protocol class of a rule list (see struct hq_rlist). */
-static __always_inline __u32 proto_class(__u8 proto)
-{
-	switch (proto) {
-	case IPPROTO_TCP:
-		return 0;
-	case IPPROTO_UDP:
-		return 1;
-	case IPPROTO_ICMP:
-	case IPPROTO_ICMPV6:
-		return 2;
-	}
-	return 3;
+	bpf_loop(nw, am_word, &m, 0);
+	return m.any != 0;
 }
 
 /* The identity of the packet's (full) socket, NULL for none. */
@@ -502,18 +680,23 @@ static __always_inline struct hq_ident *skb_ident(struct __sk_buff *skb,
 /*
  * Evaluates the active policy for flow k of a socket with identity id
  * (NULL: none) and fills the cached part of *f (gen, slot, action, dscp,
- * classid, owner).
+ * classid, owner): the earliest rule in policy order whose selectors all
+ * match. Rules with app selectors are found through the identity's app
+ * bitmap, the others by tuple-space search (struct hq_tuple); the earlier
+ * of the two wins.
  */
 static __always_inline void evaluate(const struct hq_ident *id,
 				     const struct hq_flow_key *k, __u8 dscp_in,
 				     struct hq_flow *f, __u32 gen,
-				     struct hq_stats *st)
+				     struct hq_stats *st, __u32 slot)
 {
 	struct hq_eval ev = {};
+	struct hq_scratch *s;
 	const struct hq_buf *hb;
 	struct hq_rule *r;
 	__u32 buf = gen & 1;
-	__u32 idx, li;
+	__u32 idx, fam, nt, nw, nrules;
+	__u64 token;
 
 	hb = &hq_policy.buf[buf];
 
@@ -522,46 +705,58 @@ static __always_inline void evaluate(const struct hq_ident *id,
 	f->action = HQ_ACT_PASS;
 	f->dscp = -1;
 	f->classid = 0;
+
+	nrules = hb->nrules;
+	if (nrules > HQ_MAX_RULES)
+		nrules = HQ_MAX_RULES;
+	ev.key = k;
+	ev.dscp_in = dscp_in;
+	ev.base = buf * HQ_MAX_RULES;
+	ev.best = nrules;
+	if (st)
+		st->evaluations++;
+
+	/* Without an identity no app rule matches. */
 	if (id) {
 		f->tgid = id->tgid;
 		f->uid = id->uid;
 		__builtin_memcpy(f->comm, id->comm, HQ_COMM_LEN);
-		app_match(&ev, buf, hb, id);
+		nw = (hb->napp + 63) / 64;
+		if (nw > HQ_BITMAP_WORDS)
+			nw = HQ_BITMAP_WORDS;
+		s = bpf_map_lookup_elem(&hq_scratch, &slot);
+#pragma unroll
+		for (int try = 0; try < 2; try++) {
+			if (!s || !nw)
+				break;
+			token = bpf_get_prandom_u32() | 1;
+			s->token = token;
+			ev.best = nrules;
+			ev.done = 0;
+			if (app_match(s, buf, hb, id, nw)) {
+				ev.app = &s->app;
+				ev.abase = buf * HQ_MAX_APP_RULES;
+				bpf_loop(nw, eval_app_word, &ev, 0);
+			}
+			if (s->token == token)
+				break;
+			/* Overwritten midway (socket hooks only): again, or none. */
+			ev.best = nrules;
+		}
 	}
-	/* Without an identity ev.appmatch stays 0: no app rule matches. */
 
-	ev.key = k;
-	ev.dscp_in = dscp_in;
-	ev.base = buf * HQ_MAX_RULES;
-	ev.limit = hb->nrules;
-	if (ev.limit > HQ_MAX_RULES)
-		ev.limit = HQ_MAX_RULES;
-	ev.match = -1;
-	if (st)
-		st->evaluations++;
+	fam = k->family == HQ_AF_INET6;
+	nt = hb->ntuples[fam];
+	if (nt > HQ_MAX_TUPLES)
+		nt = HQ_MAX_TUPLES;
+	ev.tbase = (buf * 2 + fam) * HQ_MAX_TUPLES;
+	ev.nbase = buf * HQ_TSS_ENTRIES;
+	if (nt)
+		bpf_loop(nt, eval_tss_tuple, &ev, 0);
 
-	/*
-	 * The earliest matching app rule (app bits follow policy order), then
-	 * any earlier rule without app selectors in the packet's list.
-	 */
-	if (ev.appmatch.w[0] | ev.appmatch.w[1] | ev.appmatch.w[2] |
-	    ev.appmatch.w[3]) {
-		li = buf * HQ_RLISTS + HQ_RLIST_APP;
-		ev.list = bpf_map_lookup_elem(&hq_rlists, &li);
-		if (ev.list)
-			bpf_loop(HQ_MAX_APP_RULES, eval_app_rule, &ev, 0);
-		if (ev.match >= 0)
-			ev.limit = ev.match;
-	}
-	li = buf * HQ_RLISTS + (k->family == HQ_AF_INET6) * 4 +
-	     proto_class(k->proto);
-	ev.list = bpf_map_lookup_elem(&hq_rlists, &li);
-	if (ev.list)
-		bpf_loop(HQ_MAX_RULES, eval_flow_rule, &ev, 0);
-	if (ev.match < 0)
+	if (ev.best >= nrules)
 		return;
-
-	idx = ev.base + (__u32)ev.match;
+	idx = ev.base + ev.best;
 	r = bpf_map_lookup_elem(&hq_rules, &idx);
 	if (!r)
 		return;
@@ -1225,7 +1420,7 @@ static __noinline int resv_session(struct bpf_sock_addr *ctx, __u8 family,
 		id = bpf_sk_storage_get(&hq_sk_ident, sk, 0, 0);
 	}
 
-	evaluate(id, &key, 0, &nf, gen, NULL);
+	evaluate(id, &key, 0, &nf, gen, NULL, HQ_SCRATCH_SOCK);
 	rv = nf.action == HQ_ACT_RESV ? slot_resv(nf.slot, gen) : NULL;
 	if (!rv) {
 		/* Connected elsewhere: the socket leaves its reservation. */
@@ -1331,7 +1526,7 @@ static __noinline void resv_bind_open(struct sock *sk, __u8 proto)
 		return;
 	gen = *(volatile __u32 *)&hq_policy.gen;
 	id = bpf_sk_storage_get(&hq_sk_ident, sk, 0, 0);
-	evaluate(id, &key, 0, &nf, gen, NULL);
+	evaluate(id, &key, 0, &nf, gen, NULL, HQ_SCRATCH_SOCK);
 	if (nf.action != HQ_ACT_RESV)
 		return;
 	rv = slot_resv(nf.slot, gen);
@@ -1457,7 +1652,7 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 	if (!f || f->gen != p->gen) {
 		struct hq_ident *id = skb_ident(skb, st);
 
-		evaluate(id, &key, p->dscp_in, &nf, p->gen, st);
+		evaluate(id, &key, p->dscp_in, &nf, p->gen, st, HQ_SCRATCH_TC);
 		if (nf.action == HQ_ACT_RESV)
 			resv_bind_skb(skb, &key, &nf, id, p->gen);
 		if (!f) {

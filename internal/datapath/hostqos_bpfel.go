@@ -41,7 +41,7 @@ type hostqosHqBinding struct {
 
 type hostqosHqBitmap struct {
 	_ structs.HostLayout
-	W [4]uint64
+	W [32]uint64
 }
 
 type hostqosHqCgKey struct {
@@ -156,15 +156,15 @@ type hostqosHqIdent struct {
 type hostqosHqLimits uint32
 
 const (
-	hostqosHqLimitsHQ_ABI_VERSION   hostqosHqLimits = 4
-	hostqosHqLimitsHQ_MAX_RULES     hostqosHqLimits = 4096
-	hostqosHqLimitsHQ_MAX_APP_RULES hostqosHqLimits = 256
-	hostqosHqLimitsHQ_BITMAP_WORDS  hostqosHqLimits = 4
+	hostqosHqLimitsHQ_ABI_VERSION   hostqosHqLimits = 5
+	hostqosHqLimitsHQ_MAX_RULES     hostqosHqLimits = 16384
+	hostqosHqLimitsHQ_MAX_APP_RULES hostqosHqLimits = 2048
+	hostqosHqLimitsHQ_BITMAP_WORDS  hostqosHqLimits = 32
+	hostqosHqLimitsHQ_MAX_TUPLES    hostqosHqLimits = 16384
+	hostqosHqLimitsHQ_TSS_ENTRIES   hostqosHqLimits = 65536
 	hostqosHqLimitsHQ_CG_LEVELS     hostqosHqLimits = 8
 	hostqosHqLimitsHQ_COMM_LEN      hostqosHqLimits = 16
 	hostqosHqLimitsHQ_SLOT_NONE     hostqosHqLimits = 65535
-	hostqosHqLimitsHQ_RLISTS        hostqosHqLimits = 9
-	hostqosHqLimitsHQ_RLIST_APP     hostqosHqLimits = 8
 	hostqosHqLimitsHQ_FLOW_ENTRIES  hostqosHqLimits = 65536
 	hostqosHqLimitsHQ_EXE_ENTRIES   hostqosHqLimits = 8192
 	hostqosHqLimitsHQ_COMM_ENTRIES  hostqosHqLimits = 4096
@@ -252,12 +252,6 @@ type hostqosHqResvState struct {
 	Pad             uint32
 }
 
-type hostqosHqRlist struct {
-	_   structs.HostLayout
-	N   uint32
-	Idx [4096]uint16
-}
-
 type hostqosHqRule struct {
 	_          structs.HostLayout
 	LocalAddr  [4]uint32
@@ -280,6 +274,13 @@ type hostqosHqRule struct {
 	Pad        [2]uint8
 }
 
+type hostqosHqScratch struct {
+	_     structs.HostLayout
+	App   hostqosHqBitmap
+	Cg    hostqosHqBitmap
+	Token uint64
+}
+
 type hostqosHqService uint32
 
 const (
@@ -295,28 +296,30 @@ type hostqosHqState struct {
 	Pad       uint32
 	ClockBase uint64
 	Buf       [2]struct {
-		_      structs.HostLayout
-		Nrules uint32
-		Nresv  uint16
-		Nsess  uint16
-		R_exe  struct {
+		_       structs.HostLayout
+		Nrules  uint32
+		Nresv   uint16
+		Nsess   uint16
+		Napp    uint32
+		Ntuples [2]uint32
+		Pad     uint32
+		R_exe   struct {
 			_ structs.HostLayout
-			W [4]uint64
+			W [32]uint64
 		}
 		R_comm struct {
 			_ structs.HostLayout
-			W [4]uint64
+			W [32]uint64
 		}
 		R_uid struct {
 			_ structs.HostLayout
-			W [4]uint64
+			W [32]uint64
 		}
 		R_cg struct {
 			_ structs.HostLayout
-			W [4]uint64
+			W [32]uint64
 		}
 	}
-	_         [32]byte
 	Fcursor   uint64
 	_         [56]byte
 	RefuseSeq uint64
@@ -333,6 +336,36 @@ type hostqosHqStats struct {
 	Evaluations    uint64
 	Drops          uint64
 	IdentFail      uint64
+}
+
+type hostqosHqTnode struct {
+	_    structs.HostLayout
+	Rule uint32
+	Next uint32
+}
+
+type hostqosHqTssKey struct {
+	_     structs.HostLayout
+	Tuple uint32
+	Proto uint8
+	Dscp  uint8
+	Lport uint16
+	Rport uint16
+	Pad   uint16
+	Src   [4]uint32
+	Dst   [4]uint32
+}
+
+type hostqosHqTuple struct {
+	_         structs.HostLayout
+	SrcMask   [4]uint32
+	DstMask   [4]uint32
+	Min       uint32
+	LportMask uint16
+	RportMask uint16
+	ProtoMask uint8
+	DscpMask  uint8
+	Pad       [2]uint8
 }
 
 type hostqosHqUidKey struct {
@@ -352,6 +385,7 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	hostqosMapHqAppidx       = "hq_appidx"
 	hostqosMapHqBind         = "hq_bind"
 	hostqosMapHqCg           = "hq_cg"
 	hostqosMapHqComm         = "hq_comm"
@@ -364,11 +398,14 @@ const (
 	hostqosMapHqPolice       = "hq_police"
 	hostqosMapHqRefusal      = "hq_refusal"
 	hostqosMapHqResvState    = "hq_resv_state"
-	hostqosMapHqRlists       = "hq_rlists"
 	hostqosMapHqRuleCtr      = "hq_rule_ctr"
 	hostqosMapHqRuleResv     = "hq_rule_resv"
 	hostqosMapHqRules        = "hq_rules"
+	hostqosMapHqScratch      = "hq_scratch"
 	hostqosMapHqSkIdent      = "hq_sk_ident"
+	hostqosMapHqTnodes       = "hq_tnodes"
+	hostqosMapHqTss          = "hq_tss"
+	hostqosMapHqTuples       = "hq_tuples"
 	hostqosMapHqUid          = "hq_uid"
 	hostqosProgHqConnect4    = "hq_connect4"
 	hostqosProgHqConnect6    = "hq_connect6"
@@ -459,6 +496,7 @@ type hostqosProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hostqosMapSpecs struct {
+	HqAppidx    *ebpf.MapSpec `ebpf:"hq_appidx"`
 	HqBind      *ebpf.MapSpec `ebpf:"hq_bind"`
 	HqCg        *ebpf.MapSpec `ebpf:"hq_cg"`
 	HqComm      *ebpf.MapSpec `ebpf:"hq_comm"`
@@ -471,11 +509,14 @@ type hostqosMapSpecs struct {
 	HqPolice    *ebpf.MapSpec `ebpf:"hq_police"`
 	HqRefusal   *ebpf.MapSpec `ebpf:"hq_refusal"`
 	HqResvState *ebpf.MapSpec `ebpf:"hq_resv_state"`
-	HqRlists    *ebpf.MapSpec `ebpf:"hq_rlists"`
 	HqRuleCtr   *ebpf.MapSpec `ebpf:"hq_rule_ctr"`
 	HqRuleResv  *ebpf.MapSpec `ebpf:"hq_rule_resv"`
 	HqRules     *ebpf.MapSpec `ebpf:"hq_rules"`
+	HqScratch   *ebpf.MapSpec `ebpf:"hq_scratch"`
 	HqSkIdent   *ebpf.MapSpec `ebpf:"hq_sk_ident"`
+	HqTnodes    *ebpf.MapSpec `ebpf:"hq_tnodes"`
+	HqTss       *ebpf.MapSpec `ebpf:"hq_tss"`
+	HqTuples    *ebpf.MapSpec `ebpf:"hq_tuples"`
 	HqUid       *ebpf.MapSpec `ebpf:"hq_uid"`
 }
 
@@ -518,6 +559,7 @@ func (o *hostqosObjects) Close() error {
 //
 // It can be passed to loadHostqosObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hostqosMaps struct {
+	HqAppidx    *ebpf.Map `ebpf:"hq_appidx"`
 	HqBind      *ebpf.Map `ebpf:"hq_bind"`
 	HqCg        *ebpf.Map `ebpf:"hq_cg"`
 	HqComm      *ebpf.Map `ebpf:"hq_comm"`
@@ -530,16 +572,20 @@ type hostqosMaps struct {
 	HqPolice    *ebpf.Map `ebpf:"hq_police"`
 	HqRefusal   *ebpf.Map `ebpf:"hq_refusal"`
 	HqResvState *ebpf.Map `ebpf:"hq_resv_state"`
-	HqRlists    *ebpf.Map `ebpf:"hq_rlists"`
 	HqRuleCtr   *ebpf.Map `ebpf:"hq_rule_ctr"`
 	HqRuleResv  *ebpf.Map `ebpf:"hq_rule_resv"`
 	HqRules     *ebpf.Map `ebpf:"hq_rules"`
+	HqScratch   *ebpf.Map `ebpf:"hq_scratch"`
 	HqSkIdent   *ebpf.Map `ebpf:"hq_sk_ident"`
+	HqTnodes    *ebpf.Map `ebpf:"hq_tnodes"`
+	HqTss       *ebpf.Map `ebpf:"hq_tss"`
+	HqTuples    *ebpf.Map `ebpf:"hq_tuples"`
 	HqUid       *ebpf.Map `ebpf:"hq_uid"`
 }
 
 func (m *hostqosMaps) Close() error {
 	return _HostqosClose(
+		m.HqAppidx,
 		m.HqBind,
 		m.HqCg,
 		m.HqComm,
@@ -552,11 +598,14 @@ func (m *hostqosMaps) Close() error {
 		m.HqPolice,
 		m.HqRefusal,
 		m.HqResvState,
-		m.HqRlists,
 		m.HqRuleCtr,
 		m.HqRuleResv,
 		m.HqRules,
+		m.HqScratch,
 		m.HqSkIdent,
+		m.HqTnodes,
+		m.HqTss,
+		m.HqTuples,
 		m.HqUid,
 	)
 }

@@ -32,9 +32,15 @@ type compiled struct {
 	rExe, rComm, rUID bitmap
 	rCg               bitmap
 	appRules          int
-	// Rule lists (struct hq_rlist): rules without app selectors by
-	// family and protocol class, and rules with app selectors by app bit.
-	lists [rlists][]uint16
+	// appIdx is the rule index (within the policy) of each app bit.
+	appIdx []uint32
+	// Tuple-space search over the rules without app selectors (struct
+	// hq_tuple): tuples by family (0 IPv4, 1 IPv6) in the order of their
+	// earliest rule, the hash entries and their chains' further nodes
+	// (node 0 unused).
+	tuples [2][]hostqosHqTuple
+	tss    map[hostqosHqTssKey]hostqosHqTnode
+	tnodes []hostqosHqTnode
 	// Policers of the rules that have one.
 	police []policer
 	// Reservations of the rules that name one, by rule slot.
@@ -56,29 +62,6 @@ func newPolicer(slot uint16, rate uint64, burst uint32) policer {
 // policeShift is HQ_POLICE_SHIFT: a policer's cost per byte is kept in
 // 1/2^policeShift ns.
 const policeShift = uint(hostqosHqLimitsHQ_POLICE_SHIFT)
-
-// Rule lists per policy buffer (HQ_RLISTS) and the index of the app-rule
-// list (HQ_RLIST_APP).
-const (
-	rlists   = int(hostqosHqLimitsHQ_RLISTS)
-	rlistApp = int(hostqosHqLimitsHQ_RLIST_APP)
-)
-
-// protoClasses are the protocol classes (rule list columns: TCP, UDP,
-// ICMP/ICMPv6, other) a rule's protocol selector can match.
-func protoClasses(proto uint8) []int {
-	switch proto {
-	case 0:
-		return []int{0, 1, 2, 3}
-	case 6:
-		return []int{0}
-	case 17:
-		return []int{1}
-	case 1, 58:
-		return []int{2}
-	}
-	return []int{3}
-}
 
 // compile validates p and turns it into map entries. Errors name the rule
 // (index and slot), the field and the value.
@@ -214,23 +197,16 @@ func compile(p Policy) (*compiled, error) {
 				c.rCg.set(bit)
 			}
 		}
-		idx := uint16(len(c.rules))
 		if hasApp {
-			c.lists[rlistApp] = append(c.lists[rlistApp], idx)
-		} else {
-			for fi, fam := range []uint8{famIPv4, famIPv6} {
-				if br.Family != famAny && br.Family != fam {
-					continue
-				}
-				for _, pc := range protoClasses(br.Proto) {
-					c.lists[fi*4+pc] = append(c.lists[fi*4+pc], idx)
-				}
-			}
+			c.appIdx = append(c.appIdx, uint32(len(c.rules)))
 		}
 		c.rules = append(c.rules, br)
 	}
 	var err error
 	if c.resv, err = compileResv(p, c.rules); err != nil {
+		return nil, err
+	}
+	if err := c.buildTSS(); err != nil {
 		return nil, err
 	}
 	switch {
@@ -316,6 +292,11 @@ func addrFromWords(family uint8, w *[4]uint32) netip.Addr {
 // nothing changes for the datapath. When the policy has reservations, the
 // connected sockets of the calling thread's network namespace that fall
 // under one are bound to it right after the flip.
+//
+// Only entries that differ from what the inactive buffer holds are
+// written: the datapath remembers what it wrote to each buffer (after a
+// failed write, or for adopted state, it reads the hash maps back and
+// rewrites the arrays whole).
 func (d *Datapath) Apply(p Policy) error {
 	c, err := compile(p)
 	if err != nil {
@@ -336,32 +317,20 @@ func (d *Datapath) Apply(p Policy) error {
 	if err != nil {
 		return err
 	}
-	if err := d.writeAppMaps(buf, c); err != nil {
+	want := c.bufState(buf)
+	have := d.bufs[buf]
+	d.bufs[buf] = nil // unknown until the writes below all succeed
+	if err := d.writeBuf(buf, have, want); err != nil {
 		return err
 	}
 	if err := d.writePolicers(c.police); err != nil {
 		return err
 	}
-	if n := len(c.rules); n > 0 {
-		keys := make([]uint32, n)
-		for i := range keys {
-			keys[i] = buf*uint32(MaxRules) + uint32(i)
-		}
-		if _, err := d.objs.HqRules.BatchUpdate(keys, c.rules, nil); err != nil {
-			return fmt.Errorf("write rules: %w", err)
-		}
-	}
-	lkeys := make([]uint32, rlists)
-	lvals := make([]hostqosHqRlist, rlists)
-	for k, l := range c.lists {
-		lkeys[k] = buf*uint32(rlists) + uint32(k)
-		lvals[k].N = uint32(copy(lvals[k].Idx[:], l))
-	}
-	if err := batchUpdate(d.objs.HqRlists, lkeys, lvals); err != nil {
-		return fmt.Errorf("write rule lists: %w", err)
-	}
+	d.bufs[buf] = want
 	hb := &st.Buf[buf]
 	hb.Nrules = uint32(len(c.rules))
+	hb.Napp = uint32(c.appRules)
+	hb.Ntuples = [2]uint32{uint32(len(c.tuples[0])), uint32(len(c.tuples[1]))}
 	hb.R_exe.W = c.rExe
 	hb.R_comm.W = c.rComm
 	hb.R_uid.W = c.rUID
@@ -385,8 +354,174 @@ func (d *Datapath) Apply(p Policy) error {
 			d.log.Warn("bind open sockets to reservations", "err", err)
 		}
 	}
-	d.log.Info("policy applied", "generation", gen+1, "rules", len(c.rules), "app_rules", c.appRules)
+	d.log.Info("policy applied", "generation", gen+1, "rules", len(c.rules), "app_rules", c.appRules,
+		"tuples", len(c.tuples[0])+len(c.tuples[1]))
 	return nil
+}
+
+// bufState is what one policy buffer holds, in map form: the entries of
+// every per-buffer map (keys as written, buffer included).
+type bufState struct {
+	rules  []hostqosHqRule
+	appIdx []uint32
+	tuples [2][]hostqosHqTuple
+	tnodes []hostqosHqTnode
+	tss    map[hostqosHqTssKey]hostqosHqTnode
+	exe    map[hostqosHqExeKey]hostqosHqBitmap
+	comm   map[hostqosHqCommKey]hostqosHqBitmap
+	uid    map[hostqosHqUidKey]hostqosHqBitmap
+	cg     map[hostqosHqCgKey]hostqosHqBitmap
+}
+
+// bufState lays c out for buffer buf.
+func (c *compiled) bufState(buf uint32) *bufState {
+	s := &bufState{
+		rules:  c.rules,
+		appIdx: c.appIdx,
+		tuples: c.tuples,
+		tnodes: c.tnodes,
+		tss:    make(map[hostqosHqTssKey]hostqosHqTnode, len(c.tss)),
+		exe:    make(map[hostqosHqExeKey]hostqosHqBitmap, len(c.exe)),
+		comm:   make(map[hostqosHqCommKey]hostqosHqBitmap, len(c.comm)),
+		uid:    make(map[hostqosHqUidKey]hostqosHqBitmap, len(c.uid)),
+		cg:     make(map[hostqosHqCgKey]hostqosHqBitmap, len(c.cg)),
+	}
+	for k, v := range c.tss {
+		k.Tuple += buf * 2 * uint32(maxTuples)
+		s.tss[k] = v
+	}
+	for f, b := range c.exe {
+		s.exe[hostqosHqExeKey{Buf: buf, Dev: f.Dev, Ino: f.Ino}] = hostqosHqBitmap{W: *b}
+	}
+	for name, b := range c.comm {
+		k := hostqosHqCommKey{Buf: buf}
+		putComm(&k.Comm, name)
+		s.comm[k] = hostqosHqBitmap{W: *b}
+	}
+	for u, b := range c.uid {
+		s.uid[hostqosHqUidKey{Buf: buf, Uid: u}] = hostqosHqBitmap{W: *b}
+	}
+	for id, b := range c.cg {
+		s.cg[hostqosHqCgKey{Buf: uint64(buf), Id: id}] = hostqosHqBitmap{W: *b}
+	}
+	return s
+}
+
+// writeBuf brings buffer buf from have (nil = unknown) to want, writing
+// only what differs.
+func (d *Datapath) writeBuf(buf uint32, have, want *bufState) error {
+	if have == nil {
+		var err error
+		if have, err = d.readBufHashes(buf); err != nil {
+			return err
+		}
+	}
+	if err := syncArray(d.objs.HqRules, buf*uint32(MaxRules), have.rules, want.rules); err != nil {
+		return fmt.Errorf("write rules: %w", err)
+	}
+	if err := syncArray(d.objs.HqAppidx, buf*uint32(MaxAppRules), have.appIdx, want.appIdx); err != nil {
+		return fmt.Errorf("write app-rule index: %w", err)
+	}
+	for fi := range want.tuples {
+		if err := syncArray(d.objs.HqTuples, (buf*2+uint32(fi))*uint32(maxTuples), have.tuples[fi], want.tuples[fi]); err != nil {
+			return fmt.Errorf("write search tuples: %w", err)
+		}
+	}
+	if err := syncArray(d.objs.HqTnodes, buf*uint32(tssEntries), have.tnodes, want.tnodes); err != nil {
+		return fmt.Errorf("write search chains: %w", err)
+	}
+	if err := syncHash(d.objs.HqTss, have.tss, want.tss); err != nil {
+		return fmt.Errorf("write search entries: %w", err)
+	}
+	if err := syncHash(d.objs.HqExe, have.exe, want.exe); err != nil {
+		return fmt.Errorf("write exe selectors: %w", err)
+	}
+	if err := syncHash(d.objs.HqComm, have.comm, want.comm); err != nil {
+		return fmt.Errorf("write comm selectors: %w", err)
+	}
+	if err := syncHash(d.objs.HqUid, have.uid, want.uid); err != nil {
+		return fmt.Errorf("write uid selectors: %w", err)
+	}
+	if err := syncHash(d.objs.HqCg, have.cg, want.cg); err != nil {
+		return fmt.Errorf("write cgroup selectors: %w", err)
+	}
+	return nil
+}
+
+// readBufHashes reads buffer buf's entries of the hash maps back from the
+// kernel; its arrays stay unknown (nil), so they are written whole.
+func (d *Datapath) readBufHashes(buf uint32) (*bufState, error) {
+	s := &bufState{}
+	var err error
+	lo, hi := buf*2*uint32(maxTuples), (buf+1)*2*uint32(maxTuples)
+	if s.tss, err = readHash[hostqosHqTssKey, hostqosHqTnode](d.objs.HqTss, func(k hostqosHqTssKey) bool { return k.Tuple >= lo && k.Tuple < hi }); err != nil {
+		return nil, fmt.Errorf("list search entries: %w", err)
+	}
+	if s.exe, err = readHash[hostqosHqExeKey, hostqosHqBitmap](d.objs.HqExe, func(k hostqosHqExeKey) bool { return k.Buf == buf }); err != nil {
+		return nil, fmt.Errorf("list exe selectors: %w", err)
+	}
+	if s.comm, err = readHash[hostqosHqCommKey, hostqosHqBitmap](d.objs.HqComm, func(k hostqosHqCommKey) bool { return k.Buf == buf }); err != nil {
+		return nil, fmt.Errorf("list comm selectors: %w", err)
+	}
+	if s.uid, err = readHash[hostqosHqUidKey, hostqosHqBitmap](d.objs.HqUid, func(k hostqosHqUidKey) bool { return k.Buf == buf }); err != nil {
+		return nil, fmt.Errorf("list uid selectors: %w", err)
+	}
+	if s.cg, err = readHash[hostqosHqCgKey, hostqosHqBitmap](d.objs.HqCg, func(k hostqosHqCgKey) bool { return k.Buf == uint64(buf) }); err != nil {
+		return nil, fmt.Errorf("list cgroup selectors: %w", err)
+	}
+	return s, nil
+}
+
+func readHash[K, V comparable](m *ebpf.Map, keep func(K) bool) (map[K]V, error) {
+	out := map[K]V{}
+	var k K
+	var v V
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if keep(k) {
+			out[k] = v
+		}
+	}
+	return out, it.Err()
+}
+
+// syncArray writes the elements of want that differ from have (same
+// index) at base+index.
+func syncArray[V comparable](m *ebpf.Map, base uint32, have, want []V) error {
+	var keys []uint32
+	var vals []V
+	for i, v := range want {
+		if i < len(have) && have[i] == v {
+			continue
+		}
+		keys = append(keys, base+uint32(i))
+		vals = append(vals, v)
+	}
+	return batchUpdate(m, keys, vals)
+}
+
+// syncHash deletes the keys of have that want lacks, then writes the
+// entries of want that have lacks or holds with another value.
+func syncHash[K, V comparable](m *ebpf.Map, have, want map[K]V) error {
+	var del []K
+	for k := range have {
+		if _, ok := want[k]; !ok {
+			del = append(del, k)
+		}
+	}
+	if err := batchDelete(m, del); err != nil {
+		return err
+	}
+	var keys []K
+	var vals []V
+	for k, v := range want {
+		if hv, ok := have[k]; ok && hv == v {
+			continue
+		}
+		keys = append(keys, k)
+		vals = append(vals, v)
+	}
+	return batchUpdate(m, keys, vals)
 }
 
 // writePolicers sets the cost and depth of the slots' policers before the
@@ -420,121 +555,6 @@ func (d *Datapath) Reevaluate() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	atomic.AddUint32(&d.stateView().Gen, 2)
-}
-
-// writeAppMaps replaces buffer buf's entries of the app-selector maps.
-func (d *Datapath) writeAppMaps(buf uint32, c *compiled) error {
-	// exe
-	{
-		var old []hostqosHqExeKey
-		var k hostqosHqExeKey
-		var v hostqosHqBitmap
-		it := d.objs.HqExe.Iterate()
-		for it.Next(&k, &v) {
-			if k.Buf == buf {
-				old = append(old, k)
-			}
-		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("list exe selectors: %w", err)
-		}
-		if err := batchDelete(d.objs.HqExe, old); err != nil {
-			return fmt.Errorf("clear exe selectors: %w", err)
-		}
-		keys := make([]hostqosHqExeKey, 0, len(c.exe))
-		vals := make([]hostqosHqBitmap, 0, len(c.exe))
-		for f, b := range c.exe {
-			keys = append(keys, hostqosHqExeKey{Buf: buf, Dev: f.Dev, Ino: f.Ino})
-			vals = append(vals, hostqosHqBitmap{W: *b})
-		}
-		if err := batchUpdate(d.objs.HqExe, keys, vals); err != nil {
-			return fmt.Errorf("write exe selectors: %w", err)
-		}
-	}
-	// comm
-	{
-		var old []hostqosHqCommKey
-		var k hostqosHqCommKey
-		var v hostqosHqBitmap
-		it := d.objs.HqComm.Iterate()
-		for it.Next(&k, &v) {
-			if k.Buf == buf {
-				old = append(old, k)
-			}
-		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("list comm selectors: %w", err)
-		}
-		if err := batchDelete(d.objs.HqComm, old); err != nil {
-			return fmt.Errorf("clear comm selectors: %w", err)
-		}
-		keys := make([]hostqosHqCommKey, 0, len(c.comm))
-		vals := make([]hostqosHqBitmap, 0, len(c.comm))
-		for s, b := range c.comm {
-			k := hostqosHqCommKey{Buf: buf}
-			putComm(&k.Comm, s)
-			keys = append(keys, k)
-			vals = append(vals, hostqosHqBitmap{W: *b})
-		}
-		if err := batchUpdate(d.objs.HqComm, keys, vals); err != nil {
-			return fmt.Errorf("write comm selectors: %w", err)
-		}
-	}
-	// uid
-	{
-		var old []hostqosHqUidKey
-		var k hostqosHqUidKey
-		var v hostqosHqBitmap
-		it := d.objs.HqUid.Iterate()
-		for it.Next(&k, &v) {
-			if k.Buf == buf {
-				old = append(old, k)
-			}
-		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("list uid selectors: %w", err)
-		}
-		if err := batchDelete(d.objs.HqUid, old); err != nil {
-			return fmt.Errorf("clear uid selectors: %w", err)
-		}
-		keys := make([]hostqosHqUidKey, 0, len(c.uid))
-		vals := make([]hostqosHqBitmap, 0, len(c.uid))
-		for u, b := range c.uid {
-			keys = append(keys, hostqosHqUidKey{Buf: buf, Uid: u})
-			vals = append(vals, hostqosHqBitmap{W: *b})
-		}
-		if err := batchUpdate(d.objs.HqUid, keys, vals); err != nil {
-			return fmt.Errorf("write uid selectors: %w", err)
-		}
-	}
-	// cgroup
-	{
-		var old []hostqosHqCgKey
-		var k hostqosHqCgKey
-		var v hostqosHqBitmap
-		it := d.objs.HqCg.Iterate()
-		for it.Next(&k, &v) {
-			if k.Buf == uint64(buf) {
-				old = append(old, k)
-			}
-		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("list cgroup selectors: %w", err)
-		}
-		if err := batchDelete(d.objs.HqCg, old); err != nil {
-			return fmt.Errorf("clear cgroup selectors: %w", err)
-		}
-		keys := make([]hostqosHqCgKey, 0, len(c.cg))
-		vals := make([]hostqosHqBitmap, 0, len(c.cg))
-		for id, b := range c.cg {
-			keys = append(keys, hostqosHqCgKey{Buf: uint64(buf), Id: id})
-			vals = append(vals, hostqosHqBitmap{W: *b})
-		}
-		if err := batchUpdate(d.objs.HqCg, keys, vals); err != nil {
-			return fmt.Errorf("write cgroup selectors: %w", err)
-		}
-	}
-	return nil
 }
 
 func batchDelete[K any](m *ebpf.Map, keys []K) error {

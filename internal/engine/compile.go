@@ -24,6 +24,23 @@ type compiled struct {
 	Rules    []shaper.RuleSpec
 	Resolved map[string][]string // rule name → what its app selectors resolved to
 	Warnings []string
+	// files identifies the exe selectors' files; one inotify instance
+	// serves a whole compile (closing one waits for an RCU grace period,
+	// which per exe rule made a 1,000-exe policy take seconds).
+	files *datapath.FileIdentifier
+}
+
+// fileIdentifier returns the compile's file identifier, opened on first
+// use; compile closes it.
+func (c *compiled) fileIdentifier() (*datapath.FileIdentifier, error) {
+	if c.files == nil {
+		fi, err := datapath.NewFileIdentifier()
+		if err != nil {
+			return nil, err
+		}
+		c.files = fi
+	}
+	return c.files, nil
 }
 
 // never is an executable identity no file has: a rule whose app selector
@@ -36,6 +53,12 @@ var never = datapath.FileID{Dev: 0, Ino: 0}
 // cgroup of a run whose process it contained (see runsInside).
 func compile(p *policy.Policy, runs []runCgroup, slots *slotTable, cgRoot string) (*compiled, error) {
 	c := &compiled{Resolved: map[string][]string{}}
+	defer func() {
+		if c.files != nil {
+			c.files.Close()
+			c.files = nil
+		}
+	}()
 	runRule := map[string]bool{}
 	for _, run := range runs {
 		runRule[run.Rule] = true
@@ -130,7 +153,11 @@ func compile(p *policy.Policy, runs []runCgroup, slots *slotTable, cgRoot string
 func resolveApp(dr *datapath.Rule, r policy.Rule, cgRoot string, runs []runCgroup, c *compiled) error {
 	var notes []string
 	if r.Exe != "" {
-		ex, err := resolveExe(r.Exe)
+		fi, err := c.fileIdentifier()
+		if err != nil {
+			return fmt.Errorf("compile rule %q: resolve exe %s: %w", r.Name, r.Exe, err)
+		}
+		ex, err := resolveExe(r.Exe, fi)
 		if err != nil {
 			return fmt.Errorf("compile rule %q: %w", r.Name, err)
 		}
@@ -293,7 +320,7 @@ type exeResolution struct {
 // the file it executes. Missing files are skipped; a failure that says
 // nothing about the file (out of file descriptors or inotify watches) is
 // an error, so that a re-resolution keeps the last good rules.
-func resolveExe(pattern string) (exeResolution, error) {
+func resolveExe(pattern string, fi *datapath.FileIdentifier) (exeResolution, error) {
 	var res exeResolution
 	paths := []string{pattern}
 	if strings.ContainsAny(pattern, "*?[") {
@@ -306,11 +333,6 @@ func resolveExe(pattern string) (exeResolution, error) {
 	if len(paths) == 0 {
 		return res, nil
 	}
-	fi, err := datapath.NewFileIdentifier()
-	if err != nil {
-		return res, fmt.Errorf("resolve exe %s: %w", pattern, err)
-	}
-	defer fi.Close()
 	seen := map[datapath.FileID]bool{}
 	for _, p := range paths {
 		id, err := fi.FileID(p)

@@ -39,7 +39,7 @@ func TestReadStateChecks(t *testing.T) {
 	for name, c := range map[string]struct{ content, want string }{
 		"version":    {`{"version": 999, "overlay": {}}`, "version 999; this hostqosd reads version 1 only"},
 		"no version": {`{"overlay": {}}`, "no version"},
-		"rule slot":  {`{"version": 1, "overlay": {}, "slots": {"rules": {"r": 70000}, "classes": {}}}`, `rule slot 70000 of "r" out of range 0..4095`},
+		"rule slot":  {`{"version": 1, "overlay": {}, "slots": {"rules": {"r": 70000}, "classes": {}}}`, `rule slot 70000 of "r" out of range 0..16383`},
 		"neg slot":   {`{"version": 1, "overlay": {}, "slots": {"rules": {"r": -1}, "classes": {}}}`, `rule slot -1 of "r" out of range`},
 		"dup slot":   {`{"version": 1, "overlay": {}, "slots": {"rules": {"a": 3, "b": 3}, "classes": {}}}`, `rule slot 3 given to both "a" and "b"`},
 		"class idx":  {`{"version": 1, "overlay": {}, "slots": {"rules": {}, "classes": {"c": 65540}}}`, `class index 65540 of "c" out of range`},

@@ -123,7 +123,7 @@ func TestAdmitUserRun(t *testing.T) {
 		t.Fatalf("a full table is not an error: %v", err)
 	}
 	eff.Rules = append(eff.Rules, policy.Rule{Name: "one-more", User: "nobody"})
-	if err := d.checkAppSlots(eff); err == nil || !strings.Contains(err.Error(), "256 − hostqosd --max-user-runs 32") {
+	if err := d.checkAppSlots(eff); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d − hostqosd --max-user-runs 32", datapath.MaxAppRules)) {
 		t.Fatalf("admin rule beyond the table: %v", err)
 	}
 }
@@ -132,7 +132,7 @@ func TestCheckRunLimits(t *testing.T) {
 	for _, c := range []struct {
 		per, total int
 		ok         bool
-	}{{4, 32, true}, {1, 1, true}, {128, 128, true}, {0, 32, false}, {5, 4, false}, {1, 129, false}, {1, 0, false}} {
+	}{{4, 32, true}, {1, 1, true}, {maxUserRunsCap, maxUserRunsCap, true}, {0, 32, false}, {5, 4, false}, {1, maxUserRunsCap + 1, false}, {1, 0, false}} {
 		if err := CheckRunLimits(c.per, c.total); (err == nil) != c.ok {
 			t.Errorf("CheckRunLimits(%d, %d) = %v", c.per, c.total, err)
 		}

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -200,22 +201,31 @@ func (p *Policy) Warnings() []string {
 			}
 		}
 	}
-	ordered := p.OrderedRules()
-	for i, r := range ordered {
-		for _, earlier := range ordered[:i] {
-			if sameSelectors(earlier, r) {
-				ws = append(ws, fmt.Sprintf("rule %q never matches: rule %q has the same selectors and is evaluated first", r.Name, earlier.Name))
-				break
-			}
+	// The first rule evaluated with each set of selectors (a map, not a
+	// pairwise comparison: policies have up to MaxRules rules).
+	first := map[selectorKey]string{}
+	for _, r := range p.OrderedRules() {
+		k := selectorsOf(r)
+		if earlier, ok := first[k]; ok {
+			ws = append(ws, fmt.Sprintf("rule %q never matches: rule %q has the same selectors and is evaluated first", r.Name, earlier))
+			continue
 		}
+		first[k] = r.Name
 	}
 	return ws
 }
 
-func sameSelectors(a, b Rule) bool {
-	return a.Exe == b.Exe && a.Comm == b.Comm && a.Cgroup == b.Cgroup && a.Unit == b.Unit && a.User == b.User &&
-		a.Proto == b.Proto && a.Local == b.Local && a.Remote == b.Remote && a.LPort == b.LPort && a.RPort == b.RPort &&
-		a.DSCPIn == b.DSCPIn
+// selectorKey is what a rule selects by: two rules with equal keys match
+// the same packets.
+type selectorKey struct {
+	exe, comm, cgroup, unit, user, proto string
+	local, remote                        netip.Prefix
+	lport, rport                         PortRange
+	dscpIn                               DSCP
+}
+
+func selectorsOf(r Rule) selectorKey {
+	return selectorKey{r.Exe, r.Comm, r.Cgroup, r.Unit, r.User, r.Proto, r.Local, r.Remote, r.LPort, r.RPort, r.DSCPIn}
 }
 
 // admitFix is how to fix a refusal of guarantees.

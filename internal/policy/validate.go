@@ -22,6 +22,16 @@ var (
 // Protocols a rule may select.
 var validProtos = map[string]bool{"": true, "tcp": true, "udp": true, "icmp": true}
 
+// Rule capacity: the most rules a policy may have, and the most of them
+// with an app selector (exe, comm, user, cgroup, unit). The datapath is
+// sized for exactly these (internal/datapath checks that its compiled
+// maps agree), and `hostqos config check` and the daemon refuse a policy
+// over them with the same message (Validate).
+const (
+	MaxRules    = 16384
+	MaxAppRules = 2048
+)
+
 // MaxPrecedence is the largest Rule.Precedence.
 const MaxPrecedence = 65535
 
@@ -173,6 +183,20 @@ func (v *validator) classes(p *Policy) {
 }
 
 func (v *validator) rules(p *Policy) {
+	apps := 0
+	for _, r := range p.Rules {
+		if r.HasAppSelector() {
+			apps++
+		}
+	}
+	if n := len(p.Rules); n > MaxRules {
+		v.addNum("policy", "rule", strconv.Itoa(n)+" rules", fmt.Sprintf("more rules than hostqos holds (%d)", MaxRules),
+			"remove rules, or merge rules with the same properties into one with a wider selector (a prefix, a port range)")
+	}
+	if apps > MaxAppRules {
+		v.addNum("policy", "rule", fmt.Sprintf("%d rules with app selectors", apps), fmt.Sprintf("more rules with an exe, comm, user, cgroup or unit selector than hostqos holds (%d)", MaxAppRules),
+			"remove such rules, or select the apps by a common cgroup or unit instead of one rule per executable")
+	}
 	seen := map[string]bool{}
 	for i, r := range p.Rules {
 		obj := v.checkName("rule", r.Name, i, seen)
@@ -389,6 +413,12 @@ func checkExe(exe string) (msg, fix string) {
 		return "not a clean path", "write " + Clip(path.Clean(exe))
 	}
 	return "", ""
+}
+
+// HasAppSelector reports whether the rule selects by app (exe, comm,
+// user, cgroup or unit); such rules count against MaxAppRules.
+func (r Rule) HasAppSelector() bool {
+	return r.Exe != "" || r.Comm != "" || r.Cgroup != "" || r.Unit != "" || r.User != ""
 }
 
 // IsGlob reports whether an exe selector is a pattern rather than one path.

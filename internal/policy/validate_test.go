@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os/user"
 	"strconv"
@@ -202,5 +203,36 @@ func TestResolveUser(t *testing.T) {
 	}
 	if _, err := ResolveUser("no-such-user-hostqos-x"); err == nil || !strings.Contains(err.Error(), "no-such-user-hostqos-x") {
 		t.Errorf("ResolveUser(unknown) error = %v", err)
+	}
+}
+
+// TestRuleCapacity: MaxRules rules, MaxAppRules of them by app, pass; one
+// more of either is refused with a message naming the count and the limit.
+func TestRuleCapacity(t *testing.T) {
+	mk := func(n, apps int) *Policy {
+		p := &Policy{Classes: DefaultClasses()}
+		for i := 0; i < n; i++ {
+			r := Rule{Name: fmt.Sprintf("r%d", i), Class: "bulk", Proto: "udp", RPort: PortRange{From: uint16(1 + i%60000), To: uint16(1 + i%60000)}}
+			if i < apps {
+				r = Rule{Name: r.Name, Class: "bulk", Comm: fmt.Sprintf("c%d", i)}
+			}
+			p.Rules = append(p.Rules, r)
+		}
+		return p
+	}
+	if err := mk(MaxRules, MaxAppRules).Validate("t"); err != nil {
+		t.Fatalf("policy at the limits refused: %.500v", err)
+	}
+	for _, c := range []struct {
+		p    *Policy
+		want string
+	}{
+		{mk(MaxRules+1, 0), fmt.Sprintf("t: policy: field rule = %d rules: more rules than hostqos holds (%d)", MaxRules+1, MaxRules)},
+		{mk(MaxAppRules+1, MaxAppRules+1), fmt.Sprintf("t: policy: field rule = %d rules with app selectors: more rules with an exe, comm, user, cgroup or unit selector than hostqos holds (%d)", MaxAppRules+1, MaxAppRules)},
+	} {
+		err := c.p.Validate("t")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("error %.300v, want one containing %q", err, c.want)
+		}
 	}
 }

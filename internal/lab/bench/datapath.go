@@ -141,19 +141,46 @@ func singleRunCost(dp *datapath.Datapath, n int) (time.Duration, error) {
 	return time.Duration(total / uint64(n)), nil
 }
 
-// bigPolicy is a policy of n rules: up to 200 with an executable selector
-// (file ids no process has), the rest UDP port rules, and last the rule
-// the benchmark frames match (TCP to 198.19.0.0/16 → EF).
+// bigPolicy is a policy of n rules: n/10 with an executable selector (file
+// ids no process has), the rest flow rules of 8 shapes the benchmark
+// frames never match, and last the rule they match (TCP to 198.19.0.0/16 →
+// EF), so that a first packet searches every shape.
 func bigPolicy(n int) datapath.Policy {
 	var p datapath.Policy
-	apps := min(200, n/5)
+	apps := n / 10
 	for i := 0; i < n-1; i++ {
 		r := datapath.Rule{Slot: uint16(i), DSCPIn: -1, DSCP: 10}
 		if i < apps {
 			r.Exes = []datapath.FileID{{Dev: 0xfffff, Ino: uint64(1_000_000 + i)}}
-		} else {
+			p.Rules = append(p.Rules, r)
+			continue
+		}
+		switch i % 8 {
+		case 0: // UDP remote port
 			r.Proto = 17
-			r.RPortFrom, r.RPortTo = uint16(10000+i), uint16(10000+i)
+			r.RPortFrom = uint16(10000 + i%50000)
+		case 1: // TCP remote host and port
+			r.Proto = 6
+			r.Remote = netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 32)
+			r.RPortFrom = uint16(5000 + i%100)
+		case 2: // UDP remote subnet
+			r.Proto = 17
+			r.Remote = netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 20, byte(i), 0}), 24)
+		case 3: // TCP local port
+			r.Proto = 6
+			r.LPortFrom = uint16(1 + i%1000)
+		case 4: // UDP remote port range
+			r.Proto = 17
+			r.RPortFrom, r.RPortTo = uint16(20000+i%1000), uint16(20010+i%1000)
+		case 5: // remote /16, any protocol
+			r.Remote = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i), 0, 0}), 16)
+		case 6: // UDP remote port and incoming DSCP
+			r.Proto = 17
+			r.RPortFrom = uint16(30000 + i%1000)
+			r.DSCPIn = int8(i % 64)
+		case 7: // TCP remote IPv6 /64
+			r.Proto = 6
+			r.Remote = netip.PrefixFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 0, byte(i >> 8), byte(i)}), 64)
 		}
 		p.Rules = append(p.Rules, r)
 	}
