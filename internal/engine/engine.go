@@ -60,6 +60,7 @@ type Engine struct {
 	eff     merged
 	comp    *compiled
 	links   map[string]int // managed link name → ifindex currently set up
+	pushed  pushed         // what the pushes left in the kernel (see pushed)
 	missing []string       // managed links whose interface does not exist now
 	// lastLinkErr is the last error of setting up links again in Rescan,
 	// so that a lasting problem is logged once.
@@ -348,7 +349,12 @@ func (e *Engine) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[stri
 			e.links[name] = ifindex
 		}
 	}
+	// Only what differs from what the pushes left is written (e.pushed).
 	for _, lp := range plans {
+		if e.pushed.planIs(lp.ifindex, lp.plan) {
+			continue
+		}
+		delete(e.pushed.plans, lp.ifindex)
 		if lp.plan != nil {
 			if err := e.k.Shape(*lp.plan); err != nil {
 				return err // the shaper names the link and its step
@@ -358,14 +364,24 @@ func (e *Engine) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[stri
 				return err // the shaper names the link and its step
 			}
 		}
+		e.pushed.setPlan(lp.ifindex, lp.plan)
 	}
-	if err := e.k.ApplyRules(comp.Datapath); err != nil {
-		return fmt.Errorf("apply datapath rules: %w", err)
+	if !e.pushed.rulesAre(comp.Datapath) {
+		e.pushed.rules = nil
+		if err := e.k.ApplyRules(comp.Datapath); err != nil {
+			return fmt.Errorf("apply datapath rules: %w", err)
+		}
+		rules := comp.Datapath
+		e.pushed.rules = &rules
 	}
 	for _, lp := range plans {
+		if e.pushed.attached[lp.ifindex] {
+			continue
+		}
 		if err := e.k.AttachLink(lp.ifindex); err != nil {
 			return fmt.Errorf("link %s: %w", lp.name, err) // the datapath names its step
 		}
+		e.pushed.setAttached(lp.ifindex)
 	}
 	if err := e.pushShieldLocked(plans, ifindexes, false); err != nil {
 		return err
@@ -374,6 +390,7 @@ func (e *Engine) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[stri
 		if _, still := ifindexes[name]; still {
 			continue
 		}
+		e.pushed.forgetLink(ifindex)
 		if err := e.k.DetachLink(ifindex); err != nil {
 			e.log.Warn("detach classifier", "link", name, "err", err)
 		}
@@ -486,6 +503,7 @@ func (e *Engine) Rescan() {
 	}
 	if e.linksChanged() || e.linksDamaged() {
 		before := maps.Clone(e.links)
+		e.pushed.forget() // someone else changed the kernel: write it all
 		err := e.applyLocked(e.eff, e.slots.clone(), nil, nil)
 		if err == nil {
 			e.publish(linkEvents(before, e.links)...)

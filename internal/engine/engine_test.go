@@ -125,7 +125,23 @@ func TestRollbackWhenKernelFailsMidway(t *testing.T) {
 			}
 			r := rule("b")
 			r.MaxBW, r.Class = 5e6, "voice" // a leaf of its own: the tree changes too
+			if step == "AttachLink" {
+				// Only a link not attached yet is attached: the change
+				// also brings a new link.
+				env.k.Ifindexes["eth1"] = 3
+				if err := e.SetLink(ctx, root, "eth1", policy.Link{EgressRate: 10e6}, true); err == nil {
+					t.Fatal("the link change succeeded")
+				}
+				delete(env.k.Ifindexes, "eth1")
+				if after := env.k.Snapshot(); !reflect.DeepEqual(after, before) {
+					t.Errorf("kernel after the failed link change:\n%+v\nwant\n%+v", after, before)
+				}
+				env.k.FailNth(step, 1, boom)
+			}
 			_, err := e.AddRule(ctx, root, r, false)
+			if err == nil && step == "AttachLink" {
+				return // the rule change attaches nothing: it goes through
+			}
 			if err == nil {
 				t.Fatal("the change succeeded")
 			}
@@ -623,15 +639,15 @@ func TestDetach(t *testing.T) {
 }
 
 // TestRollbackReleasesNewLink: a change that makes a new link managed and
-// fails after the link was shaped (here at the datapath rules) leaves no
-// HTB tree and no classifier on it: the restore releases what the failed
-// push set up.
+// fails after the link was shaped (here at the attachment; the datapath
+// rules do not change, so they are not written) leaves no HTB tree and no
+// classifier on it: the restore releases what the failed push set up.
 func TestRollbackReleasesNewLink(t *testing.T) {
 	env := newEnv(t, shapedConfig)
 	env.k.Ifindexes["eth1"] = 3
 	e := env.start(t)
 	before := env.k.Snapshot()
-	env.k.FailNth("ApplyRules", 1, errors.New("boom"))
+	env.k.FailNth("AttachLink", 1, errors.New("boom"))
 	if err := e.SetLink(ctx, root, "eth1", policy.Link{EgressRate: 10e6}, false); err == nil {
 		t.Fatal("the change succeeded")
 	}
