@@ -49,15 +49,15 @@ const (
 
 // Datapath is a loaded (or adopted) set of hostqos BPF objects.
 type Datapath struct {
-	mu      sync.Mutex
-	dir     string
-	log     *slog.Logger
-	objs    hostqosObjects
-	state   *ebpf.Map   // pinned .bss (struct hq_state)
-	mem     []byte      // mmap of state
-	sock    link.Link   // nil when not attached by us
-	hooks   []link.Link // session hooks (connect, sendmsg, sock_release)
-	tcx     map[int]link.Link
+	mu    sync.Mutex
+	dir   string
+	log   *slog.Logger
+	objs  hostqosObjects
+	state *ebpf.Map   // pinned .bss (struct hq_state)
+	mem   []byte      // mmap of state
+	sock  link.Link   // nil when not attached by us
+	hooks []link.Link // session hooks (connect, sendmsg, sock_release)
+	tcx   map[int]link.Link
 	// bufs is what Apply last wrote to each policy buffer (nil =
 	// unknown: adopted, or a write failed); guarded by mu.
 	bufs    [2]*bufState
