@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -95,12 +97,31 @@ func TestReservationRollbackAndPersistence(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := env.k.Snapshot()
-	env.k.FailNth("Shape", 1, errors.New("injected"))
+	// A reservation changes no HTB tree and no datapath rule here, so the
+	// kernel is not written (changes write only what they change): the
+	// failure is the state write's, after the kernel took the change.
+	state := readFile(t, env.cfg.StatePath)
+	stateDir := filepath.Dir(env.cfg.StatePath)
+	if err := os.RemoveAll(stateDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stateDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.AddReservation(ctx, root, testResv("b", policy.ServiceGuaranteed, 1_000_000), false); err == nil {
-		t.Fatal("add with a failing Shape succeeded")
+		t.Fatal("add with a failing state write succeeded")
 	}
 	if !reflect.DeepEqual(env.k.Snapshot(), before) {
 		t.Fatal("the kernel kept part of a failed change")
+	}
+	if err := os.Remove(stateDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(env.cfg.StatePath, state, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := e.AddReservation(ctx, root, testResv("t", policy.ServiceBestEffort, 1_000_000), true); err != nil {
 		t.Fatal(err)
