@@ -24,7 +24,7 @@ func demoCmd() *cobra.Command {
 	var o demo.Options
 	var output cliflag.Output
 	c := &cobra.Command{
-		Use:   "demo [--duration 20s] [--calls N] [--out DIR] [--scenario default|qpod-voip|qpod-scale] [-o table|json] [--keep]",
+		Use:   "demo [--duration 20s] [--calls N] [--out DIR] [--scenario default|qpod-voip|qpod-scale|qpod-tct|qpod-cos] [-o table|json] [--keep]",
 		Short: "Show what hostqos does: the same traffic without and with hostqos, side by side (root)",
 		Long: `Build a private testbed of network namespaces, run the same traffic twice —
 without hostqos and with the real hostqosd on the client — and print what each
@@ -43,13 +43,25 @@ Scenarios:
   qpod-scale  the seed's stress test (§4.7, Figs. 19-20): --sessions 1 Mbit/s UDP
               sessions launched --gap apart, all managed by hostqosd, each session's
               throughput/offered ratio. About 2.7 minutes with the seed's 75 × 2 s.
+  qpod-tct    the seed's TCP session completion times (§4.6, Figs. 17-18): uploads
+              of 50 KB … 5 MB (connect, send, server's acknowledgement, close),
+              --transfers per payload, unmanaged vs managed by hostqosd; idle, and
+              congested at 1/10 scale (15.5 Mbit/s DiffServ bottleneck, 16 Mbit/s
+              UDP CBR cross traffic). About 2-4 minutes.
+  qpod-cos    the seed's two classes of service by destination (§5.3, Fig. 27) at
+              1/10 scale: one app sends video to two hosts, hostqos marks one gold
+              (AF11) and one silver (AF12) by remote address; bursty Pareto cross
+              traffic in AF13 and CBR in AF11 and AF12 through the DiffServ
+              bottleneck; without and with hostqos. About 1.5 minutes.
 
 Everything the demo creates is removed when it ends, on Ctrl-C and on a crash
 (the next run removes what a killed run left behind). Needs root.`,
 		Example: `  hostqos demo
   hostqos demo --duration 10s --calls 4 --out /tmp/demo
   hostqos demo --scenario qpod-voip -o json
-  hostqos demo --scenario qpod-scale --sessions 20 --gap 1s`,
+  hostqos demo --scenario qpod-scale --sessions 20 --gap 1s
+  hostqos demo --scenario qpod-tct --transfers 10
+  hostqos demo --scenario qpod-cos --duration 30s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
@@ -91,8 +103,8 @@ Everything the demo creates is removed when it ends, on Ctrl-C and on a crash
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&o.Scenario, "scenario", demo.ScenarioDefault, "default, qpod-voip or qpod-scale")
-	f.DurationVar(&o.Duration, "duration", 0, "measured time per run (default 20s; qpod-voip 40s)")
+	f.StringVar(&o.Scenario, "scenario", demo.ScenarioDefault, "default, qpod-voip, qpod-scale, qpod-tct or qpod-cos")
+	f.DurationVar(&o.Duration, "duration", 0, "measured time per run (default 20s; qpod-voip and qpod-cos 40s)")
 	f.IntVar(&o.Calls, "calls", 0, "voice calls (default 8; qpod-voip 64)")
 	f.StringVar(&o.OutDir, "out", "", "directory for plots and result.json (default ./demo-out/<timestamp>)")
 	cliflag.AddOutput(f, &output)
@@ -100,5 +112,6 @@ Everything the demo creates is removed when it ends, on Ctrl-C and on a crash
 	f.IntVar(&o.Sessions, "sessions", 0, "qpod-scale: number of 1 Mbit/s sessions (default 75, as in the seed)")
 	f.DurationVar(&o.Gap, "gap", 0, "qpod-scale: time between session launches (default 2s, as in the seed)")
 	f.DurationVar(&o.Hold, "hold", 0, "qpod-scale: how long all sessions run together (default 10s; the seed: 320s)")
+	f.IntVar(&o.Transfers, "transfers", 0, "qpod-tct: TCP transfers per payload size and run (default 20 idle; a quarter of it congested)")
 	return c
 }

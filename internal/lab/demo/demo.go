@@ -12,6 +12,12 @@
 //     hostqos vs best effort.
 //   - "qpod-scale": the seed's §4.7 stress test (Figures 19–20): concurrent
 //     1 Mbit/s UDP sessions launched 2 s apart, each's throughput/offered.
+//   - "qpod-tct": the seed's §4.6 TCP session completion times (Figures
+//     17–18) for 50 KB … 5 MB payloads, unmanaged vs managed by hostqos,
+//     idle and through a congested DiffServ router.
+//   - "qpod-cos": the seed's §5.3 two classes of service chosen by
+//     destination (Figure 27): gold AF11 vs silver AF12 video through the
+//     DiffServ router under bursty AF13 cross traffic.
 //
 // Everything the demo creates (namespaces, veths, the daemon, its pins and
 // cgroups, scratch files) is removed when it ends, is interrupted, or
@@ -39,6 +45,8 @@ const (
 	ScenarioDefault   = "default"
 	ScenarioQPodVoIP  = "qpod-voip"
 	ScenarioQPodScale = "qpod-scale"
+	ScenarioQPodTCT   = "qpod-tct"
+	ScenarioQPodCoS   = "qpod-cos"
 )
 
 // Options configure a demo run. Zero values mean the scenario's defaults.
@@ -58,6 +66,9 @@ type Options struct {
 	Sessions int
 	Gap      time.Duration
 	Hold     time.Duration
+	// qpod-tct: transfers per payload size and run (default 20 idle; a
+	// quarter of it, at least 1, congested).
+	Transfers int
 	// Progress receives progress lines (nil: discard).
 	Progress io.Writer
 	Log      *slog.Logger
@@ -68,13 +79,20 @@ func (o *Options) normalize() error {
 		o.Scenario = ScenarioDefault
 	}
 	switch o.Scenario {
-	case ScenarioDefault, ScenarioQPodVoIP, ScenarioQPodScale:
+	case ScenarioDefault, ScenarioQPodVoIP, ScenarioQPodScale, ScenarioQPodTCT, ScenarioQPodCoS:
 	default:
-		return fmt.Errorf("scenario %q: unknown; use %s, %s or %s", o.Scenario, ScenarioDefault, ScenarioQPodVoIP, ScenarioQPodScale)
+		return fmt.Errorf("scenario %q: unknown; use %s, %s, %s, %s or %s", o.Scenario, ScenarioDefault, ScenarioQPodVoIP, ScenarioQPodScale,
+			ScenarioQPodTCT, ScenarioQPodCoS)
+	}
+	if o.Transfers == 0 {
+		o.Transfers = 20
+	}
+	if o.Transfers < 1 || o.Transfers > 1000 {
+		return fmt.Errorf("transfers %d: must be 1..1000", o.Transfers)
 	}
 	if o.Duration == 0 {
 		o.Duration = 20 * time.Second
-		if o.Scenario == ScenarioQPodVoIP {
+		if o.Scenario == ScenarioQPodVoIP || o.Scenario == ScenarioQPodCoS {
 			o.Duration = 40 * time.Second
 		}
 	}
@@ -148,6 +166,8 @@ type Result struct {
 	Default  *DefaultResult `json:"default,omitempty"`
 	VoIP     *VoIPResult    `json:"qpod_voip,omitempty"`
 	Scale    *ScaleResult   `json:"qpod_scale,omitempty"`
+	TCT      *TCTResult     `json:"qpod_tct,omitempty"`
+	CoS      *CoSResult     `json:"qpod_cos,omitempty"`
 	Files    []string       `json:"files"`
 	// Created lists what the run created outside the output directory
 	// (namespaces, daemon pins and cgroups, scratch); all of it is gone
@@ -240,6 +260,10 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 		res.VoIP, err = r.runVoIP()
 	case ScenarioQPodScale:
 		res.Scale, err = r.runScale()
+	case ScenarioQPodTCT:
+		res.TCT, err = r.runTCT()
+	case ScenarioQPodCoS:
+		res.CoS, err = r.runCoS()
 	}
 	if err != nil {
 		if ctx.Err() != nil {

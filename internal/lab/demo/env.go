@@ -65,7 +65,7 @@ func (r *runner) build(t testbed.Topology) (*testbed.Testbed, error) {
 // startDaemon runs the real hostqosd in node and registers its stop
 // (SIGTERM, then `hostqosd down`: qdiscs, programs, pins, cgroups).
 func (r *runner) startDaemon(node *testbed.Node) (*lab.Daemon, error) {
-	dir := filepath.Join(r.scratch, "hostqosd-"+node.Name)
+	dir := filepath.Join(r.scratch, "hostqosd-"+node.NetnsName) // one per testbed: a scenario may build two
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create daemon directory: %w", err)
 	}

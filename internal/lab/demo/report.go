@@ -30,6 +30,10 @@ func (res *Result) WriteTable(w io.Writer) error {
 		res.VoIP.writeTable(w)
 	case res.Scale != nil:
 		res.Scale.writeTable(w)
+	case res.TCT != nil:
+		res.TCT.writeTable(w)
+	case res.CoS != nil:
+		res.CoS.writeTable(w)
 	}
 	fmt.Fprintf(w, "\nmachine: %s, %d CPUs, kernel %s, load %s at start; wall time %.0f s\n", res.Env.CPU, res.Env.CPUs, res.Env.Kernel, res.Env.Load1, res.WallS)
 	fmt.Fprintf(w, "files (%s):\n", res.OutDir)
@@ -177,6 +181,10 @@ func (r *runner) plots(res *Result) ([]string, error) {
 		add(voipFigure(res.VoIP), "qpod-voip-fig25")
 	case res.Scale != nil:
 		add(scaleFigure(res.Scale), "qpod-scale-fig20")
+	case res.TCT != nil:
+		add(tctFigure(res.TCT), "qpod-tct-fig17-18")
+	case res.CoS != nil:
+		add(cosFigure(res.CoS), "qpod-cos-fig27")
 	}
 	var files []string
 	for _, f := range figs {
