@@ -69,12 +69,12 @@ type ResvCounters struct {
 	SessionsTotal        uint64  `json:"sessions_total"`
 	RefusedConnects      uint64  `json:"refused_connects"`
 	RefusedSends         uint64  `json:"refused_sends"`
-	// Backlog is the packets and bytes in its HTB leaf's queue now (its
-	// buffers in use), of Limit packets; Drops what the leaf dropped.
-	BacklogPackets uint32 `json:"backlog_packets"`
-	BacklogBytes   uint32 `json:"backlog_bytes"`
-	QueueLimit     uint64 `json:"queue_limit"`
-	QueueDrops     uint64 `json:"queue_drops"`
+	// BacklogBytes is what waits in its HTB leaf's queue now (its buffers
+	// in use; the most of any link), QueueLimit the packets that queue
+	// holds, QueueDrops what the leaf dropped (summed over links).
+	BacklogBytes uint32 `json:"backlog_bytes"`
+	QueueLimit   uint32 `json:"queue_limit"`
+	QueueDrops   uint64 `json:"queue_drops"`
 }
 
 // BoundSocket is a socket bound to a reservation.

@@ -317,7 +317,7 @@ func printResv(w io.Writer, ri api.ReservationInfo) {
 		fmt.Fprintf(w, "conformant:     %d packets, %d bytes\n", c.ConformantPackets, c.ConformantBytes)
 		fmt.Fprintf(w, "non-conformant: %d packets, %d bytes (oversize %d); demoted %d bytes; shaped %d packets, %.3f s\n",
 			c.NonConformantPackets, c.NonConformantBytes, c.OversizePackets, c.DemotedBytes, c.ShapedPackets, c.ShapedTime)
-		fmt.Fprintf(w, "buffers:        %d packets, %d bytes queued of %d packets; queue drops %d\n", c.BacklogPackets, c.BacklogBytes, c.QueueLimit, c.QueueDrops)
+		fmt.Fprintf(w, "buffers:        %d bytes queued; queue of %d packets; queue drops %d\n", c.BacklogBytes, c.QueueLimit, c.QueueDrops)
 		fmt.Fprintf(w, "sessions:       %d now, %d in all; refused %d connects, %d sends\n", c.Sessions, c.SessionsTotal, c.RefusedConnects, c.RefusedSends)
 	}
 	if ri.Error != "" {

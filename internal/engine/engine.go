@@ -97,6 +97,7 @@ type Engine struct {
 	shield       *shieldState
 	shieldPushed bool
 	xdp          map[string]int
+	resvW      resvWatch // the reservation poller's memory (Tick only)
 }
 
 // New reads the config and the state files and validates them; it touches
@@ -178,6 +179,7 @@ func (e *Engine) Start(k Kernel) error {
 		e.k = nil
 		return err
 	}
+	e.primeReservations(k)
 	e.Publish(api.Event{Kind: EventDaemonStarted, Message: "the engine started and applied the policy",
 		Fields: map[string]any{"generation": uint64(k.Generation())}})
 	return nil
@@ -210,11 +212,11 @@ func (e *Engine) applyLocked(m merged, slots *slotTable, persist, temp *overlay)
 	if e.k == nil {
 		return errNotLoaded
 	}
-	if err := slots.assign(m.Policy, e.counterReader()); err != nil {
+	if err := slots.assign(expandReservations(m.Policy), e.counterReader()); err != nil {
 		return err
 	}
 	now, view := e.runtimePolicy(m.Policy) // quotas and schedules (quota.go)
-	comp, err := compile(now, m.Runs, slots, e.k.CgroupRoot())
+	comp, err := compileAll(now, m.Runs, slots, e.k.CgroupRoot())
 	if err != nil {
 		return err
 	}
@@ -488,6 +490,7 @@ func (e *Engine) Tick() {
 	e.ExpireShield()
 	e.Rescan()
 	e.watchReservations()
+	e.pollReservations()
 }
 
 // Rescan repairs: it sets managed links up again when interfaces appeared,
@@ -526,7 +529,7 @@ func (e *Engine) Rescan() {
 	if view != e.times.view {
 		return // a quota or schedule changed the view: tickTimes applies it whole
 	}
-	comp, err := compile(now, e.eff.Runs, e.slots, e.k.CgroupRoot())
+	comp, err := compileAll(now, e.eff.Runs, e.slots, e.k.CgroupRoot())
 	if err != nil {
 		e.log.Warn("rescan", "err", err)
 		return

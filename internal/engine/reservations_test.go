@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,7 +12,9 @@ import (
 	"testing"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/shaper"
 )
 
 const resvConfig = `
@@ -203,5 +206,129 @@ func TestReservationBrokenByMTU(t *testing.T) {
 	ri, _ := e.Reservations(root, "g")
 	if len(ri[0].Broken) != 1 {
 		t.Fatalf("show: broken %v", ri[0].Broken)
+	}
+}
+
+// What the kernel gets: a rule per reservation before the other rules,
+// naming a datapath reservation with the Tspec in bytes; a guaranteed
+// leaf at R with its queue; controlled load demoted to the default class.
+func TestReservationCompile(t *testing.T) {
+	env := newEnv(t, resvConfig+`
+[[rule]]
+name = "calls"
+proto = "tcp"
+rport = "5060"
+max_sessions = 3
+per_session_minbw = "100kbit"
+`)
+	e := env.start(t)
+	ctx := context.Background()
+	g := testResv("g", policy.ServiceGuaranteed, 2_000_000)
+	g.ServiceRate, g.Peak, g.MinUnit, g.MaxUnit = 3_000_000, 8_000_000, 100, 1400
+	if _, err := e.AddReservation(ctx, root, g, false); err != nil {
+		t.Fatal(err)
+	}
+	cl := testResv("cl", policy.ServiceControlledLoad, 1_000_000)
+	cl.RPort = policy.PortRange{From: 6000, To: 6000}
+	if _, err := e.AddReservation(ctx, root, cl, false); err != nil {
+		t.Fatal(err)
+	}
+	dp := env.k.Rules
+	if len(dp.Reservations) != 3 {
+		t.Fatalf("datapath reservations %+v, want 3", dp.Reservations)
+	}
+	byID := map[uint16]datapath.Reservation{}
+	for _, r := range dp.Reservations {
+		byID[r.ID] = r
+	}
+	var gr, clr, sess *datapath.Reservation
+	for i, r := range dp.Rules {
+		rv, ok := byID[r.Reservation]
+		if !ok {
+			continue
+		}
+		switch {
+		case rv.Service == datapath.ServiceGuaranteed:
+			gr = &rv
+			if i != 0 && i != 1 {
+				t.Errorf("guaranteed reservation's rule is at %d, want before the others", i)
+			}
+			if r.ClassID != shaper.RuleClassID(r.Slot) {
+				t.Errorf("guaranteed rule class %x, want its own leaf", r.ClassID)
+			}
+		case rv.Service == datapath.ServiceControlledLoad:
+			clr = &rv
+		case rv.Service == datapath.ServiceNone:
+			sess = &rv
+		}
+	}
+	if gr == nil || gr.Rate != 250_000 || gr.Bucket != 16000 || gr.Peak != 1_000_000 || gr.MinUnit != 100 || gr.MaxUnit != 1400 || gr.SendBuffer == 0 {
+		t.Fatalf("guaranteed %+v", gr)
+	}
+	if clr == nil || clr.Rate != 125_000 || clr.DemoteClassID != shaper.ClassLeafID(e.slots.Classes["default"]) || clr.DemoteDSCP != 0 {
+		t.Fatalf("controlled load %+v", clr)
+	}
+	if sess == nil || sess.MaxSessions != 3 || sess.Rate != 0 {
+		t.Fatalf("session limit %+v", sess)
+	}
+	// The guaranteed leaf: rate = ceil = R, a queue of at least ⌈b/m⌉ = 160.
+	tree := env.k.Trees[2]
+	slot := e.slots.Rules["resv:g"]
+	var leaf *shaper.HTBClass
+	for i := range tree.Classes {
+		if tree.Classes[i].Minor == uint16(shaper.RuleClassID(uint16(slot))&0xffff) {
+			leaf = &tree.Classes[i]
+		}
+	}
+	if leaf == nil || leaf.Rate != 3_000_000 || leaf.Ceil != 3_000_000 || leaf.QueueLimit < 160 {
+		t.Fatalf("guaranteed leaf %+v", leaf)
+	}
+	// Ids stay when others come and go.
+	id := e.slots.Resv["resv:g"]
+	if err := e.RemoveReservation(ctx, root, "cl"); err != nil {
+		t.Fatal(err)
+	}
+	if e.slots.Resv["resv:g"] != id {
+		t.Fatal("the id of g changed when cl went")
+	}
+}
+
+// The poller publishes bindings, unbindings, refusals (with who and why,
+// seen by the socket's owner) and rate-limited violations.
+func TestReservationEventsFromKernel(t *testing.T) {
+	env := newEnv(t, resvConfig)
+	e := env.start(t)
+	ctx := context.Background()
+	if _, err := e.AddReservation(ctx, root, testResv("g", policy.ServiceGuaranteed, 1_000_000), false); err != nil {
+		t.Fatal(err)
+	}
+	id := uint16(e.slots.Resv["resv:g"] + 1)
+	sub, err := e.Subscribe(alice, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	key := datapath.FlowKey{Proto: 17, Remote: netip.MustParseAddrPort("198.18.0.2:5004")}
+	env.k.BindingList = []datapath.Binding{{Cookie: 7, Reservation: id, PID: 42, UID: alice.UID, Comm: "rtp", Key: key}}
+	env.k.Refusals = []datapath.Refusal{{Seq: 1, Kind: datapath.RefusedConnect, Reservation: id, Limit: 3, PID: 43, UID: alice.UID, Comm: "rtp", Key: key},
+		{Seq: 2, Kind: datapath.RefusedConnect, Reservation: id, Limit: 3, PID: 44, UID: 2000, Comm: "x", Key: key}}
+	env.k.ResvCounters = map[uint16]datapath.ResvCounters{id: {NonConformantPackets: 5, ShapedPackets: 5, Sessions: 1}}
+	e.Tick()
+	env.k.BindingList = nil
+	env.k.ResvCounters = map[uint16]datapath.ResvCounters{id: {NonConformantPackets: 9}}
+	e.Tick() // the second violation within 5 s is not published
+	got := kindsOf(next(t, sub))
+	want := "[socket.bound reservation/g session.refused reservation/g policing.violation reservation/g socket.unbound reservation/g]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("alice sees %v\nwant %s", got, want)
+	}
+	// show: counters and sockets; nobody does not see alice's socket.
+	env.k.BindingList = []datapath.Binding{{Cookie: 7, Reservation: id, PID: 42, UID: alice.UID, Comm: "rtp", Key: key}}
+	ri, _ := e.Reservations(alice, "g")
+	if len(ri[0].Sockets) != 1 || ri[0].Sockets[0].Remote != "198.18.0.2:5004" || ri[0].Counters == nil || ri[0].Counters.NonConformantPackets != 9 {
+		t.Fatalf("show as alice: %+v", ri[0])
+	}
+	if ri, _ := e.Reservations(nobody, "g"); len(ri[0].Sockets) != 0 {
+		t.Fatalf("nobody sees %+v", ri[0].Sockets)
 	}
 }

@@ -194,6 +194,10 @@ type slotTable struct {
 	Rules     map[string]int      `json:"rules"`
 	Classes   map[string]int      `json:"classes"`
 	Baselines map[int]baseCounter `json:"baselines,omitempty"`
+	// Resv are the datapath ids of reservations and of rules with a
+	// session limit, less one ("resv:NAME" or "rule:NAME" → id-1), stable
+	// for their life (see resvIDs).
+	Resv map[string]int `json:"resv,omitempty"`
 }
 
 type baseCounter struct {
@@ -210,7 +214,7 @@ func newSlotTable() *slotTable {
 }
 
 func (s *slotTable) clone() *slotTable {
-	n := &slotTable{Rules: maps.Clone(s.Rules), Classes: maps.Clone(s.Classes), Baselines: maps.Clone(s.Baselines)}
+	n := &slotTable{Rules: maps.Clone(s.Rules), Classes: maps.Clone(s.Classes), Baselines: maps.Clone(s.Baselines), Resv: maps.Clone(s.Resv)}
 	if n.Baselines == nil {
 		n.Baselines = map[int]baseCounter{}
 	}
@@ -227,6 +231,12 @@ func (s *slotTable) assign(p *policy.Policy, current func(slot int) baseCounter)
 	}
 	for _, c := range p.Classes {
 		classes = append(classes, c.Name)
+	}
+	if s.Resv == nil {
+		s.Resv = map[string]int{}
+	}
+	if err := allocate(s.Resv, resvKeys(p), datapath.MaxReservations-1, "reservation id", nil); err != nil {
+		return err
 	}
 	err := allocate(s.Rules, rules, datapath.MaxRules, "rule slot", func(slot int) {
 		if current != nil {
@@ -360,7 +370,7 @@ func (s *slotTable) check() error {
 		what  string
 		m     map[string]int
 		limit int
-	}{{"rule slot", s.Rules, datapath.MaxRules}, {"class index", s.Classes, maxClasses}} {
+	}{{"rule slot", s.Rules, datapath.MaxRules}, {"class index", s.Classes, maxClasses}, {"reservation id", s.Resv, datapath.MaxReservations - 1}} {
 		owner := map[int]string{}
 		for _, name := range sortedKeys(t.m) {
 			v := t.m[name]

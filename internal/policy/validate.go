@@ -204,6 +204,10 @@ func (v *validator) rules(p *Policy) {
 		v.ruleProperties(obj, r, p)
 		v.sessions(obj, r.MaxSessions, r.PerSessionMinBW, r.PerSessionMaxBW)
 		v.quotaSchedule(obj, r)
+		if r.MaxSessions > 0 && (r.Police != 0 || r.EffectiveAction() != ActionPass) {
+			v.addNum(obj, "max_sessions", strconv.Itoa(r.MaxSessions), "needs action pass and no police (sessions are counted on the rule's passing traffic)",
+				"remove police, or put the session limit on a rule of its own")
+		}
 		if r.Precedence < 0 || r.Precedence > MaxPrecedence {
 			v.addNum(obj, "precedence", strconv.Itoa(r.Precedence), "out of range", fmt.Sprintf("use 1..%d (larger is evaluated first) or 0 for unset", MaxPrecedence))
 		}
