@@ -97,7 +97,7 @@ type Engine struct {
 	shield       *shieldState
 	shieldPushed bool
 	xdp          map[string]int
-	resvW      resvWatch // the reservation poller's memory (Tick only)
+	resvW        resvWatch // the reservation poller's memory (Tick only)
 }
 
 // New reads the config and the state files and validates them; it touches
