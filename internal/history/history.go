@@ -654,3 +654,22 @@ func (s *Store) IntegrityCheck(ctx context.Context) (string, error) {
 	}
 	return v, nil
 }
+
+// DatabaseSize is the logical size of the database at path (page_count ×
+// page_size, the WAL's committed pages included), read through a separate
+// read-only connection while a daemon may be writing it.
+func DatabaseSize(ctx context.Context, path string) (int64, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		return 0, fmt.Errorf("size of history database %s: %w", path, err)
+	}
+	defer db.Close()
+	var pages, size int64
+	if err := db.QueryRowContext(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
+		return 0, fmt.Errorf("size of history database %s: %w", path, err)
+	}
+	if err := db.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&size); err != nil {
+		return 0, fmt.Errorf("size of history database %s: %w", path, err)
+	}
+	return pages * size, nil
+}

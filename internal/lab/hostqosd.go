@@ -40,10 +40,12 @@ type Daemon struct {
 	// hostqosd and hostqosd down inside the node: it gets hostqosd's path
 	// and arguments appended and must exec it (keep its pid), like
 	// setpriv or unshare do. PureCgroup2 and the service-unit tests use it.
-	Wrap    []string
-	cmd     *exec.Cmd
-	exited  chan error
-	logFile *os.File
+	Wrap []string
+	// ExtraArgs are more flags for hostqosd (not for hostqosd down).
+	ExtraArgs []string
+	cmd       *exec.Cmd
+	exited    chan error
+	logFile   *os.File
 }
 
 // NewDaemon prepares (does not start) a daemon for node. dir must exist.
@@ -86,7 +88,7 @@ func (d *Daemon) Start() error {
 		return fmt.Errorf("open daemon log: %w", err)
 	}
 	d.logFile = logf
-	cmd := d.daemonCommand(d.Args()...)
+	cmd := d.daemonCommand(append(d.Args(), d.ExtraArgs...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start hostqosd: %w", err)

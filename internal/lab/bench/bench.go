@@ -94,6 +94,7 @@ var suite = []benchmark{
 	{"resv-cost", "Reservation component costs (seed Table II): policing, bind at connect, backpressure", benchResvCost},
 	{"resv-latency", "UDP round trips best effort vs reserved (seed Table III)", benchResvLatency},
 	{"resv-goodput", "Goodput vs reserved rate: none, policing, session shaping, link shaping (seed Figs. 6–8)", benchResvGoodput},
+	{"history", "Cost of the history store and the metrics: sampling 10k flows, DB growth, a day's query, a 10k-series scrape", benchHistory},
 }
 
 // Names lists the benchmarks in the order the suite runs them.

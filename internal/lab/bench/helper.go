@@ -76,11 +76,13 @@ func Helper(args []string, stdout io.Writer) error {
 		res, err = helperConnect(ap, *count)
 	case "flows":
 		res, err = helperFlows(ap, *count, *basePort)
+	case "flows-active":
+		res, err = helperFlowsActive(ap, *count, *basePort, *dur)
 	case "voice":
 		res, err = traffic.RunVoice(context.Background(), traffic.VoiceConfig{
 			To: ap.String(), Calls: *calls, Mode: traffic.VoiceEcho, Duration: *dur, DSCP: traffic.NoDSCP})
 	default:
-		return fmt.Errorf("bench-helper: unknown subcommand %q; use flood, tcp, connect, flows or voice", sub)
+		return fmt.Errorf("bench-helper: unknown subcommand %q; use flood, tcp, connect, flows, flows-active or voice", sub)
 	}
 	if err != nil {
 		return err
@@ -274,6 +276,54 @@ func helperFlows(ap netip.AddrPort, count, basePort int) (*flowsResult, error) {
 			res.Sent++
 		}
 		unix.Close(fd)
+	}
+	return res, nil
+}
+
+// helperFlowsActive keeps count UDP flows active for dur: one socket bound
+// to each source port from basePort, each sending a datagram to ap every
+// second, paced evenly over the second.
+func helperFlowsActive(ap netip.AddrPort, count, basePort int, dur time.Duration) (*flowsResult, error) {
+	fam, sa := sockaddr(ap)
+	res := &flowsResult{}
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for i := 0; i < count; i++ {
+		fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open UDP socket %d: %w", i, err)
+		}
+		port := basePort + i%(65535-basePort)
+		var local unix.Sockaddr = &unix.SockaddrInet4{Port: port}
+		if fam == unix.AF_INET6 {
+			local = &unix.SockaddrInet6{Port: port}
+		}
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+		if err := unix.Bind(fd, local); err != nil {
+			res.Failed++
+			unix.Close(fd)
+			continue
+		}
+		fds = append(fds, fd)
+	}
+	msg := []byte("hostqos-bench")
+	end := time.Now().Add(dur)
+	const slices = 50 // per second
+	for sec := time.Now(); time.Now().Before(end); sec = sec.Add(time.Second) {
+		for s := 0; s < slices; s++ {
+			for i := s; i < len(fds); i += slices {
+				if err := unix.Sendto(fds[i], msg, 0, sa); err != nil {
+					res.Failed++
+				} else {
+					res.Sent++
+				}
+			}
+			time.Sleep(time.Until(sec.Add(time.Duration(s+1) * time.Second / slices)))
+		}
 	}
 	return res, nil
 }
