@@ -283,6 +283,16 @@ func printRules(w io.Writer, rs []api.RuleInfo) {
 		if r.Police > 0 {
 			limits = append(limits, "police "+r.Police.String()+"/"+r.PoliceBurst().String())
 		}
+		if q, ok := r.QuotaOf(); ok {
+			limits = append(limits, fmt.Sprintf("quota %s/%s → %s", policy.Size(q.Size), q.Period, q.Action))
+		}
+		if r.Schedule != "" {
+			state := ""
+			if ri.Schedule != nil && !ri.Schedule.Active {
+				state = " (off now)"
+			}
+			limits = append(limits, "schedule "+r.Schedule+state)
+		}
 		src := ri.Source
 		prec := strconv.Itoa(r.Precedence)
 		if r.UserRun {
