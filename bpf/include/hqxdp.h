@@ -48,6 +48,19 @@ struct hqx_key6 {
 	__u8 addr[16];
 };
 
+/* Host entries (/32, /128) live in hash maps keyed by the address:
+ * one hash lookup instead of a walk down a large trie. */
+struct hqx_addr6 {
+	__u8 addr[16];
+};
+
+/* How many shorter prefixes each trie holds: the program skips an
+ * empty trie. */
+struct hqx_tries {
+	__u32 n4;
+	__u32 n6;
+};
+
 struct hqx_entry {
 	__u32 slot;	  /* counter and bucket slot */
 	__u32 pad;

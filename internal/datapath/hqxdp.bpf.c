@@ -4,8 +4,10 @@
 /*
  * hostqos XDP shield, on managed links that need it:
  *
- *  - drop list: the source address is looked up in a longest-prefix trie
- *    per family; a hit is counted per entry (packets, bytes, dropped) and
+ *  - drop list: the source address is looked up in a hash of host entries
+ *    (/32, /128), then, if that misses and shorter prefixes exist, in a
+ *    longest-prefix trie per family (a host entry is always the longest
+ *    match); a hit is counted per entry (packets, bytes, dropped) and
  *    either dropped or, for a quarantined entry, passed at most at the
  *    entry's rate (GCRA, shared by the entry's sources);
  *  - SYN throttling: pure SYNs (SYN without ACK) to a link with SYN limits
@@ -53,6 +55,30 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hqx_block6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HQX_BLOCK_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct hqx_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hqx_host4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HQX_BLOCK_ENTRIES);
+	__type(key, struct hqx_addr6);
+	__type(value, struct hqx_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hqx_host6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hqx_tries);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hqx_tries SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -206,6 +232,7 @@ int hqx_xdp(struct xdp_md *ctx)
 	void *end = (void *)(long)ctx->data_end;
 	__u32 zero = 0;
 	struct hqx_stats *st = bpf_map_lookup_elem(&hqx_health, &zero);
+	struct hqx_tries *tries = bpf_map_lookup_elem(&hqx_tries, &zero);
 	__u64 len = (__u64)(end - data);
 	if (st)
 		st->packets++;
@@ -224,8 +251,12 @@ int hqx_xdp(struct xdp_md *ctx)
 		struct iphdr *ip = (void *)(eth + 1);
 		if ((void *)(ip + 1) > end)
 			goto truncated;
-		struct hqx_key4 k = { .prefixlen = 32, .addr = ip->saddr };
-		struct hqx_entry *e = bpf_map_lookup_elem(&hqx_block4, &k);
+		__u32 saddr = ip->saddr;
+		struct hqx_entry *e = bpf_map_lookup_elem(&hqx_host4, &saddr);
+		if (!e && tries && tries->n4) {
+			struct hqx_key4 k = { .prefixlen = 32, .addr = saddr };
+			e = bpf_map_lookup_elem(&hqx_block4, &k);
+		}
 		if (e && drop_list(e, len, st) == XDP_DROP)
 			return XDP_DROP;
 		addr[10] = 0xff;
@@ -242,9 +273,14 @@ int hqx_xdp(struct xdp_md *ctx)
 		struct ipv6hdr *ip6 = (void *)(eth + 1);
 		if ((void *)(ip6 + 1) > end)
 			goto truncated;
-		struct hqx_key6 k = { .prefixlen = 128 };
-		__builtin_memcpy(k.addr, &ip6->saddr, 16);
-		struct hqx_entry *e = bpf_map_lookup_elem(&hqx_block6, &k);
+		struct hqx_addr6 a6;
+		__builtin_memcpy(a6.addr, &ip6->saddr, 16);
+		struct hqx_entry *e = bpf_map_lookup_elem(&hqx_host6, &a6);
+		if (!e && tries && tries->n6) {
+			struct hqx_key6 k = { .prefixlen = 128 };
+			__builtin_memcpy(k.addr, a6.addr, 16);
+			e = bpf_map_lookup_elem(&hqx_block6, &k);
+		}
 		if (e && drop_list(e, len, st) == XDP_DROP)
 			return XDP_DROP;
 		__builtin_memcpy(addr, &ip6->saddr, 16);

@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type hqxdpHqxAddr6 struct {
+	_    structs.HostLayout
+	Addr [16]uint8
+}
+
 type hqxdpHqxBucket struct {
 	_   structs.HostLayout
 	Tat uint64
@@ -92,6 +97,12 @@ type hqxdpHqxSyn struct {
 	Dropped       uint64
 }
 
+type hqxdpHqxTries struct {
+	_  structs.HostLayout
+	N4 uint32
+	N6 uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -101,9 +112,12 @@ const (
 	hqxdpMapHqxBucket     = "hqx_bucket"
 	hqxdpMapHqxCtr        = "hqx_ctr"
 	hqxdpMapHqxHealth     = "hqx_health"
+	hqxdpMapHqxHost4      = "hqx_host4"
+	hqxdpMapHqxHost6      = "hqx_host6"
 	hqxdpMapHqxProtect    = "hqx_protect"
 	hqxdpMapHqxSyn        = "hqx_syn"
 	hqxdpMapHqxSynSrc     = "hqx_syn_src"
+	hqxdpMapHqxTries      = "hqx_tries"
 	hqxdpProgHqxXdp       = "hqx_xdp"
 	hqxdpVarHqxTypeLimits = "hqx_type_limits"
 )
@@ -162,9 +176,12 @@ type hqxdpMapSpecs struct {
 	HqxBucket  *ebpf.MapSpec `ebpf:"hqx_bucket"`
 	HqxCtr     *ebpf.MapSpec `ebpf:"hqx_ctr"`
 	HqxHealth  *ebpf.MapSpec `ebpf:"hqx_health"`
+	HqxHost4   *ebpf.MapSpec `ebpf:"hqx_host4"`
+	HqxHost6   *ebpf.MapSpec `ebpf:"hqx_host6"`
 	HqxProtect *ebpf.MapSpec `ebpf:"hqx_protect"`
 	HqxSyn     *ebpf.MapSpec `ebpf:"hqx_syn"`
 	HqxSynSrc  *ebpf.MapSpec `ebpf:"hqx_syn_src"`
+	HqxTries   *ebpf.MapSpec `ebpf:"hqx_tries"`
 }
 
 // hqxdpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -199,9 +216,12 @@ type hqxdpMaps struct {
 	HqxBucket  *ebpf.Map `ebpf:"hqx_bucket"`
 	HqxCtr     *ebpf.Map `ebpf:"hqx_ctr"`
 	HqxHealth  *ebpf.Map `ebpf:"hqx_health"`
+	HqxHost4   *ebpf.Map `ebpf:"hqx_host4"`
+	HqxHost6   *ebpf.Map `ebpf:"hqx_host6"`
 	HqxProtect *ebpf.Map `ebpf:"hqx_protect"`
 	HqxSyn     *ebpf.Map `ebpf:"hqx_syn"`
 	HqxSynSrc  *ebpf.Map `ebpf:"hqx_syn_src"`
+	HqxTries   *ebpf.Map `ebpf:"hqx_tries"`
 }
 
 func (m *hqxdpMaps) Close() error {
@@ -211,9 +231,12 @@ func (m *hqxdpMaps) Close() error {
 		m.HqxBucket,
 		m.HqxCtr,
 		m.HqxHealth,
+		m.HqxHost4,
+		m.HqxHost6,
 		m.HqxProtect,
 		m.HqxSyn,
 		m.HqxSynSrc,
+		m.HqxTries,
 	)
 }
 

@@ -169,6 +169,27 @@ func (s *Shield) readPinned() error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read pinned IPv6 drop list: %w", err)
 	}
+	var h4 uint32
+	it = s.objs.HqxHost4.Iterate()
+	for it.Next(&h4, &e) {
+		var a [4]byte
+		binary.NativeEndian.PutUint32(a[:], h4)
+		s.adoptEntry(netip.PrefixFrom(netip.AddrFrom4(a), 32), e)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read pinned IPv4 host drop list: %w", err)
+	}
+	var h6 hqxdpHqxAddr6
+	it = s.objs.HqxHost6.Iterate()
+	for it.Next(&h6, &e) {
+		s.adoptEntry(netip.PrefixFrom(netip.AddrFrom16(h6.Addr), 128), e)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read pinned IPv6 host drop list: %w", err)
+	}
+	if err := s.writeTries(); err != nil {
+		return err
+	}
 	var pk hqxdpHqxProtectKey
 	var v uint32
 	it = s.objs.HqxProtect.Iterate()
@@ -234,6 +255,15 @@ func key6(p netip.Prefix) hqxdpHqxKey6 {
 }
 
 func (s *Shield) trieOf(p netip.Prefix) (*ebpf.Map, any) {
+	if p.IsSingleIP() { // host entries: a hash by address
+		if p.Addr().Is4() {
+			a := p.Addr().As4()
+			k := binary.NativeEndian.Uint32(a[:])
+			return s.objs.HqxHost4, &k
+		}
+		k := hqxdpHqxAddr6{Addr: p.Addr().As16()}
+		return s.objs.HqxHost6, &k
+	}
 	if p.Addr().Is4() {
 		k := key4(p)
 		return s.objs.HqxBlock4, &k
@@ -300,6 +330,29 @@ func (s *Shield) SetBlocks(entries []BlockEntry) error {
 		cur.rate = rate
 		s.used[cur.slot] = true
 		s.entries[p] = cur
+	}
+	return s.writeTries()
+}
+
+// writeTries tells the program how many shorter prefixes each trie holds
+// (it skips an empty one). A removal is written after the entries go, an
+// addition before its lookups matter, so the count never hides an entry
+// for long: SetBlocks writes it last, and an entry added to a trie that
+// was empty is enforced from this write on.
+func (s *Shield) writeTries() error {
+	var t hqxdpHqxTries
+	for p := range s.entries {
+		if p.IsSingleIP() {
+			continue
+		}
+		if p.Addr().Is4() {
+			t.N4++
+		} else {
+			t.N6++
+		}
+	}
+	if err := s.objs.HqxTries.Put(uint32(0), &t); err != nil {
+		return fmt.Errorf("write drop-list trie sizes: %w", err)
 	}
 	return nil
 }

@@ -46,6 +46,9 @@ func TestShieldDropList(t *testing.T) {
 		{Prefix: pfx("198.18.5.0/24"), Rate: 8000}, // longer prefix: quarantine
 		{Prefix: pfx("2001:db8:bad::/48")},
 		{Prefix: pfx("2001:db8:bad:1::/64"), Rate: 8000},
+		{Prefix: pfx("198.18.7.7/32"), Rate: 8000},         // a host entry (hash) inside a dropped /16
+		{Prefix: pfx("2001:db8:bad:2::7/128"), Rate: 8000}, // … and inside a dropped /48
+		{Prefix: pfx("198.51.100.9/32")},                   // a host entry alone
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +65,10 @@ func TestShieldDropList(t *testing.T) {
 		{"v6 listed /48", udpFrame("2001:db8:bad:2::1", "2001:db8::1", 100), xdpDrop},
 		{"v6 unlisted", udpFrame("2001:db8:beef::1", "2001:db8::1", 100), xdpPass},
 		{"v6 longest prefix quarantined", udpFrame("2001:db8:bad:1::9", "2001:db8::1", 100), xdpPass},
+		{"v4 host entry wins over its /16", udpFrame("198.18.7.7", "198.19.0.1", 100), xdpPass},
+		{"v6 host entry wins over its /48", udpFrame("2001:db8:bad:2::7", "2001:db8::1", 100), xdpPass},
+		{"v4 host entry drops", udpFrame("198.51.100.9", "198.19.0.1", 100), xdpDrop},
+		{"v4 next to a host entry", udpFrame("198.51.100.10", "198.19.0.1", 100), xdpPass},
 		{"non-IP (ARP)", arp, xdpPass},
 		{"truncated IPv4", udpFrame("198.18.1.1", "198.19.0.1", 100)[:20], xdpPass},
 		{"truncated IPv6 (Ethernet header only; the kernel runs nothing shorter)", udpFrame("2001:db8:bad::1", "2001:db8::1", 10)[:14], xdpPass},
@@ -101,7 +108,7 @@ func TestShieldDropList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.NotIP != 1 || st.Truncated != 3 || st.Blocked != 2 {
+	if st.NotIP != 1 || st.Truncated != 3 || st.Blocked != 3 {
 		t.Errorf("stats %+v", st)
 	}
 	// Removing an entry passes its traffic; re-adding starts from zero.
