@@ -96,6 +96,7 @@ var suite = []benchmark{
 	{"resv-goodput", "Goodput vs reserved rate: none, policing, session shaping, link shaping (seed Figs. 6–8)", benchResvGoodput},
 	{"history", "Cost of the history store and the metrics: sampling 10k flows, DB growth, a day's query, a 10k-series scrape", benchHistory},
 	{"xdpdrop", "Drop list: hostqos XDP vs an nftables drop rule, 10 and 100,000 prefixes", benchXDPDrop},
+	{"synflood", "SYN flood: an unlisted client's connections without throttling, with nftables, with hostqos", benchSYNFlood},
 }
 
 // Names lists the benchmarks in the order the suite runs them.

@@ -183,7 +183,7 @@ func benchXDPDrop(e *env, r *Report) error {
 			r.metric(fmt.Sprintf("pps_%s_%d", key2(ai), n), m)
 		}
 	}
-	r.note("both drops see every packet of the flood (the counters match what the sender got out); the ratio is limited by the sender: with a faster generator (pktgen, a NIC) XDP's margin grows, since it runs before the skb is built")
+	r.note("both drops see every packet of the flood (the counters match what the sender got out), so every row is limited by the one sender thread, and the ratio shows only how much of the shared core each drop leaves to it. On a veth the sender already built the skb, which XDP (native veth mode) converts; on a NIC, XDP runs before any skb exists, which this setup cannot show. Crossbow (§4) gives no figures for its hardware drop (\"at no cost\"); no pktgen here to saturate either drop")
 	return nil
 }
 
