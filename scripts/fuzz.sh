@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every Go fuzz target of the module for FUZZTIME each (default 3s: the
+# Runs every Go fuzz target of the module for FUZZTIME each (default 2s: the
 # CI smoke run, about a minute for all targets; `make fuzz` runs 60s each).
 #   scripts/fuzz.sh                  all targets
 #   scripts/fuzz.sh FuzzLoad ...     only these
@@ -15,7 +15,7 @@
 # One worker per target (-parallel 1): the machine is shared.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-FUZZTIME=${FUZZTIME:-3s}
+FUZZTIME=${FUZZTIME:-2s}
 SAVE_MAX=${SAVE_MAX:-40}
 GO=${GO:-go}
 module=$($GO list -m)

@@ -72,7 +72,7 @@ func FuzzEgressFrames(f *testing.F) {
 	if err := d.Apply(fuzzPolicy()); err != nil {
 		f.Fatalf("apply: %v", err)
 	}
-	f.Fuzz(func(t *testing.T, frame []byte) { _, _ = checkEgressFrame(t, d, frame) })
+	f.Fuzz(func(t *testing.T, frame []byte) { _, _ = checkEgressFrame(t, d, frame, true) })
 }
 
 // TestEgressRandomFrames runs the checks of FuzzEgressFrames on a fixed
@@ -89,7 +89,11 @@ func TestEgressRandomFrames(t *testing.T) {
 	addrs6 := []string{"2001:db8::1", "2001:db8:1::2", "2001:db9::2"}
 	protos := []uint8{6, 17, 1, 58, 47, 0}
 	const frames = 1000
-	drops, marks := 0, 0
+	drops, marks, ran := 0, 0, 0
+	ctr0, err := d.RuleCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < frames && !t.Failed(); i++ {
 		s := FrameSpec{Proto: protos[rng.IntN(len(protos))], SPort: uint16(4990 + rng.IntN(30)), DPort: uint16(4990 + rng.IntN(30)),
 			TOS: uint8(rng.IntN(256)), Payload: rng.IntN(64)}
@@ -119,10 +123,16 @@ func TestEgressRandomFrames(t *testing.T) {
 		if rng.IntN(4) == 0 { // truncated
 			frame = frame[:14+rng.IntN(len(frame)-13)]
 		}
-		dropped, marked := checkEgressFrame(t, d, frame)
+		dropped, marked := checkEgressFrame(t, d, frame, false)
 		drops += boolInt(dropped)
 		marks += boolInt(marked)
+		ran++
 	}
+	ctr1, err := d.RuleCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRuleCounters(t, ctr0, ctr1, ran, drops)
 	t.Logf("%d frames: %d dropped, %d marked", frames, drops, marks)
 	if drops == 0 || marks == 0 {
 		t.Errorf("the generator made no frame that a rule drops (%d) or marks (%d): the checks checked nothing", drops, marks)
@@ -139,15 +149,20 @@ func boolInt(b bool) int {
 // checkEgressFrame runs one frame through the egress classifier and checks
 // what FuzzEgressFrames promises.
 // It returns whether the frame was dropped and whether it was marked.
-func checkEgressFrame(t *testing.T, d *Datapath, frame []byte) (dropped, marked bool) {
+// With perRule it also checks the rule counters around this one frame
+// (reading them costs a dump of every rule slot; TestEgressRandomFrames
+// checks them once over the whole batch instead).
+func checkEgressFrame(t *testing.T, d *Datapath, frame []byte, perRule bool) (dropped, marked bool) {
 	t.Helper()
 	st0, err := d.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctr0, err := d.RuleCounters()
-	if err != nil {
-		t.Fatal(err)
+	var ctr0, ctr1 []Counters
+	if perRule {
+		if ctr0, err = d.RuleCounters(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	res, err := d.TestRun(frame, 1)
 	if err != nil {
@@ -157,9 +172,10 @@ func checkEgressFrame(t *testing.T, d *Datapath, frame []byte) (dropped, marked 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctr1, err := d.RuleCounters()
-	if err != nil {
-		t.Fatal(err)
+	if perRule {
+		if ctr1, err = d.RuleCounters(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	dropped = res.Verdict == verdictDrop
 	marked = !dropped && !bytes.Equal(frame, res.Packet)
@@ -181,27 +197,42 @@ func checkEgressFrame(t *testing.T, d *Datapath, frame []byte) (dropped, marked 
 	if st1.ParseErrors > st0.ParseErrors+1 || st1.Classified > st0.Classified+1 {
 		t.Errorf("stats %+v → %+v for one packet", st0, st1)
 	}
-	counted := 0
-	for i := range ctr1 {
-		dp, dd := ctr1[i].Packets-ctr0[i].Packets, ctr1[i].Drops-ctr0[i].Drops
-		if dp > 1 || dd > dp {
-			t.Errorf("rule %d counters %+v → %+v for one packet", i, ctr0[i], ctr1[i])
+	if perRule {
+		checkRuleCounters(t, ctr0, ctr1, 1, boolInt(dropped))
+		for i := range ctr1 {
+			if ctr1[i].Packets-ctr0[i].Packets == 1 && ctr1[i].Bytes-ctr0[i].Bytes != uint64(len(frame)) {
+				t.Errorf("rule %d counted %d bytes for a %d-byte frame", i, ctr1[i].Bytes-ctr0[i].Bytes, len(frame))
+			}
 		}
-		if dd == 1 && i != 0 {
-			t.Errorf("rule %d counted a drop; only rule 0 drops", i)
-		}
-		if dp == 1 && ctr1[i].Bytes-ctr0[i].Bytes != uint64(len(frame)) {
-			t.Errorf("rule %d counted %d bytes for a %d-byte frame", i, ctr1[i].Bytes-ctr0[i].Bytes, len(frame))
-		}
-		counted += int(dp)
-	}
-	if counted > 1 || (dropped && ctr1[0].Drops != ctr0[0].Drops+1) {
-		t.Errorf("%d rules counted the packet (dropped %v, rule 0 drops %d → %d)", counted, dropped, ctr0[0].Drops, ctr1[0].Drops)
 	}
 	if t.Failed() {
 		t.Logf("frame %x", frame)
 	}
 	return dropped, marked
+}
+
+// checkRuleCounters checks the rule counters across frames test-runs of
+// which drops were dropped: at most one rule counts each frame, only rule
+// 0 drops, and it counted every drop.
+func checkRuleCounters(t *testing.T, ctr0, ctr1 []Counters, frames, drops int) {
+	t.Helper()
+	var counted uint64
+	for i := range ctr1 {
+		dp, dd := ctr1[i].Packets-ctr0[i].Packets, ctr1[i].Drops-ctr0[i].Drops
+		if dd > dp {
+			t.Errorf("rule %d counters %+v → %+v: more drops than packets", i, ctr0[i], ctr1[i])
+		}
+		if dd > 0 && i != 0 {
+			t.Errorf("rule %d counted %d drops; only rule 0 drops", i, dd)
+		}
+		counted += dp
+	}
+	if counted > uint64(frames) {
+		t.Errorf("rules counted %d packets for %d frames", counted, frames)
+	}
+	if got := ctr1[0].Drops - ctr0[0].Drops; got != uint64(drops) {
+		t.Errorf("rule 0 counted %d drops, %d frames were dropped", got, drops)
+	}
 }
 
 // checkOnlyDSCPChanged fails unless out equals in but for the DSCP bits
