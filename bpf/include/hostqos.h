@@ -16,7 +16,7 @@
  */
 enum hq_limits {
 	/* Layout version of the pinned maps; bump on any layout change. */
-	HQ_ABI_VERSION = 5,
+	HQ_ABI_VERSION = 6,
 	/*
 	 * Rule slots, and rules per policy buffer. internal/policy's MaxRules
 	 * and MaxAppRules are these (a test keeps them equal).
@@ -176,6 +176,13 @@ struct hq_flow {
 	__u32 tgid; /* owner at socket birth, 0 = unknown */
 	__u32 uid;
 	char comm[HQ_COMM_LEN];
+	/* Receive side: the earlier slots' counts, as base_* above. */
+	__u64 base_rx_packets;
+	__u64 base_rx_bytes;
+	__u64 base_rx_drops;
+	/* Download limit: the hq_in epoch this flow was last counted in. */
+	__u32 in_epoch;
+	__u32 pad_in;
 };
 
 /*
@@ -194,8 +201,10 @@ struct hq_fctr {
 	__u64 last_ns;
 	__u16 rule; /* rule slot of the flow, HQ_SLOT_NONE = none */
 	__u16 pad0;
-	__u32 pad1;
-	__u64 pad2[2];
+	/* Receive side (TC ingress): packets dropped, received, bytes. */
+	__u32 rx_drops;
+	__u64 rx_packets;
+	__u64 rx_bytes;
 };
 
 /* One compiled rule; addresses and masks are pre-masked by the loader. */
@@ -219,6 +228,45 @@ struct hq_rule {
 	__u8 has_app;
 	__u8 pad[2];
 };
+
+/*
+ * A rule slot's download limit (hq_in, indexed by rule slot), applied at
+ * TC ingress and, for TCP, at egress on the receive window the host
+ * advertises. rate counts L4 payload bytes, i.e. what the application
+ * reads. The daemon writes rate, ns_q16 and tau (0 everywhere = no
+ * limit); the datapath keeps the rest.
+ *
+ *  - UDP (no flow control): a GCRA token bucket like struct hq_police on
+ *    payload bytes (tau = the bucket depth in ns); excess is dropped and
+ *    counted.
+ *  - TCP: every outgoing segment of a limited flow advertises at most
+ *    rate * gain / flows * srtt bytes of window, so the sender never has
+ *    more in flight than the share of the limit one round trip carries:
+ *    it is slowed, nothing is dropped, no queue builds. flows is the
+ *    number of the slot's flows that received data in the last epoch
+ *    (HQ_IN_EPOCH_NS); gain (Q10, 1024 = 1) corrects, once an epoch, for
+ *    what the window misses (delayed ACKs, a round trip longer than the
+ *    handshake's): gain *= (rate + got) / (2 * got) when the slot got
+ *    more than half its rate in the epoch, kept in [HQ_IN_GAIN_MIN,
+ *    HQ_IN_GAIN_MAX].
+ */
+struct hq_in {
+	__u64 rate;   /* payload bytes per second; 0 = no limit */
+	__u64 ns_q16; /* UDP: cost of a payload byte in 1/65536 ns */
+	__u64 tau;    /* UDP: bucket depth, ns */
+	__u64 tat;    /* UDP: theoretical arrival time, ns */
+	__u64 epoch_ns;	   /* start of the current epoch (coarse ns) */
+	__u64 epoch_bytes; /* payload bytes received in the current epoch */
+	__u32 epoch;	   /* number of the current epoch */
+	__u32 flows;	   /* flows that received in the current epoch */
+	__u32 flows_prev;  /* the same for the previous epoch */
+	__u32 gain;	   /* TCP window gain, Q10; 0 = 1024 */
+};
+
+#define HQ_IN_EPOCH_NS 200000000ULL /* estimator epoch: 200 ms */
+#define HQ_IN_GAIN_ONE 1024
+#define HQ_IN_GAIN_MIN 512
+#define HQ_IN_GAIN_MAX 2048
 
 /*
  * Tuple-space search (hq_tuples, hq_tss, hq_tnodes). The rules without app
@@ -310,6 +358,13 @@ struct hq_stats {
 	__u64 evaluations;
 	__u64 drops;
 	__u64 ident_fail; /* sock_create could not store an identity */
+	/* Receive side (TC ingress). */
+	__u64 rx_packets;
+	__u64 rx_classified; /* matched a rule */
+	__u64 rx_drops;	     /* dropped by a download limit (UDP) */
+	__u64 rx_parse_errors;
+	__u64 rx_no_socket; /* no local socket and no flow: rules by tuple only */
+	__u64 rwnd_clamps;  /* TCP segments whose window was lowered */
 };
 
 /* Per-buffer policy header. */

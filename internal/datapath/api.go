@@ -79,6 +79,11 @@ type Rule struct {
 	// rule's sessions and packets belong to (see Reservation). Only for
 	// ActPass rules without a policer.
 	Reservation uint16
+	// MaxBWIn (bit/s of L4 payload), when not 0, limits what the rule's
+	// flows receive together: TCP by the receive window the host
+	// advertises (the sender slows down), UDP by dropping the excess at
+	// TC ingress (counted as receive drops). Only for ActPass rules.
+	MaxBWIn uint64
 }
 
 // Policy is a complete compiled policy, applied atomically: the rules and
@@ -104,11 +109,17 @@ type Options struct {
 	testClock bool
 }
 
-// Counters are cumulative packet/byte/drop counts.
+// Counters are cumulative packet/byte/drop counts: sent (egress, where
+// drops are drop rules and policers) and received (TC ingress, where drops
+// are what a download limit dropped). Bytes are frames as the link carries
+// them (L2 header included).
 type Counters struct {
-	Packets uint64 `json:"packets"`
-	Bytes   uint64 `json:"bytes"`
-	Drops   uint64 `json:"drops"`
+	Packets   uint64 `json:"packets"`
+	Bytes     uint64 `json:"bytes"`
+	Drops     uint64 `json:"drops"`
+	RxPackets uint64 `json:"rx_packets"`
+	RxBytes   uint64 `json:"rx_bytes"`
+	RxDrops   uint64 `json:"rx_drops"`
 }
 
 // FlowKey is a flow's 5-tuple, egress direction (local = source).
@@ -153,4 +164,11 @@ type Stats struct {
 	Evaluations    uint64 // rule evaluations (flow misses and policy changes)
 	Drops          uint64 // packets dropped by drop rules and policers
 	IdentityFail   uint64 // sockets sock_create could not attach an identity to
+	// Receive side (TC ingress).
+	RxPackets     uint64 // packets seen by the ingress program
+	RxClassified  uint64 // received packets that matched a rule
+	RxDrops       uint64 // received packets dropped by download limits (UDP)
+	RxParseErrors uint64
+	RxNoSocket    uint64 // new received flows without a local socket (rules by tuple only)
+	RwndClamps    uint64 // outgoing TCP segments whose receive window a download limit lowered
 }

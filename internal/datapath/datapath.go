@@ -58,6 +58,10 @@ type Datapath struct {
 	sock  link.Link   // nil when not attached by us
 	hooks []link.Link // session hooks (connect, sendmsg, sock_release)
 	tcx   map[int]link.Link
+	tcxIn map[int]link.Link // ingress classifier links (ingress.go)
+	// inLast is the download limit last written per rule slot (nil =
+	// unknown); guarded by mu.
+	inLast map[uint16]inLimit
 	// bufs is what Apply last wrote to each policy buffer (nil =
 	// unknown: adopted, or a write failed); guarded by mu.
 	bufs    [2]*bufState
@@ -102,9 +106,10 @@ func Open(opts Options) (_ *Datapath, err error) {
 		log = slog.Default()
 	}
 	d := &Datapath{
-		dir: dir,
-		log: log.With("component", "datapath"),
-		tcx: map[int]link.Link{},
+		dir:   dir,
+		log:   log.With("component", "datapath"),
+		tcx:   map[int]link.Link{},
+		tcxIn: map[int]link.Link{},
 	}
 	defer func() {
 		if err != nil {
@@ -341,10 +346,14 @@ func (d *Datapath) adoptTCX() error {
 	}
 	for _, e := range ents {
 		name := e.Name()
-		if !strings.HasPrefix(name, tcxEgressPrefix) {
+		prefix, tcx, hook := tcxEgressPrefix, d.tcx, ebpf.AttachTCXEgress
+		if strings.HasPrefix(name, tcxIngressPrefix) {
+			prefix, tcx, hook = tcxIngressPrefix, d.tcxIn, ebpf.AttachTCXIngress
+		}
+		if !strings.HasPrefix(name, prefix) {
 			continue
 		}
-		ifindex, err := strconv.Atoi(strings.TrimPrefix(name, tcxEgressPrefix))
+		ifindex, err := strconv.Atoi(strings.TrimPrefix(name, prefix))
 		if err != nil {
 			continue
 		}
@@ -361,11 +370,15 @@ func (d *Datapath) adoptTCX() error {
 			l.Close()
 			continue
 		}
-		if err := l.Update(d.egressProgram(ifindex)); err != nil {
-			l.Close()
-			return fmt.Errorf("update egress program in pinned link %s: %w", pin, err)
+		prog := d.egressProgram(ifindex)
+		if hook == ebpf.AttachTCXIngress {
+			prog = d.ingressProgram(ifindex)
 		}
-		d.tcx[ifindex] = l
+		if err := l.Update(prog); err != nil {
+			l.Close()
+			return fmt.Errorf("update program in pinned link %s: %w", pin, err)
+		}
+		tcx[ifindex] = l
 	}
 	return nil
 }
@@ -390,7 +403,8 @@ func (d *Datapath) AttachLink(ifindex int) error {
 	if l, ok := d.tcx[ifindex]; ok {
 		live, err := onHook(ifindex, l)
 		if err != nil || live {
-			return nil // attached, or the kernel cannot say: keep what we have
+			// attached, or the kernel cannot say: keep what we have
+			return d.attachIngress(ifindex)
 		}
 		// Someone detached our program from the hook: start afresh.
 		delete(d.tcx, ifindex)
@@ -411,7 +425,7 @@ func (d *Datapath) AttachLink(ifindex int) error {
 		return fmt.Errorf("pin egress link %s: %w", pin, err)
 	}
 	d.tcx[ifindex] = l
-	return nil
+	return d.attachIngress(ifindex)
 }
 
 // LinkAttached reports whether this datapath's egress classifier is on the
@@ -455,14 +469,14 @@ func (d *Datapath) DetachLink(ifindex int) error {
 		var err error
 		l, err = link.LoadPinnedLink(pin, nil)
 		if errors.Is(err, os.ErrNotExist) {
-			return nil
+			return d.detachIngress(ifindex)
 		}
 		if err != nil {
 			return fmt.Errorf("open pinned link %s: %w", pin, err)
 		}
 	}
 	delete(d.tcx, ifindex)
-	return dropLink(l)
+	return errors.Join(dropLink(l), d.detachIngress(ifindex))
 }
 
 func dropLink(l link.Link) error {
@@ -563,15 +577,25 @@ func commString(c *[16]int8) string {
 // the whole array); without iterator support it falls back to one batch
 // lookup.
 func (d *Datapath) RuleCounters() ([]Counters, error) {
+	var out []Counters
 	if !d.noIter.Load() {
-		out := make([]Counters, MaxRules)
+		out = make([]Counters, MaxRules)
 		err := d.dumpRuleCounters(out)
-		if err == nil {
-			return out, nil
+		if err != nil {
+			d.iterFailed(err)
+			out = nil
 		}
-		d.iterFailed(err)
 	}
-	return d.ruleCountersBatch()
+	if out == nil {
+		var err error
+		if out, err = d.ruleCountersBatch(); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.addRxRuleCounters(out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // iterFailed falls back to batch lookups after a failed map-iterator dump:
@@ -629,6 +653,12 @@ func (d *Datapath) Stats() (Stats, error) {
 		s.Evaluations += v.Evaluations
 		s.Drops += v.Drops
 		s.IdentityFail += v.IdentFail
+		s.RxPackets += v.RxPackets
+		s.RxClassified += v.RxClassified
+		s.RxDrops += v.RxDrops
+		s.RxParseErrors += v.RxParseErrors
+		s.RxNoSocket += v.RxNoSocket
+		s.RwndClamps += v.RwndClamps
 	}
 	return s, nil
 }
@@ -650,6 +680,10 @@ func (d *Datapath) Close() error {
 	for i, l := range d.tcx {
 		l.Close()
 		delete(d.tcx, i)
+	}
+	for i, l := range d.tcxIn {
+		l.Close()
+		delete(d.tcxIn, i)
 	}
 	for _, it := range []**link.Iter{&d.flowIter4, &d.flowIter6, &d.ctrIter} {
 		if *it != nil {

@@ -87,6 +87,9 @@ func (m *fctrMem) read(ref *FlowRef) (c FlowCounters, ok bool) {
 	p := atomic.LoadUint64(&s.Packets)
 	b := atomic.LoadUint64(&s.Bytes)
 	d := atomic.LoadUint64(&s.Drops)
+	rp := atomic.LoadUint64(&s.RxPackets)
+	rb := atomic.LoadUint64(&s.RxBytes)
+	rd := atomic.LoadUint32(&s.RxDrops)
 	last := atomic.LoadUint64(&s.LastNs)
 	rule := *(*uint16)(unsafe.Pointer(&s.Rule))
 	// The slot may have been taken over while we read it.
@@ -96,6 +99,9 @@ func (m *fctrMem) read(ref *FlowRef) (c FlowCounters, ok bool) {
 	c.Packets += p
 	c.Bytes += b
 	c.Drops += d
+	c.RxPackets += rp
+	c.RxBytes += rb
+	c.RxDrops += uint64(rd)
 	if last > c.LastSeenNS {
 		c.LastSeenNS = last
 	}
@@ -193,9 +199,10 @@ func (r *FlowReader) rec(k *hostqosHqFlowKey, v *hostqosHqFlow) flowRec {
 			Remote: netip.AddrPortFrom(addrFromWords(k.Family, &k.Dst), k.Dport),
 		},
 		ref: FlowRef{
-			Slot:     v.Cslot,
-			Tag:      v.Tag,
-			base:     Counters{Packets: v.BasePackets, Bytes: v.BaseBytes, Drops: v.BaseDrops},
+			Slot: v.Cslot,
+			Tag:  v.Tag,
+			base: Counters{Packets: v.BasePackets, Bytes: v.BaseBytes, Drops: v.BaseDrops,
+				RxPackets: v.BaseRxPackets, RxBytes: v.BaseRxBytes, RxDrops: v.BaseRxDrops},
 			baseLast: v.BaseLastNs,
 		},
 		rule:    -1,

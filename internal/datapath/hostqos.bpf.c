@@ -173,6 +173,24 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_police SEC(".maps");
 
+/* Receive-side counters by rule slot (TC ingress). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, HQ_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct hq_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_rule_ctr_in SEC(".maps");
+
+/* Download limits by rule slot; see struct hq_in. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, HQ_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct hq_in);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_in SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -351,6 +369,7 @@ struct hq_pkt {
 	__u32 gen; /* active policy generation */
 	__u64 now; /* bpf_ktime_get_coarse_ns */
 	__u64 len; /* bytes counted: skb->len */
+	__u32 l4off; /* offset of the L4 header from skb->data */
 };
 
 #define HQ_OFF(t, m) __builtin_offsetof(struct t, m)
@@ -659,6 +678,23 @@ static __noinline int app_match(struct hq_scratch *s, __u32 buf,
 	return m.any != 0;
 }
 
+/* The identity stored with a socket, NULL for none. */
+static __always_inline struct hq_ident *sk_ident(struct bpf_sock *sk,
+						 struct hq_stats *st)
+{
+	struct hq_ident *id = NULL;
+
+	if (sk) {
+		sk = bpf_sk_fullsock(sk);
+		if (sk) {
+			id = bpf_sk_storage_get(&hq_sk_ident, sk, 0, 0);
+			if (!id && st)
+				st->no_identity++;
+		}
+	}
+	return id;
+}
+
 /* The identity of the packet's (full) socket, NULL for none. */
 static __always_inline struct hq_ident *skb_ident(struct __sk_buff *skb,
 						  struct hq_stats *st)
@@ -852,6 +888,7 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off,
 		sport = bpf_ntohs(ports[0]);
 		dport = bpf_ntohs(ports[1]);
 	}
+	p->l4off = off;
 	/* The header both key layouts share. */
 	p->key.family = family;
 	p->key.proto = l4;
@@ -997,11 +1034,17 @@ fctr_alloc(struct hq_pkt *p, const struct hq_flow_key *key, struct hq_flow *f)
 		__sync_fetch_and_add(&o->base_packets, c->packets);
 		__sync_fetch_and_add(&o->base_bytes, c->bytes);
 		__sync_fetch_and_add(&o->base_drops, c->drops);
+		__sync_fetch_and_add(&o->base_rx_packets, c->rx_packets);
+		__sync_fetch_and_add(&o->base_rx_bytes, c->rx_bytes);
+		__sync_fetch_and_add(&o->base_rx_drops, c->rx_drops);
 		o->base_last_ns = c->last_ns;
 	}
 	c->packets = 0;
 	c->bytes = 0;
 	c->drops = 0;
+	c->rx_packets = 0;
+	c->rx_bytes = 0;
+	c->rx_drops = 0;
 	c->last_ns = p->now;
 	c->rule = f->slot;
 	k = bpf_map_lookup_elem(&hq_fkey, &best_idx);
@@ -1620,12 +1663,60 @@ int hq_sock_release(struct bpf_sock *ctx)
 }
 
 /*
- * Everything but the common case: a new flow (f == NULL), a flow evaluated
- * under an older policy, or a flow without a valid counter slot. Counts
- * the packet and returns the flow's classification (pack_result).
+ * The identity of the local socket a received packet is for (NULL: none),
+ * found the way the stack will find the socket: TCP established,
+ * time-wait or listening sockets, UDP bound or connected ones. p's key is
+ * in egress orientation (local = source). A function of its own keeps the
+ * lookup's tuple off the stack of the rule evaluation.
  */
-static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
-				  struct hq_flow *f)
+static __noinline struct hq_ident *in_ident(struct __sk_buff *skb,
+					    const struct hq_pkt *p,
+					    struct hq_stats *st)
+{
+	struct bpf_sock_tuple t = {};
+	struct hq_ident *id;
+	struct bpf_sock *sk;
+	__u32 sz;
+
+	if (p->key.family == HQ_AF_INET) {
+		t.ipv4.saddr = p->k4.daddr; /* key is egress-oriented */
+		t.ipv4.daddr = p->k4.saddr;
+		t.ipv4.sport = bpf_htons(p->k4.dport);
+		t.ipv4.dport = bpf_htons(p->k4.sport);
+		sz = sizeof(t.ipv4);
+	} else {
+		__builtin_memcpy(t.ipv6.saddr, p->key.dst, 16);
+		__builtin_memcpy(t.ipv6.daddr, p->key.src, 16);
+		t.ipv6.sport = bpf_htons(p->key.dport);
+		t.ipv6.dport = bpf_htons(p->key.sport);
+		sz = sizeof(t.ipv6);
+	}
+	if (p->key.proto == IPPROTO_TCP)
+		sk = bpf_skc_lookup_tcp(skb, &t, sz, BPF_F_CURRENT_NETNS, 0);
+	else if (p->key.proto == IPPROTO_UDP)
+		sk = bpf_sk_lookup_udp(skb, &t, sz, BPF_F_CURRENT_NETNS, 0);
+	else
+		return NULL;
+	if (!sk) {
+		if (st)
+			st->rx_no_socket++;
+		return NULL;
+	}
+	/* The storage outlives the reference: sockets are RCU-freed. */
+	id = sk_ident(sk, st);
+	bpf_sk_release(sk);
+	return id;
+}
+
+/*
+ * Everything but the common case: a new flow (f == NULL), a flow evaluated
+ * under an older policy, or a flow without a valid counter slot. id is
+ * the identity of the flow's local socket (NULL: none). Counts the packet and returns the
+ * flow's classification (pack_result); with rx (TC ingress) it neither
+ * polices nor counts, which the caller does.
+ */
+static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
+				  struct hq_pkt *p, struct hq_flow *f, int rx)
 {
 	struct hq_flow nf = {};
 	struct hq_flow_key key;
@@ -1650,10 +1741,8 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 
 	clock_sync();
 	if (!f || f->gen != p->gen) {
-		struct hq_ident *id = skb_ident(skb, st);
-
 		evaluate(id, &key, p->dscp_in, &nf, p->gen, st, HQ_SCRATCH_TC);
-		if (nf.action == HQ_ACT_RESV)
+		if (nf.action == HQ_ACT_RESV && !rx)
 			resv_bind_skb(skb, &key, &nf, id, p->gen);
 		if (!f) {
 			nf.first_ns = p->now;
@@ -1667,6 +1756,8 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 			if (err && err != -17 /* EEXIST: raced */) {
 				if (st)
 					st->flow_insert_fail++;
+				if (rx)
+					return pack_result(&nf);
 				return police_result(pack_result(&nf), p->len,
 						     p->now);
 			}
@@ -1674,9 +1765,12 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 				f = bpf_map_lookup_elem(&hq_flows4, &p->k4);
 			else
 				f = bpf_map_lookup_elem(&hq_flows6, &p->key);
-			if (!f)
+			if (!f) {
+				if (rx)
+					return pack_result(&nf);
 				return police_result(pack_result(&nf), p->len,
 						     p->now);
+			}
 		}
 		if (f->gen != p->gen) {
 			f->classid = nf.classid;
@@ -1690,6 +1784,13 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 		}
 	}
 
+	if (rx) {
+		idx = f->cslot;
+		c = bpf_map_lookup_elem(&hq_fctr, &idx);
+		if (!c || !f->tag || c->tag != f->tag)
+			fctr_alloc(p, &key, f);
+		return pack_result(f);
+	}
 	res = police_result(pack_result(f), p->len, p->now);
 	idx = f->cslot;
 	c = bpf_map_lookup_elem(&hq_fctr, &idx);
@@ -1704,6 +1805,152 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_pkt *p,
 		c->rule = f->slot;
 	}
 	return res;
+}
+
+
+/* ---------------------------------------------------------------------- */
+/* Download limits: TCP receive window (egress), UDP policer (ingress)     */
+/* ---------------------------------------------------------------------- */
+
+/*
+ * Lowers the receive window an outgoing TCP segment of a flow of rule slot
+ * `slot` advertises to the flow's share of the slot's download limit for
+ * one round trip (struct hq_in). The window is scaled by the socket's
+ * receive window scale; SYNs (unscaled) are left alone. The TCP checksum
+ * is fixed incrementally. Anything missing (socket, limit) leaves the
+ * segment as it is. off is the TCP header's offset. A global function:
+ * the verifier checks it once, not for every path that reaches it.
+ */
+__noinline int hq_rwnd_limit(struct __sk_buff *skb, __u32 off, __u32 slot)
+{
+	struct hq_stats *st;
+	struct hq_in *in;
+	struct bpf_sock *sk;
+	struct tcp_sock *tp;
+	struct tcphdr th;
+	__u64 rate, srtt, win, n, gain, minwin;
+	__u32 ws;
+	__u16 old, neww;
+
+	if (!skb)
+		return 0;
+	in = bpf_map_lookup_elem(&hq_in, &slot);
+	if (!in)
+		return 0;
+	rate = *(volatile __u64 *)&in->rate;
+	if (!rate)
+		return 0;
+	sk = skb->sk;
+	if (!sk)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	srtt = tp->srtt_us >> 3;
+	if (!srtt)
+		return 0;
+	ws = BPF_CORE_READ_BITFIELD(tp, rx_opt.rcv_wscale);
+	minwin = tp->advmss;
+	if (minwin < 536)
+		minwin = 536;
+
+	n = in->flows_prev > in->flows ? in->flows_prev : in->flows;
+	if (!n)
+		n = 1;
+	gain = in->gain ? in->gain : HQ_IN_GAIN_ONE;
+	/* rate * gain/1024 / n bytes/s for srtt us; no overflow below 1 Tbit/s. */
+	win = rate * gain / n / 1024 * srtt / 1000000;
+	if (win < 2 * minwin)
+		win = 2 * minwin;
+	win >>= ws;
+	if (win > 0xffff)
+		return 0;
+
+	if (off > 512 || bpf_skb_load_bytes(skb, off, &th, sizeof(th)))
+		return 0;
+	if (th.syn)
+		return 0;
+	old = th.window;
+	if (bpf_ntohs(old) <= win)
+		return 0;
+	neww = bpf_htons((__u16)win);
+	if (bpf_skb_store_bytes(skb, off + offsetof(struct tcphdr, window),
+				&neww, 2, 0))
+		return 0;
+	bpf_l4_csum_replace(skb, off + offsetof(struct tcphdr, check), old,
+			    neww, 2);
+	st = stats();
+	if (st)
+		st->rwnd_clamps++;
+	return 1;
+}
+
+/*
+ * Accounts a packet of payload bytes to the download limit of a slot:
+ * the flow (if known) is counted once per epoch, and at the end of an
+ * epoch one CPU rolls it and adjusts the window gain (struct hq_in).
+ */
+static __noinline void in_account(struct hq_in *in, struct hq_flow *f,
+				  __u64 payload, __u64 now)
+{
+	__u64 start, bytes, dt, got, rate, g;
+	__u32 flows;
+
+	start = *(volatile __u64 *)&in->epoch_ns;
+	if (now - start >= HQ_IN_EPOCH_NS &&
+	    __sync_val_compare_and_swap(&in->epoch_ns, start, now) == start) {
+		bytes = __sync_lock_test_and_set(&in->epoch_bytes, 0);
+		flows = __sync_lock_test_and_set(&in->flows, 0);
+		in->flows_prev = flows;
+		in->epoch++;
+		dt = now - start;
+		rate = in->rate;
+		g = in->gain ? in->gain : HQ_IN_GAIN_ONE;
+		/* A long gap (or the first epoch) measures nothing. */
+		if (start && dt < 2 * HQ_IN_EPOCH_NS && rate && bytes) {
+			got = bytes * 1000000000ULL / dt;
+			if (got * 2 > rate) {
+				g = g * (rate + got) / (2 * got);
+				if (g < HQ_IN_GAIN_MIN)
+					g = HQ_IN_GAIN_MIN;
+				if (g > HQ_IN_GAIN_MAX)
+					g = HQ_IN_GAIN_MAX;
+			}
+		}
+		in->gain = g;
+	}
+	__sync_fetch_and_add(&in->epoch_bytes, payload);
+	if (f && f->in_epoch != in->epoch + 1) {
+		f->in_epoch = in->epoch + 1;
+		__sync_fetch_and_add(&in->flows, 1);
+	}
+}
+
+/* The UDP download policer of a slot: HQ_ACT_PASS or HQ_ACT_DROP. */
+static __noinline int in_police(struct hq_in *in, __u64 payload, __u64 coarse)
+{
+	__u64 now = coarse, old, tat, cost;
+	int i, precise = 0;
+
+	if (!in->ns_q16)
+		return HQ_ACT_PASS;
+	cost = (payload * in->ns_q16) >> HQ_POLICE_SHIFT;
+	for (i = 0; i < HQ_POLICE_TRIES; i++) {
+		old = *(volatile __u64 *)&in->tat;
+		tat = old > now ? old : now;
+		if (tat + cost - now > in->tau) {
+			if (precise)
+				return HQ_ACT_DROP;
+			now = bpf_ktime_get_ns();
+			precise = 1;
+			continue;
+		}
+		if (__sync_val_compare_and_swap(&in->tat, old, tat + cost) ==
+		    old)
+			return HQ_ACT_PASS;
+	}
+	__sync_fetch_and_add(&in->tat, cost);
+	return HQ_ACT_PASS;
 }
 
 static __always_inline int egress(struct __sk_buff *skb, __u32 off)
@@ -1761,7 +2008,7 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 			goto classified;
 		}
 	}
-	res = flow_slow(skb, &p, f);
+	res = flow_slow(skb, skb_ident(skb, stats()), &p, f, 0);
 
 classified:
 	if ((__u8)(res >> 48) == HQ_ACT_RESV)
@@ -1791,6 +2038,8 @@ classified:
 	if (action == HQ_ACT_OBSERVE)
 		return HQ_TC_NEXT;
 
+	if (slot < HQ_MAX_RULES && p.key.proto == IPPROTO_TCP)
+		hq_rwnd_limit(skb, p.l4off, slot);
 	if (classid)
 		skb->priority = classid;
 	if (dscp >= 0 && (__u8)dscp != p.dscp_in)
@@ -1810,6 +2059,169 @@ SEC("tc")
 int hq_tc_egress_l3(struct __sk_buff *skb)
 {
 	return egress(skb, 0);
+}
+
+
+/* ---------------------------------------------------------------------- */
+/* TC ingress: receive-side classification, counters, download limits     */
+/* ---------------------------------------------------------------------- */
+
+/* Turns the parsed (received) packet's key into the egress orientation. */
+static __always_inline void in_reverse(struct hq_pkt *p)
+{
+	__u32 a[4];
+	__u16 port = p->key.sport;
+
+	p->key.sport = p->key.dport;
+	p->key.dport = port;
+	if (p->key.family == HQ_AF_INET) {
+		a[0] = p->k4.saddr;
+		p->k4.saddr = p->k4.daddr;
+		p->k4.daddr = a[0];
+	} else {
+		__builtin_memcpy(a, p->key.src, 16);
+		__builtin_memcpy(p->key.src, p->key.dst, 16);
+		__builtin_memcpy(p->key.dst, a, 16);
+	}
+}
+
+/*
+ * Applies rule slot's download limit to a received packet of flow f
+ * (NULL: unknown) whose L4 header is at off: UDP beyond the limit is
+ * dropped (returns 1), the rest is accounted to the limit's estimator
+ * (returns 0). A global function: the verifier checks it once.
+ */
+__noinline int hq_in_limit(struct __sk_buff *skb, __u32 slot, __u32 off,
+			   __u32 proto, struct hq_flow *f)
+{
+	struct hq_in *in;
+	struct tcphdr th;
+	__u64 payload, now;
+	__u32 hl, len;
+
+	if (!skb)
+		return 0;
+	in = bpf_map_lookup_elem(&hq_in, &slot);
+	if (!in || !*(volatile __u64 *)&in->rate)
+		return 0;
+	/* L4 payload bytes: what the receiving application reads. */
+	if (proto == IPPROTO_TCP) {
+		if (bpf_skb_load_bytes(skb, off, &th, sizeof(th)))
+			return 0;
+		hl = th.doff * 4;
+	} else if (proto == IPPROTO_UDP) {
+		hl = 8;
+	} else {
+		return 0;
+	}
+	len = skb->len;
+	payload = len > off + hl ? len - off - hl : 0;
+	now = coarse_ns();
+	if (proto == IPPROTO_UDP && in_police(in, payload, now) == HQ_ACT_DROP)
+		return 1;
+	in_account(in, f, payload, now);
+	return 0;
+}
+
+static __always_inline struct hq_flow *flow_get(struct hq_pkt *p)
+{
+	struct hq_flow *f;
+
+	if (p->key.family == HQ_AF_INET) {
+		f = bpf_map_lookup_elem(&hq_flows4, &p->k4);
+	} else {
+		f = bpf_map_lookup_elem(&hq_flows6, &p->key);
+		asm volatile("" : "+r"(f));
+	}
+	return f;
+}
+
+/*
+ * Classifies a received packet like the egress classifier classifies the
+ * packets of its flow (the same flow entry, the key turned around, rules
+ * evaluated with the receiving socket's identity), counts it for the flow
+ * and rule, and applies the rule's download limit: UDP over the limit is
+ * dropped and counted. Fails open: whatever cannot be done passes.
+ */
+static __always_inline int ingress(struct __sk_buff *skb, __u32 off)
+{
+	struct hq_pkt p; /* parse writes every byte the lookup reads */
+	struct hq_flow *f;
+	struct hq_fctr *c = NULL;
+	struct hq_stats *st;
+	struct hq_counters *rc;
+	__u32 slot, idx;
+	__u64 res;
+	int ret, drop = 0;
+
+	st = stats();
+	if (st)
+		st->rx_packets++;
+	ret = parse(skb, off, &p);
+	if (ret) {
+		if (ret < 0 && st)
+			st->rx_parse_errors++;
+		return HQ_TC_NEXT;
+	}
+	in_reverse(&p);
+	p.len = skb->len;
+	p.gen = *(volatile __u32 *)&hq_policy.gen;
+	p.now = coarse_ns();
+
+	f = flow_get(&p);
+	if (!f || f->gen != p.gen) {
+		res = flow_slow(skb, in_ident(skb, &p, st), &p, f, 1);
+		f = flow_get(&p);
+	} else {
+		res = pack_result(f);
+	}
+	if (f) {
+		idx = f->cslot;
+		c = bpf_map_lookup_elem(&hq_fctr, &idx);
+		if (c && c->tag != f->tag)
+			c = NULL;
+	}
+	slot = (__u16)(res >> 32);
+
+	if (slot < HQ_MAX_RULES) {
+		drop = hq_in_limit(skb, slot, p.l4off, p.key.proto, f);
+		if (st)
+			st->rx_classified++;
+		rc = bpf_map_lookup_elem(&hq_rule_ctr_in, &slot);
+		if (rc) {
+			rc->packets++;
+			rc->bytes += p.len;
+			if (drop)
+				rc->drops++;
+		}
+	}
+	if (c) {
+		__sync_fetch_and_add(&c->rx_packets, 1);
+		__sync_fetch_and_add(&c->rx_bytes, p.len);
+		if (drop)
+			__sync_fetch_and_add(&c->rx_drops, 1);
+		c->last_ns = p.now;
+	}
+	if (drop) {
+		if (st)
+			st->rx_drops++;
+		return HQ_TC_DROP;
+	}
+	return HQ_TC_NEXT;
+}
+
+/* For Ethernet devices (veth, physical NICs, bridges). */
+SEC("tc")
+int hq_tc_ingress(struct __sk_buff *skb)
+{
+	return ingress(skb, ETH_HLEN);
+}
+
+/* For devices without a link-layer header (tun, wireguard, ipip). */
+SEC("tc")
+int hq_tc_ingress_l3(struct __sk_buff *skb)
+{
+	return ingress(skb, 0);
 }
 
 /* ---------------------------------------------------------------------- */

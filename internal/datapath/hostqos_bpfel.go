@@ -88,35 +88,41 @@ const (
 )
 
 type hostqosHqFctr struct {
-	_       structs.HostLayout
-	Tag     uint64
-	Packets uint64
-	Bytes   uint64
-	Drops   uint64
-	LastNs  uint64
-	Rule    uint16
-	Pad0    uint16
-	Pad1    uint32
-	Pad2    [2]uint64
+	_         structs.HostLayout
+	Tag       uint64
+	Packets   uint64
+	Bytes     uint64
+	Drops     uint64
+	LastNs    uint64
+	Rule      uint16
+	Pad0      uint16
+	RxDrops   uint32
+	RxPackets uint64
+	RxBytes   uint64
 }
 
 type hostqosHqFlow struct {
-	_           structs.HostLayout
-	Tag         uint64
-	Cslot       uint32
-	Gen         uint32
-	Classid     uint32
-	Slot        uint16
-	Action      uint8
-	Dscp        int8
-	FirstNs     uint64
-	BasePackets uint64
-	BaseBytes   uint64
-	BaseDrops   uint64
-	BaseLastNs  uint64
-	Tgid        uint32
-	Uid         uint32
-	Comm        [16]int8
+	_             structs.HostLayout
+	Tag           uint64
+	Cslot         uint32
+	Gen           uint32
+	Classid       uint32
+	Slot          uint16
+	Action        uint8
+	Dscp          int8
+	FirstNs       uint64
+	BasePackets   uint64
+	BaseBytes     uint64
+	BaseDrops     uint64
+	BaseLastNs    uint64
+	Tgid          uint32
+	Uid           uint32
+	Comm          [16]int8
+	BaseRxPackets uint64
+	BaseRxBytes   uint64
+	BaseRxDrops   uint64
+	InEpoch       uint32
+	PadIn         uint32
 }
 
 type hostqosHqFlowKey struct {
@@ -153,10 +159,24 @@ type hostqosHqIdent struct {
 	Comm    [16]int8
 }
 
+type hostqosHqIn struct {
+	_          structs.HostLayout
+	Rate       uint64
+	NsQ16      uint64
+	Tau        uint64
+	Tat        uint64
+	EpochNs    uint64
+	EpochBytes uint64
+	Epoch      uint32
+	Flows      uint32
+	FlowsPrev  uint32
+	Gain       uint32
+}
+
 type hostqosHqLimits uint32
 
 const (
-	hostqosHqLimitsHQ_ABI_VERSION   hostqosHqLimits = 5
+	hostqosHqLimitsHQ_ABI_VERSION   hostqosHqLimits = 6
 	hostqosHqLimitsHQ_MAX_RULES     hostqosHqLimits = 16384
 	hostqosHqLimitsHQ_MAX_APP_RULES hostqosHqLimits = 2048
 	hostqosHqLimitsHQ_BITMAP_WORDS  hostqosHqLimits = 32
@@ -336,6 +356,12 @@ type hostqosHqStats struct {
 	Evaluations    uint64
 	Drops          uint64
 	IdentFail      uint64
+	RxPackets      uint64
+	RxClassified   uint64
+	RxDrops        uint64
+	RxParseErrors  uint64
+	RxNoSocket     uint64
+	RwndClamps     uint64
 }
 
 type hostqosHqTnode struct {
@@ -395,10 +421,12 @@ const (
 	hostqosMapHqFlows4       = "hq_flows4"
 	hostqosMapHqFlows6       = "hq_flows6"
 	hostqosMapHqHealth       = "hq_health"
+	hostqosMapHqIn           = "hq_in"
 	hostqosMapHqPolice       = "hq_police"
 	hostqosMapHqRefusal      = "hq_refusal"
 	hostqosMapHqResvState    = "hq_resv_state"
 	hostqosMapHqRuleCtr      = "hq_rule_ctr"
+	hostqosMapHqRuleCtrIn    = "hq_rule_ctr_in"
 	hostqosMapHqRuleResv     = "hq_rule_resv"
 	hostqosMapHqRules        = "hq_rules"
 	hostqosMapHqScratch      = "hq_scratch"
@@ -420,6 +448,8 @@ const (
 	hostqosProgHqSockRelease = "hq_sock_release"
 	hostqosProgHqTcEgress    = "hq_tc_egress"
 	hostqosProgHqTcEgressL3  = "hq_tc_egress_l3"
+	hostqosProgHqTcIngress   = "hq_tc_ingress"
+	hostqosProgHqTcIngressL3 = "hq_tc_ingress_l3"
 	hostqosVarHqFctrN        = "hq_fctr_n"
 	hostqosVarHqNcpu         = "hq_ncpu"
 	hostqosVarHqNetnsCookie  = "hq_netns_cookie"
@@ -490,6 +520,8 @@ type hostqosProgramSpecs struct {
 	HqSockRelease *ebpf.ProgramSpec `ebpf:"hq_sock_release"`
 	HqTcEgress    *ebpf.ProgramSpec `ebpf:"hq_tc_egress"`
 	HqTcEgressL3  *ebpf.ProgramSpec `ebpf:"hq_tc_egress_l3"`
+	HqTcIngress   *ebpf.ProgramSpec `ebpf:"hq_tc_ingress"`
+	HqTcIngressL3 *ebpf.ProgramSpec `ebpf:"hq_tc_ingress_l3"`
 }
 
 // hostqosMapSpecs contains maps before they are loaded into the kernel.
@@ -506,10 +538,12 @@ type hostqosMapSpecs struct {
 	HqFlows4    *ebpf.MapSpec `ebpf:"hq_flows4"`
 	HqFlows6    *ebpf.MapSpec `ebpf:"hq_flows6"`
 	HqHealth    *ebpf.MapSpec `ebpf:"hq_health"`
+	HqIn        *ebpf.MapSpec `ebpf:"hq_in"`
 	HqPolice    *ebpf.MapSpec `ebpf:"hq_police"`
 	HqRefusal   *ebpf.MapSpec `ebpf:"hq_refusal"`
 	HqResvState *ebpf.MapSpec `ebpf:"hq_resv_state"`
 	HqRuleCtr   *ebpf.MapSpec `ebpf:"hq_rule_ctr"`
+	HqRuleCtrIn *ebpf.MapSpec `ebpf:"hq_rule_ctr_in"`
 	HqRuleResv  *ebpf.MapSpec `ebpf:"hq_rule_resv"`
 	HqRules     *ebpf.MapSpec `ebpf:"hq_rules"`
 	HqScratch   *ebpf.MapSpec `ebpf:"hq_scratch"`
@@ -569,10 +603,12 @@ type hostqosMaps struct {
 	HqFlows4    *ebpf.Map `ebpf:"hq_flows4"`
 	HqFlows6    *ebpf.Map `ebpf:"hq_flows6"`
 	HqHealth    *ebpf.Map `ebpf:"hq_health"`
+	HqIn        *ebpf.Map `ebpf:"hq_in"`
 	HqPolice    *ebpf.Map `ebpf:"hq_police"`
 	HqRefusal   *ebpf.Map `ebpf:"hq_refusal"`
 	HqResvState *ebpf.Map `ebpf:"hq_resv_state"`
 	HqRuleCtr   *ebpf.Map `ebpf:"hq_rule_ctr"`
+	HqRuleCtrIn *ebpf.Map `ebpf:"hq_rule_ctr_in"`
 	HqRuleResv  *ebpf.Map `ebpf:"hq_rule_resv"`
 	HqRules     *ebpf.Map `ebpf:"hq_rules"`
 	HqScratch   *ebpf.Map `ebpf:"hq_scratch"`
@@ -595,10 +631,12 @@ func (m *hostqosMaps) Close() error {
 		m.HqFlows4,
 		m.HqFlows6,
 		m.HqHealth,
+		m.HqIn,
 		m.HqPolice,
 		m.HqRefusal,
 		m.HqResvState,
 		m.HqRuleCtr,
+		m.HqRuleCtrIn,
 		m.HqRuleResv,
 		m.HqRules,
 		m.HqScratch,
@@ -646,6 +684,8 @@ type hostqosPrograms struct {
 	HqSockRelease *ebpf.Program `ebpf:"hq_sock_release"`
 	HqTcEgress    *ebpf.Program `ebpf:"hq_tc_egress"`
 	HqTcEgressL3  *ebpf.Program `ebpf:"hq_tc_egress_l3"`
+	HqTcIngress   *ebpf.Program `ebpf:"hq_tc_ingress"`
+	HqTcIngressL3 *ebpf.Program `ebpf:"hq_tc_ingress_l3"`
 }
 
 func (p *hostqosPrograms) Close() error {
@@ -663,6 +703,8 @@ func (p *hostqosPrograms) Close() error {
 		p.HqSockRelease,
 		p.HqTcEgress,
 		p.HqTcEgressL3,
+		p.HqTcIngress,
+		p.HqTcIngressL3,
 	)
 }
 

@@ -45,6 +45,8 @@ type compiled struct {
 	police []policer
 	// Reservations of the rules that name one, by rule slot.
 	resv map[uint16]hostqosHqResv
+	// Download limits of every rule (0 = none).
+	in []inLimit
 }
 
 // policer is a rule slot's token bucket as struct hq_police holds it.
@@ -116,6 +118,10 @@ func compile(p Policy) (*compiled, error) {
 			br.Action = uint8(ActPolice)
 			c.police = append(c.police, newPolicer(r.Slot, r.PoliceRate, r.PoliceBurst))
 		}
+		if r.MaxBWIn > 0 && r.ActionCode != ActPass {
+			return nil, fmt.Errorf("%s: a download limit needs action pass, not %d", where, r.ActionCode)
+		}
+		c.in = append(c.in, newInLimit(r.Slot, r.MaxBWIn))
 		if r.DSCP < -1 || r.DSCP > 63 {
 			return nil, fmt.Errorf("%s: DSCP %d out of range -1..63", where, r.DSCP)
 		}
@@ -324,6 +330,9 @@ func (d *Datapath) Apply(p Policy) error {
 		return err
 	}
 	if err := d.writePolicers(c.police); err != nil {
+		return err
+	}
+	if err := d.writeInLimits(c.in); err != nil {
 		return err
 	}
 	d.bufs[buf] = want

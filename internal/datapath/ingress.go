@@ -1,0 +1,208 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// The receive side: the TC ingress classifier (hq_tc_ingress) counts
+// received packets per flow and rule and enforces download limits
+// (struct hq_in): UDP by dropping the excess, TCP by the receive window
+// the egress classifier writes into the flow's outgoing segments.
+
+const tcxIngressPrefix = "tcx_ingress_"
+
+// inLimit is a rule slot's download limit as struct hq_in holds it.
+type inLimit struct {
+	slot       uint16
+	rate       uint64 // payload bytes per second
+	nsQ16, tau uint64 // UDP policer
+}
+
+// InBurst is the depth of a UDP download limit's bucket: 20 ms at the
+// rate, and at least two full-size frames.
+func InBurst(rateBits uint64) uint64 {
+	return max(3000, rateBits/8/50)
+}
+
+func newInLimit(slot uint16, rateBits uint64) inLimit {
+	if rateBits == 0 {
+		return inLimit{slot: slot}
+	}
+	burst := InBurst(rateBits)
+	return inLimit{slot: slot, rate: rateBits / 8,
+		nsQ16: uint64(math.Round(8e9 * (1 << policeShift) / float64(rateBits))),
+		tau:   uint64(float64(burst) * 8e9 / float64(rateBits))}
+}
+
+// writeInLimits sets the download limit of every rule slot of the new
+// policy (0 = none) before the flip. A slot whose limit did not change
+// keeps its state (estimator, window gain, bucket) and costs no syscall:
+// what was written last is remembered (d.inLast; nil after a failed write
+// or an adoption, when each slot is read back once). Called with d.mu held.
+func (d *Datapath) writeInLimits(ls []inLimit) error {
+	last := d.inLast
+	d.inLast = nil
+	if last == nil {
+		last = map[uint16]inLimit{}
+	}
+	for _, l := range ls {
+		if old, ok := last[l.slot]; ok && old == l {
+			continue
+		}
+		k := uint32(l.slot)
+		var v hostqosHqIn
+		if err := d.objs.HqIn.Lookup(&k, &v); err != nil {
+			return fmt.Errorf("read download limit of slot %d: %w", l.slot, err)
+		}
+		if v.Rate != l.rate || v.NsQ16 != l.nsQ16 || v.Tau != l.tau {
+			// A new rate keeps the window gain (it corrects for the
+			// path, not the rate) and restarts the rest.
+			v = hostqosHqIn{Rate: l.rate, NsQ16: l.nsQ16, Tau: l.tau, Gain: v.Gain}
+			if err := d.objs.HqIn.Update(&k, &v, ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("write download limit of slot %d: %w", l.slot, err)
+			}
+		}
+		last[l.slot] = l
+	}
+	d.inLast = last
+	return nil
+}
+
+// addRxRuleCounters adds the receive-side rule counters to out.
+func (d *Datapath) addRxRuleCounters(out []Counters) error {
+	keys := make([]uint32, MaxRules)
+	vals := make([]hostqosHqCounters, MaxRules*d.ncpu)
+	var cur ebpf.MapBatchCursor
+	n, err := d.objs.HqRuleCtrIn.BatchLookup(&cur, keys, vals, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("read receive rule counters: %w", err)
+	}
+	for i := 0; i < n; i++ {
+		k := keys[i]
+		if k >= uint32(len(out)) {
+			continue
+		}
+		for c := 0; c < d.ncpu; c++ {
+			v := &vals[i*d.ncpu+c]
+			out[k].RxPackets += v.Packets
+			out[k].RxBytes += v.Bytes
+			out[k].RxDrops += v.Drops
+		}
+	}
+	return nil
+}
+
+// ingressProgram picks the ingress classifier variant for the
+// interface's link layer (see egressProgram).
+func (d *Datapath) ingressProgram(ifindex int) *ebpf.Program {
+	if d.egressProgram(ifindex) == d.objs.HqTcEgressL3 {
+		return d.objs.HqTcIngressL3
+	}
+	return d.objs.HqTcIngress
+}
+
+// attachIngress attaches the ingress classifier to the TCX ingress hook
+// of an interface (idempotent) and pins the link beside the egress one.
+// Called with d.mu held.
+func (d *Datapath) attachIngress(ifindex int) error {
+	if l, ok := d.tcxIn[ifindex]; ok {
+		live, err := onHookDir(ifindex, l, ebpf.AttachTCXIngress)
+		if err != nil || live {
+			return nil
+		}
+		delete(d.tcxIn, ifindex)
+		_ = dropLink(l)
+	}
+	l, err := link.AttachTCX(link.TCXOptions{
+		Interface: ifindex,
+		Program:   d.ingressProgram(ifindex),
+		Attach:    ebpf.AttachTCXIngress,
+		Anchor:    link.Head(),
+	})
+	if err != nil {
+		return fmt.Errorf("attach ingress classifier to ifindex %d: %w", ifindex, err)
+	}
+	pin := filepath.Join(d.dir, linksDir, tcxIngressPrefix+strconv.Itoa(ifindex))
+	if err := l.Pin(pin); err != nil {
+		l.Close()
+		return fmt.Errorf("pin ingress link %s: %w", pin, err)
+	}
+	d.tcxIn[ifindex] = l
+	return nil
+}
+
+// detachIngress removes the ingress classifier of an interface. Called
+// with d.mu held.
+func (d *Datapath) detachIngress(ifindex int) error {
+	l, ok := d.tcxIn[ifindex]
+	if !ok {
+		pin := filepath.Join(d.dir, linksDir, tcxIngressPrefix+strconv.Itoa(ifindex))
+		var err error
+		l, err = link.LoadPinnedLink(pin, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("open pinned link %s: %w", pin, err)
+		}
+	}
+	delete(d.tcxIn, ifindex)
+	return dropLink(l)
+}
+
+// IngressAttached reports whether this datapath's ingress classifier is
+// on the TCX ingress hook of ifindex, as the kernel sees it now.
+func (d *Datapath) IngressAttached(ifindex int) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l, ok := d.tcxIn[ifindex]
+	if !ok {
+		return false, nil
+	}
+	return onHookDir(ifindex, l, ebpf.AttachTCXIngress)
+}
+
+// onHookDir asks the kernel whether the program of link l is attached to
+// the TCX hook (ingress or egress) of ifindex.
+func onHookDir(ifindex int, l link.Link, at ebpf.AttachType) (bool, error) {
+	info, err := l.Info()
+	if err != nil {
+		return false, fmt.Errorf("read TCX link of ifindex %d: %w", ifindex, err)
+	}
+	res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: at})
+	if err != nil {
+		return false, fmt.Errorf("query TCX programs of ifindex %d: %w", ifindex, err)
+	}
+	for _, p := range res.Programs {
+		if p.ID == info.Program {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// TestRunIngress runs the Ethernet ingress classifier on frame once and
+// returns its verdict and the frame after the program ran.
+func (d *Datapath) TestRunIngress(frame []byte) (TestRunResult, error) {
+	var out skBuff
+	data := make([]byte, len(frame)+256)
+	ret, err := d.objs.HqTcIngress.Run(&ebpf.RunOptions{
+		Data:       frame,
+		DataOut:    data,
+		Context:    skBuff{},
+		ContextOut: &out,
+		Repeat:     1,
+	})
+	if err != nil {
+		return TestRunResult{}, fmt.Errorf("test-run ingress classifier: %w", err)
+	}
+	return TestRunResult{Verdict: int32(ret), Packet: data[:len(frame)], Priority: out.Priority}, nil
+}
