@@ -155,7 +155,9 @@ type RunRequest struct {
 	Class string      `json:"class,omitempty"`
 	DSCP  policy.DSCP `json:"dscp"`
 	MaxBW policy.Rate `json:"maxbw,omitempty"`
-	Cmd   string      `json:"cmd,omitempty"` // for display
+	// MaxBWIn limits what the program receives (rule field maxbw_in).
+	MaxBWIn policy.Rate `json:"maxbw_in,omitempty"`
+	Cmd     string      `json:"cmd,omitempty"` // for display
 }
 
 // Run is an active `hostqos run`.
@@ -178,11 +180,14 @@ type Counter struct {
 	PktRate float64 `json:"rate_pps"` // packets per second
 }
 
-// RuleStat is one row of GET /v1/stats/rules.
+// RuleStat is one row of GET /v1/stats/rules. The embedded Counter is the
+// sent side (egress: drops are drop rules and policers), In the received
+// side (TC ingress: drops are what a download limit dropped, UDP only).
 type RuleStat struct {
 	Rule  string `json:"rule"`
 	Class string `json:"class"`
 	Counter
+	In Counter `json:"in"`
 }
 
 // ClassStat is one row of GET /v1/stats/classes: what the class's HTB leaf on
@@ -205,6 +210,7 @@ type AppStat struct {
 	Flows int      `json:"flows"`
 	Rules []string `json:"rules,omitempty"`
 	Counter
+	In Counter `json:"in"` // received side, as in RuleStat
 }
 
 // FlowStat is one row of GET /v1/stats/flows.
@@ -220,6 +226,7 @@ type FlowStat struct {
 	AgeSec  float64 `json:"age_s"`
 	IdleSec float64 `json:"idle_s"`
 	Counter
+	In Counter `json:"in"` // received side, as in RuleStat
 }
 
 // Stats is the answer to GET /v1/stats/{kind}; exactly one slice is set.

@@ -44,9 +44,10 @@ func TestCommandOutput(t *testing.T) {
 		Warnings: []string{"class bulk: no rule uses it"},
 	}
 	counter := api.Counter{Packets: 1500, Bytes: 3 << 20, Drops: 4, RateBps: 2.5e6, PktRate: 210}
+	in := api.Counter{Packets: 3000, Bytes: 40 << 20, Drops: 7, RateBps: 50e6, PktRate: 4200}
 	flows := make([]api.FlowStat, 3)
 	for i := range flows {
-		flows[i] = api.FlowStat{Proto: "tcp", Local: "198.18.0.1:40000", Remote: "198.18.1.2:443", Counter: counter}
+		flows[i] = api.FlowStat{Proto: "tcp", Local: "198.18.0.1:40000", Remote: "198.18.1.2:443", Counter: counter, In: in}
 	}
 	flows[0].PID, flows[0].Comm, flows[0].Rule = 77, "curl", "https"
 	fc := func() *fakeClient {
@@ -54,7 +55,7 @@ func TestCommandOutput(t *testing.T) {
 			status: status,
 			rules:  testRules(),
 			stats: map[string]api.Stats{
-				api.StatRules: {Rules: []api.RuleStat{{Rule: "zoom", Class: "voice", Counter: counter}, {Rule: "backup", Class: "default"}}},
+				api.StatRules: {Rules: []api.RuleStat{{Rule: "zoom", Class: "voice", Counter: counter, In: in}, {Rule: "backup", Class: "default"}}},
 				api.StatFlows: {Flows: flows},
 			},
 		}
@@ -89,18 +90,18 @@ run-1   user  cgroup=/hostqos/run-1             drop    default  class  -       
 		{
 			name: "stat",
 			args: []string{"stat"},
-			out: `RULE    CLASS    RATE        PKT/S  BYTES    PACKETS  DROPS
-zoom    voice    2.50mbit/s  210    3.00MiB  1500     4
-backup  default  0bit/s      0      0B       0        0
+			out: `RULE    CLASS    OUT RATE    IN RATE      OUT BYTES  IN BYTES  OUT PKTS  IN PKTS  OUT DROPS  IN DROPS
+zoom    voice    2.50mbit/s  50.00mbit/s  3.00MiB    40.00MiB  1500      3000     4          7
+backup  default  0bit/s      0bit/s       0B         0B        0         0        0          0
 `,
 			calls: []string{"Stats.Get rules"},
 		},
 		{
 			name: "stat flows --limit",
 			args: []string{"stat", "flows", "--limit", "2"},
-			out: `PROTO  LOCAL             REMOTE          APP       RULE   RATE        PKT/S  BYTES    PACKETS  DROPS
-tcp    198.18.0.1:40000  198.18.1.2:443  curl[77]  https  2.50mbit/s  210    3.00MiB  1500     4
-tcp    198.18.0.1:40000  198.18.1.2:443  -         -      2.50mbit/s  210    3.00MiB  1500     4
+			out: `PROTO  LOCAL             REMOTE          APP       RULE   OUT RATE    IN RATE      OUT BYTES  IN BYTES  OUT PKTS  IN PKTS  OUT DROPS  IN DROPS
+tcp    198.18.0.1:40000  198.18.1.2:443  curl[77]  https  2.50mbit/s  50.00mbit/s  3.00MiB    40.00MiB  1500      3000     4          7
+tcp    198.18.0.1:40000  198.18.1.2:443  -         -      2.50mbit/s  50.00mbit/s  3.00MiB    40.00MiB  1500      3000     4          7
 (1 more; --limit 0 shows all)
 `,
 			calls: []string{"Stats.Get flows"},

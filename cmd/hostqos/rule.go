@@ -25,6 +25,7 @@ type ruleFlags struct {
 	sessions                                      sessionFlags
 	quota, quotaPeriod, quotaDir, quotaReset      string
 	quotaAction, schedule, timezone               string
+	maxbwIn                                       string
 	temp                                          bool
 }
 
@@ -47,6 +48,7 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.minbw, "minbw", "", "property: guaranteed rate (admission-controlled), e.g. 5mbit")
 	fl.StringVar(&f.police, "police", "", "property: drop what exceeds this rate at once, no queueing (all matching traffic together), e.g. 5mbit")
 	fl.StringVar(&f.burst, "burst", "", "property: --police bucket depth in bytes, e.g. 64kb (default: 10 ms at the rate, at least 64kb)")
+	fl.StringVar(&f.maxbwIn, "maxbw-in", "", "property: download limit for all matching flows together (what the apps receive), e.g. 50mbit: TCP senders are slowed by the receive window, excess UDP is dropped")
 	fl.StringVar(&f.action, "action", "", "property: pass (default), drop, or observe (count only)")
 	fl.StringVar(&f.precedence, "precedence", "", "evaluation order: higher first (0-65535); ties go to the most specific rule")
 	fl.StringVar(&f.quota, "quota", "", "quota: volume per period, e.g. 5gb (see --quota-action)")
@@ -97,6 +99,7 @@ func (f *ruleFlags) patch(cmd *cobra.Command) (api.Fields, error) {
 	field("minbw", "minbw", f.minbw, parsed(policy.ParseRate))
 	field("police", "police", f.police, parsed(policy.ParseRate))
 	field("burst", "burst", f.burst, parsed(policy.ParseSize))
+	field("maxbw-in", "maxbw_in", f.maxbwIn, parsed(policy.ParseRate))
 	field("action", "action", f.action, oneOf("pass", "drop", "observe"))
 	field("quota", "quota", f.quota, parsed(policy.ParseSize))
 	field("quota-period", "quota_period", f.quotaPeriod, oneOf(policy.PeriodDay, policy.PeriodWeek, policy.PeriodMonth))
@@ -193,6 +196,7 @@ func newRuleAddCmd(f *factory) *cobra.Command {
 		Short: "Add a rule",
 		Example: `  hostqos rule add zoom --exe /opt/zoom/zoom --class voice
   hostqos rule add backup --exe /usr/bin/restic --maxbw 20mbit
+  hostqos rule add steam --exe '/opt/steam/*' --maxbw-in 50mbit
   hostqos rule add https --proto tcp --rport 443 --minbw 5mbit
   hostqos rule add stream --proto udp --rport 9000 --police 20mbit --burst 32kb
   hostqos rule add block-dns --proto udp --rport 53 --remote 198.18.0.0/15 --action drop`,
@@ -282,6 +286,9 @@ func printRules(w io.Writer, rs []api.RuleInfo) {
 		}
 		if r.Police > 0 {
 			limits = append(limits, "police "+r.Police.String()+"/"+r.PoliceBurst().String())
+		}
+		if r.MaxBWIn > 0 {
+			limits = append(limits, "in "+r.MaxBWIn.String())
 		}
 		if q, ok := r.QuotaOf(); ok {
 			limits = append(limits, fmt.Sprintf("quota %s/%s → %s", policy.Size(q.Size), q.Period, q.Action))

@@ -21,13 +21,14 @@ type runOptions struct {
 	io                ioStreams
 	client            func() apiClient
 	class, dscp, maxb string
+	maxbIn            string
 	args              []string
 }
 
 func newRunCmd(f *factory) *cobra.Command {
 	o := &runOptions{io: f.io, client: f.client}
 	run := &cobra.Command{
-		Use:   "run [--class C] [--dscp D] [--maxbw RATE] -- CMD [ARGS...]",
+		Use:   "run [--class C] [--dscp D] [--maxbw RATE] [--maxbw-in RATE] -- CMD [ARGS...]",
 		Short: "Run a program under a QoS policy; exits with the program's exit code",
 		Long: `run starts CMD with every socket it and its children open under the given
 class, DSCP and ceiling. It works for any program — static binaries, UDP,
@@ -36,7 +37,8 @@ the kernel when they are created; nothing is preloaded into it.
 
 hostqosd moves this command into a cgroup of its own before CMD starts, so the
 very first packet is covered. When CMD ends, the policy goes away. Ordinary
-users may use the classes the admin opened to them (user_allowed) and --maxbw.`,
+users may use the classes the admin opened to them (user_allowed), --maxbw and
+--maxbw-in.`,
 		Example: "  hostqos run --class voice -- ./softphone\n  hostqos run --maxbw 20mbit -- restic backup /home\n  hostqos run --dscp AF41 -- ffmpeg -re -i in.mp4 -f mpegts udp://198.18.0.2:5000",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -48,6 +50,7 @@ users may use the classes the admin opened to them (user_allowed) and --maxbw.`,
 	run.Flags().StringVar(&o.class, "class", "", "service class (default: default)")
 	run.Flags().StringVar(&o.dscp, "dscp", "", "DSCP to mark (name or 0-63), overriding the class's")
 	run.Flags().StringVar(&o.maxb, "maxbw", "", "ceiling for the program's traffic, e.g. 20mbit")
+	run.Flags().StringVar(&o.maxbIn, "maxbw-in", "", "download limit for what the program receives, e.g. 50mbit")
 	return run
 }
 
@@ -67,6 +70,13 @@ func (o *runOptions) run() error {
 			return fmt.Errorf("flag --maxbw = %q: %w", o.maxb, err)
 		}
 		req.MaxBW = r
+	}
+	if o.maxbIn != "" {
+		r, err := policy.ParseRate(o.maxbIn)
+		if err != nil {
+			return fmt.Errorf("flag --maxbw-in = %q: %w", o.maxbIn, err)
+		}
+		req.MaxBWIn = r
 	}
 	path, err := exec.LookPath(args[0])
 	if err != nil {

@@ -34,8 +34,12 @@ func newStatCmd(f *factory) *cobra.Command {
 		Long: `stat shows what each rule, class, app (process) or flow actually got: bytes,
 packets, drops and the current rate. Rates are over the daemon's last sample
 (1 s) for rules and classes, and since the previous 'stat flows' call for flows
-and apps. Byte counts are frames as the egress queue sees them (IP packet plus
-link-layer header). With -i it repeats every SECONDS until interrupted.
+and apps. Byte counts are frames as the link carries them (IP packet plus
+link-layer header). Rules, apps and flows show both directions side by side:
+OUT is what was sent (drops: drop rules and policers), IN what was received
+(drops: UDP beyond a download limit, maxbw_in); -o json has the received side
+under "in". Classes are egress queues. With -i it repeats every SECONDS until
+interrupted.
 Ordinary users see only their own processes' apps and flows.`,
 		Example:   "  hostqos stat\n  hostqos stat flows -i 1\n  hostqos stat apps -o json",
 		Args:      cobra.MaximumNArgs(1),
@@ -105,14 +109,26 @@ func counterCols(c api.Counter) []string {
 // counterHead is the header of counterCols.
 func counterHead() []string { return []string{"RATE", "PKT/S", "BYTES", "PACKETS", "DROPS"} }
 
+// inOutCols are the sent and received sides of a counter, side by side.
+func inOutCols(out, in api.Counter) []string {
+	return []string{humanRate(out.RateBps), humanRate(in.RateBps), humanBytes(out.Bytes), humanBytes(in.Bytes),
+		strconv.FormatUint(out.Packets, 10), strconv.FormatUint(in.Packets, 10),
+		strconv.FormatUint(out.Drops, 10), strconv.FormatUint(in.Drops, 10)}
+}
+
+// inOutHead is the header of inOutCols.
+func inOutHead() []string {
+	return []string{"OUT RATE", "IN RATE", "OUT BYTES", "IN BYTES", "OUT PKTS", "IN PKTS", "OUT DROPS", "IN DROPS"}
+}
+
 func printStats(w io.Writer, kind string, s api.Stats, limit int) {
 	var rows [][]string
 	switch kind {
 	case api.StatRules:
 		for _, r := range s.Rules {
-			rows = append(rows, append([]string{r.Rule, r.Class}, counterCols(r.Counter)...))
+			rows = append(rows, append([]string{r.Rule, r.Class}, inOutCols(r.Counter, r.In)...))
 		}
-		table(w, append([]string{"RULE", "CLASS"}, counterHead()...), rows)
+		table(w, append([]string{"RULE", "CLASS"}, inOutHead()...), rows)
 	case api.StatClasses:
 		for _, c := range s.Classes {
 			rows = append(rows, append([]string{c.Link, c.Class, strconv.FormatUint(uint64(c.Backlog), 10)}, counterCols(c.Counter)...))
@@ -124,9 +140,9 @@ func printStats(w io.Writer, kind string, s api.Stats, limit int) {
 				break
 			}
 			rows = append(rows, append([]string{strconv.Itoa(int(a.PID)), a.Comm, orDash(a.Exe), strconv.Itoa(a.Flows),
-				orDash(strings.Join(a.Rules, ","))}, counterCols(a.Counter)...))
+				orDash(strings.Join(a.Rules, ","))}, inOutCols(a.Counter, a.In)...))
 		}
-		table(w, append([]string{"PID", "COMM", "EXE", "FLOWS", "RULES"}, counterHead()...), rows)
+		table(w, append([]string{"PID", "COMM", "EXE", "FLOWS", "RULES"}, inOutHead()...), rows)
 		if limit > 0 && len(s.Apps) > limit {
 			fmt.Fprintf(w, "(%d more; --limit 0 shows all)\n", len(s.Apps)-limit)
 		}
@@ -139,9 +155,9 @@ func printStats(w io.Writer, kind string, s api.Stats, limit int) {
 			if f.PID != 0 {
 				app = fmt.Sprintf("%s[%d]", f.Comm, f.PID)
 			}
-			rows = append(rows, append([]string{f.Proto, f.Local, f.Remote, app, orDash(f.Rule)}, counterCols(f.Counter)...))
+			rows = append(rows, append([]string{f.Proto, f.Local, f.Remote, app, orDash(f.Rule)}, inOutCols(f.Counter, f.In)...))
 		}
-		table(w, append([]string{"PROTO", "LOCAL", "REMOTE", "APP", "RULE"}, counterHead()...), rows)
+		table(w, append([]string{"PROTO", "LOCAL", "REMOTE", "APP", "RULE"}, inOutHead()...), rows)
 		if limit > 0 && len(s.Flows) > limit {
 			fmt.Fprintf(w, "(%d more; --limit 0 shows all)\n", len(s.Flows)-limit)
 		}

@@ -141,6 +141,7 @@ func compile(p *policy.Policy, runs []runCgroup, slots *slotTable, cgRoot string
 			if r.Police > 0 {
 				dr.PoliceRate, dr.PoliceBurst = uint64(r.Police), uint32(r.PoliceBurst())
 			}
+			dr.MaxBWIn = uint64(r.MaxBWIn)
 		}
 		c.Datapath.Rules = append(c.Datapath.Rules, dr)
 	}

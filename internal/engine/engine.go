@@ -419,7 +419,8 @@ func (e *Engine) counterReader() func(slot int) baseCounter {
 		if slot >= len(cs) {
 			return baseCounter{}
 		}
-		return baseCounter{Packets: cs[slot].Packets, Bytes: cs[slot].Bytes, Drops: cs[slot].Drops}
+		c := cs[slot]
+		return baseCounter{Packets: c.Packets, Bytes: c.Bytes, Drops: c.Drops, RxPackets: c.RxPackets, RxBytes: c.RxBytes, RxDrops: c.RxDrops}
 	}
 }
 

@@ -176,6 +176,8 @@ func (e *Engine) StartRun(ctx context.Context, who Caller, req api.RunRequest, t
 		DSCP:   req.DSCP,
 		DSCPIn: policy.NoDSCP,
 		MaxBW:  req.MaxBW,
+
+		MaxBWIn: req.MaxBWIn,
 	}
 	if who.Privileged {
 		rule.Precedence = runPrecedence

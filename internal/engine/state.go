@@ -204,6 +204,10 @@ type baseCounter struct {
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
 	Drops   uint64 `json:"drops"`
+	// The received side (TC ingress).
+	RxPackets uint64 `json:"rx_packets,omitempty"`
+	RxBytes   uint64 `json:"rx_bytes,omitempty"`
+	RxDrops   uint64 `json:"rx_drops,omitempty"`
 }
 
 // maxClasses bounds service class indexes (the shaper's class-id scheme).

@@ -25,6 +25,8 @@ type sampler struct {
 	ruleAt   time.Time
 	rulePrev []datapath.Counters
 	ruleRate map[int][2]float64 // slot → bits/s, pkts/s
+	// ruleRateIn is ruleRate of the received side.
+	ruleRateIn map[int][2]float64
 
 	classAt   time.Time
 	classPrev map[[2]int]shaper.ClassStats // (ifindex, minor)
@@ -37,7 +39,7 @@ type sampler struct {
 }
 
 func newSampler(e *Engine) *sampler {
-	return &sampler{e: e, ruleRate: map[int][2]float64{}, classPrev: map[[2]int]shaper.ClassStats{},
+	return &sampler{e: e, ruleRate: map[int][2]float64{}, ruleRateIn: map[int][2]float64{}, classPrev: map[[2]int]shaper.ClassStats{},
 		classRate: map[[2]int][2]float64{}, flowPrev: map[datapath.FlowKey]datapath.Counters{}, exeCache: map[uint32]string{}}
 }
 
@@ -67,6 +69,7 @@ func (s *sampler) sample() {
 			for i := range cs {
 				if i < len(s.rulePrev) {
 					s.ruleRate[i] = [2]float64{8 * rate(cs[i].Bytes, s.rulePrev[i].Bytes, dt), rate(cs[i].Packets, s.rulePrev[i].Packets, dt)}
+					s.ruleRateIn[i] = [2]float64{8 * rate(cs[i].RxBytes, s.rulePrev[i].RxBytes, dt), rate(cs[i].RxPackets, s.rulePrev[i].RxPackets, dt)}
 				}
 			}
 		}
@@ -120,10 +123,13 @@ func (s *sampler) ruleStats(hidden map[string]bool) ([]api.RuleStat, error) {
 		}
 		b := slots.Baselines[slot]
 		c := cs[slot]
-		rr := s.ruleRate[slot]
+		rr, ri := s.ruleRate[slot], s.ruleRateIn[slot]
 		out = append(out, api.RuleStat{Rule: r.Name, Class: r.EffectiveClass(), Counter: api.Counter{
 			Packets: sub(c.Packets, b.Packets), Bytes: sub(c.Bytes, b.Bytes), Drops: sub(c.Drops, b.Drops),
 			RateBps: rr[0], PktRate: rr[1],
+		}, In: api.Counter{
+			Packets: sub(c.RxPackets, b.RxPackets), Bytes: sub(c.RxBytes, b.RxBytes), Drops: sub(c.RxDrops, b.RxDrops),
+			RateBps: ri[0], PktRate: ri[1],
 		}})
 	}
 	return out, nil
@@ -243,6 +249,7 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 			Proto: protoName(f.Key.Proto), Local: addrPort(f.Key.Local), Remote: addrPort(f.Key.Remote),
 			PID: f.PID, Comm: f.Comm, UID: f.UID, Exe: s.exe(f.PID),
 			Counter: api.Counter{Packets: f.Packets, Bytes: f.Bytes, Drops: f.Drops},
+			In:      api.Counter{Packets: f.RxPackets, Bytes: f.RxBytes, Drops: f.RxDrops},
 		}
 		if f.RuleSlot >= 0 {
 			fs.Rule = names[f.RuleSlot]
@@ -256,6 +263,8 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 		if p, ok := s.flowPrev[f.Key]; ok && dt > 0 && dt < 30 {
 			fs.RateBps = 8 * rate(f.Bytes, p.Bytes, dt)
 			fs.PktRate = rate(f.Packets, p.Packets, dt)
+			fs.In.RateBps = 8 * rate(f.RxBytes, p.RxBytes, dt)
+			fs.In.PktRate = rate(f.RxPackets, p.RxPackets, dt)
 		}
 		out = append(out, fs)
 		return true
@@ -264,7 +273,7 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 		return nil, fmt.Errorf("read flows: %w", err)
 	}
 	s.flowPrev, s.flowAt = fresh, now
-	sort.Slice(out, func(i, j int) bool { return out[i].Bytes > out[j].Bytes })
+	sort.Slice(out, func(i, j int) bool { return out[i].Bytes+out[i].In.Bytes > out[j].Bytes+out[j].In.Bytes })
 	return out, nil
 }
 
@@ -292,6 +301,11 @@ func (s *sampler) appStats(uid int64) ([]api.AppStat, error) {
 		a.Drops += f.Drops
 		a.RateBps += f.RateBps
 		a.PktRate += f.PktRate
+		a.In.Packets += f.In.Packets
+		a.In.Bytes += f.In.Bytes
+		a.In.Drops += f.In.Drops
+		a.In.RateBps += f.In.RateBps
+		a.In.PktRate += f.In.PktRate
 		if f.Rule != "" && !contains(a.Rules, f.Rule) {
 			a.Rules = append(a.Rules, f.Rule)
 		}
@@ -300,7 +314,7 @@ func (s *sampler) appStats(uid int64) ([]api.AppStat, error) {
 	for _, p := range order {
 		out = append(out, *byPID[p])
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Bytes > out[j].Bytes })
+	sort.Slice(out, func(i, j int) bool { return out[i].Bytes+out[i].In.Bytes > out[j].Bytes+out[j].In.Bytes })
 	return out, nil
 }
 

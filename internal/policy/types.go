@@ -117,8 +117,13 @@ type Rule struct {
 	// Police drops what exceeds this rate (a token bucket of Burst bytes,
 	// shared by all the rule's traffic) in the classifier, before any
 	// queue: the tool for UDP floods and traffic that must not queue.
-	Police     Rate   `json:"police,omitempty" toml:"police,omitzero"`
-	Burst      Size   `json:"burst,omitempty" toml:"burst,omitzero"` // police's bucket depth; 0 = DefaultBurst(Police)
+	Police Rate `json:"police,omitempty" toml:"police,omitzero"`
+	Burst  Size `json:"burst,omitempty" toml:"burst,omitzero"` // police's bucket depth; 0 = DefaultBurst(Police)
+	// MaxBWIn limits what the rule's flows receive together (L4 payload,
+	// i.e. what the applications read), shared fairly between them: TCP
+	// by the receive window the host advertises, UDP by dropping the
+	// excess on arrival (counted).
+	MaxBWIn    Rate   `json:"maxbw_in,omitempty" toml:"maxbw_in,omitzero"`
 	Action     Action `json:"action,omitempty" toml:"action,omitzero"`
 	Precedence int    `json:"precedence,omitempty" toml:"precedence,omitzero"`
 	// Per-session admission (Q-Pod): at most MaxSessions of the rule's
@@ -169,6 +174,14 @@ const (
 	MinPolice      Rate = 1000
 	MinPoliceBurst Size = 1514
 	MaxPoliceBurst Size = 1 << 30
+)
+
+// Download limit bounds: below MinMaxBWIn a window of two segments per
+// round trip is already more than the limit on any path; above
+// MaxMaxBWIn the datapath's per-flow window arithmetic could overflow.
+const (
+	MinMaxBWIn Rate = 64000
+	MaxMaxBWIn Rate = 400e9
 )
 
 // DefaultBurst is the bucket depth of a policer at rate r when the rule

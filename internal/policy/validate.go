@@ -321,6 +321,9 @@ func (v *validator) ruleProperties(obj string, r Rule, p *Policy) {
 		if r.Burst != 0 {
 			set = append(set, "burst")
 		}
+		if r.MaxBWIn != 0 {
+			set = append(set, "maxbw_in")
+		}
 		if len(set) > 0 {
 			v.add(obj, "action", string(r.Action), fmt.Sprintf("%s would be ignored with action %s", strings.Join(set, ", "), r.Action),
 				"remove "+strings.Join(set, ", ")+" or use action pass")
@@ -352,6 +355,13 @@ func (v *validator) ruleProperties(obj string, r Rule, p *Policy) {
 			"use at least "+MinPoliceBurst.String()+"; 64kb or more for TCP (segmentation offload sends up to 64kb at once)")
 	case r.Burst > MaxPoliceBurst:
 		v.add(obj, "burst", r.Burst.String(), "larger than "+MaxPoliceBurst.String(), "use at most "+MaxPoliceBurst.String())
+	}
+	switch {
+	case r.MaxBWIn != 0 && r.MaxBWIn < MinMaxBWIn:
+		v.add(obj, "maxbw_in", r.MaxBWIn.String(), "below "+MinMaxBWIn.String()+": TCP cannot be held that low by its window (two segments per round trip)",
+			"use "+MinMaxBWIn.String()+" or more, or drop the traffic with action drop")
+	case r.MaxBWIn > MaxMaxBWIn:
+		v.add(obj, "maxbw_in", r.MaxBWIn.String(), "above "+MaxMaxBWIn.String(), "use at most "+MaxMaxBWIn.String()+" or remove maxbw_in")
 	}
 	if clsOK && cls.MaxBW != 0 && r.MaxBW > cls.MaxBW {
 		v.add(obj, "maxbw", r.MaxBW.String(), fmt.Sprintf("exceeds the maxbw %s of its class %s", cls.MaxBW, cls.Name),
