@@ -84,6 +84,13 @@ type DatapathStatus struct {
 	ParseErrors    uint64 `json:"parse_errors"`
 	NoIdentity     uint64 `json:"no_identity"`
 	TaggedSockets  int    `json:"tagged_existing_sockets"`
+	// The receive side (TC ingress) and download limits.
+	RxPackets     uint64 `json:"rx_packets"`
+	RxClassified  uint64 `json:"rx_classified"`
+	RxDrops       uint64 `json:"rx_drops"`
+	RxParseErrors uint64 `json:"rx_parse_errors"`
+	RxNoSocket    uint64 `json:"rx_no_socket"`
+	RwndClamps    uint64 `json:"rwnd_clamps"`
 }
 
 // LinkStatus is a managed link as configured and as found in the kernel.

@@ -1692,7 +1692,7 @@ static __noinline struct hq_ident *in_ident(struct __sk_buff *skb,
 		sz = sizeof(t.ipv6);
 	}
 	if (p->key.proto == IPPROTO_TCP)
-		sk = bpf_skc_lookup_tcp(skb, &t, sz, BPF_F_CURRENT_NETNS, 0);
+		sk = bpf_sk_lookup_tcp(skb, &t, sz, BPF_F_CURRENT_NETNS, 0);
 	else if (p->key.proto == IPPROTO_UDP)
 		sk = bpf_sk_lookup_udp(skb, &t, sz, BPF_F_CURRENT_NETNS, 0);
 	else

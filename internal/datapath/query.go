@@ -12,9 +12,18 @@ import (
 // attached them. Tests and `hostqos status` use it to see what is really in
 // the kernel.
 func EgressPrograms(ifindex int) ([]string, error) {
-	res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: ebpf.AttachTCXEgress})
+	return tcxProgramNames(ifindex, ebpf.AttachTCXEgress, "egress")
+}
+
+// IngressPrograms is EgressPrograms for the TCX ingress hook.
+func IngressPrograms(ifindex int) ([]string, error) {
+	return tcxProgramNames(ifindex, ebpf.AttachTCXIngress, "ingress")
+}
+
+func tcxProgramNames(ifindex int, hook ebpf.AttachType, dir string) ([]string, error) {
+	res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: hook})
 	if err != nil {
-		return nil, fmt.Errorf("query TCX egress programs of ifindex %d: %w", ifindex, err)
+		return nil, fmt.Errorf("query TCX %s programs of ifindex %d: %w", dir, ifindex, err)
 	}
 	var names []string
 	for _, p := range res.Programs {

@@ -46,6 +46,8 @@ func (e *Engine) statusLocked(who Caller, st *api.Status) Kernel {
 		if s, err := e.k.Stats(); err == nil {
 			st.Datapath.Packets, st.Datapath.Classified = s.Packets, s.Classified
 			st.Datapath.FlowInsertFail, st.Datapath.ParseErrors, st.Datapath.NoIdentity = s.FlowInsertFail, s.ParseErrors, s.NoIdentity
+			st.Datapath.RxPackets, st.Datapath.RxClassified, st.Datapath.RxDrops = s.RxPackets, s.RxClassified, s.RxDrops
+			st.Datapath.RxParseErrors, st.Datapath.RxNoSocket, st.Datapath.RwndClamps = s.RxParseErrors, s.RxNoSocket, s.RwndClamps
 		} else {
 			st.Datapath.Error = err.Error()
 		}

@@ -3,6 +3,7 @@ package testutil
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/hostqos/hostqos/internal/testbed"
 )
@@ -107,5 +108,52 @@ func NewPairNamed(tb testing.TB, a, b string) *Pair {
 	p := &Pair{A: &NetNS{bed.Node(a)}, B: &NetNS{bed.Node(b)}}
 	p.IfA, p.IfB = p.A.Iface(b), p.B.Iface(a)
 	p.IndexA, p.IndexB = p.A.Ifindex(tb, p.IfA), p.B.Ifindex(tb, p.IfB)
+	return p
+}
+
+// Path is a wide-area path: client — router — server, where the router
+// delays every packet it forwards (testbed's TUN delay line), so the
+// round trip between client and server is RTT. The client's interface
+// towards the router is IfClient.
+type Path struct {
+	Client, Router, Server *NetNS
+	IfClient               string
+	ClientV4, ServerV4     netip.Addr
+	ClientV6, ServerV6     netip.Addr
+}
+
+// The addresses of a path's ends.
+var (
+	PathClient4  = netip.MustParsePrefix("198.18.1.1/24")
+	PathRouterC  = netip.MustParsePrefix("198.18.1.2/24")
+	PathRouterS  = netip.MustParsePrefix("198.18.2.1/24")
+	PathServer4  = netip.MustParsePrefix("198.18.2.2/24")
+	PathClient6  = netip.MustParsePrefix("2001:db8:1::1/64")
+	PathRouterC6 = netip.MustParsePrefix("2001:db8:1::2/64")
+	PathRouterS6 = netip.MustParsePrefix("2001:db8:2::1/64")
+	PathServer6  = netip.MustParsePrefix("2001:db8:2::2/64")
+)
+
+// NewPath makes a Path with the given round-trip time (a quarter of it
+// on each link in each direction). It needs root (without it the test is
+// skipped).
+func NewPath(tb testing.TB, rtt time.Duration) *Path {
+	tb.Helper()
+	q := rtt / 4
+	bed := build(tb, testbed.Topology{
+		Name:  topology,
+		Nodes: []testbed.NodeSpec{{Name: "client"}, {Name: "router", Router: true}, {Name: "server"}},
+		Links: []testbed.LinkSpec{
+			{A: "client", B: "router",
+				AAddrs: []netip.Prefix{PathClient4, PathClient6}, BAddrs: []netip.Prefix{PathRouterC, PathRouterC6},
+				DelayAtoB: q, DelayBtoA: q},
+			{A: "router", B: "server",
+				AAddrs: []netip.Prefix{PathRouterS, PathRouterS6}, BAddrs: []netip.Prefix{PathServer4, PathServer6},
+				DelayAtoB: q, DelayBtoA: q},
+		},
+	})
+	p := &Path{Client: &NetNS{bed.Node("client")}, Router: &NetNS{bed.Node("router")}, Server: &NetNS{bed.Node("server")},
+		ClientV4: PathClient4.Addr(), ServerV4: PathServer4.Addr(), ClientV6: PathClient6.Addr(), ServerV6: PathServer6.Addr()}
+	p.IfClient = p.Client.Iface("router")
 	return p
 }

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(attackerEnv) != "" { // the test binary as an ordinary user's program (userrun_test.go)
 		os.Exit(attackerMain())
 	}
+	if os.Getenv(downloaderEnv) != "" { // the test binary as a downloading app (receive_test.go)
+		os.Exit(downloaderMain())
+	}
 	if os.Geteuid() != 0 {
 		fmt.Println("integration: not root; the end-to-end tests skip")
 		os.Exit(m.Run())
