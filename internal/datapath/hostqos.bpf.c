@@ -1709,6 +1709,24 @@ static __noinline struct hq_ident *in_ident(struct __sk_buff *skb,
 }
 
 /*
+ * Per-CPU room for the flow a slow-path evaluation builds (flow_slow): a
+ * struct hq_flow is too large for the stack beside the rule evaluation's
+ * frames. TC programs run with bottom halves off, so uses on one CPU never
+ * overlap.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hq_flow);
+} hq_nf SEC(".maps");
+
+/* A result that matches no rule and passes (pack_result layout). */
+#define HQ_RES_NONE                                                            \
+	((__u64)HQ_SLOT_NONE << 32 | (__u64)HQ_ACT_PASS << 48 |                \
+	 (__u64)(__u8)-1 << 56)
+
+/*
  * Everything but the common case: a new flow (f == NULL), a flow evaluated
  * under an older policy, or a flow without a valid counter slot. id is
  * the identity of the flow's local socket (NULL: none). Counts the packet and returns the
@@ -1718,7 +1736,8 @@ static __noinline struct hq_ident *in_ident(struct __sk_buff *skb,
 static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 				  struct hq_pkt *p, struct hq_flow *f, int rx)
 {
-	struct hq_flow nf = {};
+	struct hq_flow *nf;
+	__u32 zero = 0;
 	struct hq_flow_key key;
 	struct hq_stats *st = stats();
 	struct hq_fctr *c;
@@ -1741,24 +1760,29 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 
 	clock_sync();
 	if (!f || f->gen != p->gen) {
-		evaluate(id, &key, p->dscp_in, &nf, p->gen, st, HQ_SCRATCH_TC);
-		if (nf.action == HQ_ACT_RESV && !rx)
-			resv_bind_skb(skb, &key, &nf, id, p->gen);
+		/* The new result, off the stack (see hq_nf). Fails open. */
+		nf = bpf_map_lookup_elem(&hq_nf, &zero);
+		if (!nf)
+			return HQ_RES_NONE;
+		__builtin_memset(nf, 0, sizeof(*nf));
+		evaluate(id, &key, p->dscp_in, nf, p->gen, st, HQ_SCRATCH_TC);
+		if (nf->action == HQ_ACT_RESV && !rx)
+			resv_bind_skb(skb, &key, nf, id, p->gen);
 		if (!f) {
-			nf.first_ns = p->now;
-			nf.base_last_ns = p->now;
+			nf->first_ns = p->now;
+			nf->base_last_ns = p->now;
 			if (key.family == HQ_AF_INET)
 				err = bpf_map_update_elem(&hq_flows4, &p->k4,
-							  &nf, BPF_NOEXIST);
+							  nf, BPF_NOEXIST);
 			else
 				err = bpf_map_update_elem(&hq_flows6, &p->key,
-							  &nf, BPF_NOEXIST);
+							  nf, BPF_NOEXIST);
 			if (err && err != -17 /* EEXIST: raced */) {
 				if (st)
 					st->flow_insert_fail++;
 				if (rx)
-					return pack_result(&nf);
-				return police_result(pack_result(&nf), p->len,
+					return pack_result(nf);
+				return police_result(pack_result(nf), p->len,
 						     p->now);
 			}
 			if (key.family == HQ_AF_INET)
@@ -1767,19 +1791,19 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 				f = bpf_map_lookup_elem(&hq_flows6, &p->key);
 			if (!f) {
 				if (rx)
-					return pack_result(&nf);
-				return police_result(pack_result(&nf), p->len,
+					return pack_result(nf);
+				return police_result(pack_result(nf), p->len,
 						     p->now);
 			}
 		}
 		if (f->gen != p->gen) {
-			f->classid = nf.classid;
-			f->slot = nf.slot;
-			f->action = nf.action;
-			f->dscp = nf.dscp;
-			f->tgid = nf.tgid;
-			f->uid = nf.uid;
-			__builtin_memcpy(f->comm, nf.comm, HQ_COMM_LEN);
+			f->classid = nf->classid;
+			f->slot = nf->slot;
+			f->action = nf->action;
+			f->dscp = nf->dscp;
+			f->tgid = nf->tgid;
+			f->uid = nf->uid;
+			__builtin_memcpy(f->comm, nf->comm, HQ_COMM_LEN);
 			f->gen = p->gen;
 		}
 	}

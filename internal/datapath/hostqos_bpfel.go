@@ -422,6 +422,7 @@ const (
 	hostqosMapHqFlows6       = "hq_flows6"
 	hostqosMapHqHealth       = "hq_health"
 	hostqosMapHqIn           = "hq_in"
+	hostqosMapHqNf           = "hq_nf"
 	hostqosMapHqPolice       = "hq_police"
 	hostqosMapHqRefusal      = "hq_refusal"
 	hostqosMapHqResvState    = "hq_resv_state"
@@ -539,6 +540,7 @@ type hostqosMapSpecs struct {
 	HqFlows6    *ebpf.MapSpec `ebpf:"hq_flows6"`
 	HqHealth    *ebpf.MapSpec `ebpf:"hq_health"`
 	HqIn        *ebpf.MapSpec `ebpf:"hq_in"`
+	HqNf        *ebpf.MapSpec `ebpf:"hq_nf"`
 	HqPolice    *ebpf.MapSpec `ebpf:"hq_police"`
 	HqRefusal   *ebpf.MapSpec `ebpf:"hq_refusal"`
 	HqResvState *ebpf.MapSpec `ebpf:"hq_resv_state"`
@@ -604,6 +606,7 @@ type hostqosMaps struct {
 	HqFlows6    *ebpf.Map `ebpf:"hq_flows6"`
 	HqHealth    *ebpf.Map `ebpf:"hq_health"`
 	HqIn        *ebpf.Map `ebpf:"hq_in"`
+	HqNf        *ebpf.Map `ebpf:"hq_nf"`
 	HqPolice    *ebpf.Map `ebpf:"hq_police"`
 	HqRefusal   *ebpf.Map `ebpf:"hq_refusal"`
 	HqResvState *ebpf.Map `ebpf:"hq_resv_state"`
@@ -632,6 +635,7 @@ func (m *hostqosMaps) Close() error {
 		m.HqFlows6,
 		m.HqHealth,
 		m.HqIn,
+		m.HqNf,
 		m.HqPolice,
 		m.HqRefusal,
 		m.HqResvState,
