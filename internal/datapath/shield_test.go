@@ -2,7 +2,12 @@ package datapath
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 
 	"github.com/hostqos/hostqos/internal/testutil"
 )
@@ -254,5 +259,45 @@ func TestShieldCapacity(t *testing.T) {
 	defer s2.Close()
 	if len(s2.entries) != len(es) {
 		t.Fatalf("adopted %d entries of %d", len(s2.entries), len(es))
+	}
+}
+
+// TestShieldAttachRefusesForeignXDP: a link that has another XDP program
+// keeps it; the shield says so and changes nothing. On a free link it
+// attaches, is idempotent, and detaches.
+func TestShieldAttachRefusesForeignXDP(t *testing.T) {
+	s := openShieldTest(t)
+	p := testutil.NewPair(t)
+	foreign, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "MIT",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer foreign.Close()
+	p.A.MustDo(t, func() error {
+		l, err := link.AttachXDP(link.XDPOptions{Program: foreign, Interface: p.IndexA})
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { l.Close() })
+		err = s.AttachXDP(p.IndexA, SynLimits{})
+		if err == nil || !strings.Contains(err.Error(), "another XDP program") {
+			t.Errorf("attach over a foreign XDP program: %v", err)
+		}
+		return nil
+	})
+	p.B.MustDo(t, func() error {
+		for i := 0; i < 2; i++ {
+			if err := s.AttachXDP(p.IndexB, SynLimits{Rate: 10}); err != nil {
+				return err
+			}
+		}
+		if got := s.XDPAttached(); len(got) != 1 || got[0] != p.IndexB {
+			t.Errorf("attached to %v", got)
+		}
+		return s.DetachXDP(p.IndexB)
+	})
+	if got := s.XDPAttached(); len(got) != 0 {
+		t.Errorf("still attached to %v", got)
 	}
 }
