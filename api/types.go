@@ -102,6 +102,12 @@ type LinkStatus struct {
 	Reserved   policy.Rate `json:"reserved"`
 	Reservable policy.Rate `json:"reservable_capacity"`
 	Error      string      `json:"error,omitempty"`
+	// XDP: the XDP shield is on the link (docs/ddos.md); SynSeen and
+	// SynDropped count the pure SYNs it saw and dropped under the
+	// link's SYN limits.
+	XDP        bool   `json:"xdp,omitempty"`
+	SynSeen    uint64 `json:"syn_seen,omitempty"`
+	SynDropped uint64 `json:"syn_dropped,omitempty"`
 }
 
 // Counts summarises the policy and the flow table.

@@ -89,3 +89,7 @@ func (f *FakeShieldKernel) ListenerUIDs(port uint16) ([]uint32, error) {
 	defer f.mu.Unlock()
 	return f.Listeners[port], nil
 }
+
+func (f *FakeShieldKernel) SynCounters(ifindex int) (datapath.SynCounters, error) {
+	return datapath.SynCounters{}, nil
+}

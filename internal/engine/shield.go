@@ -41,6 +41,8 @@ type ShieldKernel interface {
 	// limits; DetachXDP takes it off.
 	AttachXDP(ifindex int, syn datapath.SynLimits) error
 	DetachXDP(ifindex int) error
+	// SynCounters reads a link's pure-SYN counters.
+	SynCounters(ifindex int) (datapath.SynCounters, error)
 	// ListenerUIDs are the owners of the listening TCP sockets (IPv4 and
 	// IPv6) on a local port, in the daemon's network namespace.
 	ListenerUIDs(port uint16) ([]uint32, error)
@@ -696,3 +698,20 @@ func (k *SystemKernel) AttachXDP(ifindex int, syn datapath.SynLimits) error {
 func (k *SystemKernel) DetachXDP(ifindex int) error { return k.Shield.DetachXDP(ifindex) }
 
 var _ ShieldKernel = (*SystemKernel)(nil)
+
+// shieldLinkStatus adds the XDP shield's state of a link to its status.
+func (e *Engine) shieldLinkStatus(ls *api.LinkStatus, name string) {
+	ifindex, ok := e.xdp[name]
+	sk := e.shieldKernel()
+	if !ok || sk == nil {
+		return
+	}
+	ls.XDP = true
+	if c, err := sk.SynCounters(ifindex); err == nil {
+		ls.SynSeen, ls.SynDropped = c.Seen, c.Dropped
+	}
+}
+
+func (k *SystemKernel) SynCounters(ifindex int) (datapath.SynCounters, error) {
+	return k.Shield.SynCounters(ifindex)
+}

@@ -113,6 +113,7 @@ func (e *Engine) linkStatusLocked() []api.LinkStatus {
 					ls.Error = "hostqos's HTB root is not on the link (removed by someone else?); the daemon rebuilds it within a second unless another root qdisc took its place"
 				}
 			}
+			e.shieldLinkStatus(&ls, l.Name)
 		} else {
 			ls.Error = "no such interface now; managed as soon as it appears"
 		}

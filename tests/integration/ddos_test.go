@@ -280,4 +280,10 @@ func TestSYNThrottle(t *testing.T) {
 		done, total := round("with --syn-rate 2000/s --syn-rate-per-source 100/s")
 		return float64(done) >= 0.99*float64(total), fmt.Sprintf("%d of %d completed", done, total)
 	})
+	var ls []api.LinkStatus
+	e.hostqosJSON(&ls, "link", "list", "-o", "json")
+	if len(ls) != 1 || !ls[0].XDP || ls[0].SynDropped == 0 || ls[0].SynSeen <= ls[0].SynDropped {
+		t.Fatalf("link status %+v: want the XDP shield on, SYNs seen and dropped", ls)
+	}
+	t.Logf("link %s: %d pure SYNs seen, %d dropped", ls[0].Name, ls[0].SynSeen, ls[0].SynDropped)
 }
