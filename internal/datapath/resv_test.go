@@ -300,3 +300,27 @@ func TestMeasurePolicing(t *testing.T) {
 		t.Errorf("result %+v", r)
 	}
 }
+
+// TestFlowControl: the leaf's queue holds at least the seed's ⌈b/m⌉
+// packets and every session's worst case (its send buffer full of the
+// smallest skbs the kernel makes), so senders block before it overflows.
+func TestFlowControl(t *testing.T) {
+	for _, c := range []struct {
+		b              uint64
+		m, sessions    uint32
+		wantQueueAtLst uint32
+	}{
+		{6000, 500, 2, 12}, {3000, 500, 0, 6}, {64000, 1000, 1, 64}, {1 << 20, 64, 20, 16384}, {1500, 1500, 3, 1},
+	} {
+		sndbuf, queue := FlowControl(c.b, c.m, c.sessions)
+		n := max(c.sessions, 1)
+		perSession := (2*sndbuf + minTruesize - 1) / minTruesize // packets one session can queue
+		if queue < c.wantQueueAtLst || queue < n*perSession {
+			t.Errorf("FlowControl(%d, %d, %d) = sndbuf %d, queue %d: want ≥ ⌈b/m⌉ = %d and ≥ %d sessions × %d packets",
+				c.b, c.m, c.sessions, sndbuf, queue, c.wantQueueAtLst, n, perSession)
+		}
+		if 2*sndbuf < sockMinSndbuf {
+			t.Errorf("FlowControl(%d, %d, %d): sndbuf %d below the kernel's minimum", c.b, c.m, c.sessions, sndbuf)
+		}
+	}
+}
