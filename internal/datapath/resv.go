@@ -487,21 +487,25 @@ func (d *Datapath) attachSessionHooks(cgroupPath string) error {
 // Kernel facts behind FlowControl (Linux 6.x, 64-bit): an skb's truesize
 // is its data allocation plus SKB_DATA_ALIGN(sizeof(struct sk_buff)) (256)
 // and SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) (320); the smallest
-// data allocation is 64 bytes. A socket's send buffer is at least
+// data allocation is 64 bytes, a full-size (1500-byte) packet's 2048
+// (minus the shared info). A socket's send buffer is at least
 // SOCK_MIN_SNDBUF = 2 * (2048 + 256).
 const (
 	minTruesize   = 256 + 320 + 64
+	mtuTruesize   = 2048 - 320 + 256 + 320
 	sockMinSndbuf = 2 * (2048 + 256)
 )
 
 // FlowControl sizes a guaranteed reservation's buffers (seed §III-C,
-// "buffer management") for shaping by flow control: the reservation's
-// leaf queue holds queue packets, at least the seed's ⌈b/m⌉, and each of
-// up to sessions sockets (0: one) gets SO_SNDBUF sndbuf. A socket may
-// queue packets while its unsent bytes, counted as skb truesize, are below
-// its send buffer (the kernel doubles the SO_SNDBUF value), so it has at
-// most ⌈2·sndbuf / minTruesize⌉ packets queued, whatever their size; queue
-// holds that many for every session. A faster sender therefore blocks in
+// "buffer management") for shaping by flow control. The seed gives a
+// reservation ⌈b/m⌉ buffers of a full-size packet each; here they are the
+// send buffers of its sockets: up to sessions sockets (0: one) share
+// ⌈b/m⌉ full-size skbs' worth of truesize, each getting SO_SNDBUF sndbuf
+// (the kernel doubles the value). The reservation's leaf queue holds queue
+// packets: at least ⌈b/m⌉, and as many as the sockets can have queued at
+// once whatever their packets' size — a socket may queue while its unsent
+// bytes, counted as truesize, are below its send buffer, so at most
+// ⌈2·sndbuf / minTruesize⌉ packets. A faster sender therefore blocks in
 // send() (or gets EAGAIN) before the leaf's queue can overflow: nothing
 // inside the reservation is dropped on the host. The kernel caps SO_SNDBUF
 // at net.core.wmem_max, which only lowers the bound.
@@ -509,12 +513,10 @@ func FlowControl(bucket uint64, minUnit, sessions uint32) (sndbuf, queue uint32)
 	m := uint64(max(minUnit, 1))
 	q := (bucket + m - 1) / m // ⌈b/m⌉, the seed's buffer count
 	n := uint64(max(sessions, 1))
-	per := max(q/n, 1) // packets each session may have queued
-	s := max(per*minTruesize, sockMinSndbuf)
+	s := max(min(q, 1<<20)*mtuTruesize/n, sockMinSndbuf)
 	s = min(s, 1<<30)
 	perEff := (s + minTruesize - 1) / minTruesize
-	queue64 := max(q, n*perEff)
-	return uint32(s / 2), uint32(min(queue64, 1<<20))
+	return uint32(s / 2), uint32(min(max(q, n*perEff), 1<<24))
 }
 
 // bindOpenSockets binds the connected TCP and UDP sockets of the calling
