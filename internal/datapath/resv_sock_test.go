@@ -420,8 +420,9 @@ func paceUDP(t *testing.T, b *resvBed, port uint16, size int, rate float64, batc
 }
 
 // TestControlledLoad: a controlled-load sender at 3× r on an idle link
-// loses nothing, its conformant part (r, exactly as the policer counts)
-// arrives with the reservation's DSCP and the excess with best effort's;
+// loses nothing, its conformant part (exactly what the policer counted, at
+// most r × T + b) arrives with the reservation's DSCP and the excess with
+// best effort's;
 // under a best-effort flood of the link its conformant part still gets
 // through at r or more.
 func TestControlledLoad(t *testing.T) {
@@ -459,8 +460,17 @@ func TestControlledLoad(t *testing.T) {
 	if total != sent || counts[dscpRes]+counts[0] != total {
 		t.Errorf("idle link: DSCPs %v of %d packets (sent %d), want only %d (conformant) and 0 (excess)", counts, total, sent, dscpRes)
 	}
-	if c := float64(counts[dscpRes]); c < 0.98*want || c > 1.02*want+2 {
-		t.Errorf("idle link: %d packets with the reservation's DSCP, want %.0f (r × %v + b)", counts[dscpRes], want, active.Round(time.Millisecond))
+	// Exactly what the policer found conformant carries the reservation's
+	// DSCP, never more than the Tspec allows.
+	pc, err := b.d.ReservationCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint64(counts[dscpRes]) != pc[4].ConformantPackets || uint64(counts[0]) != pc[4].NonConformantPackets {
+		t.Errorf("idle link: DSCPs %v; the policer counted %d conformant, %d not", counts, pc[4].ConformantPackets, pc[4].NonConformantPackets)
+	}
+	if c := float64(counts[dscpRes]); c > 1.02*want+2 {
+		t.Errorf("idle link: %d packets with the reservation's DSCP, more than the %.0f the Tspec allows (r × %v + b)", counts[dscpRes], want, active.Round(time.Millisecond))
 	}
 	t.Logf("idle link: %d sent, DSCP %v, %.0f conformant expected", sent, counts, want)
 
