@@ -208,6 +208,10 @@ func TestControlledLoadReservation(t *testing.T) {
 	// A best-effort flood: 40 Mbit/s offered into the 20 Mbit/s link.
 	measured(t, "under a best-effort flood", func(n int) (bool, string) {
 		port := uint16(7500 + n)
+		_, stopRes := e.resvSink(port)
+		defer stopRes()
+		_, stopFlood := e.resvSink(7600)
+		defer stopFlood()
 		flood := e.clientUDP(7600)
 		done := make(chan struct{})
 		go func() {
