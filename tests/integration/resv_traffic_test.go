@@ -162,9 +162,10 @@ func TestGuaranteedReservationFlowControl(t *testing.T) {
 
 // TestControlledLoadReservation: through the real daemon, a
 // controlled-load app at 3× r on an idle link loses nothing; its
-// conformant part (r) arrives with the reservation's DSCP and the excess
-// with best effort's; under a best-effort flood of the link the
-// conformant part still arrives at 0.98 r or more.
+// conformant part (what the policer counted, at most r × T + b) arrives
+// with the reservation's DSCP and the excess with best effort's; under a
+// best-effort flood of the link the conformant part still arrives at
+// 0.98 r or more.
 func TestControlledLoadReservation(t *testing.T) {
 	e := newEnv(t)
 	e.writeConfig(fmt.Sprintf("[[link]]\nname = %q\negress_rate = \"20mbit\"\n", e.iface()))
@@ -200,8 +201,21 @@ func TestControlledLoadReservation(t *testing.T) {
 	if total != sent || counts[dscp] == 0 || excess == 0 || len(counts) != 2 {
 		t.Errorf("idle link: DSCPs %v of %d packets (%d sent): want the reservation's %d and one best-effort DSCP", counts, total, sent, dscp)
 	}
-	if c := float64(counts[dscp]); c < 0.98*want || c > 1.02*want+2 {
-		t.Errorf("idle link: %d packets with the reservation's DSCP, want %.0f (r × %v + b)", counts[dscp], want, took.Round(time.Millisecond))
+	// Exactly the packets the policer found conformant carry the
+	// reservation's DSCP, never more than the Tspec allows.
+	var shown struct {
+		Counters struct {
+			Conformant    uint64 `json:"conformant_packets"`
+			NonConformant uint64 `json:"nonconformant_packets"`
+		} `json:"counters"`
+	}
+	e.hostqosJSON(&shown, "resv", "show", "cl", "-o", "json")
+	if uint64(counts[dscp]) != shown.Counters.Conformant || uint64(excess) != shown.Counters.NonConformant {
+		t.Errorf("idle link: %d packets with the reservation's DSCP and %d without; the policer counted %d conformant and %d not",
+			counts[dscp], excess, shown.Counters.Conformant, shown.Counters.NonConformant)
+	}
+	if c := float64(counts[dscp]); c > 1.02*want+2 {
+		t.Errorf("idle link: %d packets with the reservation's DSCP, more than the %.0f the Tspec allows (r × %v + b)", counts[dscp], want, took.Round(time.Millisecond))
 	}
 	t.Logf("idle link: %d sent, DSCPs %v, %.0f conformant expected", sent, counts, want)
 
