@@ -65,7 +65,10 @@ func (d *Daemon) startObservability() error {
 		}
 	}
 	d.hist = st
-	d.eng.SetHistory(st, ho)
+	if st != nil || s.MetricsListen != "" {
+		// Without either, nothing reads the flows every second.
+		d.eng.SetHistory(st, ho)
+	}
 	if s.MetricsListen != "" {
 		m, err := metrics.Listen(s.MetricsListen, metrics.Source{Engine: d.eng, History: st, Version: Version}, d.log)
 		if err != nil {

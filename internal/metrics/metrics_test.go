@@ -1,0 +1,88 @@
+package metrics
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/engine"
+)
+
+// TestScrape: a scrape carries the rules' counters with their direction,
+// the apps (beyond max_apps as "other"), the datapath's health and the
+// build info, as the engine reads them.
+func TestScrape(t *testing.T) {
+	dir := t.TempDir()
+	conf := "[[rule]]\nname = \"web\"\nproto = \"tcp\"\nrport = \"443\"\npolice = \"10mbit\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "hostqos.toml"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cg := filepath.Join(dir, "cgroup")
+	if err := os.MkdirAll(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := engine.New(engine.Config{ConfigPath: filepath.Join(dir, "hostqos.toml"), StatePath: filepath.Join(dir, "state.json"),
+		RuntimePath: filepath.Join(dir, "runtime.json"), CgroupBase: "/hostqos", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := engine.NewFakeKernel(cg)
+	if err := e.Start(k); err != nil {
+		t.Fatal(err)
+	}
+	e.SetHistory(nil, engine.HistoryOptions{MaxApps: 1})
+	e.Tick()
+	slot := -1
+	for _, r := range k.Rules.Rules {
+		if r.PoliceRate > 0 {
+			slot = int(r.Slot)
+		}
+	}
+	if slot < 0 {
+		t.Fatalf("no policed rule in %+v", k.Rules)
+	}
+	k.Counters = make([]datapath.Counters, slot+1)
+	k.Counters[slot] = datapath.Counters{Bytes: 123456, Packets: 100, Drops: 3}
+	for i, comm := range []string{"curl", "wget", "git"} {
+		k.FlowTable = append(k.FlowTable, datapath.Flow{
+			Key:      datapath.FlowKey{Proto: 6, Local: netip.AddrPortFrom(netip.MustParseAddr("198.18.0.1"), uint16(4000+i)), Remote: netip.MustParseAddrPort("198.18.0.2:443")},
+			RuleSlot: slot, PID: uint32(4_000_000 + i), Comm: comm, UID: 1000,
+			Counters: datapath.Counters{Bytes: 1000, Packets: 1}, FirstSeenNS: 1, LastSeenNS: 1 << 62,
+		})
+	}
+	e.Tick()
+	srv := httptest.NewServer(Handler(Source{Engine: e, Version: "1.2.3"}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	for _, want := range []string{
+		`hostqos_rule_bytes_total{class="default",direction="out",rule="web"} 123456`,
+		`hostqos_rule_bytes_total{class="default",direction="in",rule="web"} 0`,
+		`hostqos_rule_drops_total{class="default",direction="out",rule="web"} 3`,
+		`hostqos_rule_police_rate_bits_per_second{rule="web"} 1e+07`,
+		`hostqos_app_bytes_total{app="curl",direction="out",uid="1000"} 1000`,
+		`hostqos_app_bytes_total{app="other",direction="out",uid="1000"} 2000`,
+		`hostqos_datapath_loaded 1`,
+		`hostqos_build_info{goversion="`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scrape:\n%s", text)
+	}
+}
