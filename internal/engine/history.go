@@ -47,11 +47,19 @@ type recorder struct {
 	opt   HistoryOptions
 
 	walked   bool // the first walk after start only takes a baseline
-	prev     map[datapath.FlowKey]datapath.Flow
+	prev     map[datapath.FlowKey]*seenFlow
+	gen      uint64                      // number of the current walk
 	reported map[datapath.FlowKey]uint64 // LastSeenNS at which the flow was recorded
 	appTotal map[appKey]*history.Counters
 	named    int
 	procs    map[uint32]procInfo
+}
+
+// seenFlow is a flow as the last walk read it, with its app's counters.
+type seenFlow struct {
+	f   datapath.Flow
+	gen uint64
+	app *history.Counters
 }
 
 type appKey struct {
@@ -74,7 +82,7 @@ func (e *Engine) SetHistory(st *history.Store, o HistoryOptions) {
 	if o.MaxApps == 0 {
 		o.MaxApps = none.Apps()
 	}
-	r := &recorder{store: st, opt: o, prev: map[datapath.FlowKey]datapath.Flow{},
+	r := &recorder{store: st, opt: o, prev: map[datapath.FlowKey]*seenFlow{},
 		reported: map[datapath.FlowKey]uint64{}, appTotal: map[appKey]*history.Counters{}, procs: map[uint32]procInfo{}}
 	e.histMu.Lock()
 	e.hist = r
@@ -240,45 +248,58 @@ func (r *recorder) walk(k Kernel, ruleNames map[int]string, classOf map[string]s
 		r.reported[f.Key] = f.LastSeenNS
 		ended = append(ended, r.flowRecord(k, f, ruleNames, classOf, wall))
 	}
-	cur := make(map[datapath.FlowKey]datapath.Flow, len(r.prev))
+	r.gen++
+	gen := r.gen
 	idle := uint64(r.opt.FlowIdle)
 	err := k.Flows(func(f datapath.Flow) bool {
-		cur[f.Key] = f
-		p, seen := r.prev[f.Key]
-		if seen && p.FirstSeenNS != f.FirstSeenNS {
+		sf := r.prev[f.Key]
+		seen := sf != nil
+		if seen && sf.f.FirstSeenNS != f.FirstSeenNS {
 			// The slot holds a new flow of the same 5-tuple: the old
 			// one ended with its last reading.
-			record(p)
+			record(sf.f)
 			delete(r.reported, f.Key)
 			seen = false
 		}
+		if !seen {
+			if sf == nil {
+				sf = &seenFlow{}
+				r.prev[f.Key] = sf
+			}
+			sf.app = nil
+		}
 		if r.walked && f.PID != 0 {
 			d := f.Counters
+			p := sf.f
 			if seen && f.Bytes >= p.Bytes && f.Packets >= p.Packets && f.Drops >= p.Drops {
 				d = datapath.Counters{Packets: f.Packets - p.Packets, Bytes: f.Bytes - p.Bytes, Drops: f.Drops - p.Drops}
 			}
 			if d != (datapath.Counters{}) {
-				c := r.app(k, f)
-				c.BytesOut += d.Bytes
-				c.PacketsOut += d.Packets
-				c.DropsOut += d.Drops
+				if sf.app == nil || sf.f.PID != f.PID {
+					sf.app = r.app(k, f)
+				}
+				sf.app.BytesOut += d.Bytes
+				sf.app.PacketsOut += d.Packets
+				sf.app.DropsOut += d.Drops
 			}
 		}
+		sf.f, sf.gen = f, gen
 		if f.LastSeenNS > 0 && mono > f.LastSeenNS && mono-f.LastSeenNS >= idle {
 			record(f)
 		}
 		return true
 	})
 	if err != nil {
-		return ended // keep prev: the next walk compares with it
+		return ended // the flows not walked keep their last reading
 	}
-	for key, p := range r.prev {
-		if _, ok := cur[key]; !ok {
-			record(p) // evicted
+	for key, sf := range r.prev {
+		if sf.gen != gen {
+			record(sf.f) // evicted
 			delete(r.reported, key)
+			delete(r.prev, key)
 		}
 	}
-	r.prev, r.walked = cur, true
+	r.walked = true
 	if len(r.procs) > 8192 {
 		r.procs = map[uint32]procInfo{}
 	}
