@@ -51,6 +51,10 @@ type ProtectRequest struct {
 	Addr       netip.Addr `json:"addr"`
 	Port       uint16     `json:"port,omitempty"`
 	TTLSeconds int64      `json:"ttl_s,omitempty"`
+	// Class the client's flows go into (our answers to it: its DSCP,
+	// priority and HTB leaf); "" is the daemon's protected class
+	// (interactive). Ordinary users may name only user_allowed classes.
+	Class string `json:"class,omitempty"`
 }
 
 // ProtectedInfo is a protected client.
@@ -58,6 +62,7 @@ type ProtectedInfo struct {
 	Addr    netip.Addr `json:"addr"`
 	Port    uint16     `json:"port,omitempty"`
 	UID     uint32     `json:"uid"` // who protected it
+	Class   string     `json:"class"`
 	Expires *time.Time `json:"expires,omitempty"`
 }
 

@@ -163,19 +163,28 @@ type protectAddOptions struct {
 	client func() apiClient
 	port   uint16
 	ttl    string
+	class  string
 }
 
 func newProtectAddCmd(f *factory) *cobra.Command {
 	o := &protectAddOptions{io: f.io, client: f.client}
 	c := &cobra.Command{
-		Use:   "add ADDR [--port PORT] [--ttl DURATION]",
-		Short: "Protect a client: its new connections to PORT are never SYN-throttled",
+		Use:   "add ADDR [--port PORT] [--class CLASS] [--ttl DURATION]",
+		Short: "Protect a client: never SYN-throttled, and our answers to it go into a protected class",
 		Long: `add protects a client address (e.g. one your server has authenticated): its
 SYNs to the local TCP port PORT bypass the links' SYN limits, so it can still
 connect during a SYN flood. Root and group hostqos may protect any client, on
 every port (no --port). Any other user may protect a client only on a port on
-which they have a listening TCP socket, at most 256 at a time.`,
-		Example: "  hostqos protect add 198.51.100.7 --port 443 --ttl 1h",
+which they have a listening TCP socket, at most 256 at a time.
+
+What the host sends to the client (from PORT, or from any port without
+--port) goes into CLASS: its DSCP, priority and HTB leaf. The default is the
+class interactive (the default class when the policy has no interactive; for
+an ordinary user, the default class unless interactive is user_allowed). An
+ordinary user may name only classes with user_allowed = true, and their
+protection applies to their own sockets after every admin rule; an admin's
+protection is evaluated before the admin's ordinary rules.`,
+		Example: "  hostqos protect add 198.51.100.7 --port 443 --ttl 1h\n  hostqos protect add 2001:db8::7 --port 22 --class voice",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := netip.ParseAddr(args[0])
@@ -188,7 +197,7 @@ which they have a listening TCP socket, at most 256 at a time.`,
 			}
 			cx, cancel := apiCtx()
 			defer cancel()
-			pi, err := o.client().Shield().Protect(cx, api.ProtectRequest{Addr: a, Port: o.port, TTLSeconds: ttl})
+			pi, err := o.client().Shield().Protect(cx, api.ProtectRequest{Addr: a, Port: o.port, TTLSeconds: ttl, Class: o.class})
 			if err != nil {
 				return err
 			}
@@ -198,6 +207,7 @@ which they have a listening TCP socket, at most 256 at a time.`,
 	}
 	c.Flags().Uint16Var(&o.port, "port", 0, "the local TCP port the client connects to (default: every port; root or group hostqos only)")
 	c.Flags().StringVar(&o.ttl, "ttl", "", "end the protection after this long, e.g. 1h (default: never)")
+	c.Flags().StringVar(&o.class, "class", "", "the class the client's flows go into (default: interactive)")
 	return c
 }
 
@@ -212,7 +222,7 @@ func printProtected(w io.Writer, ps []api.ProtectedInfo) {
 		if p.Expires != nil {
 			exp = p.Expires.Local().Format(time.DateTime)
 		}
-		rows = append(rows, []string{p.Addr.String(), port, strconv.FormatUint(uint64(p.UID), 10), exp})
+		rows = append(rows, []string{p.Addr.String(), port, strconv.FormatUint(uint64(p.UID), 10), p.Class, exp})
 	}
-	table(w, []string{"CLIENT", "PORT", "UID", "EXPIRES"}, rows)
+	table(w, []string{"CLIENT", "PORT", "UID", "CLASS", "EXPIRES"}, rows)
 }

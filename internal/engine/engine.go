@@ -212,11 +212,11 @@ func (e *Engine) applyLocked(m merged, slots *slotTable, persist, temp *overlay)
 	if e.k == nil {
 		return errNotLoaded
 	}
-	if err := slots.assign(expandReservations(m.Policy), e.counterReader()); err != nil {
+	if err := slots.assign(expandReservations(e.withProtectedLocked(m.Policy)), e.counterReader()); err != nil {
 		return err
 	}
 	now, view := e.runtimePolicy(m.Policy) // quotas and schedules (quota.go)
-	comp, err := compileAll(now, m.Runs, slots, e.k.CgroupRoot())
+	comp, err := compileAll(e.withProtectedLocked(now), m.Runs, slots, e.k.CgroupRoot())
 	if err != nil {
 		return err
 	}
@@ -530,7 +530,7 @@ func (e *Engine) Rescan() {
 	if view != e.times.view {
 		return // a quota or schedule changed the view: tickTimes applies it whole
 	}
-	comp, err := compileAll(now, e.eff.Runs, e.slots, e.k.CgroupRoot())
+	comp, err := compileAll(e.withProtectedLocked(now), e.eff.Runs, e.slots, e.k.CgroupRoot())
 	if err != nil {
 		e.log.Warn("rescan", "err", err)
 		return

@@ -69,6 +69,10 @@ type blockRec struct {
 type protRec struct {
 	UID     uint32 `json:"uid"`
 	Expires int64  `json:"expires_unix,omitempty"`
+	// Class its flows go into (protect_compile.go); Admin: protected by
+	// root or group hostqos (its rule precedes the admin's rules).
+	Class string `json:"class,omitempty"`
+	Admin bool   `json:"admin,omitempty"`
 }
 
 func newShieldState() *shieldState {
@@ -306,6 +310,11 @@ func (e *Engine) shieldChange(mutate func(s *shieldState) error) error {
 	}
 	apply := func(s *shieldState) error {
 		e.shield = s
+		// The protected clients' rules (protect_compile.go) change with
+		// the XDP entries, in the same transaction.
+		if err := e.applyLocked(e.eff, e.slots.clone(), nil, nil); err != nil {
+			return err
+		}
 		plans, idx, _, err := e.planLinks(e.eff.Policy, e.comp)
 		if err != nil {
 			return err
@@ -482,6 +491,10 @@ func (e *Engine) Protect(ctx context.Context, who Caller, req api.ProtectRequest
 			return api.ProtectedInfo{}, err
 		}
 	}
+	class, err := e.protectClass(who, req)
+	if err != nil {
+		return api.ProtectedInfo{}, err
+	}
 	key := netip.AddrPortFrom(addr, req.Port)
 	err = e.shieldChange(func(s *shieldState) error {
 		if old, ok := s.Protected[key]; ok && old.UID != who.UID && !who.Privileged {
@@ -503,13 +516,13 @@ func (e *Engine) Protect(ctx context.Context, who Caller, req api.ProtectRequest
 				}
 			}
 		}
-		s.Protected[key] = &protRec{UID: who.UID, Expires: exp}
+		s.Protected[key] = &protRec{UID: who.UID, Expires: exp, Class: class, Admin: who.Privileged}
 		return nil
 	})
 	if err != nil {
 		return api.ProtectedInfo{}, err
 	}
-	out := api.ProtectedInfo{Addr: addr, Port: req.Port, UID: who.UID}
+	out := api.ProtectedInfo{Addr: addr, Port: req.Port, UID: who.UID, Class: class}
 	if exp != 0 {
 		t := time.Unix(exp, 0).UTC()
 		out.Expires = &t
@@ -572,7 +585,7 @@ func (e *Engine) Protected(who Caller) ([]api.ProtectedInfo, error) {
 		if !who.Privileged && p.UID != who.UID {
 			continue
 		}
-		pi := api.ProtectedInfo{Addr: ap.Addr(), Port: ap.Port(), UID: p.UID}
+		pi := api.ProtectedInfo{Addr: ap.Addr(), Port: ap.Port(), UID: p.UID, Class: protClassOf(p)}
 		if p.Expires != 0 {
 			t := time.Unix(p.Expires, 0).UTC()
 			pi.Expires = &t
