@@ -3,7 +3,8 @@
 # Debian/Ubuntu machine. Idempotent: installs only what is missing.
 #   scripts/install-deps.sh          runtime/test/bench needs (iproute2, nsenter, nftables, bpftool,
 #                                    btrfs-progs and e2fsprogs for the filesystem tests, systemd-analyze
-#                                    for the service unit's test, prometheus for the metrics test)
+#                                    for the service unit's test, prometheus for the metrics test,
+#                                    tshark for the RSVP wire-format test)
 #   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate` and `make fmt`: the
 #                                    pinned clang-14 (internal/datapath/gen.go calls it by name),
 #                                    so regenerated objects match the committed ones
@@ -22,6 +23,7 @@ have systemd-analyze || need+=(systemd) # rates packaging/hostqosd.service (cmd/
 have setpriv || need+=(util-linux)      # runs hostqosd with the unit's capabilities (tests/integration/unit_test.go)
 have prometheus || need+=(prometheus) # the metrics test scrapes hostqosd with a real Prometheus
 have tmux || need+=(tmux)               # hostqos top is tested inside a tmux pane
+have tshark || need+=(tshark)           # decodes the RSVP messages of internal/rsvp's tests
 # The BPF compiler is pinned by name: the same clang gives byte-identical
 # objects, which `make check-generated` compares with the committed ones.
 # Change it together with -cc/-strip in internal/datapath/gen.go.
@@ -40,6 +42,8 @@ if ((${#need[@]})); then
 	fi
 	echo "install-deps: installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
+	# tshark's package asks whether non-root users may capture; they may not.
+	echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
