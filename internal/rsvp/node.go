@@ -1,0 +1,560 @@
+package rsvp
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// K is the number of refresh messages that may be lost before state times
+// out (RFC 2205 §3.7).
+const K = 3
+
+// Lifetime is the local state lifetime for a refresh period r announced in
+// TIME_VALUES: L ≥ (K + 0.5) · 1.5 · R (RFC 2205 §3.7).
+func Lifetime(r time.Duration) time.Duration {
+	return time.Duration(float64(r) * (K + 0.5) * 1.5)
+}
+
+// DefaultRefresh is the default refresh period R.
+const DefaultRefresh = 30 * time.Second
+
+// MaxState bounds the path states of one node (a Path beyond it is
+// answered with a PathErr, nothing stored).
+const MaxState = 65536
+
+// FlowKey names one sender of one session: the unit a reservation is
+// installed for (fixed-filter; a shared-explicit flowspec is installed for
+// each of its filters).
+type FlowKey struct {
+	Session Session
+	Sender  Filter
+}
+
+func (k FlowKey) String() string {
+	return fmt.Sprintf("%s:%d/%d from %s:%d", k.Session.Dest, k.Session.Port, k.Session.Proto, k.Sender.Src, k.Sender.Port)
+}
+
+// Installer is how a node admits and installs a reservation in its own
+// datapath: the engine's reservation objects, on the sender host's link or
+// a router's outgoing link toward the receiver. Install is called again
+// with a changed flowspec; it must leave nothing installed when it fails.
+type Installer interface {
+	Install(k FlowKey, fs Flowspec) error
+	Remove(k FlowKey)
+}
+
+// AdmissionError is what Install returns when admission refuses: the
+// ResvErr carries error code 1 with Value (RFC 2210: 2 bandwidth
+// unavailable, 3 MTU too big, 1 delay bound).
+type AdmissionError struct {
+	Value  uint16
+	Reason string
+}
+
+func (e *AdmissionError) Error() string { return e.Reason }
+
+// Event is an upcall to applications (RAPI-like): what arrived or changed.
+type Event struct {
+	Kind     string // path, resv, path-error, resv-error, confirm, path-timeout, resv-timeout, path-tear, resv-tear
+	Key      FlowKey
+	Tspec    *Tspec
+	Flowspec *Flowspec
+	Node     netip.Addr // the node that reported an error or confirmed
+	Code     uint8
+	Value    uint16
+	Reason   string // local admission reason (on the refusing node)
+}
+
+// Out is a message a node sends: To is the session destination (Path,
+// PathTear: routed, with Router Alert) or the neighbour / receiver.
+type Out struct {
+	To    netip.Addr
+	Msg   *Message
+	Alert bool
+}
+
+// Config of a node.
+type Config struct {
+	// Local reports this node's address on the interface toward dst and
+	// whether dst is this node (the receiver).
+	Local   func(dst netip.Addr) (addr netip.Addr, self bool, err error)
+	Install Installer
+	Upcall  func(Event)
+	Refresh time.Duration // R of the state this node originates (DefaultRefresh if 0)
+	TTL     uint8         // Send_TTL of originated messages (64 if 0)
+	Rand    *rand.Rand    // refresh jitter (seeded randomly if nil)
+}
+
+// Node is one RSVP node's soft state: a sender host, a receiver host or a
+// router — which one follows from the messages and calls it sees. Methods
+// return the messages to send; the caller sends them. Safe for concurrent use.
+type Node struct {
+	cfg   Config
+	mu    sync.Mutex
+	paths map[FlowKey]*pathState
+	resvs map[FlowKey]*resvState
+	// Counters.
+	Dropped uint64
+}
+
+type pathState struct {
+	tspec   Tspec
+	phop    *Hop // nil: originated here (sender host)
+	self    bool // this node is the session's destination
+	refresh time.Duration
+	expires time.Time // of received state
+	next    time.Time // next refresh of originated state
+}
+
+type resvState struct {
+	fs      Flowspec
+	style   Style
+	nhop    *Hop // nil: originated here (receiver host)
+	confirm netip.Addr
+	refresh time.Duration
+	expires time.Time
+	next    time.Time
+	filters []Filter // SE: the shared group (for forwarding)
+}
+
+// NewNode makes a node.
+func NewNode(cfg Config) *Node {
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 64
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	if cfg.Upcall == nil {
+		cfg.Upcall = func(Event) {}
+	}
+	return &Node{cfg: cfg, paths: map[FlowKey]*pathState{}, resvs: map[FlowKey]*resvState{}}
+}
+
+// jitter is the next refresh interval: uniform in [0.5 R, 1.5 R] (§3.7).
+func (n *Node) jitter() time.Duration {
+	r := n.cfg.Refresh
+	return r/2 + time.Duration(n.cfg.Rand.Int64N(int64(r)+1))
+}
+
+func (n *Node) hop(dst netip.Addr) (*Hop, bool, error) {
+	a, self, err := n.cfg.Local(dst)
+	if err != nil {
+		return nil, false, fmt.Errorf("find the local address toward %s: %w", dst, err)
+	}
+	return &Hop{Addr: a}, self, nil
+}
+
+// Sender announces (or changes) a sender of a session on this host: a Path
+// now and every R.
+func (n *Node) Sender(k FlowKey, t Tspec, now time.Time) ([]Out, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ps := n.paths[k]
+	if ps == nil && len(n.paths) >= MaxState {
+		return nil, fmt.Errorf("add sender %s: %d path states, the most a node keeps", k, MaxState)
+	}
+	if ps == nil {
+		ps = &pathState{}
+		n.paths[k] = ps
+	}
+	ps.tspec, ps.phop, ps.refresh = t, nil, n.cfg.Refresh
+	ps.next = now.Add(n.jitter())
+	o, err := n.pathOut(k, ps, n.cfg.TTL)
+	if err != nil {
+		delete(n.paths, k)
+		return nil, err
+	}
+	return []Out{o}, nil
+}
+
+func (n *Node) pathOut(k FlowKey, ps *pathState, ttl uint8) (Out, error) {
+	h, _, err := n.hop(k.Session.Dest)
+	if err != nil {
+		return Out{}, err
+	}
+	t := ps.tspec
+	m := &Message{Type: Path, TTL: ttl, Session: k.Session, Hop: h, Refresh: uint32(n.cfg.Refresh / time.Millisecond),
+		Sender: &Sender{Template: k.Sender, Tspec: &t}}
+	return Out{To: k.Session.Dest, Msg: m, Alert: true}, nil
+}
+
+// Reserve makes (or changes) this receiver's reservation for the senders
+// in filters: style FF (one reservation each) or SE (one shared flowspec).
+// The path state for each sender must have arrived. With confirm set, the
+// sender's side answers with a ResvConf.
+func (n *Node) Reserve(sess Session, style Style, fs Flowspec, filters []Filter, confirm bool, now time.Time) ([]Out, error) {
+	if err := fs.Validate(); err != nil {
+		return nil, err
+	}
+	if style != StyleFF && style != StyleSE {
+		return nil, fmt.Errorf("reserve: style %s: %w (FF and SE only)", style, ErrUnsupported)
+	}
+	if len(filters) == 0 || len(filters) > MaxFlows {
+		return nil, fmt.Errorf("reserve: %d senders (want 1 to %d)", len(filters), MaxFlows)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, f := range filters {
+		k := FlowKey{sess, f}
+		if ps := n.paths[k]; ps == nil || !ps.self {
+			return nil, fmt.Errorf("reserve %s: no Path from this sender to this host (has the sender announced it?)", k)
+		}
+	}
+	var outs []Out
+	for _, f := range filters {
+		k := FlowKey{sess, f}
+		rs := &resvState{fs: fs, style: style, refresh: n.cfg.Refresh, next: now.Add(n.jitter()), filters: filters}
+		if confirm {
+			h, _, err := n.hop(sess.Dest)
+			if err != nil {
+				return nil, err
+			}
+			rs.confirm = h.Addr
+		}
+		n.resvs[k] = rs
+		o, err := n.resvOut(k, rs, n.paths[k])
+		if err != nil {
+			return nil, err
+		}
+		rs.confirm = netip.Addr{} // asked once, not on every refresh
+		outs = append(outs, o)
+	}
+	return outs, nil
+}
+
+func (n *Node) resvOut(k FlowKey, rs *resvState, ps *pathState) (Out, error) {
+	h, _, err := n.hop(ps.phop.Addr)
+	if err != nil {
+		return Out{}, err
+	}
+	fs := rs.fs
+	m := &Message{Type: Resv, TTL: n.cfg.TTL, Session: k.Session, Hop: h, Refresh: uint32(n.cfg.Refresh / time.Millisecond),
+		Confirm: rs.confirm, Style: rs.style, Flows: []FlowDesc{{Flowspec: &fs, Filters: []Filter{k.Sender}}}}
+	return Out{To: ps.phop.Addr, Msg: m}, nil
+}
+
+// RemoveSender tears down a sender's path (and the reservations on it).
+func (n *Node) RemoveSender(k FlowKey) []Out {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.tearPathLocked(k, "")
+}
+
+// RemoveReservation tears down this receiver's reservation for k.
+func (n *Node) RemoveReservation(k FlowKey) []Out {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.tearResvLocked(k, "")
+}
+
+func (n *Node) tearPathLocked(k FlowKey, event string) []Out {
+	ps := n.paths[k]
+	if ps == nil {
+		return nil
+	}
+	outs := n.tearResvLocked(k, "")
+	delete(n.paths, k)
+	if event != "" {
+		n.cfg.Upcall(Event{Kind: event, Key: k})
+	}
+	if ps.self {
+		return outs
+	}
+	h, _, err := n.hop(k.Session.Dest)
+	if err != nil {
+		return outs
+	}
+	t := ps.tspec
+	return append(outs, Out{To: k.Session.Dest, Alert: true, Msg: &Message{Type: PathTear, TTL: n.cfg.TTL, Session: k.Session, Hop: h,
+		Sender: &Sender{Template: k.Sender, Tspec: &t}}})
+}
+
+// tearResvLocked removes the reservation for k here and sends a ResvTear
+// upstream (unless this node is the sender).
+func (n *Node) tearResvLocked(k FlowKey, event string) []Out {
+	rs := n.resvs[k]
+	if rs == nil {
+		return nil
+	}
+	delete(n.resvs, k)
+	ps := n.paths[k]
+	if rs.nhop != nil {
+		n.cfg.Install.Remove(k)
+	}
+	if event != "" {
+		n.cfg.Upcall(Event{Kind: event, Key: k})
+	}
+	if ps == nil || ps.phop == nil {
+		return nil
+	}
+	h, _, err := n.hop(ps.phop.Addr)
+	if err != nil {
+		return nil
+	}
+	return []Out{{To: ps.phop.Addr, Msg: &Message{Type: ResvTear, TTL: n.cfg.TTL, Session: k.Session, Hop: h, Style: rs.style,
+		Flows: []FlowDesc{{Filters: []Filter{k.Sender}}}}}}
+}
+
+// Handle processes one received message (already decoded) and returns the
+// messages to send. Messages that make no sense here (a Resv without path
+// state, an unknown sender) are answered with the RFC's error or counted
+// and dropped.
+func (n *Node) Handle(m *Message, now time.Time) []Out {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch m.Type {
+	case Path:
+		return n.handlePath(m, now)
+	case Resv:
+		return n.handleResv(m, now)
+	case PathTear:
+		if m.Sender == nil {
+			n.Dropped++
+			return nil
+		}
+		return n.tearPathLocked(FlowKey{m.Session, m.Sender.Template}, "path-tear")
+	case ResvTear:
+		var outs []Out
+		for _, f := range m.Flows {
+			for _, flt := range f.Filters {
+				k := FlowKey{m.Session, flt}
+				if rs := n.resvs[k]; rs != nil && rs.nhop != nil {
+					outs = append(outs, n.tearResvLocked(k, "resv-tear")...)
+				}
+			}
+		}
+		return outs
+	case ResvErr:
+		return n.handleResvErr(m)
+	case PathErr:
+		if m.Sender == nil {
+			n.Dropped++
+			return nil
+		}
+		k := FlowKey{m.Session, m.Sender.Template}
+		ps := n.paths[k]
+		if ps == nil {
+			n.Dropped++
+			return nil
+		}
+		if ps.phop == nil {
+			n.cfg.Upcall(Event{Kind: "path-error", Key: k, Node: m.Error.Node, Code: m.Error.Code, Value: m.Error.Value})
+			return nil
+		}
+		return []Out{{To: ps.phop.Addr, Msg: m}}
+	case ResvConf:
+		for _, f := range m.Flows {
+			for _, flt := range f.Filters {
+				n.cfg.Upcall(Event{Kind: "confirm", Key: FlowKey{m.Session, flt}, Node: m.Error.Node, Flowspec: f.Flowspec})
+			}
+		}
+	}
+	return nil
+}
+
+func (n *Node) handlePath(m *Message, now time.Time) []Out {
+	k := FlowKey{m.Session, m.Sender.Template}
+	ps := n.paths[k]
+	if ps == nil && len(n.paths) >= MaxState {
+		n.Dropped++
+		return nil
+	}
+	_, self, err := n.hop(m.Session.Dest)
+	if err != nil {
+		n.Dropped++
+		return nil
+	}
+	fresh := ps == nil || ps.tspec != *m.Sender.Tspec || *ps.phop != *m.Hop
+	if ps == nil {
+		ps = &pathState{}
+		n.paths[k] = ps
+	}
+	h := *m.Hop
+	ps.tspec, ps.phop, ps.self = *m.Sender.Tspec, &h, self
+	ps.refresh = time.Duration(m.Refresh) * time.Millisecond
+	ps.expires = now.Add(Lifetime(ps.refresh))
+	if self {
+		if fresh {
+			t := ps.tspec
+			n.cfg.Upcall(Event{Kind: "path", Key: k, Tspec: &t})
+		}
+		return nil
+	}
+	if m.TTL <= 1 {
+		return nil
+	}
+	// A router forwards every Path it gets: the sender's refreshes carry
+	// the state downstream.
+	o, err := n.pathOut(k, ps, m.TTL-1)
+	if err != nil {
+		return nil
+	}
+	o.Msg.Refresh = m.Refresh
+	return []Out{o}
+}
+
+func (n *Node) handleResv(m *Message, now time.Time) []Out {
+	var outs []Out
+	for _, f := range m.Flows {
+		for _, flt := range f.Filters {
+			outs = append(outs, n.resvOne(m, FlowKey{m.Session, flt}, *f.Flowspec, now)...)
+		}
+	}
+	return outs
+}
+
+func (n *Node) resvOne(m *Message, k FlowKey, fs Flowspec, now time.Time) []Out {
+	ps := n.paths[k]
+	if ps == nil || ps.self {
+		return []Out{n.resvErr(m, k, fs, ErrNoPathInfo, 0)}
+	}
+	rs := n.resvs[k]
+	if rs == nil || rs.fs != fs {
+		if err := n.cfg.Install.Install(k, fs); err != nil {
+			var ae *AdmissionError
+			code, value := uint8(ErrTrafficControl), uint16(0)
+			if errors.As(err, &ae) {
+				code, value = ErrAdmission, ae.Value
+			}
+			n.cfg.Upcall(Event{Kind: "resv-refused", Key: k, Flowspec: &fs, Code: code, Value: value, Reason: err.Error()})
+			return []Out{n.resvErr(m, k, fs, code, value)}
+		}
+	}
+	fresh := rs == nil
+	if rs == nil {
+		rs = &resvState{}
+		n.resvs[k] = rs
+	}
+	h := *m.Hop
+	rs.fs, rs.style, rs.nhop, rs.confirm = fs, m.Style, &h, m.Confirm
+	rs.refresh = time.Duration(m.Refresh) * time.Millisecond
+	rs.expires = now.Add(Lifetime(rs.refresh))
+	if ps.phop == nil {
+		// The sender host: the reservation is complete here.
+		if fresh {
+			f := fs
+			n.cfg.Upcall(Event{Kind: "resv", Key: k, Flowspec: &f})
+		}
+		if m.Confirm.IsValid() {
+			me, _, err := n.hop(m.Confirm)
+			if err != nil {
+				return nil
+			}
+			f := fs
+			return []Out{{To: m.Confirm, Msg: &Message{Type: ResvConf, TTL: n.cfg.TTL, Session: k.Session,
+				Error: &ErrorSpec{Node: me.Addr, Code: ErrConfirm}, Confirm: m.Confirm, Style: m.Style,
+				Flows: []FlowDesc{{Flowspec: &f, Filters: []Filter{k.Sender}}}}}}
+		}
+		return nil
+	}
+	o, err := n.resvOut(k, rs, ps)
+	if err != nil {
+		return nil
+	}
+	o.Msg.Refresh = m.Refresh
+	return []Out{o}
+}
+
+// resvErr answers a Resv that failed here: a ResvErr to the next hop it
+// came from, naming this node.
+func (n *Node) resvErr(m *Message, k FlowKey, fs Flowspec, code uint8, value uint16) Out {
+	me, _, err := n.hop(m.Hop.Addr)
+	node := netip.Addr{}
+	if err == nil {
+		node = me.Addr
+	} else {
+		node = m.Hop.Addr // unreachable in practice; keeps the message valid
+	}
+	f := fs
+	return Out{To: m.Hop.Addr, Msg: &Message{Type: ResvErr, TTL: n.cfg.TTL, Session: k.Session, Hop: me,
+		Error: &ErrorSpec{Node: node, Code: code, Value: value}, Style: m.Style,
+		Flows: []FlowDesc{{Flowspec: &f, Filters: []Filter{k.Sender}}}}}
+}
+
+// handleResvErr passes a ResvErr toward the receiver. Unlike RFC 2205
+// (which keeps downstream reservations and leaves the refused request to
+// time out), an admission failure removes this flow's reservation here
+// too, so a refusal anywhere leaves nothing installed on any hop.
+func (n *Node) handleResvErr(m *Message) []Out {
+	var outs []Out
+	for _, f := range m.Flows {
+		for _, flt := range f.Filters {
+			k := FlowKey{m.Session, flt}
+			rs := n.resvs[k]
+			if rs == nil {
+				n.Dropped++
+				continue
+			}
+			if rs.nhop == nil {
+				// The receiver: tell the application, drop the request.
+				delete(n.resvs, k)
+				n.cfg.Upcall(Event{Kind: "resv-error", Key: k, Flowspec: f.Flowspec, Node: m.Error.Node, Code: m.Error.Code, Value: m.Error.Value})
+				continue
+			}
+			if m.Error.Code == ErrAdmission {
+				n.cfg.Install.Remove(k)
+				delete(n.resvs, k)
+			}
+			h, _, err := n.hop(rs.nhop.Addr)
+			if err != nil {
+				continue
+			}
+			fwd := *m
+			fwd.Hop = h
+			fwd.Flows = []FlowDesc{{Flowspec: f.Flowspec, Filters: []Filter{flt}}}
+			outs = append(outs, Out{To: rs.nhop.Addr, Msg: &fwd})
+		}
+	}
+	return outs
+}
+
+// Tick refreshes the state this node originates and times out received
+// state whose lifetime passed; call it at least every R/2.
+func (n *Node) Tick(now time.Time) []Out {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var outs []Out
+	for k, ps := range n.paths {
+		switch {
+		case ps.phop == nil && !now.Before(ps.next):
+			ps.next = now.Add(n.jitter())
+			if o, err := n.pathOut(k, ps, n.cfg.TTL); err == nil {
+				outs = append(outs, o)
+			}
+		case ps.phop != nil && now.After(ps.expires):
+			outs = append(outs, n.tearPathLocked(k, "path-timeout")...)
+		}
+	}
+	for k, rs := range n.resvs {
+		switch {
+		case rs.nhop == nil && !now.Before(rs.next):
+			rs.next = now.Add(n.jitter())
+			if ps := n.paths[k]; ps != nil {
+				if o, err := n.resvOut(k, rs, ps); err == nil {
+					outs = append(outs, o)
+				}
+			}
+		case rs.nhop != nil && now.After(rs.expires):
+			outs = append(outs, n.tearResvLocked(k, "resv-timeout")...)
+		}
+	}
+	return outs
+}
+
+// Counts is the number of path and reservation states held.
+func (n *Node) Counts() (paths, resvs int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.paths), len(n.resvs)
+}
