@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -20,6 +21,8 @@ type Conn struct {
 	ra   int // sends with Router Alert
 	mu   sync.Mutex
 	rbuf []byte
+
+	isClosed atomic.Bool
 }
 
 // Received is one message as it arrived.
@@ -80,11 +83,22 @@ func Listen(v6 bool) (*Conn, error) {
 
 // Close closes the sockets; a blocked Recv returns an error.
 func (c *Conn) Close() error {
-	for _, fd := range []*int{&c.fd, &c.ra} {
-		if *fd >= 0 {
-			unix.Shutdown(*fd, unix.SHUT_RDWR)
-			unix.Close(*fd)
-			*fd = -1
+	if !c.isClosed.CompareAndSwap(false, true) {
+		return nil
+	}
+	for _, fd := range []int{c.fd, c.ra} {
+		if fd >= 0 {
+			unix.Shutdown(fd, unix.SHUT_RDWR)
+		}
+	}
+	// The receiving socket is closed by the last Recv's return (or here,
+	// when nobody is receiving): closing it under a blocked recvmsg could
+	// hand its number to another file.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, fd := range []int{c.fd, c.ra} {
+		if fd >= 0 {
+			unix.Close(fd)
 		}
 	}
 	return nil
