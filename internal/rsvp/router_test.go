@@ -1,0 +1,161 @@
+package rsvp
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/hostqos/hostqos/internal/testbed"
+	"github.com/hostqos/hostqos/internal/testutil"
+)
+
+// TestRouterAgents: sender — router — receiver, three namespaces, the
+// router forwarding in the kernel and intercepting Path by its Router
+// Alert option. A reservation installs on the sender and the router and is
+// confirmed; one over the router's capacity gets a ResvErr naming the
+// router and installs nothing; when the receiver's agent dies the
+// reservation times out on both hops within L for the test's R.
+func TestRouterAgents(t *testing.T) {
+	testutil.NeedRoot(t)
+	bed, err := testbed.Build(testbed.Topology{Name: "rs" + testutil.RandHex(4),
+		Nodes: []testbed.NodeSpec{{Name: "s"}, {Name: "r", Router: true}, {Name: "d"}},
+		Links: []testbed.LinkSpec{
+			{A: "s", B: "r", AAddrs: []netip.Prefix{netip.MustParsePrefix("198.18.1.2/24")}, BAddrs: []netip.Prefix{netip.MustParsePrefix("198.18.1.1/24")}},
+			{A: "r", B: "d", AAddrs: []netip.Prefix{netip.MustParsePrefix("198.18.2.1/24")}, BAddrs: []netip.Prefix{netip.MustParsePrefix("198.18.2.2/24")}},
+		}})
+	if err != nil {
+		t.Fatalf("build namespaces: %v", err)
+	}
+	t.Cleanup(func() { _ = bed.Close() })
+
+	const refresh = 200 * time.Millisecond
+	type side struct {
+		agent  *Agent
+		inst   *lockedInstall
+		events chan Event
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	net1 := netip.MustParsePrefix("198.18.1.0/24")
+	mk := func(name string, capacity float32, router bool, local func(netip.Addr) (netip.Addr, bool, error)) *side {
+		sd := &side{inst: &lockedInstall{f: fakeInstall{name: name, capacity: capacity, installed: map[FlowKey]Flowspec{}}},
+			events: make(chan Event, 64), done: make(chan struct{})}
+		var c *Conn
+		if err := bed.Node(name).Do(func() (err error) {
+			if c, err = Listen(false); err != nil {
+				return err
+			}
+			if router {
+				return c.InterceptRouterAlert()
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("sockets in %s: %v", name, err)
+		}
+		node := NewNode(Config{Local: local, Install: sd.inst, Refresh: refresh,
+			Upcall: func(e Event) {
+				select {
+				case sd.events <- e:
+				default:
+				}
+			}})
+		sd.agent = &Agent{Node: node, V4: c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Period: 20 * time.Millisecond}
+		ctx, cancel := context.WithCancel(context.Background())
+		sd.cancel = cancel
+		go func() { defer close(sd.done); sd.agent.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-sd.done })
+		return sd
+	}
+	fixed := func(a netip.Addr) func(netip.Addr) (netip.Addr, bool, error) {
+		return func(dst netip.Addr) (netip.Addr, bool, error) { return a, dst == a, nil }
+	}
+	S, D := netip.MustParseAddr("198.18.1.2"), netip.MustParseAddr("198.18.2.2")
+	R1, R2 := netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("198.18.2.1")
+	snd := mk("s", 1e9, false, fixed(S))
+	rtr := mk("r", 200000, true, func(dst netip.Addr) (netip.Addr, bool, error) {
+		if net1.Contains(dst) {
+			return R1, dst == R1, nil
+		}
+		return R2, dst == R2, nil
+	})
+	rcv := mk("d", 1e9, false, fixed(D))
+
+	wait := func(sd *side, kind string) Event {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case e := <-sd.events:
+				if e.Kind == kind {
+					return e
+				}
+			case <-deadline:
+				t.Fatalf("no %s upcall", kind)
+			}
+		}
+	}
+	sess := Session{Dest: D, Proto: 17, Port: 5004}
+	k := FlowKey{sess, Filter{Src: S, Port: 4000}}
+	k2 := FlowKey{sess, Filter{Src: S, Port: 4001}}
+	for _, key := range []FlowKey{k, k2} {
+		outs, err := snd.agent.Node.Sender(key, testTspec, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		snd.agent.Send(outs)
+		wait(rcv, "path")
+	}
+	if p, _ := rtr.agent.Node.Counts(); p != 2 {
+		t.Fatalf("router holds %d path states, want 2 (it must intercept Path)", p)
+	}
+
+	// Within the router's capacity: installed on sender and router, confirmed.
+	fs := Flowspec{Service: ServiceGuaranteed, Tspec: testTspec, RspecRate: 150000}
+	outs, err := rcv.agent.Node.Reserve(sess, StyleFF, fs, []Filter{k.Sender}, true, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv.agent.Send(outs)
+	if e := wait(rcv, "confirm"); e.Node != S {
+		t.Fatalf("confirmed by %s, want the sender", e.Node)
+	}
+	if !snd.inst.has(k) || !rtr.inst.has(k) {
+		t.Fatalf("installed on sender %v, router %v; want both", snd.inst.has(k), rtr.inst.has(k))
+	}
+
+	// Over the router's capacity (150000 of 200000 taken): ResvErr naming
+	// the router, nothing installed for the second sender anywhere.
+	outs, err = rcv.agent.Node.Reserve(sess, StyleFF, fs, []Filter{k2.Sender}, false, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv.agent.Send(outs)
+	e := wait(rcv, "resv-error")
+	if e.Node != R2 || e.Code != ErrAdmission || e.Value != 2 || e.Flowspec.RspecRate != 150000 {
+		t.Fatalf("ResvErr %+v: want the router %s, admission failure, bandwidth unavailable, R 150000", e, R2)
+	}
+	if r := wait(rtr, "resv-refused"); r.Reason != "r: 150000 B/s requested, 50000 of 200000 B/s reservable left" {
+		t.Errorf("router's reason %q", r.Reason)
+	}
+	if snd.inst.has(k2) || rtr.inst.has(k2) {
+		t.Fatal("refused reservation installed somewhere")
+	}
+
+	// The receiver dies: both hops time out within L.
+	rcv.cancel()
+	<-rcv.done
+	start := time.Now()
+	for snd.inst.has(k) || rtr.inst.has(k) {
+		if time.Since(start) > Lifetime(refresh)+2*time.Second {
+			t.Fatalf("reservation still installed %v after the receiver died (L = %v)", time.Since(start), Lifetime(refresh))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("gone on both hops %v after the receiver died (L = %v, R = %v)", time.Since(start).Round(time.Millisecond), Lifetime(refresh), refresh)
+	if m := rtr.agent.Malformed.Load() + snd.agent.Malformed.Load(); m != 0 {
+		t.Errorf("%d malformed messages", m)
+	}
+}
