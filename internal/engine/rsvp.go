@@ -1,0 +1,185 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/rsvp"
+)
+
+// RSVPInstaller installs the reservations RSVP signalling asks for as the
+// engine's own reservation objects (temporary: signalling refreshes them,
+// so a restarted daemon does not keep them), so admission, policing,
+// binding and events are the host's; see docs/rsvp.md.
+type RSVPInstaller struct {
+	E       *Engine
+	Timeout time.Duration // of one engine change (5 s if 0)
+}
+
+// rsvpCaller is signalling acting on the host's policy.
+var rsvpCaller = Caller{Privileged: true}
+
+// RSVPReservationName is the reservation object of a signalled flow:
+// "rsvp-" and 16 hex digits of a hash of the session and sender.
+func RSVPReservationName(k rsvp.FlowKey) string {
+	h := fnv.New64a()
+	fmt.Fprint(h, k.String())
+	return fmt.Sprintf("rsvp-%016x", h.Sum64())
+}
+
+// RSVPReservation maps a signalled flowspec onto a reservation: the
+// sender's socket (protocol, local address and port) toward the session
+// (remote address and port); r, p, R from bytes/s to bit/s; an infinite
+// peak is no peak term.
+func RSVPReservation(k rsvp.FlowKey, fs rsvp.Flowspec) (policy.Reservation, error) {
+	r := policy.NewReservation(RSVPReservationName(k))
+	switch k.Session.Proto {
+	case 17:
+		r.Proto = "udp"
+	case 6:
+		r.Proto = "tcp"
+	default:
+		return r, fmt.Errorf("session protocol %d: only UDP (17) and TCP (6) sessions are reserved", k.Session.Proto)
+	}
+	bits := func(bytesPerSec float32) policy.Rate {
+		if math.IsInf(float64(bytesPerSec), 1) {
+			return 0
+		}
+		return policy.Rate(math.Round(float64(bytesPerSec) * 8))
+	}
+	src, dst := k.Sender.Src, k.Session.Dest
+	r.Local = netip.PrefixFrom(src, src.BitLen())
+	r.Remote = netip.PrefixFrom(dst, dst.BitLen())
+	if k.Sender.Port != 0 {
+		r.LPort = policy.PortRange{From: k.Sender.Port, To: k.Sender.Port}
+	}
+	if k.Session.Port != 0 {
+		r.RPort = policy.PortRange{From: k.Session.Port, To: k.Session.Port}
+	}
+	t := fs.Tspec
+	r.Rate, r.Burst, r.Peak = bits(t.Rate), policy.Size(t.Bucket), bits(t.Peak)
+	r.MinUnit, r.MaxUnit = policy.Size(t.MinUnit), policy.Size(t.MaxPacket)
+	switch fs.Service {
+	case rsvp.ServiceGuaranteed:
+		r.Service, r.ServiceRate, r.Slack = policy.ServiceGuaranteed, bits(fs.RspecRate), int(min(fs.RspecSlack, math.MaxInt32))
+	default:
+		r.Service = policy.ServiceControlledLoad
+	}
+	return r, nil
+}
+
+func (i *RSVPInstaller) ctx() (context.Context, context.CancelFunc) {
+	d := i.Timeout
+	if d <= 0 {
+		d = 5 * time.Second
+	}
+	return context.WithTimeout(context.Background(), d)
+}
+
+// Install adds the flow's reservation, or changes it when the flowspec
+// changed; a refusal leaves the previous state. Admission refusals become
+// RSVP admission errors (value 2, bandwidth unavailable; 3 when M is over
+// the MTU) carrying the engine's reason with its numbers.
+func (i *RSVPInstaller) Install(k rsvp.FlowKey, fs rsvp.Flowspec) error {
+	r, err := RSVPReservation(k, fs)
+	if err != nil {
+		return &rsvp.AdmissionError{Value: 2, Reason: err.Error()}
+	}
+	ctx, cancel := i.ctx()
+	defer cancel()
+	_, err = i.E.AddReservation(ctx, rsvpCaller, r, true)
+	var conflict *ConflictError
+	if errors.As(err, &conflict) {
+		var patch []byte
+		if patch, err = rsvpPatch(r); err == nil {
+			_, err = i.E.SetReservation(ctx, rsvpCaller, r.Name, patch, true)
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	var bad *BadRequestError
+	var fe *policy.FieldError
+	var fes policy.Errors
+	if errors.As(err, &bad) || errors.As(err, &fe) || errors.As(err, &fes) {
+		v := uint16(2)
+		if strings.Contains(err.Error(), "max_unit") {
+			v = 3
+		}
+		return &rsvp.AdmissionError{Value: v, Reason: err.Error()}
+	}
+	return fmt.Errorf("install reservation %s: %w", r.Name, err)
+}
+
+// Remove removes the flow's reservation (if any).
+func (i *RSVPInstaller) Remove(k rsvp.FlowKey) {
+	ctx, cancel := i.ctx()
+	defer cancel()
+	_ = i.E.RemoveReservation(ctx, rsvpCaller, RSVPReservationName(k))
+}
+
+// rsvpPatch is r as a patch of every field but the name.
+func rsvpPatch(r policy.Reservation) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode reservation %s: %w", r.Name, err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("encode reservation %s: %w", r.Name, err)
+	}
+	delete(m, "name")
+	delete(m, "temporary")
+	return json.Marshal(m)
+}
+
+// RSVPUpcall publishes a signalling upcall on the event stream as
+// "rsvp.<kind>" (rsvp.path, rsvp.resv, rsvp.resv-error, rsvp.confirm, …)
+// with subject "rsvp/<session>", so an application learns what the network
+// granted or refused.
+func (i *RSVPInstaller) RSVPUpcall(ev rsvp.Event) {
+	fields := map[string]any{"dest": ev.Key.Session.Dest.String(), "port": ev.Key.Session.Port,
+		"proto": ev.Key.Session.Proto, "sender": ev.Key.Sender.Src.String(), "sender_port": ev.Key.Sender.Port}
+	msg := fmt.Sprintf("RSVP %s for %s", ev.Kind, ev.Key)
+	if ev.Tspec != nil {
+		fields["r"], fields["b"], fields["p"] = ev.Tspec.Rate, ev.Tspec.Bucket, rsvpFloat(ev.Tspec.Peak)
+		fields["m"], fields["M"] = ev.Tspec.MinUnit, ev.Tspec.MaxPacket
+	}
+	if fs := ev.Flowspec; fs != nil {
+		fields["service"], fields["r"], fields["b"] = fs.Service, fs.Tspec.Rate, fs.Tspec.Bucket
+		if fs.Service == rsvp.ServiceGuaranteed {
+			fields["R"], fields["S"] = fs.RspecRate, fs.RspecSlack
+		}
+	}
+	if ev.Node.IsValid() {
+		fields["node"] = ev.Node.String()
+		msg += " from " + ev.Node.String()
+	}
+	if ev.Code != 0 || ev.Kind == "resv-error" || ev.Kind == "path-error" {
+		fields["error_code"], fields["error_value"] = ev.Code, ev.Value
+		msg += fmt.Sprintf(" (error code %d, value %d)", ev.Code, ev.Value)
+	}
+	if ev.Reason != "" {
+		fields["reason"] = ev.Reason
+		msg += ": " + ev.Reason
+	}
+	i.E.Publish(api.Event{Kind: "rsvp." + ev.Kind, Subject: fmt.Sprintf("rsvp/%s:%d", ev.Key.Session.Dest, ev.Key.Session.Port),
+		Message: msg, Fields: fields})
+}
+
+// rsvpFloat is a float for JSON: +Inf (an unknown peak) as -1.
+func rsvpFloat(f float32) float32 {
+	if math.IsInf(float64(f), 0) {
+		return -1
+	}
+	return f
+}
