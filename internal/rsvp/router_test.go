@@ -19,69 +19,9 @@ import (
 // router and installs nothing; when the receiver's agent dies the
 // reservation times out on both hops within L for the test's R.
 func TestRouterAgents(t *testing.T) {
-	testutil.NeedRoot(t)
-	bed, err := testbed.Build(testbed.Topology{Name: "rs" + testutil.RandHex(4),
-		Nodes: []testbed.NodeSpec{{Name: "s"}, {Name: "r", Router: true}, {Name: "d"}},
-		Links: []testbed.LinkSpec{
-			{A: "s", B: "r", AAddrs: []netip.Prefix{netip.MustParsePrefix("198.18.1.2/24")}, BAddrs: []netip.Prefix{netip.MustParsePrefix("198.18.1.1/24")}},
-			{A: "r", B: "d", AAddrs: []netip.Prefix{netip.MustParsePrefix("198.18.2.1/24")}, BAddrs: []netip.Prefix{netip.MustParsePrefix("198.18.2.2/24")}},
-		}})
-	if err != nil {
-		t.Fatalf("build namespaces: %v", err)
-	}
-	t.Cleanup(func() { _ = bed.Close() })
-
 	const refresh = 200 * time.Millisecond
-	type side struct {
-		agent  *Agent
-		inst   *lockedInstall
-		events chan Event
-		cancel context.CancelFunc
-		done   chan struct{}
-	}
-	net1 := netip.MustParsePrefix("198.18.1.0/24")
-	mk := func(name string, capacity float32, router bool, local func(netip.Addr) (netip.Addr, bool, error)) *side {
-		sd := &side{inst: &lockedInstall{f: fakeInstall{name: name, capacity: capacity, installed: map[FlowKey]Flowspec{}}},
-			events: make(chan Event, 64), done: make(chan struct{})}
-		var c *Conn
-		if err := bed.Node(name).Do(func() (err error) {
-			if c, err = Listen(false); err != nil {
-				return err
-			}
-			if router {
-				return c.InterceptRouterAlert()
-			}
-			return nil
-		}); err != nil {
-			t.Fatalf("sockets in %s: %v", name, err)
-		}
-		node := NewNode(Config{Local: local, Install: sd.inst, Refresh: refresh,
-			Upcall: func(e Event) {
-				select {
-				case sd.events <- e:
-				default:
-				}
-			}})
-		sd.agent = &Agent{Node: node, V4: c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Period: 20 * time.Millisecond}
-		ctx, cancel := context.WithCancel(context.Background())
-		sd.cancel = cancel
-		go func() { defer close(sd.done); sd.agent.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-sd.done })
-		return sd
-	}
-	fixed := func(a netip.Addr) func(netip.Addr) (netip.Addr, bool, error) {
-		return func(dst netip.Addr) (netip.Addr, bool, error) { return a, dst == a, nil }
-	}
-	S, D := netip.MustParseAddr("198.18.1.2"), netip.MustParseAddr("198.18.2.2")
-	R1, R2 := netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("198.18.2.1")
-	snd := mk("s", 1e9, false, fixed(S))
-	rtr := mk("r", 200000, true, func(dst netip.Addr) (netip.Addr, bool, error) {
-		if net1.Contains(dst) {
-			return R1, dst == R1, nil
-		}
-		return R2, dst == R2, nil
-	})
-	rcv := mk("d", 1e9, false, fixed(D))
+	snd, rtr, rcv := threeNodes(t, refresh)
+	S, D, R2 := snd.addr, rcv.addr, rtr.addr
 
 	wait := func(sd *side, kind string) Event {
 		t.Helper()
@@ -158,4 +98,78 @@ func TestRouterAgents(t *testing.T) {
 	if m := rtr.agent.Malformed.Load() + snd.agent.Malformed.Load(); m != 0 {
 		t.Errorf("%d malformed messages", m)
 	}
+}
+
+// side is one node of threeNodes: its agent, installer and upcalls.
+type side struct {
+	agent  *Agent
+	inst   *lockedInstall
+	events chan Event
+	cancel context.CancelFunc
+	done   chan struct{}
+	addr   netip.Addr // its address (the router's toward the receiver)
+}
+
+// threeNodes builds sender s (198.18.1.2) — router r (198.18.1.1,
+// 198.18.2.1; 200000 B/s reservable) — receiver d (198.18.2.2) and runs
+// an agent on each.
+func threeNodes(t testing.TB, refresh time.Duration) (snd, rtr, rcv *side) {
+	testutil.NeedRoot(t)
+	bed, err := testbed.Build(testbed.Topology{Name: "rs" + testutil.RandHex(4),
+		Nodes: []testbed.NodeSpec{{Name: "s"}, {Name: "r", Router: true}, {Name: "d"}},
+		Links: []testbed.LinkSpec{
+			{A: "s", B: "r", AAddrs: []netip.Prefix{netip.MustParsePrefix("198.18.1.2/24")}, BAddrs: []netip.Prefix{netip.MustParsePrefix("198.18.1.1/24")}},
+			{A: "r", B: "d", AAddrs: []netip.Prefix{netip.MustParsePrefix("198.18.2.1/24")}, BAddrs: []netip.Prefix{netip.MustParsePrefix("198.18.2.2/24")}},
+		}})
+	if err != nil {
+		t.Fatalf("build namespaces: %v", err)
+	}
+	t.Cleanup(func() { _ = bed.Close() })
+
+	net1 := netip.MustParsePrefix("198.18.1.0/24")
+	mk := func(name string, capacity float32, router bool, local func(netip.Addr) (netip.Addr, bool, error)) *side {
+		sd := &side{inst: &lockedInstall{f: fakeInstall{name: name, capacity: capacity, installed: map[FlowKey]Flowspec{}}},
+			events: make(chan Event, 64), done: make(chan struct{})}
+		var c *Conn
+		if err := bed.Node(name).Do(func() (err error) {
+			if c, err = Listen(false); err != nil {
+				return err
+			}
+			if router {
+				return c.InterceptRouterAlert()
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("sockets in %s: %v", name, err)
+		}
+		node := NewNode(Config{Local: local, Install: sd.inst, Refresh: refresh,
+			Upcall: func(e Event) {
+				select {
+				case sd.events <- e:
+				default:
+				}
+			}})
+		sd.agent = &Agent{Node: node, V4: c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Period: 20 * time.Millisecond}
+		ctx, cancel := context.WithCancel(context.Background())
+		sd.cancel = cancel
+		go func() { defer close(sd.done); sd.agent.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-sd.done })
+		return sd
+	}
+	fixed := func(a netip.Addr) func(netip.Addr) (netip.Addr, bool, error) {
+		return func(dst netip.Addr) (netip.Addr, bool, error) { return a, dst == a, nil }
+	}
+	S, D := netip.MustParseAddr("198.18.1.2"), netip.MustParseAddr("198.18.2.2")
+	R1, R2 := netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("198.18.2.1")
+	snd = mk("s", 1e9, false, fixed(S))
+	rtr = mk("r", 200000, true, func(dst netip.Addr) (netip.Addr, bool, error) {
+		if net1.Contains(dst) {
+			return R1, dst == R1, nil
+		}
+		return R2, dst == R2, nil
+	})
+	rcv = mk("d", 1e9, false, fixed(D))
+
+	snd.addr, rtr.addr, rcv.addr = S, R2, D
+	return snd, rtr, rcv
 }
