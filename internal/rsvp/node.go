@@ -375,6 +375,11 @@ func (n *Node) handlePath(m *Message, now time.Time) []Out {
 		n.Dropped++
 		return nil
 	}
+	if ps != nil && ps.phop == nil {
+		// A Path for a sender this host originates: a loop or a forgery.
+		n.Dropped++
+		return nil
+	}
 	fresh := ps == nil || ps.tspec != *m.Sender.Tspec || *ps.phop != *m.Hop
 	if ps == nil {
 		ps = &pathState{}
