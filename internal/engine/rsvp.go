@@ -127,19 +127,16 @@ func (i *RSVPInstaller) Remove(k rsvp.FlowKey) {
 	_ = i.E.RemoveReservation(ctx, rsvpCaller, RSVPReservationName(k))
 }
 
-// rsvpPatch is r as a patch of every field but the name.
+// rsvpPatch is the Tspec and service of r as a patch: every field
+// written, zero ones too (an omitted field would keep its old value).
 func rsvpPatch(r policy.Reservation) ([]byte, error) {
-	b, err := json.Marshal(r)
+	m := map[string]any{"service": r.Service, "rate": r.Rate, "burst": r.Burst, "peak": r.Peak,
+		"min_unit": r.MinUnit, "max_unit": r.MaxUnit, "service_rate": r.ServiceRate, "slack_us": r.Slack}
+	b, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode reservation %s: %w", r.Name, err)
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("encode reservation %s: %w", r.Name, err)
-	}
-	delete(m, "name")
-	delete(m, "temporary")
-	return json.Marshal(m)
+	return b, nil
 }
 
 // RSVPUpcall publishes a signalling upcall on the event stream as

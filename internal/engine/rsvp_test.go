@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math"
 	"net/netip"
 	"strings"
 	"testing"
@@ -33,10 +34,15 @@ func TestRSVPInstaller(t *testing.T) {
 		want.Service != policy.ServiceGuaranteed || want.Local.String() != "198.18.1.2/32" || want.RPort.From != 5004 {
 		t.Fatalf("mapped to %+v", want)
 	}
-	// A changed flowspec changes the object.
+	// A changed flowspec changes the object, zero fields too (an
+	// infinite peak is no peak term).
 	fs.RspecRate = 250000
+	fs.Tspec.Peak = float32(math.Inf(1))
 	if err := inst.Install(k, fs); err != nil {
 		t.Fatal(err)
+	}
+	if rs, _ := e.Reservations(root, RSVPReservationName(k)); len(rs) != 1 || rs[0].Reservation.Peak != 0 || rs[0].Reservation.ServiceRate != 2_000_000 {
+		t.Fatalf("after the change: %+v", rs)
 	}
 	// Over capacity (8mbit): an admission error with the engine's numbers;
 	// the admitted one stays as it was.
