@@ -53,7 +53,7 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.precedence, "precedence", "", "evaluation order: higher first (0-65535); ties go to the most specific rule")
 	fl.StringVar(&f.quota, "quota", "", "quota: volume per period, e.g. 5gb (see --quota-action)")
 	fl.StringVar(&f.quotaPeriod, "quota-period", "", "quota: day (default), week (from Monday) or month (from the 1st)")
-	fl.StringVar(&f.quotaDir, "quota-direction", "", "quota: which traffic counts: out (default; in and both need receive-side counters)")
+	fl.StringVar(&f.quotaDir, "quota-direction", "", "quota: which traffic counts: out (sent, default), in (received) or both")
 	fl.StringVar(&f.quotaReset, "quota-reset", "", "quota: time of day a period starts, HH:MM (default 00:00, in --timezone)")
 	fl.StringVar(&f.quotaAction, "quota-action", "", "quota: when used up, until the reset: event (default), block, or \"limit RATE\" (e.g. \"limit 1mbit\")")
 	fl.StringVar(&f.schedule, "schedule", "", "active only in these windows, e.g. \"Mon-Fri 09:00-18:00, Sat 10:00-14:00\" (default: always)")

@@ -37,9 +37,8 @@ func newTopCmd(f *factory) *cobra.Command {
 		Use:   "top [--sort rate|bytes|drops|flows|name] [--filter TEXT]",
 		Short: "Live full-screen view of apps and their flows: rates, class, limit, drops; change an app's class or limit, or block it",
 		Long: `top shows the apps (processes) that have flows, each with its flows below it
-when unfolded: the rate each sends now (OUT; IN stays "-" until hostqos counts
-received traffic per flow), bytes and drops so far, and the rule, class and
-limit that apply. It refreshes every second.
+when unfolded: the rate each sends (OUT) and receives (IN) now, bytes each way
+and drops so far, and the rule, class and limit that apply. It refreshes every second.
 
 Keys: ↑/↓ (or k/j) select an app, Enter or space folds its flows in or out,
 s changes the sort order, / filters (by command, exe, pid, user or rule),
@@ -110,6 +109,7 @@ type topApp struct {
 	Flows     []api.FlowStat
 	Rules     []string // the rules its flows matched
 	api.Counter
+	In api.Counter // received
 }
 
 // Name is how top names the app: its executable's file name, else its
@@ -180,6 +180,11 @@ func (m *topModel) update(flows []api.FlowStat, rules []api.RuleInfo, at time.Ti
 		a.Drops += f.Drops
 		a.RateBps += f.RateBps
 		a.PktRate += f.PktRate
+		a.In.Packets += f.In.Packets
+		a.In.Bytes += f.In.Bytes
+		a.In.Drops += f.In.Drops
+		a.In.RateBps += f.In.RateBps
+		a.In.PktRate += f.In.PktRate
 		if f.Rule != "" && !contains(a.Rules, f.Rule) {
 			a.Rules = append(a.Rules, f.Rule)
 		}
@@ -187,7 +192,9 @@ func (m *topModel) update(flows []api.FlowStat, rules []api.RuleInfo, at time.Ti
 	m.apps = m.apps[:0]
 	for _, a := range apps {
 		if m.matches(*a) {
-			sort.Slice(a.Flows, func(i, j int) bool { return a.Flows[i].RateBps > a.Flows[j].RateBps })
+			sort.Slice(a.Flows, func(i, j int) bool {
+				return a.Flows[i].RateBps+a.Flows[i].In.RateBps > a.Flows[j].RateBps+a.Flows[j].In.RateBps
+			})
 			m.apps = append(m.apps, *a)
 		}
 	}
@@ -218,9 +225,9 @@ func (m *topModel) matches(a topApp) bool {
 
 func (m *topModel) sortApps() {
 	less := map[string]func(a, b topApp) bool{
-		"rate":  func(a, b topApp) bool { return a.RateBps > b.RateBps },
-		"bytes": func(a, b topApp) bool { return a.Bytes > b.Bytes },
-		"drops": func(a, b topApp) bool { return a.Drops > b.Drops },
+		"rate":  func(a, b topApp) bool { return a.RateBps+a.In.RateBps > b.RateBps+b.In.RateBps },
+		"bytes": func(a, b topApp) bool { return a.Bytes+a.In.Bytes > b.Bytes+b.In.Bytes },
+		"drops": func(a, b topApp) bool { return a.Drops+a.In.Drops > b.Drops+b.In.Drops },
 		"flows": func(a, b topApp) bool { return len(a.Flows) > len(b.Flows) },
 		"name":  func(a, b topApp) bool { return a.Name() < b.Name() },
 	}[m.sort]
@@ -260,6 +267,9 @@ func (m *topModel) classLimit(a topApp) (class, limit string) {
 	}
 	if r.Police > 0 {
 		l = append(l, "police "+r.Police.String())
+	}
+	if r.MaxBWIn > 0 {
+		l = append(l, "in "+r.MaxBWIn.String())
 	}
 	if ri.Quota != nil && ri.Quota.Reached {
 		l = append(l, "quota: "+ri.Quota.Action)
@@ -614,14 +624,15 @@ type topLine struct {
 // lines lays out the view: a title, the column header, the apps (with the
 // flows of the unfolded ones), and at the bottom the prompt or the status.
 func (m *topModel) lines() []topLine {
-	var total api.Counter
+	var total, in api.Counter
 	for _, a := range m.apps {
 		total.RateBps += a.RateBps
-		total.Drops += a.Drops
+		total.Drops += a.Drops + a.In.Drops
+		in.RateBps += a.In.RateBps
 	}
-	title := fmt.Sprintf("hostqos top — %s — %d apps, sending %s, %d drops — sort: %s (s)  filter: %s (/)  keys: ↑↓ Enter c l b u q",
-		m.at.Local().Format("15:04:05"), len(m.apps), humanRate(total.RateBps), total.Drops, m.sort, orDash(m.filter))
-	out := []topLine{{text: title}, {text: topRow("PID", "APP", "UID", "FLOWS", "OUT", "IN", "BYTES", "DROPS", "RULE", "CLASS", "LIMIT", "EXE"), header: true}}
+	title := fmt.Sprintf("hostqos top — %s — %d apps, sending %s, receiving %s, %d drops — sort: %s (s)  filter: %s (/)  keys: ↑↓ Enter c l b u q",
+		m.at.Local().Format("15:04:05"), len(m.apps), humanRate(total.RateBps), humanRate(in.RateBps), total.Drops, m.sort, orDash(m.filter))
+	out := []topLine{{text: title}, {text: topRow("PID", "APP", "UID", "FLOWS", "OUT", "IN", "BYTES OUT/IN", "DROPS", "RULE", "CLASS", "LIMIT", "EXE"), header: true}}
 	for i, a := range m.apps {
 		class, limit := m.classLimit(a)
 		rule := "-"
@@ -633,11 +644,12 @@ func (m *topModel) lines() []topLine {
 			mark = "-"
 		}
 		out = append(out, topLine{selected: i == m.sel, text: topRow(strconv.Itoa(int(a.PID)), mark+" "+a.Comm, strconv.Itoa(int(a.UID)),
-			strconv.Itoa(len(a.Flows)), humanRate(a.RateBps), "-", humanBytes(a.Bytes), strconv.FormatUint(a.Drops, 10), rule, class, limit, orDash(a.Exe))})
+			strconv.Itoa(len(a.Flows)), humanRate(a.RateBps), humanRate(a.In.RateBps), humanBytes(a.Bytes)+"/"+humanBytes(a.In.Bytes),
+			strconv.FormatUint(a.Drops+a.In.Drops, 10), rule, class, limit, orDash(a.Exe))})
 		if m.open[a.PID] {
 			for _, f := range a.Flows {
-				out = append(out, topLine{text: topRow("", "  "+f.Proto, "", "", humanRate(f.RateBps), "-", humanBytes(f.Bytes),
-					strconv.FormatUint(f.Drops, 10), orDash(f.Rule), "", "", f.Local+" → "+f.Remote)})
+				out = append(out, topLine{text: topRow("", "  "+f.Proto, "", "", humanRate(f.RateBps), humanRate(f.In.RateBps), humanBytes(f.Bytes)+"/"+humanBytes(f.In.Bytes),
+					strconv.FormatUint(f.Drops+f.In.Drops, 10), orDash(f.Rule), "", "", f.Local+" → "+f.Remote)})
 			}
 		}
 	}
@@ -646,7 +658,7 @@ func (m *topModel) lines() []topLine {
 
 // topRow lays out the columns of a line.
 func topRow(c ...string) string {
-	widths := []int{8, 18, 6, 6, 13, 6, 10, 7, 16, 12, 16, 0}
+	widths := []int{8, 18, 6, 6, 13, 13, 20, 7, 16, 12, 16, 0}
 	var b strings.Builder
 	for i, s := range c {
 		w := widths[i]

@@ -19,7 +19,7 @@ func topFlows() []api.FlowStat {
 	return []api.FlowStat{
 		{Proto: "tcp", Local: "198.18.0.1:40000", Remote: "198.18.0.2:443", PID: 10, Comm: "zoom", Exe: "/opt/zoom/zoom", Rule: "zoom", Counter: c(1e6, 100)},
 		{Proto: "udp", Local: "198.18.0.1:40001", Remote: "198.18.0.2:9000", PID: 10, Comm: "zoom", Exe: "/opt/zoom/zoom", Rule: "zoom", Counter: c(2e6, 50)},
-		{Proto: "tcp", Local: "198.18.0.1:40002", Remote: "198.18.0.2:22", PID: 20, Comm: "restic", UID: 1000, Rule: "backup", Counter: c(5e6, 10)},
+		{Proto: "tcp", Local: "198.18.0.1:40002", Remote: "198.18.0.2:22", PID: 20, Comm: "restic", UID: 1000, Rule: "backup", Counter: c(5e6, 10), In: c(7e6, 5)},
 		{Proto: "tcp", Local: "198.18.0.1:40003", Remote: "198.18.0.2:80", PID: 0, Counter: c(9e6, 1)}, // forwarded: no app
 	}
 }
@@ -36,6 +36,9 @@ func TestTopModel(t *testing.T) {
 	}
 	if c, l := m.classLimit(m.apps[0]); c != "default" || l != "max 20mbit" {
 		t.Errorf("restic (rule backup): class %s, limit %s", c, l)
+	}
+	if ls := m.lines(); !strings.Contains(ls[2].text, "5.00mbit/s   7.00mbit/s") || !strings.Contains(ls[2].text, "10B/5B") {
+		t.Errorf("restic's row lacks its OUT and IN rates and bytes: %q", ls[2].text)
 	}
 	m.sort = "bytes"
 	m.sortApps()

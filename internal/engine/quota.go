@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -37,6 +38,7 @@ type quotaUsage struct {
 	// counter at the last reading; usage grows by the counter's increase.
 	Slot      int       `json:"slot"`
 	Counter   uint64    `json:"counter"`
+	Direction string    `json:"direction,omitempty"` // what Counter counts ("": out)
 	ReachedAt time.Time `json:"reached_at,omitzero"`
 }
 
@@ -134,6 +136,14 @@ func (e *Engine) runtimePolicy(p *policy.Policy) (*policy.Policy, string) {
 			case policy.QuotaBlock:
 				r.Action = policy.ActionDrop
 			case policy.QuotaLimit:
+				if q.Direction != policy.DirOut { // received traffic: a download limit
+					if r.MaxBWIn == 0 || r.MaxBWIn > q.Action.Limit {
+						r.MaxBWIn = q.Action.Limit
+					}
+				}
+				if q.Direction == policy.DirIn {
+					break
+				}
 				if shaped {
 					if r.MaxBW == 0 || r.MaxBW > q.Action.Limit {
 						r.MaxBW = q.Action.Limit
@@ -199,14 +209,14 @@ func (e *Engine) tickTimesLocked() []api.Event {
 		var raw uint64
 		haveRaw := hasSlot && slot < len(cs)
 		if haveRaw {
-			raw = cs[slot].Bytes
+			raw = quotaBytes(cs[slot], q.Direction)
 		}
 		u := t.usage[r.Name]
 		if u == nil {
 			if !haveRaw {
 				continue
 			}
-			u = &quotaUsage{PeriodStart: start, Slot: slot, Counter: raw}
+			u = &quotaUsage{PeriodStart: start, Slot: slot, Counter: raw, Direction: q.Direction}
 			t.usage[r.Name], saveNow = u, true
 		}
 		if !u.PeriodStart.Equal(start) {
@@ -218,8 +228,9 @@ func (e *Engine) tickTimesLocked() []api.Event {
 		}
 		if haveRaw {
 			switch {
-			case u.Slot != slot:
-				u.Slot, u.Counter = slot, raw // another slot: count from here
+			case u.Slot != slot || dirOf(u.Direction) != q.Direction:
+				// Another slot, or another direction counted: from here.
+				u.Slot, u.Counter, u.Direction, saveNow = slot, raw, q.Direction, true
 			case raw >= u.Counter:
 				if raw > u.Counter {
 					u.Used += raw - u.Counter
@@ -293,6 +304,24 @@ func (e *Engine) tickTimesLocked() []api.Event {
 		}
 	}
 	return evs
+}
+
+// quotaBytes is the byte counter a quota of direction dir counts.
+func quotaBytes(c datapath.Counters, dir string) uint64 {
+	switch dir {
+	case policy.DirIn:
+		return c.RxBytes
+	case policy.DirBoth:
+		return c.Bytes + c.RxBytes
+	}
+	return c.Bytes
+}
+
+func dirOf(d string) string {
+	if d == "" {
+		return policy.DirOut
+	}
+	return d
 }
 
 // mib writes a byte count in MiB for messages.

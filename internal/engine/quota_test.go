@@ -286,8 +286,8 @@ func TestQuotaFieldsValidated(t *testing.T) {
 		patch func(*policy.Rule)
 		field string
 	}{
-		{func(r *policy.Rule) { r.Quota, r.QuotaDirection = 1<<20, "in" }, "quota_direction"},
-		{func(r *policy.Rule) { r.Quota, r.QuotaDirection = 1<<20, "both" }, "quota_direction"},
+		{func(r *policy.Rule) { r.Quota, r.QuotaDirection = 1<<20, "sideways" }, "quota_direction"},
+		{func(r *policy.Rule) { r.Quota, r.QuotaDirection, r.QuotaAction = 1<<20, "in", "limit 10kbit" }, "quota_action"},
 		{func(r *policy.Rule) { r.Quota, r.QuotaAction = 1<<20, "limit" }, "quota_action"},
 		{func(r *policy.Rule) { r.Quota, r.QuotaAction = 1<<20, "throttle" }, "quota_action"},
 		{func(r *policy.Rule) { r.Quota, r.QuotaPeriod = 1<<20, "year" }, "quota_period"},
@@ -389,5 +389,57 @@ func TestQuotaFileDamaged(t *testing.T) {
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Errorf("quota.json not written again: %v", err)
+	}
+}
+
+// TestQuotaReceived: a quota of direction in counts the rule's received
+// bytes, both counts both; reached, limit caps what the rule's flows
+// receive (a download limit), and with both also what they send.
+func TestQuotaReceived(t *testing.T) {
+	for _, dir := range []string{"in", "both"} {
+		env := newEnv(t, `
+[[link]]
+name = "eth0"
+egress_rate = "100mbit"
+
+[[rule]]
+name = "dl"
+comm = "wget"
+quota = "1mb"
+quota_direction = "`+dir+`"
+quota_action = "limit 2mbit"
+`)
+		clk := &fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+		var evs evRecorder
+		e := startAt(t, env, clk, &evs)
+		slot := e.slots.Rules["dl"]
+		env.k.Counters = make([]datapath.Counters, datapath.MaxRules)
+		e.Tick()
+		env.k.Counters[slot] = datapath.Counters{Bytes: 600 << 10, RxBytes: 600 << 10}
+		e.Tick()
+		ri, _ := e.Rules(root, "dl")
+		want := map[string]uint64{"in": 600 << 10, "both": 1200 << 10}[dir]
+		if ri[0].Quota.Used != want || ri[0].Quota.Direction != dir {
+			t.Fatalf("%s: used %d, want %d (%+v)", dir, ri[0].Quota.Used, want, ri[0].Quota)
+		}
+		r, _ := dpRule(env.k, slot)
+		if dir == "in" {
+			if r.MaxBWIn != 0 {
+				t.Fatalf("in: limited at 600 KiB of 1 MiB: %+v", r)
+			}
+			env.k.Counters[slot].RxBytes = 2 << 20
+			e.Tick()
+			r, _ = dpRule(env.k, slot)
+		}
+		if r.MaxBWIn != 2_000_000 {
+			t.Errorf("%s over quota: download limit %d, want 2mbit", dir, r.MaxBWIn)
+		}
+		ownLeaf := r.ClassID == shaper.RuleClassID(uint16(slot))
+		if ownLeaf != (dir == "both") {
+			t.Errorf("%s over quota: sent traffic capped %v", dir, ownLeaf)
+		}
+		if got := evs.kinds(); len(got) != 1 || got[0] != "quota.reached" {
+			t.Errorf("%s: events %v", dir, got)
+		}
 	}
 }

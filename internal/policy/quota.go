@@ -291,12 +291,9 @@ func (v *validator) quotaSchedule(obj string, r Rule) {
 		v.add(obj, "quota_period", r.QuotaPeriod, "unknown period", "use day, week or month")
 	}
 	switch r.QuotaDirection {
-	case "", DirOut:
-	case DirIn, DirBoth:
-		v.add(obj, "quota_direction", r.QuotaDirection, "not counted yet: hostqos counts a rule's sent traffic only (no receive-side rule counters in this build)",
-			"use quota_direction = \"out\" or leave it out")
+	case "", DirOut, DirIn, DirBoth:
 	default:
-		v.add(obj, "quota_direction", r.QuotaDirection, "unknown direction", "use out (in and both need receive-side counters)")
+		v.add(obj, "quota_direction", r.QuotaDirection, "unknown direction", "use out (sent), in (received) or both")
 	}
 	if r.QuotaReset != "" {
 		if _, err := ParseClock(r.QuotaReset, false); err != nil {
@@ -305,6 +302,9 @@ func (v *validator) quotaSchedule(obj string, r Rule) {
 	}
 	if a, err := ParseQuotaAction(r.QuotaAction); err != nil {
 		v.add(obj, "quota_action", r.QuotaAction, err.Error(), `use event, block or "limit RATE" (e.g. "limit 1mbit")`)
+	} else if a.Kind == QuotaLimit && (r.QuotaDirection == DirIn || r.QuotaDirection == DirBoth) && a.Limit < MinMaxBWIn {
+		v.add(obj, "quota_action", r.QuotaAction, "a limit of received traffic below "+MinMaxBWIn.String()+" cannot hold TCP (two segments per round trip)",
+			"limit at "+MinMaxBWIn.String()+" or more, or use block")
 	} else if a.Kind != QuotaEvent && r.Action != "" && r.Action != ActionPass {
 		v.add(obj, "quota_action", r.QuotaAction, "with action "+string(r.Action)+" there is nothing to "+a.Kind, "use quota_action = \"event\" or action pass")
 	}
