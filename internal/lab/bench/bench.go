@@ -97,6 +97,7 @@ var suite = []benchmark{
 	{"history", "Cost of the history store and the metrics: sampling 10k flows, DB growth, a day's query, a 10k-series scrape", benchHistory},
 	{"xdpdrop", "Drop list: hostqos XDP vs an nftables drop rule, 10 and 100,000 prefixes", benchXDPDrop},
 	{"synflood", "SYN flood: an unlisted client's connections without throttling, with nftables, with hostqos", benchSYNFlood},
+	{"resv-api", "Reservation add and remove latency through the API (seed Table IV)", benchResvAPI},
 }
 
 // Names lists the benchmarks in the order the suite runs them.
