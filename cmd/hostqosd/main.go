@@ -45,6 +45,7 @@ func main() {
 	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/hostqos", "directory for persistent state (policy changes made through the API)")
 	fs.StringVar(&cfg.BPFFSDir, "bpffs-dir", "/sys/fs/bpf/hostqos", "where BPF programs and maps are pinned")
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "Unix socket of the API")
+	fs.StringVar(&cfg.Attach, "attach", "auto", "how the classifier is attached to links: tcx (Linux 6.6+), clsact (cls_bpf on a clsact qdisc, any kernel), or auto (tcx where the kernel has it)")
 	fs.IntVar(&cfg.FlowTableSize, "flow-table-size", 65536, "entries of each flow table (LRU; one for IPv4, one for IPv6)")
 	fs.IntVar(&cfg.MaxRunsPerUser, "max-runs-per-user", daemon.DefaultMaxRunsPerUser, "hostqos runs one ordinary user (not root, not group hostqos) may have at once")
 	fs.IntVar(&cfg.MaxUserRuns, "max-user-runs", daemon.DefaultMaxUserRuns, fmt.Sprintf("hostqos runs of all ordinary users together (at most %d); the other app-selector slots of the %d are kept for admin rules", policy.MaxAppRules/2, policy.MaxAppRules))

@@ -59,6 +59,9 @@ type Config struct {
 	Settings policy.Settings
 	// NoHistory runs without the history store.
 	NoHistory bool
+	// Attach is how the classifier is attached to links: auto (TCX where
+	// the kernel has it, else clsact), tcx or clsact (engine.ResolveAttach).
+	Attach string
 }
 
 // Daemon is a running hostqosd: the process around the engine — its
@@ -158,6 +161,10 @@ func (d *Daemon) Start(ctx context.Context) error {
 		}
 		d.cgRoot, d.cgOwn = root, own
 	}
+	attach, err := engine.ResolveAttach(d.cfg.Attach)
+	if err != nil {
+		return err
+	}
 	dp, err := datapath.Open(datapath.Options{
 		BPFFSDir: d.cfg.BPFFSDir, CgroupPath: d.cgRoot, FlowTableSize: d.cfg.FlowTableSize, Logger: d.cfg.Logger,
 	})
@@ -182,7 +189,8 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.mu.Lock()
 	d.shield = shield
 	d.mu.Unlock()
-	if err := d.eng.Start(&engine.SystemKernel{DP: dp, CgRoot: d.cgRoot, Netns: d.netns, Log: d.cfg.Logger, Shield: shield}); err != nil {
+	d.log.Info("classifier attachment", "attach", attach)
+	if err := d.eng.Start(&engine.SystemKernel{DP: dp, CgRoot: d.cgRoot, Netns: d.netns, Log: d.cfg.Logger, Shield: shield, Attach: attach}); err != nil {
 		return fmt.Errorf("apply policy: %w", err)
 	}
 	if err := d.startObservability(); err != nil {

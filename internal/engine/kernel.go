@@ -80,6 +80,9 @@ type SystemKernel struct {
 	// Shield is the XDP program (drop list, SYN limits); nil when it did
 	// not load (the rest works without it).
 	Shield *datapath.Shield
+	// Attach is how the classifier is attached to links: AttachTCX, or
+	// AttachClsact (cls_bpf on clsact, for kernels before 6.6); "" = TCX.
+	Attach string
 }
 
 func (k *SystemKernel) shaperLog() shaper.Option {
@@ -98,9 +101,9 @@ func (k *SystemKernel) Shaped(ifindex int) (bool, error)   { return shaper.Owned
 func (k *SystemKernel) ClassStats(ifindex int) ([]shaper.ClassStats, error) {
 	return shaper.Stats(ifindex)
 }
-func (k *SystemKernel) AttachLink(ifindex int) error              { return k.DP.AttachLink(ifindex) }
-func (k *SystemKernel) DetachLink(ifindex int) error              { return k.DP.DetachLink(ifindex) }
-func (k *SystemKernel) LinkAttached(ifindex int) (bool, error)    { return k.DP.LinkAttached(ifindex) }
+func (k *SystemKernel) AttachLink(ifindex int) error              { return k.attachLink(ifindex) }
+func (k *SystemKernel) DetachLink(ifindex int) error              { return k.detachLink(ifindex) }
+func (k *SystemKernel) LinkAttached(ifindex int) (bool, error)    { return k.linkAttached(ifindex) }
 func (k *SystemKernel) LookupLink(name string) (int, bool, error) { return LookupLink(name) }
 func (k *SystemKernel) RuleCounters() ([]datapath.Counters, error) {
 	return k.DP.RuleCounters()
@@ -208,6 +211,9 @@ func RemoveKernelState(bpffsDir string) error {
 		return fmt.Errorf("list interfaces: %w", err)
 	}
 	var errs []error
+	if err := removeClsactFilters(bpffsDir, ifs); err != nil {
+		errs = append(errs, err)
+	}
 	for _, ifi := range ifs {
 		if owned, _ := shaper.Owned(ifi.Index); owned {
 			if err := shaper.Remove(ifi.Index); err != nil {

@@ -29,3 +29,20 @@ func Owned(ifindex int) (bool, error) { return false, errUnsupported }
 
 // Stats is only supported on Linux.
 func Stats(ifindex int) ([]ClassStats, error) { return nil, errUnsupported }
+
+// Direction is a TC hook of a link: egress or ingress.
+type Direction int
+
+const (
+	Egress Direction = iota
+	Ingress
+)
+
+// AttachBPF needs Linux.
+func AttachBPF(ifindex int, dir Direction, fd int) (bool, error) { return false, errUnsupported }
+
+// BPFProgram needs Linux.
+func BPFProgram(ifindex int, dir Direction) (int, bool, error) { return 0, false, errUnsupported }
+
+// DetachBPF needs Linux.
+func DetachBPF(ifindex int, dir Direction, removeClsact bool) error { return errUnsupported }

@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/testutil"
+)
+
+// TestClsactFallback (issue 9, item 5): with --attach clsact (the path of
+// kernels without TCX) the classifier is a cls_bpf filter beside a foreign
+// one on the foreign clsact; it marks and counts only the matching flow;
+// a daemon killed with -9 and started again adopts the filter in place; a
+// removed filter is put back by the repair; `hostqos down` removes only
+// our filter (the foreign clsact and filter stay), and a clsact hostqos
+// added itself goes with it.
+func TestClsactFallback(t *testing.T) {
+	e := newEnv(t)
+	e.d.ExtraArgs = []string{"--attach", "clsact"}
+	ifc := e.iface()
+	tc := func(args ...string) string {
+		out, err := e.client.Command("tc", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	ours := func() int { return strings.Count(tc("filter", "show", "dev", ifc, "egress"), "hostqos") }
+	tc("qdisc", "add", "dev", ifc, "clsact")
+	tc("filter", "add", "dev", ifc, "egress", "prio", "7", "protocol", "all", "u32", "match", "u32", "0", "0", "flowid", "1:1")
+	e.startDaemon()
+	e.hostqos("link", "set", ifc, "--egress-rate", "50mbit")
+	e.hostqos("rule", "add", "f4", "--proto", "udp", "--rport", "6000", "--remote", serverV4.Addr().String()+"/32", "--dscp", "AF21", "--maxbw", "20mbit")
+	if f := tc("filter", "show", "dev", ifc, "egress"); ours() != 1 || !strings.Contains(f, "direct-action") || !strings.Contains(f, "u32") {
+		t.Fatalf("egress filters: want hostqos's (direct-action) beside the foreign u32:\n%s", f)
+	}
+	if hasTCX(t, e, ifc) {
+		t.Error("a TCX program is attached in clsact mode")
+	}
+
+	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Stop()
+	app := e.app("clsact-app")
+	srv4 := serverV4.Addr().String()
+	e.udpSink(srv4+":6000", 30*time.Second)
+	e.udpSink(srv4+":6001", 30*time.Second)
+	send := func() {
+		for _, to := range []string{srv4 + ":6000", srv4 + ":6001"} {
+			e.runApp(app, "tool", "udp-send", "--to", to, "--pps", "500", "--count", "50", "--size", "100")
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	check := func(when string, port uint16, want, atLeast int) int {
+		got, total := map[int]int{}, 0
+		for _, f := range sn.To(unix.IPPROTO_UDP, port) {
+			for d, n := range f.DSCP {
+				got[d] += n
+				total += n
+			}
+		}
+		if total < atLeast || got[want] != total {
+			t.Errorf("%s: port %d: DSCP counts %v of %d packets, want all %d", when, port, got, total, want)
+		}
+		return total
+	}
+	send()
+	n := check("clsact", 6000, dscpAF21, 50)
+	check("clsact", 6001, 0, 50)
+	eventually(t, 3*time.Second, "rule counter", func() (bool, string) {
+		r := e.ruleStat("f4")
+		return r.Packets == uint64(n), fmt.Sprintf("f4 counted %d, the receiver saw %d", r.Packets, n)
+	})
+	if s := tc("-s", "class", "show", "dev", ifc); !strings.Contains(s, "htb") {
+		t.Errorf("no HTB classes in clsact mode:\n%s", s)
+	}
+
+	// Restart after kill -9: the filter is adopted (replaced in place).
+	e.killDaemon(syscall.SIGKILL)
+	if ours() != 1 {
+		t.Fatal("the filter went with the daemon")
+	}
+	e.startDaemon()
+	if c := ours(); c != 1 {
+		t.Errorf("after the restart: %d hostqos filters, want 1", c)
+	}
+	send()
+	check("after restart", 6000, dscpAF21, 100)
+
+	// Repair: a removed filter comes back.
+	tc("filter", "del", "dev", ifc, "egress", "prio", "1", "handle", "0x4851", "protocol", "all", "bpf")
+	eventually(t, 5*time.Second, "the repair puts the filter back", func() (bool, string) {
+		return ours() == 1, tc("filter", "show", "dev", ifc, "egress")
+	})
+
+	// Down: only ours goes.
+	e.hostqos("down")
+	eventually(t, 5*time.Second, "daemon exit after down", func() (bool, string) {
+		return syscall.Kill(e.d.PID(), 0) != nil, "still running"
+	})
+	f := tc("filter", "show", "dev", ifc, "egress")
+	if ours() != 0 || !strings.Contains(f, "u32") {
+		t.Errorf("after down: want the foreign u32 filter only:\n%s", f)
+	}
+	if q := tc("qdisc", "show", "dev", ifc); !strings.Contains(q, "clsact") || strings.Contains(q, "4851:") {
+		t.Errorf("after down: want the foreign clsact and no HTB:\n%s", q)
+	}
+
+	// A clsact hostqos added is removed by down once empty.
+	tc("qdisc", "del", "dev", ifc, "clsact")
+	e.startDaemon()
+	e.hostqos("link", "set", ifc)
+	if ours() != 1 {
+		t.Fatal("no hostqos filter on a link without clsact")
+	}
+	e.hostqos("down")
+	eventually(t, 5*time.Second, "daemon exit after the second down", func() (bool, string) {
+		return syscall.Kill(e.d.PID(), 0) != nil, "still running"
+	})
+	if q := tc("qdisc", "show", "dev", ifc); strings.Contains(q, "clsact") {
+		t.Errorf("the clsact hostqos added is left after down:\n%s", q)
+	}
+}
