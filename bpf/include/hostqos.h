@@ -287,7 +287,8 @@ struct hq_tuple {
 	__u16 rport_mask;
 	__u8 proto_mask;
 	__u8 dscp_mask;
-	__u8 pad[2];
+	__u8 proto; /* every key of the tuple has this protocol; 0 = mixed */
+	__u8 pad;
 };
 
 /* hq_tss key: the tuple's index in hq_tuples and the masked packet key. */

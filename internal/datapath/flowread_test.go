@@ -255,6 +255,11 @@ func TestTupleSpaceLayout(t *testing.T) {
 	if got := mins(c.tuples[1]); !slices.Equal(got, []uint32{0, 3, 4}) {
 		t.Errorf("IPv6 tuples by earliest rule %v, want [0 3 4]", got)
 	}
+	// A tuple whose keys share one protocol says so (the classifier skips
+	// it for other protocols); the ICMP rule's tuple has two (ICMP, ICMPv6).
+	if p0, p2 := c.tuples[0][0].Proto, c.tuples[1][2].Proto; p0 != 6 || p2 != 0 {
+		t.Errorf("tuple protocols: IPv4 TCP tuple %d (want 6), IPv6 ICMP tuple %d (want 0, mixed)", p0, p2)
+	}
 	tcp4 := hostqosHqTssKey{Tuple: 0, Proto: 6}
 	head, ok := c.tss[tcp4]
 	if !ok || head.Rule != 0 || head.Next == 0 || c.tnodes[head.Next].Rule != 5 || c.tnodes[head.Next].Next != 0 {

@@ -544,6 +544,8 @@ static long eval_tss_tuple(__u32 i, void *data)
 	t = bpf_map_lookup_elem(&hq_tuples, &idx);
 	if (!t || t->min >= ev->best)
 		return 1;
+	if (t->proto && t->proto != k->proto)
+		return 0; /* no key of this tuple can match: skip the lookup */
 	tk.tuple = idx;
 	tk.proto = k->proto & t->proto_mask;
 	tk.dscp = ev->dscp_in & t->dscp_mask;

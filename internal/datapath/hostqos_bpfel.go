@@ -391,7 +391,8 @@ type hostqosHqTuple struct {
 	RportMask uint16
 	ProtoMask uint8
 	DscpMask  uint8
-	Pad       [2]uint8
+	Proto     uint8
+	Pad       uint8
 }
 
 type hostqosHqUidKey struct {

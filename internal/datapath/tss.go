@@ -33,6 +33,12 @@ func (c *compiled) buildTSS() error {
 		shape tupleShape
 		min   uint32
 		pos   int
+		// proto is the protocol of every key of the tuple, 0 when they
+		// differ (or any): the classifier skips the tuple's lookup for a
+		// packet of another protocol.
+		proto  uint8
+		hasKey bool
+		mixed  bool
 	}
 	var tuples [2][]*tuple
 	byShape := [2]map[tupleShape]*tuple{{}, {}}
@@ -85,6 +91,11 @@ func (c *compiled) buildTSS() error {
 				tuples[fi] = append(tuples[fi], t)
 			}
 			for _, pr := range protos {
+				if !t.hasKey {
+					t.proto, t.hasKey = pr, true
+				} else if t.proto != pr {
+					t.mixed = true
+				}
 				k.Proto = pr
 				ek := struct {
 					fam   int
@@ -113,6 +124,9 @@ func (c *compiled) buildTSS() error {
 			t.pos = j
 			c.tuples[fi][j] = hostqosHqTuple{SrcMask: t.shape.src, DstMask: t.shape.dst, Min: t.min,
 				LportMask: t.shape.lport, RportMask: t.shape.rport, ProtoMask: t.shape.proto, DscpMask: t.shape.dscp}
+			if !t.mixed {
+				c.tuples[fi][j].Proto = t.proto
+			}
 		}
 	}
 	c.tss = make(map[hostqosHqTssKey]hostqosHqTnode, len(order))

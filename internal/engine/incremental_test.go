@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/shaper"
 )
 
 // manyLinksEnv is an engine over 100 managed links: link0..link49 shaped
@@ -143,5 +144,13 @@ func TestIncrementalRollback(t *testing.T) {
 	}
 	if n, _ := callCounts(env.k); n["Shape"] != 0 || n["ApplyRules"] != 2 {
 		t.Errorf("failed rules write and restore: calls %v; want ApplyRules twice, no Shape", n)
+	}
+}
+
+// TestRuleSlotsFitShaper: every rule slot the policy allows can have an
+// HTB leaf of its own (rules with minbw or maxbw).
+func TestRuleSlotsFitShaper(t *testing.T) {
+	if shaper.MaxRuleSlot != policy.MaxRules-1 {
+		t.Errorf("the shaper's rule leaves cover slots 0..%d; the policy allows %d rules", shaper.MaxRuleSlot, policy.MaxRules)
 	}
 }

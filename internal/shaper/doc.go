@@ -15,7 +15,7 @@
 //	   │          ceil = MaxBW(i) or the link rate
 //	   │  ├─ H:40+i    general leaf of class i: rate = share(i),
 //	   │  │            ceil = class ceil, prio = class priority
-//	   │  └─ H:100+s   leaf of rule slot s (0..4095), only for rules with a
+//	   │  └─ H:100+s   leaf of rule slot s (0..16383), only for rules with a
 //	   │               MinBW or MaxBW: rate = MinBW (or a token rate of
 //	   │               max(8 kbit, link/1000) when only MaxBW is set — not a
 //	   │               guarantee), ceil = MaxBW (or the class ceil),

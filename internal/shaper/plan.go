@@ -18,7 +18,7 @@ const (
 	LeafBase    uint16 = 0x40  // + class index: general leaf of a service class
 	RuleBase    uint16 = 0x100 // + rule slot: a rule's own leaf
 	MaxClass           = 63    // highest service-class index
-	MaxRuleSlot        = 4095  // highest rule slot
+	MaxRuleSlot        = 16383 // highest rule slot (policy.MaxRules - 1; minors up to 0x40ff)
 )
 
 // MinRate is the smallest rate (bits/s) the shaper configures on any class.
@@ -50,7 +50,7 @@ type ClassSpec struct {
 // RuleSpec is one rule as the shaper needs it. Rules with neither MinBW nor
 // MaxBW get no leaf of their own; their traffic uses the class's general leaf.
 type RuleSpec struct {
-	Slot  uint16 // stable rule slot 0..4095
+	Slot  uint16 // stable rule slot 0..MaxRuleSlot
 	Class int    // ClassSpec.Index
 	MinBW uint64 // bits/s, 0 = unset
 	MaxBW uint64 // bits/s, 0 = unset

@@ -219,7 +219,7 @@ func TestBuildErrors(t *testing.T) {
 		{"tiny rate", []ClassSpec{{Name: "b", Index: 1, MaxBW: 100, Default: true}}, nil, link, "below the"},
 		{"rule unknown class", []ClassSpec{def}, []RuleSpec{{Slot: 3, Class: 7, MaxBW: mbit}}, link, "unknown class"},
 		{"rule dup slot", []ClassSpec{def}, []RuleSpec{{Slot: 3, Class: 0, MaxBW: mbit}, {Slot: 3, Class: 0}}, link, "slot used twice"},
-		{"rule slot range", []ClassSpec{def}, []RuleSpec{{Slot: 4096, Class: 0}}, link, "slot outside"},
+		{"rule slot range", []ClassSpec{def}, []RuleSpec{{Slot: MaxRuleSlot + 1, Class: 0}}, link, "slot outside"},
 		{"rule min>max", []ClassSpec{def}, []RuleSpec{{Slot: 3, Class: 0, MinBW: 2 * mbit, MaxBW: mbit}}, link, "exceeds maxbw"},
 		{"rule min over class ceil", []ClassSpec{{Name: "c", Index: 0, MaxBW: mbit, Default: true}}, []RuleSpec{{Slot: 3, Class: 0, MinBW: 2 * mbit}}, link, "exceeds the ceiling"},
 		{"rules fill class ceil", []ClassSpec{{Name: "c", Index: 0, MaxBW: mbit, Default: true}}, []RuleSpec{{Slot: 3, Class: 0, MinBW: mbit}}, link, "exceed its ceiling"},
