@@ -78,8 +78,10 @@ func TestClsactFallback(t *testing.T) {
 		r := e.ruleStat("f4")
 		return r.Packets == uint64(n), fmt.Sprintf("f4 counted %d, the receiver saw %d", r.Packets, n)
 	})
-	if s := tc("-s", "class", "show", "dev", ifc); !strings.Contains(s, "htb") {
-		t.Errorf("no HTB classes in clsact mode:\n%s", s)
+	// Shaping: the rule's packets went to its own HTB leaf (minor 0x100 +
+	// slot, the only rule leaf), as the priority the filter set says.
+	if got := ruleLeafPackets(t, tc("-s", "class", "show", "dev", ifc)); got < n {
+		t.Errorf("the rule's HTB leaf sent %d packets, the receiver saw %d on the rule's port", got, n)
 	}
 
 	// Restart after kill -9: the filter is adopted (replaced in place).
@@ -127,4 +129,32 @@ func TestClsactFallback(t *testing.T) {
 	if q := tc("qdisc", "show", "dev", ifc); strings.Contains(q, "clsact") {
 		t.Errorf("the clsact hostqos added is left after down:\n%s", q)
 	}
+}
+
+// ruleLeafPackets sums the packets sent by hostqos's rule leaves (minors
+// 0x100 and up) in `tc -s class show` output.
+func ruleLeafPackets(t *testing.T, out string) int {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	total := 0
+	for i, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 3 || f[0] != "class" || f[1] != "htb" || !strings.HasPrefix(f[2], "4851:") {
+			continue
+		}
+		var minor int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(f[2], "4851:"), "%x", &minor); err != nil || minor < 0x100 {
+			continue
+		}
+		for _, next := range lines[i+1:] {
+			g := strings.Fields(next)
+			if len(g) >= 5 && g[0] == "Sent" && g[4] == "pkt" {
+				var n int
+				fmt.Sscanf(g[3], "%d", &n)
+				total += n
+				break
+			}
+		}
+	}
+	return total
 }
