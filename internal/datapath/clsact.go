@@ -25,10 +25,18 @@ const clsactMarkPrefix = "clsact_created_"
 // classifier variant for the interface (see egressProgram), for attaching
 // it outside TCX. The descriptor stays owned by the datapath.
 func (d *Datapath) EgressProgramFD(ifindex int) (fd int, id int, err error) {
-	p := d.egressProgram(ifindex)
+	return programFD(d.egressProgram(ifindex), "egress")
+}
+
+// IngressProgramFD is EgressProgramFD for the ingress classifier.
+func (d *Datapath) IngressProgramFD(ifindex int) (fd int, id int, err error) {
+	return programFD(d.ingressProgram(ifindex), "ingress")
+}
+
+func programFD(p *ebpf.Program, dir string) (fd int, id int, err error) {
 	info, err := p.Info()
 	if err != nil {
-		return 0, 0, fmt.Errorf("read egress program info: %w", err)
+		return 0, 0, fmt.Errorf("read %s program info: %w", dir, err)
 	}
 	pid, _ := info.ID()
 	return p.FD(), int(pid), nil

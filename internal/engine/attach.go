@@ -39,20 +39,36 @@ func ResolveAttach(flag string) (string, error) {
 	return "", fmt.Errorf("flag --attach = %q: want auto, tcx or clsact", flag)
 }
 
+// clsactHooks are the directions the classifier is attached to, with the
+// datapath's program for each.
+func (k *SystemKernel) clsactHooks() []struct {
+	dir  shaper.Direction
+	prog func(int) (int, int, error)
+} {
+	return []struct {
+		dir  shaper.Direction
+		prog func(int) (int, int, error)
+	}{{shaper.Egress, k.DP.EgressProgramFD}, {shaper.Ingress, k.DP.IngressProgramFD}}
+}
+
 func (k *SystemKernel) attachLink(ifindex int) error {
 	if k.Attach != AttachClsact {
 		return k.DP.AttachLink(ifindex)
 	}
-	fd, _, err := k.DP.EgressProgramFD(ifindex)
-	if err != nil {
-		return err
-	}
-	created, err := shaper.AttachBPF(ifindex, shaper.Egress, fd)
-	if err != nil {
-		return err
-	}
-	if created {
-		return k.DP.MarkClsactCreated(ifindex)
+	for _, h := range k.clsactHooks() {
+		fd, _, err := h.prog(ifindex)
+		if err != nil {
+			return err
+		}
+		created, err := shaper.AttachBPF(ifindex, h.dir, fd)
+		if err != nil {
+			return err
+		}
+		if created {
+			if err := k.DP.MarkClsactCreated(ifindex); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -61,28 +77,42 @@ func (k *SystemKernel) linkAttached(ifindex int) (bool, error) {
 	if k.Attach != AttachClsact {
 		return k.DP.LinkAttached(ifindex)
 	}
-	_, want, err := k.DP.EgressProgramFD(ifindex)
-	if err != nil {
-		return false, err
+	for _, h := range k.clsactHooks() {
+		_, want, err := h.prog(ifindex)
+		if err != nil {
+			return false, err
+		}
+		id, found, err := shaper.BPFProgram(ifindex, h.dir)
+		if err != nil {
+			return false, err
+		}
+		// Another program in our filter (a previous daemon's) counts as
+		// not attached: the next apply replaces it in place.
+		if !found || id != want {
+			return false, nil
+		}
 	}
-	id, found, err := shaper.BPFProgram(ifindex, shaper.Egress)
-	if err != nil {
-		return false, err
-	}
-	// Another program in our filter (a previous daemon's) counts as not
-	// attached: the next apply replaces it in place.
-	return found && id == want, nil
+	return true, nil
 }
 
 func (k *SystemKernel) detachLink(ifindex int) error {
 	if k.Attach != AttachClsact {
 		return k.DP.DetachLink(ifindex)
 	}
-	if err := shaper.DetachBPF(ifindex, shaper.Egress, k.DP.ClsactCreated(ifindex)); err != nil {
+	if err := detachClsact(ifindex, k.DP.ClsactCreated(ifindex)); err != nil {
 		return err
 	}
 	k.DP.ForgetClsact(ifindex)
 	return nil
+}
+
+// detachClsact removes hostqos's filters from both hooks of a link, then
+// the clsact qdisc when hostqos added it and it is empty.
+func detachClsact(ifindex int, created bool) error {
+	if err := shaper.DetachBPF(ifindex, shaper.Egress, false); err != nil {
+		return err
+	}
+	return shaper.DetachBPF(ifindex, shaper.Ingress, created)
 }
 
 // removeClsactFilters removes hostqos's cls_bpf filters from every
@@ -91,12 +121,13 @@ func (k *SystemKernel) detachLink(ifindex int) error {
 func removeClsactFilters(bpffsDir string, ifs []net.Interface) error {
 	var errs []error
 	for _, ifi := range ifs {
-		if _, found, err := shaper.BPFProgram(ifi.Index, shaper.Egress); err != nil || !found {
-			if !datapath.ClsactCreatedIn(bpffsDir, ifi.Index) {
-				continue
-			}
+		_, out, _ := shaper.BPFProgram(ifi.Index, shaper.Egress)
+		_, in, _ := shaper.BPFProgram(ifi.Index, shaper.Ingress)
+		created := datapath.ClsactCreatedIn(bpffsDir, ifi.Index)
+		if !out && !in && !created {
+			continue
 		}
-		if err := shaper.DetachBPF(ifi.Index, shaper.Egress, datapath.ClsactCreatedIn(bpffsDir, ifi.Index)); err != nil {
+		if err := detachClsact(ifi.Index, created); err != nil {
 			errs = append(errs, err) // the shaper names the link
 		}
 	}

@@ -31,6 +31,7 @@ func TestClsactFallback(t *testing.T) {
 		return string(out)
 	}
 	ours := func() int { return strings.Count(tc("filter", "show", "dev", ifc, "egress"), "hostqos") }
+	oursIn := func() int { return strings.Count(tc("filter", "show", "dev", ifc, "ingress"), "hostqos") }
 	tc("qdisc", "add", "dev", ifc, "clsact")
 	tc("filter", "add", "dev", ifc, "egress", "prio", "7", "protocol", "all", "u32", "match", "u32", "0", "0", "flowid", "1:1")
 	e.startDaemon()
@@ -38,6 +39,9 @@ func TestClsactFallback(t *testing.T) {
 	e.hostqos("rule", "add", "f4", "--proto", "udp", "--rport", "6000", "--remote", serverV4.Addr().String()+"/32", "--dscp", "AF21", "--maxbw", "20mbit")
 	if f := tc("filter", "show", "dev", ifc, "egress"); ours() != 1 || !strings.Contains(f, "direct-action") || !strings.Contains(f, "u32") {
 		t.Fatalf("egress filters: want hostqos's (direct-action) beside the foreign u32:\n%s", f)
+	}
+	if oursIn() != 1 {
+		t.Errorf("no hostqos ingress filter:\n%s", tc("filter", "show", "dev", ifc, "ingress"))
 	}
 	if hasTCX(t, e, ifc) {
 		t.Error("a TCX program is attached in clsact mode")
@@ -108,7 +112,7 @@ func TestClsactFallback(t *testing.T) {
 		return syscall.Kill(e.d.PID(), 0) != nil, "still running"
 	})
 	f := tc("filter", "show", "dev", ifc, "egress")
-	if ours() != 0 || !strings.Contains(f, "u32") {
+	if ours() != 0 || oursIn() != 0 || !strings.Contains(f, "u32") {
 		t.Errorf("after down: want the foreign u32 filter only:\n%s", f)
 	}
 	if q := tc("qdisc", "show", "dev", ifc); !strings.Contains(q, "clsact") || strings.Contains(q, "4851:") {
