@@ -168,7 +168,8 @@ func (e *Engine) readSample(r *recorder) (history.Sample, bool) {
 				owner = -1
 			}
 			sm.Series = append(sm.Series, history.Series{Kind: history.KindRules, Name: rule.Rule, Owner: owner,
-				Counters: history.Counters{BytesOut: rule.Bytes, PacketsOut: rule.Packets, DropsOut: rule.Drops}})
+				Counters: history.Counters{BytesOut: rule.Bytes, PacketsOut: rule.Packets, DropsOut: rule.Drops,
+					BytesIn: rule.In.Bytes, PacketsIn: rule.In.Packets, DropsIn: rule.In.Drops}})
 		}
 	}
 	if cs, err := e.stats.classStats(); err == nil {
@@ -269,18 +270,16 @@ func (r *recorder) walk(k Kernel, ruleNames map[int]string, classOf map[string]s
 			sf.app = nil
 		}
 		if r.walked && f.PID != 0 {
-			d := f.Counters
-			p := sf.f
-			if seen && f.Bytes >= p.Bytes && f.Packets >= p.Packets && f.Drops >= p.Drops {
-				d = datapath.Counters{Packets: f.Packets - p.Packets, Bytes: f.Bytes - p.Bytes, Drops: f.Drops - p.Drops}
+			cur := flowCounters(f.Counters)
+			d := cur
+			if seen {
+				d = cur.Delta(flowCounters(sf.f.Counters))
 			}
-			if d != (datapath.Counters{}) {
+			if d != (history.Counters{}) {
 				if sf.app == nil || sf.f.PID != f.PID {
 					sf.app = r.app(k, f)
 				}
-				sf.app.BytesOut += d.Bytes
-				sf.app.PacketsOut += d.Packets
-				sf.app.DropsOut += d.Drops
+				sf.app.Add(d)
 			}
 		}
 		sf.f, sf.gen = f, gen
@@ -344,6 +343,12 @@ func (r *recorder) proc(k Kernel, pid uint32) procInfo {
 	return p
 }
 
+// flowCounters are a flow's counters in both directions.
+func flowCounters(c datapath.Counters) history.Counters {
+	return history.Counters{BytesOut: c.Bytes, PacketsOut: c.Packets, DropsOut: c.Drops,
+		BytesIn: c.RxBytes, PacketsIn: c.RxPackets, DropsIn: c.RxDrops}
+}
+
 // unitOf is the systemd unit a cgroup path belongs to: its innermost
 // element that is a service or a scope ("" when none is).
 func unitOf(cgroup string) string {
@@ -360,7 +365,7 @@ func (r *recorder) flowRecord(k Kernel, f datapath.Flow, ruleNames map[int]strin
 	rec := history.Flow{Proto: protoName(f.Key.Proto), Local: addrPort(f.Key.Local), Remote: addrPort(f.Key.Remote),
 		FirstNS: f.FirstSeenNS, PID: f.PID, Comm: f.Comm, UID: f.UID,
 		Start: wall(f.FirstSeenNS), End: wall(f.LastSeenNS),
-		Counters: history.Counters{BytesOut: f.Bytes, PacketsOut: f.Packets, DropsOut: f.Drops}}
+		Counters: flowCounters(f.Counters)}
 	if f.PID != 0 {
 		p := r.proc(k, f.PID)
 		rec.Exe, rec.Cgroup, rec.Unit = p.exe, p.cgroup, p.unit

@@ -70,10 +70,10 @@ func (c *Counters) Add(d Counters) {
 	c.DropsOut += d.DropsOut
 }
 
-// delta is what c added since prev. A counter that went backwards was
+// Delta is what c added since prev. A counter that went backwards was
 // reset (a class rebuilt, an interface recreated, the daemon restarted for
 // app counters): all of its present value is new.
-func (c Counters) delta(prev Counters) Counters {
+func (c Counters) Delta(prev Counters) Counters {
 	a, b := c.fields(), prev.fields()
 	for i := range a {
 		if a[i] < b[i] {
@@ -562,7 +562,7 @@ func (s *Store) writeTx(batch []item) (err error) {
 				var d Counters
 				switch {
 				case seen:
-					d = se.Counters.delta(prev)
+					d = se.Counters.Delta(prev)
 				case se.Kind == KindRules || se.Kind == KindApps:
 					// The engine counts rules and apps from zero.
 					d = se.Counters

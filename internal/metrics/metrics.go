@@ -115,10 +115,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	var rs api.Stats
 	if e.Stats(admin, "rules", &rs) == nil {
 		for _, r := range rs.Rules {
-			// Received traffic is not counted per rule yet: in is 0.
-			directions(ch, ruleBytes, 0, r.Bytes, r.Rule, r.Class)
-			directions(ch, rulePackets, 0, r.Packets, r.Rule, r.Class)
-			directions(ch, ruleDrops, 0, r.Drops, r.Rule, r.Class)
+			directions(ch, ruleBytes, r.In.Bytes, r.Bytes, r.Rule, r.Class)
+			directions(ch, rulePackets, r.In.Packets, r.Packets, r.Rule, r.Class)
+			directions(ch, ruleDrops, r.In.Drops, r.Drops, r.Rule, r.Class)
 		}
 	}
 	if infos, err := e.Rules(admin, ""); err == nil {

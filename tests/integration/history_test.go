@@ -101,8 +101,8 @@ maxbw = "40mbit"
 		t.Errorf("flow record %+v: want rule bulk, exe %s, a pid, comm and class", f, app)
 	}
 	// Out: the frames of the receiver's bytes (headers of at most 100
-	// bytes a counted packet, GSO packets counted once). In: received
-	// traffic is not counted per flow yet (0).
+	// bytes a counted packet, GSO packets counted once). In: the
+	// receiver's ACKs, as the receive side counts them (logged).
 	if f.BytesOut < r.Bytes || f.BytesOut > r.Bytes+100*f.PacketsOut {
 		t.Errorf("flow record: %d bytes out in %d packets, receiver counted %d payload bytes", f.BytesOut, f.PacketsOut, r.Bytes)
 	}
