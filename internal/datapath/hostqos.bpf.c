@@ -1814,7 +1814,14 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 		idx = f->cslot;
 		c = bpf_map_lookup_elem(&hq_fctr, &idx);
 		if (!c || !f->tag || c->tag != f->tag)
-			fctr_alloc(p, &key, f);
+			c = fctr_alloc(p, &key, f);
+		/*
+		 * A received packet may be the first of a flow after a policy
+		 * change: its re-evaluation is the flow's, and egress then
+		 * takes the fast path, which does not write the slot's rule.
+		 */
+		if (c)
+			c->rule = f->slot;
 		return pack_result(f);
 	}
 	res = police_result(pack_result(f), p->len, p->now);

@@ -219,3 +219,46 @@ func TestIngressSocketIdentity(t *testing.T) {
 		}
 	}
 }
+
+// TestIngressReevaluationUpdatesFlowRule: after a policy change, a received
+// packet may be the first of an existing flow to be evaluated again; the
+// flow's reported rule must then be the new one, although its next sent
+// packets take the fast path (which does not write the rule). Before the
+// fix, stat and top kept showing the old rule.
+func TestIngressReevaluationUpdatesFlowRule(t *testing.T) {
+	d := openTest(t, Options{})
+	old := Rule{Slot: 20, Proto: 17, Remote: pfx("198.18.1.0/24"), DSCPIn: -1, DSCP: 0}
+	if err := d.Apply(Policy{Rules: []Rule{old}}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	out := BuildFrame(FrameSpec{Src: addr("198.18.0.1"), Dst: addr("198.18.1.9"), Proto: 17, SPort: 1234, DPort: 5003, Payload: 100})
+	in := BuildFrame(FrameSpec{Src: addr("198.18.1.9"), Dst: addr("198.18.0.1"), Proto: 17, SPort: 5003, DPort: 1234, Payload: 100})
+	ruleOf := func() int {
+		t.Helper()
+		slot := -2
+		if err := d.Flows(func(f Flow) bool { slot = f.RuleSlot; return true }); err != nil {
+			t.Fatal(err)
+		}
+		return slot
+	}
+	if _, err := d.TestRun(out, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := ruleOf(); got != 20 {
+		t.Fatalf("flow's rule before the change: %d, want 20", got)
+	}
+	// A new, earlier rule for the same flow.
+	newer := Rule{Slot: 21, Proto: 17, Remote: pfx("198.18.1.9/32"), DSCPIn: -1, DSCP: 46}
+	if err := d.Apply(Policy{Rules: []Rule{newer, old}}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if _, err := d.TestRunIngress(in); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.TestRun(out, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := ruleOf(); got != 21 {
+		t.Errorf("flow's rule after the change, re-evaluated by a received packet: %d, want 21", got)
+	}
+}

@@ -72,9 +72,9 @@ func TestTopInTmux(t *testing.T) {
 		}
 		return ri.Rule.Class == "bulk" && ri.Rule.Exe == app && ri.Rule.MaxBW == 4e6, fmt.Sprintf("%+v", ri.Rule)
 	})
-	eventually(t, 5*time.Second, "top says the change is done", func() (bool, string) { s := screen(); return strings.Contains(s, "done: top-top-app"), s })
-	// Whether the app's open flow moves to the new rule at once is the
-	// datapath's business (flows keep the rule they were classified by
-	// until re-evaluated); what top must do is make the rule: shown above.
+	eventually(t, 5*time.Second, "top shows the app in class bulk", func() (bool, string) {
+		s := screen()
+		return regexp.MustCompile(`top-app .*top-top-app\s+bulk\s+max 4mbit`).MatchString(s), s
+	})
 	t.Logf("after c bulk y:\n%s", screen())
 }
