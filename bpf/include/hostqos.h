@@ -251,10 +251,10 @@ struct hq_rule {
  *    HQ_IN_GAIN_MAX].
  */
 struct hq_in {
-	__u64 rate;   /* payload bytes per second; 0 = no limit */
-	__u64 ns_q16; /* UDP: cost of a payload byte in 1/65536 ns */
-	__u64 tau;    /* UDP: bucket depth, ns */
-	__u64 tat;    /* UDP: theoretical arrival time, ns */
+	__u64 rate;	   /* payload bytes per second; 0 = no limit */
+	__u64 ns_q16;	   /* UDP: cost of a payload byte in 1/65536 ns */
+	__u64 tau;	   /* UDP: bucket depth, ns */
+	__u64 tat;	   /* UDP: theoretical arrival time, ns */
 	__u64 epoch_ns;	   /* start of the current epoch (coarse ns) */
 	__u64 epoch_bytes; /* payload bytes received in the current epoch */
 	__u32 epoch;	   /* number of the current epoch */
@@ -365,16 +365,16 @@ struct hq_stats {
 	__u64 rx_drops;	     /* dropped by a download limit (UDP) */
 	__u64 rx_parse_errors;
 	__u64 rx_no_socket; /* no local socket and no flow: rules by tuple only */
-	__u64 rwnd_clamps;  /* TCP segments whose window was lowered */
+	__u64 rwnd_clamps; /* TCP segments whose window was lowered */
 };
 
 /* Per-buffer policy header. */
 struct hq_buf {
 	__u32 nrules;
-	__u16 nresv;		/* rules with a reservation (HQ_ACT_RESV) */
-	__u16 nsess;		/* of them, with a session limit */
-	__u32 napp;		/* rules with app selectors (app bits 0..napp-1) */
-	__u32 ntuples[2];	/* tuples per family: IPv4, IPv6 */
+	__u16 nresv;	  /* rules with a reservation (HQ_ACT_RESV) */
+	__u16 nsess;	  /* of them, with a session limit */
+	__u32 napp;	  /* rules with app selectors (app bits 0..napp-1) */
+	__u32 ntuples[2]; /* tuples per family: IPv4, IPv6 */
 	__u32 pad;
 	struct hq_bitmap r_exe; /* rules that have an exe selector */
 	struct hq_bitmap r_comm;

@@ -27,13 +27,13 @@ enum hqx_limits {
 
 /* Global counters (per-CPU array, one element). */
 struct hqx_stats {
-	__u64 packets;	    /* seen by the program */
-	__u64 not_ip;	    /* passed: not IPv4/IPv6 */
-	__u64 truncated;    /* passed: headers cut short */
-	__u64 blocked;	    /* dropped by a drop-list entry */
-	__u64 quarantined;  /* dropped by a quarantine bucket */
-	__u64 syn_seen;	    /* pure SYNs on links with SYN limits */
-	__u64 syn_dropped;  /* pure SYNs dropped by a SYN limit */
+	__u64 packets;	     /* seen by the program */
+	__u64 not_ip;	     /* passed: not IPv4/IPv6 */
+	__u64 truncated;     /* passed: headers cut short */
+	__u64 blocked;	     /* dropped by a drop-list entry */
+	__u64 quarantined;   /* dropped by a quarantine bucket */
+	__u64 syn_seen;	     /* pure SYNs on links with SYN limits */
+	__u64 syn_dropped;   /* pure SYNs dropped by a SYN limit */
 	__u64 syn_protected; /* pure SYNs of protected clients */
 };
 
@@ -62,9 +62,9 @@ struct hqx_tries {
 };
 
 struct hqx_entry {
-	__u32 slot;	  /* counter and bucket slot */
+	__u32 slot; /* counter and bucket slot */
 	__u32 pad;
-	__u64 rate;	  /* quarantine rate in bytes/s; 0 = drop everything */
+	__u64 rate; /* quarantine rate in bytes/s; 0 = drop everything */
 };
 
 /* Per-slot counters (per-CPU array). */
@@ -81,13 +81,13 @@ struct hqx_bucket {
 
 /* SYN limits of a link (hash by ifindex) and the link's bucket. */
 struct hqx_syn {
-	__u64 interval_ns;	  /* 1e9 / link rate; 0 = no link limit */
-	__u64 tau_ns;		  /* burst tolerance of the link limit */
-	__u64 src_interval_ns;	  /* 1e9 / per-source rate; 0 = none */
+	__u64 interval_ns;     /* 1e9 / link rate; 0 = no link limit */
+	__u64 tau_ns;	       /* burst tolerance of the link limit */
+	__u64 src_interval_ns; /* 1e9 / per-source rate; 0 = none */
 	__u64 src_tau_ns;
-	__u64 tat;		  /* the link bucket */
-	__u64 seen;		  /* pure SYNs */
-	__u64 dropped;		  /* pure SYNs dropped */
+	__u64 tat;     /* the link bucket */
+	__u64 seen;    /* pure SYNs */
+	__u64 dropped; /* pure SYNs dropped */
 };
 
 /* Per-source SYN bucket key (IPv4 as ::ffff:a.b.c.d; IPv6 by /64). */

@@ -366,9 +366,9 @@ struct hq_pkt {
 		struct hq_flow_key key;
 	};
 	__u8 dscp_in;
-	__u32 gen; /* active policy generation */
-	__u64 now; /* bpf_ktime_get_coarse_ns */
-	__u64 len; /* bytes counted: skb->len */
+	__u32 gen;   /* active policy generation */
+	__u64 now;   /* bpf_ktime_get_coarse_ns */
+	__u64 len;   /* bytes counted: skb->len */
 	__u32 l4off; /* offset of the L4 header from skb->data */
 };
 
@@ -446,10 +446,10 @@ static __always_inline int flow_match(struct hq_eval *ev, __u32 ri)
  */
 #define HQ_DEBRUIJN 0x03f79d71b4ca8b09ULL
 static const __u8 hq_debruijn[64] = {
-	0, 1, 56, 2, 57, 49, 28, 3, 61, 58, 42, 50, 38, 29, 17, 4,
+	0,  1,	56, 2,	57, 49, 28, 3,	61, 58, 42, 50, 38, 29, 17, 4,
 	62, 47, 59, 36, 45, 43, 51, 22, 53, 39, 33, 30, 24, 18, 12, 5,
 	63, 55, 48, 27, 60, 41, 37, 16, 46, 35, 44, 21, 52, 32, 23, 11,
-	54, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6,
+	54, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,	13, 8,	7,  6,
 };
 
 /* Index of the lowest set bit of x (x != 0). */
@@ -1671,9 +1671,8 @@ int hq_sock_release(struct bpf_sock *ctx)
  * in egress orientation (local = source). A function of its own keeps the
  * lookup's tuple off the stack of the rule evaluation.
  */
-static __noinline struct hq_ident *in_ident(struct __sk_buff *skb,
-					    const struct hq_pkt *p,
-					    struct hq_stats *st)
+static __noinline struct hq_ident *
+in_ident(struct __sk_buff *skb, const struct hq_pkt *p, struct hq_stats *st)
 {
 	struct bpf_sock_tuple t = {};
 	struct hq_ident *id;
@@ -1839,7 +1838,6 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 	}
 	return res;
 }
-
 
 /* ---------------------------------------------------------------------- */
 /* Download limits: TCP receive window (egress), UDP policer (ingress)     */
@@ -2093,7 +2091,6 @@ int hq_tc_egress_l3(struct __sk_buff *skb)
 {
 	return egress(skb, 0);
 }
-
 
 /* ---------------------------------------------------------------------- */
 /* TC ingress: receive-side classification, counters, download limits     */

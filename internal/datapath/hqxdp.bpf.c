@@ -198,7 +198,7 @@ static __always_inline int syn_check(__u32 ifindex, const __u8 *addr, int v6,
 
 	__u64 now = bpf_ktime_get_ns();
 	if (s->src_interval_ns) {
-		struct hqx_src_key sk = { .ifindex = ifindex };
+		struct hqx_src_key sk = {.ifindex = ifindex};
 		if (v6)
 			__builtin_memcpy(sk.addr, addr, 8); /* IPv6: by /64 */
 		else
@@ -219,7 +219,8 @@ drop:
 	if (st)
 		st->syn_dropped++;
 	return XDP_DROP;
-protected:
+
+      protected:
 	if (st)
 		st->syn_protected++;
 	return XDP_PASS;
@@ -254,7 +255,7 @@ int hqx_xdp(struct xdp_md *ctx)
 		__u32 saddr = ip->saddr;
 		struct hqx_entry *e = bpf_map_lookup_elem(&hqx_host4, &saddr);
 		if (!e && tries && tries->n4) {
-			struct hqx_key4 k = { .prefixlen = 32, .addr = saddr };
+			struct hqx_key4 k = {.prefixlen = 32, .addr = saddr};
 			e = bpf_map_lookup_elem(&hqx_block4, &k);
 		}
 		if (e && drop_list(e, len, st) == XDP_DROP)
@@ -277,7 +278,7 @@ int hqx_xdp(struct xdp_md *ctx)
 		__builtin_memcpy(a6.addr, &ip6->saddr, 16);
 		struct hqx_entry *e = bpf_map_lookup_elem(&hqx_host6, &a6);
 		if (!e && tries && tries->n6) {
-			struct hqx_key6 k = { .prefixlen = 128 };
+			struct hqx_key6 k = {.prefixlen = 128};
 			__builtin_memcpy(k.addr, a6.addr, 16);
 			e = bpf_map_lookup_elem(&hqx_block6, &k);
 		}
