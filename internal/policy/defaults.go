@@ -157,13 +157,3 @@ func NewRule(name string) Rule {
 func NewClass(name string) Class {
 	return Class{Name: name, DSCP: NoDSCP, Priority: NoPriority}
 }
-
-// Clone returns a deep copy of p.
-func (p *Policy) Clone() *Policy {
-	q := &Policy{
-		Links:   append([]Link{}, p.Links...),
-		Classes: append([]Class{}, p.Classes...),
-		Rules:   append([]Rule{}, p.Rules...),
-	}
-	return q
-}
