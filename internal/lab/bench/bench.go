@@ -84,6 +84,7 @@ type benchmark struct {
 
 var suite = []benchmark{
 	{"datapath", "Datapath cost per packet (BPF test-run)", benchDatapath},
+	{"ingress", "Ingress classifier cost per packet (BPF test-run)", benchIngress},
 	{"pps", "Packet rate through a veth: no QoS vs hostqos vs nftables vs tc", benchPPS},
 	{"connect", "Added TCP connect latency for a managed app", benchConnect},
 	{"stats", "Cost of reading one flow's counters", benchStats},
