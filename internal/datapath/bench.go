@@ -164,11 +164,26 @@ func MeasurePerPacket(flows int, repeat uint32, police bool) (PerPacketResult, e
 	frame := BuildFrame(FrameSpec{Src: src, Dst: dst, Proto: 6, SPort: 40000, DPort: 443, Payload: 64})
 
 	// Populate the table with other flows at the current generation.
-	gen := atomic.LoadUint32(&d.stateView().Gen)
+	v := hostqosHqFlow{Slot: 9, Action: uint8(action), Dscp: 46, Classid: 0x10010}
+	if err := d.fillFlows4(flows, v); err != nil {
+		return PerPacketResult{}, err
+	}
+
+	// First run inserts the measured flow; the rest hit it.
+	if _, err := d.TestRun(frame, 1); err != nil {
+		return PerPacketResult{}, err
+	}
+	return timeNet(PerPacketResult{Flows: flows, Repeat: repeat}, frame, d.objs.HqTcEgress)
+}
+
+// fillFlows4 puts flows-1 other IPv4 TCP flows with value v (at the current
+// generation) into the flow table, so that a benchmark's flow is looked up
+// among flows entries.
+func (d *Datapath) fillFlows4(flows int, v hostqosHqFlow) error {
+	v.Gen = atomic.LoadUint32(&d.stateView().Gen)
 	const chunk = 4096
 	keys := make([]hostqosHqFlowKey4, 0, chunk)
 	vals := make([]hostqosHqFlow, 0, chunk)
-	v := hostqosHqFlow{Gen: gen, Slot: 9, Action: uint8(action), Dscp: 46, Classid: 0x10010}
 	for i := 1; i < flows; i++ {
 		k := hostqosHqFlowKey4{Family: famIPv4, Proto: 6, Sport: uint16(i), Dport: 443}
 		k.Saddr = binary.NativeEndian.Uint32([]byte{198, 18, byte(i >> 16), byte(i >> 8)})
@@ -177,17 +192,18 @@ func MeasurePerPacket(flows int, repeat uint32, police bool) (PerPacketResult, e
 		vals = append(vals, v)
 		if len(keys) == chunk || i == flows-1 {
 			if _, err := d.objs.HqFlows4.BatchUpdate(keys, vals, nil); err != nil {
-				return PerPacketResult{}, fmt.Errorf("populate flow table: %w", err)
+				return fmt.Errorf("populate flow table: %w", err)
 			}
 			keys, vals = keys[:0], vals[:0]
 		}
 	}
+	return nil
+}
 
-	// First run inserts the measured flow; the rest hit it.
-	if _, err := d.TestRun(frame, 1); err != nil {
-		return PerPacketResult{}, err
-	}
-	res := PerPacketResult{Flows: flows, Repeat: repeat}
+// timeNet times prog on frame (best of 3 runs of res.Repeat repetitions)
+// and an empty TC program the same way, into res.
+func timeNet(res PerPacketResult, frame []byte, prog *ebpf.Program) (PerPacketResult, error) {
+	repeat := res.Repeat
 	best := func(prog *ebpf.Program) (float64, error) {
 		var min float64
 		for i := 0; i < 3; i++ {
@@ -215,7 +231,7 @@ func MeasurePerPacket(flows int, repeat uint32, police bool) (PerPacketResult, e
 	if res.EmptyNS, err = best(empty); err != nil {
 		return PerPacketResult{}, err
 	}
-	if res.ClassifierNS, err = best(d.objs.HqTcEgress); err != nil {
+	if res.ClassifierNS, err = best(prog); err != nil {
 		return PerPacketResult{}, err
 	}
 	res.NetNS = res.ClassifierNS - res.EmptyNS

@@ -101,3 +101,19 @@ func TestMeasurePerPacket(t *testing.T) {
 		t.Logf("police %v: %+v", police, r)
 	}
 }
+
+// TestMeasureIngressPerPacket: the ingress benchmark runs its program on
+// the pass path (timeNet refuses any other verdict) with and without a
+// download limit.
+func TestMeasureIngressPerPacket(t *testing.T) {
+	testutil.NeedRoot(t)
+	for _, limit := range []bool{false, true} {
+		r, err := MeasureIngressPerPacket(100, 1000, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ClassifierNS <= 0 || r.Flows != 100 {
+			t.Errorf("limit %v: result %+v", limit, r)
+		}
+	}
+}

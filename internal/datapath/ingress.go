@@ -2,7 +2,6 @@ package datapath
 
 import (
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -249,23 +247,8 @@ func MeasureIngressPerPacket(flows int, repeat uint32, limit bool) (PerPacketRes
 	if err := d.Apply(p); err != nil {
 		return PerPacketResult{}, err
 	}
-	gen := atomic.LoadUint32(&d.stateView().Gen)
-	const chunk = 4096
-	keys := make([]hostqosHqFlowKey4, 0, chunk)
-	vals := make([]hostqosHqFlow, 0, chunk)
-	v := hostqosHqFlow{Gen: gen, Slot: 9, Dscp: 46, Classid: 0x10010}
-	for i := 1; i < flows; i++ {
-		k := hostqosHqFlowKey4{Family: famIPv4, Proto: 6, Sport: uint16(i), Dport: 443}
-		k.Saddr = binary.NativeEndian.Uint32([]byte{198, 18, byte(i >> 16), byte(i >> 8)})
-		k.Daddr = binary.NativeEndian.Uint32([]byte{198, 19, byte(i), 1})
-		keys = append(keys, k)
-		vals = append(vals, v)
-		if len(keys) == chunk || i == flows-1 {
-			if _, err := d.objs.HqFlows4.BatchUpdate(keys, vals, nil); err != nil {
-				return PerPacketResult{}, fmt.Errorf("populate flow table: %w", err)
-			}
-			keys, vals = keys[:0], vals[:0]
-		}
+	if err := d.fillFlows4(flows, hostqosHqFlow{Slot: 9, Dscp: 46, Classid: 0x10010}); err != nil {
+		return PerPacketResult{}, err
 	}
 	frame := BuildFrame(FrameSpec{Src: netip.MustParseAddr("198.19.0.1"), Dst: netip.MustParseAddr("198.18.0.1"),
 		Proto: 6, SPort: 443, DPort: 40000, Payload: 64})
@@ -273,34 +256,5 @@ func MeasureIngressPerPacket(flows int, repeat uint32, limit bool) (PerPacketRes
 	if _, err := d.TestRunIngress(frame); err != nil {
 		return PerPacketResult{}, err
 	}
-	res := PerPacketResult{Flows: flows, Repeat: repeat}
-	best := func(prog *ebpf.Program) (float64, error) {
-		var m float64
-		for i := 0; i < 3; i++ {
-			ret, dur, err := prog.Benchmark(frame, int(repeat), nil)
-			if err != nil {
-				return 0, fmt.Errorf("time %s: %w", prog, err)
-			}
-			if int32(ret) != tcxNext {
-				return 0, fmt.Errorf("benchmark program %s: verdict %d, want %d (pass)", prog, int32(ret), tcxNext)
-			}
-			if ns := float64(dur.Nanoseconds()); i == 0 || ns < m {
-				m = ns
-			}
-		}
-		return m, nil
-	}
-	empty, err := emptyTCProgram()
-	if err != nil {
-		return PerPacketResult{}, err
-	}
-	defer empty.Close()
-	if res.EmptyNS, err = best(empty); err != nil {
-		return PerPacketResult{}, err
-	}
-	if res.ClassifierNS, err = best(d.objs.HqTcIngress); err != nil {
-		return PerPacketResult{}, err
-	}
-	res.NetNS = res.ClassifierNS - res.EmptyNS
-	return res, nil
+	return timeNet(PerPacketResult{Flows: flows, Repeat: repeat}, frame, d.objs.HqTcIngress)
 }
