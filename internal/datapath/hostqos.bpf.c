@@ -1074,32 +1074,38 @@ fctr_alloc(struct hq_pkt *p, const struct hq_flow_key *key, struct hq_flow *f)
  * HQ_POLICE_TRIES times is charged with an atomic add and passes, so the
  * bucket stays exact in total. Fails open: no policer state passes.
  */
-static __noinline int police(__u32 slot, __u32 len, __u64 coarse)
+static __always_inline int gcra(__u64 *tatp, __u64 cost, __u64 tau,
+				__u64 coarse)
 {
-	struct hq_police *pl;
-	__u64 now = coarse, old, tat, cost;
+	__u64 now = coarse, old, tat;
 	int i, precise = 0;
 
-	pl = bpf_map_lookup_elem(&hq_police, &slot);
-	if (!pl || !pl->ns_q16)
-		return HQ_ACT_PASS;
-	cost = ((__u64)len * pl->ns_q16) >> HQ_POLICE_SHIFT;
 	for (i = 0; i < HQ_POLICE_TRIES; i++) {
-		old = *(volatile __u64 *)&pl->tat;
+		old = *(volatile __u64 *)tatp;
 		tat = old > now ? old : now;
-		if (tat + cost - now > pl->tau) {
+		if (tat + cost - now > tau) {
 			if (precise)
 				return HQ_ACT_DROP;
 			now = bpf_ktime_get_ns();
 			precise = 1;
 			continue;
 		}
-		if (__sync_val_compare_and_swap(&pl->tat, old, tat + cost) ==
-		    old)
+		if (__sync_val_compare_and_swap(tatp, old, tat + cost) == old)
 			return HQ_ACT_PASS;
 	}
-	__sync_fetch_and_add(&pl->tat, cost);
+	__sync_fetch_and_add(tatp, cost);
 	return HQ_ACT_PASS;
+}
+
+static __noinline int police(__u32 slot, __u32 len, __u64 coarse)
+{
+	struct hq_police *pl;
+
+	pl = bpf_map_lookup_elem(&hq_police, &slot);
+	if (!pl || !pl->ns_q16)
+		return HQ_ACT_PASS;
+	return gcra(&pl->tat, ((__u64)len * pl->ns_q16) >> HQ_POLICE_SHIFT,
+		    pl->tau, coarse);
 }
 
 /*
@@ -1957,31 +1963,14 @@ static __noinline void in_account(struct hq_in *in, struct hq_flow *f,
 	}
 }
 
-/* The UDP download policer of a slot: HQ_ACT_PASS or HQ_ACT_DROP. */
+/* The UDP download policer of a slot (the GCRA of police()): HQ_ACT_PASS
+ * or HQ_ACT_DROP. */
 static __noinline int in_police(struct hq_in *in, __u64 payload, __u64 coarse)
 {
-	__u64 now = coarse, old, tat, cost;
-	int i, precise = 0;
-
 	if (!in->ns_q16)
 		return HQ_ACT_PASS;
-	cost = (payload * in->ns_q16) >> HQ_POLICE_SHIFT;
-	for (i = 0; i < HQ_POLICE_TRIES; i++) {
-		old = *(volatile __u64 *)&in->tat;
-		tat = old > now ? old : now;
-		if (tat + cost - now > in->tau) {
-			if (precise)
-				return HQ_ACT_DROP;
-			now = bpf_ktime_get_ns();
-			precise = 1;
-			continue;
-		}
-		if (__sync_val_compare_and_swap(&in->tat, old, tat + cost) ==
-		    old)
-			return HQ_ACT_PASS;
-	}
-	__sync_fetch_and_add(&in->tat, cost);
-	return HQ_ACT_PASS;
+	return gcra(&in->tat, (payload * in->ns_q16) >> HQ_POLICE_SHIFT,
+		    in->tau, coarse);
 }
 
 static __always_inline int egress(struct __sk_buff *skb, __u32 off)
