@@ -49,16 +49,21 @@ const (
 
 // Datapath is a loaded (or adopted) set of hostqos BPF objects.
 type Datapath struct {
-	mu    sync.Mutex
-	dir   string
-	log   *slog.Logger
-	objs  hostqosObjects
-	state *ebpf.Map   // pinned .bss (struct hq_state)
-	mem   []byte      // mmap of state
-	sock  link.Link   // nil when not attached by us
-	hooks []link.Link // session hooks (connect, sendmsg, sock_release)
-	tcx   map[int]link.Link
-	tcxIn map[int]link.Link // ingress classifier links (ingress.go)
+	mu sync.Mutex
+	// rxMu guards the buffers of addRxRuleCounters.
+	rxMu   sync.Mutex
+	rxKeys []uint32
+	rxVals []hostqosHqCounters
+	span   ruleSpan // rulectr.go
+	dir    string
+	log    *slog.Logger
+	objs   hostqosObjects
+	state  *ebpf.Map   // pinned .bss (struct hq_state)
+	mem    []byte      // mmap of state
+	sock   link.Link   // nil when not attached by us
+	hooks  []link.Link // session hooks (connect, sendmsg, sock_release)
+	tcx    map[int]link.Link
+	tcxIn  map[int]link.Link // ingress classifier links (ingress.go)
 	// inLast is the download limit last written per rule slot (nil =
 	// unknown); guarded by mu.
 	inLast map[uint16]inLimit

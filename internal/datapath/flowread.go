@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -139,6 +138,7 @@ type flowRec struct {
 	uid     uint32
 	comm    string
 	firstNS uint64
+	memo    FlowMemo // the tracker's (flowtrack.go)
 }
 
 // FlowReader reads the flow table: keys and owners from a scan of the
@@ -154,6 +154,7 @@ type FlowReader struct {
 	recs    []flowRec
 	index   map[FlowKey]int // built on first Lookup after a scan
 	comms   map[[16]int8]string
+	gone    []flowRec // tracked flows gone from the table (flowtrack.go)
 }
 
 // NewFlowReader returns a reader of d's flow table.
@@ -168,7 +169,9 @@ func (r *FlowReader) refresh(force bool) error {
 	if r.scanned && !force && cur == r.cursor {
 		return nil
 	}
-	recs := r.recs[:0]
+	// A new slice: the trackers' memos move over from the old one
+	// (carry).
+	recs := make([]flowRec, 0, len(r.recs)+len(r.recs)/8+16)
 	err := r.d.scanFlows(func(k *hostqosHqFlowKey, v *hostqosHqFlow) bool {
 		recs = append(recs, r.rec(k, v))
 		return true
@@ -178,7 +181,8 @@ func (r *FlowReader) refresh(force bool) error {
 	}
 	// Slot order makes the counter reads sequential (the cursor hands
 	// slots out in order), which the CPU's prefetcher rewards.
-	slices.SortFunc(recs, func(a, b flowRec) int { return cmp.Compare(a.ref.Slot, b.ref.Slot) })
+	slices.SortFunc(recs, bySlot)
+	r.carry(r.recs, recs)
 	r.recs, r.cursor, r.scanned, r.index = recs, cur, true, nil
 	if len(r.comms) > 4096 {
 		r.comms = map[[16]int8]string{}

@@ -81,8 +81,14 @@ func (d *Datapath) writeInLimits(ls []inLimit) error {
 
 // addRxRuleCounters adds the receive-side rule counters to out.
 func (d *Datapath) addRxRuleCounters(out []Counters) error {
-	keys := make([]uint32, MaxRules)
-	vals := make([]hostqosHqCounters, MaxRules*d.ncpu)
+	// The buffers (about 100 KB per CPU) are kept: the daemon reads
+	// the rule counters several times a second.
+	d.rxMu.Lock()
+	defer d.rxMu.Unlock()
+	if len(d.rxVals) != MaxRules*d.ncpu {
+		d.rxKeys, d.rxVals = make([]uint32, MaxRules), make([]hostqosHqCounters, MaxRules*d.ncpu)
+	}
+	keys, vals := d.rxKeys, d.rxVals
 	var cur ebpf.MapBatchCursor
 	n, err := d.objs.HqRuleCtrIn.BatchLookup(&cur, keys, vals, nil)
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {

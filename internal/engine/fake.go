@@ -47,7 +47,19 @@ type FakeKernel struct {
 	// MTUs are the interfaces' MTUs by ifindex (1500 when absent).
 	MTUs map[int]int
 
-	fail map[string]failure
+	fail  map[string]failure
+	memos map[fakeTrackID]*fakeTracked // TrackFlows's
+}
+
+type fakeTracked struct {
+	f datapath.Flow
+	m datapath.FlowMemo
+}
+
+// fakeTrackID identifies a flow of FlowTable for TrackFlows.
+type fakeTrackID struct {
+	key   datapath.FlowKey
+	first uint64
 }
 
 type failure struct {
@@ -242,6 +254,48 @@ func (f *FakeKernel) Flows(fn func(datapath.Flow) bool) error {
 	for _, fl := range flows {
 		if !fn(fl) {
 			break
+		}
+	}
+	return nil
+}
+
+// TrackFlows walks FlowTable with a memo per flow (by key and first-seen
+// time), then reports the tracked flows no longer in it.
+func (f *FakeKernel) TrackFlows(fn func(datapath.Flow, *datapath.FlowMemo) bool, gone func(datapath.Flow, datapath.FlowMemo)) error {
+	f.mu.Lock()
+	flows := slices.Clone(f.FlowTable)
+	err := f.call("TrackFlows", "")
+	if f.memos == nil {
+		f.memos = map[fakeTrackID]*fakeTracked{}
+	}
+	memos := f.memos
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	here := map[fakeTrackID]bool{}
+	for _, fl := range flows {
+		id := fakeTrackID{fl.Key, fl.FirstSeenNS}
+		here[id] = true
+		t := memos[id]
+		if t == nil {
+			t = &fakeTracked{}
+			memos[id] = t
+		}
+		t.f = fl
+		if !fn(fl, &t.m) {
+			return nil
+		}
+	}
+	for id, t := range memos {
+		if here[id] {
+			continue
+		}
+		delete(memos, id)
+		if t.m.Seen {
+			g := t.f
+			g.Counters, g.LastSeenNS = t.m.Counters, t.m.LastSeenNS
+			gone(g, t.m)
 		}
 	}
 	return nil

@@ -41,26 +41,27 @@ const OtherApp = "other"
 // Flows end in the datapath's LRU tables in one of two ways: they fall
 // silent (recorded once idle for FlowIdle) or they are evicted (recorded
 // when they are gone from a walk of the table, with their last counters).
+//
+// What it remembers of each flow between walks lives in the flow reader's
+// record of the flow (datapath.FlowMemo, about 70 bytes), not in a table
+// of its own.
 type recorder struct {
 	mu    sync.Mutex
 	store *history.Store
 	opt   HistoryOptions
 
-	walked   bool // the first walk after start only takes a baseline
-	prev     map[datapath.FlowKey]*seenFlow
-	gen      uint64                      // number of the current walk
-	reported map[datapath.FlowKey]uint64 // LastSeenNS at which the flow was recorded
+	walked bool // the first walk after start only takes a baseline
+	// appTotal and named: see app.
 	appTotal map[appKey]*history.Counters
 	named    int
 	procs    map[uint32]procInfo
 }
 
-// seenFlow is a flow as the last walk read it, with its app's counters.
-type seenFlow struct {
-	f   datapath.Flow
-	gen uint64
-	app *history.Counters
-}
+// maxIdleRecords is how many flows that fell idle a walk records at most;
+// the others stay idle in the table and are recorded by the next walks, so
+// that 60,000 flows falling silent at once do not make one huge batch of
+// records (and a heap to match).
+const maxIdleRecords = 4096
 
 type appKey struct {
 	name string
@@ -82,8 +83,8 @@ func (e *Engine) SetHistory(st *history.Store, o HistoryOptions) {
 	if o.MaxApps == 0 {
 		o.MaxApps = none.Apps()
 	}
-	r := &recorder{store: st, opt: o, prev: map[datapath.FlowKey]*seenFlow{},
-		reported: map[datapath.FlowKey]uint64{}, appTotal: map[appKey]*history.Counters{}, procs: map[uint32]procInfo{}}
+	r := &recorder{store: st, opt: o,
+		appTotal: map[appKey]*history.Counters{}, procs: map[uint32]procInfo{}}
 	e.histMu.Lock()
 	e.hist = r
 	e.histMu.Unlock()
@@ -242,61 +243,35 @@ func (r *recorder) walk(k Kernel, ruleNames map[int]string, classOf map[string]s
 		return now.Add(-time.Duration(mono - ns))
 	}
 	var ended []history.Flow
-	record := func(f datapath.Flow) {
-		if r.reported[f.Key] == f.LastSeenNS {
-			return
-		}
-		r.reported[f.Key] = f.LastSeenNS
-		ended = append(ended, r.flowRecord(k, f, ruleNames, classOf, wall))
-	}
-	r.gen++
-	gen := r.gen
 	idle := uint64(r.opt.FlowIdle)
-	err := k.Flows(func(f datapath.Flow) bool {
-		sf := r.prev[f.Key]
-		seen := sf != nil
-		if seen && sf.f.FirstSeenNS != f.FirstSeenNS {
-			// The slot holds a new flow of the same 5-tuple: the old
-			// one ended with its last reading.
-			record(sf.f)
-			delete(r.reported, f.Key)
-			seen = false
-		}
-		if !seen {
-			if sf == nil {
-				sf = &seenFlow{}
-				r.prev[f.Key] = sf
-			}
-			sf.app = nil
-		}
+	idleRecords := 0
+	err := k.TrackFlows(func(f datapath.Flow, m *datapath.FlowMemo) bool {
 		if r.walked && f.PID != 0 {
-			cur := flowCounters(f.Counters)
-			d := cur
-			if seen {
-				d = cur.Delta(flowCounters(sf.f.Counters))
+			d := flowCounters(f.Counters)
+			if m.Seen {
+				d = d.Delta(flowCounters(m.Counters))
 			}
 			if d != (history.Counters{}) {
-				if sf.app == nil || sf.f.PID != f.PID {
-					sf.app = r.app(k, f)
-				}
-				sf.app.Add(d)
+				r.app(k, f).Add(d)
 			}
 		}
-		sf.f, sf.gen = f, gen
-		if f.LastSeenNS > 0 && mono > f.LastSeenNS && mono-f.LastSeenNS >= idle {
-			record(f)
+		m.Seen, m.Counters, m.LastSeenNS = true, f.Counters, f.LastSeenNS
+		if f.LastSeenNS > 0 && mono > f.LastSeenNS && mono-f.LastSeenNS >= idle &&
+			m.Mark != f.LastSeenNS && idleRecords < maxIdleRecords {
+			idleRecords++
+			m.Mark = f.LastSeenNS
+			ended = append(ended, r.flowRecord(k, f, ruleNames, classOf, wall))
 		}
 		return true
+	}, func(f datapath.Flow, m datapath.FlowMemo) {
+		// Evicted, or its 5-tuple taken by a new flow: recorded with
+		// its last reading, unless that was recorded already.
+		if m.Mark != m.LastSeenNS {
+			ended = append(ended, r.flowRecord(k, f, ruleNames, classOf, wall))
+		}
 	})
 	if err != nil {
 		return ended // the flows not walked keep their last reading
-	}
-	for key, sf := range r.prev {
-		if sf.gen != gen {
-			record(sf.f) // evicted
-			delete(r.reported, key)
-			delete(r.prev, key)
-		}
 	}
 	r.walked = true
 	if len(r.procs) > 8192 {

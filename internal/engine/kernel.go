@@ -40,11 +40,16 @@ type Kernel interface {
 	// nothing about the interface.
 	LookupLink(name string) (ifindex int, gone bool, err error)
 
-	// RuleCounters reads the counters of every rule slot; Flows walks the
+	// RuleCounters reads the counters of the rule slots (those beyond
+	// the answer's end have counted nothing); Flows walks the
 	// flow table; Stats reads the datapath's global counters; Generation
 	// is the number of the datapath's current policy.
 	RuleCounters() ([]datapath.Counters, error)
 	Flows(fn func(datapath.Flow) bool) error
+	// TrackFlows walks the flow table for its one tracker (the history
+	// recorder), with the tracker's memo of each flow, then reports the
+	// tracked flows that left the table since (datapath.FlowReader.Track).
+	TrackFlows(fn func(datapath.Flow, *datapath.FlowMemo) bool, gone func(datapath.Flow, datapath.FlowMemo)) error
 	Stats() (datapath.Stats, error)
 	Generation() uint32
 	// ReservationCounters reads the counters and sessions of the
@@ -106,15 +111,18 @@ func (k *SystemKernel) DetachLink(ifindex int) error              { return k.det
 func (k *SystemKernel) LinkAttached(ifindex int) (bool, error)    { return k.linkAttached(ifindex) }
 func (k *SystemKernel) LookupLink(name string) (int, bool, error) { return LookupLink(name) }
 func (k *SystemKernel) RuleCounters() ([]datapath.Counters, error) {
-	return k.DP.RuleCounters()
+	return k.DP.UsedRuleCounters()
 }
 func (k *SystemKernel) Flows(fn func(datapath.Flow) bool) error { return k.DP.Flows(fn) }
-func (k *SystemKernel) Stats() (datapath.Stats, error)          { return k.DP.Stats() }
-func (k *SystemKernel) Generation() uint32                      { return k.DP.Generation() }
-func (k *SystemKernel) CgroupRoot() string                      { return k.CgRoot }
-func (k *SystemKernel) CreateCgroup(path string) error          { return cgroups.Create(k.CgRoot, path) }
-func (k *SystemKernel) RemoveCgroup(path string) error          { return cgroups.RemoveTree(k.CgRoot, path) }
-func (k *SystemKernel) CgroupOf(pid int) (string, error)        { return cgroups.OfPID(pid) }
+func (k *SystemKernel) TrackFlows(fn func(datapath.Flow, *datapath.FlowMemo) bool, gone func(datapath.Flow, datapath.FlowMemo)) error {
+	return k.DP.TrackFlows(fn, gone)
+}
+func (k *SystemKernel) Stats() (datapath.Stats, error)   { return k.DP.Stats() }
+func (k *SystemKernel) Generation() uint32               { return k.DP.Generation() }
+func (k *SystemKernel) CgroupRoot() string               { return k.CgRoot }
+func (k *SystemKernel) CreateCgroup(path string) error   { return cgroups.Create(k.CgRoot, path) }
+func (k *SystemKernel) RemoveCgroup(path string) error   { return cgroups.RemoveTree(k.CgRoot, path) }
+func (k *SystemKernel) CgroupOf(pid int) (string, error) { return cgroups.OfPID(pid) }
 func (k *SystemKernel) MovePID(path string, pid int) error {
 	return cgroups.MovePID(k.CgRoot, path, pid)
 }

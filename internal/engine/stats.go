@@ -33,14 +33,15 @@ type sampler struct {
 	classRate map[[2]int][2]float64
 
 	flowAt   time.Time
-	flowPrev map[datapath.FlowKey]datapath.Counters
+	flowPrev map[uint64]rateBase // by counter slot tag; nil once older than flowBaseline
+	flowDrop *time.Timer         // drops flowPrev then
 
 	exeCache map[uint32]string
 }
 
 func newSampler(e *Engine) *sampler {
 	return &sampler{e: e, ruleRate: map[int][2]float64{}, ruleRateIn: map[int][2]float64{}, classPrev: map[[2]int]shaper.ClassStats{},
-		classRate: map[[2]int][2]float64{}, flowPrev: map[datapath.FlowKey]datapath.Counters{}, exeCache: map[uint32]string{}}
+		classRate: map[[2]int][2]float64{}, exeCache: map[uint32]string{}}
 }
 
 func rate(now, prev uint64, dt float64) float64 {
@@ -216,12 +217,13 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 	stale := time.Since(s.flowAt) > flowBaseline
 	s.mu.Unlock()
 	if stale {
-		base := map[datapath.FlowKey]datapath.Counters{}
-		if err := dp.Flows(func(f datapath.Flow) bool { base[f.Key] = f.Counters; return true }); err != nil {
+		base := map[uint64]rateBase{}
+		if err := dp.Flows(func(f datapath.Flow) bool { noteRateBase(base, f); return true }); err != nil {
 			return nil, fmt.Errorf("read flows: %w", err)
 		}
 		s.mu.Lock()
 		s.flowPrev, s.flowAt = base, time.Now()
+		s.dropFlowBaseLater()
 		s.mu.Unlock()
 		time.Sleep(flowProbe)
 	}
@@ -238,10 +240,10 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	dt := now.Sub(s.flowAt).Seconds()
-	fresh := map[datapath.FlowKey]datapath.Counters{}
+	fresh := make(map[uint64]rateBase, len(s.flowPrev))
 	var out []api.FlowStat
 	err := dp.Flows(func(f datapath.Flow) bool {
-		fresh[f.Key] = f.Counters
+		noteRateBase(fresh, f)
 		if uid >= 0 && int64(f.UID) != uid {
 			return true
 		}
@@ -260,7 +262,7 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 		if mono > f.LastSeenNS && f.LastSeenNS > 0 {
 			fs.IdleSec = float64(mono-f.LastSeenNS) / 1e9
 		}
-		if p, ok := s.flowPrev[f.Key]; ok && dt > 0 && dt < 30 {
+		if p, ok := s.flowPrev[f.Ref.Tag]; ok && f.Ref.Tag != 0 && dt > 0 && dt < 30 {
 			fs.RateBps = 8 * rate(f.Bytes, p.Bytes, dt)
 			fs.PktRate = rate(f.Packets, p.Packets, dt)
 			fs.In.RateBps = 8 * rate(f.RxBytes, p.RxBytes, dt)
@@ -273,8 +275,40 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 		return nil, fmt.Errorf("read flows: %w", err)
 	}
 	s.flowPrev, s.flowAt = fresh, now
+	s.dropFlowBaseLater()
 	sort.Slice(out, func(i, j int) bool { return out[i].Bytes+out[i].In.Bytes > out[j].Bytes+out[j].In.Bytes })
 	return out, nil
+}
+
+// rateBase is a flow's counters as the base of its rates. The readings
+// are keyed by the tag of the flow's counter slot, which identifies one
+// flow in one slot (8 bytes, where its 5-tuple takes 38): a flow without a
+// slot, or that just moved to another, has no rate until the next answer.
+type rateBase struct {
+	Bytes, Packets, RxBytes, RxPackets uint64
+}
+
+func noteRateBase(m map[uint64]rateBase, f datapath.Flow) {
+	if f.Ref.Tag != 0 {
+		m[f.Ref.Tag] = rateBase{Bytes: f.Bytes, Packets: f.Packets, RxBytes: f.RxBytes, RxPackets: f.RxPackets}
+	}
+}
+
+// dropFlowBaseLater drops the flow reading (on a full table, about 3 MB
+// per 60,000 flows) once it is too old to be the base of rates: the next
+// answer takes a new one anyway. Called with s.mu held.
+func (s *sampler) dropFlowBaseLater() {
+	if s.flowDrop != nil {
+		s.flowDrop.Reset(flowBaseline)
+		return
+	}
+	s.flowDrop = time.AfterFunc(flowBaseline, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if time.Since(s.flowAt) >= flowBaseline {
+			s.flowPrev = nil
+		}
+	})
 }
 
 // appStats aggregates flows by owning process.

@@ -188,12 +188,6 @@ const (
 func newFloodEnv(t *testing.T, config string) *floodEnv {
 	e := newEnv(t)
 	e.writeConfig(config)
-	// These tests bound the memory the API's answers leave behind. The
-	// history recorder's per-flow tables (issue 14) are a separate,
-	// known cost — about 100-200 MB of Go heap with a full flow table,
-	// bounded by the table's size but above these bounds — so they are
-	// measured without it until that is fixed.
-	e.d.ExtraArgs = append(e.d.ExtraArgs, "--no-history")
 	e.startDaemon()
 	// Few file descriptors, so that a flood that is not bounded runs the
 	// daemon out of them within a second.
@@ -429,7 +423,6 @@ func TestFloodUnreadFlowStats(t *testing.T) {
 // to leave about 130 MB in the daemon) does not leave the daemon big.
 func TestStatFlowsMemory(t *testing.T) {
 	e := newEnv(t)
-	e.d.ExtraArgs = append(e.d.ExtraArgs, "--no-history") // see newFloodEnv
 	e.startDaemon()
 	e.hostqos("link", "set", e.iface())
 	// One packet to each of 60,000 ports: 60,000 flows.

@@ -59,7 +59,16 @@ maxbw = "40mbit"
 
 	to := serverV4.Addr().String() + ":7400"
 	sink := e.tcpSink(to, 40*time.Second, 1)
+	// Meanwhile the same app downloads 8 MiB from another sink: the bytes
+	// in of that flow's record must match what the app read.
+	down := serverV4.Addr().String() + ":7402"
+	e.tcpSink(down, 40*time.Second, 0)
+	const downSize = 8 << 20
+	fct, fctOut := e.start(app, "tool", "fct", "--to", down, "--count", "1", "--size", "8m", "--direction", "down")
 	e.runApp(app, "tool", "tcp-send", "--to", to, "--duration", "10s")
+	if err := fct.Wait(); err != nil {
+		t.Fatalf("the app's download: %v\n%s", err, fctOut)
+	}
 	r := waitResult(t, sink, 40*time.Second)
 	if r == nil || r.Bytes == 0 {
 		t.Fatal("no sink result")
@@ -86,10 +95,13 @@ maxbw = "40mbit"
 	// The flow, once.
 	var fl api.History
 	e.hostqosJSON(&fl, "stat", "history", "flows", "--since", since, "-o", "json")
-	var recs []api.FlowRecord
+	var recs, downs []api.FlowRecord
 	for _, f := range fl.Flows {
-		if f.Remote == to {
+		switch f.Remote {
+		case to:
 			recs = append(recs, f)
+		case down:
+			downs = append(downs, f)
 		}
 	}
 	if len(recs) != 1 {
@@ -105,6 +117,22 @@ maxbw = "40mbit"
 	// receiver's ACKs, as the receive side counts them (logged).
 	if f.BytesOut < r.Bytes || f.BytesOut > r.Bytes+100*f.PacketsOut {
 		t.Errorf("flow record: %d bytes out in %d packets, receiver counted %d payload bytes", f.BytesOut, f.PacketsOut, r.Bytes)
+	}
+	if f.PacketsIn == 0 || f.BytesIn > 100*f.PacketsIn {
+		t.Errorf("flow record: %d bytes in, %d packets: want the receiver's ACKs", f.BytesIn, f.PacketsIn)
+	}
+	// The download: in, the frames of the 8 MiB the app read (at most
+	// 100 bytes of headers a counted packet); out, its request and ACKs.
+	// (Its process exits within milliseconds, before the recorder's next
+	// walk could read its executable: the record names it by command.)
+	if len(downs) != 1 {
+		t.Fatalf("flow records to %s: %+v, want exactly one", down, downs)
+	}
+	d := downs[0]
+	t.Logf("download's flow record: %+v", d)
+	if d.Rule != "bulk" || d.Comm != filepath.Base(app) || d.BytesIn < downSize || d.BytesIn > downSize+100*d.PacketsIn || d.PacketsOut == 0 {
+		t.Errorf("download's flow record: rule %q, %d bytes in %d packets, %d packets out; the app read %d bytes",
+			d.Rule, d.BytesIn, d.PacketsIn, d.PacketsOut, downSize)
 	}
 	if f.Start.Before(t0.Add(-time.Second)) || !f.End.After(f.Start.Add(8*time.Second)) || f.End.After(time.Now()) {
 		t.Errorf("flow record from %v to %v; the transfer ran 10 s from about %v", f.Start, f.End, t0)
