@@ -34,4 +34,11 @@ const (
 	RouteAddReservation    = "POST /v1/reservations"
 	RouteSetReservation    = "PATCH /v1/reservations/{name}"
 	RouteRemoveReservation = "DELETE /v1/reservations/{name}"
+	// RSVP signalling (issue 12).
+	RouteRSVP              = "GET /v1/rsvp"
+	RouteRSVPSession       = "GET /v1/rsvp/sessions/{name}"
+	RouteAddRSVPSession    = "POST /v1/rsvp/sessions"
+	RouteRSVPSender        = "PUT /v1/rsvp/sessions/{name}/sender"
+	RouteRSVPReserve       = "PUT /v1/rsvp/sessions/{name}/reservation"
+	RouteRemoveRSVPSession = "DELETE /v1/rsvp/sessions/{name}"
 )

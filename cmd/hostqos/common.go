@@ -35,6 +35,7 @@ type apiClient interface {
 	Stats() api.StatsAPI
 	Events() api.EventsAPI
 	Reservations() api.ReservationsAPI
+	RSVP() api.RSVPAPI
 	History() api.HistoryAPI
 	Shield() api.ShieldAPI
 }

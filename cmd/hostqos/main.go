@@ -78,7 +78,7 @@ default /run/hostqos/hostqosd.sock).`,
 		newLinkCmd(f), newClassCmd(f), newRuleCmd(f), newRunCmd(f), newStatCmd(f),
 		newConfigCmd(f), newToolCmd(f), newRtchanCmd(f), newPlotCmd(f),
 	)
-	root.AddCommand(newEventsCmd(f), newResvCmd(f))
+	root.AddCommand(newEventsCmd(f), newResvCmd(f), newRSVPCmd(f))
 	root.AddCommand(newBlockCmd(f), newProtectCmd(f))
 	root.AddCommand(newTopCmd(f))
 	root.AddCommand(newLabCmds(f)...)

@@ -93,6 +93,7 @@ type Daemon struct {
 	// (see events.go).
 	streamsEnd chan struct{}
 
+	rsvp    *rsvpAgent      // nil: RSVP off ([rsvp] enabled)
 	hist    *history.Store  // nil: no history
 	metrics *metrics.Server // nil: no metrics listener
 
@@ -196,7 +197,12 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if err := d.startObservability(); err != nil {
 		return err
 	}
+	if err := d.startRSVP(); err != nil {
+		d.stopObservability()
+		return err
+	}
 	if err := d.listen(); err != nil {
+		d.stopRSVP()
 		d.stopObservability()
 		return err
 	}
@@ -228,6 +234,7 @@ func (d *Daemon) Stop() {
 		cancel()
 		os.Remove(d.cfg.Socket)
 	}
+	d.stopRSVP()
 	select {
 	case <-d.down: // hostqos down removed the runtime state already
 	default:

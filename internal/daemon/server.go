@@ -347,6 +347,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteSetReservation, mutating(d.handleSetReservation))
 	mux.HandleFunc(api.RouteRemoveReservation, mutating(d.handleRemoveReservation))
 	d.shieldRoutes(mux)
+	d.rsvpRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})

@@ -162,6 +162,9 @@ type Policy struct {
 	// Settings are the daemon's top-level settings of the config file
 	// (not policy: never merged, changed or sent through the API).
 	Settings Settings `json:"-" toml:"-"`
+	// RSVP is the config file's [rsvp] table (like Settings, read when
+	// the daemon starts; see RSVP).
+	RSVP RSVP `json:"-" toml:"-"`
 	// Blocks are the config file's drop-list entries (permanent; the API
 	// adds more, with a TTL if asked).
 	Blocks []Block `json:"blocks,omitempty" toml:"block"`
