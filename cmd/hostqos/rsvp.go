@@ -45,9 +45,13 @@ hostqos. See docs/rsvp.md.`,
 	rm := removeCmd(f, "rsvp session", "Tear a session down (PathTear of this host's sender, ResvTear of its reservations) and forget it",
 		func(ctx context.Context, c apiClient, name string) error { return c.RSVP().Remove(ctx, name) })
 	list := getCmd(f, "list", "List the RSVP agent's counters, the API's sessions and every path and reservation state", cobra.NoArgs,
-		func(ctx context.Context, c apiClient, _ []string) (api.RSVPStatus, error) { return c.RSVP().Status(ctx) }, printRSVPStatus)
+		func(ctx context.Context, c apiClient, _ []string) (api.RSVPStatus, error) {
+			return c.RSVP().Status(ctx)
+		}, printRSVPStatus)
 	show := getCmd(f, "show NAME", "Show a session: its sender and reservation requests, path and reservation states, last upcall", cobra.ExactArgs(1),
-		func(ctx context.Context, c apiClient, a []string) (api.RSVPSession, error) { return c.RSVP().Get(ctx, a[0]) }, printRSVPSession)
+		func(ctx context.Context, c apiClient, a []string) (api.RSVPSession, error) {
+			return c.RSVP().Get(ctx, a[0])
+		}, printRSVPSession)
 	watch := eventsCmd(f, "watch", "Follow RSVP upcalls: Path and Resv received, errors, confirmations, timeouts, tears",
 		"watch is hostqos events --kind rsvp (see hostqos events --help).", "  hostqos rsvp watch\n  hostqos rsvp watch -o json", rsvpKinds)
 	c.AddCommand(session, newRSVPSenderCmd(f), newRSVPReserveCmd(f), list, show, rm, watch)
