@@ -62,16 +62,18 @@ func (d *Daemon) startRSVP() error {
 		v6 = nil
 	}
 	if cfg.Router {
-		for _, c := range []*rsvp.Conn{v4, v6} {
-			if c == nil {
-				continue
+		if err := v4.InterceptRouterAlert(); err != nil {
+			v4.Close()
+			if v6 != nil {
+				v6.Close()
 			}
-			if err := c.InterceptRouterAlert(); err != nil {
-				v4.Close()
-				if v6 != nil {
-					v6.Close()
-				}
-				return fmt.Errorf("start RSVP router: intercept Router Alert packets: %w", err)
+			return fmt.Errorf("start RSVP router: intercept Router Alert packets: %w", err)
+		}
+		if v6 != nil {
+			if err := v6.InterceptRouterAlert(); err != nil {
+				d.log.Warn("RSVP router over IPv6 unavailable: cannot intercept IPv6 Router Alert packets", "err", err)
+				v6.Close()
+				v6 = nil
 			}
 		}
 	}

@@ -156,6 +156,7 @@ func (i *RSVPInstaller) RSVPUpcall(ev rsvp.Event) {
 		if fs.Service == rsvp.ServiceGuaranteed {
 			fields["R"], fields["S"] = fs.RspecRate, fs.RspecSlack
 		}
+		msg += " [" + flowspecText(*fs) + "]"
 	}
 	if ev.Node.IsValid() {
 		fields["node"] = ev.Node.String()

@@ -139,10 +139,15 @@ func rsvpEventText(ev rsvp.Event) string {
 	return t
 }
 
+// flowspecText is a flowspec's figures in RFC 2210 units.
 func flowspecText(fs rsvp.Flowspec) string {
-	t := fmt.Sprintf("r=%g b=%g M=%d", fs.Tspec.Rate, fs.Tspec.Bucket, fs.Tspec.MaxPacket)
+	svc := "controlled-load"
 	if fs.Service == rsvp.ServiceGuaranteed {
-		t += fmt.Sprintf(" R=%g", fs.RspecRate)
+		svc = "guaranteed"
+	}
+	t := fmt.Sprintf("%s r=%.0f B/s b=%.0f B M=%d B", svc, fs.Tspec.Rate, fs.Tspec.Bucket, fs.Tspec.MaxPacket)
+	if fs.Service == rsvp.ServiceGuaranteed {
+		t += fmt.Sprintf(" R=%.0f B/s", fs.RspecRate)
 	}
 	return t
 }
