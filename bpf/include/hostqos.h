@@ -49,6 +49,8 @@ enum hq_limits {
 	HQ_POLICE_SHIFT = 16,
 	/* Reservation ids 1..HQ_MAX_RESV-1 (0 = none); see struct hq_resv. */
 	HQ_MAX_RESV = 256,
+	/* Per-session leaves of one reservation (bits of sess_used). */
+	HQ_SESSION_LEAVES = 32,
 	/* Sockets bound to reservations at once (hq_bind). */
 	HQ_BIND_ENTRIES = 65536,
 	/* Session refusals kept for the daemon (hq_refusal ring). */
@@ -433,6 +435,13 @@ struct hq_resv {
 	 * state restarts t_m and t_p at -inf, so a changed Tspec starts afresh.
 	 */
 	__u32 epoch;
+	/*
+	 * Per-session leaves (0 = none): the classid of session 0's HTB leaf;
+	 * session i (0..max_sessions-1, at most HQ_SESSION_LEAVES) has
+	 * sess_classid + i. Traffic of the reservation's rules without a
+	 * session keeps its rule's class.
+	 */
+	__u32 sess_classid;
 };
 
 /*
@@ -459,7 +468,7 @@ struct hq_resv_state {
 	__u64 refused_connects; /* connect() refused: over max_sessions */
 	__u64 refused_sends;	/* unconnected sendmsg() refused */
 	__u32 epoch; /* hq_resv.epoch the times were computed under; 0 = none */
-	__u32 pad;
+	__u32 sess_used; /* per-session leaves taken: bit i = session i */
 };
 
 /* -inf of the policer's times: far below any time, safe to subtract from. */
@@ -480,7 +489,7 @@ struct hq_binding {
 	__u32 exe_dev;
 	__u16 resv;
 	__u8 counted; /* holds one of the reservation's sessions */
-	__u8 pad;
+	__u8 sess;    /* 1 + its per-session leaf (sess_used bit); 0 = none */
 	__u32 incarnation; /* of the reservation when counted */
 	__u32 pad2;
 	char comm[HQ_COMM_LEN];

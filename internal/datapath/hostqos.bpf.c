@@ -1300,18 +1300,70 @@ static __always_inline struct hq_resv *slot_resv(__u32 slot, __u32 gen)
 	return bpf_map_lookup_elem(&hq_rule_resv, &idx);
 }
 
+/*
+ * Takes a free per-session leaf of reservation rv for a socket that now
+ * holds one of its sessions: 1 + the leaf's index, 0 when rv has no
+ * per-session leaves or all are taken (the socket's traffic then uses the
+ * leaf of traffic without a session).
+ */
+static __always_inline __u8 sess_take(const struct hq_resv *rv,
+				      struct hq_resv_state *s)
+{
+	__u32 i, bit, n = rv->max_sessions;
+
+	if (!rv->sess_classid)
+		return 0;
+	for (i = 0; i < HQ_SESSION_LEAVES && i < n; i++) {
+		bit = 1U << i;
+		if (*(volatile __u32 *)&s->sess_used & bit)
+			continue;
+		if (!(__sync_fetch_and_or(&s->sess_used, bit) & bit))
+			return i + 1;
+	}
+	return 0;
+}
+
 /* Gives back the session binding b holds, if it still holds one. */
 static __always_inline void resv_uncount(struct hq_binding *b)
 {
 	struct hq_resv_state *s;
 	__u32 id = b->resv;
+	__u8 sess = b->sess;
 
 	if (!b->counted)
 		return;
 	b->counted = 0;
+	b->sess = 0;
 	s = bpf_map_lookup_elem(&hq_resv_state, &id);
-	if (s && s->incarnation == b->incarnation)
-		__sync_fetch_and_add(&s->sessions, -1);
+	if (!s || s->incarnation != b->incarnation)
+		return;
+	__sync_fetch_and_add(&s->sessions, -1);
+	if (sess && sess <= HQ_SESSION_LEAVES)
+		__sync_fetch_and_and(&s->sess_used, ~(1U << (sess - 1)));
+}
+
+/*
+ * The HTB class of the packets of the socket of skb under reservation rv:
+ * the per-session leaf the socket holds, or 0 (rv has no per-session
+ * leaves, or the socket holds none: the rule's class stays).
+ */
+static __always_inline __u32 sess_classid(struct __sk_buff *skb,
+					  const struct hq_resv *rv)
+{
+	struct hq_resv_state *s;
+	struct hq_binding *b;
+	__u64 cookie;
+	__u32 rid = rv->id;
+
+	if (!rv->sess_classid)
+		return 0;
+	cookie = bpf_get_socket_cookie(skb);
+	b = cookie ? bpf_map_lookup_elem(&hq_bind, &cookie) : NULL;
+	s = bpf_map_lookup_elem(&hq_resv_state, &rid);
+	if (b && s && b->resv == rv->id && b->counted && b->sess &&
+	    b->sess <= rv->max_sessions && b->incarnation == s->incarnation)
+		return rv->sess_classid + b->sess - 1;
+	return 0;
 }
 
 static __always_inline void fill_owner(struct hq_binding *b,
@@ -1374,10 +1426,30 @@ static __noinline void resv_bind_skb(struct __sk_buff *skb,
 		nb.tgid = f->tgid;
 		nb.uid = f->uid;
 	}
+	nb.sess = sess_take(rv, s);
 	if (bpf_map_update_elem(&hq_bind, &cookie, &nb, BPF_ANY) == 0) {
 		__sync_fetch_and_add(&s->sessions, 1);
 		__sync_fetch_and_add(&s->sessions_total, 1);
+	} else if (nb.sess) {
+		__sync_fetch_and_and(&s->sess_used, ~(1U << (nb.sess - 1)));
 	}
+}
+
+/*
+ * A flow of a reservation with per-session leaves goes to the leaf of the
+ * session its socket holds (looked up once, when the flow is evaluated).
+ */
+static __noinline void resv_flow_class(struct __sk_buff *skb,
+				       struct hq_flow *nf, __u32 gen)
+{
+	struct hq_resv *rv = slot_resv(nf->slot, gen);
+	__u32 c;
+
+	if (!rv)
+		return;
+	c = sess_classid(skb, rv);
+	if (c)
+		nf->classid = c;
 }
 
 /* Records a refused session for the daemon (hq_refusal ring). */
@@ -1517,9 +1589,13 @@ static __noinline int resv_session(struct bpf_sock_addr *ctx, __u8 family,
 		nb.tgid = bpf_get_current_pid_tgid() >> 32;
 		nb.uid = (__u32)bpf_get_current_uid_gid();
 	}
+	nb.sess = sess_take(rv, s);
 	if (bpf_map_update_elem(&hq_bind, &cookie, &nb, BPF_ANY)) {
 		/* No room to remember it: do not hold a session we cannot give back. */
 		__sync_fetch_and_add(&s->sessions, -1);
+		if (nb.sess)
+			__sync_fetch_and_and(&s->sess_used,
+					     ~(1U << (nb.sess - 1)));
 		return 1;
 	}
 	if (rv->sndbuf && why == HQ_REFUSE_CONNECT) {
@@ -1593,9 +1669,12 @@ static __noinline void resv_bind_open(struct sock *sk, __u8 proto)
 	nb.incarnation = s->incarnation;
 	nb.counted = 1;
 	fill_owner(&nb, id);
+	nb.sess = sess_take(rv, s);
 	if (bpf_map_update_elem(&hq_bind, &cookie, &nb, BPF_NOEXIST) == 0) {
 		__sync_fetch_and_add(&s->sessions, 1);
 		__sync_fetch_and_add(&s->sessions_total, 1);
+	} else if (nb.sess) {
+		__sync_fetch_and_and(&s->sess_used, ~(1U << (nb.sess - 1)));
 	}
 }
 
@@ -1773,8 +1852,10 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 			return HQ_RES_NONE;
 		__builtin_memset(nf, 0, sizeof(*nf));
 		evaluate(id, &key, p->dscp_in, nf, p->gen, st, HQ_SCRATCH_TC);
-		if (nf->action == HQ_ACT_RESV && !rx)
+		if (nf->action == HQ_ACT_RESV && !rx) {
 			resv_bind_skb(skb, &key, nf, id, p->gen);
+			resv_flow_class(skb, nf, p->gen);
+		}
 		if (!f) {
 			nf->first_ns = p->now;
 			nf->base_last_ns = p->now;

@@ -33,7 +33,7 @@ type hostqosHqBinding struct {
 	ExeDev      uint32
 	Resv        uint16
 	Counted     uint8
-	Pad         uint8
+	Sess        uint8
 	Incarnation uint32
 	Pad2        uint32
 	Comm        [16]int8
@@ -176,24 +176,25 @@ type hostqosHqIn struct {
 type hostqosHqLimits uint32
 
 const (
-	hostqosHqLimitsHQ_ABI_VERSION   hostqosHqLimits = 6
-	hostqosHqLimitsHQ_MAX_RULES     hostqosHqLimits = 16384
-	hostqosHqLimitsHQ_MAX_APP_RULES hostqosHqLimits = 2048
-	hostqosHqLimitsHQ_BITMAP_WORDS  hostqosHqLimits = 32
-	hostqosHqLimitsHQ_MAX_TUPLES    hostqosHqLimits = 16384
-	hostqosHqLimitsHQ_TSS_ENTRIES   hostqosHqLimits = 65536
-	hostqosHqLimitsHQ_CG_LEVELS     hostqosHqLimits = 8
-	hostqosHqLimitsHQ_COMM_LEN      hostqosHqLimits = 16
-	hostqosHqLimitsHQ_SLOT_NONE     hostqosHqLimits = 65535
-	hostqosHqLimitsHQ_FLOW_ENTRIES  hostqosHqLimits = 65536
-	hostqosHqLimitsHQ_EXE_ENTRIES   hostqosHqLimits = 8192
-	hostqosHqLimitsHQ_COMM_ENTRIES  hostqosHqLimits = 4096
-	hostqosHqLimitsHQ_UID_ENTRIES   hostqosHqLimits = 4096
-	hostqosHqLimitsHQ_CG_ENTRIES    hostqosHqLimits = 8192
-	hostqosHqLimitsHQ_POLICE_SHIFT  hostqosHqLimits = 16
-	hostqosHqLimitsHQ_MAX_RESV      hostqosHqLimits = 256
-	hostqosHqLimitsHQ_BIND_ENTRIES  hostqosHqLimits = 65536
-	hostqosHqLimitsHQ_REFUSALS      hostqosHqLimits = 64
+	hostqosHqLimitsHQ_ABI_VERSION    hostqosHqLimits = 6
+	hostqosHqLimitsHQ_MAX_RULES      hostqosHqLimits = 16384
+	hostqosHqLimitsHQ_MAX_APP_RULES  hostqosHqLimits = 2048
+	hostqosHqLimitsHQ_BITMAP_WORDS   hostqosHqLimits = 32
+	hostqosHqLimitsHQ_MAX_TUPLES     hostqosHqLimits = 16384
+	hostqosHqLimitsHQ_TSS_ENTRIES    hostqosHqLimits = 65536
+	hostqosHqLimitsHQ_CG_LEVELS      hostqosHqLimits = 8
+	hostqosHqLimitsHQ_COMM_LEN       hostqosHqLimits = 16
+	hostqosHqLimitsHQ_SLOT_NONE      hostqosHqLimits = 65535
+	hostqosHqLimitsHQ_FLOW_ENTRIES   hostqosHqLimits = 65536
+	hostqosHqLimitsHQ_EXE_ENTRIES    hostqosHqLimits = 8192
+	hostqosHqLimitsHQ_COMM_ENTRIES   hostqosHqLimits = 4096
+	hostqosHqLimitsHQ_UID_ENTRIES    hostqosHqLimits = 4096
+	hostqosHqLimitsHQ_CG_ENTRIES     hostqosHqLimits = 8192
+	hostqosHqLimitsHQ_POLICE_SHIFT   hostqosHqLimits = 16
+	hostqosHqLimitsHQ_MAX_RESV       hostqosHqLimits = 256
+	hostqosHqLimitsHQ_SESSION_LEAVES hostqosHqLimits = 32
+	hostqosHqLimitsHQ_BIND_ENTRIES   hostqosHqLimits = 65536
+	hostqosHqLimitsHQ_REFUSALS       hostqosHqLimits = 64
 )
 
 type hostqosHqPolice struct {
@@ -244,7 +245,7 @@ type hostqosHqResv struct {
 	Pad           uint8
 	_             [2]byte
 	Epoch         uint32
-	_             [4]byte
+	SessClassid   uint32
 }
 
 type hostqosHqResvState struct {
@@ -269,7 +270,7 @@ type hostqosHqResvState struct {
 	RefusedConnects uint64
 	RefusedSends    uint64
 	Epoch           uint32
-	Pad             uint32
+	SessUsed        uint32
 }
 
 type hostqosHqRule struct {

@@ -89,7 +89,17 @@ type Reservation struct {
 	// SendBuffer is the SO_SNDBUF value a socket gets when it connects
 	// under the reservation (0 = leave); see SendBufferFor.
 	SendBuffer uint32
+	// SessionClassID (0 = none) gives each session its own HTB leaf: a
+	// socket that takes one of the MaxSessions (at most SessionLeaves)
+	// sessions also takes a free leaf i and its flows go to class
+	// SessionClassID+i; traffic of the reservation's rules without a
+	// session keeps its rule's class (Rule.ClassID).
+	SessionClassID uint32
 }
+
+// SessionLeaves is the most sessions a reservation with per-session
+// leaves (Reservation.SessionClassID) may admit at once.
+const SessionLeaves = int(hostqosHqLimitsHQ_SESSION_LEAVES)
 
 // ResvCounters are a reservation's cumulative counters and its current
 // sessions, summed over its rules and sockets.
@@ -119,6 +129,8 @@ type Binding struct {
 	Key         FlowKey // egress 5-tuple; the local part stays unset until the socket sends
 	BoundNS     uint64  // CLOCK_MONOTONIC
 	Counted     bool    // holds one of the reservation's sessions
+	// Session is 1 + the per-session leaf the socket holds (0: none).
+	Session int
 }
 
 // RefusalKind says which call a session refusal failed.
@@ -165,7 +177,7 @@ func (r *Reservation) Validate() error {
 		if r.Rate != 0 || r.Peak != 0 {
 			return fmt.Errorf("%s: a Tspec needs a service (guaranteed, controlled-load or best-effort)", where)
 		}
-		return nil
+		return r.validateSessions(where)
 	case ServiceGuaranteed, ServiceControlledLoad, ServiceBestEffort:
 	default:
 		return fmt.Errorf("%s: service %d unknown", where, r.Service)
@@ -188,6 +200,14 @@ func (r *Reservation) Validate() error {
 	case r.DemoteDSCP < -1 || r.DemoteDSCP > 63:
 		return fmt.Errorf("%s: demote DSCP %d out of range -1..63", where, r.DemoteDSCP)
 	}
+	return r.validateSessions(where)
+}
+
+// validateSessions checks the per-session leaves of a reservation.
+func (r *Reservation) validateSessions(where string) error {
+	if r.SessionClassID != 0 && (r.MaxSessions == 0 || r.MaxSessions > uint32(SessionLeaves)) {
+		return fmt.Errorf("%s: per-session leaves need max sessions 1..%d, not %d", where, SessionLeaves, r.MaxSessions)
+	}
 	return nil
 }
 
@@ -204,6 +224,7 @@ func (r *Reservation) bpf() hostqosHqResv {
 		Service:       uint8(r.Service),
 		Dscp:          r.DSCP,
 		DemoteDscp:    r.DemoteDSCP,
+		SessClassid:   r.SessionClassID,
 	}
 	if r.SendBuffer > math.MaxInt32 {
 		v.Sndbuf = math.MaxInt32
@@ -381,6 +402,7 @@ func (d *Datapath) Bindings() ([]Binding, error) {
 			Key:         flowKeyOf(&v.Key),
 			BoundNS:     v.BoundNs,
 			Counted:     v.Counted != 0,
+			Session:     int(v.Sess),
 		})
 	}
 	if err := it.Err(); err != nil {

@@ -252,7 +252,7 @@ func TestSessionAdmission(t *testing.T) {
 			{Slot: 3, Proto: 17, RPortFrom: 9300, DSCPIn: -1, DSCP: 34, Reservation: 3},
 		},
 		Reservations: []Reservation{
-			{ID: 1, MaxSessions: 3},
+			{ID: 1, MaxSessions: 3, SessionClassID: 0x48514100},
 			{ID: 2, MaxSessions: 1},
 			{ID: 3, Service: ServiceControlledLoad, Rate: 125000, Bucket: 3000, MinUnit: 64, MaxUnit: 1500, DSCP: 34, DemoteDSCP: 0},
 		},
@@ -301,6 +301,11 @@ func TestSessionAdmission(t *testing.T) {
 	if n := countBound(bs, 1); n != 3 {
 		t.Errorf("%d sockets bound to reservation 1, want 3: %+v", n, bs)
 	}
+	// Each session holds a per-session leaf of its own.
+	if got := sessionsOf(t, bs, conns); got[0] == 0 || got[0] == got[1] || got[1] == got[2] || got[0] == got[2] {
+		t.Errorf("per-session leaves of the three sessions: %v, want three different ones", got)
+	}
+	leafOfFirst := sessionsOf(t, bs, conns[:1])[0]
 	// The daemon dies (its datapath closes without removing anything) and
 	// a new one adopts the pinned state: the sessions are still counted
 	// and the limit still holds.
@@ -331,6 +336,11 @@ func TestSessionAdmission(t *testing.T) {
 	conns = append(conns[1:], fd)
 	if refs, _, _ := b.d.SessionRefusals(seq); len(refs) != 0 {
 		t.Errorf("new refusals %+v", refs)
+	}
+	// ... and takes the leaf the closed session gave back.
+	bs, _ = b.d.Bindings()
+	if got := sessionsOf(t, bs, conns[2:]); got[0] != leafOfFirst {
+		t.Errorf("the session after a close holds leaf %d, want the freed %d", got[0], leafOfFirst)
 	}
 
 	// Unconnected UDP: the second socket's sendto is refused.
@@ -379,6 +389,24 @@ func TestSessionAdmission(t *testing.T) {
 	if c[3].Sessions != 1 || c[3].ConformantPackets != 1 {
 		t.Errorf("reservation 3: %+v, want the early socket's session and its packet", c[3])
 	}
+}
+
+// sessionsOf is the per-session leaf (Binding.Session) of each socket.
+func sessionsOf(t *testing.T, bs []Binding, fds []int) []int {
+	t.Helper()
+	out := make([]int, len(fds))
+	for i, fd := range fds {
+		c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bs {
+			if b.Cookie == c {
+				out[i] = b.Session
+			}
+		}
+	}
+	return out
 }
 
 func countBound(bs []Binding, id uint16) int {

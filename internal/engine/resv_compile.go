@@ -19,7 +19,8 @@ import (
 // (datapath.FlowControl); controlled load guaranteed r, excess demoted to
 // the default class. A rule with max_sessions gets a reservation of no
 // service (session counting only), and its per-session guarantee and
-// ceiling become its leaf's, times max_sessions.
+// ceiling become its leaf's, times max_sessions, and each session gets a
+// leaf of its own under it (sessionLeaves).
 
 // resvPrecedence is the precedence of a reservation's rule: before every
 // rule and admin run (60000) but after nothing else.
@@ -164,6 +165,7 @@ func attachReservations(p *policy.Policy, c *compiled, slots *slotTable) error {
 		default:
 			dr.Service = datapath.ServiceBestEffort
 		}
+		sessionLeaves(c, &dr, uint16(slot), rv.MaxSessions, rv.PerSessionMinBW, rv.PerSessionMaxBW)
 		bySlot[uint16(slot)] = dr
 	}
 	for _, r := range p.Rules {
@@ -174,17 +176,48 @@ func attachReservations(p *policy.Policy, c *compiled, slots *slotTable) error {
 		if err != nil {
 			return err
 		}
-		bySlot[uint16(slots.Rules[r.Name])] = datapath.Reservation{ID: id, Service: datapath.ServiceNone,
+		dr := datapath.Reservation{ID: id, Service: datapath.ServiceNone,
 			DSCP: -1, DemoteDSCP: -1, MaxSessions: uint32(r.MaxSessions)}
+		sessionLeaves(c, &dr, uint16(slots.Rules[r.Name]), r.MaxSessions, r.PerSessionMinBW, r.PerSessionMaxBW)
+		bySlot[uint16(slots.Rules[r.Name])] = dr
 	}
 	for i := range c.Datapath.Rules {
 		dr := &c.Datapath.Rules[i]
 		if rv, ok := bySlot[dr.Slot]; ok && dr.ActionCode == datapath.ActPass {
 			dr.Reservation = rv.ID
+			if rv.SessionClassID != 0 {
+				// Traffic without a session: the class's general leaf
+				// (the rule's own class is the sessions' parent).
+				dr.ClassID = shaper.ClassLeafID(int(dr.ServiceClass))
+			}
 			c.Datapath.Reservations = append(c.Datapath.Reservations, rv)
 		}
 	}
 	return nil
+}
+
+// sessionLeaves gives every session of a rule or reservation with
+// per-session bandwidth (max_sessions with per_session_minbw or
+// per_session_maxbw) an HTB leaf of its own under the rule's class: each
+// is guaranteed its share (per_session_minbw, or an equal part of the
+// rule's guarantee if that is more), capped at per_session_maxbw, so one
+// greedy session cannot take what the others were admitted with. The
+// datapath gives a socket a free leaf when it takes a session (at
+// connect) and back when it gives the session up (close). Leaves are
+// numbered by the reservation id (its session group).
+func sessionLeaves(c *compiled, dr *datapath.Reservation, slot uint16, n int, minbw, maxbw policy.Rate) {
+	if n == 0 || n > shaper.MaxSessionLeaves || (minbw == 0 && maxbw == 0) || int(dr.ID) > shaper.MaxSessionGroups {
+		return
+	}
+	for i := range c.Rules {
+		if c.Rules[i].Slot == slot {
+			rs := &c.Rules[i]
+			rs.Sessions, rs.SessionGroup = n, dr.ID
+			rs.SessionMinBW, rs.SessionMaxBW = uint64(minbw), uint64(maxbw)
+			dr.SessionClassID = shaper.SessionClassID(dr.ID, 0)
+			return
+		}
+	}
 }
 
 func sortedStrings(s []string) []string {

@@ -32,10 +32,10 @@ func (e *Engine) fillReservationStatus(k Kernel, who Caller, out []api.Reservati
 	for n, ifx := range e.links {
 		links[n] = ifx
 	}
-	queues := map[uint16]uint32{}
+	specs := map[uint16]shaper.RuleSpec{}
 	if e.comp != nil {
 		for _, rs := range e.comp.Rules {
-			queues[rs.Slot] = rs.QueueLimit
+			specs[rs.Slot] = rs
 		}
 	}
 	e.mu.Unlock()
@@ -66,11 +66,16 @@ func (e *Engine) fillReservationStatus(k Kernel, who Caller, out []api.Reservati
 				RefusedConnects: c.RefusedConnects, RefusedSends: c.RefusedSends,
 			}
 			if ri.Slot >= 0 {
-				rc.QueueLimit = queues[uint16(ri.Slot)]
-				minor := shaper.RuleClassID(uint16(ri.Slot)) & 0xffff
+				rs := specs[uint16(ri.Slot)]
+				rc.QueueLimit = rs.QueueLimit
+				// Its leaf, or with per-session leaves those leaves.
+				minors := map[uint16]bool{shaper.RuleLeafMinor(uint16(ri.Slot)): true}
+				for i := 0; i < rs.Sessions; i++ {
+					minors[shaper.SessionMinor(rs.SessionGroup, i)] = true
+				}
 				for _, cs := range stats {
 					for _, s := range cs {
-						if uint32(s.Minor) == minor {
+						if minors[s.Minor] {
 							rc.BacklogBytes = max(rc.BacklogBytes, s.Backlog)
 							rc.QueueDrops += s.Drops
 						}

@@ -49,6 +49,10 @@ const (
 	DefaultResvBuffer Size = 4 << 20
 	// MaxSessions bounds a rule's or reservation's max_sessions.
 	MaxSessions = 1 << 16
+	// MaxSessionLeaves bounds max_sessions when per-session bandwidth is
+	// set: each session has a leaf of its own (the datapath's and the
+	// shaper's limit, kept equal by a test).
+	MaxSessionLeaves = 32
 )
 
 // Reservation is a resource reservation: a session selector (the same
@@ -287,6 +291,10 @@ func (v *validator) sessions(obj string, n int, minbw, maxbw Rate) {
 	}
 	if maxbw != 0 && minbw > maxbw {
 		v.add(obj, "per_session_minbw", minbw.String(), "greater than per_session_maxbw "+maxbw.String(), "a session's guarantee cannot exceed its ceiling")
+	}
+	if (minbw != 0 || maxbw != 0) && n > MaxSessionLeaves {
+		v.addNum(obj, "max_sessions", strconv.Itoa(n), fmt.Sprintf("above %d with per-session bandwidth: each session gets an HTB leaf of its own, at most %d per rule or reservation", MaxSessionLeaves, MaxSessionLeaves),
+			fmt.Sprintf("use max_sessions ≤ %d, or drop per_session_minbw/per_session_maxbw", MaxSessionLeaves))
 	}
 }
 

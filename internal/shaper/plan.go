@@ -19,7 +19,22 @@ const (
 	RuleBase    uint16 = 0x100 // + rule slot: a rule's own leaf
 	MaxClass           = 63    // highest service-class index
 	MaxRuleSlot        = 16383 // highest rule slot (policy.MaxRules - 1; minors up to 0x40ff)
+	// SessionBase + (group-1)*MaxSessionLeaves + i: leaf of session i of
+	// session group group (1..MaxSessionGroups), under its rule's class.
+	SessionBase      uint16 = 0x4100
+	MaxSessionLeaves        = 32  // sessions with a leaf of their own, per rule
+	MaxSessionGroups        = 255 // rules with per-session leaves (minors up to 0x60ff)
 )
+
+// SessionClassID is the classid of the leaf of session i (0-based) of
+// session group group.
+func SessionClassID(group uint16, i int) uint32 { return classID(SessionMinor(group, i)) }
+
+// SessionMinor is the minor number of the leaf of session i (0-based) of
+// session group group (1..MaxSessionGroups).
+func SessionMinor(group uint16, i int) uint16 {
+	return SessionBase + (group-1)*MaxSessionLeaves + uint16(i)
+}
 
 // MinRate is the smallest rate (bits/s) the shaper configures on any class.
 const MinRate uint64 = 8000
@@ -58,6 +73,17 @@ type RuleSpec struct {
 	// leaf (a reservation's buffers); 0 = the kernel's default (the
 	// link's txqueuelen). Only for rules with a leaf (MinBW or MaxBW).
 	QueueLimit uint32
+	// Sessions > 0 gives each of the rule's sessions a leaf of its own
+	// (per-session admission): the rule's class becomes an inner class
+	// (rate MinBW or its token rate, ceiling MaxBW) with Sessions leaves
+	// SessionMinor(SessionGroup, 0..Sessions-1) under it, each guaranteed
+	// SessionMinBW or an equal part of the rule's rate, whichever is more,
+	// with ceiling
+	// SessionMaxBW (0: the rule's); each gets QueueLimit. At most
+	// MaxSessionLeaves.
+	Sessions                   int
+	SessionGroup               uint16
+	SessionMinBW, SessionMaxBW uint64
 }
 
 // LinkSpec is the managed link.
@@ -184,6 +210,34 @@ type rulePlan struct {
 	rate  uint64
 	ceil  uint64
 	token bool // rate is a token rate, not a guarantee
+	// Per-session leaves (spec.Sessions > 0): each one's rate and ceiling.
+	sessRate, sessCeil uint64
+}
+
+// planSessions gives the session leaves of rp their rate and ceiling: an
+// equal part of the rule's rate, or each one's own guarantee
+// (SessionMinBW) if that is more; the rule's rate grows to their sum if
+// it is less.
+func planSessions(rp *rulePlan) error {
+	n := uint64(rp.spec.Sessions)
+	if n == 0 {
+		return nil
+	}
+	rp.sessCeil = rp.ceil
+	if m := round8(rp.spec.SessionMaxBW); m != 0 && m < rp.ceil {
+		rp.sessCeil = m
+	}
+	rp.sessRate = max(round8(rp.spec.SessionMinBW), round8(rp.rate/n), MinRate)
+	if rp.sessRate > rp.sessCeil {
+		return fmt.Errorf("a session's guarantee %s exceeds its ceiling %s", fmtRate(rp.sessRate), fmtRate(rp.sessCeil))
+	}
+	if sum := n * rp.sessRate; sum > rp.rate {
+		if sum > rp.ceil {
+			return fmt.Errorf("%d sessions × %s exceed the rule's ceiling %s", n, fmtRate(rp.sessRate), fmtRate(rp.ceil))
+		}
+		rp.rate = sum
+	}
+	return nil
 }
 
 func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
@@ -267,6 +321,12 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 		if r.MinBW == 0 && r.MaxBW == 0 {
 			continue // uses the class's general leaf
 		}
+		if r.Sessions < 0 || r.Sessions > MaxSessionLeaves {
+			return Plan{}, fmt.Errorf("%s: %d session leaves outside 0..%d", name, r.Sessions, MaxSessionLeaves)
+		}
+		if r.Sessions > 0 && (r.SessionGroup == 0 || r.SessionGroup > MaxSessionGroups) {
+			return Plan{}, fmt.Errorf("%s: session group %d outside 1..%d", name, r.SessionGroup, MaxSessionGroups)
+		}
 		if r.MinBW != 0 && r.MaxBW != 0 && r.MinBW > r.MaxBW {
 			return Plan{}, fmt.Errorf("%s: minbw %s exceeds maxbw %s", name, fmtRate(r.MinBW), fmtRate(r.MaxBW))
 		}
@@ -301,6 +361,13 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 	}
 	for _, rp := range tokenRules {
 		rp.rate = min(token, rp.ceil)
+	}
+	for _, cp := range order {
+		for _, rp := range cp.rules {
+			if err := planSessions(rp); err != nil {
+				return Plan{}, fmt.Errorf("rule %d: %w", rp.spec.Slot, err)
+			}
+		}
 	}
 	for _, cp := range order {
 		cp.ruleSum = 0
@@ -343,9 +410,18 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 			mkClass(InnerBase+i, RootMinor, cp.share+cp.ruleSum, cp.ceil, prio, false, label),
 			mkClass(LeafBase+i, InnerBase+i, cp.share, cp.ceil, prio, true, label+" general"))
 		for _, rp := range cp.rules {
-			leaf := mkClass(RuleBase+rp.spec.Slot, InnerBase+i, rp.rate, rp.ceil, prio, true, fmt.Sprintf("rule %d", rp.spec.Slot))
-			leaf.QueueLimit = rp.spec.QueueLimit
+			minor := RuleBase + rp.spec.Slot
+			leaf := mkClass(minor, InnerBase+i, rp.rate, rp.ceil, prio, rp.spec.Sessions == 0, fmt.Sprintf("rule %d", rp.spec.Slot))
+			if rp.spec.Sessions == 0 {
+				leaf.QueueLimit = rp.spec.QueueLimit
+			}
 			p.Classes = append(p.Classes, leaf)
+			for k := 0; k < rp.spec.Sessions; k++ {
+				sl := mkClass(SessionMinor(rp.spec.SessionGroup, k), minor, rp.sessRate, rp.sessCeil, prio, true,
+					fmt.Sprintf("rule %d session %d", rp.spec.Slot, k))
+				sl.QueueLimit = rp.spec.QueueLimit
+				p.Classes = append(p.Classes, sl)
+			}
 		}
 	}
 	return p, nil
