@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -77,7 +78,8 @@ func hasPID(ss []api.BoundSocket, pid int) bool {
 // nothing; a socket binds at connect when the reservation came first, within
 // 1 s when it came while the socket was open, and unbinds at close, as
 // resv show says; --max-sessions 3 refuses the fourth TCP connect with EPERM
-// and an event, and lets the next in after a close; kill -9 of the daemon
+// and an event, and lets the next in after a close, each admitted session
+// getting its per-session guarantee under a saturating bulk flow; kill -9 of the daemon
 // keeps enforcing, a restarted daemon adopts the reservations and the event
 // stream resumes; every event arrived in order.
 func TestReservations(t *testing.T) {
@@ -177,16 +179,9 @@ func TestReservations(t *testing.T) {
 		return err
 	})
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
-	e.hostqos("resv", "add", "calls", "--service", "controlled-load", "--proto", "tcp", "--rport", "7000",
+	sink := &sessionSink{got: map[string]*atomic.Int64{}}
+	go sink.serve(ln)
+	e.hostqos("resv", "add", "calls", "--service", "guaranteed", "--proto", "tcp", "--rport", "7000",
 		"--rate", "1mbit", "--burst", "16kb", "--max-sessions", "3", "--per-session-minbw", "100kbit")
 	dial := func() (net.Conn, error) {
 		var c net.Conn
@@ -226,6 +221,8 @@ func TestReservations(t *testing.T) {
 		conns[0] = c
 		return true, ""
 	})
+	// Each admitted session gets its guarantee under a saturating bulk flow.
+	checkSessionGuarantees(t, e, sink, conns, 100e3, 200e3)
 
 	// kill -9: enforcement stays; a restarted daemon adopts; events resume.
 	e.killDaemon(syscall.SIGKILL)
