@@ -87,6 +87,12 @@ enum hq_service {
 };
 
 /* Why a session was refused (struct hq_refusal). */
+/* struct hq_binding flags. */
+enum hq_bind_flags {
+	/* The connect hook set the socket's SO_SNDBUF to the reservation's. */
+	HQ_BIND_SNDBUF = 1,
+};
+
 enum hq_refuse {
 	HQ_REFUSE_CONNECT = 1, /* connect() failed with EPERM */
 	HQ_REFUSE_SENDMSG = 2, /* unconnected sendmsg() failed with EPERM */
@@ -491,7 +497,7 @@ struct hq_binding {
 	__u8 counted; /* holds one of the reservation's sessions */
 	__u8 sess;    /* 1 + its per-session leaf (sess_used bit); 0 = none */
 	__u32 incarnation; /* of the reservation when counted */
-	__u32 pad2;
+	__u32 flags;	   /* enum hq_bind_flags */
 	char comm[HQ_COMM_LEN];
 };
 

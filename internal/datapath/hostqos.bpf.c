@@ -45,6 +45,7 @@ const volatile enum hq_verdict hq_type_verdict = 0;
 const volatile struct hq_ctr_rec hq_type_ctr_rec = {};
 const volatile enum hq_service hq_type_service = 0;
 const volatile enum hq_refuse hq_type_refuse = 0;
+const volatile enum hq_bind_flags hq_type_bind_flags = 0;
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -1590,6 +1591,12 @@ static __noinline int resv_session(struct bpf_sock_addr *ctx, __u8 family,
 		nb.uid = (__u32)bpf_get_current_uid_gid();
 	}
 	nb.sess = sess_take(rv, s);
+	if (rv->sndbuf && why == HQ_REFUSE_CONNECT) {
+		int v = rv->sndbuf;
+
+		if (!bpf_setsockopt(ctx, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v)))
+			nb.flags |= HQ_BIND_SNDBUF;
+	}
 	if (bpf_map_update_elem(&hq_bind, &cookie, &nb, BPF_ANY)) {
 		/* No room to remember it: do not hold a session we cannot give back. */
 		__sync_fetch_and_add(&s->sessions, -1);
@@ -1597,11 +1604,6 @@ static __noinline int resv_session(struct bpf_sock_addr *ctx, __u8 family,
 			__sync_fetch_and_and(&s->sess_used,
 					     ~(1U << (nb.sess - 1)));
 		return 1;
-	}
-	if (rv->sndbuf && why == HQ_REFUSE_CONNECT) {
-		int v = rv->sndbuf;
-
-		bpf_setsockopt(ctx, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
 	}
 	return 1;
 }
@@ -1611,7 +1613,8 @@ static __noinline int resv_session(struct bpf_sock_addr *ctx, __u8 family,
  * is applied, the daemon runs these iterators over the TCP and UDP sockets
  * of its network namespace. A connected socket the policy classifies under
  * a reservation is bound (and holds a session, never refused) as if it
- * had connected now; its send buffer is left as it is.
+ * had connected now; the daemon sizes its send buffer (HQ_BIND_SNDBUF is
+ * not set).
  */
 #define TCP_ESTABLISHED 1
 #define TCP_LISTEN 10

@@ -23,6 +23,12 @@ const (
 	hostqosHqActionHQ_ACT_RESV    hostqosHqAction = 4
 )
 
+type hostqosHqBindFlags uint32
+
+const (
+	hostqosHqBindFlagsHQ_BIND_SNDBUF hostqosHqBindFlags = 1
+)
+
 type hostqosHqBinding struct {
 	_           structs.HostLayout
 	Key         hostqosHqFlowKey
@@ -35,7 +41,7 @@ type hostqosHqBinding struct {
 	Counted     uint8
 	Sess        uint8
 	Incarnation uint32
-	Pad2        uint32
+	Flags       uint32
 	Comm        [16]int8
 }
 
@@ -413,59 +419,60 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	hostqosMapHqAppidx       = "hq_appidx"
-	hostqosMapHqBind         = "hq_bind"
-	hostqosMapHqCg           = "hq_cg"
-	hostqosMapHqComm         = "hq_comm"
-	hostqosMapHqExe          = "hq_exe"
-	hostqosMapHqFctr         = "hq_fctr"
-	hostqosMapHqFkey         = "hq_fkey"
-	hostqosMapHqFlows4       = "hq_flows4"
-	hostqosMapHqFlows6       = "hq_flows6"
-	hostqosMapHqHealth       = "hq_health"
-	hostqosMapHqIn           = "hq_in"
-	hostqosMapHqNf           = "hq_nf"
-	hostqosMapHqPolice       = "hq_police"
-	hostqosMapHqRefusal      = "hq_refusal"
-	hostqosMapHqResvState    = "hq_resv_state"
-	hostqosMapHqRuleCtr      = "hq_rule_ctr"
-	hostqosMapHqRuleCtrIn    = "hq_rule_ctr_in"
-	hostqosMapHqRuleResv     = "hq_rule_resv"
-	hostqosMapHqRules        = "hq_rules"
-	hostqosMapHqScratch      = "hq_scratch"
-	hostqosMapHqSkIdent      = "hq_sk_ident"
-	hostqosMapHqTnodes       = "hq_tnodes"
-	hostqosMapHqTss          = "hq_tss"
-	hostqosMapHqTuples       = "hq_tuples"
-	hostqosMapHqUid          = "hq_uid"
-	hostqosProgHqConnect4    = "hq_connect4"
-	hostqosProgHqConnect6    = "hq_connect6"
-	hostqosProgHqIterBindTcp = "hq_iter_bind_tcp"
-	hostqosProgHqIterBindUdp = "hq_iter_bind_udp"
-	hostqosProgHqIterFlows4  = "hq_iter_flows4"
-	hostqosProgHqIterFlows6  = "hq_iter_flows6"
-	hostqosProgHqIterRuleCtr = "hq_iter_rule_ctr"
-	hostqosProgHqSendmsg4    = "hq_sendmsg4"
-	hostqosProgHqSendmsg6    = "hq_sendmsg6"
-	hostqosProgHqSockCreate  = "hq_sock_create"
-	hostqosProgHqSockRelease = "hq_sock_release"
-	hostqosProgHqTcEgress    = "hq_tc_egress"
-	hostqosProgHqTcEgressL3  = "hq_tc_egress_l3"
-	hostqosProgHqTcIngress   = "hq_tc_ingress"
-	hostqosProgHqTcIngressL3 = "hq_tc_ingress_l3"
-	hostqosVarHqFctrN        = "hq_fctr_n"
-	hostqosVarHqNcpu         = "hq_ncpu"
-	hostqosVarHqNetnsCookie  = "hq_netns_cookie"
-	hostqosVarHqPolicy       = "hq_policy"
-	hostqosVarHqTestClock    = "hq_test_clock"
-	hostqosVarHqTickNs       = "hq_tick_ns"
-	hostqosVarHqTypeAction   = "hq_type_action"
-	hostqosVarHqTypeCtrRec   = "hq_type_ctr_rec"
-	hostqosVarHqTypeFamily   = "hq_type_family"
-	hostqosVarHqTypeLimits   = "hq_type_limits"
-	hostqosVarHqTypeRefuse   = "hq_type_refuse"
-	hostqosVarHqTypeService  = "hq_type_service"
-	hostqosVarHqTypeVerdict  = "hq_type_verdict"
+	hostqosMapHqAppidx        = "hq_appidx"
+	hostqosMapHqBind          = "hq_bind"
+	hostqosMapHqCg            = "hq_cg"
+	hostqosMapHqComm          = "hq_comm"
+	hostqosMapHqExe           = "hq_exe"
+	hostqosMapHqFctr          = "hq_fctr"
+	hostqosMapHqFkey          = "hq_fkey"
+	hostqosMapHqFlows4        = "hq_flows4"
+	hostqosMapHqFlows6        = "hq_flows6"
+	hostqosMapHqHealth        = "hq_health"
+	hostqosMapHqIn            = "hq_in"
+	hostqosMapHqNf            = "hq_nf"
+	hostqosMapHqPolice        = "hq_police"
+	hostqosMapHqRefusal       = "hq_refusal"
+	hostqosMapHqResvState     = "hq_resv_state"
+	hostqosMapHqRuleCtr       = "hq_rule_ctr"
+	hostqosMapHqRuleCtrIn     = "hq_rule_ctr_in"
+	hostqosMapHqRuleResv      = "hq_rule_resv"
+	hostqosMapHqRules         = "hq_rules"
+	hostqosMapHqScratch       = "hq_scratch"
+	hostqosMapHqSkIdent       = "hq_sk_ident"
+	hostqosMapHqTnodes        = "hq_tnodes"
+	hostqosMapHqTss           = "hq_tss"
+	hostqosMapHqTuples        = "hq_tuples"
+	hostqosMapHqUid           = "hq_uid"
+	hostqosProgHqConnect4     = "hq_connect4"
+	hostqosProgHqConnect6     = "hq_connect6"
+	hostqosProgHqIterBindTcp  = "hq_iter_bind_tcp"
+	hostqosProgHqIterBindUdp  = "hq_iter_bind_udp"
+	hostqosProgHqIterFlows4   = "hq_iter_flows4"
+	hostqosProgHqIterFlows6   = "hq_iter_flows6"
+	hostqosProgHqIterRuleCtr  = "hq_iter_rule_ctr"
+	hostqosProgHqSendmsg4     = "hq_sendmsg4"
+	hostqosProgHqSendmsg6     = "hq_sendmsg6"
+	hostqosProgHqSockCreate   = "hq_sock_create"
+	hostqosProgHqSockRelease  = "hq_sock_release"
+	hostqosProgHqTcEgress     = "hq_tc_egress"
+	hostqosProgHqTcEgressL3   = "hq_tc_egress_l3"
+	hostqosProgHqTcIngress    = "hq_tc_ingress"
+	hostqosProgHqTcIngressL3  = "hq_tc_ingress_l3"
+	hostqosVarHqFctrN         = "hq_fctr_n"
+	hostqosVarHqNcpu          = "hq_ncpu"
+	hostqosVarHqNetnsCookie   = "hq_netns_cookie"
+	hostqosVarHqPolicy        = "hq_policy"
+	hostqosVarHqTestClock     = "hq_test_clock"
+	hostqosVarHqTickNs        = "hq_tick_ns"
+	hostqosVarHqTypeAction    = "hq_type_action"
+	hostqosVarHqTypeBindFlags = "hq_type_bind_flags"
+	hostqosVarHqTypeCtrRec    = "hq_type_ctr_rec"
+	hostqosVarHqTypeFamily    = "hq_type_family"
+	hostqosVarHqTypeLimits    = "hq_type_limits"
+	hostqosVarHqTypeRefuse    = "hq_type_refuse"
+	hostqosVarHqTypeService   = "hq_type_service"
+	hostqosVarHqTypeVerdict   = "hq_type_verdict"
 )
 
 // loadHostqos returns the embedded CollectionSpec for hostqos.
@@ -562,19 +569,20 @@ type hostqosMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hostqosVariableSpecs struct {
-	HqFctrN       *ebpf.VariableSpec `ebpf:"hq_fctr_n"`
-	HqNcpu        *ebpf.VariableSpec `ebpf:"hq_ncpu"`
-	HqNetnsCookie *ebpf.VariableSpec `ebpf:"hq_netns_cookie"`
-	HqPolicy      *ebpf.VariableSpec `ebpf:"hq_policy"`
-	HqTestClock   *ebpf.VariableSpec `ebpf:"hq_test_clock"`
-	HqTickNs      *ebpf.VariableSpec `ebpf:"hq_tick_ns"`
-	HqTypeAction  *ebpf.VariableSpec `ebpf:"hq_type_action"`
-	HqTypeCtrRec  *ebpf.VariableSpec `ebpf:"hq_type_ctr_rec"`
-	HqTypeFamily  *ebpf.VariableSpec `ebpf:"hq_type_family"`
-	HqTypeLimits  *ebpf.VariableSpec `ebpf:"hq_type_limits"`
-	HqTypeRefuse  *ebpf.VariableSpec `ebpf:"hq_type_refuse"`
-	HqTypeService *ebpf.VariableSpec `ebpf:"hq_type_service"`
-	HqTypeVerdict *ebpf.VariableSpec `ebpf:"hq_type_verdict"`
+	HqFctrN         *ebpf.VariableSpec `ebpf:"hq_fctr_n"`
+	HqNcpu          *ebpf.VariableSpec `ebpf:"hq_ncpu"`
+	HqNetnsCookie   *ebpf.VariableSpec `ebpf:"hq_netns_cookie"`
+	HqPolicy        *ebpf.VariableSpec `ebpf:"hq_policy"`
+	HqTestClock     *ebpf.VariableSpec `ebpf:"hq_test_clock"`
+	HqTickNs        *ebpf.VariableSpec `ebpf:"hq_tick_ns"`
+	HqTypeAction    *ebpf.VariableSpec `ebpf:"hq_type_action"`
+	HqTypeBindFlags *ebpf.VariableSpec `ebpf:"hq_type_bind_flags"`
+	HqTypeCtrRec    *ebpf.VariableSpec `ebpf:"hq_type_ctr_rec"`
+	HqTypeFamily    *ebpf.VariableSpec `ebpf:"hq_type_family"`
+	HqTypeLimits    *ebpf.VariableSpec `ebpf:"hq_type_limits"`
+	HqTypeRefuse    *ebpf.VariableSpec `ebpf:"hq_type_refuse"`
+	HqTypeService   *ebpf.VariableSpec `ebpf:"hq_type_service"`
+	HqTypeVerdict   *ebpf.VariableSpec `ebpf:"hq_type_verdict"`
 }
 
 // hostqosObjects contains all objects after they have been loaded into the kernel.
@@ -658,19 +666,20 @@ func (m *hostqosMaps) Close() error {
 //
 // It can be passed to loadHostqosObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hostqosVariables struct {
-	HqFctrN       *ebpf.Variable `ebpf:"hq_fctr_n"`
-	HqNcpu        *ebpf.Variable `ebpf:"hq_ncpu"`
-	HqNetnsCookie *ebpf.Variable `ebpf:"hq_netns_cookie"`
-	HqPolicy      *ebpf.Variable `ebpf:"hq_policy"`
-	HqTestClock   *ebpf.Variable `ebpf:"hq_test_clock"`
-	HqTickNs      *ebpf.Variable `ebpf:"hq_tick_ns"`
-	HqTypeAction  *ebpf.Variable `ebpf:"hq_type_action"`
-	HqTypeCtrRec  *ebpf.Variable `ebpf:"hq_type_ctr_rec"`
-	HqTypeFamily  *ebpf.Variable `ebpf:"hq_type_family"`
-	HqTypeLimits  *ebpf.Variable `ebpf:"hq_type_limits"`
-	HqTypeRefuse  *ebpf.Variable `ebpf:"hq_type_refuse"`
-	HqTypeService *ebpf.Variable `ebpf:"hq_type_service"`
-	HqTypeVerdict *ebpf.Variable `ebpf:"hq_type_verdict"`
+	HqFctrN         *ebpf.Variable `ebpf:"hq_fctr_n"`
+	HqNcpu          *ebpf.Variable `ebpf:"hq_ncpu"`
+	HqNetnsCookie   *ebpf.Variable `ebpf:"hq_netns_cookie"`
+	HqPolicy        *ebpf.Variable `ebpf:"hq_policy"`
+	HqTestClock     *ebpf.Variable `ebpf:"hq_test_clock"`
+	HqTickNs        *ebpf.Variable `ebpf:"hq_tick_ns"`
+	HqTypeAction    *ebpf.Variable `ebpf:"hq_type_action"`
+	HqTypeBindFlags *ebpf.Variable `ebpf:"hq_type_bind_flags"`
+	HqTypeCtrRec    *ebpf.Variable `ebpf:"hq_type_ctr_rec"`
+	HqTypeFamily    *ebpf.Variable `ebpf:"hq_type_family"`
+	HqTypeLimits    *ebpf.Variable `ebpf:"hq_type_limits"`
+	HqTypeRefuse    *ebpf.Variable `ebpf:"hq_type_refuse"`
+	HqTypeService   *ebpf.Variable `ebpf:"hq_type_service"`
+	HqTypeVerdict   *ebpf.Variable `ebpf:"hq_type_verdict"`
 }
 
 // hostqosPrograms contains all programs after they have been loaded into the kernel.

@@ -131,6 +131,10 @@ type Binding struct {
 	Counted     bool    // holds one of the reservation's sessions
 	// Session is 1 + the per-session leaf the socket holds (0: none).
 	Session int
+	// SendBufferSet: the connect hook gave the socket the reservation's
+	// SendBuffer. A socket bound otherwise (open before its reservation,
+	// or at an unconnected sendmsg) has the send buffer it had.
+	SendBufferSet bool
 }
 
 // RefusalKind says which call a session refusal failed.
@@ -393,16 +397,17 @@ func (d *Datapath) Bindings() ([]Binding, error) {
 	it := d.objs.HqBind.Iterate()
 	for it.Next(&k, &v) {
 		out = append(out, Binding{
-			Cookie:      k,
-			Reservation: v.Resv,
-			PID:         v.Tgid,
-			UID:         v.Uid,
-			Comm:        commString(&v.Comm),
-			Exe:         FileID{Dev: v.ExeDev, Ino: v.ExeIno},
-			Key:         flowKeyOf(&v.Key),
-			BoundNS:     v.BoundNs,
-			Counted:     v.Counted != 0,
-			Session:     int(v.Sess),
+			Cookie:        k,
+			Reservation:   v.Resv,
+			PID:           v.Tgid,
+			UID:           v.Uid,
+			Comm:          commString(&v.Comm),
+			Exe:           FileID{Dev: v.ExeDev, Ino: v.ExeIno},
+			Key:           flowKeyOf(&v.Key),
+			BoundNS:       v.BoundNs,
+			Counted:       v.Counted != 0,
+			Session:       int(v.Sess),
+			SendBufferSet: v.Flags&uint32(hostqosHqBindFlagsHQ_BIND_SNDBUF) != 0,
 		})
 	}
 	if err := it.Err(); err != nil {

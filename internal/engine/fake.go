@@ -46,6 +46,10 @@ type FakeKernel struct {
 	Calls []string
 	// MTUs are the interfaces' MTUs by ifindex (1500 when absent).
 	MTUs map[int]int
+	// SendBuffers are the sockets' SO_SNDBUF as getsockopt reads them
+	// (doubled), by cookie; a cookie without one is a socket that is gone
+	// (resv_sndbuf.go).
+	SendBuffers map[uint64]int
 
 	fail  map[string]failure
 	memos map[fakeTrackID]*fakeTracked // TrackFlows's

@@ -27,8 +27,9 @@ type resvWatch struct {
 	bound     map[uint64]datapath.Binding // by socket cookie
 	refuseSeq uint64
 	primed    bool
-	lastNC    map[uint16]uint64    // non-conformant packets at the last event
-	lastAt    map[uint16]time.Time // time of the last violation event
+	lastNC    map[uint16]uint64      // non-conformant packets at the last event
+	lastAt    map[uint16]time.Time   // time of the last violation event
+	sized     map[uint64]sizedSocket // send buffers set by the poller (resv_sndbuf.go)
 }
 
 // pollReservations publishes what the kernel did with reservations since
@@ -65,6 +66,7 @@ func (e *Engine) pollReservations() {
 			}
 		}
 		w.bound = now
+		e.sizeSendBuffers(k, binds)
 	}
 	if rerr == nil {
 		if len(refusals) > 0 && refusals[0].Seq > w.refuseSeq+1 {

@@ -77,7 +77,9 @@ func hasPID(ss []api.BoundSocket, pid int) bool {
 // TestReservations: admission refusals with the numbers that change
 // nothing; a socket binds at connect when the reservation came first, within
 // 1 s when it came while the socket was open, and unbinds at close, as
-// resv show says; --max-sessions 3 refuses the fourth TCP connect with EPERM
+// resv show says; a socket open before its guaranteed reservation gets
+// the reservation's send buffer and its own back when the reservation
+// goes; --max-sessions 3 refuses the fourth TCP connect with EPERM
 // and an event, and lets the next in after a close, each admitted session
 // getting its per-session guarantee under a saturating bulk flow; kill -9 of the daemon
 // keeps enforcing, a restarted daemon adopts the reservations and the event
@@ -170,6 +172,7 @@ func TestReservations(t *testing.T) {
 		t.Errorf("an open socket was bound %v after the reservation, want within 1 s", el)
 	}
 	log.wait(t, "socket.bound", "reservation/open", "")
+	checkOpenSocketSendBuffer(t, e)
 
 	// Per-session admission: the fourth TCP connect fails with EPERM.
 	var ln net.Listener

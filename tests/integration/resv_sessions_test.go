@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -156,4 +157,42 @@ func checkSessionGuarantees(t *testing.T, e *env, sink *sessionSink, conns []net
 	if leaves != len(conns) {
 		t.Errorf("%d per-session leaves carried traffic, want %d (one per session)", leaves, len(conns))
 	}
+}
+
+// checkOpenSocketSendBuffer: a UDP socket connected before its guaranteed
+// reservation is bound when the reservation comes and gets the send buffer
+// a socket connecting under the reservation gets (so that it too blocks
+// in send() instead of overfilling the leaf); when the reservation is
+// removed while the socket stays open, it gets its own back.
+func checkOpenSocketSendBuffer(t *testing.T, e *env) {
+	t.Helper()
+	const port = 5008
+	early := e.clientUDP(port)
+	defer unix.Close(early)
+	sndbuf := func(fd int) int {
+		v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	own := sndbuf(early)
+	e.hostqos("resv", "add", "late", "--service", "guaranteed", "--proto", "udp", "--rport", fmt.Sprint(port),
+		"--rate", "1mbit", "--burst", "16kb")
+	_, _ = unix.Write(early, []byte("x"))
+	fresh := e.clientUDP(port)
+	ref := sndbuf(fresh)
+	unix.Close(fresh)
+	if ref == own {
+		t.Fatalf("a socket connected under the reservation has the default send buffer %d", own)
+	}
+	eventually(t, 5*time.Second, "the open socket's send buffer sized", func() (bool, string) {
+		v := sndbuf(early)
+		return v == ref, fmt.Sprintf("SO_SNDBUF %d, want %d (was %d)", v, ref, own)
+	})
+	e.hostqos("resv", "remove", "late")
+	eventually(t, 5*time.Second, "the open socket's own send buffer back", func() (bool, string) {
+		v := sndbuf(early)
+		return v == own, fmt.Sprintf("SO_SNDBUF %d, want %d", v, own)
+	})
 }
