@@ -157,12 +157,16 @@ func (e *Engine) readSample(r *recorder) (history.Sample, bool) {
 			owners[run.Rule] = int64(run.UID)
 		}
 	}
+	objs := e.objectRulesLocked()
+	for _, o := range objs {
+		owners[o.label] = o.owner
+	}
 	e.mu.Unlock()
 	if k == nil {
 		return history.Sample{}, false
 	}
 	sm := history.Sample{Time: time.Now()}
-	if rs, err := e.stats.ruleStats(nil); err == nil {
+	if rs, err := e.stats.ruleStats(nil, -1); err == nil {
 		for _, rule := range rs {
 			owner, ok := owners[rule.Rule]
 			if !ok {
@@ -193,6 +197,9 @@ func (e *Engine) readSample(r *recorder) (history.Sample, bool) {
 		if slot, ok := slots.Rules[rule.Name]; ok {
 			names[slot] = rule.Name
 		}
+	}
+	for _, o := range objs {
+		classOf[o.label], names[o.slot] = o.class, o.label
 	}
 	ended := r.walk(k, names, classOf, sm.Time)
 	sm.Flows = ended

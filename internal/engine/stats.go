@@ -103,9 +103,10 @@ func (s *sampler) sample() {
 
 // ruleStats are the rules' counters and rates, without the rules in hidden
 // (other users' runs, for an ordinary caller).
-func (s *sampler) ruleStats(hidden map[string]bool) ([]api.RuleStat, error) {
+func (s *sampler) ruleStats(hidden map[string]bool, uid int64) ([]api.RuleStat, error) {
 	s.e.mu.Lock()
 	dp, eff, slots := s.e.k, s.e.eff, s.e.slots
+	objs := s.e.objectRulesLocked()
 	s.e.mu.Unlock()
 	if dp == nil {
 		return nil, fmt.Errorf("read rule counters: datapath not loaded")
@@ -126,6 +127,22 @@ func (s *sampler) ruleStats(hidden map[string]bool) ([]api.RuleStat, error) {
 		c := cs[slot]
 		rr, ri := s.ruleRate[slot], s.ruleRateIn[slot]
 		out = append(out, api.RuleStat{Rule: r.Name, Class: r.EffectiveClass(), Counter: api.Counter{
+			Packets: sub(c.Packets, b.Packets), Bytes: sub(c.Bytes, b.Bytes), Drops: sub(c.Drops, b.Drops),
+			RateBps: rr[0], PktRate: rr[1],
+		}, In: api.Counter{
+			Packets: sub(c.RxPackets, b.RxPackets), Bytes: sub(c.RxBytes, b.RxBytes), Drops: sub(c.RxDrops, b.RxDrops),
+			RateBps: ri[0], PktRate: ri[1],
+		}})
+	}
+	// The rules made for reservations and protected clients, under the
+	// object's name (object_rules.go).
+	for _, o := range objs {
+		if o.slot >= len(cs) || !o.visibleTo(uid) {
+			continue
+		}
+		b, c := slots.Baselines[o.slot], cs[o.slot]
+		rr, ri := s.ruleRate[o.slot], s.ruleRateIn[o.slot]
+		out = append(out, api.RuleStat{Rule: o.label, Class: o.class, Counter: api.Counter{
 			Packets: sub(c.Packets, b.Packets), Bytes: sub(c.Bytes, b.Bytes), Drops: sub(c.Drops, b.Drops),
 			RateBps: rr[0], PktRate: rr[1],
 		}, In: api.Counter{
@@ -209,6 +226,7 @@ const (
 func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 	s.e.mu.Lock()
 	dp, eff, slots := s.e.k, s.e.eff, s.e.slots
+	objs := s.e.objectRulesLocked()
 	s.e.mu.Unlock()
 	if dp == nil {
 		return nil, fmt.Errorf("read flows: datapath not loaded")
@@ -232,6 +250,9 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 		if slot, ok := slots.Rules[r.Name]; ok {
 			names[slot] = r.Name
 		}
+	}
+	for _, o := range objs {
+		names[o.slot] = o.label
 	}
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)

@@ -135,7 +135,7 @@ func (e *Engine) Stats(who Caller, kind string, st *api.Stats) error {
 		e.mu.Lock()
 		hidden := e.hiddenRulesLocked(who)
 		e.mu.Unlock()
-		st.Rules, err = e.stats.ruleStats(hidden)
+		st.Rules, err = e.stats.ruleStats(hidden, uid)
 	case "classes":
 		st.Classes, err = e.stats.classStats()
 	case "apps":
