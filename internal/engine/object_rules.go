@@ -1,7 +1,8 @@
 package engine
 
 import (
-	"strconv"
+	"net/netip"
+	"sort"
 	"strings"
 )
 
@@ -35,30 +36,37 @@ func objectLabel(rule string) string {
 	return ""
 }
 
-// objectRulesLocked lists the rules the engine made for objects that
-// have a rule slot. Caller holds e.mu.
+// objectRulesLocked lists the rules the engine made for objects that are
+// in the compiled policy, with their class. Cheap enough for every tick:
+// no policy is expanded. Caller holds e.mu.
 func (e *Engine) objectRulesLocked() []objectRule {
-	if e.eff.Policy == nil {
+	if e.comp == nil {
 		return nil
 	}
+	classes := map[int]string{}
+	for _, c := range e.comp.Classes {
+		classes[c.Index] = c.Name
+	}
+	classOf := map[int]string{}
+	for _, r := range e.comp.Datapath.Rules {
+		classOf[int(r.Slot)] = classes[int(r.ServiceClass)]
+	}
 	var out []objectRule
-	for _, r := range expandReservations(e.withProtectedLocked(e.eff.Policy)).Rules {
-		label := objectLabel(r.Name)
-		if label == "" {
+	for name, slot := range e.slots.Rules {
+		label := objectLabel(name)
+		class, compiled := classOf[slot]
+		if label == "" || !compiled {
 			continue
 		}
-		slot, ok := e.slots.Rules[r.Name]
-		if !ok {
-			continue
-		}
-		or := objectRule{name: r.Name, label: label, class: r.EffectiveClass(), slot: slot, owner: -1}
-		if r.UserRun {
-			if uid, err := strconv.ParseInt(r.User, 10, 64); err == nil {
-				or.owner = uid
+		or := objectRule{name: name, label: label, class: class, slot: slot, owner: -1}
+		if ap, err := netip.ParseAddrPort(strings.TrimPrefix(name, "prot:")); err == nil && e.shield != nil {
+			if rec, ok := e.shield.Protected[ap]; ok && !rec.Admin {
+				or.owner = int64(rec.UID)
 			}
 		}
 		out = append(out, or)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].label < out[j].label })
 	return out
 }
 
