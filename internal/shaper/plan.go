@@ -19,11 +19,18 @@ const (
 	RuleBase    uint16 = 0x100 // + rule slot: a rule's own leaf
 	MaxClass           = 63    // highest service-class index
 	MaxRuleSlot        = 16383 // highest rule slot (policy.MaxRules - 1; minors up to 0x40ff)
-	// SessionBase + (group-1)*MaxSessionLeaves + i: leaf of session i of
-	// session group group (1..MaxSessionGroups), under its rule's class.
-	SessionBase      uint16 = 0x4100
-	MaxSessionLeaves        = 32  // sessions with a leaf of their own, per rule
-	MaxSessionGroups        = 255 // rules with per-session leaves (minors up to 0x60ff)
+)
+
+// SessionBase + (group-1)*MaxSessionLeaves + i is the minor of the leaf of
+// session i of session group group (1..MaxSessionGroups), under its
+// rule's class.
+const SessionBase uint16 = 0x4100
+
+// Per-session leaves: at most MaxSessionLeaves per rule, MaxSessionGroups
+// rules with them (minors up to 0x60ff).
+const (
+	MaxSessionLeaves = 32
+	MaxSessionGroups = 255
 )
 
 // SessionClassID is the classid of the leaf of session i (0-based) of
