@@ -19,8 +19,10 @@ import (
 // frame, with no socket, no skb and no qdisc on the way. It is the fastest
 // generator this kernel offers without pktgen.
 
-// xdpActTX and xdpActPass are enum xdp_action values (uapi/linux/bpf.h).
+// xdpActDrop, xdpActPass and xdpActTX are enum xdp_action values
+// (uapi/linux/bpf.h).
 const (
+	xdpActDrop = 1
 	xdpActPass = 2
 	xdpActTX   = 3
 )
@@ -70,14 +72,25 @@ func (g *XDPGenerator) Close() error { return g.prog.Close() }
 // it accepts the generator's frames, at the cost of one trivial program run
 // per packet.
 func AttachXDPPass(ifindex int) (func() error, error) {
-	prog, err := xdpReturnProgram("hq_xdp_pass", xdpActPass)
+	return attachXDPReturn(ifindex, "hq_xdp_pass", xdpActPass)
+}
+
+// AttachXDPDrop attaches an XDP program that drops everything to ifindex
+// (native mode) and returns its detacher: the cheapest possible drop, the
+// ceiling of what a generator into ifindex can show.
+func AttachXDPDrop(ifindex int) (func() error, error) {
+	return attachXDPReturn(ifindex, "hq_xdp_drop", xdpActDrop)
+}
+
+func attachXDPReturn(ifindex int, name string, verdict int32) (func() error, error) {
+	prog, err := xdpReturnProgram(name, verdict)
 	if err != nil {
-		return nil, fmt.Errorf("load XDP pass program: %w", err)
+		return nil, fmt.Errorf("load XDP program %s: %w", name, err)
 	}
 	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: link.XDPDriverMode})
 	if err != nil {
 		prog.Close()
-		return nil, fmt.Errorf("attach XDP pass program to ifindex %d: %w", ifindex, err)
+		return nil, fmt.Errorf("attach XDP program %s to ifindex %d: %w", name, ifindex, err)
 	}
 	return func() error {
 		err := l.Close()

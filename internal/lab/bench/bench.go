@@ -99,6 +99,8 @@ var suite = []benchmark{
 	{"xdpdrop", "Drop list: hostqos XDP vs an nftables drop rule, 10 and 100,000 prefixes", benchXDPDrop},
 	{"synflood", "SYN flood: an unlisted client's connections without throttling, with nftables, with hostqos", benchSYNFlood},
 	{"resv-api", "Reservation add and remove latency through the API (seed Table IV)", benchResvAPI},
+	{"download", "TCP download vs configured limit, IFB + HTB vs hostqos maxbw_in, 0 and 40 ms RTT (Crossbow Table 1)", benchDownload},
+	{"download-compete", "Two competing TCP downloads, maxbw_in set on one mid-run (Crossbow Fig. 3)", benchDownloadCompete},
 }
 
 // Names lists the benchmarks in the order the suite runs them.

@@ -53,6 +53,8 @@ func Helper(args []string, stdout io.Writer) error {
 	streams := fs.Int("streams", 1, "tcp: parallel connections")
 	calls := fs.Int("calls", 1, "voice: calls")
 	cgroup := fs.String("cgroup", "", "cgroup v2 directory to join before opening sockets")
+	warmup := fs.Duration("warmup", time.Second, "download: time before goodput is counted")
+	every := fs.Duration("sample", 0, "download: also record the bytes read every this often (0 = no samples)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,11 +80,13 @@ func Helper(args []string, stdout io.Writer) error {
 		res, err = helperFlows(ap, *count, *basePort)
 	case "flows-active":
 		res, err = helperFlowsActive(ap, *count, *basePort, *dur)
+	case "download":
+		res, err = helperDownload(ap, *dur, *warmup, *every, *streams)
 	case "voice":
 		res, err = traffic.RunVoice(context.Background(), traffic.VoiceConfig{
 			To: ap.String(), Calls: *calls, Mode: traffic.VoiceEcho, Duration: *dur, DSCP: traffic.NoDSCP})
 	default:
-		return fmt.Errorf("bench-helper: unknown subcommand %q; use flood, tcp, connect, flows, flows-active or voice", sub)
+		return fmt.Errorf("bench-helper: unknown subcommand %q; use flood, tcp, connect, flows, flows-active, download or voice", sub)
 	}
 	if err != nil {
 		return err
