@@ -64,6 +64,22 @@ const bpfFSMagic = 0xcafe4a11
 // it at cleanup; the test fails if that removal does. It needs root.
 func TempPinDir(tb testing.TB) string {
 	tb.Helper()
+	dir, remove := PinDir(tb)
+	tb.Cleanup(func() {
+		if err := remove(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return dir
+}
+
+// PinDir is TempPinDir for a directory that outlives the test asking for
+// it (a fixture a package's tests share, removed by its TestMain): remove
+// takes it away with everything pinned in it. A signal removes it too,
+// and after a crash CleanStale does. Without root or a BPF filesystem tb
+// is skipped.
+func PinDir(tb testing.TB) (dir string, remove func() error) {
+	tb.Helper()
 	NeedRoot(tb)
 	cleanStaleOnce(tb)
 	var st unix.Statfs_t
@@ -71,7 +87,7 @@ func TempPinDir(tb testing.TB) string {
 		tb.Skipf("no BPF filesystem at %s (statfs: %v)", BPFFSRoot, err)
 	}
 	name := PinDirPrefix + RandHex(4)
-	dir := filepath.Join(BPFFSRoot, name)
+	dir = filepath.Join(BPFFSRoot, name)
 	if err := os.MkdirAll(MarkerDir, 0o755); err != nil {
 		tb.Fatalf("create %s: %v", MarkerDir, err)
 	}
@@ -83,21 +99,18 @@ func TempPinDir(tb testing.TB) string {
 		_ = os.Remove(marker)
 		tb.Fatalf("create pin directory: %v", err)
 	}
-	remove := func() error {
+	rm := func() error {
 		if err := os.RemoveAll(dir); err != nil {
 			return fmt.Errorf("remove pin directory %s: %w", dir, err)
 		}
 		_ = os.Remove(marker)
 		return nil
 	}
-	unregister := onSignal(func() { _ = remove() })
-	tb.Cleanup(func() {
+	unregister := onSignal(func() { _ = rm() })
+	return dir, func() error {
 		unregister()
-		if err := remove(); err != nil {
-			tb.Error(err)
-		}
-	})
-	return dir
+		return rm()
+	}
 }
 
 // CleanStale removes what helpers of runs that died left behind: their
