@@ -53,10 +53,22 @@ test-unit:
 	$(GO) test -count=1 $(PKGS)
 
 # Everything: unit, BPF test-run, and namespace integration tests (root).
-# Packages run one at a time (-p 1): the kernel tests measure rates and
-# latencies and must not compete with each other for the CPU.
+# Packages whose tests use the kernel or generate traffic (the package or
+# its tests import one of SERIAL_TESTS_RE) run one at a time (-p 1): they
+# measure rates and latencies and must not compete for the CPU. The other
+# packages (pure Go) run first, two at a time. Both groups always run; a
+# failure in either fails the target.
+SERIAL_TESTS_RE := hostqos/internal/(testutil|testbed|lab|traffic)|cilium/ebpf|vishvananda/netlink
 test: deps vet build check-generated
-	$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	@pkgs=$$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' $(PKGS)) || exit 1; \
+	unit=$$(echo "$$pkgs" | grep -Ev '$(SERIAL_TESTS_RE)' | cut -d' ' -f1); \
+	serial=$$(echo "$$pkgs" | grep -E '$(SERIAL_TESTS_RE)' | cut -d' ' -f1); \
+	rc=0; \
+	echo "$(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) <the pure-Go packages>"; \
+	$(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) $$unit || rc=1; \
+	echo "$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) <the kernel and traffic packages>"; \
+	$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) $$serial || rc=1; \
+	exit $$rc
 
 # Fuzzing: every Go fuzz target (config loader, API bodies, unit parsers,
 # the datapath's packet parsing) for FUZZTIME each; `make test` runs their
