@@ -20,6 +20,7 @@ import (
 // our filter (the foreign clsact and filter stay), and a clsact hostqos
 // added itself goes with it.
 func TestClsactFallback(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.d.ExtraArgs = []string{"--attach", "clsact"}
 	ifc := e.iface()

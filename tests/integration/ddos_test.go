@@ -107,7 +107,7 @@ func TestDropListAtXDP(t *testing.T) {
 		base := e.upload(t, 3*time.Second)
 		before := e.blocks(t)[flooder.String()+"/32"]
 		lostBefore := vethDrops(t, e)
-		sink := e.clientUDPSink(t, netip.AddrPortFrom(clientV4.Addr(), uint16(9100+n)).String(), 12*time.Second)
+		sink, endSink := e.clientUDPSink(t, netip.AddrPortFrom(clientV4.Addr(), uint16(9100+n)).String(), 12*time.Second)
 		floodDone := make(chan *traffic.SendResult, 1)
 		go func() {
 			var s *traffic.SendResult
@@ -121,6 +121,7 @@ func TestDropListAtXDP(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		under := e.upload(t, 3*time.Second)
 		fs := waitResult(t, floodDone, 15*time.Second)
+		endSink()
 		got := waitResult(t, sink, 20*time.Second)
 		after := e.blocks(t)[flooder.String()+"/32"]
 		if fs == nil || got == nil {
@@ -142,7 +143,7 @@ func TestDropListAtXDP(t *testing.T) {
 	measured(t, "quarantined source at 1 Mbit/s", func(n int) (bool, string) {
 		const payload = 1000
 		to := netip.AddrPortFrom(clientV4.Addr(), uint16(9200+n)).String()
-		sink := e.clientUDPSink(t, to, 12*time.Second)
+		sink, endSink := e.clientUDPSink(t, to, 12*time.Second)
 		var s *traffic.SendResult
 		if err := e.server.Do(func() (err error) {
 			s, err = traffic.SendCBR(context.Background(), traffic.CBRConfig{To: to, From: netip.AddrPortFrom(quarantineV4, 0).String(),
@@ -151,6 +152,7 @@ func TestDropListAtXDP(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+		endSink()
 		r := waitResult(t, sink, 20*time.Second)
 		// The bucket counts whole frames (payload, UDP, IP, Ethernet) and
 		// lets a burst of 20 ms (at least 3028 bytes) through first.
@@ -166,7 +168,7 @@ func TestDropListAtXDP(t *testing.T) {
 	before := e.blocks(t)[flooder.String()+"/32"]
 	e.killDaemon(syscall.SIGKILL)
 	to := netip.AddrPortFrom(clientV4.Addr(), 9300).String()
-	sink := e.clientUDPSink(t, to, 5*time.Second)
+	sink, endSink := e.clientUDPSink(t, to, 5*time.Second)
 	var fs *traffic.SendResult
 	if err := e.server.Do(func() (err error) {
 		fs, err = traffic.SendCBR(context.Background(), traffic.CBRConfig{To: to, From: netip.AddrPortFrom(flooder, 0).String(),
@@ -175,6 +177,7 @@ func TestDropListAtXDP(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	endSink()
 	if r := waitResult(t, sink, 10*time.Second); r.Packets != 0 {
 		t.Fatalf("with the daemon dead, %d of %d flood packets reached the socket", r.Packets, fs.Packets)
 	}
@@ -200,8 +203,10 @@ func TestDropListAtXDP(t *testing.T) {
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
-// clientUDPSink is a UDP sink in the client (the managed host).
-func (e *env) clientUDPSink(t *testing.T, addr string, dur time.Duration) <-chan *traffic.SinkResult {
+// clientUDPSink is a UDP sink in the client (the managed host). It runs
+// for at most dur; end, called once the senders are done, ends it after
+// what they sent has had time to arrive (sinkDrain).
+func (e *env) clientUDPSink(t *testing.T, addr string, dur time.Duration) (_ <-chan *traffic.SinkResult, end func()) {
 	t.Helper()
 	var s *traffic.Sink
 	if err := e.client.Do(func() (err error) {
@@ -210,12 +215,14 @@ func (e *env) clientUDPSink(t *testing.T, addr string, dur time.Duration) <-chan
 	}); err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	out := make(chan *traffic.SinkResult, 1)
 	go func() {
-		r, _ := s.Run(context.Background())
+		r, _ := s.Run(ctx)
 		out <- r
 	}()
-	return out
+	return out, func() { time.AfterFunc(sinkDrain, cancel) }
 }
 
 // TestSYNThrottle: a SYN flood at the generator's full rate from one

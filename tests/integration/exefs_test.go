@@ -26,6 +26,7 @@ import (
 // superblock's, which the kernel (and the datapath) uses: before exe
 // identities were asked from the kernel these rules never matched.
 func TestExeRuleMarksOnEveryFilesystem(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	for _, fs := range []string{"btrfs", "ext4", "overlay", "tmpfs"} {
 		if !kernelHasFS(t, fs) {

@@ -218,6 +218,15 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 	t.Fatalf("%s: not within %v: %s", what, timeout, last)
 }
 
+// parallel marks a test that measures no rate, latency or memory (one
+// that checks marks, counts, state and cleanup): it runs beside another
+// such test (up to -parallel, GOMAXPROCS by default) after the package's
+// other tests are done, never beside a measurement. Most of its time is
+// the kernel verifying the daemon's BPF programs on one core. Names it
+// makes outside its namespaces and scratch directory (cgroups, mounts)
+// must be its own.
+func parallel(t *testing.T) { t.Parallel() }
+
 // measured runs a measurement that a stall of the shared VM can spoil, up
 // to three times with a pause between; it passes when one attempt passes.
 // A real regression fails every attempt.

@@ -44,6 +44,7 @@ func (e *env) call(method, path, body string) (int, string) {
 // nothing and echo no unbounded value; a class added without a priority
 // gets the default one.
 func TestAPIRejectsBadInput(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	e.hostqos("link", "set", e.iface(), "--egress-rate", "20mbit")
@@ -99,6 +100,7 @@ func TestAPIRejectsBadInput(t *testing.T) {
 // `link set` while a temporary override exists takes effect at once and
 // stays after a restart.
 func TestPersistentLinkSetOverTemporary(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	rate := func() uint64 {

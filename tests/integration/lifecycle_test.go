@@ -87,6 +87,7 @@ func TestKill9KeepsEnforcing(t *testing.T) {
 // TestDownRemovesOnlyOurs: `hostqos down` leaves no hostqos qdisc,
 // program, pin or cgroup; a foreign clsact filter survives.
 func TestDownRemovesOnlyOurs(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	ifc := e.iface()
@@ -191,6 +192,7 @@ func netnsInode(e *env) (uint64, error) {
 // naming the field, and the running policy stays; a daemon refuses to start
 // on an invalid file.
 func TestInvalidConfigChangesNothing(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	good := fmt.Sprintf(`
 [[link]]
@@ -268,6 +270,7 @@ minbw = "4mbit"
 // TestUnprivilegedUser: the API refuses policy changes from a user who is
 // neither root nor in group hostqos, and lets them read status.
 func TestUnprivilegedUser(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	openForNobody(t, e)
@@ -313,6 +316,7 @@ func TestUnprivilegedUser(t *testing.T) {
 // manages it once it appears and again after it is recreated. An explicit
 // `link set` of a missing interface is an error.
 func TestLinkThatAppearsLater(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.writeConfig("[[link]]\nname = \"late0\"\negress_rate = \"10mbit\"\n")
 	e.startDaemon()
@@ -353,6 +357,7 @@ func TestLinkThatAppearsLater(t *testing.T) {
 // TestDaemonRestoresRemovedQdisc: when someone deletes hostqos's HTB root
 // from a managed link, the daemon notices and builds it again.
 func TestDaemonRestoresRemovedQdisc(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	e.hostqos("link", "set", e.iface(), "--egress-rate", "20mbit")

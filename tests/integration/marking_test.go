@@ -45,6 +45,7 @@ func allDSCP(t *testing.T, s *testutil.Receiver, proto uint8, port uint16, want 
 // (the TCP SYN included), over IPv4 and IPv6; a static binary run with
 // `hostqos run --dscp AF41` is marked; an unmanaged program is not.
 func TestExeRuleMarksFromFirstPacket(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	marked := e.app("marked-app")
@@ -118,6 +119,7 @@ func assertStatic(t *testing.T, path string) {
 // TestFlowRuleMarksAndCountsOnlyMatching: a rule on remote port and remote
 // address marks and counts only those flows, IPv6 like IPv4.
 func TestFlowRuleMarksAndCountsOnlyMatching(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	e.hostqos("link", "set", e.iface())

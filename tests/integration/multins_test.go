@@ -14,6 +14,7 @@ import (
 // different DSCP. Each program run in a namespace is marked by that
 // namespace's daemon only.
 func TestDaemonsInTwoNamespacesDoNotInterfere(t *testing.T) {
+	parallel(t)
 	a, b := newEnv(t), newEnv(t)
 	a.startDaemon()
 	b.startDaemon()

@@ -20,6 +20,7 @@ import (
 // away with it — and marks a static binary under `hostqos run --dscp AF41`
 // from its first packet. The host's mount table is left as it was.
 func TestDaemonUnderIPNetnsExec(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.d.IPNetnsExec = true
 	e.startDaemon()

@@ -31,9 +31,10 @@ func TestPoliceLimitsUDP(t *testing.T) {
 	}{{"IPv4", serverV4.Addr(), 20}, {"IPv6", serverV6.Addr(), 40}} {
 		measured(t, fam.name+" policed rate", func(n int) (bool, string) {
 			to := netip.AddrPortFrom(fam.addr, uint16(7200+10*i+n)).String()
-			sink := e.udpSink(to, 8*time.Second)
+			sink, endSink := e.udpSinkEnd(to, 8*time.Second)
 			before := e.ruleStat("flood")
 			out := e.runApp(hostqosBin(), "tool", "udp-send", "--to", to, "--rate", "20mbit", "--size", fmt.Sprint(payload), "--duration", "4s", "-o", "json")
+			endSink()
 			var s traffic.SendResult
 			decodeLast(t, out, &s)
 			r := waitResult(t, sink, 15*time.Second)

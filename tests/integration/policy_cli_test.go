@@ -15,6 +15,7 @@ import (
 // through the CLI; persistent changes survive a daemon restart, temporary
 // ones a crash but not a clean restart; errors name what is wrong.
 func TestCLIManagesPolicy(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	e.hostqos("link", "set", e.iface(), "--egress-rate", "50mbit")
@@ -86,6 +87,7 @@ func TestCLIManagesPolicy(t *testing.T) {
 // TestRunExitCodeAndCleanup: `hostqos run` exits with the program's exit
 // code (128+N for a signal), and its rule and cgroup go away afterwards.
 func TestRunExitCodeAndCleanup(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	for _, c := range []struct {

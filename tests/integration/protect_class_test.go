@@ -18,6 +18,7 @@ import (
 // class's DSCP) while an unprotected client's answers from the same port
 // are not; after `protect remove` the protected client's are not either.
 func TestProtectedClientGetsClass(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	e.addServerAddrs(t, legitV4)

@@ -45,6 +45,7 @@ func scaleConfig(t *testing.T, e *env, exes, flows int, last string) string {
 // the daemon, whose classifier finds the last rule for a UDP flow; a config
 // over the limit is refused by both, with the same message.
 func TestTenThousandRules(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	last := fmt.Sprintf("\n[[rule]]\nname = \"last\"\nproto = \"udp\"\nremote = %q\nrport = 5999\nclass = \"voice\"\n", serverV4.Addr().String()+"/32")
 	cfg := scaleConfig(t, e, 1000, 8999, last)

@@ -41,7 +41,10 @@ func cgroupLayouts(t *testing.T, test func(t *testing.T, e *env)) {
 // TestAppSelectors: rules by command name, by user, by systemd unit (its
 // cgroup) and by executable mark exactly the programs they describe, in both cgroup
 // layouts.
-func TestAppSelectors(t *testing.T) { cgroupLayouts(t, appSelectors) }
+func TestAppSelectors(t *testing.T) {
+	parallel(t)
+	cgroupLayouts(t, appSelectors)
+}
 
 func appSelectors(t *testing.T, e *env) {
 	e.hostqos("link", "set", e.iface())
@@ -58,12 +61,14 @@ func appSelectors(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unit := "hqtest-" + strconv.Itoa(os.Getpid()) + ".service"
-	unitDir := filepath.Join(root, "hqtest.slice", unit)
+	// Names of this test's own (tests run in parallel).
+	slice := "hqtest-" + testutil.RandHex(4) + ".slice"
+	unit := "hqtest-" + strconv.Itoa(os.Getpid()) + "-" + testutil.RandHex(4) + ".service"
+	unitDir := filepath.Join(root, slice, unit)
 	if err := os.MkdirAll(unitDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cgroups.RemoveTree(root, "/hqtest.slice") })
+	t.Cleanup(func() { _ = cgroups.RemoveTree(root, "/"+slice) })
 
 	e.hostqos("rule", "add", "bycomm", "--comm", "commapp", "--dscp", "AF21")
 	e.hostqos("rule", "add", "byuser", "--user", "nobody", "--dscp", "AF41")

@@ -39,6 +39,19 @@ func (e *env) tcpSink(addr string, dur time.Duration, streams int) <-chan *traff
 
 func (e *env) udpSink(addr string, dur time.Duration) <-chan *traffic.SinkResult {
 	e.t.Helper()
+	out, _ := e.udpSinkEnd(addr, dur)
+	return out
+}
+
+// sinkDrain is how long a sink ended early (end of udpSinkEnd,
+// clientUDPSink) still receives after its senders are done: packets in
+// flight through a veth and its queues arrive within it.
+const sinkDrain = time.Second
+
+// udpSinkEnd is udpSink with a way to end it before dur: end, called once
+// the senders are done, ends it sinkDrain later.
+func (e *env) udpSinkEnd(addr string, dur time.Duration) (_ <-chan *traffic.SinkResult, end func()) {
+	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	e.t.Cleanup(cancel)
 	var s *traffic.Sink
@@ -56,7 +69,7 @@ func (e *env) udpSink(addr string, dur time.Duration) <-chan *traffic.SinkResult
 		}
 		out <- r
 	}()
-	return out
+	return out, func() { time.AfterFunc(sinkDrain, cancel) }
 }
 
 func (e *env) echo(addr string, dur time.Duration) {

@@ -47,6 +47,7 @@ func unitCapabilities(t *testing.T) []string {
 // PID 1, which the test machine does not have; docs/security.md says how
 // it was checked.
 func TestDaemonWithUnitCapabilities(t *testing.T) {
+	parallel(t)
 	wrap := []string{"setpriv", "--bounding-set", "-all," + strings.Join(unitCapabilities(t), ","),
 		"--inh-caps", "-all", "--no-new-privs", "--"}
 	for _, tc := range []struct {

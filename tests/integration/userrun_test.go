@@ -69,6 +69,7 @@ func (e *env) userHostqos(uid int, args ...string) (string, error) {
 // still marked with the admin's DSCP; only traffic no admin rule claims
 // gets the run's class.
 func TestUserRunCannotBypassAdminRules(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	openForNobody(t, e)
@@ -129,6 +130,7 @@ func TestUserRunCannotBypassAdminRules(t *testing.T) {
 // traffic; only traffic no admin rule claims gets the run's class. In
 // both cgroup layouts (cgroupLayouts).
 func TestUserRunStaysUnderAdminCgroupRule(t *testing.T) {
+	parallel(t)
 	cgroupLayouts(t, userRunStaysUnderAdminCgroupRule)
 }
 
@@ -139,7 +141,7 @@ func userRunStaysUnderAdminCgroupRule(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg := "/hqtest-run-" + strconv.Itoa(os.Getpid()) + ".slice"
+	cg := "/hqtest-run-" + strconv.Itoa(os.Getpid()) + "-" + testutil.RandHex(4) + ".slice" // this test's own (tests run in parallel)
 	if err := cgroups.Create(root, cg); err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +210,7 @@ func (e *env) waitRuns(n int) {
 // message naming the limit; another user's run and the admin's app rules
 // are not blocked by them.
 func TestUserRunLimits(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	openForNobody(t, e)
@@ -236,6 +239,7 @@ func TestUserRunLimits(t *testing.T) {
 // not root's or another user's, in GET /v1/runs, rule list/show and stat
 // rules; root sees all.
 func TestUserSeesOnlyOwnRuns(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	openForNobody(t, e)
@@ -335,6 +339,7 @@ func (e *env) attacker() string {
 // "the caller": refused, and the euid-0 process is not moved. A request
 // whose connecting process has exited is refused too.
 func TestRunRefusesChangedOrExitedProcess(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	openForNobody(t, e)
