@@ -78,7 +78,7 @@ FUZZTIME ?= 60s
 fuzz:
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh $(FUZZ_ARGS)
 
-# What CI runs after make test: a few seconds per target (about a minute).
+# What CI runs after make test: a few seconds per target, two at a time.
 fuzz-ci:
 	FUZZTIME=2s scripts/fuzz.sh
 

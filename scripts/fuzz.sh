@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every Go fuzz target of the module for FUZZTIME each (default 2s: the
-# CI smoke run, about a minute for all targets; `make fuzz` runs 60s each).
+# CI smoke run, under a minute for all targets; `make fuzz` runs 60s each).
 #   scripts/fuzz.sh                  all targets
 #   scripts/fuzz.sh FuzzLoad ...     only these
 #   FUZZTIME=5m scripts/fuzz.sh      longer
