@@ -100,8 +100,8 @@ func sharedDatapath(t testing.TB, opts Options) *Datapath {
 // resetForTest brings an open datapath back to the state Open leaves: every
 // hash map emptied, every array zeroed (socket storage belongs to the
 // sockets, which tests close), the policy state zeroed, and what Apply,
-// the download limits and the flow reader remember forgotten. Links a test
-// attached are detached.
+// the download limits, the flow reader and the rule-counter span remember
+// forgotten. Links a test attached are detached.
 func (d *Datapath) resetForTest() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -124,11 +124,16 @@ func (d *Datapath) resetForTest() error {
 		}
 	}
 	clear(d.mem)
+	// What the Datapath remembers of the kernel's state (a field added to
+	// it that caches such state must be forgotten here too).
 	d.bufs = [2]*bufState{}
 	d.inLast = nil
 	d.readerMu.Lock()
 	d.reader = nil
 	d.readerMu.Unlock()
+	d.span.mu.Lock()
+	d.span.applied, d.span.counted, d.span.known = 0, 0, false
+	d.span.mu.Unlock()
 	return nil
 }
 
