@@ -101,6 +101,7 @@ var suite = []benchmark{
 	{"resv-api", "Reservation add and remove latency through the API (seed Table IV)", benchResvAPI},
 	{"download", "TCP download vs configured limit, IFB + HTB vs hostqos maxbw_in, 0 and 40 ms RTT (Crossbow Table 1)", benchDownload},
 	{"download-compete", "Two competing TCP downloads, maxbw_in set on one mid-run (Crossbow Fig. 3)", benchDownloadCompete},
+	{"rsvp-signal", "Reservation across one RSVP router through three hostqosd: reserve → active, remove → gone (seed Table IV with signalling)", benchRSVPSignal},
 }
 
 // Names lists the benchmarks in the order the suite runs them.
