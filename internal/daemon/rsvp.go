@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,7 @@ func (d *Daemon) startRSVP() error {
 	ra.refresh(d)
 	refresh := cfg.RefreshPeriod()
 	ra.front = engine.NewRSVP(d.eng, engine.RSVPOptions{
-		Router: cfg.Router, Refresh: refresh, MaxSessions: cfg.SessionLimit(),
+		Router: cfg.Router, Refresh: refresh, MaxSessions: cfg.SessionLimit(), StatePath: filepath.Join(d.cfg.StateDir, "rsvp.json"),
 		Local: rsvp.LocalFunc(ra.localAddrs),
 		Counters: func() api.RSVPCounters {
 			a := ra.agent
@@ -84,6 +85,9 @@ func (d *Daemon) startRSVP() error {
 		ra.agent.V6 = nil
 	}
 	ra.front.SetSend(ra.agent.Send)
+	if err := ra.front.Restore(); err != nil {
+		d.log.Error("RSVP sessions of the last run not all restored", "err", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ra.stop = cancel
 	var wg sync.WaitGroup

@@ -2,9 +2,13 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"net/netip"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -44,6 +48,9 @@ type RSVPOptions struct {
 	Local func(dst netip.Addr) (netip.Addr, bool, error)
 	// Counters reads the agent's counters (nil: none).
 	Counters func() api.RSVPCounters
+	// StatePath is where the API's sessions are kept across restarts
+	// ("" keeps them in memory only).
+	StatePath string
 }
 
 type rsvpSession struct {
@@ -179,6 +186,12 @@ func (f *RSVP) AddSession(who Caller, req api.RSVPSessionRequest) (api.RSVPSessi
 	}
 	f.sessions[req.Name] = &rsvpSession{name: req.Name, key: key}
 	f.byKey[key] = req.Name
+	if err := f.saveLocked(); err != nil {
+		delete(f.sessions, req.Name)
+		delete(f.byKey, key)
+		f.mu.Unlock()
+		return api.RSVPSession{}, err
+	}
 	f.mu.Unlock()
 	return f.Session(who, req.Name)
 }
@@ -248,12 +261,17 @@ func (f *RSVP) Sender(who Caller, name string, req api.RSVPSenderRequest) (api.R
 		return api.RSVPSession{}, &BadRequestError{Err: fmt.Errorf("rsvp sender %q: %w", name, err)}
 	}
 	f.mu.Lock()
+	var saveErr error
 	if s := f.sessions[name]; s != nil {
 		r := req
 		s.sender = &r
+		saveErr = f.saveLocked()
 	}
 	f.mu.Unlock()
 	f.sendOut(append(outs, o...))
+	if saveErr != nil {
+		return api.RSVPSession{}, saveErr
+	}
 	return f.Session(who, name)
 }
 
@@ -269,8 +287,14 @@ func (f *RSVP) Reserve(who Caller, name string, req api.RSVPReserveRequest) (api
 	f.mu.Lock()
 	s, ok := f.sessions[name]
 	if ok {
+		old := s.reserve
 		r := req
 		s.reserve = &r
+		if err := f.saveLocked(); err != nil {
+			s.reserve = old
+			f.mu.Unlock()
+			return api.RSVPSession{}, err
+		}
 	}
 	f.mu.Unlock()
 	if !ok {
@@ -331,6 +355,11 @@ func (f *RSVP) Remove(who Caller, name string) error {
 	if ok {
 		delete(f.sessions, name)
 		delete(f.byKey, s.key)
+		if err := f.saveLocked(); err != nil {
+			f.sessions[name], f.byKey[s.key] = s, name
+			f.mu.Unlock()
+			return err
+		}
 	}
 	f.mu.Unlock()
 	if !ok {
@@ -557,4 +586,85 @@ func (e *Engine) ManagedIfindexes() []int {
 		out = append(out, i)
 	}
 	return out
+}
+
+// rsvpSaved is a session as the state file keeps it.
+type rsvpSaved struct {
+	Name    string                  `json:"name"`
+	Dest    string                  `json:"dest"`
+	Proto   string                  `json:"proto"`
+	Sender  *api.RSVPSenderRequest  `json:"sender,omitempty"`
+	Reserve *api.RSVPReserveRequest `json:"reserve,omitempty"`
+}
+
+// saveLocked writes the API's sessions (caller holds f.mu).
+func (f *RSVP) saveLocked() error {
+	if f.opts.StatePath == "" {
+		return nil
+	}
+	out := make([]rsvpSaved, 0, len(f.sessions))
+	for _, s := range f.sessions {
+		out = append(out, rsvpSaved{Name: s.name, Dest: netip.AddrPortFrom(s.key.Dest, s.key.Port).String(), Proto: protoName(s.key.Proto),
+			Sender: s.sender, Reserve: s.reserve})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode rsvp sessions: %w", err)
+	}
+	return writeFileAtomic(f.opts.StatePath, append(b, '\n'))
+}
+
+// Restore brings back the sessions of the state file after a restart: a
+// sender announces its Path again at once, a reservation is asked again
+// as soon as its senders' Paths arrive (soft state: peers that kept the
+// state within its lifetime see no gap). Call it after SetSend.
+func (f *RSVP) Restore() error {
+	if f.opts.StatePath == "" {
+		return nil
+	}
+	b, err := os.ReadFile(f.opts.StatePath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read rsvp sessions: %w", err)
+	}
+	var saved []rsvpSaved
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return fmt.Errorf("read rsvp sessions %s: %w", f.opts.StatePath, err)
+	}
+	// One write at the end, not one per session: a crash while restoring
+	// keeps the file whole.
+	f.mu.Lock()
+	path := f.opts.StatePath
+	f.opts.StatePath = ""
+	f.mu.Unlock()
+	var errs []error
+	for _, s := range saved {
+		if _, err := f.AddSession(rsvpCaller, api.RSVPSessionRequest{Name: s.Name, Dest: s.Dest, Proto: s.Proto}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if s.Sender != nil {
+			if _, err := f.Sender(rsvpCaller, s.Name, *s.Sender); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if s.Reserve != nil {
+			if _, err := f.Reserve(rsvpCaller, s.Name, *s.Reserve); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	f.mu.Lock()
+	f.opts.StatePath = path
+	if err := f.saveLocked(); err != nil {
+		errs = append(errs, err)
+	}
+	f.mu.Unlock()
+	if len(errs) > 0 {
+		return fmt.Errorf("restore rsvp sessions: %w", errors.Join(errs...))
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -232,5 +233,59 @@ func TestRSVPThreeHops(t *testing.T) {
 	}
 	if rs, _ := n.r.e.Reservations(root, ""); len(rs) != 1 || rs[0].Reservation.Service != "controlled-load" {
 		t.Fatalf("reserved again: %+v on the router", rs)
+	}
+}
+
+// The API's sessions survive a restart: the new front door announces the
+// sender's Path again at once and keeps the reserve request for when the
+// senders' Paths arrive.
+func TestRSVPSessionsRestored(t *testing.T) {
+	env := newEnv(t, "")
+	e := env.start(t)
+	path := filepath.Join(env.dir, "state", "rsvp.json")
+	local := func(dst netip.Addr) (netip.Addr, bool, error) { return rsS, dst == rsS, nil }
+	var sent []rsvp.Out
+	mk := func() *RSVP {
+		f := NewRSVP(e, RSVPOptions{Refresh: time.Second, Local: local, StatePath: path})
+		f.SetSend(func(o []rsvp.Out) { sent = append(sent, o...) })
+		return f
+	}
+	f := mk()
+	for _, name := range []string{"a", "b"} {
+		if _, err := f.AddSession(root, api.RSVPSessionRequest{Name: name, Dest: map[string]string{"a": "198.18.2.2:5004", "b": "198.18.2.2:5006"}[name], Proto: "udp"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.Sender(root, "a", api.RSVPSenderRequest{Port: 4000, Tspec: api.Tspec{Rate: 250000, Bucket: 3000}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Reserve(root, "b", api.RSVPReserveRequest{Service: "controlled-load", Flowspec: api.Tspec{Rate: 250000, Bucket: 3000}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Remove(root, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.AddSession(root, api.RSVPSessionRequest{Name: "c", Dest: "198.18.2.2:5008", Proto: "tcp"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Reserve(root, "c", api.RSVPReserveRequest{Service: "guaranteed", Flowspec: api.Tspec{Rate: 250000, Bucket: 3000, ServiceRate: 300000}}); err != nil {
+		t.Fatal(err)
+	}
+
+	sent = nil
+	g := mk()
+	if err := g.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	st := g.Status(root)
+	if len(st.Sessions) != 2 || st.Sessions[0].Name != "a" || st.Sessions[0].Sender == nil || st.Sessions[0].Sender.Port != 4000 ||
+		st.Sessions[1].Name != "c" || st.Sessions[1].Proto != "tcp" || st.Sessions[1].Reserve == nil || st.Sessions[1].Reserve.Flowspec.ServiceRate != 300000 {
+		t.Fatalf("restored %+v", st.Sessions)
+	}
+	if len(sent) != 1 || sent[0].Msg.Type != rsvp.Path || sent[0].Msg.Sender.Template.Port != 4000 {
+		t.Fatalf("after the restore sent %+v, want the Path of a", sent)
+	}
+	if len(st.Paths) != 1 || st.Paths[0].Role != "sender" {
+		t.Errorf("restored path states %+v", st.Paths)
 	}
 }
