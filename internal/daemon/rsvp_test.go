@@ -1,0 +1,96 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/rsvp"
+)
+
+// The RSVP routes decode strictly, name the bad field, refuse ordinary
+// users' changes and change nothing when they refuse; with RSVP off they
+// say how to turn it on.
+func TestRSVPRoutes(t *testing.T) {
+	dir := t.TempDir()
+	d := newTestDaemon(t, dir)
+	k := engine.NewFakeKernel(dir)
+	k.Ifindexes["eth0"] = 2
+	if err := d.eng.Start(k); err != nil {
+		t.Fatal(err)
+	}
+	h := d.routes()
+	call := func(who *peer, route, body string, args ...string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(routeMethod(route), routePath(route, args...), strings.NewReader(body))
+		r = r.WithContext(context.WithValue(r.Context(), credKey{}, who))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	rootP, user := &peer{Privileged: true}, &peer{UID: 1000}
+	if w := call(rootP, api.RouteAddRSVPSession, `{"name":"rtp","dest":"198.18.2.2:5004","proto":"udp"}`); w.Code != http.StatusBadRequest ||
+		!strings.Contains(w.Body.String(), "[rsvp] section") {
+		t.Fatalf("RSVP off: %d %s", w.Code, w.Body)
+	}
+	if w := call(user, api.RouteRSVP, ""); w.Code != http.StatusOK {
+		t.Fatalf("status with RSVP off: %d %s", w.Code, w.Body)
+	}
+
+	local := func(dst netip.Addr) (netip.Addr, bool, error) {
+		a := netip.MustParseAddr("198.18.1.2")
+		return a, dst == a, nil
+	}
+	d.rsvp = &rsvpAgent{front: engine.NewRSVP(d.eng, engine.RSVPOptions{Refresh: time.Second, Local: local, MaxSessions: 2})}
+	var sent []rsvp.Out
+	d.rsvp.front.SetSend(func(o []rsvp.Out) { sent = append(sent, o...) })
+	for _, c := range []struct {
+		who   *peer
+		route string
+		args  []string
+		body  string
+		code  int
+		says  string
+	}{
+		{rootP, api.RouteAddRSVPSession, nil, `{"name":"rtp","dest":"198.18.2.2:5004","proto":"udp","ttl":3}`, 400, `invalid policy: 1 problem(s); nothing was changed`}, // the field error names "ttl"
+		{rootP, api.RouteAddRSVPSession, nil, `{"name":"rtp","dest":"198.18.2.2","proto":"udp"}`, 400, `field dest = "198.18.2.2": want ADDR:PORT`},
+		{rootP, api.RouteAddRSVPSession, nil, `{"name":"rtp","dest":"224.0.0.5:5004","proto":"udp"}`, 400, "multicast"},
+		{rootP, api.RouteAddRSVPSession, nil, `{"name":"rtp","dest":"198.18.2.2:5004","proto":"sctp"}`, 400, `field proto = "sctp": want udp or tcp`},
+		{rootP, api.RouteAddRSVPSession, nil, `{"name":"a b","dest":"198.18.2.2:5004","proto":"udp"}`, 400, "not a valid name"},
+		{user, api.RouteAddRSVPSession, nil, `{"name":"rtp","dest":"198.18.2.2:5004","proto":"udp"}`, 403, ""},
+		{rootP, api.RouteAddRSVPSession, nil, `{"name":"rtp","dest":"198.18.2.2:5004","proto":"udp"}`, 201, ""},
+		{rootP, api.RouteAddRSVPSession, nil, `{"name":"rtp2","dest":"198.18.2.2:5004","proto":"udp"}`, 400, `session "rtp" has the same destination`},
+		{rootP, api.RouteRSVPSender, []string{"rtp"}, `{"port":4000,"tspec":{"r_Bps":250000}}`, 400, "tspec b: missing"},
+		{rootP, api.RouteRSVPSender, []string{"rtp"}, `{"port":4000,"tspec":{"r_Bps":250000,"b_B":3000,"p_Bps":1000}}`, 400, "tspec p = 1000 B/s: below r"},
+		{rootP, api.RouteRSVPSender, []string{"nope"}, `{"tspec":{"r_Bps":250000,"b_B":3000}}`, 404, ""},
+		{user, api.RouteRSVPSender, []string{"rtp"}, `{"tspec":{"r_Bps":250000,"b_B":3000}}`, 403, ""},
+		{rootP, api.RouteRSVPReserve, []string{"rtp"}, `{"service":"guaranteed","flowspec":{"r_Bps":250000,"b_B":3000,"R_Bps":1000}}`, 400, "flowspec R = 1000 B/s: below r"},
+		{rootP, api.RouteRSVPReserve, []string{"rtp"}, `{"service":"controlled-load","flowspec":{"r_Bps":250000,"b_B":3000},"style":"wf"}`, 400, `field style = "wf"`},
+		{rootP, api.RouteRSVPSender, []string{"rtp"}, `{"port":4000,"tspec":{"r_Bps":250000,"b_B":3000}}`, 200, ""},
+		{rootP, api.RouteAddRSVPSession, nil, `{"name":"s2","dest":"198.18.2.2:5006","proto":"tcp"}`, 201, ""},
+		{rootP, api.RouteAddRSVPSession, nil, `{"name":"s3","dest":"198.18.2.2:5008","proto":"tcp"}`, 429, "[rsvp] max_sessions"},
+		{user, api.RouteRemoveRSVPSession, []string{"rtp"}, ``, 403, ""},
+		{rootP, api.RouteRemoveRSVPSession, []string{"s2"}, ``, 200, ""},
+	} {
+		w := call(c.who, c.route, c.body, c.args...)
+		var eb api.ErrorBody
+		_ = json.Unmarshal(w.Body.Bytes(), &eb)
+		if w.Code != c.code || !strings.Contains(eb.Error, c.says) || !json.Valid(w.Body.Bytes()) {
+			t.Errorf("%s %s: %d %s; want %d with %q", c.route, c.body, w.Code, w.Body, c.code, c.says)
+		}
+	}
+	w := call(user, api.RouteRSVP, "")
+	var st api.RSVPStatus
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || len(st.Sessions) != 1 || st.Sessions[0].Sender == nil || len(st.Paths) != 1 {
+		t.Fatalf("status as an ordinary user: %v %s", err, w.Body)
+	}
+	if len(sent) != 1 || sent[0].Msg.Type != rsvp.Path {
+		t.Errorf("sent %d messages, want the one Path", len(sent))
+	}
+}
