@@ -1380,6 +1380,22 @@ static __always_inline void fill_owner(struct hq_binding *b,
 }
 
 /*
+ * Whether a socket may still send data: any UDP socket; a TCP socket
+ * connecting, established or half-closed by its peer. A TCP socket the
+ * application closed (or shut down for writing) still sends its FIN and
+ * retransmissions, possibly after sock_release unbound it: it must not be
+ * bound again (its session would never be given back).
+ */
+static __always_inline int tcp_may_send(const struct bpf_sock *sk)
+{
+	if (sk->protocol != IPPROTO_TCP)
+		return 1;
+	return sk->state == BPF_TCP_ESTABLISHED ||
+	       sk->state == BPF_TCP_SYN_SENT || sk->state == BPF_TCP_SYN_RECV ||
+	       sk->state == BPF_TCP_CLOSE_WAIT;
+}
+
+/*
  * A packet of a socket with no binding yet was classified under a
  * reservation: the socket was open before the reservation (or connected
  * in a way the hooks do not see). Bind it, holding a session it is never
@@ -1398,7 +1414,10 @@ static __noinline void resv_bind_skb(struct __sk_buff *skb,
 	__u32 rid;
 
 	sk = skb->sk;
-	if (!sk || !bpf_sk_fullsock(sk))
+	if (!sk)
+		return;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk || !tcp_may_send(sk))
 		return;
 	cookie = bpf_get_socket_cookie(skb);
 	if (!cookie)
@@ -1616,10 +1635,6 @@ static __noinline int resv_session(struct bpf_sock_addr *ctx, __u8 family,
  * had connected now; the daemon sizes its send buffer (HQ_BIND_SNDBUF is
  * not set).
  */
-#define TCP_ESTABLISHED 1
-#define TCP_LISTEN 10
-#define TCP_TIME_WAIT 6
-#define TCP_NEW_SYN_RECV 12
 
 static __noinline void resv_bind_open(struct sock *sk, __u8 proto)
 {
@@ -1691,8 +1706,9 @@ int hq_iter_bind_tcp(struct bpf_iter__tcp *ctx)
 	if (!skc)
 		return 0;
 	state = BPF_CORE_READ(skc, skc_state);
-	if (state == TCP_LISTEN || state == TCP_TIME_WAIT ||
-	    state == TCP_NEW_SYN_RECV)
+	/* Only sockets that may still send (see tcp_may_send). */
+	if (state != BPF_TCP_ESTABLISHED && state != BPF_TCP_SYN_SENT &&
+	    state != BPF_TCP_SYN_RECV && state != BPF_TCP_CLOSE_WAIT)
 		return 0;
 	tp = bpf_skc_to_tcp_sock(skc);
 	if (tp)
@@ -1734,6 +1750,31 @@ int hq_sendmsg6(struct bpf_sock_addr *ctx)
 	return resv_session(ctx, HQ_AF_INET6, HQ_REFUSE_SENDMSG);
 }
 
+/*
+ * The flow of a closed socket that held a per-session leaf is evaluated
+ * afresh by its next packet: a new socket with the same 5-tuple must not
+ * inherit the leaf, which another session may hold by then.
+ */
+static __noinline void resv_flow_forget(const struct hq_flow_key *k)
+{
+	struct hq_flow_key4 k4 = {};
+	struct hq_flow *f;
+
+	if (k->family == HQ_AF_INET) {
+		k4.family = HQ_AF_INET;
+		k4.proto = k->proto;
+		k4.sport = k->sport;
+		k4.dport = k->dport;
+		k4.saddr = k->src[0];
+		k4.daddr = k->dst[0];
+		f = bpf_map_lookup_elem(&hq_flows4, &k4);
+	} else {
+		f = bpf_map_lookup_elem(&hq_flows6, k);
+	}
+	if (f) /* a past generation: never the current one */
+		f->gen = *(volatile __u32 *)&hq_policy.gen - 1;
+}
+
 /* A closed socket unbinds and gives its session back. */
 SEC("cgroup/sock_release")
 int hq_sock_release(struct bpf_sock *ctx)
@@ -1747,6 +1788,8 @@ int hq_sock_release(struct bpf_sock *ctx)
 	b = bpf_map_lookup_elem(&hq_bind, &cookie);
 	if (!b)
 		return 1;
+	if (b->sess)
+		resv_flow_forget(&b->key);
 	resv_uncount(b);
 	bpf_map_delete_elem(&hq_bind, &cookie);
 	return 1;
