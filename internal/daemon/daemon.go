@@ -208,6 +208,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	go d.eng.TagExistingSockets()
 	go d.loop(ctx)
+	go d.quotaLoop(ctx)
 	links, rules := d.eng.Counts()
 	d.log.Info("hostqosd running", "socket", d.cfg.Socket, "adopted", d.adopted, "netns", d.netns,
 		"links", links, "rules", rules)
@@ -312,6 +313,30 @@ func (d *Daemon) loop(ctx context.Context) {
 			return
 		case <-t.C:
 			d.eng.Tick()
+		}
+	}
+}
+
+// quotaLoop counts the quotas between ticks while one may be used up soon
+// (engine.QuotaCheckIn), in a goroutine of its own so that a long tick
+// does not delay it.
+func (d *Daemon) quotaLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		in := d.eng.QuotaCheckIn()
+		if in >= d.cfg.RescanInterval {
+			in = time.Hour // the ticks count them; QuotaWake says when not
+		}
+		timer.Reset(in)
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.down:
+			return
+		case <-d.eng.QuotaWake():
+		case <-timer.C:
+			d.eng.CheckQuotas()
 		}
 	}
 }

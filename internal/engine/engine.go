@@ -212,7 +212,8 @@ func (e *Engine) applyLocked(m merged, slots *slotTable, persist, temp *overlay)
 	if e.k == nil {
 		return errNotLoaded
 	}
-	if err := slots.assign(expandReservations(e.withProtectedLocked(m.Policy)), e.counterReader()); err != nil {
+	read := e.counterReader()
+	if err := slots.assign(expandReservations(e.withProtectedLocked(m.Policy)), read); err != nil {
 		return err
 	}
 	now, view := e.runtimePolicy(m.Policy) // quotas and schedules (quota.go)
@@ -247,6 +248,7 @@ func (e *Engine) applyLocked(m merged, slots *slotTable, persist, temp *overlay)
 	}
 	e.eff, e.comp, e.slots, e.missing = m, comp, slots, missing
 	e.times.view = view
+	e.startUsageLocked(read)
 	return nil
 }
 

@@ -170,14 +170,14 @@ func TestQuotaLimitsPersistsAndResets(t *testing.T) {
 	k := env.k
 	slot := e.slots.Rules["dl"]
 	k.Counters = make([]datapath.Counters, datapath.MaxRules)
-	k.Counters[slot].Bytes = 1000 // before the first reading: not counted
+	k.Counters[slot].Bytes = 1000 // sent after the rule was applied, before the first reading: counted
 	e.Tick()
 	k.Counters[slot].Bytes = 1000 + 3<<20
 	clk.set(clk.now().Add(time.Second))
 	e.Tick()
 	ri, _ := e.Rules(root, "dl")
 	q := ri[0].Quota
-	if q == nil || q.Used != 3<<20 || q.Reached || q.Quota != 5<<20 ||
+	if q == nil || q.Used != 1000+3<<20 || q.Reached || q.Quota != 5<<20 ||
 		!q.NextReset.Equal(time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)) || !q.PeriodStart.Equal(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)) {
 		t.Fatalf("quota after 3 MB: %+v", q)
 	}
@@ -219,7 +219,7 @@ func TestQuotaLimitsPersistsAndResets(t *testing.T) {
 	k.Counters[slot].Bytes = 1000 + 6<<20
 	e2.Tick()
 	ri, _ = e2.Rules(root, "dl")
-	if ri[0].Quota.Used != 6<<20 || len(evs.kinds()) != 1 {
+	if ri[0].Quota.Used != 1000+6<<20 || len(evs.kinds()) != 1 {
 		t.Fatalf("after restart and 1 MB more: used %d, events %v", ri[0].Quota.Used, evs.kinds())
 	}
 
@@ -441,5 +441,68 @@ quota_action = "limit 2mbit"
 		if got := evs.kinds(); len(got) != 1 || got[0] != "quota.reached" {
 			t.Errorf("%s: events %v", dir, got)
 		}
+	}
+}
+
+// TestQuotaPacedChecks: between Ticks, a quota not used up is counted
+// every 50 ms, and sooner when it is about to be used up: after half the
+// time its rest takes at the pace of the last two readings (at least
+// 10 ms); the reading that finds it used up applies the action at once.
+func TestQuotaPacedChecks(t *testing.T) {
+	env := newEnv(t, `
+[[link]]
+name = "eth0"
+
+[[rule]]
+name = "dl"
+comm = "wget"
+quota = "5mb"
+quota_action = "limit 2mbit"
+`)
+	clk := &fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	var evs evRecorder
+	e := startAt(t, env, clk, &evs)
+	slot := e.slots.Rules["dl"]
+	q, _ := e.eff.Policy.Rules[0].QuotaOf()
+	// The quota counts from the apply that added it, and is read soon.
+	select {
+	case <-e.QuotaWake():
+	default:
+		t.Error("a quota added without a wake-up")
+	}
+	if in := e.QuotaCheckIn(); in != quotaCheckIdle {
+		t.Errorf("quota just added: next check in %v, want %v", in, quotaCheckIdle)
+	}
+	env.k.Counters = make([]datapath.Counters, datapath.MaxRules)
+	e.Tick()
+	if in := e.QuotaCheckIn(); in != quotaCheckIdle {
+		t.Errorf("idle quota: next check in %v, want %v", in, quotaCheckIdle)
+	}
+	// Half used in 50 ms: the other half takes 50 ms at that pace; read
+	// again in 25.
+	clk.set(clk.now().Add(quotaCheckIdle))
+	env.k.Counters[slot].Bytes = q.Size / 2
+	e.CheckQuotas()
+	want := quotaCheckIdle / 2
+	if in := e.QuotaCheckIn(); in < want-time.Millisecond || in > want+time.Millisecond {
+		t.Errorf("half the quota used in %v: next check in %v, want %v", quotaCheckIdle, in, want)
+	}
+	clk.set(clk.now().Add(want))
+	env.k.Counters[slot].Bytes = q.Size - 1000
+	e.CheckQuotas()
+	if in := e.QuotaCheckIn(); in != quotaCheckMin {
+		t.Errorf("1 kB left: next check in %v, want %v", in, quotaCheckMin)
+	}
+	clk.set(clk.now().Add(quotaCheckMin))
+	env.k.Counters[slot].Bytes = q.Size + 1000
+	e.CheckQuotas()
+	if r, _ := dpRule(env.k, slot); r.PoliceRate != 2_000_000 {
+		t.Errorf("quota used up: rule %+v, want a 2mbit policer", r)
+	}
+	if k := evs.kinds(); len(k) != 1 || k[0] != "quota.reached" {
+		t.Errorf("events %v", k)
+	}
+	if in := e.QuotaCheckIn(); in != quotaCheckMax {
+		t.Errorf("reached quota: next check in %v, want %v (the next Tick)", in, quotaCheckMax)
 	}
 }
