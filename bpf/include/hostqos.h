@@ -16,7 +16,7 @@
  */
 enum hq_limits {
 	/* Layout version of the pinned maps; bump on any layout change. */
-	HQ_ABI_VERSION = 6,
+	HQ_ABI_VERSION = 7,
 	/*
 	 * Rule slots, and rules per policy buffer. internal/policy's MaxRules
 	 * and MaxAppRules are these (a test keeps them equal).
@@ -55,6 +55,8 @@ enum hq_limits {
 	HQ_BIND_ENTRIES = 65536,
 	/* Session refusals kept for the daemon (hq_refusal ring). */
 	HQ_REFUSALS = 64,
+	/* qsocket ids 1..HQ_MAX_QSOCK-1 (0 = none); see struct hq_qsock. */
+	HQ_MAX_QSOCK = 4096,
 };
 
 #define HQ_CG_LEVEL_WALK 32 /* bound of the walk that finds the own level */
@@ -76,6 +78,11 @@ enum hq_action {
 	HQ_ACT_OBSERVE = 2,
 	HQ_ACT_POLICE = 3, /* pass, within the rule's policer (hq_police) */
 	HQ_ACT_RESV = 4, /* pass under the rule's reservation (hq_rule_resv) */
+	/*
+	 * Pass as the flow's qsocket says (hq_qsock): the cached result's
+	 * classid holds the qsocket id, its slot is HQ_SLOT_NONE.
+	 */
+	HQ_ACT_QSOCK = 5,
 };
 
 /* Service of a reservation (RFC 2210/2211/2212). */
@@ -114,7 +121,40 @@ struct hq_ident {
 	__u64 cg_own;	/* own cgroup id (also valid when cg_level >= 8) */
 	__u64 cg[HQ_CG_LEVELS]; /* ancestor ids, levels 0..min(cg_level,7) */
 	char comm[HQ_COMM_LEN];
+	/*
+	 * The socket's qsocket (app API): id in hq_qsock (0 = none) and the
+	 * socket cookie it was registered with; written by the daemon.
+	 */
+	__u32 qsock;
+	__u32 qsock_pad;
+	__u64 qcookie;
 };
+
+/*
+ * A qsocket: a socket an application registered through the app API
+ * (libhostqos, package qsock). hq_qsock is an array by id; the daemon
+ * writes cookie, classid, dscp and user, the classifier counts. A flow of
+ * the socket is classified by it (HQ_ACT_QSOCK) while cookie is the
+ * packet's socket cookie; sock_release clears cookie (the counts stay for
+ * the daemon's last reading).
+ */
+struct hq_qsock {
+	__u64 cookie;  /* socket cookie; 0 = free or closed */
+	__u32 classid; /* skb->priority to set, 0 = leave */
+	__s8 dscp;     /* DSCP to write, -1 = leave */
+	__u8 user;     /* an ordinary user's: a rule that matches wins */
+	__u16 pad;
+	__u64 packets;	 /* packets that left through the classifier */
+	__u64 bytes;	 /* their bytes (skb->len) */
+	__u64 first_ns;	 /* coarse CLOCK_MONOTONIC of the first packet */
+	__u64 last_ns;	 /* and of the latest */
+	__u64 win_ns;	 /* start of the current rate window */
+	__u64 win_bytes; /* bytes in it */
+	__u64 rate;	 /* bytes/s over the last complete window */
+};
+
+/* A qsocket's rate window (struct hq_qsock). */
+#define HQ_QSOCK_WIN_NS 1000000000ULL
 
 struct hq_bitmap {
 	__u64 w[HQ_BITMAP_WORDS];

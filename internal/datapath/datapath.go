@@ -83,6 +83,10 @@ type Datapath struct {
 	// Close. The mapping is released when no reader holds it any more.
 	fctr  atomic.Pointer[fctrMem]
 	fctrN uint32
+	// The qsocket table (hq_qsock), memory-mapped read-write on first use
+	// (qsock.go).
+	qmem   atomic.Pointer[qsockMem]
+	qmemMu sync.Mutex
 	// reader serves Flows; guarded by readerMu.
 	readerMu sync.Mutex
 	reader   *FlowReader
@@ -704,6 +708,7 @@ func (d *Datapath) Close() error {
 		l.Close()
 	}
 	d.hooks = nil
+	d.qmem.Store(nil)
 	d.objs.Close()
 	d.fctr.Store(nil)
 	if d.mem != nil {

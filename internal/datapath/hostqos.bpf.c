@@ -72,6 +72,20 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_sk_ident SEC(".maps");
 
+/*
+ * qsockets by id (struct hq_qsock); ids are handed out by the daemon,
+ * which writes the entries in place (memory-mapped) so that a change never
+ * loses a count.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, HQ_MAX_QSOCK);
+	__type(key, __u32);
+	__type(value, struct hq_qsock);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_qsock SEC(".maps");
+
 /* IPv4 flows; a key of its own, less than half the size, hashes faster. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -1775,7 +1789,29 @@ static __noinline void resv_flow_forget(const struct hq_flow_key *k)
 		f->gen = *(volatile __u32 *)&hq_policy.gen - 1;
 }
 
-/* A closed socket unbinds and gives its session back. */
+/*
+ * A closed qsocket frees its hq_qsock entry (cookie 0); the counts stay
+ * until the daemon hands the id out again.
+ */
+static __noinline void qsock_release(struct bpf_sock *sk, __u64 cookie)
+{
+	struct hq_ident *id;
+	struct hq_qsock *q;
+	__u32 qid;
+
+	if (!sk)
+		return;
+	id = bpf_sk_storage_get(&hq_sk_ident, sk, 0, 0);
+	if (!id || !id->qsock)
+		return;
+	qid = id->qsock;
+	q = bpf_map_lookup_elem(&hq_qsock, &qid);
+	if (q && q->cookie == cookie)
+		__sync_val_compare_and_swap(&q->cookie, cookie, 0);
+}
+
+/* A closed socket unbinds and gives its session back; a closed qsocket
+ * frees its entry. */
 SEC("cgroup/sock_release")
 int hq_sock_release(struct bpf_sock *ctx)
 {
@@ -1785,6 +1821,7 @@ int hq_sock_release(struct bpf_sock *ctx)
 	if (ctx->family != AF_INET && ctx->family != AF_INET6)
 		return 1;
 	cookie = bpf_get_socket_cookie(ctx);
+	qsock_release(ctx, cookie);
 	b = bpf_map_lookup_elem(&hq_bind, &cookie);
 	if (!b)
 		return 1;
@@ -1859,6 +1896,83 @@ struct {
 	 (__u64)(__u8)-1 << 56)
 
 /*
+ * The flow of a qsocket (id->qsock) is classified by the qsocket
+ * (HQ_ACT_QSOCK, the id in classid) unless the qsocket is an ordinary
+ * user's and a rule matched: the admin's rules come first. The entry must
+ * be this socket's: on egress its cookie is the packet's socket cookie; on
+ * ingress (no socket on the skb) the one the identity was tagged with.
+ */
+static __noinline void qsock_claim(struct __sk_buff *skb,
+				   const struct hq_ident *id, struct hq_flow *f,
+				   int rx)
+{
+	struct hq_qsock *q;
+	__u64 cookie;
+	__u32 qid;
+
+	if (!skb || !id || !f)
+		return;
+	qid = id->qsock;
+	q = bpf_map_lookup_elem(&hq_qsock, &qid);
+	if (!q)
+		return;
+	cookie = rx ? id->qcookie : bpf_get_socket_cookie(skb);
+	if (!cookie || q->cookie != cookie)
+		return;
+	if (q->user && f->slot != HQ_SLOT_NONE)
+		return;
+	f->action = HQ_ACT_QSOCK;
+	f->slot = HQ_SLOT_NONE;
+	f->classid = qid;
+	f->dscp = -1;
+}
+
+/*
+ * The result of a packet of a qsocket's flow (action HQ_ACT_QSOCK, the id
+ * in the classid): the qsocket's class and DSCP as they are now (qchange
+ * takes effect at the next packet), counted. A flow whose entry is no
+ * longer its socket's (the socket closed, the 5-tuple reused) is evaluated
+ * again at its next packet (f, when known) and passes unchanged now.
+ */
+static __noinline __u64 qsock_result(struct __sk_buff *skb, __u64 res,
+				     struct hq_flow *f, const struct hq_pkt *p)
+{
+	struct hq_qsock *q;
+	__u64 start, bytes, dt, now, len;
+	__u32 qid = (__u32)res, gen;
+
+	if (!skb || !p)
+		return HQ_RES_NONE;
+	now = p->now;
+	len = p->len;
+	gen = p->gen;
+	q = bpf_map_lookup_elem(&hq_qsock, &qid);
+	if (!q || !q->cookie || q->cookie != bpf_get_socket_cookie(skb)) {
+		if (f)
+			f->gen = gen - 1;
+		return HQ_RES_NONE;
+	}
+	__sync_fetch_and_add(&q->packets, 1);
+	__sync_fetch_and_add(&q->bytes, len);
+	if (!q->first_ns)
+		q->first_ns = now;
+	q->last_ns = now;
+	start = *(volatile __u64 *)&q->win_ns;
+	if (now - start >= HQ_QSOCK_WIN_NS &&
+	    __sync_val_compare_and_swap(&q->win_ns, start, now) == start) {
+		bytes = __sync_lock_test_and_set(&q->win_bytes, 0);
+		dt = now - start;
+		/* A long pause (or the first window) rates what it saw. */
+		q->rate = start && dt < 2 * HQ_QSOCK_WIN_NS ?
+				  bytes * 1000000000ULL / dt :
+				  0;
+	}
+	__sync_fetch_and_add(&q->win_bytes, len);
+	return (__u64)q->classid | (__u64)HQ_SLOT_NONE << 32 |
+	       (__u64)HQ_ACT_PASS << 48 | (__u64)(__u8)q->dscp << 56;
+}
+
+/*
  * Everything but the common case: a new flow (f == NULL), a flow evaluated
  * under an older policy, or a flow without a valid counter slot. id is
  * the identity of the flow's local socket (NULL: none). Counts the packet and returns the
@@ -1898,6 +2012,8 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 			return HQ_RES_NONE;
 		__builtin_memset(nf, 0, sizeof(*nf));
 		evaluate(id, &key, p->dscp_in, nf, p->gen, st, HQ_SCRATCH_TC);
+		if (id && id->qsock)
+			qsock_claim(skb, id, nf, rx);
 		if (nf->action == HQ_ACT_RESV && !rx) {
 			resv_bind_skb(skb, &key, nf, id, p->gen);
 			resv_flow_class(skb, nf, p->gen);
@@ -2156,8 +2272,11 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 		}
 	}
 	res = flow_slow(skb, skb_ident(skb, stats()), &p, f, 0);
+	f = NULL;
 
 classified:
+	if ((__u8)(res >> 48) == HQ_ACT_QSOCK)
+		res = qsock_result(skb, res, f, &p);
 	if ((__u8)(res >> 48) == HQ_ACT_RESV)
 		res = resv_result(skb, res, p.gen, off);
 	classid = (__u32)res;

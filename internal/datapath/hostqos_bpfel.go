@@ -21,6 +21,7 @@ const (
 	hostqosHqActionHQ_ACT_OBSERVE hostqosHqAction = 2
 	hostqosHqActionHQ_ACT_POLICE  hostqosHqAction = 3
 	hostqosHqActionHQ_ACT_RESV    hostqosHqAction = 4
+	hostqosHqActionHQ_ACT_QSOCK   hostqosHqAction = 5
 )
 
 type hostqosHqBindFlags uint32
@@ -154,15 +155,18 @@ type hostqosHqFlowKey4 struct {
 }
 
 type hostqosHqIdent struct {
-	_       structs.HostLayout
-	Tgid    uint32
-	Uid     uint32
-	ExeIno  uint64
-	ExeDev  uint32
-	CgLevel uint32
-	CgOwn   uint64
-	Cg      [8]uint64
-	Comm    [16]int8
+	_        structs.HostLayout
+	Tgid     uint32
+	Uid      uint32
+	ExeIno   uint64
+	ExeDev   uint32
+	CgLevel  uint32
+	CgOwn    uint64
+	Cg       [8]uint64
+	Comm     [16]int8
+	Qsock    uint32
+	QsockPad uint32
+	Qcookie  uint64
 }
 
 type hostqosHqIn struct {
@@ -182,7 +186,7 @@ type hostqosHqIn struct {
 type hostqosHqLimits uint32
 
 const (
-	hostqosHqLimitsHQ_ABI_VERSION    hostqosHqLimits = 6
+	hostqosHqLimitsHQ_ABI_VERSION    hostqosHqLimits = 7
 	hostqosHqLimitsHQ_MAX_RULES      hostqosHqLimits = 16384
 	hostqosHqLimitsHQ_MAX_APP_RULES  hostqosHqLimits = 2048
 	hostqosHqLimitsHQ_BITMAP_WORDS   hostqosHqLimits = 32
@@ -201,6 +205,7 @@ const (
 	hostqosHqLimitsHQ_SESSION_LEAVES hostqosHqLimits = 32
 	hostqosHqLimitsHQ_BIND_ENTRIES   hostqosHqLimits = 65536
 	hostqosHqLimitsHQ_REFUSALS       hostqosHqLimits = 64
+	hostqosHqLimitsHQ_MAX_QSOCK      hostqosHqLimits = 4096
 )
 
 type hostqosHqPolice struct {
@@ -209,6 +214,22 @@ type hostqosHqPolice struct {
 	Tau   uint64
 	Tat   uint64
 	Pad   uint64
+}
+
+type hostqosHqQsock struct {
+	_        structs.HostLayout
+	Cookie   uint64
+	Classid  uint32
+	Dscp     int8
+	User     uint8
+	Pad      uint16
+	Packets  uint64
+	Bytes    uint64
+	FirstNs  uint64
+	LastNs   uint64
+	WinNs    uint64
+	WinBytes uint64
+	Rate     uint64
 }
 
 type hostqosHqRefusal struct {
@@ -432,6 +453,7 @@ const (
 	hostqosMapHqIn            = "hq_in"
 	hostqosMapHqNf            = "hq_nf"
 	hostqosMapHqPolice        = "hq_police"
+	hostqosMapHqQsock         = "hq_qsock"
 	hostqosMapHqRefusal       = "hq_refusal"
 	hostqosMapHqResvState     = "hq_resv_state"
 	hostqosMapHqRuleCtr       = "hq_rule_ctr"
@@ -551,6 +573,7 @@ type hostqosMapSpecs struct {
 	HqIn        *ebpf.MapSpec `ebpf:"hq_in"`
 	HqNf        *ebpf.MapSpec `ebpf:"hq_nf"`
 	HqPolice    *ebpf.MapSpec `ebpf:"hq_police"`
+	HqQsock     *ebpf.MapSpec `ebpf:"hq_qsock"`
 	HqRefusal   *ebpf.MapSpec `ebpf:"hq_refusal"`
 	HqResvState *ebpf.MapSpec `ebpf:"hq_resv_state"`
 	HqRuleCtr   *ebpf.MapSpec `ebpf:"hq_rule_ctr"`
@@ -618,6 +641,7 @@ type hostqosMaps struct {
 	HqIn        *ebpf.Map `ebpf:"hq_in"`
 	HqNf        *ebpf.Map `ebpf:"hq_nf"`
 	HqPolice    *ebpf.Map `ebpf:"hq_police"`
+	HqQsock     *ebpf.Map `ebpf:"hq_qsock"`
 	HqRefusal   *ebpf.Map `ebpf:"hq_refusal"`
 	HqResvState *ebpf.Map `ebpf:"hq_resv_state"`
 	HqRuleCtr   *ebpf.Map `ebpf:"hq_rule_ctr"`
@@ -647,6 +671,7 @@ func (m *hostqosMaps) Close() error {
 		m.HqIn,
 		m.HqNf,
 		m.HqPolice,
+		m.HqQsock,
 		m.HqRefusal,
 		m.HqResvState,
 		m.HqRuleCtr,

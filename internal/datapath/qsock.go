@@ -1,0 +1,232 @@
+package datapath
+
+// qsockets: sockets applications registered through the app API
+// (libhostqos, package qsock). The daemon receives the socket itself (a
+// descriptor passed with SCM_RIGHTS), writes an hq_qsock entry and puts
+// its id into the socket's identity (hq_sk_ident, keyed by the
+// descriptor); the classifier then gives every packet of the socket's
+// flows the entry's class and DSCP, read at each packet, and counts it.
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// MaxQSocks is the number of qsocket ids (1 … MaxQSocks-1; 0 is none).
+const MaxQSocks = int(hostqosHqLimitsHQ_MAX_QSOCK)
+
+// ActQSock is the cached action of a qsocket's flow.
+const ActQSock = Action(hostqosHqActionHQ_ACT_QSOCK)
+
+// QSock is what the classifier does with a qsocket's packets.
+type QSock struct {
+	Cookie  uint64 // the socket's cookie (SO_COOKIE)
+	ClassID uint32 // HTB class (skb->priority), 0 = leave
+	DSCP    int8   // DSCP to write, -1 = leave
+	// User: an ordinary user's qsocket; a rule that matches the flow
+	// (the admin's) comes first.
+	User bool
+}
+
+// QSockCounters are what a qsocket's packets did in the classifier.
+type QSockCounters struct {
+	Open    bool   // the socket is open (its entry still holds its cookie)
+	Cookie  uint64 // the cookie the entry holds (0 once closed)
+	Packets uint64
+	Bytes   uint64 // skb->len: the L2 frame as the qdisc sees it
+	FirstNS uint64 // coarse CLOCK_MONOTONIC of the first packet, 0 = none
+	LastNS  uint64
+	Rate    uint64 // bytes/s over the last complete second
+}
+
+const qsockSize = int(unsafe.Sizeof(hostqosHqQsock{}))
+
+// qsockMem is the read-write mapping of hq_qsock, unmapped once
+// unreachable (like fctrMem).
+type qsockMem struct{ b []byte }
+
+func (d *Datapath) qsockMap() (*qsockMem, error) {
+	if m := d.qmem.Load(); m != nil {
+		return m, nil
+	}
+	d.qmemMu.Lock()
+	defer d.qmemMu.Unlock()
+	if m := d.qmem.Load(); m != nil {
+		return m, nil
+	}
+	size := (MaxQSocks*qsockSize + 4095) &^ 4095
+	b, err := unix.Mmap(d.objs.HqQsock.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap qsocket table: %w", err)
+	}
+	m := &qsockMem{b: b}
+	runtime.AddCleanup(m, func(b []byte) { _ = unix.Munmap(b) }, b)
+	d.qmem.Store(m)
+	return m, nil
+}
+
+func (m *qsockMem) entry(id uint32) *hostqosHqQsock {
+	return (*hostqosHqQsock)(unsafe.Pointer(&m.b[int(id)*qsockSize]))
+}
+
+func checkQSockID(id uint32) error {
+	if id == 0 || int(id) >= MaxQSocks {
+		return fmt.Errorf("qsocket id %d out of range 1..%d", id, MaxQSocks-1)
+	}
+	return nil
+}
+
+// classWord packs classid, dscp and user as they lie in the entry (one
+// little-endian 64-bit word at classid), so a change is one store.
+func classWord(q QSock) uint64 {
+	w := uint64(q.ClassID) | uint64(uint8(q.DSCP))<<32
+	if q.User {
+		w |= 1 << 40
+	}
+	return w
+}
+
+// AttachQSock makes the socket behind fd (a descriptor of the daemon's)
+// qsocket id: the entry gets q with fresh counters, the socket's identity
+// names the id, and every flow is classified again, so the socket's
+// traffic takes q from its next packet. A socket without an identity (born
+// before the datapath, or in a way sock_create does not see) gets one
+// with owner uid.
+func (d *Datapath) AttachQSock(fd int, id uint32, q QSock, uid uint32) error {
+	if err := checkQSockID(id); err != nil {
+		return err
+	}
+	m, err := d.qsockMap()
+	if err != nil {
+		return err
+	}
+	e := m.entry(id)
+	atomic.StoreUint64(&e.Cookie, 0)
+	for _, p := range []*uint64{&e.Packets, &e.Bytes, &e.FirstNs, &e.LastNs, &e.WinNs, &e.WinBytes, &e.Rate} {
+		atomic.StoreUint64(p, 0)
+	}
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&e.Classid)), classWord(q))
+	atomic.StoreUint64(&e.Cookie, q.Cookie)
+
+	var v hostqosHqIdent
+	err = d.objs.HqSkIdent.Lookup(int32(fd), &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		v = hostqosHqIdent{Uid: uid}
+	} else if err != nil {
+		atomic.StoreUint64(&e.Cookie, 0)
+		return fmt.Errorf("read identity of socket fd %d: %w", fd, err)
+	}
+	v.Qsock, v.Qcookie = id, q.Cookie
+	if err := d.objs.HqSkIdent.Update(int32(fd), &v, ebpf.UpdateAny); err != nil {
+		atomic.StoreUint64(&e.Cookie, 0)
+		return fmt.Errorf("tag socket fd %d as qsocket %d: %w", fd, id, err)
+	}
+	d.Reevaluate()
+	return nil
+}
+
+// ChangeQSock gives qsocket id a new class, DSCP and owner kind, taking
+// effect at its next packet; its counters go on. cookie must be the
+// socket's.
+func (d *Datapath) ChangeQSock(id uint32, q QSock) error {
+	if err := checkQSockID(id); err != nil {
+		return err
+	}
+	m, err := d.qsockMap()
+	if err != nil {
+		return err
+	}
+	e := m.entry(id)
+	if c := atomic.LoadUint64(&e.Cookie); c != q.Cookie {
+		return fmt.Errorf("change qsocket %d: it is no longer socket %d (closed)", id, q.Cookie)
+	}
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&e.Classid)), classWord(q))
+	return nil
+}
+
+// DetachQSock ends qsocket id of the socket behind fd (which may be -1
+// when the socket is gone): the entry is freed, the identity forgets it,
+// and its flows are classified again by the rules.
+func (d *Datapath) DetachQSock(fd int, id uint32, cookie uint64) error {
+	if err := checkQSockID(id); err != nil {
+		return err
+	}
+	m, err := d.qsockMap()
+	if err != nil {
+		return err
+	}
+	e := m.entry(id)
+	atomic.CompareAndSwapUint64(&e.Cookie, cookie, 0)
+	if fd >= 0 {
+		var v hostqosHqIdent
+		if err := d.objs.HqSkIdent.Lookup(int32(fd), &v); err == nil && v.Qsock == id {
+			v.Qsock, v.Qcookie = 0, 0
+			if err := d.objs.HqSkIdent.Update(int32(fd), &v, ebpf.UpdateExist); err != nil {
+				return fmt.Errorf("untag qsocket %d (socket fd %d): %w", id, fd, err)
+			}
+		}
+	}
+	d.Reevaluate()
+	return nil
+}
+
+// ReadQSock returns qsocket id's counters.
+func (d *Datapath) ReadQSock(id uint32) (QSockCounters, error) {
+	if err := checkQSockID(id); err != nil {
+		return QSockCounters{}, err
+	}
+	m, err := d.qsockMap()
+	if err != nil {
+		return QSockCounters{}, err
+	}
+	e := m.entry(id)
+	c := QSockCounters{
+		Cookie:  atomic.LoadUint64(&e.Cookie),
+		Packets: atomic.LoadUint64(&e.Packets),
+		Bytes:   atomic.LoadUint64(&e.Bytes),
+		FirstNS: atomic.LoadUint64(&e.FirstNs),
+		LastNS:  atomic.LoadUint64(&e.LastNs),
+		Rate:    atomic.LoadUint64(&e.Rate),
+	}
+	c.Open = c.Cookie != 0
+	return c, nil
+}
+
+// QSocks returns the qsockets whose sockets are open, by id: what the
+// datapath keeps across a daemon restart.
+func (d *Datapath) QSocks() (map[uint32]QSock, error) {
+	m, err := d.qsockMap()
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint32]QSock{}
+	for id := uint32(1); int(id) < MaxQSocks; id++ {
+		e := m.entry(id)
+		c := atomic.LoadUint64(&e.Cookie)
+		if c == 0 {
+			continue
+		}
+		w := atomic.LoadUint64((*uint64)(unsafe.Pointer(&e.Classid)))
+		out[id] = QSock{Cookie: c, ClassID: uint32(w), DSCP: int8(uint8(w >> 32)), User: w>>40&1 == 1}
+	}
+	return out, nil
+}
+
+// SocketCookie is the kernel's cookie of the socket behind fd (SO_COOKIE):
+// unique for the host's uptime, what the classifier sees.
+func SocketCookie(fd int) (uint64, error) {
+	var c uint64
+	size := uint32(8)
+	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_COOKIE,
+		uintptr(unsafe.Pointer(&c)), uintptr(unsafe.Pointer(&size)), 0)
+	if errno != 0 {
+		return 0, fmt.Errorf("read cookie of socket fd %d: %w", fd, errno)
+	}
+	return c, nil
+}

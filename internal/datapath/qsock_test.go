@@ -1,0 +1,146 @@
+package datapath
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/testutil"
+)
+
+// TestQSockClassifies: a UDP socket made a qsocket leaves with its DSCP
+// from the next packet, counted exactly; a change takes effect at the next
+// packet; an ordinary user's qsocket yields to a rule that matches; a
+// detached one is classified by the rules again; a TCP connection open
+// before the attach changes without reconnecting; a closed socket frees
+// its entry.
+func TestQSockClassifies(t *testing.T) {
+	b := newResvBed(t)
+	b4 := testutil.PairB4.Addr()
+	rx := testutil.NewReceiver(t, b.p.B, b.p.IfB)
+	b.p.A.MustDo(t, func() error {
+		return b.d.Apply(Policy{Rules: []Rule{
+			{Slot: 1, Proto: 17, RPortFrom: 9401, DSCPIn: -1, DSCP: 10},
+		}})
+	})
+
+	fd := b.socket(t, unix.SOCK_DGRAM)
+	defer unix.Close(fd)
+	cookie, err := SocketCookie(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(port uint16) int {
+		t.Helper()
+		if err := unix.Sendto(fd, []byte("hello qsocket"), 0, sockaddr(netip.AddrPortFrom(b4, port))); err != nil {
+			t.Fatal(err)
+		}
+		p, err := rx.Next(2*time.Second, testutil.UDPTo(port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.DSCP
+	}
+	if d := send(9400); d != 0 {
+		t.Fatalf("before attach: DSCP %d, want 0", d)
+	}
+	if err := b.d.AttachQSock(fd, 7, QSock{Cookie: cookie, ClassID: 0x10005, DSCP: 34}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if d := send(9400); d != 34 {
+			t.Fatalf("qsocket packet %d: DSCP %d, want 34 (AF41)", i, d)
+		}
+	}
+	c, err := b.d.ReadQSock(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Open || c.Packets != 5 || c.Bytes != 5*(14+20+8+13) {
+		t.Errorf("counters %+v, want 5 packets of %d bytes, open", c, 14+20+8+13)
+	}
+	if err := b.d.ChangeQSock(7, QSock{Cookie: cookie, ClassID: 0x10001, DSCP: 46}); err != nil {
+		t.Fatal(err)
+	}
+	if d := send(9400); d != 46 {
+		t.Errorf("after change: DSCP %d, want 46 (EF)", d)
+	}
+	// The admin's rule for port 9401 beats an ordinary user's qsocket,
+	// not the admin's own.
+	if d := send(9401); d != 46 {
+		t.Errorf("admin's qsocket to a rule's port: DSCP %d, want 46", d)
+	}
+	if err := b.d.ChangeQSock(7, QSock{Cookie: cookie, ClassID: 0x10001, DSCP: 46, User: true}); err != nil {
+		t.Fatal(err)
+	}
+	b.d.Reevaluate()
+	if d := send(9401); d != 10 {
+		t.Errorf("user's qsocket to a rule's port: DSCP %d, want the rule's 10", d)
+	}
+	if err := b.d.DetachQSock(fd, 7, cookie); err != nil {
+		t.Fatal(err)
+	}
+	if d := send(9400); d != 0 {
+		t.Errorf("after detach: DSCP %d, want 0", d)
+	}
+	if c, _ := b.d.ReadQSock(7); c.Open {
+		t.Errorf("detached entry still open: %+v", c)
+	}
+
+	// TCP: connected and sending before the attach.
+	var lfd int
+	b.p.B.MustDo(t, func() error {
+		var err error
+		if lfd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
+		if err := unix.Bind(lfd, sockaddr(netip.AddrPortFrom(b4, 9402))); err != nil {
+			return err
+		}
+		return unix.Listen(lfd, 4)
+	})
+	defer unix.Close(lfd)
+	tfd := b.socket(t, unix.SOCK_STREAM)
+	if err := unix.Connect(tfd, sockaddr(netip.AddrPortFrom(b4, 9402))); err != nil {
+		t.Fatal(err)
+	}
+	tcpTo := func(p testutil.Packet) bool { return p.Flow.Proto == unix.IPPROTO_TCP && p.Flow.Dst.Port() == 9402 && !p.SYN && p.Len > 52 }
+	write := func() int {
+		t.Helper()
+		if _, err := unix.Write(tfd, []byte("data")); err != nil {
+			t.Fatal(err)
+		}
+		p, err := rx.Next(2*time.Second, tcpTo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.DSCP
+	}
+	if d := write(); d != 0 {
+		t.Fatalf("TCP before attach: DSCP %d", d)
+	}
+	tc, _ := SocketCookie(tfd)
+	if err := b.d.AttachQSock(tfd, 8, QSock{Cookie: tc, ClassID: 0x10005, DSCP: 34}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d := write(); d != 34 {
+		t.Errorf("TCP after attach: DSCP %d, want 34", d)
+	}
+	unix.Close(tfd)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		c, _ := b.d.ReadQSock(8)
+		if !c.Open {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("closed socket's entry still open: %+v", c)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if qs, err := b.d.QSocks(); err != nil || len(qs) != 0 {
+		t.Errorf("QSocks = %v, %v; want none open", qs, err)
+	}
+}
