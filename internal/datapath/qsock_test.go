@@ -106,7 +106,9 @@ func TestQSockClassifies(t *testing.T) {
 	if err := unix.Connect(tfd, sockaddr(netip.AddrPortFrom(b4, 9402))); err != nil {
 		t.Fatal(err)
 	}
-	tcpTo := func(p testutil.Packet) bool { return p.Flow.Proto == unix.IPPROTO_TCP && p.Flow.Dst.Port() == 9402 && !p.SYN && p.Len > 52 }
+	tcpTo := func(p testutil.Packet) bool {
+		return p.Flow.Proto == unix.IPPROTO_TCP && p.Flow.Dst.Port() == 9402 && !p.SYN && p.Len > 52
+	}
 	write := func() int {
 		t.Helper()
 		if _, err := unix.Write(tfd, []byte("data")); err != nil {
