@@ -151,6 +151,8 @@ struct hq_qsock {
 	__u64 win_ns;	 /* start of the current rate window */
 	__u64 win_bytes; /* bytes in it */
 	__u64 rate;	 /* bytes/s over the last complete window */
+	__u32 uid;	 /* the owner (the daemon's record) */
+	__u32 sched;	 /* the scheduler (the daemon's record) */
 };
 
 /* A qsocket's rate window (struct hq_qsock). */

@@ -60,9 +60,11 @@ type apiConn struct {
 	peer *peer
 	once sync.Once
 	done func()
+	fds  fdQueue // descriptors received with the request (qsockets.go)
 }
 
 func (c *apiConn) Close() error {
+	c.fds.closeAll()
 	err := c.Conn.Close()
 	if c.done != nil {
 		c.once.Do(c.done)

@@ -48,7 +48,10 @@ type Config struct {
 	// rules.
 	MaxRunsPerUser int
 	MaxUserRuns    int
-	Logger         *slog.Logger
+	// Limits on ordinary users' qsockets: of one user, of all together
+	// (0: the engine's defaults).
+	MaxQSocksPerUser, MaxUserQSocks int
+	Logger                          *slog.Logger
 	// MaxConnsPerUser and MaxUserConns bound the API connections of
 	// ordinary users: of one uid, and of all of them together (0: the
 	// defaults). Root and group hostqos are not counted.
@@ -141,6 +144,7 @@ func New(cfg Config) (*Daemon, error) {
 		ConfigPath: cfg.ConfigPath, ConfigExplicit: cfg.ConfigExplicit,
 		StatePath: d.statePath(), RuntimePath: runtimePath(cfg), CgroupBase: d.cgBase,
 		MaxRunsPerUser: cfg.MaxRunsPerUser, MaxUserRuns: cfg.MaxUserRuns,
+		MaxQSocksPerUser: cfg.MaxQSocksPerUser, MaxUserQSocks: cfg.MaxUserQSocks,
 		// An ordinary user's event streams take at most half their API
 		// connections.
 		MaxSubscribersPerUser: max(1, cfg.MaxConnsPerUser/2), MaxUserSubscribers: max(1, cfg.MaxUserConns/2),

@@ -60,6 +60,7 @@ func (d *Daemon) listen() error {
 		MaxHeaderBytes:    apiMaxHeaderBytes,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if ac, ok := c.(*apiConn); ok {
+				ctx = context.WithValue(ctx, fdsKey{}, &ac.fds)
 				ctx = context.WithValue(ctx, connKey{}, ac.Conn)
 				return context.WithValue(ctx, credKey{}, ac.peer)
 			}
@@ -346,6 +347,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteAddReservation, mutating(d.handleAddReservation))
 	mux.HandleFunc(api.RouteSetReservation, mutating(d.handleSetReservation))
 	mux.HandleFunc(api.RouteRemoveReservation, mutating(d.handleRemoveReservation))
+	d.qsockRoutes(mux)
 	d.shieldRoutes(mux)
 	d.rsvpRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -87,6 +87,8 @@ type Datapath struct {
 	// (qsock.go).
 	qmem   atomic.Pointer[qsockMem]
 	qmemMu sync.Mutex
+	// netnsCookie is the network namespace the datapath serves.
+	netnsCookie uint64
 	// reader serves Flows; guarded by readerMu.
 	readerMu sync.Mutex
 	reader   *FlowReader
@@ -136,6 +138,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 	if err != nil {
 		return nil, err
 	}
+	d.netnsCookie = cookie
 	if d.ncpu, err = ebpf.PossibleCPU(); err != nil {
 		return nil, fmt.Errorf("count possible CPUs: %w", err)
 	}

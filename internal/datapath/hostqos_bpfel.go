@@ -230,6 +230,8 @@ type hostqosHqQsock struct {
 	WinNs    uint64
 	WinBytes uint64
 	Rate     uint64
+	Uid      uint32
+	Sched    uint32
 }
 
 type hostqosHqRefusal struct {

@@ -32,6 +32,10 @@ type QSock struct {
 	// User: an ordinary user's qsocket; a rule that matches the flow
 	// (the admin's) comes first.
 	User bool
+	// UID is the owner; Sched the scheduler the application named
+	// (kept for the daemon, unused by the classifier).
+	UID   uint32
+	Sched uint32
 }
 
 // QSockCounters are what a qsocket's packets did in the classifier.
@@ -98,7 +102,7 @@ func classWord(q QSock) uint64 {
 // traffic takes q from its next packet. A socket without an identity (born
 // before the datapath, or in a way sock_create does not see) gets one
 // with owner uid.
-func (d *Datapath) AttachQSock(fd int, id uint32, q QSock, uid uint32) error {
+func (d *Datapath) AttachQSock(fd int, id uint32, q QSock) error {
 	if err := checkQSockID(id); err != nil {
 		return err
 	}
@@ -112,12 +116,14 @@ func (d *Datapath) AttachQSock(fd int, id uint32, q QSock, uid uint32) error {
 		atomic.StoreUint64(p, 0)
 	}
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&e.Classid)), classWord(q))
+	atomic.StoreUint32(&e.Uid, q.UID)
+	atomic.StoreUint32(&e.Sched, q.Sched)
 	atomic.StoreUint64(&e.Cookie, q.Cookie)
 
 	var v hostqosHqIdent
 	err = d.objs.HqSkIdent.Lookup(int32(fd), &v)
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		v = hostqosHqIdent{Uid: uid}
+		v = hostqosHqIdent{Uid: q.UID}
 	} else if err != nil {
 		atomic.StoreUint64(&e.Cookie, 0)
 		return fmt.Errorf("read identity of socket fd %d: %w", fd, err)
@@ -147,6 +153,7 @@ func (d *Datapath) ChangeQSock(id uint32, q QSock) error {
 		return fmt.Errorf("change qsocket %d: it is no longer socket %d (closed)", id, q.Cookie)
 	}
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&e.Classid)), classWord(q))
+	atomic.StoreUint32(&e.Sched, q.Sched)
 	return nil
 }
 
@@ -174,6 +181,20 @@ func (d *Datapath) DetachQSock(fd int, id uint32, cookie uint64) error {
 	}
 	d.Reevaluate()
 	return nil
+}
+
+// QSockOf returns the qsocket id and cookie the identity of the socket
+// behind fd names (0: none).
+func (d *Datapath) QSockOf(fd int) (id uint32, cookie uint64, err error) {
+	var v hostqosHqIdent
+	err = d.objs.HqSkIdent.Lookup(int32(fd), &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("read identity of socket fd %d: %w", fd, err)
+	}
+	return v.Qsock, v.Qcookie, nil
 }
 
 // ReadQSock returns qsocket id's counters.
@@ -213,7 +234,8 @@ func (d *Datapath) QSocks() (map[uint32]QSock, error) {
 			continue
 		}
 		w := atomic.LoadUint64((*uint64)(unsafe.Pointer(&e.Classid)))
-		out[id] = QSock{Cookie: c, ClassID: uint32(w), DSCP: int8(uint8(w >> 32)), User: w>>40&1 == 1}
+		out[id] = QSock{Cookie: c, ClassID: uint32(w), DSCP: int8(uint8(w >> 32)), User: w>>40&1 == 1,
+			UID: atomic.LoadUint32(&e.Uid), Sched: atomic.LoadUint32(&e.Sched)}
 	}
 	return out, nil
 }
@@ -229,4 +251,58 @@ func SocketCookie(fd int) (uint64, error) {
 		return 0, fmt.Errorf("read cookie of socket fd %d: %w", fd, errno)
 	}
 	return c, nil
+}
+
+// SocketInfo is what the daemon checks of a socket an application passed
+// it before making it a qsocket.
+type SocketInfo struct {
+	Cookie   uint64
+	Owner    uint32 // uid of the socket's inode: its creator's (fs)uid
+	Family   int    // AF_INET, AF_INET6, …
+	Type     int    // SOCK_STREAM, SOCK_DGRAM, …
+	Protocol int
+	// SameNetns: the socket is in the network namespace the datapath
+	// serves (its traffic is classified here).
+	SameNetns bool
+	// QSock and QCookie are the qsocket its identity names (0: none).
+	QSock   uint32
+	QCookie uint64
+}
+
+// InspectSocket reads what SocketInfo holds of the socket behind fd. A
+// descriptor that is not a socket is an error wrapping unix.ENOTSOCK.
+func (d *Datapath) InspectSocket(fd int) (SocketInfo, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return SocketInfo{}, fmt.Errorf("inspect descriptor %d: %w", fd, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return SocketInfo{}, fmt.Errorf("inspect descriptor %d: %w", fd, unix.ENOTSOCK)
+	}
+	si := SocketInfo{Owner: st.Uid}
+	var err error
+	if si.Family, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil {
+		return SocketInfo{}, fmt.Errorf("inspect socket %d: read its domain: %w", fd, err)
+	}
+	if si.Type, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil {
+		return SocketInfo{}, fmt.Errorf("inspect socket %d: read its type: %w", fd, err)
+	}
+	if si.Protocol, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL); err != nil {
+		return SocketInfo{}, fmt.Errorf("inspect socket %d: read its protocol: %w", fd, err)
+	}
+	if si.Family != unix.AF_INET && si.Family != unix.AF_INET6 {
+		return si, nil
+	}
+	if si.Cookie, err = SocketCookie(fd); err != nil {
+		return SocketInfo{}, err
+	}
+	ns, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		return SocketInfo{}, fmt.Errorf("inspect socket %d: read its network namespace: %w", fd, err)
+	}
+	si.SameNetns = ns == d.netnsCookie
+	if si.QSock, si.QCookie, err = d.QSockOf(fd); err != nil {
+		return SocketInfo{}, err
+	}
+	return si, nil
 }

@@ -46,7 +46,7 @@ func TestQSockClassifies(t *testing.T) {
 	if d := send(9400); d != 0 {
 		t.Fatalf("before attach: DSCP %d, want 0", d)
 	}
-	if err := b.d.AttachQSock(fd, 7, QSock{Cookie: cookie, ClassID: 0x10005, DSCP: 34}, 0); err != nil {
+	if err := b.d.AttachQSock(fd, 7, QSock{Cookie: cookie, ClassID: 0x10005, DSCP: 34}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 5; i++ {
@@ -124,7 +124,7 @@ func TestQSockClassifies(t *testing.T) {
 		t.Fatalf("TCP before attach: DSCP %d", d)
 	}
 	tc, _ := SocketCookie(tfd)
-	if err := b.d.AttachQSock(tfd, 8, QSock{Cookie: tc, ClassID: 0x10005, DSCP: 34}, 0); err != nil {
+	if err := b.d.AttachQSock(tfd, 8, QSock{Cookie: tc, ClassID: 0x10005, DSCP: 34}); err != nil {
 		t.Fatal(err)
 	}
 	if d := write(); d != 34 {

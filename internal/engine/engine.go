@@ -37,6 +37,9 @@ type Config struct {
 	// CheckRunLimits.
 	MaxRunsPerUser int
 	MaxUserRuns    int
+	// Limits on ordinary users' qsockets (0 = the defaults,
+	// DefaultMaxQSocksPerUser and DefaultMaxUserQSocks).
+	MaxQSocksPerUser, MaxUserQSocks int
 	// Bounds of ordinary users' event streams (0 = the defaults); see
 	// Subscribe.
 	MaxSubscribersPerUser, MaxUserSubscribers int
