@@ -1,0 +1,338 @@
+"""QSockets for Python: per-socket and per-message QoS through hostqosd.
+
+The calls are libhostqos's (docs/qsockets.md): a qsocket is a socket
+registered with hostqosd, whose traffic the host's classifier marks and
+schedules from its next packet. This module is pure Python: it speaks the
+daemon's API over its Unix socket and passes the socket acted on with
+SCM_RIGHTS. Failures raise QSockError (an OSError: errno and the daemon's
+reason).
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional, Union
+
+__all__ = [
+    "QosParams", "PacketFlags", "QosInfo", "QSockError",
+    "FIFO", "DWCS", "EDF_LOSSY", "EDF_LOSSLESS",
+    "NON_DROPPABLE", "FRAME_START", "FRAME_END",
+    "qsockinit", "qsocket", "qattach", "qchange", "qinfo",
+    "qsend", "qsendto", "qdetach", "qclose",
+]
+
+DEFAULT_SOCKET = "/run/hostqos/hostqosd.sock"
+
+FIFO, DWCS, EDF_LOSSY, EDF_LOSSLESS = "fifo", "dwcs", "edf-lossy", "edf-lossless"
+
+NON_DROPPABLE, FRAME_START, FRAME_END = 0x1, 0x2, 0x4
+
+_TIMEOUT = 10.0
+_MAX_ANSWER = 64 * 1024
+
+
+@dataclass
+class QosParams:
+    """A qsocket's QoS (struct qos_params)."""
+
+    class_name: str = ""          # "" = by priority, else class default
+    priority: Optional[int] = None
+    dscp: Optional[int] = None    # root or group hostqos only
+    rate: int = 0                 # bit/s, paced at the source; 0 = none
+    scheduler: str = FIFO
+    ipg_us: int = 0               # dwcs
+    oln: int = 0
+    old: int = 0
+    dev: str = ""                 # qsockinit: the link
+    egress_rate: str = ""         # qsockinit: e.g. "100mbit"
+
+    def _wire(self) -> dict:
+        w = {"scheduler": self.scheduler}
+        if self.class_name:
+            w["class"] = self.class_name
+        if self.priority is not None:
+            w["priority"] = self.priority
+        if self.dscp is not None:
+            w["dscp"] = self.dscp
+        if self.rate:
+            w["rate"] = self.rate
+        if self.scheduler == DWCS:
+            w.update(ipg_us=self.ipg_us, oln=self.oln, old=self.old)
+        return w
+
+
+@dataclass
+class PacketFlags:
+    """One message's attributes (struct packet_flags).
+
+    deadline is absolute, in time.monotonic() seconds (CLOCK_MONOTONIC);
+    None = none."""
+
+    deadline: Optional[float] = None
+    drop_priority: int = 0
+    flags: int = 0                # NON_DROPPABLE | FRAME_START | FRAME_END
+
+
+@dataclass
+class QosInfo:
+    """A qsocket's feedback (struct qos_info)."""
+
+    id: int = 0
+    class_name: str = ""
+    dscp: int = 0
+    scheduler: str = FIFO
+    sent_msgs: int = 0
+    sent_bytes: int = 0
+    dropped_msgs: int = 0
+    dropped_bytes: int = 0
+    late_msgs: int = 0
+    late_bytes: int = 0
+    packets: int = 0
+    bytes: int = 0
+    rate_bps: int = 0
+    tcp_info: Optional[bytes] = None  # raw TCP_INFO for a TCP socket
+
+
+class QSockError(OSError):
+    """A refused or failed call: errno and the reason."""
+
+
+_STATUS_ERRNO = {400: _errno.EINVAL, 403: _errno.EPERM, 404: _errno.ENOENT,
+                 409: _errno.EEXIST, 413: _errno.EMSGSIZE, 429: _errno.EAGAIN,
+                 503: _errno.EAGAIN}
+
+
+class _State:
+    def __init__(self, p: QosParams):
+        self.lock = threading.Lock()
+        self.reset(p)
+        self.sent_msgs = self.sent_bytes = 0
+        self.dropped_msgs = self.dropped_bytes = 0
+        self.late_msgs = self.late_bytes = 0
+
+    def reset(self, p: QosParams):
+        self.scheduler = p.scheduler
+        self.rate = p.rate
+        self.tat = 0.0
+        self.in_frame = False
+        self.frame_drop = False
+
+
+_states: dict = {}
+_states_lock = threading.Lock()
+
+
+def _fd(s: Union[socket.socket, int]) -> int:
+    return s if isinstance(s, int) else s.fileno()
+
+
+def _daemon_socket() -> str:
+    return os.environ.get("HOSTQOS_SOCKET") or DEFAULT_SOCKET
+
+
+def _request(op: str, method: str, path: str, body: dict, fd: int = -1) -> dict:
+    data = json.dumps(body).encode()
+    req = (f"{method} {path} HTTP/1.1\r\nHost: hostqosd\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode() + data
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.settimeout(_TIMEOUT)
+    try:
+        try:
+            c.connect(_daemon_socket())
+        except OSError as e:
+            raise QSockError(e.errno, f"{op}: connect to hostqosd at {_daemon_socket()}: {e.strerror} "
+                                      "(is hostqosd running? $HOSTQOS_SOCKET names another socket)") from None
+        if fd >= 0:
+            n = socket.send_fds(c, [req], [fd])
+            c.sendall(req[n:])
+        else:
+            c.sendall(req)
+        ans = b""
+        while True:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            ans += chunk
+            if len(ans) > _MAX_ANSWER:
+                raise QSockError(_errno.EMSGSIZE, f"{op}: hostqosd's answer is too long")
+    finally:
+        c.close()
+    head, _, payload = ans.partition(b"\r\n\r\n")
+    lines = head.decode(errors="replace").split("\r\n")
+    try:
+        status = int(lines[0].split()[1])
+    except (IndexError, ValueError):
+        raise QSockError(_errno.EPROTO, f"{op}: hostqosd's answer is not HTTP") from None
+    if any(h.lower().startswith("transfer-encoding:") and "chunked" in h.lower() for h in lines[1:]):
+        payload = _dechunk(payload)
+    try:
+        doc = json.loads(payload or b"{}")
+    except ValueError:
+        doc = {"error": payload.decode(errors="replace")}
+    if status >= 300:
+        msg = doc.get("error", "refused by hostqosd") if isinstance(doc, dict) else str(doc)
+        fields = doc.get("fields") if isinstance(doc, dict) else None
+        if fields:
+            f = fields[0]
+            msg = f'field {f.get("Field")} = "{f.get("Value")}": {f.get("Reason")}' + (
+                f'; {f["Fix"]}' if f.get("Fix") else "")
+        raise QSockError(_STATUS_ERRNO.get(status, _errno.EIO), f"{op}: {msg}")
+    return doc
+
+
+def _dechunk(b: bytes) -> bytes:
+    out = b""
+    while b:
+        size, _, rest = b.partition(b"\r\n")
+        n = int(size.split(b";")[0] or b"0", 16)
+        if n == 0:
+            break
+        out += rest[:n]
+        b = rest[n + 2:]
+    return out
+
+
+def qsockinit(p: QosParams) -> None:
+    """Prepares link p.dev for qsockets (root or group hostqos)."""
+    body = {"link": p.dev}
+    if p.egress_rate:
+        body["egress_rate"] = p.egress_rate
+    _request("qsockinit", "POST", "/v1/qsockets/init", body)
+
+
+def qattach(s: Union[socket.socket, int], p: QosParams) -> dict:
+    """Makes the open socket s a qsocket with p, without reconnecting."""
+    fd = _fd(s)
+    q = _request("qattach", "POST", "/v1/qsockets", p._wire(), fd)
+    with _states_lock:
+        _states[fd] = _State(p)
+    return q
+
+
+def qsocket(family: int, type: int, proto: int, p: QosParams) -> socket.socket:
+    """socket() that is a qsocket with p."""
+    s = socket.socket(family, type, proto)
+    try:
+        qattach(s, p)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def qchange(s: Union[socket.socket, int], p: QosParams) -> dict:
+    """Gives qsocket s new QoS, effective at its next packet."""
+    fd = _fd(s)
+    q = _request("qchange", "PATCH", "/v1/qsockets", p._wire(), fd)
+    with _states_lock:
+        st = _states.get(fd)
+        if st is None:
+            _states[fd] = _State(p)
+        else:
+            with st.lock:
+                st.reset(p)
+    return q
+
+
+def qinfo(s: Union[socket.socket, int]) -> QosInfo:
+    """Reads qsocket s's feedback."""
+    fd = _fd(s)
+    d = _request("qinfo", "POST", "/v1/qsockets/info", {}, fd)
+    info = QosInfo(id=d.get("id", 0), class_name=d.get("class", ""), dscp=d.get("dscp", 0),
+                   scheduler=d.get("scheduler", FIFO), packets=d.get("packets", 0),
+                   bytes=d.get("bytes", 0), rate_bps=d.get("rate", 0))
+    st = _states.get(fd)
+    if st is not None:
+        with st.lock:
+            info.sent_msgs, info.sent_bytes = st.sent_msgs, st.sent_bytes
+            info.dropped_msgs, info.dropped_bytes = st.dropped_msgs, st.dropped_bytes
+            info.late_msgs, info.late_bytes = st.late_msgs, st.late_bytes
+    so = socket.socket(fileno=os.dup(fd))
+    try:
+        if so.getsockopt(socket.SOL_SOCKET, socket.SO_PROTOCOL) == socket.IPPROTO_TCP:
+            info.tcp_info = so.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    finally:
+        so.close()
+    return info
+
+
+def _decide(st: _State, pf: Optional[PacketFlags], now: float) -> bool:
+    """The scheduler's decision at the source: True send, False drop."""
+    if st.scheduler != EDF_LOSSY or pf is None:
+        return True
+    late = pf.deadline is not None and now > pf.deadline
+    if pf.flags & FRAME_START:
+        st.frame_drop = late
+        st.in_frame = not (pf.flags & FRAME_END)
+        drop = late
+    elif st.in_frame:
+        drop = st.frame_drop
+        if pf.flags & FRAME_END:
+            st.in_frame = False
+    else:
+        drop = late
+    return not drop or bool(pf.flags & NON_DROPPABLE)
+
+
+def qsendto(s: socket.socket, data: bytes, flags: int = 0, address=None,
+            pflags: Optional[PacketFlags] = None) -> int:
+    """sendto() with a message's attributes. A message the scheduler drops
+    raises QSockError(ETIME) and is counted."""
+    st = _states.get(s.fileno())
+    if st is None:
+        return s.sendto(data, flags, address) if address is not None else s.send(data, flags)
+    now = time.monotonic()
+    with st.lock:
+        if not _decide(st, pflags, now):
+            st.dropped_msgs += 1
+            st.dropped_bytes += len(data)
+            raise QSockError(_errno.ETIME, "qsend: the message was dropped by the socket's edf-lossy scheduler: "
+                                           "it cannot meet its deadline")
+        wait = 0.0
+        if st.rate:
+            start = max(st.tat, now)
+            wait = start - now
+            st.tat = start + len(data) * 8 / st.rate
+    if wait > 0:
+        time.sleep(wait)
+    n = s.sendto(data, flags, address) if address is not None else s.send(data, flags)
+    with st.lock:
+        st.sent_msgs += 1
+        st.sent_bytes += n
+        if pflags is not None and pflags.deadline is not None and time.monotonic() > pflags.deadline:
+            st.late_msgs += 1
+            st.late_bytes += n
+    return n
+
+
+def qsend(s: socket.socket, data: bytes, flags: int = 0, pflags: Optional[PacketFlags] = None) -> int:
+    """send() with a message's attributes."""
+    return qsendto(s, data, flags, None, pflags)
+
+
+def _forget(fd: int) -> None:
+    with _states_lock:
+        _states.pop(fd, None)
+
+
+def qdetach(s: Union[socket.socket, int]) -> None:
+    """Makes qsocket s an ordinary socket again; it stays open."""
+    fd = _fd(s)
+    _request("qdetach", "POST", "/v1/qsockets/detach", {}, fd)
+    _forget(fd)
+
+
+def qclose(s: Union[socket.socket, int]) -> None:
+    """Closes qsocket s (the host forgets it with the socket)."""
+    fd = _fd(s)
+    _forget(fd)
+    if isinstance(s, int):
+        os.close(s)
+    else:
+        s.close()
