@@ -10,15 +10,20 @@ LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X 
 # Test timeout per package; the whole suite stays well under 15 minutes.
 TEST_TIMEOUT ?= 600s
 
-.PHONY: all build deps generate check-generated test test-unit vet fmt fuzz fuzz-ci bench demo install clean
+.PHONY: all build lib deps generate check-generated test test-unit vet fmt fuzz fuzz-ci bench demo install clean
 
 all: build
 
 deps:
 	scripts/install-deps.sh
 
-build:
+build: lib
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+# libhostqos, the QSockets C library (shared, static, pkg-config file), with
+# the system C compiler; see libhostqos/Makefile and docs/qsockets.md.
+lib:
+	$(MAKE) -C libhostqos
 
 # Rebuild vmlinux.h (if missing) and the BPF objects and their Go bindings.
 # The results are committed, so a plain build needs no clang.
@@ -38,7 +43,7 @@ check-generated: generate
 # set in .clang-format).
 fmt:
 	scripts/install-deps.sh --bpf
-	gofmt -w api rtchan cmd internal tests
+	gofmt -w api rtchan qsock cmd internal tests
 	clang-format -i internal/datapath/*.bpf.c bpf/include/hostqos.h
 
 # go vet, staticcheck (a tool of go.mod: `go mod download` installs it) and
@@ -46,7 +51,7 @@ fmt:
 vet:
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
-	@test -z "$$(gofmt -l api rtchan cmd internal tests bench 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l api rtchan cmd internal tests bench; exit 1; }
+	@test -z "$$(gofmt -l api rtchan qsock cmd internal tests bench 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l api rtchan qsock cmd internal tests bench; exit 1; }
 
 # Unit tests only (no root needed).
 test-unit:
@@ -96,8 +101,10 @@ install: build
 	install -D -m 0755 $(BIN)/hostqos-lab $(DESTDIR)$(PREFIX)/bin/hostqos-lab
 	install -D -m 0644 packaging/hostqosd.service $(DESTDIR)/etc/systemd/system/hostqosd.service
 	test -e $(DESTDIR)/etc/hostqos/hostqos.toml || install -D -m 0644 packaging/hostqos.toml $(DESTDIR)/etc/hostqos/hostqos.toml
+	$(MAKE) -C libhostqos install PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)
 	getent group hostqos >/dev/null || groupadd --system hostqos || true
 	@echo "installed; start with: systemctl daemon-reload && systemctl enable --now hostqosd"
 
 clean:
 	rm -rf $(BIN)
+	$(MAKE) -C libhostqos clean

@@ -4,7 +4,8 @@
 #   scripts/install-deps.sh          runtime/test/bench needs (iproute2, nsenter, nftables, bpftool,
 #                                    btrfs-progs and e2fsprogs for the filesystem tests, systemd-analyze
 #                                    for the service unit's test, prometheus for the metrics test,
-#                                    tshark for the RSVP wire-format test)
+#                                    tshark for the RSVP wire-format test, gcc/make/pkg-config for
+#                                    libhostqos, python3 for the Python qsocket module)
 #   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate` and `make fmt`: the
 #                                    pinned clang-14 (internal/datapath/gen.go calls it by name),
 #                                    so regenerated objects match the committed ones
@@ -24,6 +25,10 @@ have setpriv || need+=(util-linux)      # runs hostqosd with the unit's capabili
 have prometheus || need+=(prometheus) # the metrics test scrapes hostqosd with a real Prometheus
 have tmux || need+=(tmux)               # hostqos top is tested inside a tmux pane
 have tshark || need+=(tshark)           # decodes the RSVP messages of internal/rsvp's tests
+have cc || need+=(gcc)                  # builds libhostqos and programs against it (tests/integration/qsock_test.go)
+have make || need+=(make)
+have pkg-config || need+=(pkg-config)   # the qsocket test compiles with `pkg-config --cflags --libs hostqos`
+have python3 || need+=(python3)         # the Python qsocket module's test
 # The BPF compiler is pinned by name: the same clang gives byte-identical
 # objects, which `make check-generated` compares with the committed ones.
 # Change it together with -cc/-strip in internal/datapath/gen.go.
