@@ -430,7 +430,7 @@ func (e *Engine) toAPIQSock(id uint32, q datapath.QSock) api.QSocket {
 }
 
 func (e *Engine) publishQSock(kind string, who Caller, q api.QSocket) {
-	ev := api.Event{Kind: kind, Subject: strconv.FormatUint(uint64(q.ID), 10),
+	ev := api.Event{Kind: kind, Subject: "qsocket/" + strconv.FormatUint(uint64(q.ID), 10),
 		Message: fmt.Sprintf("qsocket %d of uid %d: class %s, scheduler %s", q.ID, q.UID, q.Class, q.Scheduler),
 		Fields:  map[string]any{"class": q.Class, "dscp": q.DSCP, "scheduler": q.Scheduler, "cookie": q.Cookie}}
 	if !who.Privileged {
