@@ -102,6 +102,7 @@ var suite = []benchmark{
 	{"download", "TCP download vs configured limit, IFB + HTB vs hostqos maxbw_in, 0 and 40 ms RTT (Crossbow Table 1)", benchDownload},
 	{"download-compete", "Two competing TCP downloads, maxbw_in set on one mid-run (Crossbow Fig. 3)", benchDownloadCompete},
 	{"rsvp-signal", "Reservation across one RSVP router through three hostqosd: reserve → active, remove → gone (seed Table IV with signalling)", benchRSVPSignal},
+	{"qsock", "QSockets: cost of each call beside its plain socket counterpart (seed Table 1)", benchQSock},
 }
 
 // Names lists the benchmarks in the order the suite runs them.
