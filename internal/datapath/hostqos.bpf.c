@@ -1963,9 +1963,9 @@ static __noinline __u64 qsock_result(struct __sk_buff *skb, __u64 res,
 		bytes = __sync_lock_test_and_set(&q->win_bytes, 0);
 		dt = now - start;
 		/* A long pause (or the first window) rates what it saw. */
-		q->rate = start && dt < 2 * HQ_QSOCK_WIN_NS ?
-				  bytes * 1000000000ULL / dt :
-				  0;
+		q->rate = start && dt < 2 * HQ_QSOCK_WIN_NS
+				  ? bytes * 1000000000ULL / dt
+				  : 0;
 	}
 	__sync_fetch_and_add(&q->win_bytes, len);
 	return (__u64)q->classid | (__u64)HQ_SLOT_NONE << 32 |
