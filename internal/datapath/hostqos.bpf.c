@@ -1962,7 +1962,7 @@ static __noinline __u64 qsock_result(struct __sk_buff *skb, __u64 res,
 	    __sync_val_compare_and_swap(&q->win_ns, start, now) == start) {
 		bytes = __sync_lock_test_and_set(&q->win_bytes, 0);
 		dt = now - start;
-		/* A long pause (or the first window) rates what it saw. */
+		/* The first window, or one after a pause of 2 s: no rate. */
 		q->rate = start && dt < 2 * HQ_QSOCK_WIN_NS
 				  ? bytes * 1000000000ULL / dt
 				  : 0;
