@@ -150,7 +150,8 @@ def _request(op: str, method: str, path: str, body: dict, fd: int = -1) -> dict:
                                       "(is hostqosd running? $HOSTQOS_SOCKET names another socket)") from None
         if fd >= 0:
             n = socket.send_fds(c, [req], [fd])
-            c.sendall(req[n:])
+            if n < len(req):
+                c.sendall(req[n:])
         else:
             c.sendall(req)
         ans = b""
