@@ -31,6 +31,7 @@ import (
 //     without reconnecting.
 //   - The C and Go examples (video and sensor senders) build and run.
 func TestQSockets(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	openForNobody(t, e)
