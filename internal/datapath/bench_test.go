@@ -88,10 +88,12 @@ func BenchmarkPerPacket(b *testing.B) {
 	}
 }
 
+// TestMeasurePerPacket runs the egress benchmark with and without a
+// policer on the package's shared datapath (lab/bench's TestQuickCheap
+// runs MeasurePerPacket itself, which opens its own).
 func TestMeasurePerPacket(t *testing.T) {
-	testutil.NeedRoot(t)
 	for _, police := range []bool{false, true} {
-		r, err := MeasurePerPacket(100, 1000, police)
+		r, err := openTest(t, Options{}).measurePerPacket(100, 1000, police)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,11 +106,15 @@ func TestMeasurePerPacket(t *testing.T) {
 
 // TestMeasureIngressPerPacket: the ingress benchmark runs its program on
 // the pass path (timeNet refuses any other verdict) with and without a
-// download limit.
+// download limit (the latter on the package's shared datapath).
 func TestMeasureIngressPerPacket(t *testing.T) {
 	testutil.NeedRoot(t)
 	for _, limit := range []bool{false, true} {
-		r, err := MeasureIngressPerPacket(100, 1000, limit)
+		measure := MeasureIngressPerPacket
+		if limit {
+			measure = openTest(t, Options{}).measureIngressPerPacket
+		}
+		r, err := measure(100, 1000, limit)
 		if err != nil {
 			t.Fatal(err)
 		}
