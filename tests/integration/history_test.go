@@ -182,6 +182,7 @@ maxbw = "40mbit"
 	sender, _ := e.start(app, "tool", "tcp-send", "--to", to2, "--streams", "8", "--duration", "6s")
 	time.Sleep(3 * time.Second)
 	e.killDaemon(syscall.SIGKILL)
+	_ = syscall.Kill(-sender.Process.Pid, syscall.SIGKILL) // its last 3 s write nothing to the history
 	_ = sender.Wait()
 	st, err := history.Open(filepath.Join(e.dir, "state", "history.db"), history.Options{})
 	if err != nil {
