@@ -32,8 +32,9 @@ func TestScheduleInDaemon(t *testing.T) {
 	send := func(port int) (sent, got uint64) {
 		t.Helper()
 		to := fmt.Sprintf("%s:%d", serverV4.Addr(), port)
-		sink := e.udpSink(to, 3*time.Second)
+		sink, endSink := e.udpSinkEnd(to, 3*time.Second)
 		e.runApp(hostqosBin(), "tool", "udp-send", "--to", to, "--rate", "1mbit", "--size", "500", "--duration", "1s")
+		endSink()
 		r := waitResult(t, sink, 10*time.Second)
 		return e.ruleStat("nightly").Drops, r.Packets
 	}
