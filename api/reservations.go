@@ -87,6 +87,9 @@ type BoundSocket struct {
 	Local  string    `json:"local,omitempty"`
 	Remote string    `json:"remote,omitempty"`
 	Since  time.Time `json:"since,omitzero"`
+	// Session is the per-session leaf the socket holds (1..max_sessions)
+	// when its reservation gives each session one; 0: none.
+	Session int `json:"session,omitempty"`
 }
 
 // ReservationsAPI manages reservations.

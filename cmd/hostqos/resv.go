@@ -328,8 +328,24 @@ func printResv(w io.Writer, ri api.ReservationInfo) {
 		return
 	}
 	var rows [][]string
+	leaves := false
 	for _, s := range ri.Sockets {
-		rows = append(rows, []string{strconv.Itoa(int(s.PID)), strconv.Itoa(int(s.UID)), orDash(s.Comm), orDash(s.Exe), s.Proto, orDash(s.Local), orDash(s.Remote)})
+		leaves = leaves || s.Session > 0
 	}
-	table(w, []string{"PID", "UID", "COMM", "EXE", "PROTO", "LOCAL", "REMOTE"}, rows)
+	for _, s := range ri.Sockets {
+		row := []string{strconv.Itoa(int(s.PID)), strconv.Itoa(int(s.UID)), orDash(s.Comm), orDash(s.Exe), s.Proto, orDash(s.Local), orDash(s.Remote)}
+		if leaves {
+			sess := "-"
+			if s.Session > 0 {
+				sess = strconv.Itoa(s.Session)
+			}
+			row = append(row, sess)
+		}
+		rows = append(rows, row)
+	}
+	head := []string{"PID", "UID", "COMM", "EXE", "PROTO", "LOCAL", "REMOTE"}
+	if leaves {
+		head = append(head, "SESSION") // the per-session leaf it holds
+	}
+	table(w, head, rows)
 }

@@ -99,7 +99,7 @@ func (e *Engine) fillReservationStatus(k Kernel, who Caller, out []api.Reservati
 
 // boundSocket is a binding as the API shows it.
 func boundSocket(b datapath.Binding) api.BoundSocket {
-	bs := api.BoundSocket{PID: b.PID, UID: b.UID, Comm: b.Comm, Proto: protoName(b.Key.Proto)}
+	bs := api.BoundSocket{PID: b.PID, UID: b.UID, Comm: b.Comm, Proto: protoName(b.Key.Proto), Session: b.Session}
 	if b.Key.Local.Port() != 0 || b.Key.Local.Addr().IsValid() && !b.Key.Local.Addr().IsUnspecified() {
 		bs.Local = b.Key.Local.String()
 	}

@@ -224,7 +224,15 @@ func TestReservations(t *testing.T) {
 		conns[0] = c
 		return true, ""
 	})
-	// Each admitted session gets its guarantee under a saturating bulk flow.
+	// Each session holds a leaf of its own (resv show says which) and gets
+	// its guarantee under a saturating bulk flow.
+	leaves := map[int]bool{}
+	for _, s := range e.resvSockets("calls") {
+		leaves[s.Session] = true
+	}
+	if len(leaves) != 3 || leaves[0] {
+		t.Errorf("per-session leaves of the 3 sessions in resv show: %v, want 3 different ones", leaves)
+	}
 	checkSessionGuarantees(t, e, sink, conns, 100e3, 200e3)
 
 	// kill -9: enforcement stays; a restarted daemon adopts; events resume.
