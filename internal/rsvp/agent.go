@@ -2,6 +2,7 @@ package rsvp
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -40,8 +41,15 @@ func (a *Agent) Run(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.serve(c)
+			a.serve(c, c.Recv)
 		}()
+		if c.Intercepting() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a.serve(c, c.RecvIntercepted)
+			}()
+		}
 	}
 	t := time.NewTicker(a.Period)
 	defer t.Stop()
@@ -61,9 +69,9 @@ func (a *Agent) Run(ctx context.Context) {
 	}
 }
 
-func (a *Agent) serve(c *Conn) {
+func (a *Agent) serve(c *Conn, recv func() (Received, error)) {
 	for {
-		r, err := c.Recv()
+		r, err := recv()
 		if err != nil {
 			if c.closed() {
 				return
@@ -110,20 +118,37 @@ func (a *Agent) Send(outs []Out) {
 	}
 }
 
-// InterceptRouterAlert makes the kernel hand this socket the packets with
-// the Router Alert option that it would forward (IP_ROUTER_ALERT,
-// IPV6_ROUTER_ALERT with value 1, RSVP): what an RSVP router needs to see
-// Path messages addressed beyond it.
+// InterceptRouterAlert makes the kernel hand this Conn the RSVP packets
+// with the Router Alert option that it would forward: what an RSVP router
+// needs to see Path messages addressed beyond it. IPv4: IP_ROUTER_ALERT on
+// the receiving socket (per network namespace). IPv6: Linux takes
+// IPV6_ROUTER_ALERT only on an IPPROTO_RAW socket, the option's value
+// selecting the Router Alert value (RFC 2711: 1, RSVP), and hands it whole
+// packets, IPv6 header included (RecvIntercepted strips it); its list of
+// such sockets spans network namespaces unless IPV6_ROUTER_ALERT_ISOLATE
+// is set, so it is set first.
 func (c *Conn) InterceptRouterAlert() error {
-	var err error
-	if c.v6 {
-		err = unix.SetsockoptInt(c.fd, unix.IPPROTO_IPV6, unix.IPV6_ROUTER_ALERT, 1)
-	} else {
-		err = unix.SetsockoptInt(c.fd, unix.IPPROTO_IP, unix.IP_ROUTER_ALERT, 1)
+	if !c.v6 {
+		return unix.SetsockoptInt(c.fd, unix.IPPROTO_IP, unix.IP_ROUTER_ALERT, 1)
 	}
+	if c.rafd >= 0 {
+		return nil
+	}
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
 	if err != nil {
-		return err
+		return fmt.Errorf("open IPv6 Router Alert socket: %w", err)
 	}
+	for _, o := range []struct {
+		name string
+		opt  int
+	}{{"IPV6_ROUTER_ALERT_ISOLATE", unix.IPV6_ROUTER_ALERT_ISOLATE}, {"IPV6_RECVPKTINFO", unix.IPV6_RECVPKTINFO}, {"IPV6_ROUTER_ALERT", unix.IPV6_ROUTER_ALERT}} {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, o.opt, 1); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("set %s: %w", o.name, err)
+		}
+	}
+	c.rabuf = make([]byte, MaxMessage+40+256)
+	c.rafd = fd
 	return nil
 }
 
@@ -139,11 +164,11 @@ func LocalFunc(addrs func() []netip.Addr) func(dst netip.Addr) (netip.Addr, bool
 				return a, true, nil
 			}
 		}
-		fam := unix.AF_INET
-		var sa unix.Sockaddr = &unix.SockaddrInet4{Port: 9, Addr: dst.As4()}
-		if dst.Is6() {
-			fam = unix.AF_INET6
-			sa = &unix.SockaddrInet6{Port: 9, Addr: dst.As16()}
+		fam := unix.AF_INET6
+		var sa unix.Sockaddr = &unix.SockaddrInet6{Port: 9, Addr: dst.As16()}
+		if dst.Is4() {
+			fam = unix.AF_INET
+			sa = &unix.SockaddrInet4{Port: 9, Addr: dst.As4()}
 		}
 		fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {

@@ -119,3 +119,18 @@ func TestAgentsOverVeth(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalFuncIPv6: the local-address lookup takes IPv6 destinations
+// (it once built an IPv4 socket address first and panicked).
+func TestLocalFuncIPv6(t *testing.T) {
+	me := netip.MustParseAddr("2001:db8::1")
+	local := LocalFunc(func() []netip.Addr { return []netip.Addr{me} })
+	if a, self, err := local(me); err != nil || !self || a != me {
+		t.Fatalf("local(%s) = %s, %v, %v; want itself", me, a, self, err)
+	}
+	// Not ours: whatever the kernel's route says, no panic.
+	_, self, _ := local(netip.MustParseAddr("::1"))
+	if self {
+		t.Fatal("::1 taken for one of this host's addresses")
+	}
+}

@@ -21,6 +21,11 @@ type Conn struct {
 	ra   int // sends with Router Alert
 	mu   sync.Mutex
 	rbuf []byte
+	// rafd is an IPv6 router's interception socket (InterceptRouterAlert):
+	// AF_INET6, IPPROTO_RAW, handed whole packets (IPv6 header included).
+	rafd  int
+	ramu  sync.Mutex
+	rabuf []byte
 
 	isClosed atomic.Bool
 }
@@ -43,7 +48,7 @@ var routerAlert4 = []byte{148, 4, 0, 0}
 
 // Listen opens the sockets for IPv4 (v6 false) or IPv6. Needs CAP_NET_RAW.
 func Listen(v6 bool) (*Conn, error) {
-	c := &Conn{v6: v6, fd: -1, ra: -1, rbuf: make([]byte, MaxMessage+60)}
+	c := &Conn{v6: v6, fd: -1, ra: -1, rafd: -1, rbuf: make([]byte, MaxMessage+60)}
 	fam := unix.AF_INET
 	if v6 {
 		fam = unix.AF_INET6
@@ -86,7 +91,7 @@ func (c *Conn) Close() error {
 	if !c.isClosed.CompareAndSwap(false, true) {
 		return nil
 	}
-	for _, fd := range []int{c.fd, c.ra} {
+	for _, fd := range []int{c.fd, c.ra, c.rafd} {
 		if fd >= 0 {
 			unix.Shutdown(fd, unix.SHUT_RDWR)
 		}
@@ -100,6 +105,11 @@ func (c *Conn) Close() error {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
+	}
+	if c.rafd >= 0 {
+		c.ramu.Lock()
+		defer c.ramu.Unlock()
+		unix.Close(c.rafd)
 	}
 	return nil
 }
@@ -141,15 +151,63 @@ func cmsgInt(level, typ, v int) []byte {
 func (c *Conn) Recv() (Received, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return recvFrom(c.fd, c.rbuf, !c.v6)
+}
+
+// Intercepting reports whether an IPv6 Conn has an interception socket
+// (RecvIntercepted).
+func (c *Conn) Intercepting() bool { return c.rafd >= 0 }
+
+// RecvIntercepted blocks for the next RSVP packet with Router Alert that
+// the kernel would have forwarded (IPv6 router; see InterceptRouterAlert).
+// The returned Msg is valid until the next RecvIntercepted; one at a time.
+func (c *Conn) RecvIntercepted() (Received, error) {
+	c.ramu.Lock()
+	defer c.ramu.Unlock()
+	r, err := recvFrom(c.rafd, c.rabuf, false)
+	if err != nil {
+		return r, err
+	}
+	msg, err := ipv6Payload(r.Msg)
+	if err != nil {
+		return r, err
+	}
+	r.Msg = msg
+	return r, nil
+}
+
+// ipv6Payload is the RSVP message of a whole IPv6 packet: after the fixed
+// header and the hop-by-hop, routing and destination options headers.
+func ipv6Payload(p []byte) ([]byte, error) {
+	if len(p) < 40 || p[0]>>4 != 6 {
+		return nil, errMsg("IPv6 packet of %d bytes, too short for its header", len(p))
+	}
+	next, off := p[6], 40
+	for {
+		switch next {
+		case Protocol:
+			return p[off:], nil
+		case unix.IPPROTO_HOPOPTS, unix.IPPROTO_ROUTING, unix.IPPROTO_DSTOPTS:
+			if off+8 > len(p) {
+				return nil, errMsg("IPv6 extension header at %d beyond the packet's %d bytes", off, len(p))
+			}
+			next, off = p[off], off+(int(p[off+1])+1)*8
+		default:
+			return nil, errMsg("IPv6 packet of next header %d, not RSVP", next)
+		}
+	}
+}
+
+func recvFrom(fd int, buf []byte, ipv4 bool) (Received, error) {
 	oob := make([]byte, 128)
-	n, oobn, _, from, err := unix.Recvmsg(c.fd, c.rbuf, oob, 0)
+	n, oobn, _, from, err := unix.Recvmsg(fd, buf, oob, 0)
 	if err != nil {
 		return Received{}, fmt.Errorf("receive RSVP message: %w", err)
 	}
 	if n == 0 && oobn == 0 {
 		return Received{}, fmt.Errorf("receive RSVP message: %w", unix.EBADF) // closed
 	}
-	r := Received{Msg: c.rbuf[:n]}
+	r := Received{Msg: buf[:n]}
 	switch sa := from.(type) {
 	case *unix.SockaddrInet4:
 		r.Src = netip.AddrFrom4(sa.Addr)
@@ -169,7 +227,7 @@ func (c *Conn) Recv() (Received, error) {
 			}
 		}
 	}
-	if !c.v6 {
+	if ipv4 {
 		// IPv4 raw sockets deliver the IP header (with its options).
 		if n < 20 || int(r.Msg[0]&0xf)*4 > n {
 			return r, errMsg("IPv4 packet of %d bytes, too short for its header", n)

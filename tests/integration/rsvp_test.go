@@ -283,6 +283,52 @@ func TestRSVPThreeHosts(t *testing.T) {
 		}
 	})
 
+	// IPv6 end to end on the same hosts: the router intercepts the Path
+	// by its hop-by-hop Router Alert option (value 1, RSVP), installs,
+	// the sender confirms, ResvTear removes; no traffic run.
+	t.Run("IPv6ReserveConfirmTear", func(t *testing.T) {
+		S6, D6 := p.ClientV6, p.ServerV6
+		dest6 := fmt.Sprintf("[%s]:5004", D6)
+		seq := rcv.lastSeq()
+		snd.cli(t, "rsvp", "session", "add", "rtp6", "--dest", dest6, "--proto", "udp")
+		rcv.cli(t, "rsvp", "session", "add", "rtp6", "--dest", dest6, "--proto", "udp")
+		snd.cli(t, "rsvp", "sender", "rtp6", "--tspec", tspec, "--sport", "4000")
+		if ev := rcv.event(t, "rsvp.path", seq); fmt.Sprint(ev.Fields["dest"]) != D6.String() {
+			t.Fatalf("Path upcall at the receiver: %+v, want the IPv6 session's", ev)
+		}
+		// Consumed at the router and re-sent with its own RSVP_HOP.
+		var st api.RSVPStatus
+		if err := rcv.d.CLIJSON(&st, "rsvp", "list"); err != nil {
+			t.Fatal(err)
+		}
+		R6 := testutil.PathRouterS6.Addr().String()
+		if !slices.ContainsFunc(st.Paths, func(p api.RSVPPath) bool { return strings.HasPrefix(p.Session, "["+D6.String()) && p.PrevHop == R6 }) {
+			t.Errorf("receiver's path states %+v: want the IPv6 session's with previous hop %s (the router)", st.Paths, R6)
+		}
+		seq = rcv.lastSeq()
+		rcv.cli(t, "rsvp", "reserve", "rtp6", "--service", "guaranteed", "--flowspec", flowspec, "--confirm")
+		if ev := rcv.event(t, "rsvp.confirm", seq); fmt.Sprint(ev.Fields["node"]) != S6.String() {
+			t.Errorf("IPv6 reservation confirmed by %v, want the sender %s", ev.Fields["node"], S6)
+		}
+		for _, h := range []*rsvpHost{snd, rtr} {
+			rs := h.reservations(t)
+			if len(rs) != 1 || rs[0].Reservation.Local.Addr() != S6 || rs[0].Reservation.Remote.Addr() != D6 || rs[0].Tspec.ServiceRate != rsvpR {
+				t.Fatalf("%s: signalled reservations %+v, want the IPv6 flow's at R=%d", h.node.Name, rs, rsvpR)
+			}
+		}
+		rcv.cli(t, "rsvp", "remove", "rtp6")
+		start := time.Now()
+		for _, h := range []*rsvpHost{rtr, snd} {
+			for len(h.reservations(t)) != 0 {
+				if time.Since(start) > rsvpRefresh {
+					t.Fatalf("%s still holds the IPv6 reservation %v after the ResvTear", h.node.Name, time.Since(start))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		snd.cli(t, "rsvp", "remove", "rtp6")
+	})
+
 	t.Run("ReceiverKilledTimesOut", func(t *testing.T) {
 		seq := rcv.lastSeq()
 		rcv.cli(t, "rsvp", "reserve", "rtp", "--service", "guaranteed", "--flowspec", flowspec, "--confirm")
