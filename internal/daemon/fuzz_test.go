@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/rsvp"
 )
 
 // fuzzRoutes are the routes whose handlers decode a request body, with
@@ -23,6 +26,9 @@ var fuzzRoutes = []struct {
 	{api.RouteAddRule, nil},
 	{api.RouteSetRule, []string{"web"}},
 	{api.RouteStartRun, nil},
+	{api.RouteAddRSVPSession, nil},
+	{api.RouteRSVPSender, []string{"rtp"}},
+	{api.RouteRSVPReserve, []string{"rtp"}},
 }
 
 // FuzzAPIBody sends each route that reads a body (every decoder of the
@@ -31,7 +37,8 @@ var fuzzRoutes = []struct {
 // process is gone, so that no real process is moved). Whatever the body:
 // no panic; the answer is one of the API's codes (never a 500: the fake
 // kernel takes whatever the engine accepts) with a JSON body; a refused
-// request changes nothing (links, classes, rules and runs as before).
+// request changes nothing (links, classes, rules, runs and RSVP sessions
+// as before).
 // Without -fuzz it runs the seeds below and testdata/fuzz/FuzzAPIBody.
 func FuzzAPIBody(f *testing.F) {
 	for _, s := range []struct {
@@ -56,6 +63,12 @@ func FuzzAPIBody(f *testing.F) {
 		{3, `null`},
 		{3, ``},
 		{3, `{"name":"r5"} {}`},
+		{6, `{"name":"rtp6","dest":"[2001:db8:2::2]:5004","proto":"udp"}`},
+		{6, `{"name":"m","dest":"224.0.0.5:5004","proto":"tcp"}`},
+		{7, `{"port":4000,"tspec":{"r_Bps":250000,"b_B":3000,"p_Bps":1e38,"m_B":64,"M_B":1500}}`},
+		{7, `{"tspec":{"r_Bps":-1,"b_B":3000}}`},
+		{8, `{"service":"guaranteed","flowspec":{"r_Bps":250000,"b_B":3000,"M_B":1500,"R_Bps":275000,"S_us":10},"style":"se","confirm":true}`},
+		{8, `{"service":"controlled-load","flowspec":{"r_Bps":250000,"b_B":3000},"style":"ff"}`},
 	} {
 		f.Add(uint8(s.route), []byte(s.body))
 	}
@@ -67,6 +80,13 @@ func FuzzAPIBody(f *testing.F) {
 		if err := d.eng.Start(k); err != nil {
 			t.Fatal(err)
 		}
+		// RSVP's front door without sockets: what it sends is dropped.
+		local := func(dst netip.Addr) (netip.Addr, bool, error) {
+			a := netip.MustParseAddr("198.18.1.2")
+			return a, dst == a, nil
+		}
+		d.rsvp = &rsvpAgent{front: engine.NewRSVP(d.eng, engine.RSVPOptions{Refresh: time.Second, Local: local, MaxSessions: 4})}
+		d.rsvp.front.SetSend(func([]rsvp.Out) {})
 		h := d.routes()
 		rootP := &peer{Privileged: true}
 		call := func(who *peer, route string, body []byte, args ...string) *httptest.ResponseRecorder {
@@ -80,6 +100,7 @@ func FuzzAPIBody(f *testing.F) {
 		for _, setup := range []struct{ route, body string }{
 			{api.RouteAddClass, `{"name":"gold","dscp":"AF21"}`},
 			{api.RouteAddRule, `{"name":"web","proto":"tcp","rport":"443","class":"interactive"}`},
+			{api.RouteAddRSVPSession, `{"name":"rtp","dest":"198.18.2.2:5004","proto":"udp"}`},
 		} {
 			if w := call(rootP, setup.route, []byte(setup.body)); w.Code != 201 {
 				t.Fatalf("setup %s: %d %s", setup.route, w.Code, w.Body)
@@ -94,7 +115,7 @@ func FuzzAPIBody(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := json.Marshal([]any{d.eng.Links(), classes, rules, d.eng.Runs(*rootP)})
+			b, err := json.Marshal([]any{d.eng.Links(), classes, rules, d.eng.Runs(*rootP), d.rsvp.front.Status(*rootP).Sessions})
 			if err != nil {
 				t.Fatal(err)
 			}
