@@ -23,6 +23,9 @@ type compiled struct {
 	Classes  []shaper.ClassSpec
 	Rules    []shaper.RuleSpec
 	Resolved map[string][]string // rule name → what its app selectors resolved to
+	// RuleLink is the one link whose HTB tree holds a rule slot's leaves
+	// (a reservation admitted on one link); slots not in it: every link.
+	RuleLink map[uint16]string
 	Warnings []string
 	// files identifies the exe selectors' files; one inotify instance
 	// serves a whole compile (closing one waits for an RCU grace period,

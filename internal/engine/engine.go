@@ -296,7 +296,7 @@ func (e *Engine) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[st
 		lp := linkPlan{name: l.Name, ifindex: ifindex, syn: synLimits(l)}
 		if l.EgressRate > 0 {
 			// shaper.Build names the link in its errors.
-			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate)}, comp.Classes, comp.Rules)
+			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate)}, comp.Classes, comp.rulesOn(l.Name))
 			if err != nil {
 				return nil, nil, nil, err
 			}

@@ -229,9 +229,11 @@ func (e *Engine) reservationsLocked(name string) ([]api.ReservationInfo, Kernel)
 		if l.EgressRate == 0 {
 			continue
 		}
-		la := api.ResvLinkAdmission{Link: l.Name, Capacity: l.Capacity(), Guaranteed: p.Guaranteed(), BufferPool: uint64(l.EffResvBuffer())}
+		la := api.ResvLinkAdmission{Link: l.Name, Capacity: l.Capacity(), Guaranteed: p.GuaranteedOn(l.Name), BufferPool: uint64(l.EffResvBuffer())}
 		for _, r := range p.Reservations {
-			la.BufferUsed += uint64(r.Buffer())
+			if r.Link == "" || r.Link == l.Name {
+				la.BufferUsed += uint64(r.Buffer())
+			}
 		}
 		if ifx, ok := e.links[l.Name]; ok && e.k != nil {
 			if mk, ok := e.k.(linkMTUer); ok {

@@ -166,6 +166,12 @@ func attachReservations(p *policy.Policy, c *compiled, slots *slotTable) error {
 			dr.Service = datapath.ServiceBestEffort
 		}
 		sessionLeaves(c, &dr, uint16(slot), rv.MaxSessions, rv.PerSessionMinBW, rv.PerSessionMaxBW)
+		if rv.Link != "" {
+			if c.RuleLink == nil {
+				c.RuleLink = map[uint16]string{}
+			}
+			c.RuleLink[uint16(slot)] = rv.Link
+		}
 		bySlot[uint16(slot)] = dr
 	}
 	for _, r := range p.Rules {
@@ -226,4 +232,19 @@ func sortedStrings(s []string) []string {
 		m[x] = true
 	}
 	return sortedKeys(m)
+}
+
+// rulesOn are the shaper rules of the link named link: all but those
+// of reservations admitted on another link.
+func (c *compiled) rulesOn(link string) []shaper.RuleSpec {
+	if len(c.RuleLink) == 0 {
+		return c.Rules
+	}
+	out := make([]shaper.RuleSpec, 0, len(c.Rules))
+	for _, r := range c.Rules {
+		if l, ok := c.RuleLink[r.Slot]; !ok || l == link {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -23,6 +23,24 @@ import (
 type RSVPInstaller struct {
 	E       *Engine
 	Timeout time.Duration // of one engine change (5 s if 0)
+	// Route finds the interface toward a session's destination: the
+	// reservation is admitted on (and gets its HTB leaf on) that link
+	// only, when it is managed (RSVPOptions.Route).
+	Route func(dst netip.Addr) (int, error)
+}
+
+// outLink is the managed link toward dst, "" when unknown or unmanaged
+// (then the reservation counts on every shaped link, as a local one).
+func (i *RSVPInstaller) outLink(dst netip.Addr) string {
+	if i.Route == nil {
+		return ""
+	}
+	ifindex, err := i.Route(dst)
+	if err != nil {
+		return ""
+	}
+	name, _ := i.E.linkOfIfindex(ifindex)
+	return name
 }
 
 // rsvpCaller is signalling acting on the host's policy.
@@ -94,6 +112,7 @@ func (i *RSVPInstaller) Install(k rsvp.FlowKey, fs rsvp.Flowspec) error {
 	if err != nil {
 		return &rsvp.AdmissionError{Value: 2, Reason: err.Error()}
 	}
+	r.Link = i.outLink(k.Session.Dest)
 	ctx, cancel := i.ctx()
 	defer cancel()
 	_, err = i.E.AddReservation(ctx, rsvpCaller, r, true)
@@ -131,7 +150,7 @@ func (i *RSVPInstaller) Remove(k rsvp.FlowKey) {
 // written, zero ones too (an omitted field would keep its old value).
 func rsvpPatch(r policy.Reservation) ([]byte, error) {
 	m := map[string]any{"service": r.Service, "rate": r.Rate, "burst": r.Burst, "peak": r.Peak,
-		"min_unit": r.MinUnit, "max_unit": r.MaxUnit, "service_rate": r.ServiceRate, "slack_us": r.Slack}
+		"min_unit": r.MinUnit, "max_unit": r.MaxUnit, "service_rate": r.ServiceRate, "slack_us": r.Slack, "link": r.Link}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode reservation %s: %w", r.Name, err)

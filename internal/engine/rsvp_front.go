@@ -51,6 +51,10 @@ type RSVPOptions struct {
 	// StatePath is where the API's sessions are kept across restarts
 	// ("" keeps them in memory only).
 	StatePath string
+	// Route is the interface (ifindex) of the route toward a destination
+	// (nil: none looked up): a signalled reservation is admitted on that
+	// link only when it is a managed link, on every shaped link otherwise.
+	Route func(dst netip.Addr) (int, error)
 }
 
 type rsvpSession struct {
@@ -69,7 +73,7 @@ func NewRSVP(e *Engine, o RSVPOptions) *RSVP {
 	if o.MaxSessions <= 0 {
 		o.MaxSessions = policy.DefaultRSVPMaxSessions
 	}
-	f := &RSVP{inst: &RSVPInstaller{E: e}, opts: o, sessions: map[string]*rsvpSession{},
+	f := &RSVP{inst: &RSVPInstaller{E: e, Route: o.Route}, opts: o, sessions: map[string]*rsvpSession{},
 		byKey: map[rsvp.Session]string{}, pending: make(chan rsvp.Session, 256)}
 	f.Node = rsvp.NewNode(rsvp.Config{Local: o.Local, Install: f.inst, Upcall: f.upcall, Refresh: o.Refresh})
 	return f
@@ -578,6 +582,18 @@ func (e *Engine) RSVPSettings() policy.RSVP {
 }
 
 // ManagedIfindexes are the interfaces of the managed links set up now.
+// linkOfIfindex is the managed link set up on ifindex, if any.
+func (e *Engine) linkOfIfindex(ifindex int) (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for name, i := range e.links {
+		if i == ifindex {
+			return name, true
+		}
+	}
+	return "", false
+}
+
 func (e *Engine) ManagedIfindexes() []int {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -70,3 +70,69 @@ func TestRSVPInstaller(t *testing.T) {
 		t.Fatalf("after Remove: %d reservations", len(rs))
 	}
 }
+
+// A router admits a signalled reservation on the outgoing link toward the
+// session's destination only (the route's interface, when it is managed)
+// and gives it an HTB leaf there only; a destination whose route leaves
+// by an unmanaged interface counts on every shaped link.
+func TestRSVPAdmitsOnOutgoingLink(t *testing.T) {
+	env := newEnv(t, `
+[[link]]
+name = "eth0"
+egress_rate = "10mbit"
+[[link]]
+name = "eth1"
+egress_rate = "10mbit"
+`) // 8mbit reservable on each
+	env.k.Ifindexes["eth1"] = 3
+	e := env.start(t)
+	D0, D1, Dx := netip.MustParseAddr("198.18.1.9"), netip.MustParseAddr("198.18.2.2"), netip.MustParseAddr("198.18.3.3")
+	routes := map[netip.Addr]int{D0: 2, D1: 3, Dx: 7} // 7: not managed
+	inst := &RSVPInstaller{E: e, Route: func(dst netip.Addr) (int, error) { return routes[dst], nil }}
+	key := func(dst netip.Addr, port uint16) rsvp.FlowKey {
+		return rsvp.FlowKey{Session: rsvp.Session{Dest: dst, Proto: 17, Port: 5004}, Sender: rsvp.Filter{Src: netip.MustParseAddr("198.18.1.2"), Port: port}}
+	}
+	fs := func(mbit float32) rsvp.Flowspec {
+		return rsvp.Flowspec{Service: rsvp.ServiceGuaranteed, Tspec: rsvp.Tspec{Rate: mbit * 125000, Bucket: 3000, MinUnit: 64, MaxPacket: 1500}, RspecRate: mbit * 125000}
+	}
+	leaves := func(ifindex int) int {
+		n := 0
+		for _, c := range env.k.Trees[ifindex].Classes {
+			if strings.HasPrefix(c.Label, "rule ") {
+				n++
+			}
+		}
+		return n
+	}
+	// 6 mbit toward eth1 and 6 mbit toward eth0: each fits its own link.
+	if err := inst.Install(key(D1, 4000), fs(6)); err != nil {
+		t.Fatalf("6mbit toward eth1: %v", err)
+	}
+	if err := inst.Install(key(D0, 4001), fs(6)); err != nil {
+		t.Fatalf("6mbit toward eth0 with 6mbit reserved toward eth1: %v (counted against every link?)", err)
+	}
+	rs, _ := e.Reservations(root, RSVPReservationName(key(D1, 4000)))
+	if len(rs) != 1 || rs[0].Reservation.Link != "eth1" {
+		t.Fatalf("reservation toward eth1: %+v", rs)
+	}
+	// Another 6 mbit toward eth1: refused, with eth1's numbers.
+	err := inst.Install(key(D1, 4002), fs(6))
+	var ae *rsvp.AdmissionError
+	if !errors.As(err, &ae) || !strings.Contains(ae.Reason, "eth1") || strings.Contains(ae.Reason, "eth0") {
+		t.Fatalf("12mbit toward eth1: %v, want refused on eth1", err)
+	}
+	// Unmanaged outgoing interface: counts on every shaped link, so 3 mbit
+	// more does not fit (6 + 3 > 8 on both).
+	if err := inst.Install(key(Dx, 4003), fs(3)); err == nil {
+		t.Fatal("3mbit toward an unmanaged interface admitted although every shaped link has 6mbit reserved")
+	}
+	if n0, n1 := leaves(2), leaves(3); n0 != 1 || n1 != 1 {
+		t.Errorf("signalled reservations' HTB leaves: eth0 %d, eth1 %d; want one each (on its own link only)", n0, n1)
+	}
+	// The link views count each link's own.
+	for _, l := range e.Links() {
+		if l.Reserved != 6_000_000 {
+			t.Errorf("link %s: reserved %s, want 6mbit", l.Name, l.Reserved)
+		}
+	}
+}

@@ -118,7 +118,7 @@ func (e *Engine) linkStatusLocked() []api.LinkStatus {
 			ls.Error = "no such interface now; managed as soon as it appears"
 		}
 		ls.Reservable = l.Capacity()
-		ls.Reserved = e.eff.Policy.Guaranteed()
+		ls.Reserved = e.eff.Policy.GuaranteedOn(l.Name)
 		out = append(out, ls)
 	}
 	return out

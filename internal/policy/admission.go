@@ -76,7 +76,11 @@ func formatContributions(cs []contribution) string {
 }
 
 // guarantees returns every explicit guarantee in the policy and their sum.
-func (p *Policy) guarantees() ([]contribution, Rate) {
+func (p *Policy) guarantees() ([]contribution, Rate) { return p.guaranteesOn("") }
+
+// guaranteesOn returns the guarantees counted on link: every one but the
+// reservations admitted on another link only ("": every one).
+func (p *Policy) guaranteesOn(link string) ([]contribution, Rate) {
 	var cs []contribution
 	var total Rate
 	for _, c := range p.Classes {
@@ -97,7 +101,7 @@ func (p *Policy) guarantees() ([]contribution, Rate) {
 			total += x
 		}
 	}
-	rcs, rtotal := p.reservationContributions()
+	rcs, rtotal := p.reservationContributionsOn(link)
 	return append(cs, rcs...), total + rtotal
 }
 
@@ -105,6 +109,13 @@ func (p *Policy) guarantees() ([]contribution, Rate) {
 // rules' minbw) that admission control counts against each shaped link.
 func (p *Policy) Guaranteed() Rate {
 	_, total := p.guarantees()
+	return total
+}
+
+// GuaranteedOn is what admission control counts against link: every
+// guarantee but the reservations admitted on another link only.
+func (p *Policy) GuaranteedOn(link string) Rate {
+	_, total := p.guaranteesOn(link)
 	return total
 }
 
@@ -120,11 +131,11 @@ func (l Link) Capacity() Rate {
 // source (a file path or "api"), or nil.
 func (p *Policy) Admit(source string) error {
 	var errs Errors
-	cs, total := p.guarantees()
 	for i, l := range p.Links {
 		if l.EgressRate == 0 {
 			continue
 		}
+		cs, total := p.guaranteesOn(l.Name)
 		capacity := l.Capacity()
 		if total > capacity {
 			errs = append(errs, &FieldError{

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"slices"
 	"strconv"
 )
 
@@ -96,6 +97,10 @@ type Reservation struct {
 	MaxSessions     int  `json:"max_sessions,omitempty" toml:"max_sessions,omitzero"`
 	PerSessionMaxBW Rate `json:"per_session_maxbw,omitempty" toml:"per_session_maxbw,omitzero"`
 	PerSessionMinBW Rate `json:"per_session_minbw,omitempty" toml:"per_session_minbw,omitzero"`
+	// Link is the one shaped link the reservation is admitted on and given
+	// its HTB leaf on (an RSVP router's outgoing link toward the
+	// receiver); "" = every shaped link.
+	Link string `json:"link,omitempty" toml:"link,omitzero"`
 
 	Temporary bool `json:"temporary,omitempty" toml:"-"`
 }
@@ -218,6 +223,9 @@ func (v *validator) reservations(p *Policy) {
 			v.add(obj, "service", string(r.Service), "unknown service", "use guaranteed, controlled-load or best-effort")
 		}
 		v.tspec(obj, r)
+		if r.Link != "" && !slices.ContainsFunc(p.Links, func(l Link) bool { return l.Name == r.Link }) {
+			v.add(obj, "link", r.Link, "not a managed link", "name a [[link]] of the policy, or leave link out to admit on every shaped link")
+		}
 		if r.DSCP != NoDSCP && !r.DSCP.Valid() {
 			v.addNum(obj, "dscp", strconv.Itoa(int(r.DSCP)), "out of range", "use 0..63 or a name such as EF")
 		}
@@ -301,9 +309,18 @@ func (v *validator) sessions(obj string, n int, minbw, maxbw Rate) {
 // reservationContributions are the reservations' shares of every shaped
 // link's reservable capacity and their sum.
 func (p *Policy) reservationContributions() ([]contribution, Rate) {
+	return p.reservationContributionsOn("")
+}
+
+// reservationContributionsOn are those counted on link: a reservation
+// with a Link only on that one ("" counts every reservation).
+func (p *Policy) reservationContributionsOn(link string) ([]contribution, Rate) {
 	var cs []contribution
 	var total Rate
 	for _, r := range p.Reservations {
+		if link != "" && r.Link != "" && r.Link != link {
+			continue
+		}
 		if x := r.Reserved(); x > 0 {
 			cs = append(cs, contribution{"reservation", r.Name, x})
 			total += x
@@ -317,15 +334,18 @@ func (p *Policy) reservationContributions() ([]contribution, Rate) {
 // resv_buffer.
 func (p *Policy) admitBuffers(source string) Errors {
 	var errs Errors
-	var total Size
-	var cs []string
-	for _, r := range p.Reservations {
-		if b := r.Buffer(); b > 0 {
-			total += b
-			cs = append(cs, fmt.Sprintf("reservation %s %d B (%d × %d)", r.Name, uint64(b), r.BufferPackets(), r.BufferSize()))
-		}
-	}
 	for i, l := range p.Links {
+		var total Size
+		var cs []string
+		for _, r := range p.Reservations {
+			if r.Link != "" && r.Link != l.Name {
+				continue
+			}
+			if b := r.Buffer(); b > 0 {
+				total += b
+				cs = append(cs, fmt.Sprintf("reservation %s %d B (%d × %d)", r.Name, uint64(b), r.BufferPackets(), r.BufferSize()))
+			}
+		}
 		if l.EgressRate == 0 || total <= l.EffResvBuffer() {
 			continue
 		}

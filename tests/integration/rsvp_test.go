@@ -219,6 +219,10 @@ func TestRSVPThreeHosts(t *testing.T) {
 				t.Errorf("%s: reservation %+v, tspec %+v: want the flow's 5-tuple with r, b, R as signalled", h.node.Name, r.Reservation, r.Tspec)
 			}
 		}
+		// Admitted on the outgoing link toward the receiver only.
+		if l := rtr.reservations(t)[0].Reservation.Link; l != rtr.node.Iface("server") {
+			t.Errorf("router admitted the reservation on link %q, want its link toward the receiver %q", l, rtr.node.Iface("server"))
+		}
 		var st api.RSVPStatus
 		if err := rtr.d.CLIJSON(&st, "rsvp", "list"); err != nil {
 			t.Fatal(err)
