@@ -33,6 +33,7 @@ func (a *Agent) Run(ctx context.Context) {
 	if a.Period <= 0 {
 		a.Period = 100 * time.Millisecond
 	}
+	a.Node.DeferRemovals()
 	var wg sync.WaitGroup
 	for _, c := range []*Conn{a.V4, a.V6} {
 		if c == nil {
@@ -94,8 +95,10 @@ func (a *Agent) serve(c *Conn, recv func() (Received, error)) {
 	}
 }
 
-// Send encodes and sends outs.
+// Send encodes and sends outs, then makes the local removals of the step
+// that produced them (a ResvTear leaves before this hop's engine change).
 func (a *Agent) Send(outs []Out) {
+	defer a.Node.RemoveDeferred()
 	for _, o := range outs {
 		b, err := o.Msg.Encode()
 		if err != nil {

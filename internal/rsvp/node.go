@@ -97,8 +97,36 @@ type Node struct {
 	mu    sync.Mutex
 	paths map[FlowKey]*pathState
 	resvs map[FlowKey]*resvState
+	// deferRemove: a torn-down reservation's local removal waits in
+	// removals until the messages of the same step are sent
+	// (RemoveDeferred), so a ResvTear goes upstream before this hop's own
+	// engine change instead of after it (RFC 2205 does not order the two).
+	deferRemove bool
+	removals    []FlowKey
 	// Counters.
 	Dropped uint64
+}
+
+// DeferRemovals makes the node hold local removals until RemoveDeferred
+// (the Agent calls it after sending each step's messages).
+func (n *Node) DeferRemovals() {
+	n.mu.Lock()
+	n.deferRemove = true
+	n.mu.Unlock()
+}
+
+// RemoveDeferred removes the reservations torn down since the last call,
+// but not those reserved again meanwhile.
+func (n *Node) RemoveDeferred() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ks := n.removals
+	n.removals = nil
+	for _, k := range ks {
+		if n.resvs[k] == nil {
+			n.cfg.Install.Remove(k)
+		}
+	}
 }
 
 type pathState struct {
@@ -290,7 +318,11 @@ func (n *Node) tearResvLocked(k FlowKey, event string) []Out {
 	delete(n.resvs, k)
 	ps := n.paths[k]
 	if rs.nhop != nil {
-		n.cfg.Install.Remove(k)
+		if n.deferRemove {
+			n.removals = append(n.removals, k)
+		} else {
+			n.cfg.Install.Remove(k)
+		}
 	}
 	if event != "" {
 		n.cfg.Upcall(Event{Kind: event, Key: k})

@@ -288,3 +288,49 @@ func TestLifetime(t *testing.T) {
 		t.Errorf("L(30 s) = %v, want 157.5 s", got)
 	}
 }
+
+// With deferred removals (an Agent's nodes), a hop hands out the ResvTear
+// before removing its own reservation, and a reservation made again before
+// the removal runs stays.
+func TestResvTearForwardedBeforeLocalRemoval(t *testing.T) {
+	s := newSim(t, 1e6, time.Second)
+	fs := Flowspec{Service: ServiceGuaranteed, Tspec: testTspec, RspecRate: 150000}
+	s.setup(t, fs)
+	rtr := s.nodes[1]
+	rtr.node.DeferRemovals()
+	tear := s.nodes[2].node.RemoveReservation(testKey)
+	b, err := tear[0].Msg.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := rtr.node.Handle(m, s.now)
+	if len(outs) != 1 || outs[0].Msg.Type != ResvTear {
+		t.Fatalf("router answers the ResvTear with %v, want one ResvTear upstream", outs)
+	}
+	if _, ok := rtr.inst.installed[testKey]; !ok {
+		t.Fatal("router removed its reservation before the ResvTear was sent")
+	}
+	rtr.node.RemoveDeferred()
+	if _, ok := rtr.inst.installed[testKey]; ok {
+		t.Fatal("router kept its reservation after RemoveDeferred")
+	}
+	// Torn down and reserved again before the removal runs: kept.
+	reserve := func() {
+		rs, err := s.nodes[2].node.Reserve(testKey.Session, StyleFF, fs, []Filter{testKey.Sender}, false, s.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.run(2, rs)
+	}
+	reserve()
+	s.run(2, s.nodes[2].node.RemoveReservation(testKey))
+	reserve()
+	rtr.node.RemoveDeferred()
+	if _, ok := rtr.inst.installed[testKey]; !ok {
+		t.Fatal("a reservation made again before the deferred removal ran was removed")
+	}
+}
