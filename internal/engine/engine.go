@@ -14,7 +14,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
-	"reflect"
 	"sync"
 	"time"
 
@@ -83,6 +82,8 @@ type Engine struct {
 	// in the runtime file, and the keyed change being applied.
 	keysPersist, keysTemp keyTable
 	keysMem               keyTable // keys of changes without a state write (RecordAnswer)
+	// The state and runtime files (snapshot and journal, journal.go).
+	stPersist, stTemp *stateStore
 
 	// The last count of the flow table for status (flowCount).
 	flowsMu sync.Mutex
@@ -131,12 +132,11 @@ func New(cfg Config) (*Engine, error) {
 	if e.base, err = e.loadConfig(); err != nil {
 		return nil, err
 	}
-	ps, err := readStateFile(cfg.StatePath)
-	if err != nil {
+	var ps, rt *persisted
+	if e.stPersist, ps, err = openStore(cfg.StatePath); err != nil {
 		return nil, err
 	}
-	rt, err := readStateFile(cfg.RuntimePath)
-	if err != nil {
+	if e.stTemp, rt, err = openStore(cfg.RuntimePath); err != nil {
 		return nil, err
 	}
 	e.persist, e.temp, e.keysPersist, e.keysTemp = ps.Overlay, rt.Overlay, ps.Keys, rt.Keys
@@ -183,6 +183,11 @@ func (e *Engine) Start(k Kernel) error {
 		return err
 	}
 	e.primeReservations(k)
+	for _, st := range []*stateStore{e.stPersist, e.stTemp} {
+		if err := st.ready(); err != nil {
+			e.log.Warn("compact state journal; the next change writes the state file whole", "err", err)
+		}
+	}
 	e.Publish(api.Event{Kind: EventDaemonStarted, Message: "the engine started and applied the policy",
 		Fields: map[string]any{"generation": uint64(k.Generation())}})
 	return nil
@@ -233,16 +238,21 @@ func (e *Engine) applyLocked(m merged, slots *slotTable, persist, temp *overlay)
 		return err
 	}
 	if persist != nil {
-		keysP, keysT := e.recordKeyLocked(!reflect.DeepEqual(temp, e.temp))
-		if err := writeState(e.cfg.StatePath, persist, slots, keysP); err != nil {
+		keysP, keysT := e.recordKeyLocked(temp.differs(e.temp))
+		// Each file gets what differs from what it holds (a journal
+		// record, see journal.go), or nothing.
+		undo, err := e.stPersist.write(persist, slots, keysP)
+		if err != nil {
 			e.restoreKernel()
 			return err
 		}
-		if err := writeState(e.cfg.RuntimePath, temp, nil, keysT); err != nil {
+		if _, err := e.stTemp.write(temp, nil, keysT); err != nil {
 			// The state file already holds the change: put the previous
 			// one back, or a restart would bring the failed change back.
-			if rerr := writeState(e.cfg.StatePath, e.persist, e.slots, e.keysPersist); rerr != nil {
-				e.log.Error("restore the state file after a failed change", "err", rerr)
+			if undo != nil {
+				if rerr := undo(); rerr != nil {
+					e.log.Error("restore the state file after a failed change", "err", rerr)
+				}
 			}
 			e.restoreKernel()
 			return err
@@ -587,7 +597,9 @@ func (e *Engine) DropTemporary() {
 			keep.Rules[run.Rule] = r
 		}
 	}
-	if err := writeState(e.cfg.RuntimePath, keep, nil, e.keysTemp); err != nil {
+	// The running engine keeps them; the file (and the next change's
+	// record) holds only what stays.
+	if err := e.stTemp.compact(keep, nil, e.keysTemp); err != nil {
 		e.log.Warn("forget temporary changes", "err", err)
 	}
 }

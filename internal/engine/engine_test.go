@@ -65,6 +65,29 @@ func readFile(t *testing.T, path string) []byte {
 	return b
 }
 
+// readPersisted is what a state file holds: its snapshot and its journal.
+func readPersisted(t *testing.T, path string) []byte {
+	t.Helper()
+	return append(readFile(t, path), readFile(t, journalPath(path))...)
+}
+
+// breakWrites makes the next writes of a state file fail (its journal
+// closed under it; the store then compacts into a directory that is a
+// file now).
+func breakWrites(t *testing.T, st *stateStore) {
+	t.Helper()
+	dir := filepath.Dir(st.path)
+	if st.f != nil {
+		st.f.Close()
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestStartApplies: starting applies the config: the link's HTB tree,
 // the classifier, the rules, in that order (classes before packets are
 // steered into them).
@@ -109,17 +132,11 @@ func TestRollbackWhenKernelFailsMidway(t *testing.T) {
 			}
 			before := env.k.Snapshot()
 			rulesBefore := ruleNames(t, e, root)
-			state, runtime := readFile(t, env.cfg.StatePath), readFile(t, env.cfg.RuntimePath)
+			state, runtime := readPersisted(t, env.cfg.StatePath), readPersisted(t, env.cfg.RuntimePath)
 			boom := errors.New("boom")
 			if step == "state write" {
-				// The state dir is a file now: the write fails after the
-				// kernel took the change.
-				if err := os.RemoveAll(filepath.Dir(env.cfg.StatePath)); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Dir(env.cfg.StatePath), nil, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				// The write fails after the kernel took the change.
+				breakWrites(t, e.stPersist)
 			} else {
 				env.k.FailNth(step, 1, boom)
 			}
@@ -155,7 +172,7 @@ func TestRollbackWhenKernelFailsMidway(t *testing.T) {
 				t.Errorf("kernel after the failed change:\n%+v\nwant\n%+v", after, before)
 			}
 			if step != "state write" {
-				if s, r := readFile(t, env.cfg.StatePath), readFile(t, env.cfg.RuntimePath); !bytes.Equal(s, state) || !bytes.Equal(r, runtime) {
+				if s, r := readPersisted(t, env.cfg.StatePath), readPersisted(t, env.cfg.RuntimePath); !bytes.Equal(s, state) || !bytes.Equal(r, runtime) {
 					t.Error("the failed change was persisted")
 				}
 			}
@@ -584,7 +601,7 @@ func TestAdmissionRefusals(t *testing.T) {
 	if after := env.k.Snapshot(); !reflect.DeepEqual(after, before) {
 		t.Error("a refused change reached the kernel")
 	}
-	if b := readFile(t, env.cfg.StatePath); b != nil {
+	if b := readPersisted(t, env.cfg.StatePath); b != nil {
 		t.Errorf("a refused change was persisted: %s", b)
 	}
 	// A reload of an invalid file keeps the running policy.
@@ -665,19 +682,26 @@ func TestFailedRuntimeWriteRestoresStateFile(t *testing.T) {
 	if _, err := e.AddRule(ctx, root, rule("keep"), false); err != nil {
 		t.Fatal(err)
 	}
-	state := readFile(t, env.cfg.StatePath)
-	// The runtime dir is a file now: only the second write fails.
-	if err := os.RemoveAll(filepath.Dir(env.cfg.RuntimePath)); err != nil {
+	// A temporary rate on eth0: making a rate persistent drops it, so the
+	// next change writes both files.
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 20e6}, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Dir(env.cfg.RuntimePath), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.AddRule(ctx, root, rule("lost"), false); err == nil {
+	state := readPersisted(t, env.cfg.StatePath)
+	breakWrites(t, e.stTemp) // only the second write fails
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 30e6}, false); err == nil {
 		t.Fatal("the change succeeded")
 	}
-	if got := readFile(t, env.cfg.StatePath); !bytes.Equal(got, state) {
+	if got := readPersisted(t, env.cfg.StatePath); !bytes.Equal(got, state) {
 		t.Errorf("state file after the failed change:\n%s\nwant\n%s", got, state)
+	}
+	// A restart has the state before the failed change.
+	p, _, _, _, err := readStateJournal(env.cfg.StatePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := p.Overlay.Links["eth0"]; ok {
+		t.Errorf("the failed change's link %+v was persisted", l)
 	}
 }
 
@@ -723,7 +747,7 @@ func TestUnwrittenKeysStayInMemory(t *testing.T) {
 	if _, err := e.AddRule(ctx, root, rule("other"), false); err != nil {
 		t.Fatal(err)
 	}
-	if s := readFile(t, env.cfg.StatePath); bytes.Contains(s, []byte(key)) {
+	if s := readPersisted(t, env.cfg.StatePath); bytes.Contains(s, []byte(key)) {
 		t.Errorf("the key of an unwritten change was written to the state file:\n%s", s)
 	}
 }

@@ -25,7 +25,7 @@ type testEnv struct {
 
 // newEnv writes config (TOML, "" for none) into a fresh directory and
 // makes a fake kernel with interface eth0 (ifindex 2).
-func newEnv(t *testing.T, config string) *testEnv {
+func newEnv(t testing.TB, config string) *testEnv {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := Config{
@@ -48,7 +48,7 @@ func newEnv(t *testing.T, config string) *testEnv {
 
 // start makes an engine over the env's state and starts it on the fake
 // kernel.
-func (env *testEnv) start(t *testing.T) *Engine {
+func (env *testEnv) start(t testing.TB) *Engine {
 	t.Helper()
 	e, err := New(env.cfg)
 	if err != nil {

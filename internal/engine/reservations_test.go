@@ -104,13 +104,9 @@ func TestReservationRollbackAndPersistence(t *testing.T) {
 	// kernel is not written (changes write only what they change): the
 	// failure is the state write's, after the kernel took the change.
 	state := readFile(t, env.cfg.StatePath)
+	journal := readFile(t, journalPath(env.cfg.StatePath))
 	stateDir := filepath.Dir(env.cfg.StatePath)
-	if err := os.RemoveAll(stateDir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(stateDir, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	breakWrites(t, e.stPersist)
 	if _, err := e.AddReservation(ctx, root, testResv("b", policy.ServiceGuaranteed, 1_000_000), false); err == nil {
 		t.Fatal("add with a failing state write succeeded")
 	}
@@ -124,6 +120,9 @@ func TestReservationRollbackAndPersistence(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(env.cfg.StatePath, state, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(journalPath(env.cfg.StatePath), journal, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.AddReservation(ctx, root, testResv("t", policy.ServiceBestEffort, 1_000_000), true); err != nil {

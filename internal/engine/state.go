@@ -53,24 +53,33 @@ func newOverlay() *overlay {
 	}
 }
 
-// clone deep-copies the overlay so a change can be prepared and dropped.
+// clone copies the overlay's maps so a change can be prepared and
+// dropped. The objects are shared: a change replaces an entry with a new
+// object and never writes through an entry's pointer, which is also how
+// the state journal finds what a change changed (by pointer, see
+// stateStore.diff).
 func (o *overlay) clone() *overlay {
-	return &overlay{Links: cloneMap(o.Links), Classes: cloneMap(o.Classes), Rules: cloneMap(o.Rules), Runs: cloneMap(o.Runs),
-		Reservations: cloneMap(o.Reservations)}
+	return &overlay{Links: maps.Clone(o.Links), Classes: maps.Clone(o.Classes), Rules: maps.Clone(o.Rules), Runs: maps.Clone(o.Runs),
+		Reservations: maps.Clone(o.Reservations)}
 }
 
-// cloneMap copies a map of pointers and the values they point to (nil
-// entries, tombstones, stay nil).
-func cloneMap[T any](m map[string]*T) map[string]*T {
-	n := make(map[string]*T, len(m))
-	for k, v := range m {
-		if v != nil {
-			c := *v
-			v = &c
-		}
-		n[k] = v
+// differs reports whether o and n hold other entries (by pointer, see
+// clone).
+func (o *overlay) differs(n *overlay) bool {
+	return !ptrMapsEqual(o.Links, n.Links) || !ptrMapsEqual(o.Classes, n.Classes) || !ptrMapsEqual(o.Rules, n.Rules) ||
+		!ptrMapsEqual(o.Runs, n.Runs) || !ptrMapsEqual(o.Reservations, n.Reservations)
+}
+
+func ptrMapsEqual[T any](a, b map[string]*T) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	return n
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Sources of objects, as shown by the API.
@@ -303,11 +312,15 @@ type persisted struct {
 	// change and its key are written in the same atomic write (see
 	// idempotency.go).
 	Keys keyTable `json:"idempotency_keys,omitempty"`
+	// Journal is the epoch of the journal records that continue this
+	// snapshot (see journal.go); 0: none.
+	Journal uint64 `json:"journal,omitempty"`
 }
 
-// readState reads a state file; a missing file is an empty state.
+// readState reads a state file and its journal; a missing file is an
+// empty state.
 func readState(path string) (*overlay, *slotTable, error) {
-	p, err := readStateFile(path)
+	p, _, _, _, err := readStateJournal(path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -395,10 +408,17 @@ func (s *slotTable) check() error {
 	return nil
 }
 
-// writeState replaces a state file atomically: write a temporary file in
-// the same directory, fsync it, rename it over the old one, fsync the dir.
+// writeState replaces a state file atomically, continued by no journal
+// (see writeStateEpoch).
 func writeState(path string, ov *overlay, slots *slotTable, keys keyTable) error {
-	data, err := json.MarshalIndent(persisted{Version: stateVersion, Overlay: ov, Slots: slots, Keys: keys}, "", "  ")
+	return writeStateEpoch(path, ov, slots, keys, 0)
+}
+
+// writeStateEpoch replaces a state file atomically: write a temporary file
+// in the same directory, fsync it, rename it over the old one, fsync the
+// dir. epoch names the journal records that continue it (0: none).
+func writeStateEpoch(path string, ov *overlay, slots *slotTable, keys keyTable, epoch uint64) error {
+	data, err := json.Marshal(persisted{Version: stateVersion, Overlay: ov, Slots: slots, Keys: keys, Journal: epoch})
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}

@@ -206,7 +206,8 @@ func TestIdempotentChange(t *testing.T) {
 	state := filepath.Join(e.d.Dir, "state", "state.json")
 	eventually(t, 10*time.Second, "key recorded in the state file", func() (bool, string) {
 		data, _ := os.ReadFile(state)
-		return strings.Contains(string(data), k2), ""
+		journal, _ := os.ReadFile(state + ".journal") // changes are journal records
+		return strings.Contains(string(data)+string(journal), k2), ""
 	})
 	e.killDaemon(syscall.SIGKILL)
 	e.startDaemon()

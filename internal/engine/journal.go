@@ -1,0 +1,524 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// A state file is a snapshot (the whole persisted state, written
+// atomically) plus a journal beside it (path + ".journal"): a change
+// appends one record with only the entries it changed, and fsyncs it, so
+// the cost of persisting a change follows the change, not the policy.
+// The journal is folded into a new snapshot (compacted) at start and when
+// it grows past journalMaxRecords or the snapshot's size.
+//
+// Each record is one line, "CRC32(hex) JSON", and names the snapshot it
+// continues (its epoch, a random number written in the snapshot). A
+// compaction writes the snapshot with a new epoch first and then empties
+// the journal, so a crash between the two leaves a journal of the old
+// epoch, which is ignored: nothing is replayed twice or over the wrong
+// snapshot. A record cut short by a crash (the last line, incomplete or
+// failing its checksum) was never acknowledged and is dropped; a bad record
+// before the last one is an error like a corrupt state file.
+//
+// A record sets or deletes entries: an overlay entry (a nil value is a
+// tombstone, which is not a deletion), a slot number, a counter baseline,
+// an idempotency key. Replaying sets absolute values, so a record applied
+// to a snapshot that already holds it changes nothing.
+
+// journalMaxRecords bounds the journal before it is compacted.
+const journalMaxRecords = 4096
+
+// journalRecord is one change to a state file.
+type journalRecord struct {
+	Epoch uint64      `json:"epoch"`
+	Ops   []journalOp `json:"ops"`
+}
+
+// journalOp sets (Value present; "null" is an overlay tombstone) or
+// deletes (Value absent) one entry of kind Kind named Name.
+type journalOp struct {
+	Kind  string          `json:"k"`
+	Name  string          `json:"n"`
+	Value json.RawMessage `json:"v,omitempty"`
+}
+
+// Kinds of journal entries.
+const (
+	jLinks     = "links"
+	jClasses   = "classes"
+	jRules     = "rules"
+	jRuns      = "runs"
+	jResv      = "reservations"
+	jSlotRule  = "slot.rules"
+	jSlotClass = "slot.classes"
+	jSlotResv  = "slot.resv"
+	jBaseline  = "baseline"
+	jKey       = "key"
+)
+
+func journalPath(path string) string { return path + ".journal" }
+
+// stateStore writes one state file as snapshot + journal and remembers
+// what the file holds, to write only the difference.
+type stateStore struct {
+	path  string
+	epoch uint64 // of the snapshot on disk; 0: none (or written before journals)
+	// What the file holds now (as read or last written).
+	ov    *overlay
+	slots *slotTable
+	keys  keyTable
+	// The journal: open for appending (nil: not yet), its size in bytes
+	// and records, and whether a failed append could not be undone (the
+	// next write compacts).
+	f       *os.File
+	size    int64
+	records int
+	broken  bool
+	// snapSize is the snapshot's size; a journal larger than it is
+	// compacted.
+	snapSize int64
+	// answered are the keys written by the last record: their answers
+	// are recorded after the write (RecordAnswer), so the next record
+	// carries them again.
+	answered []string
+}
+
+// openStore reads the state file at path (snapshot and journal).
+func openStore(path string) (*stateStore, *persisted, error) {
+	p, epoch, records, snapSize, err := readStateJournal(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &stateStore{path: path, epoch: epoch, ov: p.Overlay, slots: p.Slots, keys: p.Keys, records: records, snapSize: snapSize}
+	return s, p, nil
+}
+
+// ready prepares the journal for appending, at start: a journal with
+// content (records, or a record cut short by a crash) is folded into a new
+// snapshot; otherwise an existing snapshot is continued by an empty
+// journal; a state file that does not exist yet is written whole by the
+// first change.
+func (s *stateStore) ready() error {
+	fi, err := os.Stat(journalPath(s.path))
+	switch {
+	case err == nil && fi.Size() > 0:
+		return s.compact(s.ov, s.slots, s.keys)
+	case s.epoch == 0:
+		return nil
+	}
+	f, err := os.OpenFile(journalPath(s.path), os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open state journal %s: %w", journalPath(s.path), err)
+	}
+	s.f, s.size, s.records, s.broken = f, 0, 0, false
+	return nil
+}
+
+// write makes the file hold ov, slots and keys: one journal record with
+// what differs, or a new snapshot when there is none yet or the journal
+// is due for compaction. A write that changes nothing writes nothing. The
+// returned undo puts the file back as it was (for a change that failed
+// after this write); it is nil when nothing was written.
+func (s *stateStore) write(ov *overlay, slots *slotTable, keys keyTable) (undo func() error, err error) {
+	ops, err := s.diff(ov, slots, keys)
+	if err != nil {
+		return nil, err
+	}
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	prevOv, prevSlots, prevKeys, prevAnswered := s.ov, s.slots, s.keys, s.answered
+	if s.f == nil || s.epoch == 0 || s.broken || s.records >= journalMaxRecords || s.size > max(s.snapSize, 1<<20) {
+		if err := s.compact(ov, slots, keys); err != nil {
+			return nil, err
+		}
+		return func() error { return s.compact(prevOv, prevSlots, prevKeys) }, nil
+	}
+	line, err := encodeRecord(journalRecord{Epoch: s.epoch, Ops: ops})
+	if err != nil {
+		return nil, err
+	}
+	off := s.size
+	if err := s.appendLine(line); err != nil {
+		s.truncate(off)
+		return nil, fmt.Errorf("write state %s: %w", journalPath(s.path), err)
+	}
+	s.ov, s.slots, s.keys = ov, slots, keys
+	s.answered = nil
+	for k, v := range keys {
+		if prevKeys[k] != v {
+			s.answered = append(s.answered, k) // new: answered after this write
+		}
+	}
+	return func() error {
+		s.ov, s.slots, s.keys, s.answered = prevOv, prevSlots, prevKeys, prevAnswered
+		if err := s.truncate(off); err != nil {
+			// The record stays: a restart must not bring it back, so
+			// the journal is folded into a snapshot of the old state.
+			return s.compact(prevOv, prevSlots, prevKeys)
+		}
+		return nil
+	}, nil
+}
+
+func (s *stateStore) appendLine(line []byte) error {
+	if _, err := s.f.Write(line); err != nil {
+		return err
+	}
+	if err := s.f.Sync(); err != nil {
+		return err
+	}
+	s.size += int64(len(line))
+	s.records++
+	return nil
+}
+
+// truncate cuts the journal back to off bytes (a failed or undone
+// append); on failure the journal is marked broken so that the next write
+// compacts.
+func (s *stateStore) truncate(off int64) error {
+	err := s.f.Truncate(off)
+	if err == nil {
+		err = s.f.Sync()
+	}
+	if err != nil {
+		s.broken = true
+		return fmt.Errorf("truncate state journal %s: %w", journalPath(s.path), err)
+	}
+	if off < s.size {
+		s.records--
+	}
+	s.size = off
+	return nil
+}
+
+// compact writes the whole state as a new snapshot (a new epoch) and
+// starts an empty journal.
+func (s *stateStore) compact(ov *overlay, slots *slotTable, keys keyTable) error {
+	epoch := rand.Uint64() | 1
+	n, err := writeSnapshot(s.path, ov, slots, keys, epoch)
+	if err != nil {
+		return err
+	}
+	s.epoch, s.snapSize, s.ov, s.slots, s.keys, s.answered = epoch, n, ov, slots, keys, nil
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
+	}
+	f, err := os.OpenFile(journalPath(s.path), os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		// The snapshot holds everything; the next write tries again.
+		return nil
+	}
+	s.f, s.size, s.records, s.broken = f, 0, 0, false
+	return nil
+}
+
+// close closes the journal.
+func (s *stateStore) close() {
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
+	}
+}
+
+// diff lists what differs between the file's state and the new one.
+// Overlay entries are compared by pointer: a change replaces an entry, it
+// never writes through one (see overlay.clone).
+func (s *stateStore) diff(ov *overlay, slots *slotTable, keys keyTable) ([]journalOp, error) {
+	var ops []journalOp
+	var err error
+	add := func(kind, name string, v any, del bool) {
+		if err != nil {
+			return
+		}
+		op := journalOp{Kind: kind, Name: name}
+		if !del {
+			if op.Value, err = json.Marshal(v); err != nil {
+				err = fmt.Errorf("encode state: %w", err)
+				return
+			}
+		}
+		ops = append(ops, op)
+	}
+	old := s.ov
+	if old == nil {
+		old = newOverlay()
+	}
+	if ov == nil {
+		ov = newOverlay()
+	}
+	diffPtrs(jLinks, old.Links, ov.Links, add)
+	diffPtrs(jClasses, old.Classes, ov.Classes, add)
+	diffPtrs(jRules, old.Rules, ov.Rules, add)
+	diffPtrs(jRuns, old.Runs, ov.Runs, add)
+	diffPtrs(jResv, old.Reservations, ov.Reservations, add)
+	os, ns := s.slots, slots
+	if os == nil {
+		os = &slotTable{}
+	}
+	if ns == nil {
+		ns = &slotTable{}
+	}
+	diffVals(jSlotRule, os.Rules, ns.Rules, add)
+	diffVals(jSlotClass, os.Classes, ns.Classes, add)
+	diffVals(jSlotResv, os.Resv, ns.Resv, add)
+	diffVals(jBaseline, intKeys(os.Baselines), intKeys(ns.Baselines), add)
+	diffPtrs(jKey, s.keys, keys, add)
+	for _, k := range s.answered {
+		if e, ok := keys[k]; ok && e == s.keys[k] {
+			add(jKey, k, e, false)
+		}
+	}
+	return ops, err
+}
+
+func diffPtrs[T any](kind string, old, cur map[string]*T, add func(kind, name string, v any, del bool)) {
+	for n, v := range cur {
+		if ov, ok := old[n]; !ok || ov != v {
+			add(kind, n, v, false)
+		}
+	}
+	for n := range old {
+		if _, ok := cur[n]; !ok {
+			add(kind, n, nil, true)
+		}
+	}
+}
+
+func diffVals[V comparable](kind string, old, cur map[string]V, add func(kind, name string, v any, del bool)) {
+	for n, v := range cur {
+		if ov, ok := old[n]; !ok || ov != v {
+			add(kind, n, v, false)
+		}
+	}
+	for n := range old {
+		if _, ok := cur[n]; !ok {
+			add(kind, n, nil, true)
+		}
+	}
+}
+
+// intKeys spells a baseline table's slots as strings for the journal.
+func intKeys(m map[int]baseCounter) map[string]baseCounter {
+	out := make(map[string]baseCounter, len(m))
+	for k, v := range m {
+		out[strconv.Itoa(k)] = v
+	}
+	return out
+}
+
+func encodeRecord(r journalRecord) ([]byte, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode state: %w", err)
+	}
+	line := fmt.Appendf(nil, "%08x ", crc32.ChecksumIEEE(data))
+	line = append(line, data...)
+	return append(line, '\n'), nil
+}
+
+// decodeRecord checks and decodes one journal line (without its newline).
+func decodeRecord(line []byte) (journalRecord, error) {
+	var r journalRecord
+	sum, data, ok := bytes.Cut(line, []byte(" "))
+	if !ok || len(sum) != 8 {
+		return r, errors.New("no checksum")
+	}
+	want, err := strconv.ParseUint(string(sum), 16, 32)
+	if err != nil || uint32(want) != crc32.ChecksumIEEE(data) {
+		return r, errors.New("checksum mismatch")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return r, describeStateError(err)
+	}
+	return r, nil
+}
+
+// apply lays a journal record over a persisted state.
+func (p *persisted) apply(r journalRecord) error {
+	if p.Slots == nil {
+		p.Slots = newSlotTable()
+	}
+	if p.Keys == nil {
+		p.Keys = keyTable{}
+	}
+	for _, op := range r.Ops {
+		var err error
+		switch op.Kind {
+		case jLinks:
+			err = applyOp(p.Overlay.Links, op)
+		case jClasses:
+			err = applyOp(p.Overlay.Classes, op)
+		case jRules:
+			err = applyOp(p.Overlay.Rules, op)
+		case jRuns:
+			err = applyOp(p.Overlay.Runs, op)
+		case jResv:
+			err = applyOp(p.Overlay.Reservations, op)
+		case jKey:
+			err = applyOp(p.Keys, op)
+		case jSlotRule:
+			err = applyVal(p.Slots.Rules, op)
+		case jSlotClass:
+			err = applyVal(p.Slots.Classes, op)
+		case jSlotResv:
+			if p.Slots.Resv == nil {
+				p.Slots.Resv = map[string]int{}
+			}
+			err = applyVal(p.Slots.Resv, op)
+		case jBaseline:
+			slot, perr := strconv.Atoi(op.Name)
+			if perr != nil {
+				return fmt.Errorf("baseline of slot %q: not a number", policy.Clip(op.Name))
+			}
+			if op.Value == nil {
+				delete(p.Slots.Baselines, slot)
+				continue
+			}
+			var v baseCounter
+			if err = strictJSON(op.Value, &v); err == nil {
+				p.Slots.Baselines[slot] = v
+			}
+		default:
+			return fmt.Errorf("unknown entry kind %q", policy.Clip(op.Kind))
+		}
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", op.Kind, policy.Clip(op.Name), err)
+		}
+	}
+	return nil
+}
+
+func applyOp[T any](m map[string]*T, op journalOp) error {
+	if op.Value == nil {
+		delete(m, op.Name)
+		return nil
+	}
+	if string(op.Value) == "null" {
+		m[op.Name] = nil
+		return nil
+	}
+	v := new(T)
+	if err := strictJSON(op.Value, v); err != nil {
+		return err
+	}
+	m[op.Name] = v
+	return nil
+}
+
+func applyVal[V any](m map[string]V, op journalOp) error {
+	if op.Value == nil {
+		delete(m, op.Name)
+		return nil
+	}
+	var v V
+	if err := strictJSON(op.Value, &v); err != nil {
+		return err
+	}
+	m[op.Name] = v
+	return nil
+}
+
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	return describeStateError(dec.Decode(v))
+}
+
+// readStateJournal reads a state file's snapshot and replays its journal:
+// the state, the snapshot's epoch, the journal's records of that epoch and
+// the snapshot's size.
+func readStateJournal(path string) (*persisted, uint64, int, int64, error) {
+	p, err := readStateFile(path)
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	var snapSize int64
+	if fi, err := os.Stat(path); err == nil {
+		snapSize = fi.Size()
+	}
+	if p.Journal == 0 {
+		return p, 0, 0, snapSize, nil // no journal continues this snapshot
+	}
+	data, err := os.ReadFile(journalPath(path))
+	if errors.Is(err, fs.ErrNotExist) {
+		return p, p.Journal, 0, snapSize, nil
+	}
+	if err != nil {
+		return nil, 0, 0, 0, fmt.Errorf("read state %s: %w", journalPath(path), err)
+	}
+	const fix = "move it away to start from the state file alone"
+	records := 0
+	for n, rest := 1, data; len(rest) > 0; n++ {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			break // no newline: cut short by a crash, never acknowledged
+		}
+		line := rest[:i]
+		rest = rest[i+1:]
+		r, err := decodeRecord(line)
+		if err != nil {
+			if len(rest) == 0 {
+				break // the last record, cut short by a crash
+			}
+			return nil, 0, 0, 0, fmt.Errorf("read state %s: record %d: %w (%s)", journalPath(path), n, err, fix)
+		}
+		if r.Epoch != p.Journal {
+			continue // of an older snapshot (a compaction was cut short)
+		}
+		if err := p.apply(r); err != nil {
+			return nil, 0, 0, 0, fmt.Errorf("read state %s: record %d: %w (%s)", journalPath(path), n, err, fix)
+		}
+		records++
+	}
+	if p.Slots != nil {
+		if err := p.Slots.check(); err != nil {
+			return nil, 0, 0, 0, fmt.Errorf("read state %s: %w; %s", journalPath(path), err, fix)
+		}
+	}
+	if err := p.Keys.check(); err != nil {
+		return nil, 0, 0, 0, fmt.Errorf("read state %s: %w; %s", journalPath(path), err, fix)
+	}
+	return p, p.Journal, records, snapSize, nil
+}
+
+// writeSnapshot writes a whole state file with the journal epoch that
+// continues it, atomically (see writeState); it returns its size.
+func writeSnapshot(path string, ov *overlay, slots *slotTable, keys keyTable, epoch uint64) (int64, error) {
+	if err := writeStateEpoch(path, ov, slots, keys, epoch); err != nil {
+		return 0, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, nil
+	}
+	return fi.Size(), nil
+}
+
+// removeJournal deletes a state file's journal (after a whole write that
+// the journal must not be replayed over) and syncs the directory.
+func removeJournal(path string) error {
+	err := os.Remove(journalPath(path))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove state journal %s: %w", journalPath(path), err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
