@@ -62,6 +62,12 @@ func TestIngressClassify(t *testing.T) {
 			t.Errorf("slot %d counters %+v, want %+v", slot, ctr[slot], want[slot])
 		}
 	}
+	// One slot read alone (the baseline of a reused slot) agrees.
+	for slot := range want {
+		if one, err := d.RuleCounter(int(slot)); err != nil || one != ctr[slot] {
+			t.Errorf("RuleCounter(%d) = %+v, %v; want %+v", slot, one, err, ctr[slot])
+		}
+	}
 	// The first frame's flow carries its receive counters, in egress
 	// orientation.
 	found := false

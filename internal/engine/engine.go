@@ -422,19 +422,17 @@ func (e *Engine) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[stri
 }
 
 // counterReader returns a function that gives a rule slot's raw counters
-// (the baseline of a reused slot), reading the counter array at most once.
+// (the baseline of a reused slot), reading only that slot.
 func (e *Engine) counterReader() func(slot int) baseCounter {
-	var cs []datapath.Counters
-	read := false
 	return func(slot int) baseCounter {
-		if !read && e.k != nil {
-			cs, _ = e.k.RuleCounters()
-			read = true
-		}
-		if slot >= len(cs) {
+		if e.k == nil {
 			return baseCounter{}
 		}
-		c := cs[slot]
+		c, err := e.k.RuleCounter(slot)
+		if err != nil {
+			e.log.Warn("read counters of a reused rule slot; its counters start from the slot's", "slot", slot, "err", err)
+			return baseCounter{}
+		}
 		return baseCounter{Packets: c.Packets, Bytes: c.Bytes, Drops: c.Drops, RxPackets: c.RxPackets, RxBytes: c.RxBytes, RxDrops: c.RxDrops}
 	}
 }

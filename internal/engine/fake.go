@@ -247,6 +247,18 @@ func (f *FakeKernel) RuleCounters() ([]datapath.Counters, error) {
 	return slices.Clone(f.Counters), nil
 }
 
+func (f *FakeKernel) RuleCounter(slot int) (datapath.Counters, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("RuleCounter", fmt.Sprint(slot)); err != nil {
+		return datapath.Counters{}, err
+	}
+	if slot < len(f.Counters) {
+		return f.Counters[slot], nil
+	}
+	return datapath.Counters{}, nil
+}
+
 func (f *FakeKernel) Flows(fn func(datapath.Flow) bool) error {
 	f.mu.Lock()
 	flows := slices.Clone(f.FlowTable)

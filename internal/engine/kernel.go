@@ -45,6 +45,8 @@ type Kernel interface {
 	// flow table; Stats reads the datapath's global counters; Generation
 	// is the number of the datapath's current policy.
 	RuleCounters() ([]datapath.Counters, error)
+	// RuleCounter reads one slot's counters (RuleCounters reads all).
+	RuleCounter(slot int) (datapath.Counters, error)
 	Flows(fn func(datapath.Flow) bool) error
 	// TrackFlows walks the flow table for its one tracker (the history
 	// recorder), with the tracker's memo of each flow, then reports the
@@ -112,6 +114,9 @@ func (k *SystemKernel) LinkAttached(ifindex int) (bool, error)    { return k.lin
 func (k *SystemKernel) LookupLink(name string) (int, bool, error) { return LookupLink(name) }
 func (k *SystemKernel) RuleCounters() ([]datapath.Counters, error) {
 	return k.DP.UsedRuleCounters()
+}
+func (k *SystemKernel) RuleCounter(slot int) (datapath.Counters, error) {
+	return k.DP.RuleCounter(slot)
 }
 func (k *SystemKernel) Flows(fn func(datapath.Flow) bool) error { return k.DP.Flows(fn) }
 func (k *SystemKernel) TrackFlows(fn func(datapath.Flow, *datapath.FlowMemo) bool, gone func(datapath.Flow, datapath.FlowMemo)) error {
