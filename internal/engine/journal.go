@@ -274,7 +274,16 @@ func (s *stateStore) diff(ov *overlay, slots *slotTable, keys keyTable) ([]journ
 	diffVals(jSlotRule, os.Rules, ns.Rules, add)
 	diffVals(jSlotClass, os.Classes, ns.Classes, add)
 	diffVals(jSlotResv, os.Resv, ns.Resv, add)
-	diffVals(jBaseline, intKeys(os.Baselines), intKeys(ns.Baselines), add)
+	for slot, v := range ns.Baselines {
+		if ov, ok := os.Baselines[slot]; !ok || ov != v {
+			add(jBaseline, strconv.Itoa(slot), v, false)
+		}
+	}
+	for slot := range os.Baselines {
+		if _, ok := ns.Baselines[slot]; !ok {
+			add(jBaseline, strconv.Itoa(slot), nil, true)
+		}
+	}
 	diffPtrs(jKey, s.keys, keys, add)
 	for _, k := range s.answered {
 		if e, ok := keys[k]; ok && e == s.keys[k] {
@@ -308,15 +317,6 @@ func diffVals[V comparable](kind string, old, cur map[string]V, add func(kind, n
 			add(kind, n, nil, true)
 		}
 	}
-}
-
-// intKeys spells a baseline table's slots as strings for the journal.
-func intKeys(m map[int]baseCounter) map[string]baseCounter {
-	out := make(map[string]baseCounter, len(m))
-	for k, v := range m {
-		out[strconv.Itoa(k)] = v
-	}
-	return out
 }
 
 func encodeRecord(r journalRecord) ([]byte, error) {

@@ -147,43 +147,55 @@ func merge(base *policy.Policy, persist, temp *overlay) merged {
 // object came from; mark, if set, tells an object whether it is temporary.
 func layer[T any](sources map[string]string, prefix string, base []T, name func(T) string,
 	baseSource func(string) string, persist, temp map[string]*T, mark func(*T, bool)) []T {
-	byName := map[string]T{}
-	var order []string
-	put := func(n string, v T, src string) {
-		if _, ok := byName[n]; !ok {
-			order = append(order, n)
+	// One copy of each object into out, by position; a removed object
+	// keeps its slot (and gets it back if a later overlay adds it again)
+	// until the end. Runs on every change over the whole policy.
+	n := len(base) + len(persist) + len(temp)
+	out := make([]T, 0, n)
+	alive := make([]bool, 0, n)
+	pos := make(map[string]int, n)
+	put := func(nm string, v *T, src string) {
+		if i, ok := pos[nm]; ok {
+			out[i], alive[i] = *v, true
+		} else {
+			pos[nm] = len(out)
+			out, alive = append(out, *v), append(alive, true)
 		}
-		byName[n] = v
-		sources[prefix+n] = src
+		sources[prefix+nm] = src
 	}
-	for _, v := range base {
-		put(name(v), v, baseSource(name(v)))
+	for i := range base {
+		nm := name(base[i])
+		put(nm, &base[i], baseSource(nm))
 	}
 	for _, ov := range []struct {
 		m   map[string]*T
 		src string
 	}{{persist, srcAPI}, {temp, srcTemp}} {
-		for _, n := range sortedKeys(ov.m) {
-			v := ov.m[n]
+		for _, nm := range sortedKeys(ov.m) {
+			v := ov.m[nm]
 			if v == nil {
-				delete(byName, n)
+				if i, ok := pos[nm]; ok {
+					alive[i] = false
+				}
 				continue
 			}
 			c := *v
 			if mark != nil {
 				mark(&c, ov.src == srcTemp)
 			}
-			put(n, c, ov.src)
+			put(nm, &c, ov.src)
 		}
 	}
-	var out []T
-	for _, n := range order {
-		if v, ok := byName[n]; ok {
-			out = append(out, v)
-			delete(byName, n)
+	kept := out[:0]
+	for i := range out {
+		if alive[i] {
+			kept = append(kept, out[i])
 		}
 	}
-	return out
+	if len(kept) == 0 {
+		return nil
+	}
+	return kept
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -88,13 +88,31 @@ func (v *validator) checkName(kind, name string, idx int, seen map[string]bool) 
 		v.add(obj, "name", "", "missing", "every "+kind+" needs a name")
 	case len(name) > MaxNameLen:
 		v.add(obj, "name", name, fmt.Sprintf("too long: %d bytes, at most %d", len(name), MaxNameLen), "e.g. "+suggestName(name))
-	case !nameRE.MatchString(name):
+	case !validName(name):
 		v.add(obj, "name", name, "not a valid name", "use 1-63 of a-z 0-9 _ . - starting with a letter or digit, e.g. "+suggestName(name))
 	case seen[name]:
 		v.add(obj, "name", name, "duplicate "+kind+" name", "names must be unique")
 	}
 	seen[name] = true
 	return obj
+}
+
+// validName is nameRE.MatchString(name) without the regexp engine (it
+// runs for every object on every validation).
+func validName(name string) bool {
+	if len(name) == 0 || len(name) > 63 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // suggestName turns s into a valid name, for hints.
