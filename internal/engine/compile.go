@@ -84,6 +84,7 @@ func compile(p *policy.Policy, runs []runCgroup, slots *slotTable, cgRoot string
 			Default: cl.Name == policy.DefaultClassName,
 		})
 	}
+	c.Datapath.Rules = make([]datapath.Rule, 0, len(p.Rules))
 	for _, r := range p.OrderedRules() {
 		slot, ok := slots.Rules[r.Name]
 		if !ok {
