@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math"
 	"math/bits"
 	"net/netip"
@@ -286,23 +287,49 @@ func compileResv(p Policy, rules []hostqosHqRule) (map[uint16]hostqosHqResv, err
 // and of those with a session limit. Buffers that never had a reservation
 // and get none are left alone.
 func (d *Datapath) writeResv(buf uint32, slots map[uint16]hostqosHqResv, hadAny bool) (nresv, nsess uint16, err error) {
-	if len(slots) == 0 && !hadAny {
-		return 0, 0, nil
-	}
-	keys := make([]uint32, MaxRules)
-	vals := make([]hostqosHqResv, MaxRules)
-	for i := range keys {
-		keys[i] = buf*uint32(MaxRules) + uint32(i)
-	}
-	for s, v := range slots {
-		vals[s] = v
+	for _, v := range slots {
 		nresv++
 		if v.MaxSessions > 0 {
 			nsess++
 		}
 	}
+	have := d.resvBufs[buf]
+	if len(slots) == 0 && (have != nil && len(have) == 0 || have == nil && !hadAny) {
+		d.resvBufs[buf] = map[uint16]hostqosHqResv{} // all zero
+		return 0, 0, nil
+	}
+	// Only the slots that differ from what the buffer holds are written
+	// (all of them when that is unknown: adopted state, a failed write).
+	d.resvBufs[buf] = nil
+	var keys []uint32
+	var vals []hostqosHqResv
+	if have == nil {
+		keys = make([]uint32, MaxRules)
+		vals = make([]hostqosHqResv, MaxRules)
+		for i := range keys {
+			keys[i] = buf*uint32(MaxRules) + uint32(i)
+		}
+		for s, v := range slots {
+			vals[s] = v
+		}
+	} else {
+		for s, v := range slots {
+			if hv, ok := have[s]; !ok || hv != v {
+				keys, vals = append(keys, buf*uint32(MaxRules)+uint32(s)), append(vals, v)
+			}
+		}
+		for s := range have {
+			if _, ok := slots[s]; !ok {
+				keys, vals = append(keys, buf*uint32(MaxRules)+uint32(s)), append(vals, hostqosHqResv{})
+			}
+		}
+	}
 	if err := batchUpdate(d.objs.HqRuleResv, keys, vals); err != nil {
 		return 0, 0, fmt.Errorf("write reservations of the rules: %w", err)
+	}
+	d.resvBufs[buf] = maps.Clone(slots)
+	if d.resvBufs[buf] == nil {
+		d.resvBufs[buf] = map[uint16]hostqosHqResv{}
 	}
 	return nresv, nsess, nil
 }
@@ -382,6 +409,16 @@ func (d *Datapath) ReservationCounters() (map[uint16]ResvCounters, error) {
 func (d *Datapath) activeResv(buf uint32) (map[uint16]bool, error) {
 	if d.stateView().Buf[buf].Nresv == 0 {
 		return map[uint16]bool{}, nil
+	}
+	if known := d.resvBufs[buf]; known != nil {
+		// What Apply wrote: no read of every slot (16,384 lookups).
+		ids := map[uint16]bool{}
+		for _, v := range known {
+			if v.Id != 0 {
+				ids[v.Id] = true
+			}
+		}
+		return ids, nil
 	}
 	return d.resvIDs(buf)
 }
