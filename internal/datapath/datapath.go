@@ -69,11 +69,11 @@ type Datapath struct {
 	inLast map[uint16]inLimit
 	// bufs is what Apply last wrote to each policy buffer (nil =
 	// unknown: adopted, or a write failed); guarded by mu.
-	bufs    [2]*bufState
+	bufs [2]*bufState
 	// resvBufs are the reservations Apply last wrote to each buffer of
 	// hq_rule_resv, by rule slot (nil = unknown; see writeResv).
 	resvBufs [2]map[uint16]hostqosHqResv
-	adopted bool
+	adopted  bool
 	// Map iterators for Flows (IPv4 and IPv6 tables) and RuleCounters,
 	// attached on first use; guarded by mu.
 	flowIter4, flowIter6, ctrIter *link.Iter

@@ -87,12 +87,12 @@ func compile(p Policy) (*compiled, error) {
 		return b
 	}
 	for i, r := range p.Rules {
-		where := fmt.Sprintf("rule %d (slot %d)", i, r.Slot)
+		where := func() string { return fmt.Sprintf("rule %d (slot %d)", i, r.Slot) } // for errors only: no Sprintf per rule
 		if int(r.Slot) >= MaxRules {
-			return nil, fmt.Errorf("%s: slot %d out of range 0..%d", where, r.Slot, MaxRules-1)
+			return nil, fmt.Errorf("%s: slot %d out of range 0..%d", where(), r.Slot, MaxRules-1)
 		}
 		if j, dup := slots[r.Slot]; dup {
-			return nil, fmt.Errorf("%s: slot %d already used by rule %d", where, r.Slot, j)
+			return nil, fmt.Errorf("%s: slot %d already used by rule %d", where(), r.Slot, j)
 		}
 		slots[r.Slot] = i
 		br := hostqosHqRule{
@@ -106,46 +106,46 @@ func compile(p Policy) (*compiled, error) {
 		switch r.ActionCode {
 		case ActPass, ActDrop, ActObserve:
 		default:
-			return nil, fmt.Errorf("%s: action %d unknown", where, r.ActionCode)
+			return nil, fmt.Errorf("%s: action %d unknown", where(), r.ActionCode)
 		}
 		if r.PoliceRate > 0 {
 			if r.ActionCode != ActPass {
-				return nil, fmt.Errorf("%s: a policer needs action pass, not %d", where, r.ActionCode)
+				return nil, fmt.Errorf("%s: a policer needs action pass, not %d", where(), r.ActionCode)
 			}
 			if r.PoliceBurst == 0 {
-				return nil, fmt.Errorf("%s: policer burst 0: must hold at least one packet", where)
+				return nil, fmt.Errorf("%s: policer burst 0: must hold at least one packet", where())
 			}
 			br.Action = uint8(ActPolice)
 			c.police = append(c.police, newPolicer(r.Slot, r.PoliceRate, r.PoliceBurst))
 		}
 		if r.MaxBWIn > 0 && r.ActionCode != ActPass {
-			return nil, fmt.Errorf("%s: a download limit needs action pass, not %d", where, r.ActionCode)
+			return nil, fmt.Errorf("%s: a download limit needs action pass, not %d", where(), r.ActionCode)
 		}
 		c.in = append(c.in, newInLimit(r.Slot, r.MaxBWIn))
 		if r.DSCP < -1 || r.DSCP > 63 {
-			return nil, fmt.Errorf("%s: DSCP %d out of range -1..63", where, r.DSCP)
+			return nil, fmt.Errorf("%s: DSCP %d out of range -1..63", where(), r.DSCP)
 		}
 		if r.DSCPIn < -1 || r.DSCPIn > 63 {
-			return nil, fmt.Errorf("%s: DSCPIn %d out of range -1..63", where, r.DSCPIn)
+			return nil, fmt.Errorf("%s: DSCPIn %d out of range -1..63", where(), r.DSCPIn)
 		}
 		var err error
 		if br.LportLo, br.LportHi, err = portRange(r.LPortFrom, r.LPortTo); err != nil {
-			return nil, fmt.Errorf("%s: local ports: %w", where, err)
+			return nil, fmt.Errorf("%s: local ports: %w", where(), err)
 		}
 		if br.RportLo, br.RportHi, err = portRange(r.RPortFrom, r.RPortTo); err != nil {
-			return nil, fmt.Errorf("%s: remote ports: %w", where, err)
+			return nil, fmt.Errorf("%s: remote ports: %w", where(), err)
 		}
 		lf, err := prefixWords(r.Local, &br.LocalAddr, &br.LocalMask)
 		if err != nil {
-			return nil, fmt.Errorf("%s: local prefix: %w", where, err)
+			return nil, fmt.Errorf("%s: local prefix: %w", where(), err)
 		}
 		rf, err := prefixWords(r.Remote, &br.RemoteAddr, &br.RemoteMask)
 		if err != nil {
-			return nil, fmt.Errorf("%s: remote prefix: %w", where, err)
+			return nil, fmt.Errorf("%s: remote prefix: %w", where(), err)
 		}
 		switch {
 		case lf != famAny && rf != famAny && lf != rf:
-			return nil, fmt.Errorf("%s: local prefix %s and remote prefix %s are of different address families", where, r.Local, r.Remote)
+			return nil, fmt.Errorf("%s: local prefix %s and remote prefix %s are of different address families", where(), r.Local, r.Remote)
 		case lf != famAny:
 			br.Family = lf
 		default:
@@ -155,7 +155,7 @@ func compile(p Policy) (*compiled, error) {
 		hasApp := len(r.Exes) > 0 || r.Comm != "" || len(r.Cgroups) > 0 || r.UID != nil
 		if hasApp {
 			if c.appRules >= MaxAppRules {
-				return nil, fmt.Errorf("%s: more than %d rules with app selectors (exe, comm, cgroup, uid)", where, MaxAppRules)
+				return nil, fmt.Errorf("%s: more than %d rules with app selectors (exe, comm, cgroup, uid)", where(), MaxAppRules)
 			}
 			bit := c.appRules
 			c.appRules++
@@ -174,7 +174,7 @@ func compile(p Policy) (*compiled, error) {
 			}
 			if r.Comm != "" {
 				if len(r.Comm) > 15 {
-					return nil, fmt.Errorf("%s: comm %q longer than 15 bytes (the kernel truncates task names to 15)", where, r.Comm)
+					return nil, fmt.Errorf("%s: comm %q longer than 15 bytes (the kernel truncates task names to 15)", where(), r.Comm)
 				}
 				get(c.comm, r.Comm).set(bit)
 				c.rComm.set(bit)
@@ -190,7 +190,7 @@ func compile(p Policy) (*compiled, error) {
 			}
 			for _, g := range r.Cgroups {
 				if g.ID == 0 {
-					return nil, fmt.Errorf("%s: cgroup id 0 is invalid", where)
+					return nil, fmt.Errorf("%s: cgroup id 0 is invalid", where())
 				}
 				b := c.cg[g.ID]
 				if b == nil {

@@ -39,21 +39,24 @@ func (c *compiled) buildTSS() error {
 		proto  uint8
 		hasKey bool
 		mixed  bool
+		id     int // provisional, while entries are collected (see below)
 	}
 	var tuples [2][]*tuple
 	byShape := [2]map[tupleShape]*tuple{{}, {}}
+	ntuples := 0
 	type entry struct {
-		fam   int
 		t     *tuple
-		key   hostqosHqTssKey // Tuple filled in once tuples are ordered
-		rules []uint32
-	}
-	entries := map[struct {
 		fam   int
-		shape tupleShape
-		key   hostqosHqTssKey
-	}]*entry{}
-	var order []*entry
+		key   hostqosHqTssKey // Tuple filled in once tuples are ordered
+		first uint32          // the entry's rules in policy order: first, then more
+		more  []uint32
+	}
+	// An entry is found by its key with the tuple's provisional id in
+	// Tuple (a tuple is one family and shape): one small key per entry,
+	// the maps sized up front (this runs over the whole policy on every
+	// change).
+	entries := make(map[hostqosHqTssKey]int, len(c.rules))
+	order := make([]entry, 0, len(c.rules))
 	for i := range c.rules {
 		r := &c.rules[i]
 		if r.HasApp != 0 {
@@ -72,43 +75,39 @@ func (c *compiled) buildTSS() error {
 		if r.DscpIn >= 0 {
 			sh.dscp, k.Dscp = 0x3f, uint8(r.DscpIn)
 		}
-		protos := []uint8{0}
+		protos, nprotos := [2]uint8{0}, 1
 		if r.Proto != 0 {
 			sh.proto = 0xff
-			protos = []uint8{r.Proto}
+			protos[0] = r.Proto
 			if r.Proto == 1 {
-				protos = []uint8{1, 58}
+				protos, nprotos = [2]uint8{1, 58}, 2
 			}
 		}
-		for fi, fam := range []uint8{famIPv4, famIPv6} {
+		for fi, fam := range [2]uint8{famIPv4, famIPv6} {
 			if r.Family != famAny && r.Family != fam {
 				continue
 			}
 			t := byShape[fi][sh]
 			if t == nil {
-				t = &tuple{shape: sh, min: uint32(i)}
+				t = &tuple{shape: sh, min: uint32(i), id: ntuples}
+				ntuples++
 				byShape[fi][sh] = t
 				tuples[fi] = append(tuples[fi], t)
 			}
-			for _, pr := range protos {
+			for _, pr := range protos[:nprotos] {
 				if !t.hasKey {
 					t.proto, t.hasKey = pr, true
 				} else if t.proto != pr {
 					t.mixed = true
 				}
 				k.Proto = pr
-				ek := struct {
-					fam   int
-					shape tupleShape
-					key   hostqosHqTssKey
-				}{fi, sh, k}
-				e := entries[ek]
-				if e == nil {
-					e = &entry{fam: fi, t: t, key: k}
-					entries[ek] = e
-					order = append(order, e)
+				k.Tuple = uint32(t.id)
+				if ei, ok := entries[k]; ok {
+					order[ei].more = append(order[ei].more, uint32(i))
+					continue
 				}
-				e.rules = append(e.rules, uint32(i))
+				entries[k] = len(order)
+				order = append(order, entry{fam: fi, t: t, key: k, first: uint32(i)})
 			}
 		}
 	}
@@ -131,13 +130,14 @@ func (c *compiled) buildTSS() error {
 	}
 	c.tss = make(map[hostqosHqTssKey]hostqosHqTnode, len(order))
 	c.tnodes = []hostqosHqTnode{{}}
-	for _, e := range order {
+	for i := range order {
+		e := &order[i]
 		// The tuple's index within the buffer's part of hq_tuples; Apply
 		// adds the buffer's offset.
 		e.key.Tuple = uint32(e.fam*maxTuples + e.t.pos)
-		head := hostqosHqTnode{Rule: e.rules[0]}
+		head := hostqosHqTnode{Rule: e.first}
 		prev := -1
-		for _, ri := range e.rules[1:] {
+		for _, ri := range e.more {
 			n := uint32(len(c.tnodes))
 			if prev < 0 {
 				head.Next = n
