@@ -87,6 +87,6 @@ func benchRuleAdd(e *env, r *Report) error {
 			r.metric(fmt.Sprintf("add_maxbw_ms_%d_links_%d_rules", nl, nr), float64(capped.Microseconds())/1000)
 		}
 	}
-	r.note("a rule without bandwidth changes no HTB tree: only the datapath's rules are written (and of them only the entries that differ); a rule with maxbw adds a leaf to every shaped link's tree, so each of those links is re-shaped")
+	r.note("a rule without bandwidth changes no HTB tree: only the datapath's rules are written (and of them only the entries that differ); a rule with maxbw adds a leaf to every shaped link's tree, so each of those links is re-shaped; the state write is one journal record of the change (fsync), not the whole state")
 	return nil
 }
