@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 
 	"github.com/hostqos/hostqos/internal/policy"
@@ -223,14 +222,6 @@ func (s *stateStore) compact(ov *overlay, slots *slotTable, keys keyTable) error
 	}
 	s.f, s.size, s.records, s.broken = f, 0, 0, false
 	return nil
-}
-
-// close closes the journal.
-func (s *stateStore) close() {
-	if s.f != nil {
-		s.f.Close()
-		s.f = nil
-	}
 }
 
 // diff lists what differs between the file's state and the new one.
@@ -507,18 +498,4 @@ func writeSnapshot(path string, ov *overlay, slots *slotTable, keys keyTable, ep
 		return 0, nil
 	}
 	return fi.Size(), nil
-}
-
-// removeJournal deletes a state file's journal (after a whole write that
-// the journal must not be replayed over) and syncs the directory.
-func removeJournal(path string) error {
-	err := os.Remove(journalPath(path))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove state journal %s: %w", journalPath(path), err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }
