@@ -91,8 +91,20 @@ type QSockInfo struct {
 	Rate uint64 `json:"rate"`
 }
 
+// QSocketsAPI is what Client.QSockets offers: the qsocket routes.
+type QSocketsAPI interface {
+	Init(ctx context.Context, req QSockInit) error
+	List(ctx context.Context) ([]QSocket, error)
+	Attach(ctx context.Context, fd int, p QSockParams) (QSocket, error)
+	Change(ctx context.Context, fd int, p QSockParams) (QSocket, error)
+	Info(ctx context.Context, fd int) (QSockInfo, error)
+	Detach(ctx context.Context, fd int) error
+}
+
+var _ QSocketsAPI = (*QSocketsClient)(nil)
+
 // QSockets is the client of the qsocket routes.
-func (c *Client) QSockets() *QSocketsClient { return &QSocketsClient{c: c} }
+func (c *Client) QSockets() QSocketsAPI { return &QSocketsClient{c: c} }
 
 // QSocketsClient is what Client.QSockets returns.
 type QSocketsClient struct{ c *Client }

@@ -38,6 +38,7 @@ type apiClient interface {
 	RSVP() api.RSVPAPI
 	History() api.HistoryAPI
 	Shield() api.ShieldAPI
+	QSockets() api.QSocketsAPI
 }
 
 var _ apiClient = (*api.Client)(nil)

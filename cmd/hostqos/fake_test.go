@@ -83,6 +83,8 @@ func (h fakeHistory) Get(_ context.Context, q api.HistoryQuery) (api.History, er
 }
 func (f *fakeClient) Shield() api.ShieldAPI { return nil }
 
+func (f *fakeClient) QSockets() api.QSocketsAPI { return nil }
+
 type fakeLinks struct{ f *fakeClient }
 
 func (l fakeLinks) List(context.Context) ([]api.LinkStatus, error) {

@@ -79,7 +79,7 @@ default /run/hostqos/hostqosd.sock).`,
 		newConfigCmd(f), newToolCmd(f), newRtchanCmd(f), newPlotCmd(f),
 	)
 	root.AddCommand(newEventsCmd(f), newResvCmd(f), newRSVPCmd(f))
-	root.AddCommand(newBlockCmd(f), newProtectCmd(f))
+	root.AddCommand(newBlockCmd(f), newProtectCmd(f), newQSockCmd(f))
 	root.AddCommand(newTopCmd(f))
 	root.AddCommand(newLabCmds(f)...)
 	return root

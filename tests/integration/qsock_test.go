@@ -144,6 +144,13 @@ func TestQSockets(t *testing.T) {
 		t.Errorf("Go qinfo after attach: %+v, want class bulk, at least 3 packets, TCP_INFO", in)
 	}
 	checkReattached(t, sn, 7403, 10)
+	// hostqos qsock list: root sees it, nobody (not the owner) does not.
+	if out := e.hostqos("qsock", "list"); !regexp.MustCompile(`(?m)^\d+\s+0\s+bulk\s+10\s+fifo\s+\d+$`).MatchString(out) {
+		t.Errorf("hostqos qsock list as root does not show the Go qsocket:\n%s", out)
+	}
+	if out, err := e.userHostqos(uidNobody, "qsock", "list", "-o", "json"); err != nil || strings.TrimSpace(out) != "[]" {
+		t.Errorf("hostqos qsock list as nobody: %v\n%s\nwant [] (root's qsocket hidden)", err, out)
+	}
 
 	// Python: the same.
 	tcpSink(t, e, srv+":7404")
