@@ -851,3 +851,112 @@ int qclose(int fd)
 		return fail(errno, "qclose: %s", strerror(errno));
 	return 0;
 }
+
+/* ------------------------------------------------------------------ */
+/* RSVP (RAPI-like)                                                     */
+/* ------------------------------------------------------------------ */
+
+/* A session name that can go into a URL path as it is. */
+static int rsvp_name_ok(const char *op, const char *name)
+{
+	size_t i, n;
+
+	if (!name || !name[0])
+		return fail(EINVAL, "%s: no session name", op);
+	n = strlen(name);
+	if (n > 63)
+		return fail(EINVAL, "%s: session name of %zu characters; at most 63", op, n);
+	for (i = 0; i < n; i++) {
+		char c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+			return fail(EINVAL, "%s: session name \"%s\": use letters, digits, '.', '_', '-'", op, name);
+	}
+	return 0;
+}
+
+static void tspec_json(char *b, size_t n, const struct rsvp_tspec *t, int flowspec)
+{
+	add(b, n, "{\"r_Bps\":%llu,\"b_B\":%llu", (unsigned long long)t->r,
+	    (unsigned long long)t->b);
+	if (t->p)
+		add(b, n, ",\"p_Bps\":%llu", (unsigned long long)t->p);
+	add(b, n, ",\"m_B\":%llu,\"M_B\":%llu", (unsigned long long)(t->m ? t->m : 64),
+	    (unsigned long long)(t->M ? t->M : 1500));
+	if (flowspec && t->R)
+		add(b, n, ",\"R_Bps\":%llu", (unsigned long long)t->R);
+	if (flowspec && t->S_us)
+		add(b, n, ",\"S_us\":%u", t->S_us);
+	add(b, n, "}");
+}
+
+int rsvp_session(const char *name, const char *dest, const char *proto)
+{
+	char body[512], ans[8192];
+
+	if (rsvp_name_ok("rsvp_session", name) < 0)
+		return -1;
+	if (!dest || !proto)
+		return fail(EINVAL, "rsvp_session: no destination or protocol");
+	body[0] = 0;
+	add(body, sizeof(body), "{\"name\":");
+	json_str(body, sizeof(body), name);
+	add(body, sizeof(body), ",\"dest\":");
+	json_str(body, sizeof(body), dest);
+	add(body, sizeof(body), ",\"proto\":");
+	json_str(body, sizeof(body), proto);
+	add(body, sizeof(body), "}");
+	return call("rsvp_session", "POST", "/v1/rsvp/sessions", body, -1, ans, sizeof(ans));
+}
+
+int rsvp_sender(const char *name, uint16_t port, const struct rsvp_tspec *t)
+{
+	char body[512], path[128], ans[8192];
+
+	if (rsvp_name_ok("rsvp_sender", name) < 0)
+		return -1;
+	if (!t)
+		return fail(EINVAL, "rsvp_sender: no Tspec");
+	body[0] = 0;
+	add(body, sizeof(body), "{\"port\":%u,\"tspec\":", (unsigned)port);
+	tspec_json(body, sizeof(body), t, 0);
+	add(body, sizeof(body), "}");
+	snprintf(path, sizeof(path), "/v1/rsvp/sessions/%s/sender", name);
+	return call("rsvp_sender", "PUT", path, body, -1, ans, sizeof(ans));
+}
+
+int rsvp_reserve(const char *name, const char *service,
+		 const struct rsvp_tspec *fs, const char *style, int confirm)
+{
+	char body[512], path[128], ans[8192];
+
+	if (rsvp_name_ok("rsvp_reserve", name) < 0)
+		return -1;
+	if (!service || !fs)
+		return fail(EINVAL, "rsvp_reserve: no service or flowspec");
+	body[0] = 0;
+	add(body, sizeof(body), "{\"service\":");
+	json_str(body, sizeof(body), service);
+	add(body, sizeof(body), ",\"flowspec\":");
+	tspec_json(body, sizeof(body), fs, 1);
+	if (style) {
+		add(body, sizeof(body), ",\"style\":");
+		json_str(body, sizeof(body), style);
+	}
+	if (confirm)
+		add(body, sizeof(body), ",\"confirm\":true");
+	add(body, sizeof(body), "}");
+	snprintf(path, sizeof(path), "/v1/rsvp/sessions/%s/reservation", name);
+	return call("rsvp_reserve", "PUT", path, body, -1, ans, sizeof(ans));
+}
+
+int rsvp_remove(const char *name)
+{
+	char path[128], ans[4096];
+
+	if (rsvp_name_ok("rsvp_remove", name) < 0)
+		return -1;
+	snprintf(path, sizeof(path), "/v1/rsvp/sessions/%s", name);
+	return call("rsvp_remove", "DELETE", path, "", -1, ans, sizeof(ans));
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"github.com/hostqos/hostqos/internal/testutil"
 	"github.com/hostqos/hostqos/internal/testutil/daemontest"
 	"github.com/hostqos/hostqos/internal/traffic"
+	"github.com/hostqos/hostqos/qsock"
 )
 
 // The three-host RSVP test's figures. The router's link toward the
@@ -289,14 +291,34 @@ func TestRSVPThreeHosts(t *testing.T) {
 
 	// IPv6 end to end on the same hosts: the router intercepts the Path
 	// by its hop-by-hop Router Alert option (value 1, RSVP), installs,
-	// the sender confirms, ResvTear removes; no traffic run.
+	// the sender confirms, ResvTear removes; no traffic run. The
+	// applications' calls: the sender's through libhostqos (C), the
+	// receiver's through the Go package qsock.
 	t.Run("IPv6ReserveConfirmTear", func(t *testing.T) {
 		S6, D6 := p.ClientV6, p.ServerV6
 		dest6 := fmt.Sprintf("[%s]:5004", D6)
 		seq := rcv.lastSeq()
-		snd.cli(t, "rsvp", "session", "add", "rtp6", "--dest", dest6, "--proto", "udp")
-		rcv.cli(t, "rsvp", "session", "add", "rtp6", "--dest", dest6, "--proto", "udp")
-		snd.cli(t, "rsvp", "sender", "rtp6", "--tspec", tspec, "--sport", "4000")
+		prog := filepath.Join(t.TempDir(), "rsvp_rapi")
+		mustRun(t, exec.Command("cc", "-std=gnu11", "-Wall", "-Werror", "-I../../libhostqos/include", "-o", prog,
+			"testdata/rsvp_rapi.c", "../../libhostqos/src/qsock.c", "-lpthread"))
+		rapi := func(args ...string) string {
+			cmd := exec.Command(prog, args...)
+			cmd.Env = append(os.Environ(), "HOSTQOS_SOCKET="+snd.d.Socket)
+			return mustRun(t, cmd)
+		}
+		out := rapi("send", "rtp6", dest6, "udp", "4000", fmt.Sprint(rsvpRate), fmt.Sprint(rsvpBucket), fmt.Sprint(rsvpMaxPacket))
+		t.Logf("C RAPI calls on the sender:\n%s", out)
+		if !strings.Contains(out, "bad proto refused errno=22: ") || !strings.Contains(out, "sctp") {
+			t.Errorf("libhostqos: a refused rsvp_session does not carry EINVAL and the daemon's reason:\n%s", out)
+		}
+		qsock.Client = rcv.d.Client
+		t.Cleanup(func() { qsock.Client = nil })
+		if err := qsock.RSVPSession("rtp6", dest6, "udp"); err != nil {
+			t.Fatal(err)
+		}
+		if err := qsock.RSVPSession("rtp6", dest6, "udp"); !errors.Is(err, syscall.EEXIST) && !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("qsock.RSVPSession of an existing name: %v, want EEXIST or EINVAL", err)
+		}
 		if ev := rcv.event(t, "rsvp.path", seq); fmt.Sprint(ev.Fields["dest"]) != D6.String() {
 			t.Fatalf("Path upcall at the receiver: %+v, want the IPv6 session's", ev)
 		}
@@ -310,9 +332,15 @@ func TestRSVPThreeHosts(t *testing.T) {
 			t.Errorf("receiver's path states %+v: want the IPv6 session's with previous hop %s (the router)", st.Paths, R6)
 		}
 		seq = rcv.lastSeq()
-		rcv.cli(t, "rsvp", "reserve", "rtp6", "--service", "guaranteed", "--flowspec", flowspec, "--confirm")
+		fs := api.Tspec{Rate: rsvpRate, Bucket: rsvpBucket, MaxUnit: rsvpMaxPacket, MinUnit: 64, ServiceRate: rsvpR}
+		if err := qsock.RSVPReserve("rtp6", "guaranteed", fs, "", true); err != nil {
+			t.Fatal(err)
+		}
 		if ev := rcv.event(t, "rsvp.confirm", seq); fmt.Sprint(ev.Fields["node"]) != S6.String() {
 			t.Errorf("IPv6 reservation confirmed by %v, want the sender %s", ev.Fields["node"], S6)
+		}
+		if s, err := qsock.RSVPGet("rtp6"); err != nil || len(s.Resvs) != 1 || s.Reserve == nil {
+			t.Errorf("qsock.RSVPGet: %+v, %v; want the session with its reservation", s, err)
 		}
 		for _, h := range []*rsvpHost{snd, rtr} {
 			rs := h.reservations(t)
@@ -320,7 +348,9 @@ func TestRSVPThreeHosts(t *testing.T) {
 				t.Fatalf("%s: signalled reservations %+v, want the IPv6 flow's at R=%d", h.node.Name, rs, rsvpR)
 			}
 		}
-		rcv.cli(t, "rsvp", "remove", "rtp6")
+		if err := qsock.RSVPRemove("rtp6"); err != nil {
+			t.Fatal(err)
+		}
 		start := time.Now()
 		for _, h := range []*rsvpHost{rtr, snd} {
 			for len(h.reservations(t)) != 0 {
@@ -330,7 +360,9 @@ func TestRSVPThreeHosts(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
-		snd.cli(t, "rsvp", "remove", "rtp6")
+		if out := rapi("remove", "rtp6"); !strings.Contains(out, "rsvp_remove ok") {
+			t.Errorf("rsvp_remove: %s", out)
+		}
 	})
 
 	t.Run("ReceiverKilledTimesOut", func(t *testing.T) {

@@ -134,6 +134,35 @@ int qclose(int fd);
 /* Why the calling thread's last failed call failed. */
 const char *qstrerror(void);
 
+/* RSVP, RAPI-like (rsvp_session(3), docs/rsvp.md): name a session, send
+ * within a Tspec or reserve with a flowspec; what the network granted comes
+ * as rsvp.* events on the daemon's event stream. Root or group hostqos.
+ * RFC 2210 units: rates in bytes/s, sizes in bytes. */
+struct rsvp_tspec {
+	uint64_t r; /* token rate */
+	uint64_t b; /* bucket depth */
+	uint64_t p; /* peak rate, 0 = no peak term */
+	uint64_t m; /* minimum policed unit (0: 64) */
+	uint64_t M; /* maximum packet size (0: 1500) */
+	uint64_t R; /* guaranteed service: rate R >= r (flowspec only) */
+	uint32_t S_us; /* guaranteed service: slack (flowspec only) */
+};
+
+/* Creates session name toward dest "ADDR:PORT" ("[ADDR]:PORT" for IPv6),
+ * proto "udp" or "tcp". Names: letters, digits, '.', '_', '-'. */
+int rsvp_session(const char *name, const char *dest, const char *proto);
+
+/* This host sends for session name from port (0: any) within *t. */
+int rsvp_sender(const char *name, uint16_t port, const struct rsvp_tspec *t);
+
+/* As the receiver, asks service "guaranteed" or "controlled-load" with
+ * flowspec *fs, style "ff" or "se" (NULL: ff), a ResvConf if confirm. */
+int rsvp_reserve(const char *name, const char *service,
+		 const struct rsvp_tspec *fs, const char *style, int confirm);
+
+/* Tears session name down (PathTear, ResvTear) and forgets it. */
+int rsvp_remove(const char *name);
+
 /* The daemon's socket: $HOSTQOS_SOCKET, else this. */
 #define HOSTQOS_DEFAULT_SOCKET "/run/hostqos/hostqosd.sock"
 
