@@ -39,6 +39,9 @@ type Config struct {
 	// Limits on ordinary users' qsockets (0 = the defaults,
 	// DefaultMaxQSocksPerUser and DefaultMaxUserQSocks).
 	MaxQSocksPerUser, MaxUserQSocks int
+	// MaxRTChannelsPerUser bounds an ordinary user's real-time channels
+	// (0: DefaultMaxRTChannelsPerUser; rtchannels.go).
+	MaxRTChannelsPerUser int
 	// Bounds of ordinary users' event streams (0 = the defaults); see
 	// Subscribe.
 	MaxSubscribersPerUser, MaxUserSubscribers int
@@ -92,6 +95,7 @@ type Engine struct {
 	commit  *PendingKey
 
 	events *eventHub // the event stream (events.go)
+	rt     rtRegistry // real-time channels admitted host-wide (rtchannels.go)
 	// resvBroken are the reservations' current problems, "name\x00why"
 	// (see watchReservations).
 	resvBroken map[string]bool

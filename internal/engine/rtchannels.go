@@ -1,0 +1,318 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/rtchan"
+)
+
+// Real-time channels admitted host-wide (issue 13 item 5, docs/rtchan.md
+// "Host-wide admission"). A process using the rtchan library asks the
+// daemon before it establishes a channel; the engine runs rtchan's D_order
+// test (Params.Admit, the library's own arithmetic) over every channel on
+// the link, of every process, so that two processes cannot together
+// over-commit it. A channel belongs to the process that asked (held by a
+// pidfd in the front door) and is released when that process exits or
+// closes it.
+
+// Defaults of the limits on channels (per ordinary user, and of everyone).
+const (
+	DefaultMaxRTChannelsPerUser = 16
+	DefaultMaxRTChannels        = 256
+)
+
+// Bounds of a channel request's fields.
+const (
+	maxRTMessage = 64 << 20 // bytes
+	maxRTBurst   = 1 << 16  // messages
+	maxRTPeriod  = time.Hour
+	maxRTDelay   = time.Hour
+	maxRTName    = 64
+)
+
+// Events of channels.
+const (
+	EventRTAdmitted = "rtchannel.admitted"
+	EventRTRefused  = "rtchannel.refused"
+	EventRTReleased = "rtchannel.released"
+)
+
+// RTOwner is the process that owns a channel, held so that it cannot be
+// swapped (the daemon's is a pidfd): Alive reports whether it still runs.
+type RTOwner interface {
+	PID() int
+	Exe() string
+	Alive() bool
+	Close()
+}
+
+type rtChannel struct {
+	ch    api.RTChannel
+	spec  rtchan.Spec
+	owner RTOwner
+}
+
+// rtRegistry holds the admitted channels. Its own lock serialises
+// admission; it is never held while talking to a client.
+type rtRegistry struct {
+	mu    sync.Mutex
+	next  uint64
+	chans map[uint64]*rtChannel
+}
+
+// rtReg returns the registry, locked; the caller unlocks r.mu.
+func (e *Engine) rtReg() *rtRegistry {
+	r := &e.rt
+	r.mu.Lock()
+	if r.chans == nil {
+		r.chans = map[uint64]*rtChannel{}
+	}
+	return r
+}
+
+func rtField(field, value, reason, fix string) *policy.FieldError {
+	return &policy.FieldError{Source: "api", Object: "rtchannel", Field: field, Value: policy.Clip(value), Reason: reason, Fix: fix}
+}
+
+// ValidateRTChannel checks a request's fields by themselves.
+func ValidateRTChannel(req api.RTChannelRequest) error {
+	var errs policy.Errors
+	if len(req.Name) > maxRTName {
+		errs = append(errs, rtField("name", req.Name, fmt.Sprintf("longer than %d bytes", maxRTName), "give a shorter name"))
+	}
+	if req.Link == "" {
+		errs = append(errs, rtField("link", req.Link, "no link given", "name a managed link (hostqos link list)"))
+	}
+	if req.MessageBytes <= 0 || req.MessageBytes > maxRTMessage {
+		errs = append(errs, rtField("message_bytes", strconv.Itoa(req.MessageBytes), "a message is 1 byte … 64 MiB", "give the largest message the channel sends"))
+	}
+	if req.Period <= 0 || req.Period > maxRTPeriod {
+		errs = append(errs, rtField("period", req.Period.String(), "a period is 1ns … 1h", "give the least time between messages, e.g. 10ms for 100 messages/s"))
+	}
+	if req.Burst <= 0 || req.Burst > maxRTBurst {
+		errs = append(errs, rtField("burst", strconv.Itoa(req.Burst), "a burst is 1 … 65536 messages", "give the most messages sent back to back, e.g. 1"))
+	}
+	if req.Delay <= 0 || req.Delay > maxRTDelay {
+		errs = append(errs, rtField("delay", req.Delay.String(), "a delay bound is 1ns … 1h", "give the end-to-end delay bound, e.g. 20ms"))
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// rtParams is the admission model of a managed link: rtchan's UDP
+// parameters at the link's egress rate.
+func (e *Engine) rtParams(link string) (rtchan.Params, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range e.eff.Policy.Links {
+		if l.Name != link {
+			continue
+		}
+		if l.EgressRate == 0 {
+			return rtchan.Params{}, rtField("link", link, "the link has no egress_rate: nothing to admit against", "set one: hostqos link set "+link+" --egress-rate 100mbit")
+		}
+		return rtchan.UDPParams(int64(l.EgressRate)), nil
+	}
+	return rtchan.Params{}, rtField("link", link, "not a managed link", "manage it first: hostqos link set "+link+" --egress-rate RATE")
+}
+
+func rtSpec(id uint64, req api.RTChannelRequest) rtchan.Spec {
+	return rtchan.Spec{Name: "#" + strconv.FormatUint(id, 10), Mmax: req.MessageBytes, Imin: req.Period, Bmax: req.Burst, Delay: req.Delay}
+}
+
+// rtRefusal is an admission refusal: it names the channel whose bound
+// fails (the new one or an established one, with its owner).
+func (r *rtRegistry) rtRefusal(ae *rtchan.AdmissionError, req api.RTChannelRequest) error {
+	failing := "the new channel"
+	if ae.Failing != ae.Channel {
+		id, _ := strconv.ParseUint(ae.Failing[1:], 10, 64)
+		if c, ok := r.chans[id]; ok {
+			failing = fmt.Sprintf("established channel %d %q of pid %d (%s)", id, c.ch.Name, c.ch.PID, c.ch.Exe)
+		}
+	}
+	if ae.Reason == "utilization" {
+		return &TooManyError{Why: fmt.Sprintf("refuse real-time channel on link %s: the link's utilization would reach %.4f at the priority of %s, so its delay bound %v cannot be met; ask for a longer period, smaller messages or a longer delay, or wait for a channel to close (hostqos rtchan list)",
+			req.Link, ae.Util, failing, ae.Bound)}
+	}
+	return &TooManyError{Why: fmt.Sprintf("refuse real-time channel on link %s: %s would have a worst-case response time of %v, beyond its delay bound %v by %v; ask for a longer delay, a longer period or smaller messages, or wait for a channel to close (hostqos rtchan list)",
+		req.Link, failing, ae.Response, ae.Bound, ae.Response-ae.Bound)}
+}
+
+// AdmitRTChannel admits a channel owned by owner (the caller's process)
+// after the D_order test over every channel on the link. Any local user
+// may ask, for their own process only, at most MaxRTChannelsPerUser at
+// once; root and group hostqos are bounded only by MaxRTChannels. A
+// refusal names the failing bound and changes nothing. On success the
+// engine keeps owner (and closes it on release); on error the caller does.
+func (e *Engine) AdmitRTChannel(who Caller, req api.RTChannelRequest, owner RTOwner) (api.RTChannel, error) {
+	if err := ValidateRTChannel(req); err != nil {
+		return api.RTChannel{}, err
+	}
+	if owner == nil || !owner.Alive() {
+		return api.RTChannel{}, &BadRequestError{Err: errors.New("the process asking for the channel has exited")}
+	}
+	p, err := e.rtParams(req.Link)
+	if err != nil {
+		return api.RTChannel{}, err
+	}
+	r := e.rtReg()
+	defer r.mu.Unlock()
+	r.sweepLocked(e)
+	mine := 0
+	for _, c := range r.chans {
+		if c.ch.UID == who.UID {
+			mine++
+		}
+	}
+	if !who.Privileged && mine >= e.maxRTPerUser() {
+		return api.RTChannel{}, &TooManyError{Why: fmt.Sprintf("you have %d real-time channels, the most one user may have (hostqosd --max-rtchannels-per-user %d); close one first", mine, e.maxRTPerUser())}
+	}
+	if len(r.chans) >= DefaultMaxRTChannels {
+		return api.RTChannel{}, &TooManyError{Why: fmt.Sprintf("the host has %d real-time channels, the most hostqosd keeps; try again when one closes", len(r.chans))}
+	}
+	id := r.next + 1
+	var est []rtchan.Spec
+	for _, c := range r.sortedLocked() {
+		if c.ch.Link == req.Link {
+			est = append(est, c.spec)
+		}
+	}
+	spec := rtSpec(id, req)
+	if _, err := p.Admit(est, spec); err != nil {
+		var ae *rtchan.AdmissionError
+		if errors.As(err, &ae) {
+			err = r.rtRefusal(ae, req)
+			uid := who.UID
+			e.Publish(api.Event{Kind: EventRTRefused, Subject: "rtchannel/" + req.Link, UID: &uid, Message: err.Error()})
+		}
+		return api.RTChannel{}, err
+	}
+	r.next = id
+	name := req.Name
+	if name == "" {
+		name = "rt" + strconv.FormatUint(id, 10)
+	}
+	c := &rtChannel{spec: spec, owner: owner, ch: api.RTChannel{ID: id, Name: name, Link: req.Link, PID: owner.PID(), UID: who.UID, Exe: owner.Exe(),
+		MessageBytes: req.MessageBytes, Period: req.Period, Burst: req.Burst, Delay: req.Delay, Since: time.Now()}}
+	r.chans[id] = c
+	out := r.listLocked(e, id)
+	uid := who.UID
+	e.Publish(api.Event{Kind: EventRTAdmitted, Subject: fmt.Sprintf("rtchannel/%d", id), UID: &uid,
+		Message: fmt.Sprintf("real-time channel %d (%s) of pid %d admitted on %s: %d B every %v, delay bound %v, worst-case response %v", id, name, c.ch.PID, req.Link, req.MessageBytes, req.Period, out[0].Bound, out[0].Response)})
+	return out[0], nil
+}
+
+func (e *Engine) maxRTPerUser() int {
+	if e.cfg.MaxRTChannelsPerUser > 0 {
+		return e.cfg.MaxRTChannelsPerUser
+	}
+	return DefaultMaxRTChannelsPerUser
+}
+
+func (r *rtRegistry) sortedLocked() []*rtChannel {
+	out := make([]*rtChannel, 0, len(r.chans))
+	for _, c := range r.chans {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *rtChannel) int { return int(a.ch.ID) - int(b.ch.ID) })
+	return out
+}
+
+// listLocked returns the channels (only id when id is not 0) with their
+// bound figures, computed again for each link's current set.
+func (r *rtRegistry) listLocked(e *Engine, id uint64) []api.RTChannel {
+	byLink := map[string][]*rtChannel{}
+	all := r.sortedLocked()
+	for _, c := range all {
+		byLink[c.ch.Link] = append(byLink[c.ch.Link], c)
+	}
+	for link, cs := range byLink {
+		p, err := e.rtParams(link)
+		if err != nil {
+			continue // the link is gone; its channels are shown without figures
+		}
+		specs := make([]rtchan.Spec, len(cs))
+		for i, c := range cs {
+			specs[i] = c.spec
+		}
+		res, _ := p.Analyze(specs)
+		for i, b := range res {
+			cs[i].ch.Priority, cs[i].ch.Ts, cs[i].ch.Tw, cs[i].ch.Bound, cs[i].ch.Response = b.Priority, b.Ts, b.Tw, b.Bound, b.Response
+		}
+	}
+	var out []api.RTChannel
+	for _, c := range all {
+		if id == 0 || c.ch.ID == id {
+			out = append(out, c.ch)
+		}
+	}
+	return out
+}
+
+// rtVisible: an ordinary user sees their own channels; root and group
+// hostqos every one.
+func rtVisible(who Caller, c api.RTChannel) bool { return who.Privileged || c.UID == who.UID }
+
+// RTChannels lists the admitted channels the caller may see (id 0: all).
+func (e *Engine) RTChannels(who Caller, id uint64) ([]api.RTChannel, error) {
+	r := e.rtReg()
+	defer r.mu.Unlock()
+	r.sweepLocked(e)
+	out := []api.RTChannel{}
+	for _, c := range r.listLocked(e, id) {
+		if rtVisible(who, c) {
+			out = append(out, c)
+		}
+	}
+	if id != 0 && len(out) == 0 {
+		return nil, &NotFoundError{What: "real-time channel", Name: strconv.FormatUint(id, 10)}
+	}
+	return out, nil
+}
+
+// CloseRTChannel releases a channel: its owner's user, root and group
+// hostqos may.
+func (e *Engine) CloseRTChannel(who Caller, id uint64) error {
+	r := e.rtReg()
+	defer r.mu.Unlock()
+	c, ok := r.chans[id]
+	if !ok || !rtVisible(who, c.ch) {
+		return &NotFoundError{What: "real-time channel", Name: strconv.FormatUint(id, 10)}
+	}
+	r.releaseLocked(e, c, "closed")
+	return nil
+}
+
+// SweepRTChannels releases the channels whose owner has exited; the
+// daemon calls it periodically, and every admission and listing does.
+func (e *Engine) SweepRTChannels() {
+	r := e.rtReg()
+	defer r.mu.Unlock()
+	r.sweepLocked(e)
+}
+
+func (r *rtRegistry) sweepLocked(e *Engine) {
+	for _, c := range r.sortedLocked() {
+		if !c.owner.Alive() {
+			r.releaseLocked(e, c, "its process exited")
+		}
+	}
+}
+
+func (r *rtRegistry) releaseLocked(e *Engine, c *rtChannel, why string) {
+	delete(r.chans, c.ch.ID)
+	c.owner.Close()
+	uid := c.ch.UID
+	e.Publish(api.Event{Kind: EventRTReleased, Subject: fmt.Sprintf("rtchannel/%d", c.ch.ID), UID: &uid,
+		Message: fmt.Sprintf("real-time channel %d (%s) of pid %d on %s released: %s", c.ch.ID, c.ch.Name, c.ch.PID, c.ch.Link, why)})
+	e.log.Info("real-time channel released", "channel", c.ch.ID, "pid", c.ch.PID, "link", c.ch.Link, "why", why)
+}

@@ -1,0 +1,126 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// fakeOwner is a process that owns channels: alive until it "exits".
+type fakeOwner struct {
+	pid    int
+	dead   bool
+	closed bool
+}
+
+func (o *fakeOwner) PID() int    { return o.pid }
+func (o *fakeOwner) Exe() string { return "/usr/bin/sensor" }
+func (o *fakeOwner) Alive() bool { return !o.dead }
+func (o *fakeOwner) Close()      { o.closed = true }
+
+const rtConfig = `
+[[link]]
+name = "eth0"
+egress_rate = "10mbit"
+`
+
+// rtReq is 12,000-byte messages every 20 ms within 100 ms on eth0: about
+// 4.8 Mbit/s of a 10 Mbit/s link, so one fits and two do not.
+func rtReq(name string) api.RTChannelRequest {
+	return api.RTChannelRequest{Name: name, Link: "eth0", MessageBytes: 12000, Period: 20 * time.Millisecond, Burst: 1, Delay: 100 * time.Millisecond}
+}
+
+// TestRTChannelHostWide: two processes of two users whose channels
+// together exceed the link: the second is refused with the failing bound
+// named and nothing changes; when the first process exits its channel is
+// released and the second is admitted.
+func TestRTChannelHostWide(t *testing.T) {
+	env := newEnv(t, rtConfig)
+	e := env.start(t)
+	a, b := &fakeOwner{pid: 100}, &fakeOwner{pid: 200}
+	ca, err := e.AdmitRTChannel(alice, rtReq("video"), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca.PID != 100 || ca.UID != alice.UID || ca.Exe != "/usr/bin/sensor" || ca.Priority != 0 || ca.Response <= 0 || ca.Response > ca.Bound || ca.Bound != 99*time.Millisecond {
+		t.Fatalf("admitted %+v", ca)
+	}
+	_, err = e.AdmitRTChannel(nobody, rtReq("second"), b)
+	var tm *TooManyError
+	if !errors.As(err, &tm) {
+		t.Fatalf("second channel: %v, want a refusal", err)
+	}
+	t.Log(err)
+	if !strings.Contains(err.Error(), "delay bound 99ms") || !strings.Contains(err.Error(), "eth0") {
+		t.Errorf("refusal %q does not name the failing bound", err)
+	}
+	if all, _ := e.RTChannels(root, 0); len(all) != 1 || b.closed {
+		t.Fatalf("after the refusal: %+v", all)
+	}
+	// Each user sees their own.
+	if mine, _ := e.RTChannels(nobody, 0); len(mine) != 0 {
+		t.Errorf("nobody sees %+v", mine)
+	}
+	if _, err := e.RTChannels(nobody, ca.ID); !errors.As(err, new(*NotFoundError)) {
+		t.Errorf("nobody shows alice's channel: %v", err)
+	}
+	a.dead = true
+	e.SweepRTChannels()
+	if !a.closed {
+		t.Error("the exited owner's pidfd was not closed")
+	}
+	cb, err := e.AdmitRTChannel(nobody, rtReq("second"), b)
+	if err != nil {
+		t.Fatalf("after the first process exited: %v", err)
+	}
+	if err := e.CloseRTChannel(alice, cb.ID); !errors.As(err, new(*NotFoundError)) {
+		t.Errorf("alice closes nobody's channel: %v", err)
+	}
+	if err := e.CloseRTChannel(nobody, cb.ID); err != nil || !b.closed {
+		t.Errorf("close: %v", err)
+	}
+	if all, _ := e.RTChannels(root, 0); len(all) != 0 {
+		t.Errorf("after close: %+v", all)
+	}
+}
+
+// TestRTChannelBounds: fields are validated by name, the link must be
+// managed with a rate, and an ordinary user has at most
+// MaxRTChannelsPerUser channels.
+func TestRTChannelBounds(t *testing.T) {
+	env := newEnv(t, rtConfig)
+	env.cfg.MaxRTChannelsPerUser = 2
+	e := env.start(t)
+	bad := rtReq("x")
+	bad.Period, bad.Burst = 0, -1
+	_, err := e.AdmitRTChannel(alice, bad, &fakeOwner{pid: 1})
+	var fes policy.Errors
+	if !errors.As(err, &fes) || len(fes) != 2 || fes[0].Field != "period" || fes[1].Field != "burst" {
+		t.Errorf("invalid request: %v", err)
+	}
+	other := rtReq("x")
+	other.Link = "eth9"
+	var fe *policy.FieldError
+	if _, err := e.AdmitRTChannel(alice, other, &fakeOwner{pid: 1}); !errors.As(err, &fe) || fe.Field != "link" {
+		t.Errorf("unmanaged link: %v", err)
+	}
+	if _, err := e.AdmitRTChannel(alice, rtReq("x"), &fakeOwner{pid: 1, dead: true}); !errors.As(err, new(*BadRequestError)) {
+		t.Errorf("exited owner: %v", err)
+	}
+	small := api.RTChannelRequest{Link: "eth0", MessageBytes: 100, Period: time.Second, Burst: 1, Delay: time.Second}
+	for i := range 2 {
+		if _, err := e.AdmitRTChannel(alice, small, &fakeOwner{pid: 10 + i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.AdmitRTChannel(alice, small, &fakeOwner{pid: 12}); !errors.As(err, new(*TooManyError)) {
+		t.Errorf("third channel of alice: %v", err)
+	}
+	if _, err := e.AdmitRTChannel(root, small, &fakeOwner{pid: 13}); err != nil {
+		t.Errorf("root: %v", err)
+	}
+}
