@@ -94,7 +94,7 @@ type Engine struct {
 	flows   int
 	commit  *PendingKey
 
-	events *eventHub // the event stream (events.go)
+	events *eventHub  // the event stream (events.go)
 	rt     rtRegistry // real-time channels admitted host-wide (rtchannels.go)
 	// resvBroken are the reservations' current problems, "name\x00why"
 	// (see watchReservations).
