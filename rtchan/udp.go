@@ -220,6 +220,7 @@ type UDPHost struct {
 	link     *udpLink
 	admitted map[ChannelID]Spec
 	once     sync.Once
+	host     *hostAdmission // set by UseDaemon (daemon.go)
 }
 
 // NewUDPHost starts a sending host on conn (which it owns from now on).
@@ -251,6 +252,12 @@ func (h *UDPHost) Create(dest string, spec Spec) (ChannelID, error) {
 	if h.p.Packets(spec.Mmax) > 65535 {
 		return -1, fmt.Errorf("check spec %q: mmax %d needs more than 65535 packets", spec.Name, spec.Mmax)
 	}
+	var hostID uint64
+	if h.host != nil && !spec.BestEffort {
+		if hostID, err = h.host.admit(spec); err != nil {
+			return -1, err
+		}
+	}
 	id := ChannelID(-1)
 	err2 := h.clk.do(func() {
 		if !spec.BestEffort {
@@ -271,6 +278,11 @@ func (h *UDPHost) Create(dest string, spec Spec) (ChannelID, error) {
 		}
 		id = ch.id
 	})
+	if err2 == nil && err == nil && hostID != 0 {
+		h.host.keep(id, hostID)
+	} else if hostID != 0 {
+		_ = h.host.release(hostID) // not admitted here: give the link back
+	}
 	if err2 != nil {
 		return -1, err2
 	}
@@ -311,6 +323,9 @@ func (h *UDPHost) Close(id ChannelID) error {
 		delete(h.admitted, id)
 	}); err2 != nil {
 		return err2
+	}
+	if err == nil && h.host != nil {
+		err = h.host.release(h.host.forget(id))
 	}
 	return err
 }

@@ -23,9 +23,16 @@ func newRtchanCmd(f *factory) *cobra.Command {
 per-channel handlers under multi-class EDF with cooperative preemption.
 
   hostqos rtchan admit   try admission control (D_order with CPU and link costs)
-  hostqos rtchan bench   reproduce the seed's Figs. 7-9 in virtual time`,
+  hostqos rtchan bench   reproduce the seed's Figs. 7-9 in virtual time
+
+hostqosd admits the channels of every process on the host (docs/rtchan.md):
+  hostqos rtchan open    ask for a channel and hold it
+  hostqos rtchan list    the admitted channels: owner, contract, bound figures
+  hostqos rtchan show    one of them
+  hostqos rtchan close   release one`,
 	}
 	cmd.AddCommand(newRtchanBenchCmd(f), newRtchanAdmitCmd(f))
+	cmd.AddCommand(newRtchanDaemonCmds(f)...)
 	return cmd
 }
 

@@ -51,6 +51,7 @@ func main() {
 	fs.IntVar(&cfg.MaxRunsPerUser, "max-runs-per-user", daemon.DefaultMaxRunsPerUser, "hostqos runs one ordinary user (not root, not group hostqos) may have at once")
 	fs.IntVar(&cfg.MaxUserRuns, "max-user-runs", daemon.DefaultMaxUserRuns, fmt.Sprintf("hostqos runs of all ordinary users together (at most %d); the other app-selector slots of the %d are kept for admin rules", policy.MaxAppRules/2, policy.MaxAppRules))
 	fs.IntVar(&cfg.MaxQSocksPerUser, "max-qsocks-per-user", engine.DefaultMaxQSocksPerUser, "qsockets (sockets registered through libhostqos and the app API) one ordinary user may have open at once")
+	fs.IntVar(&cfg.MaxRTChannelsPerUser, "max-rtchannels-per-user", engine.DefaultMaxRTChannelsPerUser, "real-time channels (rtchan, admitted host-wide) one ordinary user may hold at once; 1 … 256")
 	fs.IntVar(&cfg.MaxUserQSocks, "max-user-qsocks", engine.DefaultMaxUserQSocks, "qsockets all ordinary users together may have open at once")
 	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", daemon.DefaultMaxConnsPerUser, "API connections one ordinary user may hold at once; more are refused at once (root and group hostqos are not limited)")
 	fs.IntVar(&cfg.MaxUserConns, "max-user-conns", daemon.DefaultMaxUserConns, "API connections all ordinary users together may hold at once")
@@ -103,6 +104,10 @@ func main() {
 	}
 	if cfg.MaxQSocksPerUser < 1 || cfg.MaxUserQSocks < 1 || cfg.MaxUserQSocks > 4095 {
 		fmt.Fprintf(os.Stderr, "hostqosd: flags --max-qsocks-per-user = %d, --max-user-qsocks = %d: want at least 1, and --max-user-qsocks at most 4095\n", cfg.MaxQSocksPerUser, cfg.MaxUserQSocks)
+		os.Exit(2)
+	}
+	if cfg.MaxRTChannelsPerUser < 1 || cfg.MaxRTChannelsPerUser > engine.DefaultMaxRTChannels {
+		fmt.Fprintf(os.Stderr, "hostqosd: flag --max-rtchannels-per-user = %d: want 1 … %d\n", cfg.MaxRTChannelsPerUser, engine.DefaultMaxRTChannels)
 		os.Exit(2)
 	}
 	if cfg.MaxConnsPerUser < 1 || cfg.MaxConnsPerUser > 1<<16 {

@@ -51,7 +51,9 @@ type Config struct {
 	// Limits on ordinary users' qsockets: of one user, of all together
 	// (0: the engine's defaults).
 	MaxQSocksPerUser, MaxUserQSocks int
-	Logger                          *slog.Logger
+	// MaxRTChannelsPerUser bounds an ordinary user's real-time channels.
+	MaxRTChannelsPerUser int
+	Logger               *slog.Logger
 	// MaxConnsPerUser and MaxUserConns bound the API connections of
 	// ordinary users: of one uid, and of all of them together (0: the
 	// defaults). Root and group hostqos are not counted.
@@ -145,6 +147,7 @@ func New(cfg Config) (*Daemon, error) {
 		StatePath: d.statePath(), RuntimePath: runtimePath(cfg), CgroupBase: d.cgBase,
 		MaxRunsPerUser: cfg.MaxRunsPerUser, MaxUserRuns: cfg.MaxUserRuns,
 		MaxQSocksPerUser: cfg.MaxQSocksPerUser, MaxUserQSocks: cfg.MaxUserQSocks,
+		MaxRTChannelsPerUser: cfg.MaxRTChannelsPerUser,
 		// An ordinary user's event streams take at most half their API
 		// connections.
 		MaxSubscribersPerUser: max(1, cfg.MaxConnsPerUser/2), MaxUserSubscribers: max(1, cfg.MaxUserConns/2),
@@ -213,6 +216,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	go d.eng.TagExistingSockets()
 	go d.loop(ctx)
 	go d.quotaLoop(ctx)
+	go d.rtSweepLoop(ctx)
 	links, rules := d.eng.Counts()
 	d.log.Info("hostqosd running", "socket", d.cfg.Socket, "adopted", d.adopted, "netns", d.netns,
 		"links", links, "rules", rules)

@@ -350,6 +350,7 @@ func (d *Daemon) routes() http.Handler {
 	d.qsockRoutes(mux)
 	d.shieldRoutes(mux)
 	d.rsvpRoutes(mux)
+	d.rtRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})

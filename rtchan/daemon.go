@@ -1,0 +1,75 @@
+package rtchan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+)
+
+// Host-wide admission (docs/rtchan.md): a UDPHost admits its channels
+// against its own only; two processes could together over-commit a link.
+// With UseDaemon it first asks hostqosd, which runs the same D_order test
+// (Params.Admit) over every channel on the link, of every process, and
+// holds the channel for this process until Close or until the process
+// exits. When no daemon runs (its socket is absent or refuses), the host
+// admits locally only, as before.
+
+// hostAdmission is the daemon a UDPHost asks.
+type hostAdmission struct {
+	client *api.Client
+	link   string
+	mu     sync.Mutex
+	ids    map[ChannelID]uint64 // local channel → the daemon's
+}
+
+// UseDaemon makes every later real-time Create ask hostqosd (at socket;
+// "" means $HOSTQOS_SOCKET or the default) for admission on the managed
+// link first; a refusal names the failing bound. Best-effort channels are
+// not admitted and do not ask.
+func (h *UDPHost) UseDaemon(socket, link string) {
+	h.host = &hostAdmission{client: api.NewClient(socket), link: link, ids: map[ChannelID]uint64{}}
+}
+
+// admit asks the daemon; 0 without an error means no daemon runs.
+func (a *hostAdmission) admit(spec Spec) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch, err := a.client.RTChannels().Admit(ctx, api.RTChannelRequest{Name: spec.Name, Link: a.link, MessageBytes: spec.Mmax, Period: spec.MinInterval(), Burst: spec.Bmax, Delay: spec.Delay})
+	if errors.Is(err, api.ErrDaemonDown) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("admit channel %q host-wide: %w", spec.Name, err)
+	}
+	return ch.ID, nil
+}
+
+func (a *hostAdmission) release(id uint64) error {
+	if id == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.client.RTChannels().Close(ctx, id); err != nil {
+		return fmt.Errorf("release host-wide channel %d: %w", id, err)
+	}
+	return nil
+}
+
+func (a *hostAdmission) keep(local ChannelID, id uint64) {
+	a.mu.Lock()
+	a.ids[local] = id
+	a.mu.Unlock()
+}
+
+func (a *hostAdmission) forget(local ChannelID) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	id := a.ids[local]
+	delete(a.ids, local)
+	return id
+}
