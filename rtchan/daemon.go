@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -15,8 +16,14 @@ import (
 // With UseDaemon it first asks hostqosd, which runs the same D_order test
 // (Params.Admit) over every channel on the link, of every process, and
 // holds the channel for this process until Close or until the process
-// exits. When no daemon runs (its socket is absent or refuses), the host
+// exits; the host's socket is then bound to DaemonClass. When no daemon runs (its socket is absent or refuses), the host
 // admits locally only, as before.
+
+// DaemonClass is the class the host's socket is bound to once hostqosd
+// admitted a channel: voice, the highest strict priority of the default
+// classes (EF). An ordinary user needs the admin to open it to them
+// (user_allowed), or the channel is released and Create fails.
+const DaemonClass = "voice"
 
 // hostAdmission is the daemon a UDPHost asks.
 type hostAdmission struct {
@@ -24,6 +31,34 @@ type hostAdmission struct {
 	link   string
 	mu     sync.Mutex
 	ids    map[ChannelID]uint64 // local channel → the daemon's
+	bound  bool                 // the socket is a qsocket in DaemonClass
+}
+
+// bind makes the host's socket a qsocket in DaemonClass (once): every
+// channel's datagrams leave in that class's HTB leaf with its mark.
+func (a *hostAdmission) bind(conn *net.UDPConn) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.bound {
+		return nil
+	}
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("bind channel socket to class %s: %w", DaemonClass, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var aerr error
+	if err := raw.Control(func(fd uintptr) {
+		_, aerr = a.client.QSockets().Attach(ctx, int(fd), api.QSockParams{Class: DaemonClass})
+	}); err != nil {
+		aerr = err
+	}
+	if aerr != nil {
+		return fmt.Errorf("bind channel socket to class %s: %w", DaemonClass, aerr)
+	}
+	a.bound = true
+	return nil
 }
 
 // UseDaemon makes every later real-time Create ask hostqosd (at socket;

@@ -257,6 +257,12 @@ func (h *UDPHost) Create(dest string, spec Spec) (ChannelID, error) {
 		if hostID, err = h.host.admit(spec); err != nil {
 			return -1, err
 		}
+		if hostID != 0 {
+			if err := h.host.bind(h.link.conn); err != nil {
+				_ = h.host.release(hostID)
+				return -1, err
+			}
+		}
 	}
 	id := ChannelID(-1)
 	err2 := h.clk.do(func() {

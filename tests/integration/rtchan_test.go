@@ -1,12 +1,16 @@
 package integration
 
 import (
+	"context"
+	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/rtchan"
 )
 
 // TestRTChannelsHostWide (issue 13 item 5): two real processes ask
@@ -50,5 +54,36 @@ func TestRTChannelsHostWide(t *testing.T) {
 	})
 	if out, err := e.hostqosErr(append(open, "--name", "second", "--for", "1ms")...); err != nil {
 		t.Errorf("second channel after the first process ended: %v\n%s", err, out)
+	}
+
+	// The library: a UDPHost that asks the daemon (this test's process
+	// owns the channel); its socket becomes a qsocket in class voice.
+	var conn *net.UDPConn
+	if err := e.client.Do(func() (err error) { conn, err = net.ListenUDP("udp4", nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	h, err := rtchan.NewUDPHost(conn, rtchan.UDPParams(10_000_000), rtchan.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown()
+	h.UseDaemon(e.d.Socket, e.iface())
+	id, err := h.Create(serverV4.Addr().String()+":7501", rtchan.Spec{Name: "lib", Mmax: 1000, Imin: 10 * time.Millisecond, Bmax: 1, Delay: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("library channel: %v", err)
+	}
+	e.hostqosJSON(&chans, "rtchan", "list")
+	qs, err := api.NewClient(e.d.Socket).QSockets().List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chans) != 1 || chans[0].PID != os.Getpid() || chans[0].Name != "lib" || len(qs) != 1 || qs[0].Class != "voice" {
+		t.Errorf("library channel: listed %+v, qsockets %+v; want one channel of pid %d and its socket in voice", chans, qs, os.Getpid())
+	}
+	if err := h.Close(id); err != nil {
+		t.Error(err)
+	}
+	if e.hostqosJSON(&chans, "rtchan", "list"); len(chans) != 0 {
+		t.Errorf("after Close: %+v", chans)
 	}
 }
