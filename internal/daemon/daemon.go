@@ -375,8 +375,10 @@ func Teardown(cfg Config) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := os.Remove(rt); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("remove runtime state: %w", err))
+	for _, p := range []string{rt, rt + ".journal"} { // the snapshot and its journal
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove runtime state: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

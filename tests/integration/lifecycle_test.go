@@ -144,8 +144,10 @@ func TestDownRemovesOnlyOurs(t *testing.T) {
 	if cg, err := cgroups.OfPID(runCmd.Process.Pid); err == nil && strings.HasPrefix(cg, "/hostqos") {
 		t.Errorf("the running program was left in %s; want it back in its own cgroup", cg)
 	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(e.d.Socket), "runtime.json")); !os.IsNotExist(err) {
-		t.Errorf("runtime state left behind after down (err %v)", err)
+	for _, f := range []string{"runtime.json", "runtime.json.journal"} {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(e.d.Socket), f)); !os.IsNotExist(err) {
+			t.Errorf("runtime state %s left behind after down (err %v)", f, err)
+		}
 	}
 	if f := tc("filter", "show", "dev", ifc, "egress"); !strings.Contains(f, "u32") {
 		t.Errorf("the foreign clsact filter is gone:\n%s", f)
