@@ -103,6 +103,7 @@ var suite = []benchmark{
 	{"download-compete", "Two competing TCP downloads, maxbw_in set on one mid-run (Crossbow Fig. 3)", benchDownloadCompete},
 	{"rsvp-signal", "Reservation across one RSVP router through three hostqosd: reserve → active, remove → gone (seed Table IV with signalling)", benchRSVPSignal},
 	{"qsock", "QSockets: cost of each call beside its plain socket counterpart (seed Table 1)", benchQSock},
+	{"download-priority", "Two competing TCP downloads of different class priority, without and with the link's ingress_rate (Crossbow Table 2)", benchDownloadPriority},
 }
 
 // Names lists the benchmarks in the order the suite runs them.
