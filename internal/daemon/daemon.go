@@ -208,6 +208,9 @@ func (d *Daemon) Start(ctx context.Context) error {
 		d.stopObservability()
 		return err
 	}
+	if err := d.eng.RestoreRTChannels(reopenRTOwner); err != nil {
+		d.log.Warn("restore real-time channels", "err", err)
+	}
 	if err := d.listen(); err != nil {
 		d.stopRSVP()
 		d.stopObservability()

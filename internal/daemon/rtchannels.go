@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,13 +26,15 @@ const rtSweepInterval = 500 * time.Millisecond
 
 // rtOwner is a channel's owning process, held by a pidfd.
 type rtOwner struct {
-	pid int
-	fd  int
-	exe string
+	pid   int
+	fd    int
+	exe   string
+	start uint64
 }
 
-func (o *rtOwner) PID() int    { return o.pid }
-func (o *rtOwner) Exe() string { return o.exe }
+func (o *rtOwner) PID() int      { return o.pid }
+func (o *rtOwner) Start() uint64 { return o.start }
+func (o *rtOwner) Exe() string   { return o.exe }
 
 // Alive polls the pidfd: it turns readable when its process exits.
 func (o *rtOwner) Alive() bool {
@@ -67,7 +71,42 @@ func openRTOwner(r *http.Request) (*rtOwner, error) {
 		return nil, fmt.Errorf("open pidfd of process %d: %w", who.PID, err)
 	}
 	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", who.PID))
-	return &rtOwner{pid: who.PID, fd: fd, exe: exe}, nil
+	start, _ := procStart(who.PID)
+	return &rtOwner{pid: who.PID, fd: fd, exe: exe, start: start}, nil
+}
+
+// procStart is the start time of process pid (field 22 of /proc/PID/stat,
+// clock ticks after boot).
+func procStart(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("read start time of process %d: no command name in stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("read start time of process %d: stat has %d fields", pid, len(f)+2)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// reopenRTOwner takes the owner of a saved channel again: the process pid
+// if it still runs and started at start (else its PID is someone else's).
+func reopenRTOwner(pid int, start uint64) (engine.RTOwner, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("process %d has exited", pid)
+	}
+	o := &rtOwner{pid: pid, fd: fd, start: start}
+	o.exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if now, err := procStart(pid); err != nil || now != start || !o.Alive() {
+		o.Close()
+		return nil, fmt.Errorf("process %d has exited", pid)
+	}
+	return o, nil
 }
 
 func (d *Daemon) rtRoutes(mux *http.ServeMux) {

@@ -1,8 +1,12 @@
 package engine
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -48,6 +52,7 @@ const (
 // swapped (the daemon's is a pidfd): Alive reports whether it still runs.
 type RTOwner interface {
 	PID() int
+	Start() uint64 // start time, clock ticks after boot (/proc/PID/stat)
 	Exe() string
 	Alive() bool
 	Close()
@@ -204,6 +209,7 @@ func (e *Engine) AdmitRTChannel(who Caller, req api.RTChannelRequest, owner RTOw
 	c := &rtChannel{spec: spec, owner: owner, ch: api.RTChannel{ID: id, Name: name, Link: req.Link, PID: owner.PID(), UID: who.UID, Exe: owner.Exe(),
 		MessageBytes: req.MessageBytes, Period: req.Period, Burst: req.Burst, Delay: req.Delay, Since: time.Now()}}
 	r.chans[id] = c
+	r.saveLocked(e)
 	out := r.listLocked(e, id)
 	uid := who.UID
 	e.Publish(api.Event{Kind: EventRTAdmitted, Subject: fmt.Sprintf("rtchannel/%d", id), UID: &uid,
@@ -311,8 +317,74 @@ func (r *rtRegistry) sweepLocked(e *Engine) {
 func (r *rtRegistry) releaseLocked(e *Engine, c *rtChannel, why string) {
 	delete(r.chans, c.ch.ID)
 	c.owner.Close()
+	r.saveLocked(e)
 	uid := c.ch.UID
 	e.Publish(api.Event{Kind: EventRTReleased, Subject: fmt.Sprintf("rtchannel/%d", c.ch.ID), UID: &uid,
 		Message: fmt.Sprintf("real-time channel %d (%s) of pid %d on %s released: %s", c.ch.ID, c.ch.Name, c.ch.PID, c.ch.Link, why)})
 	e.log.Info("real-time channel released", "channel", c.ch.ID, "pid", c.ch.PID, "link", c.ch.Link, "why", why)
+}
+
+// Channels are kept in a runtime file beside RuntimePath (they belong to
+// running processes: they survive a daemon crash or restart, not a reboot).
+// A restarted daemon takes each owner again with RestoreRTChannels, which
+// drops those whose process has gone (or whose PID is now another's: the
+// owner's start time is kept with it).
+
+type rtSaved struct {
+	Channel api.RTChannel `json:"channel"`
+	Start   uint64        `json:"start"` // the owner's start time (clock ticks after boot)
+}
+
+func (e *Engine) rtPath() string {
+	return filepath.Join(filepath.Dir(e.cfg.RuntimePath), "rtchannels.json")
+}
+
+// saveLocked writes the channels; a failure is logged (the channels stay
+// admitted: losing them on a crash is the lesser harm than refusing).
+func (r *rtRegistry) saveLocked(e *Engine) {
+	out := []rtSaved{}
+	for _, c := range r.sortedLocked() {
+		out = append(out, rtSaved{Channel: c.ch, Start: c.owner.Start()})
+	}
+	b, err := json.Marshal(out)
+	if err == nil {
+		err = writeFileAtomic(e.rtPath(), b)
+	}
+	if err != nil {
+		e.log.Warn("save real-time channels", "path", e.rtPath(), "err", err)
+	}
+}
+
+// RestoreRTChannels takes the saved channels again: open returns the owner
+// of pid if it is the process that started at start, or an error when it
+// has gone. Channels whose owner is gone are released.
+func (e *Engine) RestoreRTChannels(open func(pid int, start uint64) (RTOwner, error)) error {
+	b, err := os.ReadFile(e.rtPath())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read real-time channels: %w", err)
+	}
+	var saved []rtSaved
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return fmt.Errorf("read real-time channels %s: %w", e.rtPath(), err)
+	}
+	r := e.rtReg()
+	defer r.mu.Unlock()
+	for _, s := range saved {
+		r.next = max(r.next, s.Channel.ID) // ids of released ones are not given again
+		if len(r.chans) >= DefaultMaxRTChannels {
+			break
+		}
+		o, err := open(s.Channel.PID, s.Start)
+		if err != nil {
+			e.log.Info("real-time channel released", "channel", s.Channel.ID, "pid", s.Channel.PID, "why", err.Error())
+			continue
+		}
+		req := api.RTChannelRequest{MessageBytes: s.Channel.MessageBytes, Period: s.Channel.Period, Burst: s.Channel.Burst, Delay: s.Channel.Delay}
+		r.chans[s.Channel.ID] = &rtChannel{ch: s.Channel, spec: rtSpec(s.Channel.ID, req), owner: o}
+	}
+	r.saveLocked(e)
+	return nil
 }

@@ -17,10 +17,11 @@ type fakeOwner struct {
 	closed bool
 }
 
-func (o *fakeOwner) PID() int    { return o.pid }
-func (o *fakeOwner) Exe() string { return "/usr/bin/sensor" }
-func (o *fakeOwner) Alive() bool { return !o.dead }
-func (o *fakeOwner) Close()      { o.closed = true }
+func (o *fakeOwner) PID() int      { return o.pid }
+func (o *fakeOwner) Exe() string   { return "/usr/bin/sensor" }
+func (o *fakeOwner) Start() uint64 { return uint64(o.pid) * 10 }
+func (o *fakeOwner) Alive() bool   { return !o.dead }
+func (o *fakeOwner) Close()        { o.closed = true }
 
 const rtConfig = `
 [[link]]
@@ -122,5 +123,41 @@ func TestRTChannelBounds(t *testing.T) {
 	}
 	if _, err := e.AdmitRTChannel(root, small, &fakeOwner{pid: 13}); err != nil {
 		t.Errorf("root: %v", err)
+	}
+}
+
+// TestRTChannelsRestored: a restarted engine takes the channels of live
+// owners again (same ids, still counted by admission) and drops those
+// whose process has gone.
+func TestRTChannelsRestored(t *testing.T) {
+	env := newEnv(t, rtConfig)
+	e := env.start(t)
+	ca, err := e.AdmitRTChannel(alice, rtReq("video"), &fakeOwner{pid: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := api.RTChannelRequest{Link: "eth0", MessageBytes: 100, Period: time.Second, Burst: 1, Delay: time.Second}
+	if _, err := e.AdmitRTChannel(alice, small, &fakeOwner{pid: 200}); err != nil {
+		t.Fatal(err)
+	}
+	e2 := env.start(t)
+	err = e2.RestoreRTChannels(func(pid int, start uint64) (RTOwner, error) {
+		if pid != 100 || start != 1000 {
+			return nil, errors.New("gone")
+		}
+		return &fakeOwner{pid: pid}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := e2.RTChannels(root, 0)
+	if len(all) != 1 || all[0].ID != ca.ID || all[0].PID != 100 || all[0].Response != ca.Response {
+		t.Fatalf("restored %+v, want channel %d of pid 100", all, ca.ID)
+	}
+	if _, err := e2.AdmitRTChannel(nobody, rtReq("second"), &fakeOwner{pid: 300}); !errors.As(err, new(*TooManyError)) {
+		t.Errorf("second channel after the restart: %v, want refused", err)
+	}
+	if c, err := e2.AdmitRTChannel(nobody, small, &fakeOwner{pid: 300}); err != nil || c.ID <= ca.ID+1 {
+		t.Errorf("a new channel after the restart: %+v, %v; want a new id", c, err)
 	}
 }

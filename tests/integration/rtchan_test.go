@@ -80,6 +80,12 @@ func TestRTChannelsHostWide(t *testing.T) {
 	if len(chans) != 1 || chans[0].PID != os.Getpid() || chans[0].Name != "lib" || len(qs) != 1 || qs[0].Class != "voice" {
 		t.Errorf("library channel: listed %+v, qsockets %+v; want one channel of pid %d and its socket in voice", chans, qs, os.Getpid())
 	}
+	// A daemon killed and started again keeps the live process's channel.
+	e.killDaemon(syscall.SIGKILL)
+	e.startDaemon()
+	if e.hostqosJSON(&chans, "rtchan", "list"); len(chans) != 1 || chans[0].PID != os.Getpid() {
+		t.Errorf("after a daemon restart: %+v, want the library's channel", chans)
+	}
 	if err := h.Close(id); err != nil {
 		t.Error(err)
 	}
