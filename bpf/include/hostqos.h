@@ -16,7 +16,7 @@
  */
 enum hq_limits {
 	/* Layout version of the pinned maps; bump on any layout change. */
-	HQ_ABI_VERSION = 7,
+	HQ_ABI_VERSION = 8,
 	/*
 	 * Rule slots, and rules per policy buffer. internal/policy's MaxRules
 	 * and MaxAppRules are these (a test keeps them equal).
@@ -494,7 +494,7 @@ struct hq_resv {
 
 /*
  * A reservation's state (hq_resv_state, by id): the policer's two times
- * under the spin lock, shared by every CPU and every socket bound to the
+ * under its lock (busy), shared by every CPU and every socket bound to the
  * reservation, and its counters (also under the lock, except the session
  * counts, which the socket hooks change atomically).
  */
@@ -517,7 +517,19 @@ struct hq_resv_state {
 	__u64 refused_sends;	/* unconnected sendmsg() refused */
 	__u32 epoch; /* hq_resv.epoch the times were computed under; 0 = none */
 	__u32 sess_used; /* per-session leaves taken: bit i = session i */
+	/*
+	 * The policer's lock: 0 free, 1 held. The classifier takes it with a
+	 * compare-and-swap and gives it back with an exchange (bpf_spin_lock
+	 * costs two helper calls and an interrupt save/restore, ~50 ns a
+	 * packet); lock above still serves the daemon's BPF_F_LOCK reads.
+	 */
+	__u32 busy;
+	/* Packets that found busy held HQ_RESV_WAIT times: passed uncharged. */
+	__u32 busy_misses;
 };
+
+#define HQ_RESV_TRIES 4	       /* inline attempts to take hq_resv_state.busy */
+#define HQ_RESV_WAIT (1 << 20) /* then attempts in bpf_loop */
 
 /* -inf of the policer's times: far below any time, safe to subtract from. */
 #define HQ_T_NEG_INF (-(1LL << 62))

@@ -18,7 +18,7 @@ type PolicingResult struct {
 	PlainNS    float64 // classifier, flow hit, rule without reservation
 	ReservedNS float64 // classifier, flow hit, rule with a reservation
 	// PolicingNS = ReservedNS - PlainNS: the policer (reservation lookup,
-	// clock, spin lock, both terms, counters).
+	// clock, lock, both terms, counters).
 	PolicingNS float64
 }
 

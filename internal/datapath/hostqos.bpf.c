@@ -1213,16 +1213,42 @@ enum {
  * charges it, at the time it becomes conformant, te = max(t_m, t_p), and
  * te - t is added to the shaped time. Any other non-conformant packet
  * leaves the times as they are (it is not sent under the reservation).
- * One spin lock per reservation: the two times move together, and every
- * CPU and every bound socket of the reservation shares them.
+ * One lock per reservation (hq_resv_state.busy): the two times move
+ * together, and every CPU and every bound socket of the reservation shares
+ * them. The classifier runs with bottom halves off, so the holder is on
+ * another CPU for a few instructions; a packet that finds it held tries
+ * HQ_RESV_TRIES times inline, then HQ_RESV_WAIT times in bpf_loop, and only
+ * then passes uncharged under its rule's class, counted in busy_misses.
  */
+static __always_inline int resv_trylock(struct hq_resv_state *s)
+{
+	return !*(volatile __u32 *)&s->busy &&
+	       !__sync_val_compare_and_swap(&s->busy, 0, 1);
+}
+
+/* The policer lock's slow wait (bpf_loop): until taken or HQ_RESV_WAIT. */
+struct resv_wait {
+	struct hq_resv_state *s;
+	int taken;
+};
+
+static long resv_wait_cb(__u64 i, void *ctx)
+{
+	struct resv_wait *w = ctx;
+
+	if (!w->s || !resv_trylock(w->s))
+		return 0;
+	w->taken = 1;
+	return 1;
+}
+
 static __always_inline int resv_police(const struct hq_resv *rv,
 				       struct hq_resv_state *s, __s64 t,
 				       __u64 L, __u32 segs)
 {
 	__u64 c = L, cmin = (__u64)rv->min_unit * segs;
 	__s64 cm, cp = 0, te, tm, tp;
-	int over, verdict = HQ_CONFORM;
+	int i, over, verdict = HQ_CONFORM;
 
 	if (c < cmin)
 		c = cmin;
@@ -1232,7 +1258,18 @@ static __always_inline int resv_police(const struct hq_resv *rv,
 	/* A GSO packet's segments are at most M each if its average is. */
 	over = L > (__u64)rv->max_unit * segs;
 
-	bpf_spin_lock(&s->lock);
+	for (i = 0; i < HQ_RESV_TRIES; i++)
+		if (resv_trylock(s))
+			break;
+	if (i == HQ_RESV_TRIES) {
+		struct resv_wait w = {.s = s};
+
+		bpf_loop(HQ_RESV_WAIT, resv_wait_cb, &w, 0);
+		if (!w.taken) {
+			__sync_fetch_and_add(&s->busy_misses, 1);
+			return HQ_CONFORM;
+		}
+	}
 	if (s->epoch != rv->epoch) {
 		s->epoch = rv->epoch;
 		s->t_m = HQ_T_NEG_INF;
@@ -1263,7 +1300,7 @@ static __always_inline int resv_police(const struct hq_resv *rv,
 		if (rv->service == HQ_SVC_CONTROLLED_LOAD)
 			s->demoted_bytes += L;
 	}
-	bpf_spin_unlock(&s->lock);
+	__sync_lock_test_and_set(&s->busy, 0);
 	return verdict;
 }
 

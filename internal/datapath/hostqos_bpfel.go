@@ -186,7 +186,7 @@ type hostqosHqIn struct {
 type hostqosHqLimits uint32
 
 const (
-	hostqosHqLimitsHQ_ABI_VERSION    hostqosHqLimits = 7
+	hostqosHqLimitsHQ_ABI_VERSION    hostqosHqLimits = 8
 	hostqosHqLimitsHQ_MAX_RULES      hostqosHqLimits = 16384
 	hostqosHqLimitsHQ_MAX_APP_RULES  hostqosHqLimits = 2048
 	hostqosHqLimitsHQ_BITMAP_WORDS   hostqosHqLimits = 32
@@ -300,6 +300,8 @@ type hostqosHqResvState struct {
 	RefusedSends    uint64
 	Epoch           uint32
 	SessUsed        uint32
+	Busy            uint32
+	BusyMisses      uint32
 }
 
 type hostqosHqRule struct {

@@ -117,6 +117,9 @@ type ResvCounters struct {
 	SessionsTotal        uint64 `json:"sessions_total"`
 	RefusedConnects      uint64 `json:"refused_connects"`
 	RefusedSends         uint64 `json:"refused_sends"`
+	// LockMisses: packets that found the policer's lock held too long
+	// (HQ_RESV_WAIT attempts) and passed uncharged; 0 in practice.
+	LockMisses uint64 `json:"lock_misses"`
 }
 
 // Binding is a socket bound to a reservation.
@@ -399,6 +402,7 @@ func (d *Datapath) ReservationCounters() (map[uint16]ResvCounters, error) {
 			SessionsTotal:        v.SessionsTotal,
 			RefusedConnects:      v.RefusedConnects,
 			RefusedSends:         v.RefusedSends,
+			LockMisses:           uint64(v.BusyMisses),
 		}
 	}
 	return out, nil

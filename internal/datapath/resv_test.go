@@ -324,3 +324,49 @@ func TestFlowControl(t *testing.T) {
 		}
 	}
 }
+
+// TestReservationPolicerConcurrent: two CPUs police packets of one
+// reservation at once (test-run, one fixed time T0) and no update is lost:
+// with a bucket that never empties here, t_m after n charged packets of L
+// bytes at 1 ns a byte is exactly T0 - b/r + n*L, and every packet is
+// either charged or counted as a lock miss.
+func TestReservationPolicerConcurrent(t *testing.T) {
+	d := openTest(t, Options{testClock: true})
+	const (
+		T0   = int64(10e9)
+		L    = 1000
+		runs = 500_000
+	)
+	res := []Reservation{{ID: 1, Service: ServiceControlledLoad, Rate: 1e9, Bucket: 2e9, MinUnit: 64, MaxUnit: 1500,
+		ClassID: 0x10010, DSCP: 46, DemoteClassID: 0x10020, DemoteDSCP: 0}}
+	rules := []Rule{{Slot: 1, Proto: 17, Remote: pfx("198.18.40.9/32"), DSCPIn: -1, DSCP: 46, ClassID: 0x10010, Reservation: 1}}
+	if err := d.Apply(Policy{Rules: rules, Reservations: res}); err != nil {
+		t.Fatal(err)
+	}
+	frame := ipFrame(false, "198.18.40.9", L)
+	resvRun(t, d, frame, T0) // inserts the flow
+	errs := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			_, err := d.objs.HqTcEgress.Run(&ebpf.RunOptions{Data: frame, Context: skBuff{Tstamp: uint64(T0)}, Repeat: runs})
+			errs <- err
+		}()
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("test-run: %v", err)
+		}
+	}
+	st := resvState(t, d, 1)
+	n := st.ConfPackets
+	if n+uint64(st.BusyMisses) != 1+2*runs || st.NonconfPackets != 0 {
+		t.Errorf("%d charged + %d lock misses + %d non-conformant packets, want %d charged in all", n, st.BusyMisses, st.NonconfPackets, 1+2*runs)
+	}
+	if st.BusyMisses > 10 {
+		t.Errorf("%d packets found the lock held %d times: the wait is too short", st.BusyMisses, 1<<20)
+	}
+	if want := T0 - 2e9 + int64(n)*L; st.T_m != want {
+		t.Errorf("t_m = T0%+d after %d charged packets, want T0%+d: an update was lost", st.T_m-T0, n, want-T0)
+	}
+	t.Logf("%d packets charged, %d lock misses", n, st.BusyMisses)
+}
