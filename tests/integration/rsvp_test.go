@@ -394,6 +394,16 @@ func TestRSVPThreeHosts(t *testing.T) {
 
 	t.Run("TsharkDecodesEveryMessage", func(t *testing.T) {
 		frames := capture()
+		v6 := 0
+		for _, f := range frames {
+			if binary.BigEndian.Uint16(f[12:]) == unix.ETH_P_IPV6 {
+				v6++
+			}
+		}
+		if v6 == 0 {
+			t.Error("no IPv6 RSVP message captured (the IPv6 subtest's Path, Resv, ResvConf and ResvTear cross the router)")
+		}
+		t.Logf("captured %d messages, %d of them IPv6", len(frames), v6)
 		checkRSVPWithTshark(t, frames, map[string]string{
 			"rsvp.tspec.token_bucket_rate": fmt.Sprint(rsvpRate), "rsvp.tspec.token_bucket_size": fmt.Sprint(rsvpBucket),
 			"rsvp.maximum_packet_size": fmt.Sprint(rsvpMaxPacket), "rsvp.flowspec.token_bucket_rate": fmt.Sprint(rsvpRate),
@@ -461,7 +471,7 @@ func rsvpTraffic(t *testing.T, p *testutil.Path, S, D netip.Addr) rsvpResult {
 	return rsvpResult{ratio: f.IPBitRate / (rsvpRate * 8), p99: f.Latency.P99, loss: f.Loss}
 }
 
-// startRSVPCapture records every IPv4 RSVP packet (protocol 46) that
+// startRSVPCapture records every RSVP packet (IP protocol 46, IPv4 or IPv6) that
 // node's interfaces send or receive (AF_PACKET); the returned function
 // stops and returns the frames (Ethernet, outgoing and incoming).
 func startRSVPCapture(t *testing.T, node *testbed.Node) func() [][]byte {
@@ -488,7 +498,7 @@ func startRSVPCapture(t *testing.T, node *testbed.Node) func() [][]byte {
 			default:
 			}
 			n, from, err := unix.Recvfrom(fd, buf, 0)
-			if err != nil || n < 34 || binary.BigEndian.Uint16(buf[12:]) != unix.ETH_P_IP || buf[14+9] != rsvp.Protocol {
+			if err != nil || !isRSVPFrame(buf[:n]) {
 				continue
 			}
 			// A forwarded packet is seen arriving and leaving: keep what
@@ -512,9 +522,36 @@ func startRSVPCapture(t *testing.T, node *testbed.Node) func() [][]byte {
 	return finish
 }
 
-// isFromRouter reports whether an IPv4 frame's source is one of the
-// path's router addresses.
+// isRSVPFrame reports whether an Ethernet frame carries RSVP: IPv4 with
+// protocol 46, or IPv6 whose next header is 46 directly or after the
+// hop-by-hop options header that carries a Path's Router Alert.
+func isRSVPFrame(frame []byte) bool {
+	if len(frame) < 14 {
+		return false
+	}
+	switch binary.BigEndian.Uint16(frame[12:]) {
+	case unix.ETH_P_IP:
+		return len(frame) >= 34 && frame[14+9] == rsvp.Protocol
+	case unix.ETH_P_IPV6:
+		if len(frame) < 54 {
+			return false
+		}
+		next := frame[14+6]
+		if next == unix.IPPROTO_HOPOPTS && len(frame) >= 56 {
+			next = frame[54]
+		}
+		return next == rsvp.Protocol
+	}
+	return false
+}
+
+// isFromRouter reports whether a frame's source is one of the path's
+// router addresses (IPv4 or IPv6).
 func isFromRouter(frame []byte) bool {
+	if binary.BigEndian.Uint16(frame[12:]) == unix.ETH_P_IPV6 {
+		src := netip.AddrFrom16([16]byte(frame[14+8 : 14+24]))
+		return src == testutil.PathRouterC6.Addr() || src == testutil.PathRouterS6.Addr()
+	}
 	src := netip.AddrFrom4([4]byte(frame[14+12 : 14+16]))
 	return src == testutil.PathRouterC.Addr() || src == testutil.PathRouterS.Addr()
 }
