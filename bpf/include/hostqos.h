@@ -232,7 +232,8 @@ struct hq_flow {
 	__u64 base_rx_drops;
 	/* Download limit: the hq_in epoch this flow was last counted in. */
 	__u32 in_epoch;
-	__u32 pad_in;
+	/* Link ingress budget: the hq_link_in epoch (+1) it was counted in. */
+	__u32 lin_epoch;
 };
 
 /*
@@ -311,12 +312,54 @@ struct hq_in {
 	__u32 flows;	   /* flows that received in the current epoch */
 	__u32 flows_prev;  /* the same for the previous epoch */
 	__u32 gain;	   /* TCP window gain, Q10; 0 = 1024 */
+	__u32 prio;	   /* the rule's class priority: its link ingress level */
+	__u32 pad;
 };
 
 #define HQ_IN_EPOCH_NS 200000000ULL /* estimator epoch: 200 ms */
 #define HQ_IN_GAIN_ONE 1024
 #define HQ_IN_GAIN_MIN 512
 #define HQ_IN_GAIN_MAX 2048
+
+/*
+ * A link's ingress budget (hq_link_in, keyed by ifindex): the frames the
+ * link receives are held to rate by class priority. Each level (a class
+ * priority, 0 highest) may receive avail = rate minus what the levels above
+ * it received in the last epoch: TCP flows of a level get receive windows
+ * of avail / (the level's active flows) per round trip (with the level's
+ * gain, as struct hq_in), UDP beyond avail is dropped (a GCRA at avail).
+ * One CPU rolls the epoch (HQ_IN_EPOCH_NS) and recomputes every level.
+ */
+#define HQ_IN_LEVELS 8
+
+struct hq_in_level {
+	__u64 avail;	   /* frame bytes per second this level may receive */
+	__u64 used;	   /* frame bytes per second it received last epoch */
+	__u64 epoch_bytes; /* frame bytes received in the current epoch */
+	__u64 ns_q16;	   /* UDP: cost of a byte at avail, 1/65536 ns */
+	__u64 tat;	   /* UDP: theoretical arrival time, ns */
+	__u32 flows;	   /* flows that received in the current epoch */
+	__u32 flows_prev;  /* the same for the previous epoch */
+	__u32 gain;	   /* TCP window gain, Q10; 0 = 1024 */
+	__u32 pad;
+};
+
+struct hq_link_in {
+	__u64 rate;	/* frame bytes per second; 0 = no budget */
+	__u64 epoch_ns; /* start of the current epoch (coarse ns) */
+	__u32 epoch;	/* number of the current epoch */
+	__u32 prio_none; /* level of traffic no rule matches (class default) */
+	struct hq_in_level lv[HQ_IN_LEVELS];
+};
+
+/* UDP bucket of a level: 20 ms at avail, and at least this many bytes. */
+#define HQ_LINK_IN_MIN_BURST 3000
+/* A level's window gain stays within [HQ_IN_GAIN_MIN, this]. */
+#define HQ_IN_LINK_GAIN_MAX 1280
+/* A level's budget is never below rate / this. */
+#define HQ_IN_LEVEL_FLOOR 100
+/* Links with an ingress budget. */
+#define HQ_MAX_LINKS_IN 1024
 
 /*
  * Tuple-space search (hq_tuples, hq_tss, hq_tnodes). The rules without app
@@ -440,7 +483,7 @@ struct hq_buf {
  */
 struct hq_state {
 	__u32 gen;
-	__u32 pad;
+	__u32 in_links; /* links with an ingress budget (hq_link_in) */
 	/* coarse ns - jiffies * tick ns, measured once; 0 = not yet */
 	__u64 clock_base;
 	struct hq_buf buf[2];

@@ -115,8 +115,8 @@ datapath:  loaded, pins /sys/fs/bpf/hostqos; 1000 packets seen, 900 classified, 
 mounts:    cgroup2 /sys/fs/cgroup, bpffs /sys/fs/bpf (mounted by hostqosd)
 policy:    1 links, 5 classes, 3 rules, 1 runs; 12 flows in the flow table (generation 7)
 
-LINK  EGRESS RATE  RESERVED         STATE
-eth0  20mbit       2mbit of 16mbit  attached
+LINK  EGRESS RATE  INGRESS RATE  RESERVED         STATE
+eth0  20mbit       -             2mbit of 16mbit  attached
 warning: class bulk: no rule uses it
 `,
 			calls: []string{"Status"},

@@ -188,9 +188,13 @@ func printLinks(w io.Writer, ls []api.LinkStatus) {
 		if l.Error != "" {
 			state += ": " + l.Error
 		}
-		rows = append(rows, []string{l.Name, rate, fmt.Sprintf("%s of %s", l.Reserved, l.Reservable), state})
+		in := "-"
+		if l.IngressRate > 0 {
+			in = l.IngressRate.String()
+		}
+		rows = append(rows, []string{l.Name, rate, in, fmt.Sprintf("%s of %s", l.Reserved, l.Reservable), state})
 	}
-	table(w, []string{"LINK", "EGRESS RATE", "RESERVED", "STATE"}, rows)
+	table(w, []string{"LINK", "EGRESS RATE", "INGRESS RATE", "RESERVED", "STATE"}, rows)
 }
 
 // mountsLine describes the cgroup2 and BPF file systems the daemon uses and

@@ -84,6 +84,19 @@ type Rule struct {
 	// advertises (the sender slows down), UDP by dropping the excess at
 	// TC ingress (counted as receive drops). Only for ActPass rules.
 	MaxBWIn uint64
+	// InPrio is the priority (0 highest .. 7) of the rule's class: the
+	// level of a link's ingress budget its received traffic belongs to
+	// (see LinkIn).
+	InPrio uint8
+}
+
+// LinkIn is a link's ingress budget: what the link receives (frames, L2
+// header included) is held to Rate by class priority. Each priority level
+// may receive Rate minus what the levels above it received: TCP by the
+// receive window the host advertises, UDP by dropping the excess.
+type LinkIn struct {
+	Ifindex int
+	Rate    uint64 // bit/s of received frames
 }
 
 // Policy is a complete compiled policy, applied atomically: the rules and
@@ -91,6 +104,11 @@ type Rule struct {
 type Policy struct {
 	Rules        []Rule
 	Reservations []Reservation
+	// LinksIn are the links with an ingress budget; InPrioNone is the
+	// level there of traffic no rule matches (the default class's
+	// priority).
+	LinksIn    []LinkIn
+	InPrioNone uint8
 }
 
 // Options configure Open.

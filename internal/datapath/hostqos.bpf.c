@@ -206,6 +206,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_in SEC(".maps");
 
+/* Ingress budgets of links by ifindex; see struct hq_link_in. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, HQ_MAX_LINKS_IN);
+	__type(key, __u32);
+	__type(value, struct hq_link_in);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_link_in SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -2130,9 +2140,184 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 /* ---------------------------------------------------------------------- */
 
 /*
+ * One flow's share of rule slot's download limit, bytes/s in Q10 (with the
+ * window gain): rate × gain / active flows; 0 = no limit.
+ */
+static __always_inline __u64 in_share(__u32 slot)
+{
+	struct hq_in *in;
+	__u64 rate, n, gain;
+
+	if (slot >= HQ_MAX_RULES)
+		return 0;
+	in = bpf_map_lookup_elem(&hq_in, &slot);
+	if (!in)
+		return 0;
+	rate = *(volatile __u64 *)&in->rate;
+	if (!rate)
+		return 0;
+	n = in->flows_prev > in->flows ? in->flows_prev : in->flows;
+	if (!n)
+		n = 1;
+	gain = in->gain ? in->gain : HQ_IN_GAIN_ONE;
+	return rate * gain / n;
+}
+
+/* The link's ingress budget of the packet's device, NULL for none. */
+static __always_inline struct hq_link_in *link_in(struct __sk_buff *skb)
+{
+	struct hq_link_in *li;
+	__u32 key;
+
+	if (!*(volatile __u32 *)&hq_policy.in_links)
+		return NULL;
+	key = skb->ifindex;
+	li = bpf_map_lookup_elem(&hq_link_in, &key);
+	if (!li || !*(volatile __u64 *)&li->rate)
+		return NULL;
+	return li;
+}
+
+/*
+ * The level of a link's ingress budget that rule slot's traffic (slot
+ * HQ_SLOT_NONE: traffic no rule matches) belongs to: its class priority.
+ */
+static __always_inline __u32 in_level(struct hq_link_in *li, __u32 slot)
+{
+	struct hq_in *in;
+	__u32 l = li->prio_none;
+
+	if (slot < HQ_MAX_RULES) {
+		in = bpf_map_lookup_elem(&hq_in, &slot);
+		if (in)
+			l = in->prio;
+	}
+	return l < HQ_IN_LEVELS ? l : HQ_IN_LEVELS - 1;
+}
+
+/*
+ * One TCP flow's share of its level of the link's ingress budget, bytes/s
+ * in Q10 (with the level's window gain); 0 = the link has none.
+ */
+static __always_inline __u64 link_share(struct __sk_buff *skb, __u32 slot)
+{
+	struct hq_link_in *li = link_in(skb);
+	struct hq_in_level *v;
+	__u64 avail, n, gain;
+
+	if (!li)
+		return 0;
+	v = &li->lv[in_level(li, slot)];
+	avail = *(volatile __u64 *)&v->avail;
+	if (!avail)
+		avail = li->rate;
+	n = v->flows_prev > v->flows ? v->flows_prev : v->flows;
+	if (!n)
+		n = 1;
+	gain = v->gain ? v->gain : HQ_IN_GAIN_ONE;
+	return avail * gain / n;
+}
+
+/*
+ * Ends a link budget's epoch when it is over (one CPU wins the swap):
+ * measures what each level received, corrects its window gain as struct
+ * hq_in's estimator does, and gives each level what the levels above it
+ * left: avail = rate − Σ used of higher levels (at least rate /
+ * HQ_IN_LEVEL_FLOOR, so a lower class is slowed, never cut off).
+ */
+static __noinline void link_roll(struct hq_link_in *li, __u64 now)
+{
+	__u64 start, dt, rate, acc = 0, bytes, used, avail, prev, g;
+	struct hq_in_level *v;
+	__u32 l;
+
+	start = *(volatile __u64 *)&li->epoch_ns;
+	if (now - start < HQ_IN_EPOCH_NS ||
+	    __sync_val_compare_and_swap(&li->epoch_ns, start, now) != start)
+		return;
+	dt = (now - start) / 1000; /* us */
+	rate = li->rate;
+	li->epoch++;
+	for (l = 0; l < HQ_IN_LEVELS; l++) {
+		v = &li->lv[l];
+		bytes = __sync_lock_test_and_set(&v->epoch_bytes, 0);
+		v->flows_prev = __sync_lock_test_and_set(&v->flows, 0);
+		used = 0;
+		/* A long gap (or the first epoch) measures nothing. */
+		if (start && dt && dt < 2 * HQ_IN_EPOCH_NS / 1000)
+			used = bytes * 1000000 / dt;
+		prev = v->avail;
+		g = v->gain ? v->gain : HQ_IN_GAIN_ONE;
+		/*
+		 * Windows sized on the path's least round trip give the
+		 * share without a queue; the gain makes up for delayed
+		 * ACKs, but little more (a larger one would build the queue
+		 * the budget is for).
+		 */
+		if (prev && used * 2 > prev) {
+			g = g * (prev + used) / (2 * used);
+			if (g < HQ_IN_GAIN_MIN)
+				g = HQ_IN_GAIN_MIN;
+			if (g > HQ_IN_LINK_GAIN_MAX)
+				g = HQ_IN_LINK_GAIN_MAX;
+		}
+		avail = rate > acc ? rate - acc : 0;
+		if (avail < rate / HQ_IN_LEVEL_FLOOR)
+			avail = rate / HQ_IN_LEVEL_FLOOR;
+		if (!avail)
+			avail = 1;
+		v->gain = g;
+		v->used = used;
+		v->avail = avail;
+		v->ns_q16 = (1000000000ULL << HQ_POLICE_SHIFT) / avail;
+		acc += used;
+	}
+}
+
+/*
+ * Charges a received packet of rule slot's flow f (NULL: unknown) to its
+ * level of the link's ingress budget. UDP beyond the level's budget is
+ * dropped (returns 1); TCP is only counted (its window does the rest). A
+ * global function: the verifier checks it once.
+ */
+__noinline int hq_link_in_charge(struct __sk_buff *skb, __u32 slot,
+				 __u32 proto, struct hq_flow *f)
+{
+	struct hq_link_in *li;
+	struct hq_in_level *v;
+	__u64 now, len, tau, q;
+
+	if (!skb)
+		return 0;
+	li = link_in(skb);
+	if (!li)
+		return 0;
+	now = coarse_ns();
+	link_roll(li, now);
+	v = &li->lv[in_level(li, slot)];
+	len = skb->len;
+	q = *(volatile __u64 *)&v->ns_q16;
+	if (proto == IPPROTO_UDP && q) {
+		tau = (HQ_LINK_IN_MIN_BURST * q) >> HQ_POLICE_SHIFT;
+		if (tau < HQ_IN_EPOCH_NS / 10)
+			tau = HQ_IN_EPOCH_NS / 10;
+		if (gcra(&v->tat, (len * q) >> HQ_POLICE_SHIFT, tau, now) ==
+		    HQ_ACT_DROP)
+			return 1;
+	}
+	__sync_fetch_and_add(&v->epoch_bytes, len);
+	if (f && f->lin_epoch != li->epoch + 1) {
+		f->lin_epoch = li->epoch + 1;
+		__sync_fetch_and_add(&v->flows, 1);
+	}
+	return 0;
+}
+
+/*
  * Lowers the receive window an outgoing TCP segment of a flow of rule slot
- * `slot` advertises to the flow's share of the slot's download limit for
- * one round trip (struct hq_in). The window is scaled by the socket's
+ * `slot` advertises to the flow's share of the slot's download limit
+ * (struct hq_in) or of its level of the link's ingress budget (struct
+ * hq_link_in), the smaller, for one round trip. The window is scaled by the socket's
  * receive window scale; SYNs (unscaled) are left alone. The TCP checksum
  * is fixed incrementally. Anything missing (socket, limit) leaves the
  * segment as it is. off is the TCP header's offset. A global function:
@@ -2141,21 +2326,19 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 __noinline int hq_rwnd_limit(struct __sk_buff *skb, __u32 off, __u32 slot)
 {
 	struct hq_stats *st;
-	struct hq_in *in;
 	struct bpf_sock *sk;
 	struct tcp_sock *tp;
 	struct tcphdr th;
-	__u64 rate, srtt, win, n, gain, minwin;
+	__u64 per, lper, srtt, mrtt, rrtt, win, lwin, minwin;
 	__u32 ws;
 	__u16 old, neww;
 
 	if (!skb)
 		return 0;
-	in = bpf_map_lookup_elem(&hq_in, &slot);
-	if (!in)
-		return 0;
-	rate = *(volatile __u64 *)&in->rate;
-	if (!rate)
+	/* Each flow's share, bytes/s in Q10: of the rule's limit, the link's. */
+	per = in_share(slot);
+	lper = link_share(skb, slot);
+	if (!per && !lper)
 		return 0;
 	sk = skb->sk;
 	if (!sk)
@@ -2166,17 +2349,36 @@ __noinline int hq_rwnd_limit(struct __sk_buff *skb, __u32 off, __u32 slot)
 	srtt = tp->srtt_us >> 3;
 	if (!srtt)
 		return 0;
+	/*
+	 * The path's own round trip: the least the socket has seen. A socket
+	 * that only receives measured it at its handshake, perhaps behind a
+	 * queue; its receive-side estimate (timestamps) follows the path.
+	 */
+	mrtt = tp->rtt_min.s[0].v;
+	if (!mrtt || mrtt > srtt)
+		mrtt = srtt;
+	rrtt = tp->rcv_rtt_est.rtt_us >> 3;
+	if (rrtt && rrtt < mrtt)
+		mrtt = rrtt;
 	ws = BPF_CORE_READ_BITFIELD(tp, rx_opt.rcv_wscale);
 	minwin = tp->advmss;
 	if (minwin < 536)
 		minwin = 536;
 
-	n = in->flows_prev > in->flows ? in->flows_prev : in->flows;
-	if (!n)
-		n = 1;
-	gain = in->gain ? in->gain : HQ_IN_GAIN_ONE;
-	/* rate * gain/1024 / n bytes/s for srtt us; no overflow below 1 Tbit/s. */
-	win = rate * gain / n / 1024 * srtt / 1000000;
+	/*
+	 * A share's bytes/s for one round trip; no overflow below 1 Tbit/s.
+	 * A rule's limit takes the smoothed round trip (its gain corrects
+	 * the rest); a link's budget the path's least, so that the window
+	 * never pays for a queue at the bottleneck and the queue drains.
+	 */
+	win = 0;
+	if (per)
+		win = per / 1024 * srtt / 1000000;
+	if (lper) {
+		lwin = lper / 1024 * mrtt / 1000000;
+		if (!per || lwin < win)
+			win = lwin;
+	}
 	if (win < 2 * minwin)
 		win = 2 * minwin;
 	win >>= ws;
@@ -2341,7 +2543,8 @@ classified:
 	if (action == HQ_ACT_OBSERVE)
 		return HQ_TC_NEXT;
 
-	if (slot < HQ_MAX_RULES && p.key.proto == IPPROTO_TCP)
+	if (p.key.proto == IPPROTO_TCP &&
+	    (slot < HQ_MAX_RULES || *(volatile __u32 *)&hq_policy.in_links))
 		hq_rwnd_limit(skb, p.l4off, slot);
 	if (classid)
 		skb->priority = classid;
@@ -2485,8 +2688,11 @@ static __always_inline int ingress(struct __sk_buff *skb, __u32 off)
 	}
 	slot = (__u16)(res >> 32);
 
-	if (slot < HQ_MAX_RULES) {
+	if (slot < HQ_MAX_RULES)
 		drop = hq_in_limit(skb, slot, p.l4off, p.key.proto, f);
+	if (!drop)
+		drop = hq_link_in_charge(skb, slot, p.key.proto, f);
+	if (slot < HQ_MAX_RULES) {
 		if (st)
 			st->rx_classified++;
 		rc = bpf_map_lookup_elem(&hq_rule_ctr_in, &slot);

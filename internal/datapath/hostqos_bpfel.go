@@ -129,7 +129,7 @@ type hostqosHqFlow struct {
 	BaseRxBytes   uint64
 	BaseRxDrops   uint64
 	InEpoch       uint32
-	PadIn         uint32
+	LinEpoch      uint32
 }
 
 type hostqosHqFlowKey struct {
@@ -181,6 +181,8 @@ type hostqosHqIn struct {
 	Flows      uint32
 	FlowsPrev  uint32
 	Gain       uint32
+	Prio       uint32
+	Pad        uint32
 }
 
 type hostqosHqLimits uint32
@@ -207,6 +209,26 @@ const (
 	hostqosHqLimitsHQ_REFUSALS       hostqosHqLimits = 64
 	hostqosHqLimitsHQ_MAX_QSOCK      hostqosHqLimits = 4096
 )
+
+type hostqosHqLinkIn struct {
+	_        structs.HostLayout
+	Rate     uint64
+	EpochNs  uint64
+	Epoch    uint32
+	PrioNone uint32
+	Lv       [8]struct {
+		_          structs.HostLayout
+		Avail      uint64
+		Used       uint64
+		EpochBytes uint64
+		NsQ16      uint64
+		Tat        uint64
+		Flows      uint32
+		FlowsPrev  uint32
+		Gain       uint32
+		Pad        uint32
+	}
+}
 
 type hostqosHqPolice struct {
 	_     structs.HostLayout
@@ -345,7 +367,7 @@ const (
 type hostqosHqState struct {
 	_         structs.HostLayout
 	Gen       uint32
-	Pad       uint32
+	InLinks   uint32
 	ClockBase uint64
 	Buf       [2]struct {
 		_       structs.HostLayout
@@ -455,6 +477,7 @@ const (
 	hostqosMapHqFlows6        = "hq_flows6"
 	hostqosMapHqHealth        = "hq_health"
 	hostqosMapHqIn            = "hq_in"
+	hostqosMapHqLinkIn        = "hq_link_in"
 	hostqosMapHqNf            = "hq_nf"
 	hostqosMapHqPolice        = "hq_police"
 	hostqosMapHqQsock         = "hq_qsock"
@@ -575,6 +598,7 @@ type hostqosMapSpecs struct {
 	HqFlows6    *ebpf.MapSpec `ebpf:"hq_flows6"`
 	HqHealth    *ebpf.MapSpec `ebpf:"hq_health"`
 	HqIn        *ebpf.MapSpec `ebpf:"hq_in"`
+	HqLinkIn    *ebpf.MapSpec `ebpf:"hq_link_in"`
 	HqNf        *ebpf.MapSpec `ebpf:"hq_nf"`
 	HqPolice    *ebpf.MapSpec `ebpf:"hq_police"`
 	HqQsock     *ebpf.MapSpec `ebpf:"hq_qsock"`
@@ -643,6 +667,7 @@ type hostqosMaps struct {
 	HqFlows6    *ebpf.Map `ebpf:"hq_flows6"`
 	HqHealth    *ebpf.Map `ebpf:"hq_health"`
 	HqIn        *ebpf.Map `ebpf:"hq_in"`
+	HqLinkIn    *ebpf.Map `ebpf:"hq_link_in"`
 	HqNf        *ebpf.Map `ebpf:"hq_nf"`
 	HqPolice    *ebpf.Map `ebpf:"hq_police"`
 	HqQsock     *ebpf.Map `ebpf:"hq_qsock"`
@@ -673,6 +698,7 @@ func (m *hostqosMaps) Close() error {
 		m.HqFlows6,
 		m.HqHealth,
 		m.HqIn,
+		m.HqLinkIn,
 		m.HqNf,
 		m.HqPolice,
 		m.HqQsock,

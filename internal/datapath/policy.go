@@ -71,6 +71,9 @@ func compile(p Policy) (*compiled, error) {
 	if len(p.Rules) > MaxRules {
 		return nil, fmt.Errorf("policy has %d rules, the datapath holds at most %d", len(p.Rules), MaxRules)
 	}
+	if err := checkLinksIn(p.LinksIn, p.InPrioNone); err != nil {
+		return nil, err
+	}
 	c := &compiled{
 		exe:  map[FileID]*bitmap{},
 		comm: map[string]*bitmap{},
@@ -121,7 +124,10 @@ func compile(p Policy) (*compiled, error) {
 		if r.MaxBWIn > 0 && r.ActionCode != ActPass {
 			return nil, fmt.Errorf("%s: a download limit needs action pass, not %d", where(), r.ActionCode)
 		}
-		c.in = append(c.in, newInLimit(r.Slot, r.MaxBWIn))
+		if r.InPrio >= inLevels {
+			return nil, fmt.Errorf("%s: class priority %d out of range 0..%d", where, r.InPrio, inLevels-1)
+		}
+		c.in = append(c.in, newInLimit(r.Slot, r.MaxBWIn, r.InPrio))
 		if r.DSCP < -1 || r.DSCP > 63 {
 			return nil, fmt.Errorf("%s: DSCP %d out of range -1..63", where(), r.DSCP)
 		}
@@ -334,6 +340,9 @@ func (d *Datapath) Apply(p Policy) error {
 		return err
 	}
 	if err := d.writeInLimits(c.in); err != nil {
+		return err
+	}
+	if err := d.writeLinksIn(p.LinksIn, p.InPrioNone); err != nil {
 		return err
 	}
 	d.bufs[buf] = want

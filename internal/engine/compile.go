@@ -85,6 +85,9 @@ func compile(p *policy.Policy, runs []runCgroup, slots *slotTable, cgRoot string
 		})
 	}
 	c.Datapath.Rules = make([]datapath.Rule, 0, len(p.Rules))
+	if cl, ok := classByName[policy.DefaultClassName]; ok {
+		c.Datapath.InPrioNone = inPrio(cl.Priority)
+	}
 	for _, r := range p.OrderedRules() {
 		slot, ok := slots.Rules[r.Name]
 		if !ok {
@@ -147,10 +150,14 @@ func compile(p *policy.Policy, runs []runCgroup, slots *slotTable, cgRoot string
 			}
 			dr.MaxBWIn = uint64(r.MaxBWIn)
 		}
+		dr.InPrio = inPrio(cl.Priority)
 		c.Datapath.Rules = append(c.Datapath.Rules, dr)
 	}
 	return c, nil
 }
+
+// inPrio is a class priority as a level of a link's ingress budget.
+func inPrio(p int) uint8 { return uint8(min(max(p, 0), 7)) }
 
 // resolveApp fills the app selectors of dr from r. The cgroup and unit
 // selectors also match the cgroups of the runs (of those given) that were

@@ -301,6 +301,7 @@ func (e *Engine) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[st
 	var out []linkPlan
 	var missing []string
 	idx := map[string]int{}
+	comp.Datapath.LinksIn = nil
 	for _, l := range p.Links {
 		verdict, ifindex := e.judgeLink(l.Name)
 		if verdict == linkGone || ifindex == 0 { // unknown and not set up: nothing to keep
@@ -308,6 +309,9 @@ func (e *Engine) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[st
 			continue
 		}
 		lp := linkPlan{name: l.Name, ifindex: ifindex, syn: synLimits(l)}
+		if l.IngressRate > 0 {
+			comp.Datapath.LinksIn = append(comp.Datapath.LinksIn, datapath.LinkIn{Ifindex: ifindex, Rate: uint64(l.IngressRate)})
+		}
 		if l.EgressRate > 0 {
 			// shaper.Build names the link in its errors.
 			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate)}, comp.Classes, comp.rulesOn(l.Name))
@@ -551,6 +555,10 @@ func (e *Engine) Rescan() {
 	if err != nil {
 		e.log.Warn("rescan", "err", err)
 		return
+	}
+	if e.comp != nil {
+		// The links' ingress budgets come with the links (planLinks).
+		comp.Datapath.LinksIn = e.comp.Datapath.LinksIn
 	}
 	if e.comp != nil && sameDatapath(comp.Datapath, e.comp.Datapath) {
 		e.comp.Warnings, e.comp.Resolved = comp.Warnings, comp.Resolved

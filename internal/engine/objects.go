@@ -210,7 +210,7 @@ func (e *Engine) SetLink(ctx context.Context, who Caller, name string, l policy.
 		return nil
 	})
 	if err == nil {
-		e.publishChange("link", "set", name, map[string]any{"egress_rate": l.EgressRate})
+		e.publishChange("link", "set", name, map[string]any{"egress_rate": l.EgressRate, "ingress_rate": l.IngressRate})
 	}
 	return err
 }

@@ -50,6 +50,14 @@ type Link struct {
 	// touched.
 	SynRate          int `json:"syn_rate,omitempty" toml:"syn_rate,omitzero"`
 	SynRatePerSource int `json:"syn_rate_per_source,omitempty" toml:"syn_rate_per_source,omitzero"`
+	// IngressRate is the link's download budget (frames received, L2
+	// header included): set a little below the downlink's bottleneck, it
+	// shares the downlink by class priority — each class may receive what
+	// the higher classes leave of it, TCP by the receive window the host
+	// advertises, UDP by dropping the excess — so that no queue forms at
+	// the bottleneck and a voice download is not queued behind bulk.
+	// Zero: none.
+	IngressRate Rate `json:"ingress_rate,omitempty" toml:"ingress_rate,omitzero"`
 }
 
 // MaxSynRate bounds the SYN limits of a link (SYNs per second).

@@ -154,6 +154,10 @@ func (v *validator) links(p *Policy) {
 				v.addNum(obj, f.name, strconv.Itoa(f.v), fmt.Sprintf("must be 0 (no limit) .. %d SYNs per second", MaxSynRate), "e.g. 1000; leave it out for no limit")
 			}
 		}
+		if l.IngressRate != 0 && (l.IngressRate < MinMaxBWIn || l.IngressRate > MaxMaxBWIn) {
+			v.addNum(obj, "ingress_rate", l.IngressRate.String(), fmt.Sprintf("must be %s .. %s", MinMaxBWIn, MaxMaxBWIn),
+				"set it a little below the downlink's bottleneck, e.g. 95mbit for 100 Mbit/s; leave it out for none")
+		}
 		if math.IsNaN(l.Reservable) || l.Reservable < 0 || l.Reservable > 1 {
 			v.addNum(obj, "reservable", strconv.FormatFloat(l.Reservable, 'g', -1, 64),
 				"must be a fraction in (0, 1]", fmt.Sprintf("e.g. 0.8; leave it out for the default %g", DefaultReservable))

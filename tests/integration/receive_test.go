@@ -33,7 +33,13 @@ import (
 // path's client, the server is the far end.
 func newPathEnv(t *testing.T) (*env, *testutil.Path) {
 	t.Helper()
-	p := testutil.NewPath(t, 40*time.Millisecond)
+	return newPathEnvRTT(t, 40*time.Millisecond)
+}
+
+// newPathEnvRTT is newPathEnv over a path of that round-trip time.
+func newPathEnvRTT(t *testing.T, rtt time.Duration) (*env, *testutil.Path) {
+	t.Helper()
+	p := testutil.NewPath(t, rtt)
 	e := &env{t: t, client: p.Client.Node, server: p.Server.Node}
 	e.d = daemontest.New(t, e.client, binDir)
 	e.dir, e.cli = e.d.Dir, e.d.Client
