@@ -322,12 +322,13 @@ const (
 	StatClasses = "classes"
 	StatApps    = "apps"
 	StatFlows   = "flows"
+	StatLinks   = "links"
 )
 
 type statsClient struct{ c *Client }
 
-// Get returns the counters of one kind (StatRules, StatClasses, StatApps
-// or StatFlows).
+// Get returns the counters of one kind (StatRules, StatClasses, StatApps,
+// StatFlows or StatLinks).
 func (s *statsClient) Get(ctx context.Context, kind string) (Stats, error) {
 	var st Stats
 	err := s.c.call(ctx, RouteStats, []string{kind}, nil, &st, nil)

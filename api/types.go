@@ -108,6 +108,19 @@ type LinkStatus struct {
 	XDP        bool   `json:"xdp,omitempty"`
 	SynSeen    uint64 `json:"syn_seen,omitempty"`
 	SynDropped uint64 `json:"syn_dropped,omitempty"`
+	// IngressLevels is how the link's ingress_rate is shared now: the
+	// class priorities that received anything in the last epoch (200 ms).
+	IngressLevels []IngressLevel `json:"ingress_levels,omitempty"`
+}
+
+// IngressLevel is one class priority of a link's ingress budget: what it
+// may receive (the rate less what higher priorities received), what it
+// received, and its flows, over the last epoch.
+type IngressLevel struct {
+	Priority int    `json:"priority"`
+	Avail    uint64 `json:"avail_bps"`
+	Used     uint64 `json:"used_bps"`
+	Flows    uint32 `json:"flows"`
 }
 
 // Counts summarises the policy and the flow table.
@@ -212,6 +225,21 @@ type ClassStat struct {
 	Backlog    uint32 `json:"backlog_packets"`
 	Overlimits uint64 `json:"overlimits"`
 	Counter
+	// In is what the class received on all managed links (its rules' IN,
+	// and for class default what no rule matched; the receive side is
+	// counted per rule, not per link, so each link's row of a class
+	// repeats it). Drops: UDP beyond a download limit or a link's
+	// ingress budget.
+	In Counter `json:"in"`
+}
+
+// LinkStat is one row of GET /v1/stats/links: a managed link's interface
+// counters (the kernel's, /proc/net/dev: every frame, hostqos's or not),
+// sent (Counter) and received (In); drops are the interface's own.
+type LinkStat struct {
+	Link string `json:"link"`
+	Counter
+	In Counter `json:"in"`
 }
 
 // AppStat is one row of GET /v1/stats/apps: flows aggregated by process.
@@ -248,6 +276,7 @@ type Stats struct {
 	Interval float64     `json:"interval_s"`
 	Rules    []RuleStat  `json:"rules,omitempty"`
 	Classes  []ClassStat `json:"classes,omitempty"`
+	Links    []LinkStat  `json:"links,omitempty"`
 	Apps     []AppStat   `json:"apps,omitempty"`
 	Flows    []FlowStat  `json:"flows,omitempty"`
 }

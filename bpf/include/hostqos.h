@@ -459,6 +459,10 @@ struct hq_stats {
 	__u64 rx_parse_errors;
 	__u64 rx_no_socket; /* no local socket and no flow: rules by tuple only */
 	__u64 rwnd_clamps; /* TCP segments whose window was lowered */
+	/* Received packets no rule matched (class default's share). */
+	__u64 rx_none_packets;
+	__u64 rx_none_bytes;
+	__u64 rx_none_drops; /* dropped by a link's ingress budget (UDP) */
 };
 
 /* Per-buffer policy header. */

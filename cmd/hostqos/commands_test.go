@@ -55,8 +55,10 @@ func TestCommandOutput(t *testing.T) {
 			status: status,
 			rules:  testRules(),
 			stats: map[string]api.Stats{
-				api.StatRules: {Rules: []api.RuleStat{{Rule: "zoom", Class: "voice", Counter: counter, In: in}, {Rule: "backup", Class: "default"}}},
-				api.StatFlows: {Flows: flows},
+				api.StatRules:   {Rules: []api.RuleStat{{Rule: "zoom", Class: "voice", Counter: counter, In: in}, {Rule: "backup", Class: "default"}}},
+				api.StatFlows:   {Flows: flows},
+				api.StatClasses: {Classes: []api.ClassStat{{Class: "voice", Link: "eth0", Backlog: 2, Counter: counter, In: in}}},
+				api.StatLinks:   {Links: []api.LinkStat{{Link: "eth0", Counter: counter, In: in}}},
 			},
 		}
 	}
@@ -95,6 +97,22 @@ zoom    voice    2.50mbit/s  50.00mbit/s  3.00MiB    40.00MiB  1500      3000   
 backup  default  0bit/s      0bit/s       0B         0B        0         0        0          0
 `,
 			calls: []string{"Stats.Get rules"},
+		},
+		{
+			name: "stat classes",
+			args: []string{"stat", "classes"},
+			out: `LINK  CLASS  BACKLOG  OUT RATE    IN RATE      OUT BYTES  IN BYTES  OUT PKTS  IN PKTS  OUT DROPS  IN DROPS
+eth0  voice  2        2.50mbit/s  50.00mbit/s  3.00MiB    40.00MiB  1500      3000     4          7
+`,
+			calls: []string{"Stats.Get classes"},
+		},
+		{
+			name: "stat links",
+			args: []string{"stat", "links"},
+			out: `LINK  OUT RATE    IN RATE      OUT BYTES  IN BYTES  OUT PKTS  IN PKTS  OUT DROPS  IN DROPS
+eth0  2.50mbit/s  50.00mbit/s  3.00MiB    40.00MiB  1500      3000     4          7
+`,
+			calls: []string{"Stats.Get links"},
 		},
 		{
 			name: "stat flows --limit",

@@ -29,8 +29,8 @@ type statOptions struct {
 func newStatCmd(f *factory) *cobra.Command {
 	o := &statOptions{io: f.io, client: f.client}
 	st := &cobra.Command{
-		Use:   "stat [rules|classes|apps|flows]",
-		Short: "Show live counters and rates per rule, class, app or flow",
+		Use:   "stat [rules|classes|apps|flows|links]",
+		Short: "Show live counters and rates per rule, class, app, flow or link",
 		Long: `stat shows what each rule, class, app (process) or flow actually got: bytes,
 packets, drops and the current rate. Rates are over the daemon's last sample
 (1 s) for rules and classes, and since the previous 'stat flows' call for flows
@@ -38,12 +38,15 @@ and apps. Byte counts are frames as the link carries them (IP packet plus
 link-layer header). Rules, apps and flows show both directions side by side:
 OUT is what was sent (drops: drop rules and policers), IN what was received
 (drops: UDP beyond a download limit, maxbw_in); -o json has the received side
-under "in". Classes are egress queues. With -i it repeats every SECONDS until
-interrupted.
+under "in". Classes show their egress queues on each link (OUT) beside what
+the class received on all managed links (IN: its rules' IN, and for class
+default what no rule matched; the receive side is counted per rule, not per
+link). Links show the interface's own counters, every frame it carried. With
+-i it repeats every SECONDS until interrupted.
 Ordinary users see only their own processes' apps and flows.`,
 		Example:   "  hostqos stat\n  hostqos stat flows -i 1\n  hostqos stat apps -o json",
 		Args:      cobra.MaximumNArgs(1),
-		ValidArgs: []string{api.StatRules, api.StatClasses, api.StatApps, api.StatFlows},
+		ValidArgs: []string{api.StatRules, api.StatClasses, api.StatApps, api.StatFlows, api.StatLinks},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.kind = api.StatRules
 			if len(args) == 1 {
@@ -62,9 +65,9 @@ Ordinary users see only their own processes' apps and flows.`,
 
 func (o *statOptions) run() error {
 	switch o.kind {
-	case api.StatRules, api.StatClasses, api.StatApps, api.StatFlows:
+	case api.StatRules, api.StatClasses, api.StatApps, api.StatFlows, api.StatLinks:
 	default:
-		return fmt.Errorf("argument %q: want rules, classes, apps or flows", o.kind)
+		return fmt.Errorf("argument %q: want rules, classes, apps, flows or links", o.kind)
 	}
 	if o.interval < 0 || (o.interval > 0 && o.interval < 0.2) {
 		return fmt.Errorf("flag --interval = %v: want 0 (once) or at least 0.2 seconds", o.interval)
@@ -101,14 +104,6 @@ func (o *statOptions) run() error {
 	}
 }
 
-func counterCols(c api.Counter) []string {
-	return []string{humanRate(c.RateBps), strconv.FormatFloat(c.PktRate, 'f', 0, 64), humanBytes(c.Bytes),
-		strconv.FormatUint(c.Packets, 10), strconv.FormatUint(c.Drops, 10)}
-}
-
-// counterHead is the header of counterCols.
-func counterHead() []string { return []string{"RATE", "PKT/S", "BYTES", "PACKETS", "DROPS"} }
-
 // inOutCols are the sent and received sides of a counter, side by side.
 func inOutCols(out, in api.Counter) []string {
 	return []string{humanRate(out.RateBps), humanRate(in.RateBps), humanBytes(out.Bytes), humanBytes(in.Bytes),
@@ -131,9 +126,14 @@ func printStats(w io.Writer, kind string, s api.Stats, limit int) {
 		table(w, append([]string{"RULE", "CLASS"}, inOutHead()...), rows)
 	case api.StatClasses:
 		for _, c := range s.Classes {
-			rows = append(rows, append([]string{c.Link, c.Class, strconv.FormatUint(uint64(c.Backlog), 10)}, counterCols(c.Counter)...))
+			rows = append(rows, append([]string{c.Link, c.Class, strconv.FormatUint(uint64(c.Backlog), 10)}, inOutCols(c.Counter, c.In)...))
 		}
-		table(w, append([]string{"LINK", "CLASS", "BACKLOG"}, counterHead()...), rows)
+		table(w, append([]string{"LINK", "CLASS", "BACKLOG"}, inOutHead()...), rows)
+	case api.StatLinks:
+		for _, l := range s.Links {
+			rows = append(rows, append([]string{l.Link}, inOutCols(l.Counter, l.In)...))
+		}
+		table(w, append([]string{"LINK"}, inOutHead()...), rows)
 	case api.StatApps:
 		for i, a := range s.Apps {
 			if limit > 0 && i >= limit {

@@ -83,6 +83,8 @@ func writeStats(w io.Writer, st api.Stats) error {
 		name, list = "apps", reflect.ValueOf(st.Apps)
 	case st.Flows != nil:
 		name, list = "flows", reflect.ValueOf(st.Flows)
+	case st.Links != nil:
+		name, list = "links", reflect.ValueOf(st.Links)
 	}
 	head, err := json.Marshal(api.Stats{Time: st.Time, Interval: st.Interval})
 	if err != nil {

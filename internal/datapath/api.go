@@ -189,4 +189,7 @@ type Stats struct {
 	RxParseErrors uint64
 	RxNoSocket    uint64 // new received flows without a local socket (rules by tuple only)
 	RwndClamps    uint64 // outgoing TCP segments whose receive window a download limit lowered
+	// Received packets no rule matched (class default's): packets, bytes
+	// (frames), and drops by a link's ingress budget (UDP).
+	RxUnmatchedPackets, RxUnmatchedBytes, RxUnmatchedDrops uint64
 }

@@ -674,6 +674,9 @@ func (d *Datapath) Stats() (Stats, error) {
 		s.RxParseErrors += v.RxParseErrors
 		s.RxNoSocket += v.RxNoSocket
 		s.RwndClamps += v.RwndClamps
+		s.RxUnmatchedPackets += v.RxNonePackets
+		s.RxUnmatchedBytes += v.RxNoneBytes
+		s.RxUnmatchedDrops += v.RxNoneDrops
 	}
 	return s, nil
 }

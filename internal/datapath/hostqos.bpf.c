@@ -705,6 +705,23 @@ static __noinline int app_match(struct hq_scratch *s, __u32 buf,
 	return m.any != 0;
 }
 
+/*
+ * The identity of an MPTCP subflow (NULL: sk is none): its MPTCP socket's.
+ * The subflows are kernel sockets, which sock_create never sees; the
+ * MPTCP socket is the one the application made (an accepted one a clone
+ * of its listener, storage included: BPF_F_CLONE). Go listens with MPTCP
+ * by default, and a plain TCP peer makes the connection a fallback
+ * subflow of it.
+ */
+static __always_inline struct hq_ident *mptcp_ident(struct bpf_sock *sk)
+{
+	struct mptcp_sock *msk = bpf_skc_to_mptcp_sock(sk);
+
+	if (!msk)
+		return NULL;
+	return bpf_sk_storage_get(&hq_sk_ident, msk, 0, 0);
+}
+
 /* The identity stored with a socket, NULL for none. */
 static __always_inline struct hq_ident *sk_ident(struct bpf_sock *sk,
 						 struct hq_stats *st)
@@ -715,6 +732,8 @@ static __always_inline struct hq_ident *sk_ident(struct bpf_sock *sk,
 		sk = bpf_sk_fullsock(sk);
 		if (sk) {
 			id = bpf_sk_storage_get(&hq_sk_ident, sk, 0, 0);
+			if (!id)
+				id = mptcp_ident(sk);
 			if (!id && st)
 				st->no_identity++;
 		}
@@ -735,6 +754,8 @@ static __always_inline struct hq_ident *skb_ident(struct __sk_buff *skb,
 	if (!sk)
 		return NULL;
 	id = bpf_sk_storage_get(&hq_sk_ident, sk, 0, 0);
+	if (!id)
+		id = mptcp_ident(sk);
 	if (!id && st)
 		st->no_identity++;
 	return id;
@@ -2702,6 +2723,12 @@ static __always_inline int ingress(struct __sk_buff *skb, __u32 off)
 			if (drop)
 				rc->drops++;
 		}
+	}
+	if (slot >= HQ_MAX_RULES && st) {
+		st->rx_none_packets++;
+		st->rx_none_bytes += p.len;
+		if (drop)
+			st->rx_none_drops++;
 	}
 	if (c) {
 		__sync_fetch_and_add(&c->rx_packets, 1);

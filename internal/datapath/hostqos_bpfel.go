@@ -416,6 +416,9 @@ type hostqosHqStats struct {
 	RxParseErrors  uint64
 	RxNoSocket     uint64
 	RwndClamps     uint64
+	RxNonePackets  uint64
+	RxNoneBytes    uint64
+	RxNoneDrops    uint64
 }
 
 type hostqosHqTnode struct {

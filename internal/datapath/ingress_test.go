@@ -154,9 +154,10 @@ func TestIngressUDPLimit(t *testing.T) {
 // TestIngressSocketIdentity: a received packet is attributed to the app of
 // the local socket it is for (its identity, here given with TagSocket): a
 // connected TCP socket and a bound UDP socket, so app rules match
-// downloads from their first packet. (Accepted TCP sockets and listeners
-// show no identity to TC programs on this kernel, at egress as at
-// ingress: servers are matched by flow rules, e.g. their local port.)
+// downloads from their first packet. (Accepted TCP sockets carry their
+// listener's identity, cloned with the socket; Go's listeners are MPTCP
+// sockets whose TCP subflows take it from their MPTCP socket: see
+// tests/integration TestDownloadPriority.)
 func TestIngressSocketIdentity(t *testing.T) {
 	d := openTest(t, Options{})
 	uid := uint32(4242)

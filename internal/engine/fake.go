@@ -31,6 +31,9 @@ type FakeKernel struct {
 	Counters      []datapath.Counters
 	FlowTable     []datapath.Flow
 	ClassCounters map[int][]shaper.ClassStats
+	// RxUnmatched are the received counters of traffic no rule matched
+	// (Stats: RxUnmatchedPackets, RxUnmatchedBytes, RxUnmatchedDrops).
+	RxUnmatched datapath.Counters
 	// ResvCounters, BindingList and Refusals are what the reservation
 	// readers return (Refusals: every refusal so far, Seq 1, 2, ...).
 	ResvCounters map[uint16]datapath.ResvCounters
@@ -323,7 +326,8 @@ func (f *FakeKernel) Stats() (datapath.Stats, error) {
 	if err := f.call("Stats", ""); err != nil {
 		return datapath.Stats{}, err
 	}
-	return datapath.Stats{Packets: 10, Classified: 5}, nil
+	return datapath.Stats{Packets: 10, Classified: 5, RxUnmatchedPackets: f.RxUnmatched.RxPackets,
+		RxUnmatchedBytes: f.RxUnmatched.RxBytes, RxUnmatchedDrops: f.RxUnmatched.RxDrops}, nil
 }
 
 func (f *FakeKernel) Generation() uint32 {

@@ -180,7 +180,8 @@ func (e *Engine) readSample(r *recorder) (history.Sample, bool) {
 	if cs, err := e.stats.classStats(); err == nil {
 		for _, c := range classTotals(cs) {
 			sm.Series = append(sm.Series, history.Series{Kind: history.KindClasses, Name: c.Class, Owner: -1,
-				Counters: history.Counters{BytesOut: c.Bytes, PacketsOut: c.Packets, DropsOut: c.Drops}})
+				Counters: history.Counters{BytesOut: c.Bytes, PacketsOut: c.Packets, DropsOut: c.Drops,
+					BytesIn: c.In.Bytes, PacketsIn: c.In.Packets, DropsIn: c.In.Drops}})
 		}
 	}
 	dev := readNetDev()
@@ -221,7 +222,8 @@ func classTotals(cs []api.ClassStat) []api.ClassStat {
 		if !ok {
 			i = len(out)
 			idx[c.Class] = i
-			out = append(out, api.ClassStat{Class: c.Class})
+			// IN is the class's on all links; every row repeats it.
+			out = append(out, api.ClassStat{Class: c.Class, In: c.In})
 		}
 		out[i].Bytes += c.Bytes
 		out[i].Packets += c.Packets

@@ -119,6 +119,11 @@ func (k *SystemKernel) RuleCounter(slot int) (datapath.Counters, error) {
 	return k.DP.RuleCounter(slot)
 }
 func (k *SystemKernel) Flows(fn func(datapath.Flow) bool) error { return k.DP.Flows(fn) }
+
+// LinkInLevels reads how a link's ingress budget is shared (views.go).
+func (k *SystemKernel) LinkInLevels(ifindex int) ([]datapath.InLevel, error) {
+	return k.DP.LinkInLevels(ifindex)
+}
 func (k *SystemKernel) TrackFlows(fn func(datapath.Flow, *datapath.FlowMemo) bool, gone func(datapath.Flow, datapath.FlowMemo)) error {
 	return k.DP.TrackFlows(fn, gone)
 }

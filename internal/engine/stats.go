@@ -37,6 +37,8 @@ type sampler struct {
 	flowDrop *time.Timer         // drops flowPrev then
 
 	exeCache map[uint32]string
+
+	in inRates // the received side of classes and links (stats_in.go)
 }
 
 func newSampler(e *Engine) *sampler {
@@ -76,6 +78,7 @@ func (s *sampler) sample() {
 		}
 		s.rulePrev, s.ruleAt = cs, now
 	}
+	s.sampleIn(now, dp)
 	seen := map[[2]int]bool{}
 	for _, ifindex := range links {
 		st, err := dp.ClassStats(ifindex)
@@ -165,11 +168,15 @@ func sub(a, b uint64) uint64 {
 // class's rules instead.
 func (s *sampler) classStats() ([]api.ClassStat, error) {
 	s.e.mu.Lock()
-	eff, comp := s.e.eff, s.e.comp
+	eff, comp, k := s.e.eff, s.e.comp, s.e.k
 	links := maps.Clone(s.e.links)
 	s.e.mu.Unlock()
-	if comp == nil {
+	if comp == nil || k == nil {
 		return nil, nil
+	}
+	var in map[string]api.Counter
+	if rs, err := s.ruleStats(nil, -1); err == nil {
+		in = s.classIn(rs, k)
 	}
 	// Each class's HTB leaves: its general leaf and its rules' own leaves,
 	// as the compiled policy gave them to the shaper.
@@ -191,7 +198,7 @@ func (s *sampler) classStats() ([]api.ClassStat, error) {
 			continue
 		}
 		for _, c := range comp.Classes {
-			row := api.ClassStat{Class: c.Name, Link: l.Name}
+			row := api.ClassStat{Class: c.Name, Link: l.Name, In: in[c.Name]}
 			for _, m := range leaves[c.Name] {
 				k := [2]int{ifindex, m}
 				st, ok := s.classPrev[k]

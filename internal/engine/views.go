@@ -114,6 +114,9 @@ func (e *Engine) linkStatusLocked() []api.LinkStatus {
 				}
 			}
 			e.shieldLinkStatus(&ls, l.Name)
+			if l.IngressRate > 0 {
+				ls.IngressLevels = ingressLevels(e.k, ifindex)
+			}
 		} else {
 			ls.Error = "no such interface now; managed as soon as it appears"
 		}
@@ -142,6 +145,8 @@ func (e *Engine) Stats(who Caller, kind string, st *api.Stats) error {
 		st.Apps, err = e.stats.appStats(uid)
 	case "flows":
 		st.Flows, err = e.stats.flowStats(uid)
+	case "links":
+		st.Links, err = e.stats.linkStats()
 	default:
 		err = &NotFoundError{What: "stat kind", Name: kind}
 	}

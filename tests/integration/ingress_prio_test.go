@@ -90,4 +90,33 @@ func TestDownloadPriority(t *testing.T) {
 	if st.In.Packets == 0 || st.In.Drops != 0 {
 		t.Errorf("rule voice received side %+v: want packets counted, none dropped", st.In)
 	}
+	checkClassAndLinkIn(t, e, p.IfClient)
+	checkAcceptedIdentity(t, e, p.ClientV4)
+}
+
+// checkClassAndLinkIn: stat classes has the received side of class voice
+// (its rule's) and class default (the bulk downloads no rule matched);
+// stat links the link's interface counters, both directions.
+func checkClassAndLinkIn(t *testing.T, e *env, link string) {
+	t.Helper()
+	s, err := e.d.Stats("classes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := map[string]uint64{}
+	for _, c := range s.Classes {
+		if c.Link == link {
+			in[c.Class] = c.In.Bytes
+		}
+	}
+	if in["voice"] == 0 || in["default"] < 10<<20 {
+		t.Errorf("classes' received bytes on %s: %v; want voice's echo replies and default's downloads (> 10 MiB)", link, in)
+	}
+	s, err = e.d.Stats("links")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Links) != 1 || s.Links[0].Link != link || s.Links[0].In.Bytes < in["default"] || s.Links[0].Packets == 0 {
+		t.Errorf("stat links %+v: want %s with at least what its classes received (%d bytes) and what it sent", s.Links, link, in["default"])
+	}
 }

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"sort"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/history"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// The received side per class and per link. The ingress program counts per
+// rule slot, plus what no rule matched (datapath.Stats.RxUnmatched*): a
+// class's IN is its rules' IN, and class default's also the unmatched
+// traffic. A link's IN and OUT are its interface counters.
+
+// inRates keeps the previous readings behind the rates of the unmatched
+// received traffic and of the links' interface counters.
+type inRates struct {
+	noneAt   time.Time
+	nonePrev [2]uint64 // bytes, packets
+	noneRate [2]float64
+
+	devAt   time.Time
+	devPrev map[string]history.Counters
+}
+
+// sampleIn updates the rates of the unmatched received traffic. Called
+// with s.mu held.
+func (s *sampler) sampleIn(now time.Time, k Kernel) {
+	st, err := k.Stats()
+	if err != nil {
+		return
+	}
+	cur := [2]uint64{st.RxUnmatchedBytes, st.RxUnmatchedPackets}
+	if !s.in.noneAt.IsZero() {
+		dt := now.Sub(s.in.noneAt).Seconds()
+		s.in.noneRate = [2]float64{8 * rate(cur[0], s.in.nonePrev[0], dt), rate(cur[1], s.in.nonePrev[1], dt)}
+	}
+	s.in.noneAt, s.in.nonePrev = now, cur
+}
+
+// classIn sums the received side of each class: its rules' IN (rules as
+// rs reports them, with their classes) and, for class default, what no
+// rule matched.
+func (s *sampler) classIn(rs []api.RuleStat, k Kernel) map[string]api.Counter {
+	out := map[string]api.Counter{}
+	add := func(class string, c api.Counter) {
+		t := out[class]
+		t.Packets += c.Packets
+		t.Bytes += c.Bytes
+		t.Drops += c.Drops
+		t.RateBps += c.RateBps
+		t.PktRate += c.PktRate
+		out[class] = t
+	}
+	for _, r := range rs {
+		add(r.Class, r.In)
+	}
+	if st, err := k.Stats(); err == nil {
+		s.mu.Lock()
+		nr := s.in.noneRate
+		s.mu.Unlock()
+		add(policy.DefaultClassName, api.Counter{Packets: st.RxUnmatchedPackets, Bytes: st.RxUnmatchedBytes,
+			Drops: st.RxUnmatchedDrops, RateBps: nr[0], PktRate: nr[1]})
+	}
+	return out
+}
+
+// linkStats are the managed links' interface counters, both directions,
+// with rates since the previous call (at most one reading per second
+// counts as the base).
+func (s *sampler) linkStats() ([]api.LinkStat, error) {
+	s.e.mu.Lock()
+	links := maps.Clone(s.e.links)
+	s.e.mu.Unlock()
+	dev := readNetDev()
+	if dev == nil {
+		return nil, fmt.Errorf("read interface counters: /proc/thread-self/net/dev unreadable")
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dt := now.Sub(s.in.devAt).Seconds()
+	names := make([]string, 0, len(links))
+	for name := range links {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []api.LinkStat
+	for _, name := range names {
+		c, ok := dev[name]
+		if !ok {
+			continue
+		}
+		row := api.LinkStat{Link: name,
+			Counter: api.Counter{Packets: c.PacketsOut, Bytes: c.BytesOut, Drops: c.DropsOut},
+			In:      api.Counter{Packets: c.PacketsIn, Bytes: c.BytesIn, Drops: c.DropsIn}}
+		if p, ok := s.in.devPrev[name]; ok && dt > 0 {
+			row.RateBps, row.PktRate = 8*rate(c.BytesOut, p.BytesOut, dt), rate(c.PacketsOut, p.PacketsOut, dt)
+			row.In.RateBps, row.In.PktRate = 8*rate(c.BytesIn, p.BytesIn, dt), rate(c.PacketsIn, p.PacketsIn, dt)
+		}
+		out = append(out, row)
+	}
+	if s.in.devPrev == nil || dt >= 1 {
+		s.in.devAt, s.in.devPrev = now, dev
+	}
+	return out, nil
+}
+
+// ingressLevels reads how a link's ingress budget is shared now, when the
+// kernel can tell (SystemKernel); nil otherwise.
+func ingressLevels(k Kernel, ifindex int) []api.IngressLevel {
+	r, ok := k.(interface {
+		LinkInLevels(ifindex int) ([]datapath.InLevel, error)
+	})
+	if !ok {
+		return nil
+	}
+	ls, err := r.LinkInLevels(ifindex)
+	if err != nil {
+		return nil
+	}
+	out := make([]api.IngressLevel, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, api.IngressLevel{Priority: l.Priority, Avail: l.Avail, Used: l.Used, Flows: l.Flows})
+	}
+	return out
+}
