@@ -2711,7 +2711,8 @@ static __always_inline int ingress(struct __sk_buff *skb, __u32 off)
 
 	if (slot < HQ_MAX_RULES)
 		drop = hq_in_limit(skb, slot, p.l4off, p.key.proto, f);
-	if (!drop)
+	/* The call only where some link has an ingress budget. */
+	if (!drop && *(volatile __u32 *)&hq_policy.in_links)
 		drop = hq_link_in_charge(skb, slot, p.key.proto, f);
 	if (slot < HQ_MAX_RULES) {
 		if (st)
