@@ -125,7 +125,7 @@ func compile(p Policy) (*compiled, error) {
 			return nil, fmt.Errorf("%s: a download limit needs action pass, not %d", where(), r.ActionCode)
 		}
 		if r.InPrio >= inLevels {
-			return nil, fmt.Errorf("%s: class priority %d out of range 0..%d", where, r.InPrio, inLevels-1)
+			return nil, fmt.Errorf("%s: class priority %d out of range 0..%d", where(), r.InPrio, inLevels-1)
 		}
 		c.in = append(c.in, newInLimit(r.Slot, r.MaxBWIn, r.InPrio))
 		if r.DSCP < -1 || r.DSCP > 63 {
