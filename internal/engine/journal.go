@@ -344,6 +344,20 @@ func (p *persisted) apply(r journalRecord) error {
 	if p.Slots == nil {
 		p.Slots = newSlotTable()
 	}
+	// A snapshot leaves out the maps it had nothing in (omitempty): give
+	// the record somewhere to write.
+	if p.Slots.Rules == nil {
+		p.Slots.Rules = map[string]int{}
+	}
+	if p.Slots.Classes == nil {
+		p.Slots.Classes = map[string]int{}
+	}
+	if p.Slots.Baselines == nil {
+		p.Slots.Baselines = map[int]baseCounter{}
+	}
+	if p.Slots.Resv == nil {
+		p.Slots.Resv = map[string]int{}
+	}
 	if p.Keys == nil {
 		p.Keys = keyTable{}
 	}
@@ -367,9 +381,6 @@ func (p *persisted) apply(r journalRecord) error {
 		case jSlotClass:
 			err = applyVal(p.Slots.Classes, op)
 		case jSlotResv:
-			if p.Slots.Resv == nil {
-				p.Slots.Resv = map[string]int{}
-			}
 			err = applyVal(p.Slots.Resv, op)
 		case jBaseline:
 			slot, perr := strconv.Atoi(op.Name)

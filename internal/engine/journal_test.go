@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -135,5 +136,24 @@ func TestJournalCompacts(t *testing.T) {
 	}
 	if got := p.Overlay.Rules["second"]; got == nil || got.Class != "voice" {
 		t.Errorf("rule second after compaction: %+v", got)
+	}
+}
+
+// TestJournalOverSparseSnapshot replays records over a snapshot whose
+// slot table left out its empty maps (a daemon restarted after a rule
+// add whose slot had a baseline panicked here).
+func TestJournalOverSparseSnapshot(t *testing.T) {
+	p := &persisted{Overlay: newOverlay(), Slots: &slotTable{}}
+	r := journalRecord{Ops: []journalOp{
+		{Kind: jBaseline, Name: "3", Value: json.RawMessage(`{"packets":1,"bytes":2,"drops":0}`)},
+		{Kind: jSlotRule, Name: "r", Value: json.RawMessage(`3`)},
+		{Kind: jSlotClass, Name: "bulk", Value: json.RawMessage(`1`)},
+		{Kind: jSlotResv, Name: "resv:x", Value: json.RawMessage(`0`)},
+	}}
+	if err := p.apply(r); err != nil {
+		t.Fatal(err)
+	}
+	if p.Slots.Baselines[3].Bytes != 2 || p.Slots.Rules["r"] != 3 || p.Slots.Classes["bulk"] != 1 || p.Slots.Resv["resv:x"] != 0 {
+		t.Errorf("slots after replay: %+v", p.Slots)
 	}
 }
