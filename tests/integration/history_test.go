@@ -113,16 +113,19 @@ maxbw = "40mbit"
 		t.Errorf("flow record %+v: want rule bulk, exe %s, a pid, comm and class", f, app)
 	}
 	// Out: the frames of the receiver's bytes (headers of at most 100
-	// bytes a counted packet, GSO packets counted once). In: the
+	// bytes a counted packet, GSO packets counted once, and segments the
+	// sender had to send again, which the record counts each time they
+	// crossed the link and the receiver once: retransSlack). In: the
 	// receiver's ACKs, as the receive side counts them (logged).
-	if f.BytesOut < r.Bytes || f.BytesOut > r.Bytes+100*f.PacketsOut {
+	if f.BytesOut < r.Bytes || f.BytesOut > r.Bytes+100*f.PacketsOut+retransSlack(r.Bytes) {
 		t.Errorf("flow record: %d bytes out in %d packets, receiver counted %d payload bytes", f.BytesOut, f.PacketsOut, r.Bytes)
 	}
 	if f.PacketsIn == 0 || f.BytesIn > 100*f.PacketsIn {
 		t.Errorf("flow record: %d bytes in, %d packets: want the receiver's ACKs", f.BytesIn, f.PacketsIn)
 	}
 	// The download: in, the frames of the 8 MiB the app read (at most
-	// 100 bytes of headers a counted packet); out, its request and ACKs.
+	// 100 bytes of headers a counted packet, and retransSlack); out, its
+	// request and ACKs.
 	// (Its process exits within milliseconds, before the recorder's next
 	// walk could read its executable: the record names it by command.)
 	if len(downs) != 1 {
@@ -130,7 +133,7 @@ maxbw = "40mbit"
 	}
 	d := downs[0]
 	t.Logf("download's flow record: %+v", d)
-	if d.Rule != "bulk" || d.Comm != filepath.Base(app) || d.BytesIn < downSize || d.BytesIn > downSize+100*d.PacketsIn || d.PacketsOut == 0 {
+	if d.Rule != "bulk" || d.Comm != filepath.Base(app) || d.BytesIn < downSize || d.BytesIn > downSize+100*d.PacketsIn+retransSlack(downSize) || d.PacketsOut == 0 {
 		t.Errorf("download's flow record: rule %q, %d bytes in %d packets, %d packets out; the app read %d bytes",
 			d.Rule, d.BytesIn, d.PacketsIn, d.PacketsOut, downSize)
 	}
@@ -276,3 +279,9 @@ func (p *promServer) query(q string) (float64, error) {
 	}
 	return v, nil
 }
+
+// retransSlack is what a flow record may count beyond the bytes the
+// receiving app got: segments sent again (a spurious timeout on a busy
+// 2-core machine resent ~24 segments of the download in one CI run) cross
+// the link, and are counted, once more each. 1 % of the transfer.
+func retransSlack(n uint64) uint64 { return n / 100 }
