@@ -250,11 +250,11 @@ func (s *stateStore) diff(ov *overlay, slots *slotTable, keys keyTable) ([]journ
 	if ov == nil {
 		ov = newOverlay()
 	}
-	diffPtrs(jLinks, old.Links, ov.Links, add)
-	diffPtrs(jClasses, old.Classes, ov.Classes, add)
-	diffPtrs(jRules, old.Rules, ov.Rules, add)
-	diffPtrs(jRuns, old.Runs, ov.Runs, add)
-	diffPtrs(jResv, old.Reservations, ov.Reservations, add)
+	diffVals(jLinks, old.Links, ov.Links, add)
+	diffVals(jClasses, old.Classes, ov.Classes, add)
+	diffVals(jRules, old.Rules, ov.Rules, add)
+	diffVals(jRuns, old.Runs, ov.Runs, add)
+	diffVals(jResv, old.Reservations, ov.Reservations, add)
 	os, ns := s.slots, slots
 	if os == nil {
 		os = &slotTable{}
@@ -265,17 +265,8 @@ func (s *stateStore) diff(ov *overlay, slots *slotTable, keys keyTable) ([]journ
 	diffVals(jSlotRule, os.Rules, ns.Rules, add)
 	diffVals(jSlotClass, os.Classes, ns.Classes, add)
 	diffVals(jSlotResv, os.Resv, ns.Resv, add)
-	for slot, v := range ns.Baselines {
-		if ov, ok := os.Baselines[slot]; !ok || ov != v {
-			add(jBaseline, strconv.Itoa(slot), v, false)
-		}
-	}
-	for slot := range os.Baselines {
-		if _, ok := ns.Baselines[slot]; !ok {
-			add(jBaseline, strconv.Itoa(slot), nil, true)
-		}
-	}
-	diffPtrs(jKey, s.keys, keys, add)
+	diffVals(jBaseline, os.Baselines, ns.Baselines, add)
+	diffVals(jKey, s.keys, keys, add)
 	for _, k := range s.answered {
 		if e, ok := keys[k]; ok && e == s.keys[k] {
 			add(jKey, k, e, false)
@@ -284,28 +275,18 @@ func (s *stateStore) diff(ov *overlay, slots *slotTable, keys keyTable) ([]journ
 	return ops, err
 }
 
-func diffPtrs[T any](kind string, old, cur map[string]*T, add func(kind, name string, v any, del bool)) {
+// diffVals adds a set for every entry of cur that old lacks or holds
+// differently (pointers compare by identity: a change replaces an object,
+// never writes through it) and a delete for every entry cur lacks.
+func diffVals[K comparable, V comparable](kind string, old, cur map[K]V, add func(kind, name string, v any, del bool)) {
 	for n, v := range cur {
 		if ov, ok := old[n]; !ok || ov != v {
-			add(kind, n, v, false)
+			add(kind, fmt.Sprint(n), v, false)
 		}
 	}
 	for n := range old {
 		if _, ok := cur[n]; !ok {
-			add(kind, n, nil, true)
-		}
-	}
-}
-
-func diffVals[V comparable](kind string, old, cur map[string]V, add func(kind, name string, v any, del bool)) {
-	for n, v := range cur {
-		if ov, ok := old[n]; !ok || ov != v {
-			add(kind, n, v, false)
-		}
-	}
-	for n := range old {
-		if _, ok := cur[n]; !ok {
-			add(kind, n, nil, true)
+			add(kind, fmt.Sprint(n), nil, true)
 		}
 	}
 }
