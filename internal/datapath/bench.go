@@ -127,23 +127,30 @@ func MeasurePerPacket(flows int, repeat uint32, police bool) (PerPacketResult, e
 	if repeat == 0 {
 		repeat = 1_000_000
 	}
+	d, done, err := openScratch(max(DefaultFlowTable, flows*2))
+	if err != nil {
+		return PerPacketResult{}, err
+	}
+	defer done()
+	return d.measurePerPacket(flows, repeat, police)
+}
+
+// openScratch opens a private datapath (its own pin directory under
+// bpffs, flow table of flowTable entries; 0: the default) for a
+// benchmark; done closes it and removes its pins.
+func openScratch(flowTable int) (d *Datapath, done func(), err error) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	dir := filepath.Join(defaultBPFFSMount, "hostqos-bench-"+hex.EncodeToString(rnd[:]))
-	size := DefaultFlowTable
-	if flows*2 > size {
-		size = flows * 2
-	}
-	d, err := Open(Options{BPFFSDir: dir, FlowTableSize: size})
+	d, err = Open(Options{BPFFSDir: dir, FlowTableSize: flowTable})
 	if err != nil {
 		_ = Remove(dir)
-		return PerPacketResult{}, err
+		return nil, nil, err
 	}
-	defer func() {
+	return d, func() {
 		d.Close()
 		_ = Remove(dir)
-	}()
-	return d.measurePerPacket(flows, repeat, police)
+	}, nil
 }
 
 // measurePerPacket is MeasurePerPacket on an open datapath whose flow

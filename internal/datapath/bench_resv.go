@@ -1,11 +1,8 @@
 package datapath
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 
 	"github.com/cilium/ebpf"
 )
@@ -31,18 +28,11 @@ func MeasurePolicing(repeat uint32) (PolicingResult, error) {
 	if repeat == 0 {
 		repeat = 1_000_000
 	}
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	dir := filepath.Join(defaultBPFFSMount, "hostqos-bench-"+hex.EncodeToString(rnd[:]))
-	d, err := Open(Options{BPFFSDir: dir})
+	d, done, err := openScratch(0)
 	if err != nil {
-		_ = Remove(dir)
 		return PolicingResult{}, err
 	}
-	defer func() {
-		d.Close()
-		_ = Remove(dir)
-	}()
+	defer done()
 	p := Policy{
 		Rules: []Rule{
 			{Slot: 1, Proto: 6, RPortFrom: 443, DSCPIn: -1, DSCP: 46, ClassID: 0x10010},

@@ -1,8 +1,6 @@
 package datapath
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -237,18 +235,11 @@ func MeasureIngressPerPacket(flows int, repeat uint32, limit bool) (PerPacketRes
 	if repeat == 0 {
 		repeat = 1_000_000
 	}
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	dir := filepath.Join(defaultBPFFSMount, "hostqos-bench-"+hex.EncodeToString(rnd[:]))
-	d, err := Open(Options{BPFFSDir: dir, FlowTableSize: max(DefaultFlowTable, flows*2)})
+	d, done, err := openScratch(max(DefaultFlowTable, flows*2))
 	if err != nil {
-		_ = Remove(dir)
 		return PerPacketResult{}, err
 	}
-	defer func() {
-		d.Close()
-		_ = Remove(dir)
-	}()
+	defer done()
 	return d.measureIngressPerPacket(flows, repeat, limit)
 }
 
