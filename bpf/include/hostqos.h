@@ -196,6 +196,25 @@ struct hq_flow_key4 {
 };
 
 /*
+ * The flows of one socket, for hq_forget_flows (the daemon's request when
+ * a socket becomes, or stops being, a qsocket): the flow of its 5-tuple
+ * when connected (dport != 0), else every flow from its local port (and
+ * its address unless any). IPv4 addresses in src[0]/dst[0]; family names
+ * the table. The program writes count: the flows it invalidated.
+ */
+struct hq_forget {
+	__u8 family; /* HQ_AF_INET: hq_flows4, HQ_AF_INET6: hq_flows6 */
+	__u8 proto;
+	__u16 sport; /* the socket's local port (host order) */
+	__u16 dport; /* its peer's port; 0: not connected */
+	__u8 any;    /* bound to no address: any local address */
+	__u8 pad;
+	__u32 src[4];
+	__u32 dst[4];
+	__u32 count; /* out */
+};
+
+/*
  * Flow table value (hq_flows4, hq_flows6: LRU hashes, one per address
  * family, each of the configured flow table size). Read-only on a packet
  * that hits a flow evaluated at the current policy generation: everything

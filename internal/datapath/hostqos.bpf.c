@@ -46,6 +46,7 @@ const volatile struct hq_ctr_rec hq_type_ctr_rec = {};
 const volatile enum hq_service hq_type_service = 0;
 const volatile enum hq_refuse hq_type_refuse = 0;
 const volatile enum hq_bind_flags hq_type_bind_flags = 0;
+const volatile struct hq_forget hq_type_forget = {};
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -2758,6 +2759,101 @@ SEC("tc")
 int hq_tc_ingress_l3(struct __sk_buff *skb)
 {
 	return ingress(skb, 0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* One socket's flows, classified again (the daemon runs this program)    */
+/* ---------------------------------------------------------------------- */
+
+/* A scan's filter and result, on hq_forget_flows's stack. */
+struct hq_forget_scan {
+	__u32 src[4];
+	__u32 gen;
+	__u32 count;
+	__u16 sport;
+	__u8 proto;
+	__u8 any;
+};
+
+/* A past generation: the flow is evaluated again by its next packet. */
+static __always_inline void forget_flow(struct hq_flow *f, __u32 gen)
+{
+	f->gen = gen - 1;
+}
+
+static long forget4_cb(struct bpf_map *map, struct hq_flow_key4 *k,
+		       struct hq_flow *f, struct hq_forget_scan *s)
+{
+	if (k->proto == s->proto && k->sport == s->sport &&
+	    (s->any || k->saddr == s->src[0])) {
+		forget_flow(f, s->gen);
+		s->count++;
+	}
+	return 0;
+}
+
+static long forget6_cb(struct bpf_map *map, struct hq_flow_key *k,
+		       struct hq_flow *f, struct hq_forget_scan *s)
+{
+	if (k->proto == s->proto && k->sport == s->sport &&
+	    (s->any || (k->src[0] == s->src[0] && k->src[1] == s->src[1] &&
+			k->src[2] == s->src[2] && k->src[3] == s->src[3]))) {
+		forget_flow(f, s->gen);
+		s->count++;
+	}
+	return 0;
+}
+
+/*
+ * Invalidates the flows of one socket (struct hq_forget): a connected
+ * socket's one flow by its key, an unconnected one's by a walk of its
+ * family's table in the kernel. Every other flow keeps its cached result,
+ * so making a socket a qsocket costs the host no re-classification.
+ */
+SEC("syscall")
+int hq_forget_flows(struct hq_forget *a)
+{
+	struct hq_forget_scan s = {};
+	struct hq_flow_key4 k4 = {};
+	struct hq_flow_key k = {};
+	struct hq_flow *f;
+
+	s.gen = *(volatile __u32 *)&hq_policy.gen;
+	a->count = 0;
+	if (a->dport) {
+		if (a->family == HQ_AF_INET) {
+			k4.family = HQ_AF_INET;
+			k4.proto = a->proto;
+			k4.sport = a->sport;
+			k4.dport = a->dport;
+			k4.saddr = a->src[0];
+			k4.daddr = a->dst[0];
+			f = bpf_map_lookup_elem(&hq_flows4, &k4);
+		} else {
+			k.family = HQ_AF_INET6;
+			k.proto = a->proto;
+			k.sport = a->sport;
+			k.dport = a->dport;
+			__builtin_memcpy(k.src, a->src, sizeof(k.src));
+			__builtin_memcpy(k.dst, a->dst, sizeof(k.dst));
+			f = bpf_map_lookup_elem(&hq_flows6, &k);
+		}
+		if (f) {
+			forget_flow(f, s.gen);
+			a->count = 1;
+		}
+		return 0;
+	}
+	s.proto = a->proto;
+	s.sport = a->sport;
+	s.any = a->any;
+	__builtin_memcpy(s.src, a->src, sizeof(s.src));
+	if (a->family == HQ_AF_INET)
+		bpf_for_each_map_elem(&hq_flows4, forget4_cb, &s, 0);
+	else
+		bpf_for_each_map_elem(&hq_flows6, forget6_cb, &s, 0);
+	a->count = s.count;
+	return 0;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -154,6 +154,19 @@ type hostqosHqFlowKey4 struct {
 	Daddr  uint32
 }
 
+type hostqosHqForget struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Sport  uint16
+	Dport  uint16
+	Any    uint8
+	Pad    uint8
+	Src    [4]uint32
+	Dst    [4]uint32
+	Count  uint32
+}
+
 type hostqosHqIdent struct {
 	_        structs.HostLayout
 	Tgid     uint32
@@ -498,6 +511,7 @@ const (
 	hostqosMapHqUid           = "hq_uid"
 	hostqosProgHqConnect4     = "hq_connect4"
 	hostqosProgHqConnect6     = "hq_connect6"
+	hostqosProgHqForgetFlows  = "hq_forget_flows"
 	hostqosProgHqIterBindTcp  = "hq_iter_bind_tcp"
 	hostqosProgHqIterBindUdp  = "hq_iter_bind_udp"
 	hostqosProgHqIterFlows4   = "hq_iter_flows4"
@@ -521,6 +535,7 @@ const (
 	hostqosVarHqTypeBindFlags = "hq_type_bind_flags"
 	hostqosVarHqTypeCtrRec    = "hq_type_ctr_rec"
 	hostqosVarHqTypeFamily    = "hq_type_family"
+	hostqosVarHqTypeForget    = "hq_type_forget"
 	hostqosVarHqTypeLimits    = "hq_type_limits"
 	hostqosVarHqTypeRefuse    = "hq_type_refuse"
 	hostqosVarHqTypeService   = "hq_type_service"
@@ -571,6 +586,7 @@ type hostqosSpecs struct {
 type hostqosProgramSpecs struct {
 	HqConnect4    *ebpf.ProgramSpec `ebpf:"hq_connect4"`
 	HqConnect6    *ebpf.ProgramSpec `ebpf:"hq_connect6"`
+	HqForgetFlows *ebpf.ProgramSpec `ebpf:"hq_forget_flows"`
 	HqIterBindTcp *ebpf.ProgramSpec `ebpf:"hq_iter_bind_tcp"`
 	HqIterBindUdp *ebpf.ProgramSpec `ebpf:"hq_iter_bind_udp"`
 	HqIterFlows4  *ebpf.ProgramSpec `ebpf:"hq_iter_flows4"`
@@ -633,6 +649,7 @@ type hostqosVariableSpecs struct {
 	HqTypeBindFlags *ebpf.VariableSpec `ebpf:"hq_type_bind_flags"`
 	HqTypeCtrRec    *ebpf.VariableSpec `ebpf:"hq_type_ctr_rec"`
 	HqTypeFamily    *ebpf.VariableSpec `ebpf:"hq_type_family"`
+	HqTypeForget    *ebpf.VariableSpec `ebpf:"hq_type_forget"`
 	HqTypeLimits    *ebpf.VariableSpec `ebpf:"hq_type_limits"`
 	HqTypeRefuse    *ebpf.VariableSpec `ebpf:"hq_type_refuse"`
 	HqTypeService   *ebpf.VariableSpec `ebpf:"hq_type_service"`
@@ -734,6 +751,7 @@ type hostqosVariables struct {
 	HqTypeBindFlags *ebpf.Variable `ebpf:"hq_type_bind_flags"`
 	HqTypeCtrRec    *ebpf.Variable `ebpf:"hq_type_ctr_rec"`
 	HqTypeFamily    *ebpf.Variable `ebpf:"hq_type_family"`
+	HqTypeForget    *ebpf.Variable `ebpf:"hq_type_forget"`
 	HqTypeLimits    *ebpf.Variable `ebpf:"hq_type_limits"`
 	HqTypeRefuse    *ebpf.Variable `ebpf:"hq_type_refuse"`
 	HqTypeService   *ebpf.Variable `ebpf:"hq_type_service"`
@@ -746,6 +764,7 @@ type hostqosVariables struct {
 type hostqosPrograms struct {
 	HqConnect4    *ebpf.Program `ebpf:"hq_connect4"`
 	HqConnect6    *ebpf.Program `ebpf:"hq_connect6"`
+	HqForgetFlows *ebpf.Program `ebpf:"hq_forget_flows"`
 	HqIterBindTcp *ebpf.Program `ebpf:"hq_iter_bind_tcp"`
 	HqIterBindUdp *ebpf.Program `ebpf:"hq_iter_bind_udp"`
 	HqIterFlows4  *ebpf.Program `ebpf:"hq_iter_flows4"`
@@ -765,6 +784,7 @@ func (p *hostqosPrograms) Close() error {
 	return _HostqosClose(
 		p.HqConnect4,
 		p.HqConnect6,
+		p.HqForgetFlows,
 		p.HqIterBindTcp,
 		p.HqIterBindUdp,
 		p.HqIterFlows4,

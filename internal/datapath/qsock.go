@@ -8,8 +8,10 @@ package datapath
 // flows the entry's class and DSCP, read at each packet, and counts it.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
@@ -98,8 +100,8 @@ func classWord(q QSock) uint64 {
 
 // AttachQSock makes the socket behind fd (a descriptor of the daemon's)
 // qsocket id: the entry gets q with fresh counters, the socket's identity
-// names the id, and every flow is classified again, so the socket's
-// traffic takes q from its next packet. A socket without an identity (born
+// names the id, and the socket's flows (only they) are classified again,
+// so its traffic takes q from its next packet. A socket without an identity (born
 // before the datapath, or in a way sock_create does not see) gets one
 // with owner uid.
 func (d *Datapath) AttachQSock(fd int, id uint32, q QSock) error {
@@ -133,7 +135,7 @@ func (d *Datapath) AttachQSock(fd int, id uint32, q QSock) error {
 		atomic.StoreUint64(&e.Cookie, 0)
 		return fmt.Errorf("tag socket fd %d as qsocket %d: %w", fd, id, err)
 	}
-	d.Reevaluate()
+	d.forgetSocketFlows(fd)
 	return nil
 }
 
@@ -159,7 +161,7 @@ func (d *Datapath) ChangeQSock(id uint32, q QSock) error {
 
 // DetachQSock ends qsocket id of the socket behind fd (which may be -1
 // when the socket is gone): the entry is freed, the identity forgets it,
-// and its flows are classified again by the rules.
+// and its flows are classified again by the rules at their next packet.
 func (d *Datapath) DetachQSock(fd int, id uint32, cookie uint64) error {
 	if err := checkQSockID(id); err != nil {
 		return err
@@ -178,8 +180,11 @@ func (d *Datapath) DetachQSock(fd int, id uint32, cookie uint64) error {
 				return fmt.Errorf("untag qsocket %d (socket fd %d): %w", id, fd, err)
 			}
 		}
+		d.forgetSocketFlows(fd)
+		return nil
 	}
-	d.Reevaluate()
+	// The socket is gone: its flows meet the freed entry at their next
+	// packet (qsock_result) and are classified again then.
 	return nil
 }
 
@@ -305,4 +310,107 @@ func (d *Datapath) InspectSocket(fd int) (SocketInfo, error) {
 		return SocketInfo{}, err
 	}
 	return si, nil
+}
+
+// forgetSocketFlows makes the flows of the socket behind fd, and no
+// others, be classified again at their next packet (hq_forget_flows): a
+// connected socket's flow by its 5-tuple, an unconnected one's by its
+// local port (and address) in its family's table — an IPv6 socket's in
+// both, as it may send IPv4. A socket without a local port has sent
+// nothing yet: it has no flows. When the program cannot run, every flow
+// is classified again (Reevaluate), as before it existed.
+func (d *Datapath) forgetSocketFlows(fd int) int {
+	reqs, err := socketFlows(fd)
+	if err != nil {
+		d.Reevaluate()
+		return -1
+	}
+	n := 0
+	for i := range reqs {
+		if _, err := d.objs.HqForgetFlows.Run(&ebpf.RunOptions{Context: &reqs[i], ContextOut: &reqs[i]}); err != nil {
+			d.Reevaluate()
+			return -1
+		}
+		n += int(reqs[i].Count)
+	}
+	return n
+}
+
+// socketFlows describes the flows of the socket behind fd for
+// hq_forget_flows: none for a socket without a local port or of another
+// protocol than TCP and UDP.
+func socketFlows(fd int) ([]hostqosHqForget, error) {
+	proto, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
+	if err != nil {
+		return nil, fmt.Errorf("read protocol of socket fd %d: %w", fd, err)
+	}
+	if proto != unix.IPPROTO_TCP && proto != unix.IPPROTO_UDP {
+		return nil, nil
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return nil, fmt.Errorf("read address of socket fd %d: %w", fd, err)
+	}
+	local, ok := sockaddrAddrPort(sa)
+	if !ok || local.Port() == 0 {
+		return nil, nil
+	}
+	r := hostqosHqForget{Proto: uint8(proto), Sport: local.Port()}
+	if pa, err := unix.Getpeername(fd); err == nil {
+		if peer, ok := sockaddrAddrPort(pa); ok && peer.Port() != 0 {
+			r.Dport = peer.Port()
+			l, p := local.Addr().Unmap(), peer.Addr().Unmap()
+			r.Family = famOf(p)
+			putAddrWords(&r.Src, l)
+			putAddrWords(&r.Dst, p)
+			return []hostqosHqForget{r}, nil
+		}
+	}
+	l := local.Addr()
+	if l.IsUnspecified() {
+		r.Any = 1
+		if l.Is4() {
+			r.Family = famIPv4
+			return []hostqosHqForget{r}, nil
+		}
+		r4, r6 := r, r
+		r4.Family, r6.Family = famIPv4, famIPv6
+		return []hostqosHqForget{r4, r6}, nil
+	}
+	l = l.Unmap()
+	r.Family = famOf(l)
+	putAddrWords(&r.Src, l)
+	return []hostqosHqForget{r}, nil
+}
+
+func famOf(a netip.Addr) uint8 {
+	if a.Is4() {
+		return famIPv4
+	}
+	return famIPv6
+}
+
+// putAddrWords lays a out as the flow keys do (network byte order; IPv4
+// in the first word).
+func putAddrWords(w *[4]uint32, a netip.Addr) {
+	var b [16]byte
+	if a.Is4() {
+		v := a.As4()
+		copy(b[:], v[:])
+	} else {
+		b = a.As16()
+	}
+	for i := range w {
+		w[i] = binary.NativeEndian.Uint32(b[i*4:])
+	}
+}
+
+func sockaddrAddrPort(sa unix.Sockaddr) (netip.AddrPort, bool) {
+	switch s := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(s.Addr), uint16(s.Port)), true
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(s.Addr), uint16(s.Port)), true
+	}
+	return netip.AddrPort{}, false
 }

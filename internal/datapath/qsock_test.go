@@ -146,3 +146,147 @@ func TestQSockClassifies(t *testing.T) {
 		t.Errorf("QSocks = %v, %v; want none open", qs, err)
 	}
 }
+
+// TestQSockForgetsOnlyItsFlows: making a socket a qsocket (or an ordinary
+// socket again) classifies its own flows again at their next packet and
+// leaves every other flow's cached result alone: no new policy generation.
+// A connected socket's one flow; an unconnected one's flows from its local
+// port, to any peer; an IPv6 socket bound to no address, its flows in both
+// tables; a socket that never sent, nothing.
+func TestQSockForgetsOnlyItsFlows(t *testing.T) {
+	d := openTest(t, Options{})
+	p := testutil.NewPair(t)
+	a4, b4 := testutil.PairA4.Addr(), testutil.PairB4.Addr()
+	b6 := testutil.PairB6.Addr()
+	gen := d.Generation()
+	mk := func(fam, typ int, bind unix.Sockaddr, peer unix.Sockaddr) (int, uint16) {
+		t.Helper()
+		var fd int
+		p.A.MustDo(t, func() error {
+			var err error
+			if fd, err = unix.Socket(fam, typ|unix.SOCK_CLOEXEC, 0); err != nil {
+				return err
+			}
+			if bind != nil {
+				if err := unix.Bind(fd, bind); err != nil {
+					return err
+				}
+			}
+			if peer != nil {
+				return unix.Connect(fd, peer)
+			}
+			return nil
+		})
+		t.Cleanup(func() { unix.Close(fd) })
+		sa, err := unix.Getsockname(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ap, _ := sockaddrAddrPort(sa)
+		return fd, ap.Port()
+	}
+	type flow struct {
+		proto      uint8
+		src, dst   netip.AddrPort
+		wantForgot bool
+	}
+	put := func(fs []flow) {
+		t.Helper()
+		for _, f := range fs {
+			v := hostqosHqFlow{Gen: gen, Classid: 0x10003, Slot: 0xffff, Action: uint8(ActQSock), Dscp: 10}
+			k := hostqosHqFlowKey{Proto: f.proto, Sport: f.src.Port(), Dport: f.dst.Port()}
+			putAddrWords(&k.Src, f.src.Addr())
+			putAddrWords(&k.Dst, f.dst.Addr())
+			var err error
+			if f.src.Addr().Is4() {
+				k4 := hostqosHqFlowKey4{Family: famIPv4, Proto: k.Proto, Sport: k.Sport, Dport: k.Dport, Saddr: k.Src[0], Daddr: k.Dst[0]}
+				err = d.objs.HqFlows4.Put(&k4, &v)
+			} else {
+				k.Family = famIPv6
+				err = d.objs.HqFlows6.Put(&k, &v)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(what string, fs []flow, forgot, wantN int) {
+		t.Helper()
+		if forgot != wantN {
+			t.Errorf("%s: %d flows classified again, want %d", what, forgot, wantN)
+		}
+		for _, f := range fs {
+			var v hostqosHqFlow
+			k := hostqosHqFlowKey{Proto: f.proto, Sport: f.src.Port(), Dport: f.dst.Port()}
+			putAddrWords(&k.Src, f.src.Addr())
+			putAddrWords(&k.Dst, f.dst.Addr())
+			var err error
+			if f.src.Addr().Is4() {
+				k4 := hostqosHqFlowKey4{Family: famIPv4, Proto: k.Proto, Sport: k.Sport, Dport: k.Dport, Saddr: k.Src[0], Daddr: k.Dst[0]}
+				err = d.objs.HqFlows4.Lookup(&k4, &v)
+			} else {
+				k.Family = famIPv6
+				err = d.objs.HqFlows6.Lookup(&k, &v)
+			}
+			if err != nil {
+				t.Fatalf("%s: flow %v %v→%v: %v", what, f.proto, f.src, f.dst, err)
+			}
+			if got := v.Gen != gen; got != f.wantForgot {
+				t.Errorf("%s: flow %v %v→%v classified again = %v, want %v", what, f.proto, f.src, f.dst, got, f.wantForgot)
+			}
+			if v.Classid != 0x10003 || v.Dscp != 10 {
+				t.Errorf("%s: flow %v %v→%v: cached result changed: %+v", what, f.proto, f.src, f.dst, v)
+			}
+		}
+		if g := d.Generation(); g != gen {
+			t.Errorf("%s: policy generation %d → %d: every flow is classified again", what, gen, g)
+		}
+	}
+	ap := netip.AddrPortFrom
+
+	// A connected UDP socket: its 5-tuple only.
+	fd, port := mk(unix.AF_INET, unix.SOCK_DGRAM, &unix.SockaddrInet4{Addr: a4.As4()}, sockaddr(ap(b4, 9000)))
+	fs := []flow{
+		{17, ap(a4, port), ap(b4, 9000), true},
+		{17, ap(a4, port), ap(b4, 9001), false},
+		{17, ap(a4, port+1), ap(b4, 9000), false},
+		{6, ap(a4, port), ap(b4, 9000), false},
+	}
+	put(fs)
+	check("connected", fs, d.forgetSocketFlows(fd), 1)
+
+	// An unconnected one, bound to its address: every flow from its port.
+	fd, port = mk(unix.AF_INET, unix.SOCK_DGRAM, &unix.SockaddrInet4{Addr: a4.As4()}, nil)
+	fs = []flow{
+		{17, ap(a4, port), ap(b4, 9000), true},
+		{17, ap(a4, port), ap(b4, 9001), true},
+		{17, ap(a4, port+1), ap(b4, 9000), false},
+		{6, ap(a4, port), ap(b4, 9000), false},
+		{17, ap(testutil.PairA6.Addr(), port), ap(b6, 9000), false},
+	}
+	put(fs)
+	check("unconnected", fs, d.forgetSocketFlows(fd), 2)
+
+	// An IPv6 socket bound to no address sends IPv4 too: both tables.
+	fd, port = mk(unix.AF_INET6, unix.SOCK_DGRAM, &unix.SockaddrInet6{}, nil)
+	fs = []flow{
+		{17, ap(a4, port), ap(b4, 9000), true},
+		{17, ap(testutil.PairA6.Addr(), port), ap(b6, 9000), true},
+		{17, ap(testutil.PairA6.Addr(), port+1), ap(b6, 9000), false},
+	}
+	put(fs)
+	check("dual-stack", fs, d.forgetSocketFlows(fd), 2)
+
+	// A connected IPv6 socket (its address chosen by the route).
+	fd, port = mk(unix.AF_INET6, unix.SOCK_DGRAM, nil, &unix.SockaddrInet6{Addr: b6.As16(), Port: 9002})
+	fs = []flow{
+		{17, ap(testutil.PairA6.Addr(), port), ap(b6, 9002), true},
+		{17, ap(testutil.PairA6.Addr(), port), ap(b6, 9003), false},
+	}
+	put(fs)
+	check("connected IPv6", fs, d.forgetSocketFlows(fd), 1)
+
+	// A socket that has sent nothing has no flows.
+	fd, _ = mk(unix.AF_INET, unix.SOCK_DGRAM, nil, nil)
+	check("fresh", nil, d.forgetSocketFlows(fd), 0)
+}
