@@ -5,10 +5,13 @@
  *   sensor_sender ADDR PORT COUNT [CLASS [SCHEDULER]]
  *
  * Sends COUNT readings at random intervals of 5 … 25 ms, each with its
- * own deadline 5 … 30 ms ahead (a reading is useless after it). The
- * scheduler (default edf-lossy) drops, at the source, a reading that
- * cannot meet its deadline; edf-lossless sends all and counts the late
- * ones. Prints the qinfo summary at the end.
+ * own deadline 5 … 30 ms ahead (a reading is useless after it), which
+ * travels with it to the host's scheduler (SCM_TXTIME). The scheduler
+ * (default edf-lossy) drops a reading that cannot meet its deadline: at
+ * the source when the measured queueing delay says so, else in the host
+ * when its predicted departure across all qsockets of the link is after
+ * it; edf-lossless sends all and counts the late ones. Prints the qinfo
+ * summary at the end.
  */
 #include <unistd.h>
 

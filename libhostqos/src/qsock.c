@@ -75,8 +75,9 @@ static const char *sched_name(enum qos_sched s)
 struct qstate {
 	int used;
 	enum qos_sched sched;
-	uint64_t rate;	  /* bit/s, 0 = no pacing */
+	uint64_t rate;	  /* bit/s paced at (fifo only), 0 = none */
 	int64_t tat;	  /* pacing: earliest start of the next message, ns */
+	int txtime;	  /* pass each message's attributes (SCM_TXTIME) */
 	int in_frame;	  /* edf-lossy: inside a frame */
 	int frame_drop;	  /* edf-lossy: the frame is dropped */
 	uint64_t sent_msgs, sent_bytes, dropped_msgs, dropped_bytes;
@@ -507,29 +508,70 @@ int qsockinit(const struct qos_params *p)
 	return call("qsockinit", "POST", "/v1/qsockets/init", body, -1, ans, sizeof(ans));
 }
 
+/* The rate the library paces at: fifo's; the host's scheduler serves
+ * dwcs and edf-* at theirs (the rate it admitted), unpaced. */
+static uint64_t pace_rate(const struct qos_params *p)
+{
+	return p->scheduler == QOS_SCHED_FIFO ? p->rate : 0;
+}
+
 static void reset_state(struct qstate *s, const struct qos_params *p)
 {
 	memset(s, 0, sizeof(*s));
 	s->used = 1;
 	s->sched = p->scheduler;
-	s->rate = p->rate;
+	s->rate = pace_rate(p);
+}
+
+/*
+ * Whether qsocket fd passes its messages' attributes to the kernel with
+ * scheduler sched: a datagram socket whose scheduler is not fifo. Such a
+ * socket gets SO_TXTIME with CLOCK_MONOTONIC (allowed to everyone) before
+ * the daemon is asked, so a failure changes nothing there. The kernel
+ * cannot clear SO_TXTIME: back to fifo the library just stops passing
+ * SCM_TXTIME, and the packets carry no time. 1, 0, or -1 (errno).
+ */
+static int want_txtime(const char *op, int fd, enum qos_sched sched)
+{
+	struct {
+		int32_t clockid; /* struct sock_txtime */
+		uint32_t flags;
+	} st = {CLOCK_MONOTONIC, 0};
+	int type = 0;
+	socklen_t len = sizeof(type);
+
+	if (sched == QOS_SCHED_FIFO)
+		return 0;
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+		return fail(errno, "%s: read the socket's type: %s", op, strerror(errno));
+	if (type != SOCK_DGRAM)
+		return 0;
+	if (setsockopt(fd, SOL_SOCKET, SO_TXTIME, &st, sizeof(st)) < 0)
+		return fail(errno, "%s: enable SO_TXTIME (CLOCK_MONOTONIC) for the messages' attributes: %s",
+			    op, strerror(errno));
+	return 1;
 }
 
 int qattach(int fd, const struct qos_params *p)
 {
 	char body[512], ans[4096];
 	struct qstate *s;
+	int txtime;
 
 	if (!p)
 		return fail(EINVAL, "qattach: no qos_params");
 	if (params_json(p, body, sizeof(body)) < 0)
 		return -1;
+	if ((txtime = want_txtime("qattach", fd, p->scheduler)) < 0)
+		return -1;
 	if (call("qattach", "POST", "/v1/qsockets", body, fd, ans, sizeof(ans)) < 0)
 		return -1;
 	pthread_mutex_lock(&table_mu);
 	s = state(fd, 1);
-	if (s)
+	if (s) {
 		reset_state(s, p);
+		s->txtime = txtime;
+	}
 	pthread_mutex_unlock(&table_mu);
 	if (!s)
 		return fail(ENOMEM, "qattach: no memory for the socket's state");
@@ -556,10 +598,13 @@ int qchange(int fd, const struct qos_params *p)
 {
 	char body[512], ans[4096];
 	struct qstate *s;
+	int txtime;
 
 	if (!p)
 		return fail(EINVAL, "qchange: no qos_params");
 	if (params_json(p, body, sizeof(body)) < 0)
+		return -1;
+	if ((txtime = want_txtime("qchange", fd, p->scheduler)) < 0)
 		return -1;
 	if (call("qchange", "PATCH", "/v1/qsockets", body, fd, ans, sizeof(ans)) < 0)
 		return -1;
@@ -568,7 +613,8 @@ int qchange(int fd, const struct qos_params *p)
 	if (s) {
 		s->used = 1;
 		s->sched = p->scheduler;
-		s->rate = p->rate;
+		s->rate = pace_rate(p);
+		s->txtime = txtime;
 		s->in_frame = 0;
 	}
 	pthread_mutex_unlock(&table_mu);
@@ -675,6 +721,11 @@ int qinfo(int fd, struct qos_info *info)
 	info->packets = json_u64(ans, "packets");
 	info->bytes = json_u64(ans, "bytes");
 	info->rate_bps = json_u64(ans, "rate");
+	info->sched_late_msgs = json_u64(ans, "late");
+	info->sched_late_dropped = json_u64(ans, "late_dropped");
+	info->sched_frame_dropped = json_u64(ans, "frame_dropped");
+	info->sched_dropped_bytes = json_u64(ans, "dropped_bytes");
+	info->sched_violations = json_u64(ans, "violations");
 	(void)json_bool;
 
 	pthread_mutex_lock(&table_mu);
@@ -734,16 +785,57 @@ static int decide(struct qstate *s, const struct packet_flags *pf, int64_t now)
 	return !drop || (pf->flags & QPF_NON_DROPPABLE);
 }
 
+/* The SCM_TXTIME value of a message sent at now (QSOCK_TXTIME_*). */
+static uint64_t txtime_word(const struct packet_flags *pf, int64_t now)
+{
+	int64_t dl = pf ? ts_ns(&pf->deadline) : 0;
+	uint64_t w = (uint64_t)(dl > 0 ? dl : now) & ~(uint64_t)QSOCK_TXTIME_FLAGS_MASK;
+
+	w |= QSOCK_TXTIME_MARKER;
+	if (dl > 0)
+		w |= QSOCK_TXTIME_HAS_DEADLINE;
+	if (!pf)
+		return w;
+	if (pf->flags & QPF_NON_DROPPABLE)
+		w |= QSOCK_TXTIME_NON_DROPPABLE;
+	if (pf->flags & QPF_FRAME_START)
+		w |= QSOCK_TXTIME_FRAME_START;
+	if (pf->flags & QPF_FRAME_END)
+		w |= QSOCK_TXTIME_FRAME_END;
+	w |= ((uint64_t)pf->drop_priority << QSOCK_TXTIME_PRIO_SHIFT) & QSOCK_TXTIME_PRIO_MASK;
+	return w;
+}
+
+/* Appends a control message to mh's buffer (sized by the caller). */
+static void add_cmsg(struct msghdr *mh, size_t *used, int level, int type,
+		     const void *data, size_t len)
+{
+	struct cmsghdr *cm = (struct cmsghdr *)((char *)mh->msg_control + *used);
+
+	cm->cmsg_level = level;
+	cm->cmsg_type = type;
+	cm->cmsg_len = CMSG_LEN(len);
+	memcpy(CMSG_DATA(cm), data, len);
+	*used += CMSG_SPACE(len);
+	mh->msg_controllen = *used;
+}
+
 ssize_t qsendto(int fd, const void *buf, size_t len, int flags,
 		const struct sockaddr *to, socklen_t tolen,
 		const struct packet_flags *pf)
 {
-	char ctl[CMSG_SPACE(sizeof(uint32_t))];
+	union {
+		char b[CMSG_SPACE(sizeof(uint32_t)) + CMSG_SPACE(sizeof(uint64_t))];
+		struct cmsghdr align;
+	} ctl;
 	struct qstate *s;
 	int64_t now = 0, wait = 0;
-	int sample = 0;
+	int sample = 0, txtime;
 	ssize_t n;
 
+	if (pf && pf->drop_priority > QPF_DROP_PRIORITY_MAX)
+		return fail(EINVAL, "qsend: packet_flags.drop_priority %u is out of range: use 0 (dropped last) … %d (dropped first)",
+			    pf->drop_priority, QPF_DROP_PRIORITY_MAX);
 	pthread_mutex_lock(&table_mu);
 	s = state(fd, 0);
 	if (!s) {
@@ -768,6 +860,7 @@ ssize_t qsendto(int fd, const void *buf, size_t len, int flags,
 	if (s->ts_out)
 		drain(fd, s);
 	sample = want_sample(fd, s);
+	txtime = s->txtime;
 	pthread_mutex_unlock(&table_mu);
 
 	if (wait > 0) {
@@ -776,19 +869,23 @@ ssize_t qsendto(int fd, const void *buf, size_t len, int flags,
 		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 			;
 	}
-	if (sample) {
+	if (sample || txtime) {
 		struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 		struct msghdr mh = {.msg_name = (void *)to, .msg_namelen = to ? tolen : 0,
-				    .msg_iov = &iov, .msg_iovlen = 1,
-				    .msg_control = ctl, .msg_controllen = sizeof(ctl)};
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		uint32_t v = SOF_TIMESTAMPING_TX_SCHED | SOF_TIMESTAMPING_TX_SOFTWARE;
+				    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b};
+		size_t used = 0;
 
-		memset(ctl, 0, sizeof(ctl));
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SO_TIMESTAMPING;
-		cm->cmsg_len = CMSG_LEN(sizeof(v));
-		memcpy(CMSG_DATA(cm), &v, sizeof(v));
+		memset(&ctl, 0, sizeof(ctl));
+		if (sample) {
+			uint32_t v = SOF_TIMESTAMPING_TX_SCHED | SOF_TIMESTAMPING_TX_SOFTWARE;
+
+			add_cmsg(&mh, &used, SOL_SOCKET, SO_TIMESTAMPING, &v, sizeof(v));
+		}
+		if (txtime) {
+			uint64_t w = txtime_word(pf, mono_ns());
+
+			add_cmsg(&mh, &used, SOL_SOCKET, SCM_TXTIME, &w, sizeof(w));
+		}
 		n = sendmsg(fd, &mh, flags);
 	} else {
 		n = sendto(fd, buf, len, flags, to, tolen);

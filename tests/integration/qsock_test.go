@@ -163,6 +163,22 @@ func TestQSockets(t *testing.T) {
 	}
 	checkReattached(t, sn, 7404, 34)
 
+	// Python, a datagram qsocket with a per-message scheduler: every
+	// message leaves (with its attributes, SCM_TXTIME), marked from the
+	// first, counted exactly; the queueing delay is measured; a drop
+	// priority out of range is refused.
+	py = e.client.Command("python3", "testdata/qsock_udp.py", srv, "7409", "interactive")
+	py.Env = append(os.Environ(), "PYTHONPATH=../../python", "HOSTQOS_SOCKET="+e.d.Socket)
+	out = mustRun(t, py)
+	t.Logf("Python UDP: %s", out)
+	if !regexp.MustCompile(`class=interactive scheduler=fifo sent=50 dropped=0 packets=50 samples=([1-9]|\d\d+) mean_ns=\d+ p99_ns=\d+ host_late=0 host_dropped=0 drop_priority_9=EINVAL`).MatchString(out) {
+		t.Errorf("Python datagram qsocket: %s\nwant 50 messages sent and through the classifier, queueing delay samples, drop priority 9 refused", out)
+	}
+	waitPackets(sn, 17, 7409, 50)
+	if ds, n := sn.DSCPCounts(17, 7409); n != 50 || ds[34] != 50 {
+		t.Errorf("Python datagram qsocket: the receiver saw %d packets, DSCPs %v; want 50, all AF41", n, ds)
+	}
+
 	// The examples, C and Go, on an idle link: nothing is dropped or late.
 	mustRun(t, exec.Command("make", "-s", "-C", "../../libhostqos", "examples"))
 	gobin := filepath.Join(e.dir, "gobin")

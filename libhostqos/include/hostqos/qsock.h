@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define HOSTQOS_QSOCK_VERSION 1
+#define HOSTQOS_QSOCK_VERSION 2
 
 /* Longest class name, with its terminating NUL. */
 #define QOS_NAMELEN 64
@@ -58,7 +58,9 @@ struct qos_params {
 	char class_name[QOS_NAMELEN];
 	int priority;  /* picks the class when class_name is "", -1 = unset */
 	int dscp;      /* overrides the class's DSCP (root or group hostqos), -1 = unset */
-	uint64_t rate; /* bit/s: messages paced at the source, 0 = none */
+	/* bit/s: fifo paces its messages at it (0 = none); dwcs and edf-*
+	 * are served at it by the host's scheduler (0 = 1 Mbit/s). */
+	uint64_t rate;
 	enum qos_sched scheduler;
 	struct q_dwcs_attr dwcs; /* QOS_SCHED_DWCS only */
 };
@@ -68,14 +70,37 @@ struct qos_params {
 #define QPF_FRAME_START 0x2u   /* first message of a frame */
 #define QPF_FRAME_END 0x4u     /* last message of a frame */
 
+/* Highest packet_flags.drop_priority. */
+#define QPF_DROP_PRIORITY_MAX 7
+
 /* One message's attributes (qsend, qsendto). */
 struct packet_flags {
 	/* Absolute CLOCK_MONOTONIC deadline; {0, 0} = none. */
 	struct timespec deadline;
-	/* Among droppable messages, higher is dropped first (reserved). */
+	/* 0..QPF_DROP_PRIORITY_MAX: among droppable messages of equal
+	 * urgency, higher is dropped first. */
 	uint8_t drop_priority;
 	uint32_t flags; /* QPF_* */
 };
+
+/*
+ * How a message's attributes reach the host's scheduler (the kernel): on a
+ * datagram qsocket whose scheduler is not fifo, the library sets SO_TXTIME
+ * (CLOCK_MONOTONIC) and qsend/qsendto pass one SCM_TXTIME control message
+ * per message. Its 64-bit value is the deadline in CLOCK_MONOTONIC
+ * nanoseconds rounded down to 256 ns (the send time when the message has
+ * none) with the low 8 bits replaced by these flags. hostqosd's classifier
+ * reads it from the packet and clears it. Other languages that speak the
+ * daemon's protocol pass the same (docs/qsockets.md).
+ */
+#define QSOCK_TXTIME_HAS_DEADLINE 0x01u	 /* the time is a deadline */
+#define QSOCK_TXTIME_NON_DROPPABLE 0x02u /* QPF_NON_DROPPABLE */
+#define QSOCK_TXTIME_FRAME_START 0x04u	 /* QPF_FRAME_START */
+#define QSOCK_TXTIME_FRAME_END 0x08u	 /* QPF_FRAME_END */
+#define QSOCK_TXTIME_PRIO_SHIFT 4	 /* drop priority in bits 4..6 */
+#define QSOCK_TXTIME_PRIO_MASK 0x70u
+#define QSOCK_TXTIME_MARKER 0x80u     /* always set: hostqos's encoding */
+#define QSOCK_TXTIME_FLAGS_MASK 0xffu /* the time is value & ~this */
 
 /* A qsocket's feedback (qinfo). */
 struct qos_info {
@@ -97,6 +122,14 @@ struct qos_info {
 	/* TCP_INFO of a TCP socket (is_tcp = 1). */
 	int is_tcp;
 	struct tcp_info tcp;
+	/* The host's scheduler (dwcs, edf-*; datagram qsockets), across
+	 * every qsocket of the link: messages it sent predicted after their
+	 * deadline; dropped because they could not meet it, or with the rest
+	 * of their frame; the bytes of both; DWCS messages sent late with no
+	 * loss left in their window (violations). */
+	uint64_t sched_late_msgs;
+	uint64_t sched_late_dropped, sched_frame_dropped, sched_dropped_bytes;
+	uint64_t sched_violations;
 };
 
 /* Fills p with the defaults: class default, fifo, nothing else set. */
