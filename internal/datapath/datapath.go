@@ -70,6 +70,10 @@ type Datapath struct {
 	// bufs is what Apply last wrote to each policy buffer (nil =
 	// unknown: adopted, or a write failed); guarded by mu.
 	bufs [2]*bufState
+	// placed is the position of each rule slot in the last policy
+	// applied (noPos: none; nil: none applied), see place.go; guarded by
+	// mu.
+	placed []uint32
 	// resvBufs are the reservations Apply last wrote to each buffer of
 	// hq_rule_resv, by rule slot (nil = unknown; see writeResv).
 	resvBufs [2]map[uint16]hostqosHqResv

@@ -127,6 +127,7 @@ func (d *Datapath) resetForTest() error {
 	// What the Datapath remembers of the kernel's state (a field added to
 	// it that caches such state must be forgotten here too).
 	d.bufs = [2]*bufState{}
+	d.placed = nil
 	d.inLast = nil
 	d.readerMu.Lock()
 	d.reader = nil

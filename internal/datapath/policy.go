@@ -32,12 +32,14 @@ type compiled struct {
 	rExe, rComm, rUID bitmap
 	rCg               bitmap
 	appRules          int
-	// appIdx is the rule index (within the policy) of each app bit.
+	// pos is each rule's position in the buffer (place.go), in policy
+	// order; appIdx is the position of each app bit's rule.
+	pos    []uint32
 	appIdx []uint32
 	// Tuple-space search over the rules without app selectors (struct
 	// hq_tuple): tuples by family (0 IPv4, 1 IPv6) in the order of their
 	// earliest rule, the hash entries and their chains' further nodes
-	// (node 0 unused).
+	// (by tnodeOf; node 0 unused).
 	tuples [2][]hostqosHqTuple
 	tss    map[hostqosHqTssKey]hostqosHqTnode
 	tnodes []hostqosHqTnode
@@ -65,11 +67,22 @@ func newPolicer(slot uint16, rate uint64, burst uint32) policer {
 // 1/2^policeShift ns.
 const policeShift = uint(hostqosHqLimitsHQ_POLICE_SHIFT)
 
-// compile validates p and turns it into map entries. Errors name the rule
-// (index and slot), the field and the value.
-func compile(p Policy) (*compiled, error) {
+// compile validates p and turns it into map entries, the rules at
+// positions 0, 1, 2, ... Errors name the rule (index and slot), the field
+// and the value.
+func compile(p Policy) (*compiled, error) { return compileAt(p, nil) }
+
+// compileAt is compile with the rules at positions pos (strictly
+// increasing, below MaxRules; nil: 0, 1, 2, ...), see place.go.
+func compileAt(p Policy, pos []uint32) (*compiled, error) {
 	if len(p.Rules) > MaxRules {
 		return nil, fmt.Errorf("policy has %d rules, the datapath holds at most %d", len(p.Rules), MaxRules)
+	}
+	if pos == nil {
+		pos = make([]uint32, len(p.Rules))
+		for i := range pos {
+			pos[i] = uint32(i)
+		}
 	}
 	if err := checkLinksIn(p.LinksIn, p.InPrioNone); err != nil {
 		return nil, err
@@ -79,8 +92,9 @@ func compile(p Policy) (*compiled, error) {
 		comm: map[string]*bitmap{},
 		uid:  map[uint32]*bitmap{},
 		cg:   map[uint64]*bitmap{},
+		pos:  pos,
 	}
-	slots := map[uint16]int{}
+	slots := make([]int32, MaxRules) // rule index + 1 of each slot used
 	get := func(m map[string]*bitmap, k string) *bitmap {
 		b := m[k]
 		if b == nil {
@@ -94,10 +108,10 @@ func compile(p Policy) (*compiled, error) {
 		if int(r.Slot) >= MaxRules {
 			return nil, fmt.Errorf("%s: slot %d out of range 0..%d", where(), r.Slot, MaxRules-1)
 		}
-		if j, dup := slots[r.Slot]; dup {
-			return nil, fmt.Errorf("%s: slot %d already used by rule %d", where(), r.Slot, j)
+		if j := slots[r.Slot]; j != 0 {
+			return nil, fmt.Errorf("%s: slot %d already used by rule %d", where(), r.Slot, j-1)
 		}
-		slots[r.Slot] = i
+		slots[r.Slot] = int32(i + 1)
 		br := hostqosHqRule{
 			Slot:    r.Slot,
 			Proto:   r.Proto,
@@ -210,7 +224,7 @@ func compile(p Policy) (*compiled, error) {
 			}
 		}
 		if hasApp {
-			c.appIdx = append(c.appIdx, uint32(len(c.rules)))
+			c.appIdx = append(c.appIdx, pos[len(c.rules)])
 		}
 		c.rules = append(c.rules, br)
 	}
@@ -310,7 +324,18 @@ func addrFromWords(family uint8, w *[4]uint32) netip.Addr {
 // failed write, or for adopted state, it reads the hash maps back and
 // rewrites the arrays whole).
 func (d *Datapath) Apply(p Policy) error {
-	c, err := compile(p)
+	d.mu.Lock()
+	prev := d.placed
+	d.mu.Unlock()
+	var pos []uint32
+	if len(p.Rules) <= MaxRules { // else compile says why not
+		slots := make([]uint16, len(p.Rules))
+		for i := range p.Rules {
+			slots[i] = p.Rules[i].Slot
+		}
+		pos = placeRules(slots, prev, MaxRules)
+	}
+	c, err := compileAt(p, pos)
 	if err != nil {
 		return fmt.Errorf("compile policy: %w", err)
 	}
@@ -346,8 +371,9 @@ func (d *Datapath) Apply(p Policy) error {
 		return err
 	}
 	d.bufs[buf] = want
+	d.placed = c.placement()
 	hb := &st.Buf[buf]
-	hb.Nrules = uint32(len(c.rules))
+	hb.Nrules = uint32(len(want.rules)) // the positions' bound: no rule is at or above it
 	hb.Napp = uint32(c.appRules)
 	hb.Ntuples = [2]uint32{uint32(len(c.tuples[0])), uint32(len(c.tuples[1]))}
 	hb.R_exe.W = c.rExe
@@ -395,7 +421,7 @@ type bufState struct {
 // bufState lays c out for buffer buf.
 func (c *compiled) bufState(buf uint32) *bufState {
 	s := &bufState{
-		rules:  c.rules,
+		rules:  c.rulesAt(),
 		appIdx: c.appIdx,
 		tuples: c.tuples,
 		tnodes: c.tnodes,

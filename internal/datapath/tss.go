@@ -24,6 +24,7 @@ type tupleShape struct {
 // buildTSS groups the rules without app selectors into tuples (one per
 // distinct selector shape and family), keys each rule under the masked
 // values it matches, and chains the rules sharing a key in policy order.
+// Rules are named by their positions (c.pos), chain nodes by tnodeOf.
 // A rule of either family goes into both families' tuples; an ICMP rule is
 // keyed under ICMP and ICMPv6 (it matches both). Port ranges that are not
 // one port are left to the full-rule check the classifier makes on every
@@ -44,12 +45,13 @@ func (c *compiled) buildTSS() error {
 	var tuples [2][]*tuple
 	byShape := [2]map[tupleShape]*tuple{{}, {}}
 	ntuples := 0
+	type node struct{ rule, id uint32 }
 	type entry struct {
 		t     *tuple
 		fam   int
 		key   hostqosHqTssKey // Tuple filled in once tuples are ordered
 		first uint32          // the entry's rules in policy order: first, then more
-		more  []uint32
+		more  []node
 	}
 	// An entry is found by its key with the tuple's provisional id in
 	// Tuple (a tuple is one family and shape): one small key per entry,
@@ -62,6 +64,7 @@ func (c *compiled) buildTSS() error {
 		if r.HasApp != 0 {
 			continue
 		}
+		at := c.pos[i]
 		var sh tupleShape
 		var k hostqosHqTssKey
 		sh.src, sh.dst = r.LocalMask, r.RemoteMask
@@ -89,12 +92,12 @@ func (c *compiled) buildTSS() error {
 			}
 			t := byShape[fi][sh]
 			if t == nil {
-				t = &tuple{shape: sh, min: uint32(i), id: ntuples}
+				t = &tuple{shape: sh, min: at, id: ntuples}
 				ntuples++
 				byShape[fi][sh] = t
 				tuples[fi] = append(tuples[fi], t)
 			}
-			for _, pr := range protos[:nprotos] {
+			for pi, pr := range protos[:nprotos] {
 				if !t.hasKey {
 					t.proto, t.hasKey = pr, true
 				} else if t.proto != pr {
@@ -103,11 +106,11 @@ func (c *compiled) buildTSS() error {
 				k.Proto = pr
 				k.Tuple = uint32(t.id)
 				if ei, ok := entries[k]; ok {
-					order[ei].more = append(order[ei].more, uint32(i))
+					order[ei].more = append(order[ei].more, node{at, tnodeOf(at, fi, pi)})
 					continue
 				}
 				entries[k] = len(order)
-				order = append(order, entry{fam: fi, t: t, key: k, first: uint32(i)})
+				order = append(order, entry{fam: fi, t: t, key: k, first: at})
 			}
 		}
 	}
@@ -129,28 +132,30 @@ func (c *compiled) buildTSS() error {
 		}
 	}
 	c.tss = make(map[hostqosHqTssKey]hostqosHqTnode, len(order))
-	c.tnodes = []hostqosHqTnode{{}}
+	nodes, top := 0, uint32(0)
+	for i := range order {
+		for _, n := range order[i].more {
+			nodes++
+			top = max(top, n.id)
+		}
+	}
+	c.tnodes = make([]hostqosHqTnode, top+1) // node 0 unused
 	for i := range order {
 		e := &order[i]
 		// The tuple's index within the buffer's part of hq_tuples; Apply
 		// adds the buffer's offset.
 		e.key.Tuple = uint32(e.fam*maxTuples + e.t.pos)
 		head := hostqosHqTnode{Rule: e.first}
-		prev := -1
-		for _, ri := range e.more {
-			n := uint32(len(c.tnodes))
-			if prev < 0 {
-				head.Next = n
-			} else {
-				c.tnodes[prev].Next = n
-			}
-			c.tnodes = append(c.tnodes, hostqosHqTnode{Rule: ri})
-			prev = int(n)
+		next := &head.Next
+		for _, n := range e.more {
+			*next = n.id
+			c.tnodes[n.id] = hostqosHqTnode{Rule: n.rule}
+			next = &c.tnodes[n.id].Next
 		}
 		c.tss[e.key] = head
 	}
-	if len(c.tss) > tssEntries || len(c.tnodes) > tssEntries {
-		return fmt.Errorf("policy needs %d search entries and %d chain nodes, the datapath holds at most %d of each", len(c.tss), len(c.tnodes), tssEntries)
+	if len(c.tss) > tssEntries || nodes >= tssEntries || int(top) >= tssEntries {
+		return fmt.Errorf("policy needs %d search entries and %d chain nodes, the datapath holds at most %d of each", len(c.tss), nodes+1, tssEntries)
 	}
 	return nil
 }
