@@ -107,7 +107,8 @@ type runCgroup struct {
 // merge lays the persistent and temporary overlays over the config file's
 // policy. The base must already contain the default classes.
 func merge(base *policy.Policy, persist, temp *overlay) merged {
-	m := merged{Policy: &policy.Policy{}, Sources: map[string]string{}}
+	n := len(base.Links) + len(base.Classes) + len(base.Rules) + len(base.Reservations) + len(persist.Rules) + len(temp.Rules)
+	m := merged{Policy: &policy.Policy{}, Sources: make(map[string]string, n)}
 	defaults := map[string]bool{}
 	for _, c := range policy.DefaultClasses() {
 		defaults[c.Name] = true
@@ -250,7 +251,8 @@ func (s *slotTable) clone() *slotTable {
 // ones. current reads the counter of a slot (for the baseline of a reused
 // slot); it may be nil.
 func (s *slotTable) assign(p *policy.Policy, current func(slot int) baseCounter) error {
-	var rules, classes []string
+	rules := make([]string, 0, len(p.Rules))
+	var classes []string
 	for _, r := range p.Rules {
 		rules = append(rules, r.Name)
 	}
@@ -279,16 +281,25 @@ func (s *slotTable) assign(p *policy.Policy, current func(slot int) baseCounter)
 // allocate keeps the numbers of the names that stay, frees those of names
 // gone, and gives each new name the lowest free number below limit.
 func allocate(m map[string]int, names []string, limit int, what string, assigned func(int)) error {
-	keep := map[string]bool{}
+	// Numbers in use by the names that stay; a name of m not among names
+	// (found < len(m)) is gone and frees its number.
+	used := make([]bool, limit)
+	found := 0
 	for _, n := range names {
-		keep[n] = true
-	}
-	used := map[int]bool{}
-	for n, v := range m {
-		if keep[n] {
+		if v, ok := m[n]; ok && v >= 0 && v < limit && !used[v] { // a name given twice counts once
 			used[v] = true
-		} else {
-			delete(m, n)
+			found++
+		}
+	}
+	if found < len(m) {
+		keep := make(map[string]bool, len(names))
+		for _, n := range names {
+			keep[n] = true
+		}
+		for n := range m {
+			if !keep[n] {
+				delete(m, n)
+			}
 		}
 	}
 	next := 0
