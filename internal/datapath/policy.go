@@ -405,7 +405,8 @@ func (d *Datapath) Apply(p Policy) error {
 }
 
 // bufState is what one policy buffer holds, in map form: the entries of
-// every per-buffer map (keys as written, buffer included).
+// every per-buffer map (keys as written, buffer included; but the search
+// entries' tuples are within the buffer's part, see tssAt).
 type bufState struct {
 	rules  []hostqosHqRule
 	appIdx []uint32
@@ -425,15 +426,11 @@ func (c *compiled) bufState(buf uint32) *bufState {
 		appIdx: c.appIdx,
 		tuples: c.tuples,
 		tnodes: c.tnodes,
-		tss:    make(map[hostqosHqTssKey]hostqosHqTnode, len(c.tss)),
+		tss:    c.tss,
 		exe:    make(map[hostqosHqExeKey]hostqosHqBitmap, len(c.exe)),
 		comm:   make(map[hostqosHqCommKey]hostqosHqBitmap, len(c.comm)),
 		uid:    make(map[hostqosHqUidKey]hostqosHqBitmap, len(c.uid)),
 		cg:     make(map[hostqosHqCgKey]hostqosHqBitmap, len(c.cg)),
-	}
-	for k, v := range c.tss {
-		k.Tuple += buf * 2 * uint32(maxTuples)
-		s.tss[k] = v
 	}
 	for f, b := range c.exe {
 		s.exe[hostqosHqExeKey{Buf: buf, Dev: f.Dev, Ino: f.Ino}] = hostqosHqBitmap{W: *b}
@@ -475,19 +472,19 @@ func (d *Datapath) writeBuf(buf uint32, have, want *bufState) error {
 	if err := syncArray(d.objs.HqTnodes, buf*uint32(tssEntries), have.tnodes, want.tnodes); err != nil {
 		return fmt.Errorf("write search chains: %w", err)
 	}
-	if err := syncHash(d.objs.HqTss, have.tss, want.tss); err != nil {
+	if err := syncHash(d.objs.HqTss, have.tss, want.tss, tssAt(buf)); err != nil {
 		return fmt.Errorf("write search entries: %w", err)
 	}
-	if err := syncHash(d.objs.HqExe, have.exe, want.exe); err != nil {
+	if err := syncHash(d.objs.HqExe, have.exe, want.exe, nil); err != nil {
 		return fmt.Errorf("write exe selectors: %w", err)
 	}
-	if err := syncHash(d.objs.HqComm, have.comm, want.comm); err != nil {
+	if err := syncHash(d.objs.HqComm, have.comm, want.comm, nil); err != nil {
 		return fmt.Errorf("write comm selectors: %w", err)
 	}
-	if err := syncHash(d.objs.HqUid, have.uid, want.uid); err != nil {
+	if err := syncHash(d.objs.HqUid, have.uid, want.uid, nil); err != nil {
 		return fmt.Errorf("write uid selectors: %w", err)
 	}
-	if err := syncHash(d.objs.HqCg, have.cg, want.cg); err != nil {
+	if err := syncHash(d.objs.HqCg, have.cg, want.cg, nil); err != nil {
 		return fmt.Errorf("write cgroup selectors: %w", err)
 	}
 	return nil
@@ -502,6 +499,12 @@ func (d *Datapath) readBufHashes(buf uint32) (*bufState, error) {
 	if s.tss, err = readHash[hostqosHqTssKey, hostqosHqTnode](d.objs.HqTss, func(k hostqosHqTssKey) bool { return k.Tuple >= lo && k.Tuple < hi }); err != nil {
 		return nil, fmt.Errorf("list search entries: %w", err)
 	}
+	inBuf := make(map[hostqosHqTssKey]hostqosHqTnode, len(s.tss))
+	for k, v := range s.tss {
+		k.Tuple -= lo
+		inBuf[k] = v
+	}
+	s.tss = inBuf
 	if s.exe, err = readHash[hostqosHqExeKey, hostqosHqBitmap](d.objs.HqExe, func(k hostqosHqExeKey) bool { return k.Buf == buf }); err != nil {
 		return nil, fmt.Errorf("list exe selectors: %w", err)
 	}
@@ -546,12 +549,16 @@ func syncArray[V comparable](m *ebpf.Map, base uint32, have, want []V) error {
 }
 
 // syncHash deletes the keys of have that want lacks, then writes the
-// entries of want that have lacks or holds with another value.
-func syncHash[K, V comparable](m *ebpf.Map, have, want map[K]V) error {
+// entries of want that have lacks or holds with another value; at, if not
+// nil, gives the map's key of a key of have and want.
+func syncHash[K, V comparable](m *ebpf.Map, have, want map[K]V, at func(K) K) error {
+	if at == nil {
+		at = func(k K) K { return k }
+	}
 	var del []K
 	for k := range have {
 		if _, ok := want[k]; !ok {
-			del = append(del, k)
+			del = append(del, at(k))
 		}
 	}
 	if err := batchDelete(m, del); err != nil {
@@ -563,7 +570,7 @@ func syncHash[K, V comparable](m *ebpf.Map, have, want map[K]V) error {
 		if hv, ok := have[k]; ok && hv == v {
 			continue
 		}
-		keys = append(keys, k)
+		keys = append(keys, at(k))
 		vals = append(vals, v)
 	}
 	return batchUpdate(m, keys, vals)
@@ -632,4 +639,13 @@ func batchUpdate[K, V any](m *ebpf.Map, keys []K, vals []V) error {
 		return nil
 	}
 	return err
+}
+
+// tssAt gives the hq_tss key of a search entry of buffer buf: its tuple
+// within the whole map.
+func tssAt(buf uint32) func(hostqosHqTssKey) hostqosHqTssKey {
+	return func(k hostqosHqTssKey) hostqosHqTssKey {
+		k.Tuple += buf * 2 * uint32(maxTuples)
+		return k
+	}
 }

@@ -1,10 +1,6 @@
 package datapath
 
-import (
-	"cmp"
-	"fmt"
-	"slices"
-)
+import "fmt"
 
 // Tuple-space search sizes (HQ_MAX_TUPLES per family and buffer,
 // HQ_TSS_ENTRIES hash entries and chain nodes per buffer).
@@ -40,25 +36,19 @@ func (c *compiled) buildTSS() error {
 		proto  uint8
 		hasKey bool
 		mixed  bool
-		id     int // provisional, while entries are collected (see below)
 	}
 	var tuples [2][]*tuple
 	byShape := [2]map[tupleShape]*tuple{{}, {}}
-	ntuples := 0
-	type node struct{ rule, id uint32 }
-	type entry struct {
-		t     *tuple
-		fam   int
-		key   hostqosHqTssKey // Tuple filled in once tuples are ordered
-		first uint32          // the entry's rules in policy order: first, then more
-		more  []node
-	}
-	// An entry is found by its key with the tuple's provisional id in
-	// Tuple (a tuple is one family and shape): one small key per entry,
-	// the maps sized up front (this runs over the whole policy on every
-	// change).
-	entries := make(map[hostqosHqTssKey]int, len(c.rules))
-	order := make([]entry, 0, len(c.rules))
+	// Rules come in policy order (increasing positions), so a tuple made
+	// at its first rule is already in the order of its earliest rule: its
+	// place in the family's list is final when it is made, and so is every
+	// key (this runs over the whole policy on every change: one map, sized
+	// up front). tails holds the last chain node of the entries with more
+	// than one rule.
+	c.tss = make(map[hostqosHqTssKey]hostqosHqTnode, len(c.rules))
+	c.tnodes = make([]hostqosHqTnode, 1) // node 0 unused
+	var tails map[hostqosHqTssKey]uint32
+	nodes := 0
 	for i := range c.rules {
 		r := &c.rules[i]
 		if r.HasApp != 0 {
@@ -92,11 +82,13 @@ func (c *compiled) buildTSS() error {
 			}
 			t := byShape[fi][sh]
 			if t == nil {
-				t = &tuple{shape: sh, min: at, id: ntuples}
-				ntuples++
+				t = &tuple{shape: sh, min: at, pos: len(tuples[fi])}
 				byShape[fi][sh] = t
 				tuples[fi] = append(tuples[fi], t)
 			}
+			// The tuple's index within the buffer's part of hq_tuples;
+			// Apply adds the buffer's offset.
+			k.Tuple = uint32(fi*maxTuples + t.pos)
 			for pi, pr := range protos[:nprotos] {
 				if !t.hasKey {
 					t.proto, t.hasKey = pr, true
@@ -104,26 +96,38 @@ func (c *compiled) buildTSS() error {
 					t.mixed = true
 				}
 				k.Proto = pr
-				k.Tuple = uint32(t.id)
-				if ei, ok := entries[k]; ok {
-					order[ei].more = append(order[ei].more, node{at, tnodeOf(at, fi, pi)})
+				head, ok := c.tss[k]
+				if !ok {
+					c.tss[k] = hostqosHqTnode{Rule: at}
 					continue
 				}
-				entries[k] = len(order)
-				order = append(order, entry{fam: fi, t: t, key: k, first: at})
+				// A later rule of the entry: a node at the chain's end.
+				id := tnodeOf(at, fi, pi)
+				if head.Next == 0 {
+					head.Next = id
+					c.tss[k] = head
+				} else {
+					c.tnodes[tails[k]].Next = id
+				}
+				if tails == nil {
+					tails = map[hostqosHqTssKey]uint32{}
+				}
+				tails[k] = id
+				if int(id) >= len(c.tnodes) {
+					c.tnodes = append(c.tnodes, make([]hostqosHqTnode, int(id)+1-len(c.tnodes))...)
+				}
+				c.tnodes[id] = hostqosHqTnode{Rule: at}
+				nodes++
 			}
 		}
 	}
-	// Tuples are created at their earliest rule, so they are already in
-	// the order of it; the bound is the rule count, which MaxRules caps.
+	// The bound is the rule count, which MaxRules caps.
 	for fi := range tuples {
 		if len(tuples[fi]) > maxTuples {
 			return fmt.Errorf("policy has %d distinct flow-selector shapes, the datapath holds at most %d", len(tuples[fi]), maxTuples)
 		}
-		slices.SortStableFunc(tuples[fi], func(a, b *tuple) int { return cmp.Compare(a.min, b.min) })
 		c.tuples[fi] = make([]hostqosHqTuple, len(tuples[fi]))
 		for j, t := range tuples[fi] {
-			t.pos = j
 			c.tuples[fi][j] = hostqosHqTuple{SrcMask: t.shape.src, DstMask: t.shape.dst, Min: t.min,
 				LportMask: t.shape.lport, RportMask: t.shape.rport, ProtoMask: t.shape.proto, DscpMask: t.shape.dscp}
 			if !t.mixed {
@@ -131,30 +135,7 @@ func (c *compiled) buildTSS() error {
 			}
 		}
 	}
-	c.tss = make(map[hostqosHqTssKey]hostqosHqTnode, len(order))
-	nodes, top := 0, uint32(0)
-	for i := range order {
-		for _, n := range order[i].more {
-			nodes++
-			top = max(top, n.id)
-		}
-	}
-	c.tnodes = make([]hostqosHqTnode, top+1) // node 0 unused
-	for i := range order {
-		e := &order[i]
-		// The tuple's index within the buffer's part of hq_tuples; Apply
-		// adds the buffer's offset.
-		e.key.Tuple = uint32(e.fam*maxTuples + e.t.pos)
-		head := hostqosHqTnode{Rule: e.first}
-		next := &head.Next
-		for _, n := range e.more {
-			*next = n.id
-			c.tnodes[n.id] = hostqosHqTnode{Rule: n.rule}
-			next = &c.tnodes[n.id].Next
-		}
-		c.tss[e.key] = head
-	}
-	if len(c.tss) > tssEntries || nodes >= tssEntries || int(top) >= tssEntries {
+	if len(c.tss) > tssEntries || nodes >= tssEntries || len(c.tnodes) > tssEntries {
 		return fmt.Errorf("policy needs %d search entries and %d chain nodes, the datapath holds at most %d of each", len(c.tss), nodes+1, tssEntries)
 	}
 	return nil
