@@ -88,7 +88,8 @@ func compile(p *policy.Policy, runs []runCgroup, slots *slotTable, cgRoot string
 	if cl, ok := classByName[policy.DefaultClassName]; ok {
 		c.Datapath.InPrioNone = inPrio(cl.Priority)
 	}
-	for _, r := range p.OrderedRules() {
+	for _, ri := range p.RuleOrder() {
+		r := p.Rules[ri]
 		slot, ok := slots.Rules[r.Name]
 		if !ok {
 			return nil, fmt.Errorf("compile rule %q: no slot assigned", r.Name)

@@ -78,6 +78,17 @@ func (r Rule) Specificity() int {
 //  2. then higher Specificity first;
 //  3. then by name, for determinism.
 func (p *Policy) OrderedRules() []Rule {
+	order := p.RuleOrder()
+	out := make([]Rule, len(order))
+	for i, j := range order {
+		out[i] = p.Rules[j]
+	}
+	return out
+}
+
+// RuleOrder is OrderedRules as indexes into p.Rules, without copying the
+// rules (a policy of 10,000 rules is ordered on every change).
+func (p *Policy) RuleOrder() []int {
 	// Sort indexes with each rule's key computed once: a policy of
 	// 10,000 rules is ordered on every change.
 	type key struct {
@@ -111,9 +122,9 @@ func (p *Policy) OrderedRules() []Rule {
 		}
 		return cmp.Compare(a.i, b.i)
 	})
-	out := make([]Rule, len(p.Rules))
+	out := make([]int, len(keys))
 	for i, k := range keys {
-		out[i] = p.Rules[k.i]
+		out[i] = k.i
 	}
 	return out
 }
