@@ -25,12 +25,20 @@ const clsactMarkPrefix = "clsact_created_"
 // classifier variant for the interface (see egressProgram), for attaching
 // it outside TCX. The descriptor stays owned by the datapath.
 func (d *Datapath) EgressProgramFD(ifindex int) (fd int, id int, err error) {
-	return programFD(d.egressProgram(ifindex), "egress")
+	p, err := d.egressProgram(ifindex)
+	if err != nil {
+		return 0, 0, err
+	}
+	return programFD(p, "egress")
 }
 
 // IngressProgramFD is EgressProgramFD for the ingress classifier.
 func (d *Datapath) IngressProgramFD(ifindex int) (fd int, id int, err error) {
-	return programFD(d.ingressProgram(ifindex), "ingress")
+	p, err := d.ingressProgram(ifindex)
+	if err != nil {
+		return 0, 0, err
+	}
+	return programFD(p, "ingress")
 }
 
 func programFD(p *ebpf.Program, dir string) (fd int, id int, err error) {

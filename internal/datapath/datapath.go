@@ -99,6 +99,10 @@ type Datapath struct {
 	// reader serves Flows; guarded by readerMu.
 	readerMu sync.Mutex
 	reader   *FlowReader
+	// lazy loads the programs verified on first use; progDir is where
+	// the verified programs are pinned (load.go).
+	lazy    *lazyLoader
+	progDir string
 }
 
 // meta is the value of the pinned hq_meta map: it tells a later Open what
@@ -209,6 +213,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 	d.fctrN = 2 * d.flowMax
 	specs.HqFctr.MaxEntries = d.fctrN
 	specs.HqFkey.MaxEntries = d.fctrN
+	var vals []any // what the programs are loaded with (objectID)
 	for _, v := range []struct {
 		what string
 		spec *ebpf.VariableSpec
@@ -223,7 +228,9 @@ func Open(opts Options) (_ *Datapath, err error) {
 		if err := v.spec.Set(v.val); err != nil {
 			return nil, fmt.Errorf("set %s: %w", v.what, err)
 		}
+		vals = append(vals, v.val)
 	}
+	d.progDir = filepath.Join(dir, progsDir, objectID(_HostqosBytes, vals))
 
 	// The policy state is the program's .bss (the section of hq_policy);
 	// pin it under our own name so the active policy survives a restart,
@@ -248,17 +255,17 @@ func Open(opts Options) (_ *Datapath, err error) {
 		return nil, fmt.Errorf("mmap policy state: %w", err)
 	}
 
-	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{
+	coll, err := d.loadObjects(spec, ebpf.CollectionOptions{
 		Maps:            ebpf.MapOptions{PinPath: dir},
 		MapReplacements: map[string]*ebpf.Map{bssName: d.state},
-	})
+	}, func(name string) bool { return !lazyPrograms[name] }, d.adopted)
 	if err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			d.log.Error("BPF verifier rejected a program", "log", fmt.Sprintf("%+v", ve))
-			return nil, fmt.Errorf("load BPF programs: %+v", ve)
-		}
-		return nil, incompatible("", err)
+		return nil, d.loadError(err)
+	}
+	err = d.takeObjects(spec, coll)
+	coll.Close()
+	if err != nil {
+		return nil, err
 	}
 
 	fm, err := mapFctr(d.objs.HqFctr, d.fctrN)
@@ -389,9 +396,14 @@ func (d *Datapath) adoptTCX() error {
 			l.Close()
 			continue
 		}
-		prog := d.egressProgram(ifindex)
+		pick := d.egressProgram
 		if hook == ebpf.AttachTCXIngress {
-			prog = d.ingressProgram(ifindex)
+			pick = d.ingressProgram
+		}
+		prog, err := pick(ifindex)
+		if err != nil {
+			l.Close()
+			return err
 		}
 		if err := l.Update(prog); err != nil {
 			l.Close()
@@ -405,12 +417,20 @@ func (d *Datapath) adoptTCX() error {
 // egressProgram picks the classifier variant for the interface's link
 // layer: Ethernet-like devices (6-byte hardware address, including
 // loopback) carry a 14-byte header, tunnels and tun devices carry none.
-func (d *Datapath) egressProgram(ifindex int) *ebpf.Program {
-	ifi, err := net.InterfaceByIndex(ifindex)
-	if err == nil && len(ifi.HardwareAddr) != 6 {
-		return d.objs.HqTcEgressL3
+func (d *Datapath) egressProgram(ifindex int) (*ebpf.Program, error) {
+	if !hasEthernetHeader(ifindex) {
+		egress, _, err := d.loadL3()
+		return egress, err
 	}
-	return d.objs.HqTcEgress
+	return d.objs.HqTcEgress, nil
+}
+
+// hasEthernetHeader tells whether the packets of an interface carry an
+// Ethernet header at the TC hooks (6-byte hardware address, loopback
+// included); an interface that is gone counts as Ethernet.
+func hasEthernetHeader(ifindex int) bool {
+	ifi, err := net.InterfaceByIndex(ifindex)
+	return err != nil || len(ifi.HardwareAddr) == 6
 }
 
 // AttachLink attaches the egress classifier to an interface (idempotent).
@@ -429,9 +449,13 @@ func (d *Datapath) AttachLink(ifindex int) error {
 		delete(d.tcx, ifindex)
 		_ = dropLink(l)
 	}
+	prog, err := d.egressProgram(ifindex)
+	if err != nil {
+		return err
+	}
 	l, err := link.AttachTCX(link.TCXOptions{
 		Interface: ifindex,
-		Program:   d.egressProgram(ifindex),
+		Program:   prog,
 		Attach:    ebpf.AttachTCXEgress,
 		Anchor:    link.Head(),
 	})
@@ -722,7 +746,14 @@ func (d *Datapath) Close() error {
 	}
 	d.hooks = nil
 	d.qmem.Store(nil)
-	d.objs.Close()
+	if d.lazy != nil {
+		d.lazy.mu.Lock()
+		d.lazy.close()
+		d.objs.Close()
+		d.lazy.mu.Unlock()
+	} else {
+		d.objs.Close()
+	}
 	d.fctr.Store(nil)
 	if d.mem != nil {
 		_ = unix.Munmap(d.mem)

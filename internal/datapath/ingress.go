@@ -117,11 +117,12 @@ func (d *Datapath) addRxRuleCounters(out []Counters) error {
 
 // ingressProgram picks the ingress classifier variant for the
 // interface's link layer (see egressProgram).
-func (d *Datapath) ingressProgram(ifindex int) *ebpf.Program {
-	if d.egressProgram(ifindex) == d.objs.HqTcEgressL3 {
-		return d.objs.HqTcIngressL3
+func (d *Datapath) ingressProgram(ifindex int) (*ebpf.Program, error) {
+	if !hasEthernetHeader(ifindex) {
+		_, ingress, err := d.loadL3()
+		return ingress, err
 	}
-	return d.objs.HqTcIngress
+	return d.objs.HqTcIngress, nil
 }
 
 // attachIngress attaches the ingress classifier to the TCX ingress hook
@@ -136,9 +137,13 @@ func (d *Datapath) attachIngress(ifindex int) error {
 		delete(d.tcxIn, ifindex)
 		_ = dropLink(l)
 	}
+	prog, err := d.ingressProgram(ifindex)
+	if err != nil {
+		return err
+	}
 	l, err := link.AttachTCX(link.TCXOptions{
 		Interface: ifindex,
-		Program:   d.ingressProgram(ifindex),
+		Program:   prog,
 		Attach:    ebpf.AttachTCXIngress,
 		Anchor:    link.Head(),
 	})

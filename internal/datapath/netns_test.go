@@ -6,6 +6,7 @@ import (
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -281,6 +282,18 @@ func TestAdoptAndRemove(t *testing.T) {
 		t.Fatal("after close: sock_create program no longer attached")
 	}
 
+	// A restart of the same build takes the programs it verified before
+	// (pinned beside the maps) instead of verifying them again.
+	dr := open()
+	if !dr.Adopted() || progID(t, dr.objs.HqTcEgress) != oldTC || progID(t, dr.objs.HqSockCreate) != oldSock {
+		t.Errorf("restart: programs %d, %d; want the pinned %d, %d", progID(t, dr.objs.HqTcEgress), progID(t, dr.objs.HqSockCreate), oldTC, oldSock)
+	}
+	dr.Close()
+	// Another build (here: without the pinned programs) verifies its own
+	// and swaps them into the pinned links in place.
+	if err := os.RemoveAll(filepath.Join(dir, progsDir)); err != nil {
+		t.Fatal(err)
+	}
 	d2 := open()
 	defer d2.Close()
 	if !d2.Adopted() || d2.Generation() != gen || d2.FlowTableSize() != 1024 {
