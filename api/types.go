@@ -91,6 +91,14 @@ type DatapathStatus struct {
 	RxParseErrors uint64 `json:"rx_parse_errors"`
 	RxNoSocket    uint64 `json:"rx_no_socket"`
 	RwndClamps    uint64 `json:"rwnd_clamps"`
+	// What the kernel let the daemon load (docs/kernels.md): Loops is
+	// the loop variant (bpf_loop, or bounded: smaller policies), Attach
+	// how the classifier is attached to links (tcx or clsact), and
+	// MPTCPIdentity whether MPTCP subflows take their MPTCP socket's
+	// identity (bpf_skc_to_mptcp_sock, Linux 5.19).
+	Loops         string `json:"loops,omitempty"`
+	Attach        string `json:"attach,omitempty"`
+	MPTCPIdentity bool   `json:"mptcp_identity,omitempty"`
 }
 
 // LinkStatus is a managed link as configured and as found in the kernel.

@@ -34,6 +34,17 @@ enum hq_limits {
 	 */
 	HQ_MAX_TUPLES = HQ_MAX_RULES,
 	HQ_TSS_ENTRIES = 4 * HQ_MAX_RULES,
+	/*
+	 * The bounded datapath (kernels without bpf_loop, before 5.17: every
+	 * loop a bounded for loop the verifier walks in full) holds smaller
+	 * policies: at most HQ_BOUNDED_FLOW_RULES rules without app selectors
+	 * and HQ_BOUNDED_APP_RULES with them (HQ_BOUNDED_WORDS bitmap words).
+	 * The reservation lock's slow wait is HQ_BOUNDED_RESV_WAIT attempts.
+	 */
+	HQ_BOUNDED_FLOW_RULES = 512,
+	HQ_BOUNDED_APP_RULES = 128,
+	HQ_BOUNDED_WORDS = HQ_BOUNDED_APP_RULES / 64,
+	HQ_BOUNDED_RESV_WAIT = 64,
 	/* Cgroup ancestor ids kept per socket (levels 0..7). */
 	HQ_CG_LEVELS = 8,
 	HQ_COMM_LEN = 16,
@@ -331,7 +342,7 @@ struct hq_in {
 	__u32 flows;	   /* flows that received in the current epoch */
 	__u32 flows_prev;  /* the same for the previous epoch */
 	__u32 gain;	   /* TCP window gain, Q10; 0 = 1024 */
-	__u32 prio;	   /* the rule's class priority: its link ingress level */
+	__u32 prio; /* the rule's class priority: its link ingress level */
 	__u32 pad;
 };
 
@@ -364,9 +375,9 @@ struct hq_in_level {
 };
 
 struct hq_link_in {
-	__u64 rate;	/* frame bytes per second; 0 = no budget */
-	__u64 epoch_ns; /* start of the current epoch (coarse ns) */
-	__u32 epoch;	/* number of the current epoch */
+	__u64 rate;	 /* frame bytes per second; 0 = no budget */
+	__u64 epoch_ns;	 /* start of the current epoch (coarse ns) */
+	__u32 epoch;	 /* number of the current epoch */
 	__u32 prio_none; /* level of traffic no rule matches (class default) */
 	struct hq_in_level lv[HQ_IN_LEVELS];
 };

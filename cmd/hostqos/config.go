@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -10,21 +13,37 @@ import (
 
 func newConfigCmd(f *factory) *cobra.Command {
 	cfg := &cobra.Command{Use: "config", Short: "Check or print policy files without a daemon"}
+	var loops string
 	check := &cobra.Command{
 		Use:   "check [FILE]",
 		Short: "Validate a config file (syntax, fields, classes, admission) and list every problem",
 		Long: `check loads FILE (default ` + policy.DefaultConfigPath + `) exactly as hostqosd does and
 reports every problem with its line, object, field, value and a fix. It exits
 non-zero when the file would be rejected. Interfaces and users are not looked
-up here; the daemon checks those when it applies the policy.`,
+up here; the daemon checks those when it applies the policy.
+
+--loops bounded checks against the smaller capacity of the bounded datapath,
+which hostqosd runs on kernels without bpf_loop (before Linux 5.17); auto (the
+default) checks against the datapath hostqosd would choose on this kernel (it
+looks for bpf_loop in /proc/kallsyms). ` + "`hostqos status`" + ` shows the daemon's loops.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := policy.DefaultConfigPath
 			if len(args) == 1 {
 				path = args[0]
 			}
+			switch loops {
+			case "auto":
+				loops = kernelLoops()
+			case policy.LoopsBPFLoop, policy.LoopsBounded:
+			default:
+				return fmt.Errorf("flag --loops = %q: want auto, %s or %s", loops, policy.LoopsBPFLoop, policy.LoopsBounded)
+			}
 			p, err := policy.LoadFile(path)
 			if err != nil {
+				return err
+			}
+			if err := p.CheckCapacity(path, loops); err != nil {
 				return err
 			}
 			fmt.Fprintf(f.io.Out, "%s: ok — %d links, %d classes, %d rules\n", path, len(p.Links), len(p.Classes), len(p.Rules))
@@ -55,6 +74,30 @@ up here; the daemon checks those when it applies the policy.`,
 			return err
 		},
 	}
+	check.Flags().StringVar(&loops, "loops", "auto", "the datapath to check against: bpf_loop (Linux 5.17+), bounded (smaller capacity), or auto (the one hostqosd would load on this kernel)")
 	cfg.AddCommand(check, dump)
 	return cfg
+}
+
+// kernelLoops is the loop variant hostqosd would load on this kernel:
+// bounded when the kernel has no bpf_loop helper. The CLI has no BPF
+// library (the daemon probes the helper itself); the helper's function is
+// in /proc/kallsyms, whose names anyone may read. Without kallsyms it
+// assumes bpf_loop.
+func kernelLoops() string {
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return policy.LoopsBPFLoop
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if l := sc.Bytes(); bytes.HasSuffix(l, []byte(" bpf_loop")) {
+			return policy.LoopsBPFLoop
+		}
+	}
+	if sc.Err() != nil {
+		return policy.LoopsBPFLoop
+	}
+	return policy.LoopsBounded
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/cliflag"
+	"github.com/hostqos/hostqos/internal/policy"
 )
 
 // statusOptions are those of `hostqos status`.
@@ -56,6 +57,9 @@ func (o *statusOptions) run() error {
 	}
 	fmt.Fprintf(w, "datapath:  %s, pins %s; %d packets seen, %d classified, %d parse errors, %d flow-table insert failures\n",
 		dp, s.Daemon.BPFFSDir, s.Datapath.Packets, s.Datapath.Classified, s.Datapath.ParseErrors, s.Datapath.FlowInsertFail)
+	if s.Datapath.Loops != "" {
+		fmt.Fprintf(w, "kernel:    %s\n", kernelLine(s.Datapath))
+	}
 	fmt.Fprintf(w, "mounts:    %s\n", mountsLine(s.Daemon))
 	fmt.Fprintf(w, "policy:    %d links, %d classes, %d rules, %d runs; %d flows in the flow table (generation %d)\n",
 		s.Counts.Links, s.Counts.Classes, s.Counts.Rules, s.Counts.Runs, s.Counts.Flows, s.Daemon.Generation)
@@ -218,4 +222,17 @@ func mountsLine(d api.DaemonStatus) string {
 		line += "; the pins go away when the daemon exits"
 	}
 	return line
+}
+
+// kernelLine tells what the kernel let the daemon load (docs/kernels.md).
+func kernelLine(d api.DatapathStatus) string {
+	loops := "loops " + d.Loops
+	if d.Loops == policy.LoopsBounded {
+		loops += fmt.Sprintf(" (no bpf_loop: at most %d rules without and %d with app selectors)", policy.BoundedFlowRules, policy.BoundedAppRules)
+	}
+	mptcp := "MPTCP subflows identified"
+	if !d.MPTCPIdentity {
+		mptcp = "MPTCP subflows without app identity (no bpf_skc_to_mptcp_sock)"
+	}
+	return fmt.Sprintf("%s, attach %s, %s", loops, d.Attach, mptcp)
 }

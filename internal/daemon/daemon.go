@@ -67,6 +67,10 @@ type Config struct {
 	// Attach is how the classifier is attached to links: auto (TCX where
 	// the kernel has it, else clsact), tcx or clsact (engine.ResolveAttach).
 	Attach string
+	// Loops is the loop variant of the datapath: auto (bpf_loop where the
+	// kernel has it, else bounded), bpf_loop or bounded
+	// (datapath.ResolveLoops); the bounded one holds smaller policies.
+	Loops string
 }
 
 // Daemon is a running hostqosd: the process around the engine — its
@@ -87,10 +91,16 @@ type Daemon struct {
 
 	eng *engine.Engine
 
-	mu      sync.Mutex // guards dp and adopted
+	mu      sync.Mutex // guards dp, adopted, attach and mptcp
 	dp      *datapath.Datapath
 	shield  *datapath.Shield // XDP drop list and SYN limits; nil if it did not load
 	adopted bool
+
+	// loops is the datapath's loop variant (set by New), attach how the
+	// classifier is attached, mptcp whether MPTCP subflows get an
+	// identity (set by Start); for status.
+	loops, attach string
+	mptcp         bool
 
 	srv  *http.Server
 	down chan struct{}
@@ -142,7 +152,13 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	d.cgOwn = d.cgRoot != "" && filepath.Clean(d.cgRoot) == ownCgroupDir(cfg)
 	d.cgBase = cgroups.NetnsDir(d.netns)
+	// The loop variant decides the policy's capacity, which the engine
+	// checks from the start.
+	if d.loops, err = datapath.ResolveLoops(cfg.Loops); err != nil {
+		return nil, err
+	}
 	d.eng, err = engine.New(engine.Config{
+		Loops:      d.loops,
 		ConfigPath: cfg.ConfigPath, ConfigExplicit: cfg.ConfigExplicit,
 		StatePath: d.statePath(), RuntimePath: runtimePath(cfg), CgroupBase: d.cgBase,
 		MaxRunsPerUser: cfg.MaxRunsPerUser, MaxUserRuns: cfg.MaxUserRuns,
@@ -175,6 +191,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	dp, err := datapath.Open(datapath.Options{
 		BPFFSDir: d.cfg.BPFFSDir, CgroupPath: d.cgRoot, FlowTableSize: d.cfg.FlowTableSize, Logger: d.cfg.Logger,
+		Loops: d.loops,
 	})
 	if err != nil {
 		return fmt.Errorf("load datapath: %w", err)
@@ -182,6 +199,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.mu.Lock()
 	d.dp = dp
 	d.adopted = dp.Adopted()
+	d.attach, d.mptcp = attach, dp.MPTCPIdentity()
 	d.mu.Unlock()
 	if d.bpffsOwn = dp.MountedBPFFS(); d.bpffsOwn != "" && diesWithDaemon(d.bpffsOwn) {
 		d.pinsDie = true
@@ -197,7 +215,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.mu.Lock()
 	d.shield = shield
 	d.mu.Unlock()
-	d.log.Info("classifier attachment", "attach", attach)
+	d.log.Info("classifier attachment", "attach", attach, "loops", d.loops)
 	if err := d.eng.Start(&engine.SystemKernel{DP: dp, CgRoot: d.cgRoot, Netns: d.netns, Log: d.cfg.Logger, Shield: shield, Attach: attach}); err != nil {
 		return fmt.Errorf("apply policy: %w", err)
 	}

@@ -373,9 +373,11 @@ func (d *Daemon) statusFor(who *peer) api.Status {
 		StateDir: d.cfg.StateDir, BPFFSDir: d.cfg.BPFFSDir, Socket: d.cfg.Socket,
 		Netns: d.netns, Adopted: d.adopted,
 	}}
+	attach, mptcp := d.attach, d.mptcp
 	d.mu.Unlock()
 	d.mountStatus(&st)
 	d.eng.Status(*who, &st)
+	st.Datapath.Loops, st.Datapath.Attach, st.Datapath.MPTCPIdentity = d.loops, attach, mptcp
 	return st
 }
 

@@ -122,6 +122,9 @@ type Options struct {
 	// Logger receives the datapath's log records (with "component" =
 	// "datapath"); nil = slog.Default() at the time of Open.
 	Logger *slog.Logger
+	// Loops is the loop variant of the programs (LoopsAuto when empty,
+	// LoopsBPFLoop, LoopsBounded; see ResolveLoops).
+	Loops string
 	// testClock makes the reservation policer take t from skb->tstamp
 	// (tests set it through test-run's context).
 	testClock bool

@@ -96,6 +96,10 @@ type Datapath struct {
 	qmemMu sync.Mutex
 	// netnsCookie is the network namespace the datapath serves.
 	netnsCookie uint64
+	// loops is the loop variant loaded (features.go); mptcp: the kernel
+	// has bpf_skc_to_mptcp_sock.
+	loops string
+	mptcp bool
 	// reader serves Flows; guarded by readerMu.
 	readerMu sync.Mutex
 	reader   *FlowReader
@@ -152,6 +156,12 @@ func Open(opts Options) (_ *Datapath, err error) {
 	d.netnsCookie = cookie
 	if d.ncpu, err = ebpf.PossibleCPU(); err != nil {
 		return nil, fmt.Errorf("count possible CPUs: %w", err)
+	}
+	if d.loops, err = ResolveLoops(opts.Loops); err != nil {
+		return nil, err
+	}
+	if d.mptcp = HaveMPTCPHelper(); !d.mptcp {
+		d.log.Warn("the kernel has no bpf_skc_to_mptcp_sock (Linux 5.19): MPTCP subflows, such as the accepted TCP connections of Go servers, get no app identity; flow rules still match them")
 	}
 
 	// Pinned state from a previous run?
@@ -224,6 +234,8 @@ func Open(opts Options) (_ *Datapath, err error) {
 		{"tick length", specs.HqTickNs, tickNS()},
 		{"CPU count", specs.HqNcpu, uint32(d.ncpu)},
 		{"test clock", specs.HqTestClock, boolByte(opts.testClock)},
+		{"loop variant", specs.HqBounded, boolByte(d.loops == LoopsBounded)},
+		{"MPTCP helper switch", specs.HqMptcp, boolByte(d.mptcp)},
 	} {
 		if err := v.spec.Set(v.val); err != nil {
 			return nil, fmt.Errorf("set %s: %w", v.what, err)
@@ -302,7 +314,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 	if err := d.adoptTCX(); err != nil {
 		return nil, err
 	}
-	d.log.Info("datapath ready", "dir", dir, "adopted", d.adopted, "flow_table", d.flowMax)
+	d.log.Info("datapath ready", "dir", dir, "adopted", d.adopted, "flow_table", d.flowMax, "loops", d.loops, "mptcp_identity", d.mptcp)
 	return d, nil
 }
 

@@ -78,4 +78,11 @@ func TestLimitsMatchPolicy(t *testing.T) {
 		t.Errorf("datapath holds %d rules, %d with app selectors; policy allows %d and %d",
 			MaxRules, MaxAppRules, policy.MaxRules, policy.MaxAppRules)
 	}
+	if BoundedFlowRules != policy.BoundedFlowRules || BoundedAppRules != policy.BoundedAppRules {
+		t.Errorf("the bounded datapath holds %d rules without and %d with app selectors; policy allows %d and %d",
+			BoundedFlowRules, BoundedAppRules, policy.BoundedFlowRules, policy.BoundedAppRules)
+	}
+	if LoopsBPFLoop != policy.LoopsBPFLoop || LoopsBounded != policy.LoopsBounded {
+		t.Errorf("loop variants %q, %q; policy knows %q, %q", LoopsBPFLoop, LoopsBounded, policy.LoopsBPFLoop, policy.LoopsBounded)
+	}
 }

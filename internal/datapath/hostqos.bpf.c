@@ -62,6 +62,38 @@ const volatile __u32 hq_fctr_n = 1;
 /* Nanoseconds per jiffy (1e9 / CONFIG_HZ), 0 = unknown; set at load. */
 const volatile __u64 hq_tick_ns = 0;
 
+/*
+ * What the kernel has, set at load from the loader's probes (datapath.go,
+ * features.go). The verifier reads them as constants and never visits the
+ * branch not taken, so a helper the kernel lacks may stand in it.
+ *
+ * hq_bounded: every loop is a bounded for loop (verifier bounded loops,
+ * Linux 5.3) instead of bpf_loop (5.17). The verifier walks each iteration
+ * of a bounded loop, so the rule search then covers at most
+ * HQ_BOUNDED_FLOW_RULES rules without and HQ_BOUNDED_APP_RULES rules with
+ * app selectors (the engine refuses bigger policies on such a datapath).
+ * hq_mptcp: bpf_skc_to_mptcp_sock exists (5.19); without it MPTCP
+ * subflows have no identity.
+ */
+const volatile __u8 hq_bounded = 0;
+const volatile __u8 hq_mptcp = 1;
+
+/*
+ * Calls cb(i, ctx) for i = 0 .. n-1 until it returns non-zero: through
+ * bpf_loop, or, on a bounded datapath, in a for loop of at most bound
+ * iterations (n never exceeds bound there: the policy limits see to it).
+ */
+#define hq_loop(n, bound, cb, ctx)                                             \
+	do {                                                                   \
+		if (hq_bounded) {                                              \
+			for (__u32 _i = 0; _i < (bound) && _i < (n); _i++)     \
+				if (cb(_i, ctx))                               \
+					break;                                 \
+		} else {                                                       \
+			bpf_loop(n, cb, ctx, 0);                               \
+		}                                                              \
+	} while (0)
+
 /* Policy state; see struct hq_state. Pinned by the loader. */
 struct hq_state hq_policy;
 
@@ -420,7 +452,12 @@ struct hq_eval {
 	__u32 tbase; /* first hq_tuples entry of the buffer and family */
 	__u32 node;  /* tuple walk: chain node, 0 = end */
 	__u32 nbase; /* first hq_tnodes entry of the buffer */
+	/* The bounded walk (hq_bstep_*): next tuple, tuples, bitmap words,
+	 * hq_scratch slot.
+	 */
+	__u32 t, nt, nw, slot;
 	__u8 dscp_in;
+	__u8 pad[7]; /* named, so that = {} clears it (the callee reads it all) */
 };
 
 static __always_inline int ports_in(__u16 p, __u16 lo, __u16 hi)
@@ -435,10 +472,13 @@ static __always_inline int addr_match(const __u32 *a, const __u32 *addr,
 	       ((a[2] & mask[2]) == addr[2]) & ((a[3] & mask[3]) == addr[3]);
 }
 
-/* The flow selectors of rule ri (within the buffer) match the packet. */
-static __always_inline int flow_match(struct hq_eval *ev, __u32 ri)
+/*
+ * The flow selectors of rule ri (within the buffer) match the packet k
+ * (ev->key; a bounded walk's step passes it apart, see hq_bstep_tss).
+ */
+static __always_inline int flow_match(struct hq_eval *ev,
+				      const struct hq_flow_key *k, __u32 ri)
 {
-	const struct hq_flow_key *k = ev->key;
 	struct hq_rule *r;
 	__u32 idx = ev->base + ri;
 
@@ -490,9 +530,9 @@ static __always_inline __u32 ctz64(__u64 x)
  * the earliest. Every walk position comes from a bpf_loop index or a map,
  * never from a counter, so that the verifier sees each callback converge.
  */
-static long eval_app_bit(__u32 i, void *data)
+static __always_inline long app_bit(struct hq_eval *ev,
+				    const struct hq_flow_key *k)
 {
-	struct hq_eval *ev = data;
 	__u32 bit, idx, *ri;
 	__u64 b = ev->bits;
 
@@ -504,12 +544,19 @@ static long eval_app_bit(__u32 i, void *data)
 	ri = bpf_map_lookup_elem(&hq_appidx, &idx);
 	if (!ri || *ri >= ev->best)
 		return 1;
-	if (flow_match(ev, *ri)) {
+	if (flow_match(ev, k, *ri)) {
 		ev->best = *ri;
 		ev->done = 1;
 		return 1;
 	}
 	return 0;
+}
+
+static long eval_app_bit(__u32 i, void *data)
+{
+	struct hq_eval *ev = data;
+
+	return app_bit(ev, ev->key);
 }
 
 /* One word (w) of the app bitmap. */
@@ -530,9 +577,9 @@ static long eval_app_word(__u32 w, void *data)
  * One node of a tuple's chain (ev->node): rules in policy order, so the
  * walk stops at a match or at a rule not before best.
  */
-static long eval_tss_node(__u32 i, void *data)
+static __always_inline long tss_node(struct hq_eval *ev,
+				     const struct hq_flow_key *k)
 {
-	struct hq_eval *ev = data;
 	struct hq_tnode *n;
 	__u32 idx;
 
@@ -542,12 +589,19 @@ static long eval_tss_node(__u32 i, void *data)
 	n = bpf_map_lookup_elem(&hq_tnodes, &idx);
 	if (!n || n->rule >= ev->best)
 		return 1;
-	if (flow_match(ev, n->rule)) {
+	if (flow_match(ev, k, n->rule)) {
 		ev->best = n->rule;
 		return 1;
 	}
 	ev->node = n->next;
 	return 0;
+}
+
+static long eval_tss_node(__u32 i, void *data)
+{
+	struct hq_eval *ev = data;
+
+	return tss_node(ev, ev->key);
 }
 
 /*
@@ -557,10 +611,9 @@ static long eval_tss_node(__u32 i, void *data)
  * the search ends at the first tuple whose earliest rule is not before
  * best.
  */
-static long eval_tss_tuple(__u32 i, void *data)
+static __always_inline long tss_tuple(struct hq_eval *ev,
+				      const struct hq_flow_key *k, __u32 i)
 {
-	struct hq_eval *ev = data;
-	const struct hq_flow_key *k = ev->key;
 	struct hq_tss_key tk;
 	struct hq_tuple *t;
 	struct hq_tnode *n;
@@ -589,14 +642,128 @@ static long eval_tss_tuple(__u32 i, void *data)
 	n = bpf_map_lookup_elem(&hq_tss, &tk);
 	if (!n || n->rule >= ev->best)
 		return 0;
-	if (flow_match(ev, n->rule)) {
+	if (flow_match(ev, k, n->rule)) {
 		ev->best = n->rule; /* the rest of the chain comes later */
 		return 0;
 	}
 	ev->node = n->next;
-	if (ev->node)
+	/* A bounded walk follows the chain itself (hq_bstep_tss). */
+	if (ev->node && !hq_bounded)
 		bpf_loop(HQ_TSS_ENTRIES, eval_tss_node, ev, 0);
 	return 0;
+}
+
+static long eval_tss_tuple(__u32 i, void *data)
+{
+	struct hq_eval *ev = data;
+
+	return tss_tuple(ev, ev->key, i);
+}
+
+/*
+ * The bounded datapath's rule search (hq_bounded). A bounded loop costs
+ * the verifier its body once per iteration, and every branch in it a
+ * pending state, so each step of the search is a global function, which
+ * the verifier checks once on its own; the loops around them are a call
+ * and a test. The callee gets the caller's struct hq_eval as plain memory
+ * (so the packet's key comes as an argument of its own, and the app
+ * pointer is not used there), and the caller takes the result
+ * back through hq_bbest's return value, never by reading the struct
+ * itself (older verifiers assume a callee leaves it unchanged). A step is
+ * one tuple, one chain node, one app rule bit or one bitmap word, and a
+ * packet meets each rule at most once (one tuple per family, one chain
+ * per tuple), so HQ_BOUNDED_*_STEPS steps always finish the search.
+ */
+#define HQ_BOUNDED_TSS_STEPS (2 * HQ_BOUNDED_FLOW_RULES + 1)
+#define HQ_BOUNDED_APP_STEPS (HQ_BOUNDED_APP_RULES + HQ_BOUNDED_WORDS + 1)
+
+/* One step of the tuple-space search; non-zero when it is over. */
+__attribute__((noinline)) int hq_bstep_tss(struct hq_eval *ev,
+					   const struct hq_flow_key *k)
+{
+	if (!ev || !k)
+		return 1;
+	if (ev->node) {
+		if (tss_node(ev, k))
+			ev->node = 0;
+		return 0;
+	}
+	if (ev->t >= ev->nt || ev->t >= HQ_MAX_TUPLES)
+		return 1;
+	return tss_tuple(ev, k, ev->t++);
+}
+
+/*
+ * One step of the app-rule walk over the socket's app bitmap (hq_scratch
+ * slot ev->slot): the next set bit of word w, or the next word. It ends
+ * at the first matching rule, or at a rule not before best (the bits
+ * follow policy order).
+ */
+__attribute__((noinline)) int hq_bstep_app(struct hq_eval *ev,
+					   const struct hq_flow_key *k)
+{
+	struct hq_scratch *s;
+	__u32 slot;
+
+	if (!ev || !k)
+		return 1;
+	if (!ev->bits) {
+		if (++ev->w >= ev->nw)
+			return 1;
+		slot = ev->slot;
+		s = bpf_map_lookup_elem(&hq_scratch, &slot);
+		if (!s)
+			return 1;
+		ev->bits = s->app.w[ev->w & (HQ_BITMAP_WORDS - 1)];
+		return 0;
+	}
+	return app_bit(ev, k) || ev->done;
+}
+
+/* The walk's result, as the callee left it. */
+__attribute__((noinline)) int hq_bbest(struct hq_eval *ev)
+{
+	return ev ? ev->best : 0;
+}
+
+/* The tuple-space search over the family's nt tuples for packet k. */
+static __always_inline void tss_walk(struct hq_eval *ev,
+				     const struct hq_flow_key *k, __u32 nt)
+{
+	__u32 i;
+
+	if (!hq_bounded) {
+		bpf_loop(nt, eval_tss_tuple, ev, 0);
+		return;
+	}
+	ev->t = 0;
+	ev->nt = nt;
+	ev->node = 0;
+	for (i = 0; i < HQ_BOUNDED_TSS_STEPS; i++)
+		if (hq_bstep_tss(ev, k))
+			break;
+	ev->best = hq_bbest(ev);
+}
+
+/* The app-rule walk over words 0..nw-1 of s->app (s in slot) for k. */
+static __always_inline void app_walk(struct hq_eval *ev,
+				     const struct hq_flow_key *k,
+				     struct hq_scratch *s, __u32 nw, __u32 slot)
+{
+	__u32 i;
+
+	if (!hq_bounded) {
+		bpf_loop(nw, eval_app_word, ev, 0);
+		return;
+	}
+	ev->nw = nw;
+	ev->slot = slot;
+	ev->w = 0;
+	ev->bits = s->app.w[0];
+	for (i = 0; i < HQ_BOUNDED_APP_STEPS; i++)
+		if (hq_bstep_app(ev, k))
+			break;
+	ev->best = hq_bbest(ev);
 }
 
 /* State of app_match's word loops (bpf_loop callbacks). */
@@ -616,7 +783,8 @@ static long am_clear_word(__u32 k, void *data)
 
 	if (!m->s)
 		return 1;
-	m->s->cg.w[k & (HQ_BITMAP_WORDS - 1)] = 0;
+	/* volatile: a bounded loop of these must not become a memset. */
+	*(volatile __u64 *)&m->s->cg.w[k & (HQ_BITMAP_WORDS - 1)] = 0;
 	return 0;
 }
 
@@ -685,7 +853,7 @@ static __noinline int app_match(struct hq_scratch *s, __u32 buf,
 	uk.uid = id->uid;
 	m.uid = bpf_map_lookup_elem(&hq_uid, &uk);
 
-	bpf_loop(nw, am_clear_word, &m, 0);
+	hq_loop(nw, HQ_BOUNDED_WORDS, am_clear_word, &m);
 	gk.buf = buf;
 	top = id->cg_level;
 	for (l = 0; l <= HQ_CG_LEVELS; l++) {
@@ -700,9 +868,9 @@ static __noinline int app_match(struct hq_scratch *s, __u32 buf,
 		}
 		m.cg = bpf_map_lookup_elem(&hq_cg, &gk);
 		if (m.cg)
-			bpf_loop(nw, am_cg_word, &m, 0);
+			hq_loop(nw, HQ_BOUNDED_WORDS, am_cg_word, &m);
 	}
-	bpf_loop(nw, am_word, &m, 0);
+	hq_loop(nw, HQ_BOUNDED_WORDS, am_word, &m);
 	return m.any != 0;
 }
 
@@ -716,8 +884,11 @@ static __noinline int app_match(struct hq_scratch *s, __u32 buf,
  */
 static __always_inline struct hq_ident *mptcp_ident(struct bpf_sock *sk)
 {
-	struct mptcp_sock *msk = bpf_skc_to_mptcp_sock(sk);
+	struct mptcp_sock *msk;
 
+	if (!hq_mptcp)
+		return NULL;
+	msk = bpf_skc_to_mptcp_sock(sk);
 	if (!msk)
 		return NULL;
 	return bpf_sk_storage_get(&hq_sk_ident, msk, 0, 0);
@@ -821,7 +992,7 @@ static __always_inline void evaluate(const struct hq_ident *id,
 			if (app_match(s, buf, hb, id, nw)) {
 				ev.app = &s->app;
 				ev.abase = buf * HQ_MAX_APP_RULES;
-				bpf_loop(nw, eval_app_word, &ev, 0);
+				app_walk(&ev, k, s, nw, slot);
 			}
 			if (s->token == token)
 				break;
@@ -837,7 +1008,7 @@ static __always_inline void evaluate(const struct hq_ident *id,
 	ev.tbase = (buf * 2 + fam) * HQ_MAX_TUPLES;
 	ev.nbase = buf * HQ_TSS_ENTRIES;
 	if (nt)
-		bpf_loop(nt, eval_tss_tuple, &ev, 0);
+		tss_walk(&ev, k, nt);
 
 	if (ev.best >= nrules)
 		return;
@@ -1296,7 +1467,7 @@ static __always_inline int resv_police(const struct hq_resv *rv,
 	if (i == HQ_RESV_TRIES) {
 		struct resv_wait w = {.s = s};
 
-		bpf_loop(HQ_RESV_WAIT, resv_wait_cb, &w, 0);
+		hq_loop(HQ_RESV_WAIT, HQ_BOUNDED_RESV_WAIT, resv_wait_cb, &w);
 		if (!w.taken) {
 			__sync_fetch_and_add(&s->busy_misses, 1);
 			return HQ_CONFORM;
@@ -2302,8 +2473,8 @@ static __noinline void link_roll(struct hq_link_in *li, __u64 now)
  * dropped (returns 1); TCP is only counted (its window does the rest). A
  * global function: the verifier checks it once.
  */
-__noinline int hq_link_in_charge(struct __sk_buff *skb, __u32 slot,
-				 __u32 proto, struct hq_flow *f)
+__noinline int hq_link_in_charge(struct __sk_buff *skb, __u32 slot, __u32 proto,
+				 struct hq_flow *f)
 {
 	struct hq_link_in *li;
 	struct hq_in_level *v;

@@ -201,26 +201,30 @@ type hostqosHqIn struct {
 type hostqosHqLimits uint32
 
 const (
-	hostqosHqLimitsHQ_ABI_VERSION    hostqosHqLimits = 8
-	hostqosHqLimitsHQ_MAX_RULES      hostqosHqLimits = 16384
-	hostqosHqLimitsHQ_MAX_APP_RULES  hostqosHqLimits = 2048
-	hostqosHqLimitsHQ_BITMAP_WORDS   hostqosHqLimits = 32
-	hostqosHqLimitsHQ_MAX_TUPLES     hostqosHqLimits = 16384
-	hostqosHqLimitsHQ_TSS_ENTRIES    hostqosHqLimits = 65536
-	hostqosHqLimitsHQ_CG_LEVELS      hostqosHqLimits = 8
-	hostqosHqLimitsHQ_COMM_LEN       hostqosHqLimits = 16
-	hostqosHqLimitsHQ_SLOT_NONE      hostqosHqLimits = 65535
-	hostqosHqLimitsHQ_FLOW_ENTRIES   hostqosHqLimits = 65536
-	hostqosHqLimitsHQ_EXE_ENTRIES    hostqosHqLimits = 8192
-	hostqosHqLimitsHQ_COMM_ENTRIES   hostqosHqLimits = 4096
-	hostqosHqLimitsHQ_UID_ENTRIES    hostqosHqLimits = 4096
-	hostqosHqLimitsHQ_CG_ENTRIES     hostqosHqLimits = 8192
-	hostqosHqLimitsHQ_POLICE_SHIFT   hostqosHqLimits = 16
-	hostqosHqLimitsHQ_MAX_RESV       hostqosHqLimits = 256
-	hostqosHqLimitsHQ_SESSION_LEAVES hostqosHqLimits = 32
-	hostqosHqLimitsHQ_BIND_ENTRIES   hostqosHqLimits = 65536
-	hostqosHqLimitsHQ_REFUSALS       hostqosHqLimits = 64
-	hostqosHqLimitsHQ_MAX_QSOCK      hostqosHqLimits = 4096
+	hostqosHqLimitsHQ_ABI_VERSION        hostqosHqLimits = 8
+	hostqosHqLimitsHQ_MAX_RULES          hostqosHqLimits = 16384
+	hostqosHqLimitsHQ_MAX_APP_RULES      hostqosHqLimits = 2048
+	hostqosHqLimitsHQ_BITMAP_WORDS       hostqosHqLimits = 32
+	hostqosHqLimitsHQ_MAX_TUPLES         hostqosHqLimits = 16384
+	hostqosHqLimitsHQ_TSS_ENTRIES        hostqosHqLimits = 65536
+	hostqosHqLimitsHQ_BOUNDED_FLOW_RULES hostqosHqLimits = 512
+	hostqosHqLimitsHQ_BOUNDED_APP_RULES  hostqosHqLimits = 128
+	hostqosHqLimitsHQ_BOUNDED_WORDS      hostqosHqLimits = 2
+	hostqosHqLimitsHQ_BOUNDED_RESV_WAIT  hostqosHqLimits = 64
+	hostqosHqLimitsHQ_CG_LEVELS          hostqosHqLimits = 8
+	hostqosHqLimitsHQ_COMM_LEN           hostqosHqLimits = 16
+	hostqosHqLimitsHQ_SLOT_NONE          hostqosHqLimits = 65535
+	hostqosHqLimitsHQ_FLOW_ENTRIES       hostqosHqLimits = 65536
+	hostqosHqLimitsHQ_EXE_ENTRIES        hostqosHqLimits = 8192
+	hostqosHqLimitsHQ_COMM_ENTRIES       hostqosHqLimits = 4096
+	hostqosHqLimitsHQ_UID_ENTRIES        hostqosHqLimits = 4096
+	hostqosHqLimitsHQ_CG_ENTRIES         hostqosHqLimits = 8192
+	hostqosHqLimitsHQ_POLICE_SHIFT       hostqosHqLimits = 16
+	hostqosHqLimitsHQ_MAX_RESV           hostqosHqLimits = 256
+	hostqosHqLimitsHQ_SESSION_LEAVES     hostqosHqLimits = 32
+	hostqosHqLimitsHQ_BIND_ENTRIES       hostqosHqLimits = 65536
+	hostqosHqLimitsHQ_REFUSALS           hostqosHqLimits = 64
+	hostqosHqLimitsHQ_MAX_QSOCK          hostqosHqLimits = 4096
 )
 
 type hostqosHqLinkIn struct {
@@ -525,7 +529,9 @@ const (
 	hostqosProgHqTcEgressL3   = "hq_tc_egress_l3"
 	hostqosProgHqTcIngress    = "hq_tc_ingress"
 	hostqosProgHqTcIngressL3  = "hq_tc_ingress_l3"
+	hostqosVarHqBounded       = "hq_bounded"
 	hostqosVarHqFctrN         = "hq_fctr_n"
+	hostqosVarHqMptcp         = "hq_mptcp"
 	hostqosVarHqNcpu          = "hq_ncpu"
 	hostqosVarHqNetnsCookie   = "hq_netns_cookie"
 	hostqosVarHqPolicy        = "hq_policy"
@@ -639,7 +645,9 @@ type hostqosMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hostqosVariableSpecs struct {
+	HqBounded       *ebpf.VariableSpec `ebpf:"hq_bounded"`
 	HqFctrN         *ebpf.VariableSpec `ebpf:"hq_fctr_n"`
+	HqMptcp         *ebpf.VariableSpec `ebpf:"hq_mptcp"`
 	HqNcpu          *ebpf.VariableSpec `ebpf:"hq_ncpu"`
 	HqNetnsCookie   *ebpf.VariableSpec `ebpf:"hq_netns_cookie"`
 	HqPolicy        *ebpf.VariableSpec `ebpf:"hq_policy"`
@@ -741,7 +749,9 @@ func (m *hostqosMaps) Close() error {
 //
 // It can be passed to loadHostqosObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hostqosVariables struct {
+	HqBounded       *ebpf.Variable `ebpf:"hq_bounded"`
 	HqFctrN         *ebpf.Variable `ebpf:"hq_fctr_n"`
+	HqMptcp         *ebpf.Variable `ebpf:"hq_mptcp"`
 	HqNcpu          *ebpf.Variable `ebpf:"hq_ncpu"`
 	HqNetnsCookie   *ebpf.Variable `ebpf:"hq_netns_cookie"`
 	HqPolicy        *ebpf.Variable `ebpf:"hq_policy"`

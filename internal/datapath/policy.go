@@ -339,6 +339,9 @@ func (d *Datapath) Apply(p Policy) error {
 	if err != nil {
 		return fmt.Errorf("compile policy: %w", err)
 	}
+	if err := d.checkBounded(c); err != nil {
+		return fmt.Errorf("compile policy: %w", err)
+	}
 	d.span.noteApplied(p) // before its rules can count
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,10 +102,61 @@ func randomPacket(rng *rand.Rand) FrameSpec {
 // of 10,000 rules (1,000 with exe selectors, 9,000 flow rules of many
 // overlapping shapes), through the BPF test-run.
 func TestClassifyMatchesReference(t *testing.T) {
-	const rules, apps, packets = 10_000, 1_000, 100_000
 	d := openTest(t, Options{FlowTableSize: 1 << 17})
 	rng := rand.New(rand.NewPCG(9, 10_000))
-	p := Policy{Rules: randomRules(rng, rules, apps)}
+	classifyMatchesReference(t, d, rng, randomRules(rng, 10_000, 1_000), 100_000, 300)
+}
+
+// TestClassifyMatchesReferenceBounded is TestClassifyMatchesReference on
+// the bounded datapath (kernels without bpf_loop), at its full capacity:
+// its rule search must end where the bpf_loop one does. Fewer packets:
+// the policy is 20 times smaller.
+func TestClassifyMatchesReferenceBounded(t *testing.T) {
+	d := openTest(t, Options{FlowTableSize: 1 << 16, Loops: LoopsBounded})
+	if d.Loops() != LoopsBounded {
+		t.Fatalf("loops %q, want %q", d.Loops(), LoopsBounded)
+	}
+	rng := rand.New(rand.NewPCG(9, 10_000))
+	// As many rules of each kind as the bounded datapath holds, or nearly
+	// (randomRules spreads its app rules evenly).
+	var rules []Rule
+	for apps := BoundedAppRules; ; apps++ {
+		rules = randomRules(rng, BoundedFlowRules+BoundedAppRules, apps)
+		n := 0
+		for _, r := range rules {
+			if len(r.Exes) > 0 || r.Comm != "" || len(r.Cgroups) > 0 || r.UID != nil {
+				n++
+			}
+		}
+		if n <= BoundedAppRules && len(rules)-n <= BoundedFlowRules {
+			t.Logf("%d rules without app selectors, %d with", len(rules)-n, n)
+			break
+		}
+	}
+	classifyMatchesReference(t, d, rng, rules, 20_000, 50)
+	// One rule more of either kind is refused, and nothing changes.
+	gen := d.Generation()
+	flows := randomRules(rng, BoundedFlowRules+1, 0)
+	apps := randomRules(rng, BoundedAppRules+1, 0)
+	for i := range apps {
+		apps[i].Exes = []FileID{{Dev: 1, Ino: uint64(i + 1)}}
+	}
+	for _, rules := range [][]Rule{flows, apps} {
+		err := d.Apply(Policy{Rules: rules})
+		if err == nil || !strings.Contains(err.Error(), "bounded datapath") {
+			t.Errorf("%d rules on the bounded datapath: error %v, want a refusal", len(rules), err)
+		}
+	}
+	if g := d.Generation(); g != gen {
+		t.Errorf("a refused policy changed the generation %d → %d", gen, g)
+	}
+}
+
+// classifyMatchesReference applies a policy of rules (randomRules) and
+// checks the classification of packets distinct random flows against
+// refMatch; at least minHits distinct rules must match some packet.
+func classifyMatchesReference(t *testing.T, d *Datapath, rng *rand.Rand, rules []Rule, packets, minHits int) {
+	p := Policy{Rules: rules}
 	if err := d.Apply(p); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +220,7 @@ func TestClassifyMatchesReference(t *testing.T) {
 		t.Fatalf("%d of %d packets classified unlike the reference", bad, packets)
 	}
 	// The packets must exercise the rules, not just miss them.
-	if matched < packets/4 || len(hits) < 300 {
+	if matched < packets/4 || len(hits) < minHits {
 		t.Errorf("only %d packets matched a rule, %d distinct rules: the test packets miss the policy", matched, len(hits))
 	}
 	t.Logf("%d packets: %d matched a rule (%d distinct rules), all as the reference", packets, matched, len(hits))
@@ -202,6 +254,45 @@ func TestTupleSpaceRandomSmall(t *testing.T) {
 			if got != want {
 				t.Fatalf("round %d: packet %+v: rule %d, reference says %d (rules %s)", round, s, got, want, fmt.Sprint(len(p.Rules)))
 			}
+		}
+	}
+}
+
+// TestBoundedWalkReachesTheEnd: the bounded datapath's tuple-space search
+// at its worst for one packet — BoundedFlowRules/2 tuples that miss it,
+// then one chain holding every other rule, only the last matching — still
+// finds the last rule (the walk's step bound covers tuples plus chain
+// nodes). The bpf_loop datapath finds the same.
+func TestBoundedWalkReachesTheEnd(t *testing.T) {
+	n := BoundedFlowRules
+	var rules []Rule
+	for i := 0; i < n/2; i++ {
+		// Distinct shapes (remote and local prefix lengths), no match.
+		remote := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, 0}), 1+i%32).Masked()
+		local := netip.PrefixFrom(netip.AddrFrom4([4]byte{0, 0, 0, 0}), i/32)
+		rules = append(rules, Rule{Slot: uint16(i), Remote: remote, Local: local, DSCPIn: -1, DSCP: -1, ClassID: 0x10000 + uint32(i) + 1})
+	}
+	dst := netip.MustParseAddr("198.18.0.2")
+	for i := n / 2; i < n; i++ {
+		// One key (a port range is not part of it): one chain.
+		r := Rule{Slot: uint16(i), Proto: 17, Remote: netip.PrefixFrom(dst, 32), RPortFrom: 100, RPortTo: 200, DSCPIn: -1, DSCP: -1, ClassID: 0x10000 + uint32(i) + 1}
+		if i == n-1 {
+			r.RPortFrom, r.RPortTo = 4000, 6000
+		}
+		rules = append(rules, r)
+	}
+	frame := BuildFrame(FrameSpec{Src: netip.MustParseAddr("198.18.0.1"), Dst: dst, Proto: 17, SPort: 1234, DPort: 5000})
+	for _, loops := range []string{LoopsBounded, LoopsBPFLoop} {
+		d := openTest(t, Options{FlowTableSize: 1 << 16, Loops: loops})
+		if err := d.Apply(Policy{Rules: rules}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := d.TestRun(frame, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := int(res.Priority) - 0x10000 - 1; got != n-1 {
+			t.Errorf("%s: the packet got rule %d, want the last, %d", loops, got, n-1)
 		}
 	}
 }

@@ -46,6 +46,9 @@ type Config struct {
 	// Subscribe.
 	MaxSubscribersPerUser, MaxUserSubscribers int
 	Logger                                    *slog.Logger
+	// Loops is the loop variant of the datapath (policy.LoopsBounded
+	// holds smaller policies; see policy.CheckCapacity); "" = bpf_loop.
+	Loops string
 	// Now is the clock of quotas and schedules (nil: time.Now); tests
 	// set their own.
 	Now func() time.Time
@@ -150,6 +153,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.eff = merge(e.base, e.persist, e.temp)
 	if err := checkPolicy(e.eff.Policy, "state"); err != nil {
+		return nil, fmt.Errorf("validate policy (config %s with changes in %s): %w", cfg.ConfigPath, cfg.StatePath, err)
+	}
+	if err := e.eff.Policy.CheckCapacity("state", cfg.Loops); err != nil {
 		return nil, fmt.Errorf("validate policy (config %s with changes in %s): %w", cfg.ConfigPath, cfg.StatePath, err)
 	}
 	return e, nil
@@ -461,6 +467,9 @@ func (e *Engine) change(ctx context.Context, source string, mutate func(persist,
 	if err := checkPolicy(m.Policy, source); err != nil {
 		return err
 	}
+	if err := m.Policy.CheckCapacity(source, e.cfg.Loops); err != nil {
+		return err
+	}
 	if err := e.checkAppSlots(m.Policy); err != nil {
 		return err
 	}
@@ -479,6 +488,10 @@ func (e *Engine) Reload() error {
 	defer e.mu.Unlock()
 	m := merge(base, e.persist, e.temp)
 	if err := checkPolicy(m.Policy, e.cfg.ConfigPath); err != nil {
+		e.log.Error("reload: policy rejected; keeping the running policy", "err", err)
+		return err
+	}
+	if err := m.Policy.CheckCapacity(e.cfg.ConfigPath, e.cfg.Loops); err != nil {
 		e.log.Error("reload: policy rejected; keeping the running policy", "err", err)
 		return err
 	}

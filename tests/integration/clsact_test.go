@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -9,16 +10,20 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 // TestClsactFallback (issue 9, item 5): with --attach clsact (the path of
 // kernels without TCX) the classifier is a cls_bpf filter beside a foreign
 // one on the foreign clsact; it marks and counts only the matching flow;
-// a daemon killed with -9 and started again adopts the filter in place; a
-// removed filter is put back by the repair; `hostqos down` removes only
-// our filter (the foreign clsact and filter stay), and a clsact hostqos
-// added itself goes with it.
+// a daemon killed with -9 and started again (on the bounded datapath of
+// kernels without bpf_loop: --loops bounded) adopts the filter in place
+// and marks by flow and by app rule; a removed filter is put back by the
+// repair; `hostqos down` removes only our filter (the foreign clsact and
+// filter stay), and a clsact hostqos added itself goes with it. A config
+// over the bounded datapath's capacity is refused by `config check
+// --loops bounded` and the bounded daemon alike.
 func TestClsactFallback(t *testing.T) {
 	parallel(t)
 	e := newEnv(t)
@@ -89,17 +94,32 @@ func TestClsactFallback(t *testing.T) {
 		t.Errorf("the rule's HTB leaf sent %d packets, the receiver saw %d on the rule's port", got, n)
 	}
 
-	// Restart after kill -9: the filter is adopted (replaced in place).
+	// Restart after kill -9, onto the bounded datapath (what a kernel
+	// without bpf_loop, such as 5.15, gets; forced here): the filter is
+	// adopted (its program replaced in place) and marks as before.
 	e.killDaemon(syscall.SIGKILL)
 	if ours() != 1 {
 		t.Fatal("the filter went with the daemon")
 	}
+	e.d.ExtraArgs = []string{"--attach", "clsact", "--loops", "bounded"}
 	e.startDaemon()
 	if c := ours(); c != 1 {
 		t.Errorf("after the restart: %d hostqos filters, want 1", c)
 	}
+	if st := e.status(); st.Datapath.Loops != "bounded" || st.Datapath.Attach != "clsact" {
+		t.Errorf("status after the restart: loops %q attach %q, want bounded and clsact", st.Datapath.Loops, st.Datapath.Attach)
+	}
+	if out := e.hostqos("status"); !strings.Contains(out, "loops bounded") || !strings.Contains(out, "attach clsact") {
+		t.Errorf("hostqos status does not show the bounded datapath on clsact:\n%s", out)
+	}
 	send()
 	check("after restart", 6000, dscpAF21, 100)
+	// An app rule on the bounded datapath (its app-bit walk).
+	e.udpSink(srv4+":6002", 30*time.Second)
+	e.hostqos("rule", "add", "app-ef", "--exe", app, "--proto", "udp", "--rport", "6002", "--dscp", "EF")
+	e.runApp(app, "tool", "udp-send", "--to", srv4+":6002", "--pps", "500", "--count", "50", "--size", "100")
+	time.Sleep(300 * time.Millisecond)
+	check("bounded, app rule", 6002, dscpEF, 50)
 
 	// Repair: a removed filter comes back.
 	tc("filter", "del", "dev", ifc, "egress", "prio", "1", "handle", "0x4851", "protocol", "all", "bpf")
@@ -133,6 +153,27 @@ func TestClsactFallback(t *testing.T) {
 	})
 	if q := tc("qdisc", "show", "dev", ifc); strings.Contains(q, "clsact") {
 		t.Errorf("the clsact hostqos added is left after down:\n%s", q)
+	}
+
+	// Over the bounded datapath's capacity: the same refusal from config
+	// check and the daemon.
+	over := scaleConfig(t, e, 0, policy.BoundedFlowRules+1, "")
+	checkOut, err := e.hostqosErr("config", "check", "--loops", "bounded", over)
+	want := fmt.Sprintf("%d rules without app selectors: more than the bounded datapath holds (%d;", policy.BoundedFlowRules+1, policy.BoundedFlowRules)
+	if err == nil || !strings.Contains(checkOut, want) {
+		t.Fatalf("config check --loops bounded of %d flow rules: %v, want a refusal containing %q:\n%s", policy.BoundedFlowRules+1, err, want, checkOut)
+	}
+	raw, err := os.ReadFile(over)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.writeConfig(string(raw))
+	// The daemon counts the rules added above too (kept in its state).
+	line := strings.TrimSpace(strings.SplitN(checkOut[strings.Index(checkOut, " rules without app selectors"):], "\n", 2)[0])
+	if err := e.d.Start(); err == nil {
+		t.Fatalf("the bounded daemon started with %d flow rules", policy.BoundedFlowRules+1)
+	} else if !strings.Contains(err.Error(), line) {
+		t.Errorf("the daemon refused with\n%v\nnot with config check's\n%s", err, line)
 	}
 }
 
