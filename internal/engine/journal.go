@@ -262,10 +262,18 @@ func (s *stateStore) diff(ov *overlay, slots *slotTable, keys keyTable) ([]journ
 	if ns == nil {
 		ns = &slotTable{}
 	}
-	diffVals(jSlotRule, os.Rules, ns.Rules, add)
-	diffVals(jSlotClass, os.Classes, ns.Classes, add)
-	diffVals(jSlotResv, os.Resv, ns.Resv, add)
-	diffVals(jBaseline, os.Baselines, ns.Baselines, add)
+	if ch := ns.changed; ch != nil && ns.from != nil && ns.from == s.slots {
+		// A clone of what the file holds: only what assign changed.
+		diffKeys(jSlotRule, os.Rules, ns.Rules, ch.rules, add)
+		diffKeys(jSlotClass, os.Classes, ns.Classes, ch.classes, add)
+		diffKeys(jSlotResv, os.Resv, ns.Resv, ch.resv, add)
+		diffKeys(jBaseline, os.Baselines, ns.Baselines, ch.baselines, add)
+	} else {
+		diffVals(jSlotRule, os.Rules, ns.Rules, add)
+		diffVals(jSlotClass, os.Classes, ns.Classes, add)
+		diffVals(jSlotResv, os.Resv, ns.Resv, add)
+		diffVals(jBaseline, os.Baselines, ns.Baselines, add)
+	}
 	diffVals(jKey, s.keys, keys, add)
 	for _, k := range s.answered {
 		if e, ok := keys[k]; ok && e == s.keys[k] {
@@ -286,6 +294,21 @@ func diffVals[K comparable, V comparable](kind string, old, cur map[K]V, add fun
 	}
 	for n := range old {
 		if _, ok := cur[n]; !ok {
+			add(kind, fmt.Sprint(n), nil, true)
+		}
+	}
+}
+
+// diffKeys is diffVals over the entries named in keys only (the others
+// are known to be equal).
+func diffKeys[K comparable, V comparable](kind string, old, cur map[K]V, keys map[K]bool, add func(kind, name string, v any, del bool)) {
+	for n := range keys {
+		ov, had := old[n]
+		v, has := cur[n]
+		switch {
+		case has && (!had || ov != v):
+			add(kind, fmt.Sprint(n), v, false)
+		case !has && had:
 			add(kind, fmt.Sprint(n), nil, true)
 		}
 	}

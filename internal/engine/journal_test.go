@@ -2,9 +2,16 @@ package engine
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/policy"
 )
 
 // TestJournalSurvivesCrash: changes are persisted as journal records
@@ -155,5 +162,114 @@ func TestJournalOverSparseSnapshot(t *testing.T) {
 	}
 	if p.Slots.Baselines[3].Bytes != 2 || p.Slots.Rules["r"] != 3 || p.Slots.Classes["bulk"] != 1 || p.Slots.Resv["resv:x"] != 0 {
 		t.Errorf("slots after replay: %+v", p.Slots)
+	}
+}
+
+// TestJournalRecordOfOneRule (issue 9, item 3): over a config of 10,000
+// rules, adding, then removing a rule journals only that rule, its slot
+// and its slot's baseline (the slot table is not diffed whole), and an
+// engine started over the files (a crash) has the same slots and rules.
+func TestJournalRecordOfOneRule(t *testing.T) {
+	env := newEnv(t, scaleConfig(1, 10_000))
+	env.k.Ifindexes["link0"] = 10
+	e := env.start(t)
+	// The first change also records the slots the start gave the config's
+	// rules; the next ones are a clone of what the file holds.
+	if _, err := e.AddRule(ctx, root, rule("first"), false); err != nil {
+		t.Fatal(err)
+	}
+	lastRecord := func() journalRecord {
+		t.Helper()
+		lines := strings.Split(strings.TrimSpace(string(readFile(t, journalPath(env.cfg.StatePath)))), "\n")
+		r, err := decodeRecord([]byte(lines[len(lines)-1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	kinds := func(r journalRecord) string {
+		var out []string
+		for _, op := range r.Ops {
+			out = append(out, op.Kind+":"+op.Name)
+		}
+		slices.Sort(out)
+		return strings.Join(out, " ")
+	}
+	if _, err := e.AddRule(ctx, root, rule("second"), false); err != nil {
+		t.Fatal(err)
+	}
+	if e.stPersist.slots != e.slots {
+		t.Error("the state file's slot table is not the engine's: every change would diff all 10,000 slots")
+	}
+	slot := e.slots.Rules["second"]
+	want := fmt.Sprintf("%s:%d %s:second %s:second", jBaseline, slot, jRules, jSlotRule)
+	if got := kinds(lastRecord()); got != want {
+		t.Errorf("record of a rule added to 10,000: %s, want %s", got, want)
+	}
+	if err := e.RemoveRule(ctx, root, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := kinds(lastRecord()), fmt.Sprintf("%s:first %s:first", jRules, jSlotRule); got != want {
+		t.Errorf("record of a rule removed: %s, want %s", got, want)
+	}
+	wantSlots := maps.Clone(e.slots.Rules)
+	e2 := env.start(t)
+	if !maps.Equal(e2.slots.Rules, wantSlots) {
+		t.Error("slots after a restart differ from before")
+	}
+	if _, ok := e2.slots.Rules["second"]; !ok || len(e2.slots.Rules) != 10_001 {
+		t.Errorf("%d slots after a restart, want 10,001 with second's", len(e2.slots.Rules))
+	}
+}
+
+// TestJournalSlotsAfterRandomChanges: after random additions and removals
+// of rules and classes (slots freed and reused, with counters, so
+// baselines change), an engine started over the files has exactly the
+// running engine's slot table: the records of only the changed entries
+// lose nothing.
+func TestJournalSlotsAfterRandomChanges(t *testing.T) {
+	env := newEnv(t, shapedConfig)
+	e := env.start(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	var rules, classes []string
+	for i := 0; i < 300; i++ {
+		env.k.mu.Lock()
+		env.k.Counters = make([]datapath.Counters, 64)
+		for j := range env.k.Counters {
+			env.k.Counters[j].Packets = uint64(i*100 + j)
+		}
+		env.k.mu.Unlock()
+		var err error
+		switch op := rng.IntN(4); {
+		case op == 0 && len(rules) > 0:
+			j := rng.IntN(len(rules))
+			err = e.RemoveRule(ctx, root, rules[j])
+			rules = slices.Delete(rules, j, j+1)
+		case op == 1 && len(classes) > 0:
+			j := rng.IntN(len(classes))
+			err = e.RemoveClass(ctx, root, classes[j])
+			classes = slices.Delete(classes, j, j+1)
+		case op == 2 && len(classes) < 20:
+			c := policy.NewClass(fmt.Sprintf("c%d", i))
+			_, err = e.AddClass(ctx, root, c, false)
+			classes = append(classes, c.Name)
+		default:
+			_, err = e.AddRule(ctx, root, rule(fmt.Sprintf("r%d", i)), rng.IntN(5) == 0)
+			rules = append(rules, fmt.Sprintf("r%d", i))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := e.slots
+	e2 := env.start(t)
+	got := e2.slots
+	if !maps.Equal(got.Rules, want.Rules) || !maps.Equal(got.Classes, want.Classes) || !maps.Equal(got.Resv, want.Resv) {
+		t.Errorf("slots after a restart:\n%v %v\nwant\n%v %v", got.Rules, got.Classes, want.Rules, want.Classes)
+	}
+	for slot, b := range want.Baselines {
+		if got.Baselines[slot] != b {
+			t.Errorf("baseline of slot %d after a restart: %+v, want %+v", slot, got.Baselines[slot], b)
+		}
 	}
 }

@@ -220,6 +220,19 @@ type slotTable struct {
 	// session limit, less one ("resv:NAME" or "rule:NAME" → id-1), stable
 	// for their life (see resvIDs).
 	Resv map[string]int `json:"resv,omitempty"`
+	// from is the table this one was cloned from, and changed what
+	// assign changed since (nil: not a clone): the state journal diffs
+	// only those entries when from is what the file holds
+	// (stateStore.diff), not 10,000 slots on every change.
+	from    *slotTable
+	changed *slotChanges
+}
+
+// slotChanges are the entries of a cloned slotTable that may differ from
+// its origin's.
+type slotChanges struct {
+	rules, classes, resv map[string]bool
+	baselines            map[int]bool
 }
 
 type baseCounter struct {
@@ -240,7 +253,8 @@ func newSlotTable() *slotTable {
 }
 
 func (s *slotTable) clone() *slotTable {
-	n := &slotTable{Rules: maps.Clone(s.Rules), Classes: maps.Clone(s.Classes), Baselines: maps.Clone(s.Baselines), Resv: maps.Clone(s.Resv)}
+	n := &slotTable{Rules: maps.Clone(s.Rules), Classes: maps.Clone(s.Classes), Baselines: maps.Clone(s.Baselines), Resv: maps.Clone(s.Resv),
+		from: s, changed: &slotChanges{rules: map[string]bool{}, classes: map[string]bool{}, resv: map[string]bool{}, baselines: map[int]bool{}}}
 	if n.Baselines == nil {
 		n.Baselines = map[int]baseCounter{}
 	}
@@ -262,10 +276,17 @@ func (s *slotTable) assign(p *policy.Policy, current func(slot int) baseCounter)
 	if s.Resv == nil {
 		s.Resv = map[string]int{}
 	}
-	if err := allocate(s.Resv, resvKeys(p), datapath.MaxReservations-1, "reservation id", nil); err != nil {
+	var ch slotChanges // nil maps: not recorded
+	if s.changed != nil {
+		ch = *s.changed
+	}
+	if err := allocate(s.Resv, resvKeys(p), datapath.MaxReservations-1, "reservation id", ch.resv, nil); err != nil {
 		return err
 	}
-	err := allocate(s.Rules, rules, datapath.MaxRules, "rule slot", func(slot int) {
+	err := allocate(s.Rules, rules, datapath.MaxRules, "rule slot", ch.rules, func(slot int) {
+		if ch.baselines != nil {
+			ch.baselines[slot] = true
+		}
 		if current != nil {
 			s.Baselines[slot] = current(slot)
 		} else {
@@ -275,12 +296,13 @@ func (s *slotTable) assign(p *policy.Policy, current func(slot int) baseCounter)
 	if err != nil {
 		return err
 	}
-	return allocate(s.Classes, classes, maxClasses, "class index", nil)
+	return allocate(s.Classes, classes, maxClasses, "class index", ch.classes, nil)
 }
 
 // allocate keeps the numbers of the names that stay, frees those of names
-// gone, and gives each new name the lowest free number below limit.
-func allocate(m map[string]int, names []string, limit int, what string, assigned func(int)) error {
+// gone, and gives each new name the lowest free number below limit. The
+// names it adds or removes are set in changed (if not nil).
+func allocate(m map[string]int, names []string, limit int, what string, changed map[string]bool, assigned func(int)) error {
 	// Numbers in use by the names that stay; a name of m not among names
 	// (found < len(m)) is gone and frees its number.
 	used := make([]bool, limit)
@@ -299,6 +321,9 @@ func allocate(m map[string]int, names []string, limit int, what string, assigned
 		for n := range m {
 			if !keep[n] {
 				delete(m, n)
+				if changed != nil {
+					changed[n] = true
+				}
 			}
 		}
 	}
@@ -315,6 +340,9 @@ func allocate(m map[string]int, names []string, limit int, what string, assigned
 		}
 		m[n] = next
 		used[next] = true
+		if changed != nil {
+			changed[n] = true
+		}
 		if assigned != nil {
 			assigned(next)
 		}
