@@ -93,6 +93,9 @@ func compileAt(p Policy, pos []uint32) (*compiled, error) {
 		uid:  map[uint32]*bitmap{},
 		cg:   map[uint64]*bitmap{},
 		pos:  pos,
+		// Sized up front: this runs over the whole policy on every change.
+		rules: make([]hostqosHqRule, 0, len(p.Rules)),
+		in:    make([]inLimit, 0, len(p.Rules)),
 	}
 	slots := make([]int32, MaxRules) // rule index + 1 of each slot used
 	get := func(m map[string]*bitmap, k string) *bitmap {
