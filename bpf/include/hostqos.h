@@ -321,9 +321,12 @@ struct hq_rule {
  *    payload bytes (tau = the bucket depth in ns); excess is dropped and
  *    counted.
  *  - TCP: every outgoing segment of a limited flow advertises at most
- *    rate * gain / flows * srtt bytes of window, so the sender never has
+ *    rate * gain / flows * rtt bytes of window, so the sender never has
  *    more in flight than the share of the limit one round trip carries:
- *    it is slowed, nothing is dropped, no queue builds. flows is the
+ *    it is slowed, nothing is dropped, no queue builds. rtt is the
+ *    socket's srtt, or its receive-side estimate when that is more than a
+ *    timestamp tick longer (a receiving socket's srtt is its handshake's;
+ *    a queue another flow builds at the bottleneck shows only there). flows is the
  *    number of the slot's flows that received data in the last epoch
  *    (HQ_IN_EPOCH_NS); gain (Q10, 1024 = 1) corrects, once an epoch, for
  *    what the window misses (delayed ACKs, a round trip longer than the
@@ -350,6 +353,7 @@ struct hq_in {
 #define HQ_IN_GAIN_ONE 1024
 #define HQ_IN_GAIN_MIN 512
 #define HQ_IN_GAIN_MAX 2048
+#define HQ_TS_TICK_US 1000 /* a TCP timestamp tick: the receive-side RTT's resolution */
 
 /*
  * A link's ingress budget (hq_link_in, keyed by ifindex): the frames the

@@ -2522,7 +2522,7 @@ __noinline int hq_rwnd_limit(struct __sk_buff *skb, __u32 off, __u32 slot)
 	struct bpf_sock *sk;
 	struct tcp_sock *tp;
 	struct tcphdr th;
-	__u64 per, lper, srtt, mrtt, rrtt, win, lwin, minwin;
+	__u64 per, lper, srtt, mrtt, rrtt, crtt, win, lwin, minwin;
 	__u32 ws;
 	__u16 old, neww;
 
@@ -2553,6 +2553,16 @@ __noinline int hq_rwnd_limit(struct __sk_buff *skb, __u32 off, __u32 slot)
 	rrtt = tp->rcv_rtt_est.rtt_us >> 3;
 	if (rrtt && rrtt < mrtt)
 		mrtt = rrtt;
+	/*
+	 * The round trip the flow sees now. A socket that only receives
+	 * never updates srtt after its handshake, so when a queue builds at
+	 * the bottleneck (another download filling it) only the receive-side
+	 * estimate follows; it counts in timestamp ticks (1 ms), so it is
+	 * taken only when it exceeds srtt by more than one.
+	 */
+	crtt = srtt;
+	if (rrtt > srtt + HQ_TS_TICK_US)
+		crtt = rrtt;
 	ws = BPF_CORE_READ_BITFIELD(tp, rx_opt.rcv_wscale);
 	minwin = tp->advmss;
 	if (minwin < 536)
@@ -2560,13 +2570,13 @@ __noinline int hq_rwnd_limit(struct __sk_buff *skb, __u32 off, __u32 slot)
 
 	/*
 	 * A share's bytes/s for one round trip; no overflow below 1 Tbit/s.
-	 * A rule's limit takes the smoothed round trip (its gain corrects
+	 * A rule's limit takes the current round trip (its gain corrects
 	 * the rest); a link's budget the path's least, so that the window
 	 * never pays for a queue at the bottleneck and the queue drains.
 	 */
 	win = 0;
 	if (per)
-		win = per / 1024 * srtt / 1000000;
+		win = per / 1024 * crtt / 1000000;
 	if (lper) {
 		lwin = lper / 1024 * mrtt / 1000000;
 		if (!per || lwin < win)

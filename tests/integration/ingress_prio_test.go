@@ -92,6 +92,29 @@ func TestDownloadPriority(t *testing.T) {
 	}
 	checkClassAndLinkIn(t, e, p.IfClient)
 	checkAcceptedIdentity(t, e, p.ClientV4)
+
+	// A download limit behind a queue that builds after the limited
+	// download started: another download (its window bounded by its
+	// receive buffer, so the queue stands without losses) keeps ~80 ms
+	// queued at the bottleneck. The limited app's window must follow the
+	// round trip its packets see now, not the 20 ms its receiving socket
+	// measured at the handshake and never again (with that it got 0.34 of
+	// its limit; the gain's range, at most 2×, cannot make up 5×).
+	e.hostqos("link", "set", p.IfClient)
+	lim := appCopy(e, "limapp")
+	e.hostqos("rule", "add", "lim", "--exe", lim, "--maxbw-in", "4mbit")
+	measured(t, "download limit behind a queue built after its handshake", func(n int) (bool, string) {
+		dl := startDownload(e, p, lim, 1, dur)
+		time.Sleep(500 * time.Millisecond)
+		ping := pingDuring(e, p, dur-2*time.Second)
+		other := startDownload(e, p, bulk, 1, dur, rcvbufEnv+"=150000")
+		d, pr, o := dl(), ping(), other()
+		ratio := d.Total / 4e6
+		msg := fmt.Sprintf("limited app %.3f Mbit/s = %.3f of 4 Mbit/s (want 0.8–1.2), retransmitted %d of %d; the other download %.2f Mbit/s; round trip p50 %.1f ms (the path's 20 ms plus the standing queue)",
+			d.Total/1e6, ratio, d.retrans, d.segs, o.Total/1e6, pr.RTT.P50)
+		t.Log(msg)
+		return ratio >= 0.8 && ratio <= 1.2, msg
+	})
 }
 
 // checkClassAndLinkIn: stat classes has the received side of class voice

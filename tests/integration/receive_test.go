@@ -50,6 +50,10 @@ func newPathEnvRTT(t *testing.T, rtt time.Duration) (*env, *testutil.Path) {
 // an app that connects to a bulk server and reads.
 const downloaderEnv = "HQ_IT_DOWNLOAD"
 
+// rcvbufEnv, when set, fixes the downloader's socket receive buffer
+// (SO_RCVBUF, bytes): its window, so what it keeps in flight, is bounded.
+const rcvbufEnv = "HQ_IT_RCVBUF"
+
 // dlReport is what downloaderMain prints: goodput (TCP payload the app
 // read, bits/s) per stream and in total, over the run after its warm-up.
 type dlReport struct {
@@ -68,8 +72,19 @@ func downloaderMain() int {
 	warm, _ := time.ParseDuration(os.Getenv("HQ_IT_WARMUP"))
 	counts := make([]atomic.Uint64, streams)
 	var conns []net.Conn
+	d := net.Dialer{Timeout: 5 * time.Second}
+	if rb, _ := strconv.Atoi(os.Getenv(rcvbufEnv)); rb > 0 {
+		// Before connect, so the window scale fits the buffer.
+		d.Control = func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, rb) }); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
 	for range streams {
-		c, err := net.DialTimeout("tcp", to, 5*time.Second)
+		c, err := d.Dial("tcp", to)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -194,14 +209,16 @@ func bulkServer(e *env, p *testutil.Path) (addr string, done func() (retrans, se
 
 // startDownload runs app (an appCopy) on the client: it opens streams TCP
 // connections to a bulk server on the far end and reads for dur (goodput
-// after 1 s of warm-up). wait returns the result.
-func startDownload(e *env, p *testutil.Path, app string, streams int, dur time.Duration) (wait func() download) {
+// after 1 s of warm-up). wait returns the result. env adds to the app's
+// environment (e.g. rcvbufEnv).
+func startDownload(e *env, p *testutil.Path, app string, streams int, dur time.Duration, env ...string) (wait func() download) {
 	t := e.t
 	t.Helper()
 	addr, done := bulkServer(e, p)
 	cmd := e.client.Command(app)
 	cmd.Env = append(os.Environ(), downloaderEnv+"="+addr, "HQ_IT_STREAMS="+strconv.Itoa(streams),
 		"HQ_IT_DURATION="+dur.String(), "HQ_IT_WARMUP=1s")
+	cmd.Env = append(cmd.Env, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
