@@ -27,10 +27,12 @@ const (
 	xdpActTX   = 3
 )
 
-// XDPGenerator transmits copies of one frame out of a device.
+// XDPGenerator transmits copies of one frame out of a device, or (an
+// injector) hands them to a device's receive path.
 type XDPGenerator struct {
-	prog    *ebpf.Program
-	ifindex int
+	prog     *ebpf.Program
+	ifindex  int
+	borrowed bool // prog belongs to someone else (Shield.Injector)
 }
 
 // NewXDPGenerator loads the generator for the device ifindex (in the
@@ -41,6 +43,31 @@ func NewXDPGenerator(ifindex int) (*XDPGenerator, error) {
 	prog, err := xdpReturnProgram("hq_xdp_gen", xdpActTX)
 	if err != nil {
 		return nil, fmt.Errorf("load XDP generator: %w", err)
+	}
+	return &XDPGenerator{prog: prog, ifindex: ifindex}, nil
+}
+
+// NewXDPInjector loads a generator whose frames enter ifindex's own
+// receive path, as if its driver had received them: the kernel runs an
+// XDP program that passes each one (the driver's XDP hook), builds an skb
+// and hands it to the stack, where tc and nftables ingress hooks and
+// sockets see it. Frames cross no veth and no ring, so the only cost on
+// the way is the generator's own and what the receive path does.
+func NewXDPInjector(ifindex int) (*XDPGenerator, error) {
+	prog, err := xdpReturnProgram("hq_xdp_inject", xdpActPass)
+	if err != nil {
+		return nil, fmt.Errorf("load XDP injector: %w", err)
+	}
+	return &XDPGenerator{prog: prog, ifindex: ifindex}, nil
+}
+
+// NewXDPSink loads a generator whose frames reach ifindex's receive path
+// and are dropped at once by an XDP_DROP program in the driver's place:
+// the injector's own cost, the ceiling of what it can show.
+func NewXDPSink(ifindex int) (*XDPGenerator, error) {
+	prog, err := xdpReturnProgram("hq_xdp_sink", xdpActDrop)
+	if err != nil {
+		return nil, fmt.Errorf("load XDP sink: %w", err)
 	}
 	return &XDPGenerator{prog: prog, ifindex: ifindex}, nil
 }
@@ -65,7 +92,12 @@ func (g *XDPGenerator) Send(frame []byte, n, batch uint32) (time.Duration, error
 }
 
 // Close unloads the generator.
-func (g *XDPGenerator) Close() error { return g.prog.Close() }
+func (g *XDPGenerator) Close() error {
+	if g.borrowed {
+		return nil
+	}
+	return g.prog.Close()
+}
 
 // AttachXDPPass attaches an XDP program that passes everything to ifindex
 // (native mode) and returns its detacher: it puts a veth into NAPI mode, so

@@ -1,7 +1,10 @@
 package datapath
 
 import (
+	"fmt"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/hostqos/hostqos/internal/testutil"
 )
@@ -27,6 +30,58 @@ func TestXDPGeneratorIntoShield(t *testing.T) {
 		}
 		defer g.Close()
 		_, err = g.Send(frame, n, 64)
+		return err
+	})
+	cs, err := s.BlockCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 1 || cs[0].Prefix != listed || cs[0].Dropped != n {
+		t.Fatalf("block counters %+v: want %d dropped for %v", cs, n, listed)
+	}
+}
+
+// TestXDPInjector: frames injected into a device's receive path reach
+// the stack (a UDP socket reads them) with the pass-everything program,
+// and, run through the shield's own program, are dropped and counted
+// against the listed source as when it is attached.
+func TestXDPInjector(t *testing.T) {
+	s := openShieldTest(t)
+	p := testutil.NewPair(t)
+	src := testutil.PairA4.Addr()
+	listed := pfx(src.String() + "/32")
+	if err := s.SetBlocks([]BlockEntry{{Prefix: listed}}); err != nil {
+		t.Fatal(err)
+	}
+	frame := BuildFrame(FrameSpec{Src: src, Dst: testutil.PairB4.Addr(), Proto: 17, SPort: 40000, DPort: 5201, Payload: 22})
+	const n = 10_000
+	p.B.MustDo(t, func() error {
+		ifi, err := net.InterfaceByIndex(p.IndexB)
+		if err != nil {
+			return err
+		}
+		copy(frame[0:6], ifi.HardwareAddr)
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: testutil.PairB4.Addr().AsSlice(), Port: 5201})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		g, err := NewXDPInjector(p.IndexB)
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		if _, err := g.Send(frame, 3, 0); err != nil {
+			return err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 64)
+		if k, err := c.Read(buf); err != nil || k != 22 {
+			return fmt.Errorf("read an injected datagram: %d bytes, %v", k, err)
+		}
+		sh := s.Injector(p.IndexB)
+		defer sh.Close()
+		_, err = sh.Send(frame, n, 64)
 		return err
 	})
 	cs, err := s.BlockCounters()
