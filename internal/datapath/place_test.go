@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"testing"
 )
@@ -206,5 +207,86 @@ func TestAddRuleWritesFewEntries(t *testing.T) {
 			t.Errorf("adding rule %d to 10,000 changed %d rule entries, %d search entries, %d chain nodes; want a handful", extra, r, s, n)
 		}
 		before = after
+	}
+}
+
+// TestClassifyAfterIncrementalChanges: a policy of 3,000 rules changed 30
+// times (rules added anywhere, removed, moved in the order), each change
+// laid over the positions of the one before, classifies like the
+// reference evaluation of the current rules (BPF test-run).
+func TestClassifyAfterIncrementalChanges(t *testing.T) {
+	d := openTest(t, Options{FlowTableSize: 1 << 16})
+	rng := rand.New(rand.NewPCG(11, 12))
+	rules := randomRules(rng, 3000, 100)
+	next := uint16(len(rules))
+	if err := d.Apply(Policy{Rules: rules}); err != nil {
+		t.Fatal(err)
+	}
+	type fkey struct {
+		proto    uint8
+		src, dst netip.Addr
+		sp, dp   uint16
+	}
+	check := func(round int) {
+		t.Helper()
+		// Each packet the first of its flow: a flow keeps its first
+		// packet's classification (incoming DSCP included).
+		seen := map[fkey]bool{}
+		matched, hits := 0, map[uint32]bool{}
+		defer func() {
+			t.Logf("round %d: %d packets, %d matched a rule (%d distinct rules), all as the reference", round, len(seen), matched, len(hits))
+			if matched < len(seen)/5 || len(hits) < 30 {
+				t.Errorf("round %d: %d of %d packets matched a rule, %d distinct rules: the packets miss the policy", round, matched, len(seen), len(hits))
+			}
+		}()
+		for n := 0; n < 3000; n++ {
+			s := randomPacket(rng)
+			if k := (fkey{s.Proto, s.Src, s.Dst, s.SPort, s.DPort}); seen[k] {
+				continue
+			} else {
+				seen[k] = true
+			}
+			want := uint32(0)
+			if i := refMatch(rules, s); i >= 0 {
+				want = rules[i].ClassID
+				matched++
+				hits[want] = true
+			}
+			res, err := d.TestRun(BuildFrame(s), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Priority != want {
+				t.Fatalf("round %d: packet %+v: classid %#x, the reference's rule has %#x", round, s, res.Priority, want)
+			}
+		}
+	}
+	for round := 1; round <= 30; round++ {
+		for k := rng.IntN(6); k > 0; k-- {
+			r := randomRules(rng, 60, 0)[20+rng.IntN(40)] // of the varied shapes
+			r.Slot, r.ClassID = next, 0x10000+uint32(next)+1
+			next++
+			at := rng.IntN(len(rules) + 1)
+			if rng.IntN(3) == 0 {
+				at = rng.IntN(10) // early: the window around it is spread again
+			}
+			rules = slices.Insert(rules, at, r)
+		}
+		for k := rng.IntN(4); k > 0; k-- {
+			i := rng.IntN(len(rules))
+			rules = slices.Delete(rules, i, i+1)
+		}
+		if rng.IntN(4) == 0 { // a precedence change: one rule elsewhere in the order
+			i := rng.IntN(len(rules))
+			r := rules[i]
+			rules = slices.Delete(rules, i, i+1)
+			rules = slices.Insert(rules, rng.IntN(len(rules)+1), r)
+		}
+		if err := d.Apply(Policy{Rules: rules}); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if round%15 == 0 {
+			check(round)
+		}
 	}
 }
