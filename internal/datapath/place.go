@@ -29,7 +29,8 @@ const noPos = ^uint32(0)
 // for as many rules as the order allows: the longest run, in policy order,
 // of previous positions that still increase. The others are placed into
 // the gaps around them; where a gap is too small, the window of rules
-// around it grows until it has room to spare, and is spread evenly.
+// around it grows until it has room to spare, and is spread evenly. When
+// more than an eighth of the rules would be placed anew, all are.
 func placeRules(slots []uint16, prev []uint32, capacity int) []uint32 {
 	n := len(slots)
 	pos := make([]uint32, n)
@@ -38,6 +39,20 @@ func placeRules(slots []uint16, prev []uint32, capacity int) []uint32 {
 	}
 	if prev != nil {
 		keepIncreasing(slots, prev, capacity, pos)
+		// A change that places more than an eighth of the rules anew (a
+		// reload, a reordering) lays the policy out afresh: its windows
+		// would cover most of it anyway, one at a time.
+		placed := 0
+		for _, p := range pos {
+			if p != noPos {
+				placed++
+			}
+		}
+		if n-placed > n/8 {
+			for i := range pos {
+				pos[i] = noPos
+			}
+		}
 	}
 	// The density (rules per position) a window of w rules may have
 	// after the change falls from 1 for one rule to the buffer's for the

@@ -128,6 +128,15 @@ func TestPlaceRulesReorderAndFull(t *testing.T) {
 		checkPlaced(t, cpos, len(cur), 2048)
 	}
 
+	// Half the rules new, between the old ones: laid out afresh.
+	var half []uint16
+	for i, s := range slots {
+		half = append(half, s, uint16(5000+i))
+	}
+	if p, fresh := placeRules(half, prev, MaxRules), placeRules(half, nil, MaxRules); !slices.Equal(p, fresh) {
+		t.Error("a change that adds as many rules as it keeps is not laid out afresh")
+	}
+
 	full := make([]uint16, MaxRules)
 	for i := range full {
 		full[i] = uint16(MaxRules - 1 - i)
