@@ -73,10 +73,21 @@ maxbw = "40mbit"
 	if r == nil || r.Bytes == 0 {
 		t.Fatal("no sink result")
 	}
-	// The flow ends (idle 2 s) and the last samples are written.
-	time.Sleep(4 * time.Second)
-	live := e.ruleStat("bulk")
+	// The flows end (idle 2 s): once both have their record, the samples
+	// of their last bytes (seconds older) are written too.
 	since := t0.UTC().Format(time.RFC3339Nano)
+	var fl api.History
+	eventually(t, 20*time.Second, "flow records of the upload and the download", func() (bool, string) {
+		e.hostqosJSON(&fl, "stat", "history", "flows", "--since", since, "-o", "json")
+		n := 0
+		for _, f := range fl.Flows {
+			if f.Remote == to || f.Remote == down {
+				n++
+			}
+		}
+		return n >= 2, fmt.Sprintf("%d of them", n)
+	})
+	live := e.ruleStat("bulk")
 	var h api.History
 	e.hostqosJSON(&h, "stat", "history", "rules", "bulk", "--since", since, "-o", "json")
 	if len(h.Series) != 1 {
@@ -93,7 +104,6 @@ maxbw = "40mbit"
 	}
 
 	// The flow, once.
-	var fl api.History
 	e.hostqosJSON(&fl, "stat", "history", "flows", "--since", since, "-o", "json")
 	var recs, downs []api.FlowRecord
 	for _, f := range fl.Flows {

@@ -169,6 +169,7 @@ func keyedAdd(t *testing.T, socket, key, body string) (int, bool) {
 // answered, when sent again with its key, with the recorded success: no
 // 409, applied once, also across a restart.
 func TestIdempotentChange(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	sock := e.d.Socket

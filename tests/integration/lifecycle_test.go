@@ -36,7 +36,8 @@ func TestKill9KeepsEnforcing(t *testing.T) {
 	defer sn.Stop()
 	to := serverV4.Addr().String() + ":7020"
 	e.udpSink(to, 60*time.Second)
-	sender, _ := e.start(marked, "tool", "udp-send", "--to", to, "--pps", "200", "--size", "200", "--duration", "12s")
+	// The sender runs until the test stops it, after the restart.
+	sender, _ := e.start(marked, "tool", "udp-send", "--to", to, "--pps", "200", "--size", "200", "--duration", "50s")
 	eventually(t, 5*time.Second, "marked traffic", func() (bool, string) {
 		c, n := sn.DSCPCounts(unix.IPPROTO_UDP, 7020)
 		return n > 100, fmt.Sprintf("%v", c)
@@ -76,6 +77,13 @@ func TestKill9KeepsEnforcing(t *testing.T) {
 	if after.Packets <= before.Packets {
 		t.Errorf("rule counter went from %d to %d across the restart; want it to continue upward", before.Packets, after.Packets)
 	}
+	// Some packets under the restarted daemon, then the sender stops.
+	_, n2 := sn.DSCPCounts(unix.IPPROTO_UDP, 7020)
+	eventually(t, 5*time.Second, "traffic after the restart", func() (bool, string) {
+		_, n := sn.DSCPCounts(unix.IPPROTO_UDP, 7020)
+		return n >= n2+100, fmt.Sprintf("%d packets since", n-n2)
+	})
+	_ = syscall.Kill(-sender.Process.Pid, syscall.SIGKILL)
 	_ = sender.Wait()
 	final := e.ruleStat("mark")
 	_, seen := sn.DSCPCounts(unix.IPPROTO_UDP, 7020)

@@ -24,6 +24,7 @@ func window(from, to int) string {
 // receiver. (Switching at the windows' edges over a controllable clock is
 // the engine's unit test TestScheduleSwitchesRule.)
 func TestScheduleInDaemon(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	e.hostqos("link", "set", e.iface())
