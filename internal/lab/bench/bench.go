@@ -104,6 +104,9 @@ var suite = []benchmark{
 	{"rsvp-signal", "Reservation across one RSVP router through three hostqosd: reserve → active, remove → gone (seed Table IV with signalling)", benchRSVPSignal},
 	{"qsock", "QSockets: cost of each call beside its plain socket counterpart (seed Table 1)", benchQSock},
 	{"download-priority", "Two competing TCP downloads of different class priority, without and with the link's ingress_rate (Crossbow Table 2)", benchDownloadPriority},
+	{"qsock-video", "QSockets: a 20 fps video on a qsocket (dwcs) and on a plain socket under bulk TCP perturbations (seed Figs. 4–5)", benchQSockVideo},
+	{"qsock-streams", "QSockets: two qsocket video streams (20, 15 fps) and a plain one (20 fps) on an overloaded link (seed Fig. 6)", benchQSockStreams},
+	{"qsock-edf", "QSockets: a sensor's deadline misses per 5 s, edf-lossy vs edf-lossless vs plain socket, bulk TCP from half-way (seed Fig. 7)", benchQSockEDF},
 }
 
 // Names lists the benchmarks in the order the suite runs them.

@@ -42,6 +42,9 @@ func Helper(args []string, stdout io.Writer) error {
 		return errors.New("bench-helper: no subcommand; use flood, tcp, connect, flows or voice")
 	}
 	sub, args := args[0], args[1:]
+	if sub == "qsock-app" {
+		return helperQSockApp(args, stdout)
+	}
 	fs := flag.NewFlagSet("bench-helper "+sub, flag.ContinueOnError)
 	to := fs.String("to", "", "destination host:port")
 	size := fs.Int("size", 64, "UDP payload bytes")
@@ -86,7 +89,7 @@ func Helper(args []string, stdout io.Writer) error {
 		res, err = traffic.RunVoice(context.Background(), traffic.VoiceConfig{
 			To: ap.String(), Calls: *calls, Mode: traffic.VoiceEcho, Duration: *dur, DSCP: traffic.NoDSCP})
 	default:
-		return fmt.Errorf("bench-helper: unknown subcommand %q; use flood, tcp, connect, flows, flows-active, download or voice", sub)
+		return fmt.Errorf("bench-helper: unknown subcommand %q; use flood, tcp, connect, flows, flows-active, download, voice or qsock-app", sub)
 	}
 	if err != nil {
 		return err
