@@ -30,9 +30,9 @@ const (
 	// The video qsocket's DWCS attributes: one message every ipg (a
 	// frame is 1 to 10 messages, 3.2 on average, so 12.5 ms leaves
 	// room), and at most oln of every old consecutive messages lost.
-	videoIPG      = 12500 * time.Microsecond
-	videoOLN      = 2
-	videoOLD      = 10
+	videoIPG = 12500 * time.Microsecond
+	videoOLN = 2
+	videoOLD = 10
 	// ftpStreams are the TCP connections of one bulk "FTP" transfer. One
 	// connection hardly perturbs a host queue on this kernel: TCP small
 	// queues keep about two GSO packets of it in the qdisc, ~25 ms at 10
