@@ -7,7 +7,10 @@
  * socket()+close() vs qsocket()+qclose(), qattach, qchange, qinfo (each
  * 200 times), and sendto vs qsendto of 64-byte UDP datagrams to ADDR:PORT
  * (SENDS of each, default 200000, in alternating blocks of 10000 so that
- * both see the same machine). Prints one line per call, in µs per call.
+ * all see the same machine): qsendto on a fifo qsocket, and on an
+ * edf-lossless one with a deadline per message (its attributes passed to
+ * the host with SCM_TXTIME, the host's scheduler deciding per packet).
+ * Prints one line per call, in µs per call.
  */
 #include <unistd.h>
 
@@ -30,12 +33,13 @@ static void die(const char *what)
 int main(int argc, char **argv)
 {
 	struct sockaddr_storage dst;
-	struct qos_params p, p2;
+	struct qos_params p, p2, pe;
+	struct packet_flags pf = {0};
 	socklen_t dlen;
-	int fam, i, b, fd, qfd, reps = 200;
+	int fam, i, b, fd, qfd, efd, reps = 200;
 	long sends;
 	double t, t_sock = 0, t_qsock = 0, t_close = 0, t_qclose = 0, t_attach = 0, t_change = 0, t_info = 0;
-	double t_send = 0, t_qsend = 0, t_tos = 0;
+	double t_send = 0, t_qsend = 0, t_esend = 0, t_tos = 0;
 	char msg[64] = "qsock_bench";
 	struct qos_info in;
 
@@ -92,7 +96,11 @@ int main(int argc, char **argv)
 
 	fd = socket(fam, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	qfd = qsocket(fam, SOCK_DGRAM, 0, &p);
-	if (fd < 0 || qfd < 0)
+	pe = p;
+	pe.scheduler = QOS_SCHED_EDF_LOSSLESS;
+	pe.rate = 100000000; /* the host's scheduler serves it at 100 Mbit/s */
+	efd = qsocket(fam, SOCK_DGRAM, 0, &pe);
+	if (fd < 0 || qfd < 0 || efd < 0)
 		die("socket");
 	for (b = 0; b < sends / 10000; b++) {
 		t = now_us();
@@ -105,6 +113,13 @@ int main(int argc, char **argv)
 			if (qsendto(qfd, msg, sizeof(msg), 0, (struct sockaddr *)&dst, dlen, NULL) < 0)
 				die("qsendto");
 		t_qsend += now_us() - t;
+		pf.deadline = mono_after(1000000000L);
+		pf.flags = QPF_FRAME_START | QPF_FRAME_END;
+		t = now_us();
+		for (i = 0; i < 10000; i++)
+			if (qsendto(efd, msg, sizeof(msg), 0, (struct sockaddr *)&dst, dlen, &pf) < 0)
+				die("qsendto");
+		t_esend += now_us() - t;
 	}
 	sends = (sends / 10000) * 10000;
 	printf("call=qsocket plain_us=%.3f q_us=%.3f (socket)\n", t_sock / reps, t_qsock / reps);
@@ -115,8 +130,13 @@ int main(int argc, char **argv)
 	if (sends > 0)
 		printf("call=qsendto plain_us=%.3f q_us=%.3f overhead_pct=%.1f sends=%ld\n", t_send / sends,
 		       t_qsend / sends, 100.0 * (t_qsend - t_send) / t_send, sends);
+	if (sends > 0)
+		printf("call=qsendto_txtime plain_us=%.3f q_us=%.3f overhead_pct=%.1f sends=%ld (edf-lossless, SCM_TXTIME)\n",
+		       t_send / sends, t_esend / sends, 100.0 * (t_esend - t_send) / t_send, sends);
 	print_info(qfd);
+	print_info(efd);
 	close(fd);
 	qclose(qfd);
+	qclose(efd);
 	return 0;
 }
