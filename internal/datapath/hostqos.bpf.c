@@ -452,12 +452,8 @@ struct hq_eval {
 	__u32 tbase; /* first hq_tuples entry of the buffer and family */
 	__u32 node;  /* tuple walk: chain node, 0 = end */
 	__u32 nbase; /* first hq_tnodes entry of the buffer */
-	/* The bounded walk (hq_bstep_*): next tuple, tuples, bitmap words,
-	 * hq_scratch slot.
-	 */
-	__u32 t, nt, nw, slot;
 	__u8 dscp_in;
-	__u8 pad[7]; /* named, so that = {} clears it (the callee reads it all) */
+	__u8 pad[7]; /* named, so that = {} clears it (hq_bstep_* read it all) */
 };
 
 static __always_inline int ports_in(__u16 p, __u16 lo, __u16 hi)
@@ -607,9 +603,9 @@ static long eval_tss_node(__u32 i, void *data)
 /*
  * The tuple-space search, one tuple (i-th of the family's) a step: the
  * packet's key masked by the tuple's masks is looked up in hq_tss, and the
- * chain it finds walked. Tuples come in the order of their earliest rule:
- * the search ends at the first tuple whose earliest rule is not before
- * best.
+ * chain it finds is to be walked from ev->node (return 2; the caller walks
+ * it). Tuples come in the order of their earliest rule: the search ends
+ * (return 1) at the first tuple whose earliest rule is not before best.
  */
 static __always_inline long tss_tuple(struct hq_eval *ev,
 				      const struct hq_flow_key *k, __u32 i)
@@ -647,17 +643,23 @@ static __always_inline long tss_tuple(struct hq_eval *ev,
 		return 0;
 	}
 	ev->node = n->next;
-	/* A bounded walk follows the chain itself (hq_bstep_tss). */
-	if (ev->node && !hq_bounded)
-		bpf_loop(HQ_TSS_ENTRIES, eval_tss_node, ev, 0);
-	return 0;
+	return ev->node ? 2 : 0; /* 2: the chain from ev->node is to walk */
 }
 
+/*
+ * tss_tuple, then the chain it found. The bounded walk's step follows the
+ * chain itself (hq_bstep_tss): the global functions, which older kernels
+ * verify on their own even when unused, must not call bpf_loop with their
+ * plain-memory argument.
+ */
 static long eval_tss_tuple(__u32 i, void *data)
 {
 	struct hq_eval *ev = data;
+	long r = tss_tuple(ev, ev->key, i);
 
-	return tss_tuple(ev, ev->key, i);
+	if (r == 2)
+		bpf_loop(HQ_TSS_ENTRIES, eval_tss_node, ev, 0);
+	return r == 1;
 }
 
 /*
@@ -677,9 +679,12 @@ static long eval_tss_tuple(__u32 i, void *data)
 #define HQ_BOUNDED_TSS_STEPS (2 * HQ_BOUNDED_FLOW_RULES + 1)
 #define HQ_BOUNDED_APP_STEPS (HQ_BOUNDED_APP_RULES + HQ_BOUNDED_WORDS + 1)
 
-/* One step of the tuple-space search; non-zero when it is over. */
-__attribute__((noinline)) int hq_bstep_tss(struct hq_eval *ev,
-					   const struct hq_flow_key *k)
+/*
+ * One step of the tuple-space search over nt tuples; non-zero when it is
+ * over. The next tuple's index is kept in ev->w (the app walk is done).
+ */
+__attribute__((noinline)) int
+hq_bstep_tss(struct hq_eval *ev, const struct hq_flow_key *k, __u32 nt)
 {
 	if (!ev || !k)
 		return 1;
@@ -688,29 +693,28 @@ __attribute__((noinline)) int hq_bstep_tss(struct hq_eval *ev,
 			ev->node = 0;
 		return 0;
 	}
-	if (ev->t >= ev->nt || ev->t >= HQ_MAX_TUPLES)
+	if (ev->w >= nt || ev->w >= HQ_MAX_TUPLES)
 		return 1;
-	return tss_tuple(ev, k, ev->t++);
+	return tss_tuple(ev, k, ev->w++) == 1;
 }
 
 /*
- * One step of the app-rule walk over the socket's app bitmap (hq_scratch
- * slot ev->slot): the next set bit of word w, or the next word. It ends
- * at the first matching rule, or at a rule not before best (the bits
- * follow policy order).
+ * One step of the app-rule walk over words 0..nw-1 of the socket's app
+ * bitmap (hq_scratch slot): the next set bit of word w, or the next word.
+ * It ends at the first matching rule, or at a rule not before best (the
+ * bits follow policy order).
  */
 __attribute__((noinline)) int hq_bstep_app(struct hq_eval *ev,
-					   const struct hq_flow_key *k)
+					   const struct hq_flow_key *k,
+					   __u32 nw, __u32 slot)
 {
 	struct hq_scratch *s;
-	__u32 slot;
 
 	if (!ev || !k)
 		return 1;
 	if (!ev->bits) {
-		if (++ev->w >= ev->nw)
+		if (++ev->w >= nw)
 			return 1;
-		slot = ev->slot;
 		s = bpf_map_lookup_elem(&hq_scratch, &slot);
 		if (!s)
 			return 1;
@@ -736,11 +740,10 @@ static __always_inline void tss_walk(struct hq_eval *ev,
 		bpf_loop(nt, eval_tss_tuple, ev, 0);
 		return;
 	}
-	ev->t = 0;
-	ev->nt = nt;
+	ev->w = 0;
 	ev->node = 0;
 	for (i = 0; i < HQ_BOUNDED_TSS_STEPS; i++)
-		if (hq_bstep_tss(ev, k))
+		if (hq_bstep_tss(ev, k, nt))
 			break;
 	ev->best = hq_bbest(ev);
 }
@@ -756,12 +759,10 @@ static __always_inline void app_walk(struct hq_eval *ev,
 		bpf_loop(nw, eval_app_word, ev, 0);
 		return;
 	}
-	ev->nw = nw;
-	ev->slot = slot;
 	ev->w = 0;
 	ev->bits = s->app.w[0];
 	for (i = 0; i < HQ_BOUNDED_APP_STEPS; i++)
-		if (hq_bstep_app(ev, k))
+		if (hq_bstep_app(ev, k, nw, slot))
 			break;
 	ev->best = hq_bbest(ev);
 }
@@ -833,25 +834,31 @@ static __noinline int app_match(struct hq_scratch *s, __u32 buf,
 				const struct hq_buf *hb,
 				const struct hq_ident *id, __u32 nw)
 {
-	struct hq_exe_key ek = {};
-	struct hq_comm_key ck = {};
-	struct hq_uid_key uk = {};
+	/* One key at a time: a smaller frame (the stack limit counts it). */
+	union {
+		struct hq_exe_key ek;
+		struct hq_comm_key ck;
+		struct hq_uid_key uk;
+	} u;
 	struct hq_cg_key gk = {};
 	struct hq_appm m = {};
 	__u32 l, top;
 
 	m.s = s;
 	m.hb = hb;
-	ek.buf = buf;
-	ek.dev = id->exe_dev;
-	ek.ino = id->exe_ino;
-	m.exe = bpf_map_lookup_elem(&hq_exe, &ek);
-	ck.buf = buf;
-	__builtin_memcpy(ck.comm, id->comm, HQ_COMM_LEN);
-	m.comm = bpf_map_lookup_elem(&hq_comm, &ck);
-	uk.buf = buf;
-	uk.uid = id->uid;
-	m.uid = bpf_map_lookup_elem(&hq_uid, &uk);
+	__builtin_memset(&u, 0, sizeof(u));
+	u.ek.buf = buf;
+	u.ek.dev = id->exe_dev;
+	u.ek.ino = id->exe_ino;
+	m.exe = bpf_map_lookup_elem(&hq_exe, &u.ek);
+	__builtin_memset(&u, 0, sizeof(u));
+	u.ck.buf = buf;
+	__builtin_memcpy(u.ck.comm, id->comm, HQ_COMM_LEN);
+	m.comm = bpf_map_lookup_elem(&hq_comm, &u.ck);
+	__builtin_memset(&u, 0, sizeof(u));
+	u.uk.buf = buf;
+	u.uk.uid = id->uid;
+	m.uid = bpf_map_lookup_elem(&hq_uid, &u.uk);
 
 	hq_loop(nw, HQ_BOUNDED_WORDS, am_clear_word, &m);
 	gk.buf = buf;

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs the datapath's tests (internal/datapath) on another kernel: a Debian
+# kernel package booted in qemu with a minimal initramfs (busybox, the
+# test binary, the qdisc and veth modules). Not part of CI; it is how
+# docs/kernels.md's 6.1 findings were made.
+#
+#   scripts/kernel-vm.sh                          TestClassifyMatchesReference, on Debian's linux-image-amd64
+#   scripts/kernel-vm.sh -run 'TestX|TestY'       other tests
+#   KERNEL_PKG=linux-image-6.1.0-56-amd64 scripts/kernel-vm.sh
+#
+# Needs root, apt (qemu-system-x86, busybox-static) and a few GB of memory.
+# Runs under qemu's emulator (TCG: slow, minutes); KVM=1 uses KVM instead
+# (on our nested-virtualised machines a KVM guest hangs at boot).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+run=TestClassifyMatchesReference
+if [ "${1:-}" = -run ]; then
+	run=$2
+fi
+work=${KVM_WORK:-/tmp/hostqos-kernel-vm}
+mkdir -p "$work"
+for tool in qemu-system-x86_64 busybox; do
+	command -v "$tool" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends qemu-system-x86 busybox-static >/dev/null
+done
+pkg=${KERNEL_PKG:-$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')}
+if [ ! -d "$work/$pkg" ]; then
+	(cd "$work" && apt-get download "$pkg" >/dev/null && dpkg -x "$pkg"_*.deb "$pkg")
+fi
+kdir=$(echo "$work/$pkg"/lib/modules/*)
+vmlinuz=$(echo "$work/$pkg"/boot/vmlinuz-*)
+
+root="$work/root"
+rm -rf "$root"
+mkdir -p "$root"/{bin,proc,sys,dev,tmp,mods}
+cp "$(command -v busybox)" "$root/bin/"
+for c in sh mount insmod poweroff echo mkdir cat sed grep uname; do ln -s busybox "$root/bin/$c"; done
+for m in drivers/net/veth net/sched/cls_bpf net/sched/sch_ingress net/sched/sch_htb; do
+	cp "$kdir/kernel/$m.ko" "$root/mods/"
+done
+CGO_ENABLED=0 go test -c -o "$root/dp.test" ./internal/datapath
+cat >"$root/init" <<'EOF'
+#!/bin/sh
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mkdir -p /sys/fs/bpf /sys/fs/cgroup
+mount -t bpf bpf /sys/fs/bpf
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+for m in /mods/*.ko; do insmod $m; done
+echo "=== kernel $(uname -r)"
+cd /tmp
+RUN=$(sed -n 's/.*testrun=\([^ ]*\).*/\1/p' /proc/cmdline)
+/dp.test -test.v -test.count=1 -test.run "$RUN" 2>&1 | grep -v ' INFO '
+echo "=== done"
+poweroff -f
+EOF
+chmod +x "$root/init"
+(cd "$root" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1 >"$work/initrd.gz")
+
+accel=(-accel tcg,thread=multi -cpu max)
+if [ -n "${KVM:-}" ]; then
+	accel=(-enable-kvm -cpu host)
+fi
+exec qemu-system-x86_64 "${accel[@]}" -m 3072 -smp 2 -kernel "$vmlinuz" -initrd "$work/initrd.gz" \
+	-append "console=ttyS0 quiet panic=-1 testrun=$run" -nographic -no-reboot
