@@ -51,7 +51,7 @@ func (d *Datapath) loadObjects(spec *ebpf.CollectionSpec, opts ebpf.CollectionOp
 	var progs map[string]*ebpf.Program
 	if reuse {
 		if progs, err = reusePrograms(spec, d.progDir, names, coll.Maps); err != nil {
-			d.log.Info("verifying the BPF programs again", "reason", err)
+			d.log.Info("verifying the BPF programs again", "err", err)
 		}
 	}
 	if progs == nil {
@@ -60,7 +60,7 @@ func (d *Datapath) loadObjects(spec *ebpf.CollectionSpec, opts ebpf.CollectionOp
 			return nil, err
 		}
 		if err := d.pinPrograms(progs, true); err != nil {
-			d.log.Warn("the next start verifies the BPF programs again", "error", err)
+			d.log.Warn("the next start verifies the BPF programs again", "err", err)
 		}
 	}
 	coll.Programs = progs
@@ -216,7 +216,7 @@ func (d *Datapath) loadL3() (egress, ingress *ebpf.Program, err error) {
 			return nil, nil, d.loadError(err)
 		}
 		if err := d.pinPrograms(progs, false); err != nil {
-			d.log.Warn("the next start verifies the BPF programs again", "error", err)
+			d.log.Warn("the next start verifies the BPF programs again", "err", err)
 		}
 	}
 	d.log.Info("loaded the classifiers for links without an Ethernet header")
