@@ -86,6 +86,9 @@ const videoGOP = "IBBPBBPBBPBB"
 
 var videoFrameBytes = map[byte]int{'I': 12000, 'P': 4000, 'B': 1500}
 
+// dropPriority: B frames go before P frames (I frames are non-droppable).
+var dropPriority = map[byte]uint8{'P': 1, 'B': 2}
+
 // videoBitrate is the stream's mean rate in bit/s of payload at fps.
 func videoBitrate(fps int) float64 {
 	sum := 0
@@ -113,8 +116,18 @@ type appSendResult struct {
 	Items      []appSent `json:"items"`
 	SendErrors int       `json:"send_errors"`
 	FirstError string    `json:"first_error,omitempty"`
-	// Info is the qsocket's qinfo at the end (nil for a plain socket).
-	Info *qsock.Info `json:"info,omitempty"`
+	// Info is the qsocket's qinfo at the end (a qsock.Info; none for a
+	// plain socket).
+	Info json.RawMessage `json:"info,omitempty"`
+}
+
+// qinfoView is what the benchmarks read of a qsock.Info; the host
+// scheduler's counters are nil when the library has none.
+type qinfoView struct {
+	SentMsgs, DroppedMsgs, LateMsgs, Packets                    uint64
+	QDelayMean, QDelayP99                                       time.Duration
+	QDelaySamples                                               int
+	SchedLate, SchedDropped, SchedFrameDropped, SchedViolations *uint64
 }
 
 // appSenderConfig configures the qsock-app helper.
@@ -284,10 +297,15 @@ func runAppSender(c appSenderConfig) (*appSendResult, error) {
 			hdr := appMsg{Stream: uint8(c.Stream), Type: it.typ, Idx: uint16(m), N: uint16(n), Seq: uint32(seq), SentNS: monoNS(), DeadlineNS: it.deadline}
 			hdr.put(buf)
 			f := &qsock.Flags{
-				Deadline:     time.Now().Add(time.Duration(it.deadline - monoNS())),
 				FrameStart:   m == 0,
 				FrameEnd:     m == n-1,
 				NonDroppable: it.typ == 'I',
+				DropPriority: dropPriority[it.typ],
+			}
+			if c.Mode != "dwcs" {
+				// DWCS gives each frame its deadline from ipg; the
+				// others are told the item's own.
+				f.Deadline = time.Now().Add(time.Duration(it.deadline - monoNS()))
 			}
 			switch err := s.send(buf[:max(l, appHeader)], f); {
 			case err == nil:
@@ -319,7 +337,9 @@ func runAppSender(c appSenderConfig) (*appSendResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		res.Info = &in
+		if res.Info, err = json.Marshal(in); err != nil {
+			return nil, fmt.Errorf("encode qinfo: %w", err)
+		}
 	}
 	return res, nil
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -27,12 +28,13 @@ const (
 	qaSink = "198.18.0.2:5600"
 
 	videoFPS = 20
-	// The video qsocket's DWCS attributes: one message every ipg (a
-	// frame is 1 to 10 messages, 3.2 on average, so 12.5 ms leaves
-	// room), and at most oln of every old consecutive messages lost.
-	videoIPG = 12500 * time.Microsecond
-	videoOLN = 2
-	videoOLD = 10
+	// The video qsocket's DWCS attributes (docs/qsockets.md's worked
+	// example): one frame every ipg = the frame period, at most oln of
+	// every old consecutive frames lost; the rate the host admits it
+	// at, enough for an I frame (12,000 B) within one period.
+	videoOLN  = 1
+	videoOLD  = 4
+	videoRate = 4000000
 	// ftpStreams are the TCP connections of one bulk "FTP" transfer. One
 	// connection hardly perturbs a host queue on this kernel: TCP small
 	// queues keep about two GSO packets of it in the qdisc, ~25 ms at 10
@@ -359,12 +361,20 @@ func (e *env) savePlot(r *Report, fig *plot.Figure, name string) error {
 }
 
 func qinfoNote(name string, res *appSendResult) string {
-	if res.Info == nil {
+	if len(res.Info) == 0 {
 		return fmt.Sprintf("%s: plain socket; send errors %d %s", name, res.SendErrors, res.FirstError)
 	}
-	in := res.Info
-	return fmt.Sprintf("%s: qinfo sent %d, dropped %d, late %d messages; %d packets left through the classifier; queueing delay mean %.2f ms p99 %.2f ms (%d samples); send errors %d %s",
-		name, in.SentMsgs, in.DroppedMsgs, in.LateMsgs, in.Packets, float64(in.QDelayMean)/1e6, float64(in.QDelayP99)/1e6, in.QDelaySamples, res.SendErrors, res.FirstError)
+	var in qinfoView
+	if err := json.Unmarshal(res.Info, &in); err != nil {
+		return fmt.Sprintf("%s: qinfo unreadable: %v", name, err)
+	}
+	host := "no host scheduler counters"
+	if in.SchedLate != nil && in.SchedDropped != nil && in.SchedFrameDropped != nil && in.SchedViolations != nil {
+		host = fmt.Sprintf("the host's scheduler: predicted late %d, dropped %d (+%d with their frame), window violations %d",
+			*in.SchedLate, *in.SchedDropped, *in.SchedFrameDropped, *in.SchedViolations)
+	}
+	return fmt.Sprintf("%s: qinfo sent %d, dropped at the source %d, sent late %d messages; %s; %d packets left through the classifier; queueing delay mean %.2f ms p99 %.2f ms (%d samples); send errors %d %s",
+		name, in.SentMsgs, in.DroppedMsgs, in.LateMsgs, host, in.Packets, float64(in.QDelayMean)/1e6, float64(in.QDelayP99)/1e6, in.QDelaySamples, res.SendErrors, res.FirstError)
 }
 
 // ---- Figs. 4–5 ----
@@ -385,12 +395,13 @@ func benchQSockVideo(e *env, r *Report) error {
 	r.setup("%s", hostLine())
 	r.setup("namespaces app → peer over a veth; the real hostqosd manages app's link with egress_rate %s (the bottleneck: the seed's 10 Mbit/s host NIC); the receiver in peer stamps each message on arrival (SO_TIMESTAMPNS)", link)
 	r.setup("video: %d fps, group of pictures %s, I %d B, P %d B, B %d B (%.0f kbit/s of payload), each frame cut into messages of ≤ %d B, deadline = the next frame's time", videoFPS, videoGOP, videoFrameBytes['I'], videoFrameBytes['P'], videoFrameBytes['B'], videoBitrate(videoFPS)/1e3, appMsgMax)
-	r.setup("two senders side by side for %v, the same frames at the same times: a qsocket (class interactive, scheduler dwcs ipg %v, oln/old %d/%d, I frames non-droppable, frames marked) and a plain UDP socket (no rule: class default)", dur, videoIPG, videoOLN, videoOLD)
+	r.setup("two senders side by side for %v, the same frames at the same times: a qsocket (class interactive, scheduler dwcs: ipg %v, oln/old %d/%d, rate %.0f Mbit/s; I frames non-droppable, drop priority B 2, P 1, frames marked) and a plain UDP socket (no rule: class default)", dur, time.Second/videoFPS, videoOLN, videoOLD, videoRate/1e6)
 	r.setup("perturbation (the seed's FTP): a bulk TCP upload over %d connections (class default) starts at %v, a second one at %v, both to the end", ftpStreams, p1, p2)
 	r.setup("delivered fps = frames whose every message arrived, per second of arrival; inter-frame time = between consecutive delivered frames; jitter = mean |inter-frame time − %d ms|", 1000/videoFPS)
 
 	waitQ, err := q.sender("video", "dwcs", 1, dur, "--fps", strconv.Itoa(videoFPS), "--class", "interactive",
-		"--ipg", videoIPG.String(), "--oln", strconv.Itoa(videoOLN), "--old", strconv.Itoa(videoOLD))
+		"--ipg", (time.Second / videoFPS).String(), "--oln", strconv.Itoa(videoOLN), "--old", strconv.Itoa(videoOLD),
+		"--rate", strconv.Itoa(videoRate))
 	if err != nil {
 		return err
 	}
@@ -509,11 +520,14 @@ func benchQSockVideo(e *env, r *Report) error {
 // ---- Fig. 6 ----
 
 // benchQSockStreams: seed Fig. 6 — two video qsockets (dwcs) at 20 and 15
-// fps and a plain-socket video at 20 fps through a host link slower than
-// the three together.
+// fps and a plain-socket video at 20 fps through a host link overloaded
+// by a bulk TCP upload for the whole run.
 func benchQSockStreams(e *env, r *Report) error {
 	dur := e.dur(30*time.Second, 10*time.Second)
-	const link = "1200kbit"
+	const (
+		link = "10mbit"
+		rate = 2000000 // each qsocket's admitted rate: an I frame in 48 ms
+	)
 	q, err := e.qaStart("benchqs", link)
 	if err != nil {
 		return err
@@ -528,13 +542,13 @@ func benchQSockStreams(e *env, r *Report) error {
 		offered += videoBitrate(s.fps)
 	}
 	r.setup("%s", hostLine())
-	r.setup("namespaces app → peer over a veth; the real hostqosd manages app's link with egress_rate %s; the three streams offer %.0f kbit/s of payload (plus UDP/IP/Ethernet headers): the link is overloaded", link, offered/1e3)
-	r.setup("video as in qsock-video (group of pictures %s, I/P/B %d/%d/%d B, messages ≤ %d B); streams 1 and 2 are qsockets (class interactive, dwcs, oln/old %d/%d, I frames non-droppable), stream 3 a plain UDP socket (class default); all three side by side for %v", videoGOP, videoFrameBytes['I'], videoFrameBytes['P'], videoFrameBytes['B'], appMsgMax, videoOLN, videoOLD, dur)
+	r.setup("namespaces app → peer over a veth; the real hostqosd manages app's link with egress_rate %s; the three streams offer %.0f kbit/s of payload and a bulk TCP upload over %d connections (class default) runs from the start to the end: the link is overloaded", link, offered/1e3, ftpStreams)
+	r.setup("video as in qsock-video (group of pictures %s, I/P/B %d/%d/%d B, messages ≤ %d B); streams 1 and 2 are qsockets (class interactive, dwcs with ipg = their frame period, oln/old %d/%d, rate %.0f Mbit/s each, I frames non-droppable), stream 3 a plain UDP socket (class default); all three side by side for %v", videoGOP, videoFrameBytes['I'], videoFrameBytes['P'], videoFrameBytes['B'], appMsgMax, videoOLN, videoOLD, rate/1e6, dur)
 	var waits []func(*appSendResult) error
 	for i, s := range streams {
-		ipg := time.Second / time.Duration(s.fps) / 4
 		w, err := q.sender("video", s.mode, i+1, dur, "--fps", strconv.Itoa(s.fps), "--class", "interactive",
-			"--ipg", ipg.String(), "--oln", strconv.Itoa(videoOLN), "--old", strconv.Itoa(videoOLD))
+			"--ipg", (time.Second / time.Duration(s.fps)).String(), "--oln", strconv.Itoa(videoOLN), "--old", strconv.Itoa(videoOLD),
+			"--rate", strconv.Itoa(rate))
 		if err != nil {
 			for _, w := range waits {
 				_ = w(&appSendResult{})
@@ -543,10 +557,14 @@ func benchQSockStreams(e *env, r *Report) error {
 		}
 		waits = append(waits, w)
 	}
+	waitF, errF := q.ftpAt(0, dur)
 	res := make([]appSendResult, len(streams))
-	var errs []error
+	errs := []error{errF}
 	for i, w := range waits {
 		errs = append(errs, w(&res[i]))
+	}
+	if waitF != nil {
+		errs = append(errs, waitF(nil))
 	}
 	time.Sleep(300 * time.Millisecond)
 	for _, err := range errs {
@@ -559,7 +577,7 @@ func benchQSockStreams(e *env, r *Report) error {
 		Title:     "two qsocket video streams (20 and 15 fps) and a plain one (20 fps) on an overloaded link (qsockets fig. 6)",
 		XLabel:    "time (s)",
 		XFromZero: true,
-		Notes:     []string{fmt.Sprintf("%s host link (hostqosd, htb), %.0f kbit/s of video offered; frames completed per second at the receiver", link, offered/1e3)},
+		Notes:     []string{fmt.Sprintf("%s host link (hostqosd, htb), %.0f kbit/s of video offered beside a bulk tcp upload (%d connections) all along; frames completed per second at the receiver", link, offered/1e3, ftpStreams)},
 	}
 	pn := plot.Panel{Title: "delivered frame rate", YLabel: "frames/s", YMax: 25}
 	seed := []string{"≈ 20 fps (its required QoS)", "≈ 15 fps (its required QoS)", "much lower, not starved"}
@@ -570,10 +588,12 @@ func benchQSockStreams(e *env, r *Report) error {
 		r.row(s.name, strconv.Itoa(s.fps), fmt.Sprintf("%.1f / %.0f", sum.MeanFPS, sum.MinFPS), sum.lost(), strconv.Itoa(sum.LateFrames), fmt.Sprintf("%.1f ms", sum.GapP99), seed[i])
 		r.metric(fmt.Sprintf("stream%d_fps_mean", i+1), sum.MeanFPS)
 		r.metric(fmt.Sprintf("stream%d_lost_I", i+1), float64(sum.LostByType['I']))
+		r.metric(fmt.Sprintf("stream%d_late_frames", i+1), float64(sum.LateFrames))
 		r.note("%s", qinfoNote(s.name, &res[i]))
 		x, y := fpsPerSecond(fr, q.t0, int(dur.Seconds()))
 		pn.Series = append(pn.Series, plot.Series{Name: s.name, Color: colors[i].Color, Marks: plot.LinePoints, X: x, Y: y})
 	}
+	r.note("bulk upload goodput at the sink: %.1f MB in all", float64(q.sink.bytes.Load())/1e6)
 	r.note("figures over [2 s, %v) (after the first group of pictures); seed (Fig. 6): no numbers given — the two managed streams achieve 20 and 15 fps, the unmanaged 20 fps stream gets a much lower rate, not starved because video is not work conserving", dur)
 	fig.Panels = []plot.Panel{pn}
 	return e.savePlot(r, fig, "qsock-streams")
@@ -601,11 +621,11 @@ func benchQSockEDF(e *env, r *Report) error {
 	alts := []struct{ name, mode string }{{"edf-lossy", "edf-lossy"}, {"edf-lossless", "edf-lossless"}, {"plain socket", "plain"}}
 	r.setup("%s", hostLine())
 	r.setup("namespaces app → peer over a veth; the real hostqosd manages app's link with egress_rate %s; the receiver in peer stamps each reading on arrival (SO_TIMESTAMPNS) and compares with the deadline it carries (CLOCK_MONOTONIC, one clock for the host)", link)
-	r.setup("sensor: 200-byte readings at random gaps of 5 … 25 ms (aperiodic, ≈ 67/s), each with a random deadline 5 … 30 ms after it is generated; three senders side by side for %v with the same readings at the same times: qsockets (class interactive) with edf-lossy and edf-lossless, and a plain UDP socket (class default)", dur)
+	r.setup("sensor: 200-byte readings at random gaps of 5 … 25 ms (aperiodic, ≈ 67/s), each with a random deadline 5 … 30 ms after it is generated; three senders side by side for %v with the same readings at the same times: qsockets (class interactive, rate 1 Mbit/s each) with edf-lossy and edf-lossless, and a plain UDP socket (class default)", dur)
 	r.setup("perturbation (the seed's FTP): a bulk TCP upload over %d connections (class default) from %v to the end; misses per %v interval by generation time: late = arrived after its deadline, lost = never arrived (dropped at the source by edf-lossy, or on the way)", ftpStreams, pAt, every)
 	var waits []func(*appSendResult) error
 	for i, a := range alts {
-		w, err := q.sender("sensor", a.mode, i+1, dur, "--class", "interactive", "--seed", "7",
+		w, err := q.sender("sensor", a.mode, i+1, dur, "--class", "interactive", "--seed", "7", "--rate", "1000000",
 			"--ahead-min", qaMinDeadline.String(), "--ahead-max", qaMaxDeadline.String())
 		if err != nil {
 			for _, w := range waits {
