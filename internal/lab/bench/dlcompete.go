@@ -126,7 +126,7 @@ func benchDownloadCompete(e *env, r *Report) error {
 	r.metric("after_app2_mbps", afterB)
 	r.note("retransmitted segments (the senders' TCP_INFO, whole run): app 1 %d of %d, app 2 %d of %d — before the limit the two share the bottleneck's queue, so both see losses there", rtxA, segsA, rtxB, segsB)
 	r.note("the limit was set %.2f s after the start (the CLI's round trip included)", setTime.Seconds())
-	r.note("seed (Crossbow Fig. 3): two netperf flows share a 10 GbE link about evenly; maxbw 800 Mb/s set on flow_tcp1 midway: after a short dip (TCP backing off from dropped packets) it holds 800 Mb/s and the other flow takes the rest. hostqos slows the sender by the receive window, so there is no loss to back off from")
+	r.note("seed (Crossbow Fig. 3): two netperf flows share a 10 GbE link about evenly; maxbw 800 Mb/s set on flow_tcp1 midway: after a short dip (TCP backing off from dropped packets) it holds 800 Mb/s and the other flow takes the rest. hostqos slows the sender by the receive window and drops nothing itself; what app 1 loses after the limit is lost in the bottleneck's queue, which app 2 keeps full")
 
 	fig := &plot.Figure{
 		Title:     fmt.Sprintf("two competing tcp downloads, maxbw_in %.0f Mbit/s set on app 1 at %.0f s (crossbow fig. 3)", limit/1e6, setTime.Seconds()),
