@@ -330,9 +330,16 @@ struct hq_rule {
  *    number of the slot's flows that received data in the last epoch
  *    (HQ_IN_EPOCH_NS); gain (Q10, 1024 = 1) corrects, once an epoch, for
  *    what the window misses (delayed ACKs, a round trip longer than the
- *    handshake's): gain *= (rate + got) / (2 * got) when the slot got
+ *    handshake's): gain *= (3 * rate - got) / (2 * rate) when the slot got
  *    more than half its rate in the epoch, kept in [HQ_IN_GAIN_MIN,
  *    HQ_IN_GAIN_MAX].
+ *  - TCP on a short path (ACK pacing): where a flow's share for one round
+ *    trip is less than HQ_IN_PACE_SEGS full segments, the window cannot
+ *    hold it (it never goes below that), so the flow's pure ACKs go to
+ *    the HTB class ack_classid instead (the rule's ACK leaf on the link,
+ *    made by the daemon at a rate that lets the limit through): the
+ *    sender, window-limited, sends as fast as its ACKs come back.
+ *    ack_classid 0 = no leaf: the window alone.
  */
 struct hq_in {
 	__u64 rate;	   /* payload bytes per second; 0 = no limit */
@@ -346,10 +353,12 @@ struct hq_in {
 	__u32 flows_prev;  /* the same for the previous epoch */
 	__u32 gain;	   /* TCP window gain, Q10; 0 = 1024 */
 	__u32 prio; /* the rule's class priority: its link ingress level */
-	__u32 pad;
+	__u32 ack_classid; /* HTB class of the rule's ACK leaf; 0 = none */
 };
 
 #define HQ_IN_EPOCH_NS 200000000ULL /* estimator epoch: 200 ms */
+/* Below this many full segments per round trip a flow's ACKs are paced. */
+#define HQ_IN_PACE_SEGS 2
 #define HQ_IN_GAIN_ONE 1024
 #define HQ_IN_GAIN_MIN 512
 #define HQ_IN_GAIN_MAX 2048

@@ -48,7 +48,7 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.minbw, "minbw", "", "property: guaranteed rate (admission-controlled), e.g. 5mbit")
 	fl.StringVar(&f.police, "police", "", "property: drop what exceeds this rate at once, no queueing (all matching traffic together), e.g. 5mbit")
 	fl.StringVar(&f.burst, "burst", "", "property: --police bucket depth in bytes, e.g. 64kb (default: 10 ms at the rate, at least 64kb)")
-	fl.StringVar(&f.maxbwIn, "maxbw-in", "", "property: download limit for all matching flows together (what the apps receive), e.g. 50mbit: TCP senders are slowed by the receive window, excess UDP is dropped")
+	fl.StringVar(&f.maxbwIn, "maxbw-in", "", "property: download limit for all matching flows together (what the apps receive), e.g. 50mbit: TCP senders are slowed by the receive window (on a LAN by paced ACKs), excess UDP is dropped")
 	fl.StringVar(&f.action, "action", "", "property: pass (default), drop, or observe (count only)")
 	fl.StringVar(&f.precedence, "precedence", "", "evaluation order: higher first (0-65535); ties go to the most specific rule")
 	fl.StringVar(&f.quota, "quota", "", "quota: volume per period, e.g. 5gb (see --quota-action)")

@@ -84,6 +84,12 @@ type Rule struct {
 	// advertises (the sender slows down), UDP by dropping the excess at
 	// TC ingress (counted as receive drops). Only for ActPass rules.
 	MaxBWIn uint64
+	// AckClassID, with MaxBWIn, is the HTB class of the rule's ACK leaf
+	// (shaper.AckClassID): pure ACKs of its TCP flows whose share of the
+	// limit is less than two segments per round trip (a short path, where
+	// the window cannot hold them) are sent there, so that the leaf's rate
+	// paces the sender. 0 = no leaf: the window alone.
+	AckClassID uint32
 	// InPrio is the priority (0 highest .. 7) of the rule's class: the
 	// level of a link's ingress budget its received traffic belongs to
 	// (see LinkIn).

@@ -2513,6 +2513,65 @@ __noinline int hq_link_in_charge(struct __sk_buff *skb, __u32 slot, __u32 proto,
 	return 0;
 }
 
+/* hq_rwnd_limit's answer: the window was lowered; the segment is a pure
+ * ACK to pace (send it to the slot's ACK leaf, in_ack_classid). */
+#define HQ_RWND_CLAMPED 1
+#define HQ_RWND_PACE 2
+
+/* The HTB class of rule slot's ACK leaf; 0 = none. */
+static __always_inline __u32 in_ack_classid(__u32 slot)
+{
+	struct hq_in *in;
+
+	if (slot >= HQ_MAX_RULES)
+		return 0;
+	in = bpf_map_lookup_elem(&hq_in, &slot);
+	if (!in || !*(volatile __u64 *)&in->rate)
+		return 0;
+	return *(volatile __u32 *)&in->ack_classid;
+}
+
+/*
+ * The window of a flow of rule slot whose ACKs are paced, 0 if they are
+ * not: its share of the limit for one round trip srtt (us, without the
+ * window gain) is less than HQ_IN_PACE_SEGS full segments of mss bytes,
+ * below which the window does not go, and the rule has an ACK leaf. The
+ * leaf's rate gives the sender HQ_IN_PACE_SEGS segments per ACK; the
+ * window gain (at least 1 here) makes up for ACKs that acknowledge less
+ * (window updates, ACKs of single segments): the window is that many
+ * segments times the gain, a whole number of segments (a sender sends no
+ * partial ones), rounded up at random in proportion to the fraction so
+ * that it is right on average.
+ */
+static __always_inline __u64 in_pace_win(__u32 slot, __u64 srtt, __u64 mss)
+{
+	struct hq_in *in;
+	__u64 rate, n, segs, k;
+	__u32 g;
+
+	if (slot >= HQ_MAX_RULES)
+		return 0;
+	in = bpf_map_lookup_elem(&hq_in, &slot);
+	if (!in || !*(volatile __u32 *)&in->ack_classid)
+		return 0;
+	rate = *(volatile __u64 *)&in->rate;
+	if (!rate)
+		return 0;
+	n = in->flows_prev > in->flows ? in->flows_prev : in->flows;
+	if (!n)
+		n = 1;
+	if (rate / n * srtt / 1000000 >= HQ_IN_PACE_SEGS * mss)
+		return 0;
+	g = in->gain;
+	if (g < HQ_IN_GAIN_ONE)
+		g = HQ_IN_GAIN_ONE;
+	segs = HQ_IN_PACE_SEGS * (__u64)g; /* Q10 */
+	k = segs >> 10;
+	if ((bpf_get_prandom_u32() & 1023) < (segs & 1023))
+		k++;
+	return k * mss;
+}
+
 /*
  * Lowers the receive window an outgoing TCP segment of a flow of rule slot
  * `slot` advertises to the flow's share of the slot's download limit
@@ -2520,8 +2579,10 @@ __noinline int hq_link_in_charge(struct __sk_buff *skb, __u32 slot, __u32 proto,
  * hq_link_in), the smaller, for one round trip. The window is scaled by the socket's
  * receive window scale; SYNs (unscaled) are left alone. The TCP checksum
  * is fixed incrementally. Anything missing (socket, limit) leaves the
- * segment as it is. off is the TCP header's offset. A global function:
- * the verifier checks it once, not for every path that reaches it.
+ * segment as it is. off is the TCP header's offset. Returns
+ * HQ_RWND_CLAMPED if it lowered the window, and HQ_RWND_PACE for a pure
+ * ACK of a flow whose ACKs are paced (in_pace). A global function: the
+ * verifier checks it once, not for every path that reaches it.
  */
 __noinline int hq_rwnd_limit(struct __sk_buff *skb, __u32 off, __u32 slot)
 {
@@ -2529,9 +2590,10 @@ __noinline int hq_rwnd_limit(struct __sk_buff *skb, __u32 off, __u32 slot)
 	struct bpf_sock *sk;
 	struct tcp_sock *tp;
 	struct tcphdr th;
-	__u64 per, lper, srtt, mrtt, rrtt, crtt, win, lwin, minwin;
+	__u64 per, lper, srtt, mrtt, rrtt, crtt, win, lwin, minwin, pwin;
 	__u32 ws;
 	__u16 old, neww;
+	int pace;
 
 	if (!skb)
 		return 0;
@@ -2589,8 +2651,8 @@ __noinline int hq_rwnd_limit(struct __sk_buff *skb, __u32 off, __u32 slot)
 		if (!per || lwin < win)
 			win = lwin;
 	}
-	if (win < 2 * minwin)
-		win = 2 * minwin;
+	if (win < HQ_IN_PACE_SEGS * minwin)
+		win = HQ_IN_PACE_SEGS * minwin;
 	win >>= ws;
 	if (win > 0xffff)
 		return 0;
@@ -2599,19 +2661,32 @@ __noinline int hq_rwnd_limit(struct __sk_buff *skb, __u32 off, __u32 slot)
 		return 0;
 	if (th.syn)
 		return 0;
+	/*
+	 * A flow that the window cannot hold is paced: its pure ACKs (no
+	 * payload, no FIN or RST) go to the rule's ACK leaf, and every
+	 * segment carries the pacing window.
+	 */
+	pace = 0;
+	pwin = per ? in_pace_win(slot, srtt, minwin) : 0;
+	if (pwin) {
+		win = pwin >> ws;
+		if (th.ack && !th.fin && !th.rst &&
+		    skb->len <= off + (__u32)th.doff * 4)
+			pace = HQ_RWND_PACE;
+	}
 	old = th.window;
 	if (bpf_ntohs(old) <= win)
-		return 0;
+		return pace;
 	neww = bpf_htons((__u16)win);
 	if (bpf_skb_store_bytes(skb, off + offsetof(struct tcphdr, window),
 				&neww, 2, 0))
-		return 0;
+		return pace;
 	bpf_l4_csum_replace(skb, off + offsetof(struct tcphdr, check), old,
 			    neww, 2);
 	st = stats();
 	if (st)
 		st->rwnd_clamps++;
-	return 1;
+	return pace | HQ_RWND_CLAMPED;
 }
 
 /*
@@ -2638,8 +2713,16 @@ static __noinline void in_account(struct hq_in *in, struct hq_flow *f,
 		/* A long gap (or the first epoch) measures nothing. */
 		if (start && dt < 2 * HQ_IN_EPOCH_NS && rate && bytes) {
 			got = bytes * 1000000000ULL / dt;
+			/*
+			 * Half of the error, linear in got: the gain's fixed
+			 * point is the mean rate at the limit however noisy
+			 * an epoch's count (a paced flow at 1 Mbit/s gets a
+			 * few ACKs an epoch); (rate + got) / (2 got) would
+			 * settle the harmonic mean there, above the limit.
+			 */
 			if (got * 2 > rate) {
-				g = g * (rate + got) / (2 * got);
+				got = got < 2 * rate ? got : 2 * rate;
+				g = g * (3 * rate - got) / (2 * rate);
 				if (g < HQ_IN_GAIN_MIN)
 					g = HQ_IN_GAIN_MIN;
 				if (g > HQ_IN_GAIN_MAX)
@@ -2754,8 +2837,12 @@ classified:
 		return HQ_TC_NEXT;
 
 	if (p.key.proto == IPPROTO_TCP &&
-	    (slot < HQ_MAX_RULES || *(volatile __u32 *)&hq_policy.in_links))
-		hq_rwnd_limit(skb, p.l4off, slot);
+	    (slot < HQ_MAX_RULES || *(volatile __u32 *)&hq_policy.in_links) &&
+	    (hq_rwnd_limit(skb, p.l4off, slot) & HQ_RWND_PACE)) {
+		idx = in_ack_classid(slot);
+		if (idx)
+			classid = idx;
+	}
 	if (classid)
 		skb->priority = classid;
 	if (dscp >= 0 && (__u8)dscp != p.dscp_in)

@@ -195,7 +195,7 @@ type hostqosHqIn struct {
 	FlowsPrev  uint32
 	Gain       uint32
 	Prio       uint32
-	Pad        uint32
+	AckClassid uint32
 }
 
 type hostqosHqLimits uint32

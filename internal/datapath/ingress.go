@@ -26,6 +26,7 @@ type inLimit struct {
 	rate       uint64 // payload bytes per second
 	nsQ16, tau uint64 // UDP policer
 	prio       uint8  // the rule's class priority (link ingress level)
+	ackClass   uint32 // HTB class of the rule's ACK leaf (ACK pacing)
 }
 
 // InBurst is the depth of a UDP download limit's bucket: 20 ms at the
@@ -34,12 +35,12 @@ func InBurst(rateBits uint64) uint64 {
 	return max(3000, rateBits/8/50)
 }
 
-func newInLimit(slot uint16, rateBits uint64, prio uint8) inLimit {
+func newInLimit(slot uint16, rateBits uint64, prio uint8, ackClass uint32) inLimit {
 	if rateBits == 0 {
 		return inLimit{slot: slot, prio: prio}
 	}
 	burst := InBurst(rateBits)
-	return inLimit{slot: slot, rate: rateBits / 8, prio: prio,
+	return inLimit{slot: slot, rate: rateBits / 8, prio: prio, ackClass: ackClass,
 		nsQ16: uint64(math.Round(8e9 * (1 << policeShift) / float64(rateBits))),
 		tau:   uint64(float64(burst) * 8e9 / float64(rateBits))}
 }
@@ -64,9 +65,10 @@ func (d *Datapath) writeInLimits(ls []inLimit) error {
 		if err := d.objs.HqIn.Lookup(&k, &v); err != nil {
 			return fmt.Errorf("read download limit of slot %d: %w", l.slot, err)
 		}
-		if v.Rate == l.rate && v.NsQ16 == l.nsQ16 && v.Tau == l.tau && v.Prio != uint32(l.prio) {
-			// Only the class priority changed: the limit keeps its state.
-			v.Prio = uint32(l.prio)
+		if v.Rate == l.rate && v.NsQ16 == l.nsQ16 && v.Tau == l.tau && (v.Prio != uint32(l.prio) || v.AckClassid != l.ackClass) {
+			// Only the class priority or the ACK leaf changed: the
+			// limit keeps its state.
+			v.Prio, v.AckClassid = uint32(l.prio), l.ackClass
 			if err := d.objs.HqIn.Update(&k, &v, ebpf.UpdateAny); err != nil {
 				return fmt.Errorf("write download limit of slot %d: %w", l.slot, err)
 			}
@@ -74,7 +76,7 @@ func (d *Datapath) writeInLimits(ls []inLimit) error {
 		if v.Rate != l.rate || v.NsQ16 != l.nsQ16 || v.Tau != l.tau {
 			// A new rate keeps the window gain (it corrects for the
 			// path, not the rate) and restarts the rest.
-			v = hostqosHqIn{Rate: l.rate, NsQ16: l.nsQ16, Tau: l.tau, Gain: v.Gain, Prio: uint32(l.prio)}
+			v = hostqosHqIn{Rate: l.rate, NsQ16: l.nsQ16, Tau: l.tau, Gain: v.Gain, Prio: uint32(l.prio), AckClassid: l.ackClass}
 			if err := d.objs.HqIn.Update(&k, &v, ebpf.UpdateAny); err != nil {
 				return fmt.Errorf("write download limit of slot %d: %w", l.slot, err)
 			}

@@ -144,7 +144,7 @@ func compileAt(p Policy, pos []uint32) (*compiled, error) {
 		if r.InPrio >= inLevels {
 			return nil, fmt.Errorf("%s: class priority %d out of range 0..%d", where(), r.InPrio, inLevels-1)
 		}
-		c.in = append(c.in, newInLimit(r.Slot, r.MaxBWIn, r.InPrio))
+		c.in = append(c.in, newInLimit(r.Slot, r.MaxBWIn, r.InPrio, r.AckClassID))
 		if r.DSCP < -1 || r.DSCP > 63 {
 			return nil, fmt.Errorf("%s: DSCP %d out of range -1..63", where(), r.DSCP)
 		}

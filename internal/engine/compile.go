@@ -22,6 +22,9 @@ type compiled struct {
 	Datapath datapath.Policy
 	Classes  []shaper.ClassSpec
 	Rules    []shaper.RuleSpec
+	// Acks are the ACK leaves of the rules with a download limit (every
+	// managed link gets them: see shaper.AckSpec).
+	Acks     []shaper.AckSpec
 	Resolved map[string][]string // rule name → what its app selectors resolved to
 	// RuleLink is the one link whose HTB tree holds a rule slot's leaves
 	// (a reservation admitted on one link); slots not in it: every link.
@@ -150,6 +153,10 @@ func compile(p *policy.Policy, runs []runCgroup, slots *slotTable, cgRoot string
 				dr.PoliceRate, dr.PoliceBurst = uint64(r.Police), uint32(r.PoliceBurst())
 			}
 			dr.MaxBWIn = uint64(r.MaxBWIn)
+			if r.MaxBWIn > 0 {
+				dr.AckClassID = shaper.AckClassID(uint16(slot))
+				c.Acks = append(c.Acks, shaper.AckSpec{Slot: uint16(slot), Rate: shaper.AckRate(uint64(r.MaxBWIn))})
+			}
 		}
 		dr.InPrio = inPrio(cl.Priority)
 		c.Datapath.Rules = append(c.Datapath.Rules, dr)

@@ -325,6 +325,14 @@ func (e *Engine) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[st
 				return nil, nil, nil, err
 			}
 			lp.plan = &plan
+		} else if len(comp.Acks) > 0 {
+			plan := shaper.PassThrough(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name})
+			lp.plan = &plan
+		}
+		if lp.plan != nil {
+			if err := lp.plan.AddAckLeaves(comp.Acks); err != nil {
+				return nil, nil, nil, err
+			}
 		}
 		out = append(out, lp)
 		idx[l.Name] = ifindex
@@ -344,7 +352,7 @@ func (e *Engine) linksDamaged() bool {
 		if attached, err := e.k.LinkAttached(ifindex); err == nil && !attached {
 			damaged = true
 		}
-		if l.EgressRate > 0 {
+		if l.EgressRate > 0 || (e.comp != nil && len(e.comp.Acks) > 0) {
 			if owned, err := e.k.Shaped(ifindex); err == nil && !owned {
 				damaged = true
 			}

@@ -380,7 +380,7 @@ func checkPlan(p Plan) error {
 				return fmt.Errorf("class %q: parent %x is not an inner class listed before it", c.Label, c.ParentMinor)
 			}
 		}
-		if c.Rate < MinRate || c.Ceil < c.Rate {
+		if (c.Rate < MinRate && !(isAckMinor(c.Minor) && c.Rate >= MinAckRate)) || c.Ceil < c.Rate {
 			return fmt.Errorf("class %q: rate %s, ceil %s", c.Label, fmtRate(c.Rate), fmtRate(c.Ceil))
 		}
 		if c.Prio < 0 || c.Prio > 7 {

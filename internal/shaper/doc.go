@@ -20,9 +20,17 @@
 //	   │               max(8 kbit, link/1000) when only MaxBW is set — not a
 //	   │               guarantee), ceil = MaxBW (or the class ceil),
 //	   │               prio = class priority
-//	   └─ ...
+//	   ├─ ...
+//	   └─ H:8000+s ACK leaf of rule slot s, for rules with a download
+//	               limit (see AckSpec): rate = ceil = AckRate(limit),
+//	               prio 0, a bucket of three ACKs
 //
-// (Minors above are hexadecimal, as tc prints them.)
+// (Minors above are hexadecimal, as tc prints them.) A link without an
+// egress rate that needs ACK leaves gets PassThrough: a root class and one
+// default leaf H:7f00 at PassRate, and the ACK leaves.
+//
+// Session leaves of reservations (H:4100 and up, under their rule's class)
+// are described at SessionBase.
 //
 // share(i) is the class's MinBW when set. Classes without MinBW split what
 // the explicit guarantees (class MinBW + rule MinBW + rule token rates) leave

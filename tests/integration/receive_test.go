@@ -21,6 +21,7 @@ import (
 
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/lab"
+	"github.com/hostqos/hostqos/internal/testbed"
 	"github.com/hostqos/hostqos/internal/testutil"
 	"github.com/hostqos/hostqos/internal/testutil/daemontest"
 	"github.com/hostqos/hostqos/internal/traffic"
@@ -148,15 +149,15 @@ type download struct {
 	segs    uint64 // data segments the server sent
 }
 
-// bulkServer listens on the server and writes to every connection as fast
-// as TCP allows until the peer goes away; done stops it and reports the
-// senders' own TCP_INFO counts, summed.
-func bulkServer(e *env, p *testutil.Path) (addr string, done func() (retrans, segs uint64)) {
+// bulkServerOn listens on node at addr and writes to every connection as
+// fast as TCP allows until the peer goes away; done stops it and reports
+// the senders' own TCP_INFO counts, summed.
+func bulkServerOn(e *env, node *testbed.Node, at netip.Addr) (addr string, done func() (retrans, segs uint64)) {
 	t := e.t
 	t.Helper()
 	var ln net.Listener
-	if err := e.server.Do(func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(p.ServerV4, 0).String())
+	if err := node.Do(func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(at, 0).String())
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -212,9 +213,15 @@ func bulkServer(e *env, p *testutil.Path) (addr string, done func() (retrans, se
 // after 1 s of warm-up). wait returns the result. env adds to the app's
 // environment (e.g. rcvbufEnv).
 func startDownload(e *env, p *testutil.Path, app string, streams int, dur time.Duration, env ...string) (wait func() download) {
+	e.t.Helper()
+	return startDownloadFrom(e, e.server, p.ServerV4, app, streams, dur, env...)
+}
+
+// startDownloadFrom is startDownload from a bulk server on node at addr.
+func startDownloadFrom(e *env, node *testbed.Node, at netip.Addr, app string, streams int, dur time.Duration, env ...string) (wait func() download) {
 	t := e.t
 	t.Helper()
-	addr, done := bulkServer(e, p)
+	addr, done := bulkServerOn(e, node, at)
 	cmd := e.client.Command(app)
 	cmd.Env = append(os.Environ(), downloaderEnv+"="+addr, "HQ_IT_STREAMS="+strconv.Itoa(streams),
 		"HQ_IT_DURATION="+dur.String(), "HQ_IT_WARMUP=1s")
@@ -281,7 +288,8 @@ func pingDuring(e *env, p *testutil.Path, dur time.Duration) (wait func() *traff
 // sender retransmits < 1 % of its segments (the sender is slowed by the
 // window, not by drops) and a concurrent ping's median round trip stays
 // within 5 ms of the idle path's (no queue). Then two apps with different
-// limits at once, and one rule's limit shared by 4 parallel flows.
+// limits at once, one rule's limit shared by 4 parallel flows, and a
+// download over the bare veth from the router (0 ms: held by paced ACKs).
 func TestDownloadLimitTCP(t *testing.T) {
 	e, p := newPathEnv(t)
 	e.startDaemon()
@@ -338,6 +346,19 @@ func TestDownloadLimitTCP(t *testing.T) {
 			ratio, strings.Join(each, " "), d.retrans, d.segs)
 		t.Log(msg)
 		return ok, msg
+	})
+	// A LAN: from the router, over the bare veth (no delay line, a round
+	// trip of tens of µs), where two segments per round trip are hundreds
+	// of Mbit/s: the window cannot hold the limit, the paced ACKs do.
+	e.hostqos("rule", "set", "dl", "--maxbw-in", "10mbit")
+	measured(t, "download at 10 Mbit/s over a 0 ms path", func(n int) (bool, string) {
+		d := startDownloadFrom(e, p.Router.Node, testutil.PathRouterC.Addr(), dl, 1, dur)()
+		ratio := d.Total / 10e6
+		rtx := float64(d.retrans) / float64(max(d.segs, 1))
+		msg := fmt.Sprintf("goodput %.3f Mbit/s = %.3f of the limit (want 0.95–1.01), sender retransmitted %d of %d segments (%.2f%%, want < 1%%)",
+			d.Total/1e6, ratio, d.retrans, d.segs, 100*rtx)
+		t.Log(msg)
+		return ratio >= 0.95 && ratio <= 1.01 && rtx < 0.01, msg
 	})
 	in := e.ruleStat("dl").In
 	if in.Bytes == 0 || in.Packets == 0 || in.Drops != 0 {

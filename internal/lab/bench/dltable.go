@@ -29,7 +29,7 @@ func benchDownload(e *env, r *Report) error {
 	r.setup("download: a copy of the helper executable on the client opens one TCP connection to an in-process bulk sender on the server and reads for %v; goodput = TCP payload the app read in the last %v (the first %v are slow start and the limiter settling) / the configured limit", warm+measure, measure, warm)
 	r.setup("retransmissions: the sender's own TCP_INFO (tcpi_total_retrans / tcpi_data_segs_out); added delay: round trip of a 50 pkt/s UDP echo from the client to the server during the download minus the idle path's (p50 and p99)")
 	r.setup("IFB + HTB: `tc qdisc add dev IF handle ffff: ingress`, a u32 match-all filter with `action mirred egress redirect dev ifb`, and on the IFB an HTB root class at rate = ceil = the limit (its default leaf queue); the downloading app is a copy no hostqos rule matches")
-	r.setup("hostqos: rule `dl --exe <the other copy> --maxbw-in R` (changed with `hostqos rule set` per rate): the receive window of the app's ACKs (see docs/receive.md)")
+	r.setup("hostqos: rule `dl --exe <the other copy> --maxbw-in R` (changed with `hostqos rule set` per rate): the receive window of the app's ACKs, and where two segments per round trip exceed the limit the ACKs paced by the rule's HTB ACK leaf on the client's egress (see docs/receive.md)")
 	r.Columns = []string{"RTT", "limit", "alternative", "goodput Mbit/s", "goodput / limit", "retrans", "ping added p50 / p99 ms", "target (hostqos)"}
 
 	havePolice := false
@@ -59,7 +59,7 @@ func benchDownload(e *env, r *Report) error {
 	if !havePolice {
 		r.note("no tc police row: this kernel has no police action (act_police) — `tc filter … u32 match ip protocol 6 0xff police rate 1mbit burst 10k drop` fails as shown in the setup; Crossbow's Table 1 shows what ingress policing does to TCP (0.4–1.26 Mbit/s of 1–5 Gbit/s). Where a kernel has it, this benchmark adds a `tc police` row at each limit")
 	}
-	r.note("hostqos at 0 ms: the receive window cannot go below two full segments, and on a veth round trip of ≈ 60 µs two segments per round trip are already ≈ 380 Mbit/s, so below that TCP is not held to the limit (the rows show what the sender then gets). Holding a LAN download to a few Mbit/s needs the ACKs paced by a queue on egress (fq/EDT, absent from this kernel, or an HTB leaf for the flow's ACKs) — not done; see docs/receive.md. From the round trip where two segments fit the limit (40 ms: ≥ 0.6 Mbit/s) the window holds it")
+	r.note("hostqos at 0 ms: the receive window cannot go below two full segments, and on a veth round trip of ≈ 60 µs two segments per round trip are already ≈ 300–380 Mbit/s; below that the flow's pure ACKs go to the rule's HTB ACK leaf (rate = limit × 66 B per 2 × 1448 B, the window gain correcting what one ACK opens), so the sender sends as fast as its ACKs come back. The ping is not queued behind them (only the flow's ACKs are). Where two segments fit the limit (40 ms: ≥ 0.6 Mbit/s) the window alone holds it")
 	r.note("seed (Crossbow Table 1): 10 GbE, 3 clients × 10 TCP streams into one system; Fedora 2.6 tc police collapsed TCP (drops); Crossbow's hardware flows reached 0.88–0.95 of the limit by holding packets in the NIC's receive ring (TCP sees a longer round trip instead of losses)")
 	return nil
 }
