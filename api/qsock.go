@@ -50,8 +50,9 @@ type QSockParams struct {
 	Priority *int `json:"priority,omitempty"`
 	// DSCP overrides the class's mark (root or group hostqos only).
 	DSCP *int `json:"dscp,omitempty"`
-	// Rate, in bit/s, paces the socket's messages at the source (the
-	// library's scheduler); 0: no pacing.
+	// Rate, in bit/s: with fifo, the library paces the socket's messages
+	// at it (0: no pacing); with dwcs and edf-*, the rate the host's
+	// scheduler admits and serves the socket at (0: 1 Mbit/s), no pacing.
 	Rate uint64 `json:"rate,omitempty"`
 	// Scheduler: fifo (default), dwcs, edf-lossy or edf-lossless.
 	Scheduler string `json:"scheduler,omitempty"`
@@ -77,6 +78,9 @@ type QSocket struct {
 	Class     string `json:"class"`
 	DSCP      int    `json:"dscp"`
 	Scheduler string `json:"scheduler"`
+	// Rate is a scheduled qsocket's declared rate (bit/s), what the
+	// links' qsocket scheduler admitted it at; 0 for fifo.
+	Rate uint64 `json:"rate,omitempty"`
 }
 
 // QSockInfo is a qsocket's feedback from the daemon: what its packets did
@@ -89,6 +93,16 @@ type QSockInfo struct {
 	Bytes   uint64 `json:"bytes"`
 	// Rate is the socket's rate over the last complete second, bit/s.
 	Rate uint64 `json:"rate"`
+	// The host-wide scheduler's decisions on a scheduled qsocket's
+	// datagrams: sent predicted after their deadline (Late), dropped
+	// because they could not meet it (LateDropped) or with the rest of
+	// their frame (FrameDropped), the bytes of both, and DWCS messages
+	// sent late with no loss left in their window (Violations).
+	Late         uint64 `json:"late"`
+	LateDropped  uint64 `json:"late_dropped"`
+	FrameDropped uint64 `json:"frame_dropped"`
+	DroppedBytes uint64 `json:"dropped_bytes"`
+	Violations   uint64 `json:"violations"`
 }
 
 // QSocketsAPI is what Client.QSockets offers: the qsocket routes.

@@ -49,7 +49,10 @@ type Params struct {
 	Priority *int
 	// DSCP overrides the class's mark (root or group hostqos only).
 	DSCP *int
-	// Rate, in bit/s, paces messages at the source; 0: no pacing.
+	// Rate, in bit/s: with FIFO the library paces messages at it (0: no
+	// pacing); with DWCS, EDFLossy and EDFLossless it is the rate the
+	// host's scheduler admits and serves the socket at (0: 1 Mbit/s), and
+	// nothing is paced at the source.
 	Rate uint64
 	// Scheduler: FIFO (default), DWCS, EDFLossy, EDFLossless.
 	Scheduler Scheduler
@@ -69,8 +72,8 @@ type Flags struct {
 	// Deadline: the message is useless after it (zero: none). EDFLossy
 	// drops a message that cannot make it before sending it.
 	Deadline time.Time
-	// DropPriority: among droppable messages, higher is dropped first
-	// (reserved for the per-message schedulers).
+	// DropPriority (0..7): among droppable messages of equal urgency,
+	// higher is dropped first by the host's scheduler.
 	DropPriority uint8
 	// NonDroppable: never dropped by a lossy scheduler (an I-frame).
 	NonDroppable bool
@@ -177,6 +180,9 @@ type Socket struct {
 	sched scheduler
 	st    sourceStats
 	ts    tstamps
+	// txtime: SO_TXTIME is on, each message carries its attributes to
+	// the host's scheduler (a scheduled datagram socket).
+	txtime bool
 }
 
 // NewSocket creates a socket (socket(2): domain, typ, proto) and makes it
@@ -254,7 +260,23 @@ func (s *Socket) attach() error {
 		return err
 	}
 	s.sched = sched
-	return nil
+	return s.useTxtime(s.p)
+}
+
+// useTxtime turns on SO_TXTIME when p's scheduler is the host's and the
+// socket carries datagrams (it stays on; a fifo socket sends none).
+func (s *Socket) useTxtime(p Params) error {
+	if s.txtime || !scheduledSched(p.Scheduler) {
+		return nil
+	}
+	return s.withFD(func(fd int) error {
+		on, err := enableTxtime(fd)
+		if err != nil {
+			return fmt.Errorf("enable SO_TXTIME for the host's scheduler: %w", err)
+		}
+		s.txtime = on
+		return nil
+	})
 }
 
 // FD is the socket's descriptor (-1 for an attached connection; use its
@@ -284,7 +306,7 @@ func (s *Socket) Change(p Params) error {
 		return wrap("qchange", err)
 	}
 	s.p, s.sched = p, sched
-	return nil
+	return wrap("qchange", s.useTxtime(p))
 }
 
 // Info returns the qsocket's feedback (qinfo).
@@ -360,8 +382,11 @@ func (s *Socket) send(b []byte, to unix.Sockaddr, f *Flags) (int, error) {
 		s.mu.Unlock()
 		return 0, err
 	}
+	if s.txtime && scheduledSched(s.p.Scheduler) {
+		oob = txtimeCmsg(txtimeWord(now, monoNanos(), &fl))
+	}
 	if sample {
-		oob = tstampCmsg
+		oob = append(oob, tstampCmsg...)
 	}
 	s.mu.Unlock()
 	if wait := s.sched.pace(now, len(b)); wait > 0 {

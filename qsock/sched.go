@@ -7,15 +7,16 @@ import (
 
 // The scheduler seam. A qsocket's scheduler decides, at the source, for
 // each message handed to Send/SendTo: send it now, or drop it (counted,
-// never sent). It may also pace (delay) a message. Today the library runs
-// fifo (with optional pacing at Params.Rate), edf-lossless (send all,
-// count the late) and edf-lossy (drop what cannot meet its deadline,
-// whole frames together, never a non-droppable message); dwcs is
-// accepted (its attributes validated and recorded by the daemon) and
-// sends like fifo until its window-constrained scheduler lands (the
-// schedulers across all qsockets of a link are the next step; see
-// docs/qsockets.md, "Where the schedulers plug in"). No packet is held by
-// the daemon: every decision is taken in the sending thread.
+// never sent). It may also pace (delay) a message. The library runs fifo
+// (with optional pacing at Params.Rate), edf-lossless (send all, count
+// the late) and edf-lossy (drop what already cannot meet its deadline
+// given the measured queueing delay, whole frames together, never a
+// non-droppable message); dwcs sends. The decisions across all qsockets
+// of a link (DWCS windows, EDF against the link's backlog, drop
+// priorities) are the host's, in the TC egress program, from the
+// attributes each message carries (txtime.go; docs/qsockets.md,
+// "Schedulers"). No packet is held: every decision is taken in the
+// sending thread or as the packet passes.
 
 type decision int
 
@@ -34,6 +35,9 @@ type scheduler interface {
 
 func newScheduler(p Params) (scheduler, error) {
 	pc := pacer{rate: p.Rate}
+	if scheduledSched(p.Scheduler) {
+		pc.rate = 0 // the declared rate is the host scheduler's
+	}
 	switch p.Scheduler {
 	case "", FIFO, DWCS, EDFLossless:
 		return &fifo{pacer: pc}, nil

@@ -16,7 +16,7 @@
  */
 enum hq_limits {
 	/* Layout version of the pinned maps; bump on any layout change. */
-	HQ_ABI_VERSION = 8,
+	HQ_ABI_VERSION = 9,
 	/*
 	 * Rule slots, and rules per policy buffer. internal/policy's MaxRules
 	 * and MaxAppRules are these (a test keeps them equal).
@@ -68,6 +68,12 @@ enum hq_limits {
 	HQ_REFUSALS = 64,
 	/* qsocket ids 1..HQ_MAX_QSOCK-1 (0 = none); see struct hq_qsock. */
 	HQ_MAX_QSOCK = 4096,
+	/* Links with a qsocket scheduler subtree (hq_qsched, by ifindex). */
+	HQ_MAX_QSCHED_LINKS = 256,
+	/* Bands of a link's qsched subtree (HTB leaves prio 0..7). */
+	HQ_QSCHED_BANDS = 8,
+	/* Bits of a DWCS loss window (old <= 1000). */
+	HQ_DWCS_WINDOW = 1024,
 };
 
 #define HQ_CG_LEVEL_WALK 32 /* bound of the walk that finds the own level */
@@ -163,7 +169,77 @@ struct hq_qsock {
 	__u64 win_bytes; /* bytes in it */
 	__u64 rate;	 /* bytes/s over the last complete window */
 	__u32 uid;	 /* the owner (the daemon's record) */
-	__u32 sched;	 /* the scheduler (the daemon's record) */
+	__u32 sched;	 /* the scheduler (enum hq_sched) */
+	/*
+	 * Scheduling across the link's qsockets (sched other than fifo, not
+	 * TCP): the daemon writes the attributes, the classifier the rest
+	 * under busy (a compare-and-swap lock).
+	 */
+	__u64 sched_rate; /* declared rate, bit/s (the daemon's admission) */
+	__u64 ipg_ns;	  /* DWCS: inter-packet gap */
+	__u16 oln;	  /* DWCS: losses allowed in any old consecutive */
+	__u16 old;
+	__u32 busy;	   /* the scheduling state's lock */
+	__u64 dl_prev;	   /* DWCS: the previous message's deadline */
+	__u32 seq;	   /* DWCS: messages (frames) decided */
+	__u16 lost;	   /* DWCS: losses among the last old */
+	__u8 frame;	   /* enum hq_qframe */
+	__u8 pad2;
+	__u64 win[HQ_DWCS_WINDOW / 64]; /* DWCS: loss bits, by seq % old */
+	__u64 late;	      /* sent predicted after their deadline */
+	__u64 late_dropped;   /* dropped: could not meet their deadline */
+	__u64 frame_dropped;  /* dropped with the rest of their frame */
+	__u64 dropped_bytes;  /* bytes of both (skb->len) */
+	__u64 violations;     /* DWCS: sent late, no loss left in the window */
+	__u64 lock_misses;    /* passed undecided: the lock was held */
+};
+
+/*
+ * Per-message attributes of a scheduled qsocket's datagram: the library
+ * passes one SCM_TXTIME per message (SO_TXTIME, CLOCK_MONOTONIC), a u64
+ * whose bits 8..63 are the deadline (CLOCK_MONOTONIC ns rounded down to
+ * 256 ns; the send time without one) and bits 0..7 these flags. The
+ * egress program decodes skb->tstamp of a qsocket's non-TCP packet that
+ * carries HQ_TXT_MARK and clears it. The public header
+ * <hostqos/qsock.h> (QSOCK_TXT_*), the Python module and package qsock
+ * spell the same values; TestTxtimeConstantsAgree keeps them equal.
+ */
+enum hq_txtime {
+	HQ_TXT_DEADLINE = 0x01,	   /* bits 8..63 are a deadline */
+	HQ_TXT_NODROP = 0x02,	   /* never dropped by a lossy scheduler */
+	HQ_TXT_FRAME_START = 0x04, /* first message of a frame */
+	HQ_TXT_FRAME_END = 0x08,   /* last message of a frame */
+	HQ_TXT_PRIO_SHIFT = 4,	   /* drop priority 0..7 in bits 4..6 */
+	HQ_TXT_PRIO_MASK = 0x70,
+	HQ_TXT_MARK = 0x80, /* hostqos's encoding (not another txtime) */
+	HQ_TXT_FLAGS = 0xff,
+};
+
+/* Schedulers (struct hq_qsock.sched): api.Schedulers' order, from 1. */
+enum hq_sched {
+	HQ_SCHED_FIFO = 1,
+	HQ_SCHED_DWCS = 2,
+	HQ_SCHED_EDF_LOSSY = 3,
+	HQ_SCHED_EDF_LOSSLESS = 4,
+};
+
+/* struct hq_qsock.frame */
+enum hq_qframe {
+	HQ_QF_IN = 1,	/* inside a frame (after its start, before its end) */
+	HQ_QF_DROP = 2, /* the frame's first message was dropped */
+};
+
+/*
+ * A link's qsocket scheduler (hq_qsched, by ifindex): the virtual finish
+ * time of the link's qsched class, served at its admitted rate, and the
+ * classid of its band 0 (band b is classid0 + b). Written by the daemon
+ * (rate, classid0); vtime moves with the packets (compare-and-swap).
+ */
+struct hq_qsched {
+	__u64 vtime;   /* CLOCK_MONOTONIC ns the class's backlog ends */
+	__u64 ns_q16;  /* ns per byte at the admitted rate, << 16 */
+	__u32 classid0; /* HTB classid of band 0 */
+	__u32 pad;
 };
 
 /* A qsocket's rate window (struct hq_qsock). */

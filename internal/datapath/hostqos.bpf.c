@@ -47,6 +47,8 @@ const volatile enum hq_service hq_type_service = 0;
 const volatile enum hq_refuse hq_type_refuse = 0;
 const volatile enum hq_bind_flags hq_type_bind_flags = 0;
 const volatile struct hq_forget hq_type_forget = {};
+const volatile enum hq_txtime hq_type_txtime = 0;
+const volatile enum hq_sched hq_type_sched = 0;
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -118,6 +120,15 @@ struct {
 	__type(value, struct hq_qsock);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_qsock SEC(".maps");
+
+/* Links' qsocket schedulers by ifindex; see struct hq_qsched. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HQ_MAX_QSCHED_LINKS);
+	__type(key, __u32);
+	__type(value, struct hq_qsched);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_qsched SEC(".maps");
 
 /* IPv4 flows; a key of its own, less than half the size, hashes faster. */
 struct {
@@ -2175,6 +2186,185 @@ static __noinline void qsock_claim(struct __sk_buff *skb,
 }
 
 /*
+ * The band of a message with slack ns before its deadline: < 1 ms → 0,
+ * then one band per doubling (1–2 ms → 1 … 32–64 ms → 6), ≥ 64 ms → 7.
+ */
+static __always_inline __u32 qsched_band(__u64 slack)
+{
+	__u64 ms = slack / 1000000;
+	__u32 b = 0;
+
+	if (ms >= 64)
+		return HQ_QSCHED_BANDS - 1;
+	while (ms && b < HQ_QSCHED_BANDS - 1) {
+		ms >>= 1;
+		b++;
+	}
+	return b;
+}
+
+/* Moves the link's virtual finish time past a message of tx ns sent now. */
+static __always_inline void qsched_advance(struct hq_qsched *qs, __u64 now,
+					   __u64 tx)
+{
+	__u64 v, nv;
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		v = *(volatile __u64 *)&qs->vtime;
+		nv = (v > now ? v : now) + tx;
+		if (__sync_val_compare_and_swap(&qs->vtime, v, nv) == v)
+			return;
+	}
+	__sync_fetch_and_add(&qs->vtime, tx);
+}
+
+/*
+ * DWCS's loss window of q: the message (frame) at position seq leaves the
+ * window of the last old; lost says whether it was lost. Returns the
+ * losses among the old-1 before it (what the window holds without it).
+ */
+static __always_inline __u32 dwcs_window(struct hq_qsock *q, int push,
+					 int lost)
+{
+	__u32 old = q->old, pos, w;
+	__u64 bit;
+
+	if (!old || old > HQ_DWCS_WINDOW)
+		return 0;
+	pos = q->seq % old;
+	w = pos / 64;
+	/* clang knows w < 16 here; the verifier must see the mask. */
+	asm volatile("" : "+r"(w));
+	w &= HQ_DWCS_WINDOW / 64 - 1;
+	bit = 1ULL << (pos % 64);
+	if (!push)
+		return q->lost - ((q->win[w] & bit) ? 1 : 0);
+	if (q->win[w] & bit)
+		q->lost--;
+	if (lost) {
+		q->win[w] |= bit;
+		q->lost++;
+	} else {
+		q->win[w] &= ~bit;
+	}
+	q->seq++;
+	return q->lost;
+}
+
+/*
+ * The host-wide scheduler's decision for a datagram of a scheduled qsocket
+ * (sched other than fifo): its attributes come from skb->tstamp
+ * (enum hq_txtime, cleared here). The predicted departure is the link's
+ * virtual finish time at the qsched class's admitted rate: max(now, V) +
+ * len/R. EDF lossy drops a droppable message predicted after its deadline
+ * (less drop priority × len/R: higher drop priorities go first); DWCS
+ * does so while its window has a loss left (oln of any old consecutive),
+ * else sends it late; EDF lossless sends all. A frame shares the fate of
+ * its first message; a non-droppable message is never dropped. Returns
+ * 1 to drop; *classid gets the band's leaf (unchanged without a qsched
+ * subtree on the link).
+ */
+static __noinline int qsock_sched(struct __sk_buff *skb, struct hq_qsock *q,
+				  __u64 len, __u32 *classid)
+{
+	struct hq_qsched *qs;
+	__u64 ts, flags, dl = 0, now, fin, tx = 0, guard, slack;
+	__u32 ifindex, band, dp, sched;
+	int has_dl, nodrop, miss, drop = 0, fresh = 1, in_frame, window = 0;
+
+	if (!skb || !q || !classid)
+		return 0;
+	sched = q->sched;
+	ts = skb->tstamp;
+	flags = 0;
+	if (ts & HQ_TXT_MARK) {
+		flags = ts & HQ_TXT_FLAGS;
+		skb->tstamp = 0;
+	}
+	now = bpf_ktime_get_ns();
+	has_dl = flags & HQ_TXT_DEADLINE;
+	if (has_dl)
+		dl = ts & ~(__u64)HQ_TXT_FLAGS;
+	nodrop = flags & HQ_TXT_NODROP;
+	dp = (flags & HQ_TXT_PRIO_MASK) >> HQ_TXT_PRIO_SHIFT;
+
+	ifindex = skb->ifindex;
+	qs = bpf_map_lookup_elem(&hq_qsched, &ifindex);
+	fin = now;
+	if (qs) {
+		tx = (len * qs->ns_q16) >> 16;
+		fin = *(volatile __u64 *)&qs->vtime;
+		fin = (fin > now ? fin : now) + tx;
+	}
+
+	if (__sync_val_compare_and_swap(&q->busy, 0, 1) != 0) {
+		__sync_fetch_and_add(&q->lock_misses, 1);
+		if (qs) {
+			*classid = qs->classid0 + HQ_QSCHED_BANDS - 1;
+			qsched_advance(qs, now, tx);
+		}
+		return 0;
+	}
+	in_frame = q->frame & HQ_QF_IN;
+	if (sched == HQ_SCHED_DWCS && !has_dl && !(in_frame && !(flags & HQ_TXT_FRAME_START))) {
+		/* d_k = max(d_{k-1}, arrival) + ipg */
+		dl = (q->dl_prev > now ? q->dl_prev : now) + q->ipg_ns;
+		q->dl_prev = dl;
+		has_dl = 1;
+	} else if (sched == HQ_SCHED_DWCS && !has_dl) {
+		dl = q->dl_prev; /* the rest of a frame: the frame's deadline */
+		has_dl = dl != 0;
+	}
+	guard = nodrop ? 0 : dp * tx;
+	miss = has_dl && fin + guard > dl;
+
+	if (in_frame && !(flags & HQ_TXT_FRAME_START)) {
+		/* The rest of a frame: its first message decided. */
+		fresh = 0;
+		drop = (q->frame & HQ_QF_DROP) && !nodrop;
+		if (flags & HQ_TXT_FRAME_END)
+			q->frame = 0;
+	} else if (sched == HQ_SCHED_EDF_LOSSY) {
+		drop = miss && !nodrop;
+	} else if (sched == HQ_SCHED_DWCS) {
+		window = 1;
+		drop = miss && !nodrop && dwcs_window(q, 0, 0) < q->oln;
+	}
+	if (fresh && (flags & HQ_TXT_FRAME_START) && !(flags & HQ_TXT_FRAME_END))
+		q->frame = HQ_QF_IN | (drop ? HQ_QF_DROP : 0);
+	else if (fresh)
+		q->frame = 0;
+	if (window)
+		dwcs_window(q, 1, drop);
+	if (drop) {
+		__sync_fetch_and_add(fresh ? &q->late_dropped : &q->frame_dropped, 1);
+		__sync_fetch_and_add(&q->dropped_bytes, len);
+	} else if (has_dl && fin > dl) {
+		__sync_fetch_and_add(&q->late, 1);
+		if (sched == HQ_SCHED_DWCS)
+			__sync_fetch_and_add(&q->violations, 1);
+	}
+	band = HQ_QSCHED_BANDS - 1;
+	if (has_dl) {
+		slack = dl > now ? dl - now : 0;
+		band = qsched_band(slack);
+		/* DWCS: a stream with no loss left comes first among equals. */
+		if (sched == HQ_SCHED_DWCS && band &&
+		    dwcs_window(q, 0, 0) >= q->oln)
+			band--;
+	}
+	__sync_lock_test_and_set(&q->busy, 0);
+	if (drop)
+		return 1;
+	if (qs) {
+		*classid = qs->classid0 + band;
+		qsched_advance(qs, now, tx);
+	}
+	return 0;
+}
+
+/*
  * The result of a packet of a qsocket's flow (action HQ_ACT_QSOCK, the id
  * in the classid): the qsocket's class and DSCP as they are now (qchange
  * takes effect at the next packet), counted. A flow whose entry is no
@@ -2186,7 +2376,7 @@ static __noinline __u64 qsock_result(struct __sk_buff *skb, __u64 res,
 {
 	struct hq_qsock *q;
 	__u64 start, bytes, dt, now, len;
-	__u32 qid = (__u32)res, gen;
+	__u32 qid = (__u32)res, gen, classid;
 
 	if (!skb || !p)
 		return HQ_RES_NONE;
@@ -2199,6 +2389,11 @@ static __noinline __u64 qsock_result(struct __sk_buff *skb, __u64 res,
 			f->gen = gen - 1;
 		return HQ_RES_NONE;
 	}
+	classid = q->classid;
+	if (q->sched > HQ_SCHED_FIFO && p->key.proto != IPPROTO_TCP &&
+	    qsock_sched(skb, q, len, &classid))
+		return (__u64)HQ_SLOT_NONE << 32 | (__u64)HQ_ACT_DROP << 48 |
+		       (__u64)(__u8)-1 << 56;
 	__sync_fetch_and_add(&q->packets, 1);
 	__sync_fetch_and_add(&q->bytes, len);
 	if (!q->first_ns)
@@ -2215,7 +2410,7 @@ static __noinline __u64 qsock_result(struct __sk_buff *skb, __u64 res,
 				  : 0;
 	}
 	__sync_fetch_and_add(&q->win_bytes, len);
-	return (__u64)q->classid | (__u64)HQ_SLOT_NONE << 32 |
+	return (__u64)classid | (__u64)HQ_SLOT_NONE << 32 |
 	       (__u64)HQ_ACT_PASS << 48 | (__u64)(__u8)q->dscp << 56;
 }
 

@@ -201,7 +201,7 @@ type hostqosHqIn struct {
 type hostqosHqLimits uint32
 
 const (
-	hostqosHqLimitsHQ_ABI_VERSION        hostqosHqLimits = 8
+	hostqosHqLimitsHQ_ABI_VERSION        hostqosHqLimits = 9
 	hostqosHqLimitsHQ_MAX_RULES          hostqosHqLimits = 16384
 	hostqosHqLimitsHQ_MAX_APP_RULES      hostqosHqLimits = 2048
 	hostqosHqLimitsHQ_BITMAP_WORDS       hostqosHqLimits = 32
@@ -225,6 +225,9 @@ const (
 	hostqosHqLimitsHQ_BIND_ENTRIES       hostqosHqLimits = 65536
 	hostqosHqLimitsHQ_REFUSALS           hostqosHqLimits = 64
 	hostqosHqLimitsHQ_MAX_QSOCK          hostqosHqLimits = 4096
+	hostqosHqLimitsHQ_MAX_QSCHED_LINKS   hostqosHqLimits = 256
+	hostqosHqLimitsHQ_QSCHED_BANDS       hostqosHqLimits = 8
+	hostqosHqLimitsHQ_DWCS_WINDOW        hostqosHqLimits = 1024
 )
 
 type hostqosHqLinkIn struct {
@@ -255,22 +258,47 @@ type hostqosHqPolice struct {
 	Pad   uint64
 }
 
-type hostqosHqQsock struct {
+type hostqosHqQsched struct {
 	_        structs.HostLayout
-	Cookie   uint64
-	Classid  uint32
-	Dscp     int8
-	User     uint8
-	Pad      uint16
-	Packets  uint64
-	Bytes    uint64
-	FirstNs  uint64
-	LastNs   uint64
-	WinNs    uint64
-	WinBytes uint64
-	Rate     uint64
-	Uid      uint32
-	Sched    uint32
+	Vtime    uint64
+	NsQ16    uint64
+	Classid0 uint32
+	Pad      uint32
+}
+
+type hostqosHqQsock struct {
+	_            structs.HostLayout
+	Cookie       uint64
+	Classid      uint32
+	Dscp         int8
+	User         uint8
+	Pad          uint16
+	Packets      uint64
+	Bytes        uint64
+	FirstNs      uint64
+	LastNs       uint64
+	WinNs        uint64
+	WinBytes     uint64
+	Rate         uint64
+	Uid          uint32
+	Sched        uint32
+	SchedRate    uint64
+	IpgNs        uint64
+	Oln          uint16
+	Old          uint16
+	Busy         uint32
+	DlPrev       uint64
+	Seq          uint32
+	Lost         uint16
+	Frame        uint8
+	Pad2         uint8
+	Win          [16]uint64
+	Late         uint64
+	LateDropped  uint64
+	FrameDropped uint64
+	DroppedBytes uint64
+	Violations   uint64
+	LockMisses   uint64
 }
 
 type hostqosHqRefusal struct {
@@ -364,6 +392,15 @@ type hostqosHqRule struct {
 	HasApp     uint8
 	Pad        [2]uint8
 }
+
+type hostqosHqSched uint32
+
+const (
+	hostqosHqSchedHQ_SCHED_FIFO         hostqosHqSched = 1
+	hostqosHqSchedHQ_SCHED_DWCS         hostqosHqSched = 2
+	hostqosHqSchedHQ_SCHED_EDF_LOSSY    hostqosHqSched = 3
+	hostqosHqSchedHQ_SCHED_EDF_LOSSLESS hostqosHqSched = 4
+)
 
 type hostqosHqScratch struct {
 	_     structs.HostLayout
@@ -469,6 +506,19 @@ type hostqosHqTuple struct {
 	Pad       uint8
 }
 
+type hostqosHqTxtime uint32
+
+const (
+	hostqosHqTxtimeHQ_TXT_DEADLINE    hostqosHqTxtime = 1
+	hostqosHqTxtimeHQ_TXT_NODROP      hostqosHqTxtime = 2
+	hostqosHqTxtimeHQ_TXT_FRAME_START hostqosHqTxtime = 4
+	hostqosHqTxtimeHQ_TXT_FRAME_END   hostqosHqTxtime = 8
+	hostqosHqTxtimeHQ_TXT_PRIO_SHIFT  hostqosHqTxtime = 4
+	hostqosHqTxtimeHQ_TXT_PRIO_MASK   hostqosHqTxtime = 112
+	hostqosHqTxtimeHQ_TXT_MARK        hostqosHqTxtime = 128
+	hostqosHqTxtimeHQ_TXT_FLAGS       hostqosHqTxtime = 255
+)
+
 type hostqosHqUidKey struct {
 	_   structs.HostLayout
 	Buf uint32
@@ -500,6 +550,7 @@ const (
 	hostqosMapHqLinkIn        = "hq_link_in"
 	hostqosMapHqNf            = "hq_nf"
 	hostqosMapHqPolice        = "hq_police"
+	hostqosMapHqQsched        = "hq_qsched"
 	hostqosMapHqQsock         = "hq_qsock"
 	hostqosMapHqRefusal       = "hq_refusal"
 	hostqosMapHqResvState     = "hq_resv_state"
@@ -544,7 +595,9 @@ const (
 	hostqosVarHqTypeForget    = "hq_type_forget"
 	hostqosVarHqTypeLimits    = "hq_type_limits"
 	hostqosVarHqTypeRefuse    = "hq_type_refuse"
+	hostqosVarHqTypeSched     = "hq_type_sched"
 	hostqosVarHqTypeService   = "hq_type_service"
+	hostqosVarHqTypeTxtime    = "hq_type_txtime"
 	hostqosVarHqTypeVerdict   = "hq_type_verdict"
 )
 
@@ -626,6 +679,7 @@ type hostqosMapSpecs struct {
 	HqLinkIn    *ebpf.MapSpec `ebpf:"hq_link_in"`
 	HqNf        *ebpf.MapSpec `ebpf:"hq_nf"`
 	HqPolice    *ebpf.MapSpec `ebpf:"hq_police"`
+	HqQsched    *ebpf.MapSpec `ebpf:"hq_qsched"`
 	HqQsock     *ebpf.MapSpec `ebpf:"hq_qsock"`
 	HqRefusal   *ebpf.MapSpec `ebpf:"hq_refusal"`
 	HqResvState *ebpf.MapSpec `ebpf:"hq_resv_state"`
@@ -660,7 +714,9 @@ type hostqosVariableSpecs struct {
 	HqTypeForget    *ebpf.VariableSpec `ebpf:"hq_type_forget"`
 	HqTypeLimits    *ebpf.VariableSpec `ebpf:"hq_type_limits"`
 	HqTypeRefuse    *ebpf.VariableSpec `ebpf:"hq_type_refuse"`
+	HqTypeSched     *ebpf.VariableSpec `ebpf:"hq_type_sched"`
 	HqTypeService   *ebpf.VariableSpec `ebpf:"hq_type_service"`
+	HqTypeTxtime    *ebpf.VariableSpec `ebpf:"hq_type_txtime"`
 	HqTypeVerdict   *ebpf.VariableSpec `ebpf:"hq_type_verdict"`
 }
 
@@ -698,6 +754,7 @@ type hostqosMaps struct {
 	HqLinkIn    *ebpf.Map `ebpf:"hq_link_in"`
 	HqNf        *ebpf.Map `ebpf:"hq_nf"`
 	HqPolice    *ebpf.Map `ebpf:"hq_police"`
+	HqQsched    *ebpf.Map `ebpf:"hq_qsched"`
 	HqQsock     *ebpf.Map `ebpf:"hq_qsock"`
 	HqRefusal   *ebpf.Map `ebpf:"hq_refusal"`
 	HqResvState *ebpf.Map `ebpf:"hq_resv_state"`
@@ -729,6 +786,7 @@ func (m *hostqosMaps) Close() error {
 		m.HqLinkIn,
 		m.HqNf,
 		m.HqPolice,
+		m.HqQsched,
 		m.HqQsock,
 		m.HqRefusal,
 		m.HqResvState,
@@ -764,7 +822,9 @@ type hostqosVariables struct {
 	HqTypeForget    *ebpf.Variable `ebpf:"hq_type_forget"`
 	HqTypeLimits    *ebpf.Variable `ebpf:"hq_type_limits"`
 	HqTypeRefuse    *ebpf.Variable `ebpf:"hq_type_refuse"`
+	HqTypeSched     *ebpf.Variable `ebpf:"hq_type_sched"`
 	HqTypeService   *ebpf.Variable `ebpf:"hq_type_service"`
+	HqTypeTxtime    *ebpf.Variable `ebpf:"hq_type_txtime"`
 	HqTypeVerdict   *ebpf.Variable `ebpf:"hq_type_verdict"`
 }
 

@@ -38,7 +38,38 @@ type QSock struct {
 	// (kept for the daemon, unused by the classifier).
 	UID   uint32
 	Sched uint32
+	// The scheduling attributes (Sched other than fifo): the declared
+	// rate (bit/s, admitted on the links' qsched classes) and DWCS's
+	// inter-packet gap and loss tolerance (OLN of any OLD consecutive).
+	Rate     uint64
+	IPGNanos uint64
+	OLN, OLD uint16
 }
+
+// Schedulers as the datapath numbers them (struct hq_qsock.sched).
+const (
+	SchedFIFO        = uint32(hostqosHqSchedHQ_SCHED_FIFO)
+	SchedDWCS        = uint32(hostqosHqSchedHQ_SCHED_DWCS)
+	SchedEDFLossy    = uint32(hostqosHqSchedHQ_SCHED_EDF_LOSSY)
+	SchedEDFLossless = uint32(hostqosHqSchedHQ_SCHED_EDF_LOSSLESS)
+)
+
+// The per-message attributes a scheduled qsocket's datagram carries in
+// its SCM_TXTIME (enum hq_txtime): bits 8..63 the deadline (or send
+// time), bits 0..7 these flags.
+const (
+	TxtDeadline   = uint64(hostqosHqTxtimeHQ_TXT_DEADLINE)
+	TxtNoDrop     = uint64(hostqosHqTxtimeHQ_TXT_NODROP)
+	TxtFrameStart = uint64(hostqosHqTxtimeHQ_TXT_FRAME_START)
+	TxtFrameEnd   = uint64(hostqosHqTxtimeHQ_TXT_FRAME_END)
+	TxtPrioShift  = uint64(hostqosHqTxtimeHQ_TXT_PRIO_SHIFT)
+	TxtPrioMask   = uint64(hostqosHqTxtimeHQ_TXT_PRIO_MASK)
+	TxtMark       = uint64(hostqosHqTxtimeHQ_TXT_MARK)
+	TxtFlags      = uint64(hostqosHqTxtimeHQ_TXT_FLAGS)
+)
+
+// QSchedBands is the number of band leaves of a link's qsched class.
+const QSchedBands = int(hostqosHqLimitsHQ_QSCHED_BANDS)
 
 // QSockCounters are what a qsocket's packets did in the classifier.
 type QSockCounters struct {
@@ -49,6 +80,12 @@ type QSockCounters struct {
 	FirstNS uint64 // coarse CLOCK_MONOTONIC of the first packet, 0 = none
 	LastNS  uint64
 	Rate    uint64 // bytes/s over the last complete second
+	// The host-wide scheduler's (a scheduled qsocket's datagrams):
+	// messages sent predicted after their deadline, dropped because they
+	// could not meet it, dropped with the rest of their frame, the bytes
+	// dropped, DWCS messages sent late with no loss left in their
+	// window, and messages passed undecided (the state's lock was held).
+	Late, LateDropped, FrameDropped, DroppedBytes, Violations, LockMisses uint64
 }
 
 const qsockSize = int(unsafe.Sizeof(hostqosHqQsock{}))
@@ -120,6 +157,10 @@ func (d *Datapath) AttachQSock(fd int, id uint32, q QSock) error {
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&e.Classid)), classWord(q))
 	atomic.StoreUint32(&e.Uid, q.UID)
 	atomic.StoreUint32(&e.Sched, q.Sched)
+	for _, p := range []*uint64{&e.Late, &e.LateDropped, &e.FrameDropped, &e.DroppedBytes, &e.Violations, &e.LockMisses} {
+		atomic.StoreUint64(p, 0)
+	}
+	setSchedAttrs(e, q, true)
 	atomic.StoreUint64(&e.Cookie, q.Cookie)
 
 	var v hostqosHqIdent
@@ -155,8 +196,30 @@ func (d *Datapath) ChangeQSock(id uint32, q QSock) error {
 		return fmt.Errorf("change qsocket %d: it is no longer socket %d (closed)", id, q.Cookie)
 	}
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&e.Classid)), classWord(q))
+	reset := atomic.LoadUint32(&e.Sched) != q.Sched || e.Old != q.OLD || e.Oln != q.OLN || e.IpgNs != q.IPGNanos
 	atomic.StoreUint32(&e.Sched, q.Sched)
+	setSchedAttrs(e, q, reset)
 	return nil
+}
+
+// setSchedAttrs writes q's scheduling attributes into e and, with reset,
+// starts its scheduling state afresh (no frame, an empty loss window).
+// The classifier may be deciding a message meanwhile: at worst that one
+// message is decided on a mix, which a change of scheduler allows.
+func setSchedAttrs(e *hostqosHqQsock, q QSock, reset bool) {
+	atomic.StoreUint64(&e.SchedRate, q.Rate)
+	atomic.StoreUint64(&e.IpgNs, q.IPGNanos)
+	e.Oln, e.Old = q.OLN, q.OLD
+	if !reset {
+		return
+	}
+	atomic.StoreUint64(&e.DlPrev, 0)
+	atomic.StoreUint32(&e.Seq, 0)
+	e.Lost, e.Frame = 0, 0
+	for i := range e.Win {
+		atomic.StoreUint64(&e.Win[i], 0)
+	}
+	atomic.StoreUint32(&e.Busy, 0)
 }
 
 // DetachQSock ends qsocket id of the socket behind fd (which may be -1
@@ -219,6 +282,13 @@ func (d *Datapath) ReadQSock(id uint32) (QSockCounters, error) {
 		FirstNS: atomic.LoadUint64(&e.FirstNs),
 		LastNS:  atomic.LoadUint64(&e.LastNs),
 		Rate:    atomic.LoadUint64(&e.Rate),
+
+		Late:         atomic.LoadUint64(&e.Late),
+		LateDropped:  atomic.LoadUint64(&e.LateDropped),
+		FrameDropped: atomic.LoadUint64(&e.FrameDropped),
+		DroppedBytes: atomic.LoadUint64(&e.DroppedBytes),
+		Violations:   atomic.LoadUint64(&e.Violations),
+		LockMisses:   atomic.LoadUint64(&e.LockMisses),
 	}
 	c.Open = c.Cookie != 0
 	return c, nil
@@ -240,7 +310,8 @@ func (d *Datapath) QSocks() (map[uint32]QSock, error) {
 		}
 		w := atomic.LoadUint64((*uint64)(unsafe.Pointer(&e.Classid)))
 		out[id] = QSock{Cookie: c, ClassID: uint32(w), DSCP: int8(uint8(w >> 32)), User: w>>40&1 == 1,
-			UID: atomic.LoadUint32(&e.Uid), Sched: atomic.LoadUint32(&e.Sched)}
+			UID: atomic.LoadUint32(&e.Uid), Sched: atomic.LoadUint32(&e.Sched),
+			Rate: atomic.LoadUint64(&e.SchedRate), IPGNanos: atomic.LoadUint64(&e.IpgNs), OLN: e.Oln, OLD: e.Old}
 	}
 	return out, nil
 }
@@ -413,4 +484,56 @@ func sockaddrAddrPort(sa unix.Sockaddr) (netip.AddrPort, bool) {
 		return netip.AddrPortFrom(netip.AddrFrom16(s.Addr), uint16(s.Port)), true
 	}
 	return netip.AddrPort{}, false
+}
+
+// QSched is a link's qsocket scheduler: the rate its qsched class is
+// guaranteed (the sum of the scheduled qsockets' declared rates) and the
+// classid of its band 0 (band b: ClassID0 + b).
+type QSched struct {
+	Rate     uint64 // bit/s
+	ClassID0 uint32
+}
+
+// SetQScheds makes the links' qsocket schedulers (by ifindex) those of
+// ls: new ones start with an empty backlog, changed ones keep theirs, and
+// links not in ls lose theirs (their scheduled qsockets' packets go to
+// their class's leaf, undecided but for their own deadlines).
+func (d *Datapath) SetQScheds(ls map[int]QSched) error {
+	var k uint32
+	var v hostqosHqQsched
+	var gone []uint32
+	it := d.objs.HqQsched.Iterate()
+	for it.Next(&k, &v) {
+		if _, ok := ls[int(k)]; !ok {
+			gone = append(gone, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read qsocket schedulers: %w", err)
+	}
+	for ifindex, q := range ls {
+		if q.Rate == 0 {
+			return fmt.Errorf("set qsocket scheduler of ifindex %d: rate 0", ifindex)
+		}
+		k = uint32(ifindex)
+		var cur hostqosHqQsched
+		err := d.objs.HqQsched.Lookup(&k, &cur)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("read qsocket scheduler of ifindex %d: %w", ifindex, err)
+		}
+		nsq16 := (uint64(8e9) << 16) / q.Rate
+		if err == nil && cur.NsQ16 == nsq16 && cur.Classid0 == q.ClassID0 {
+			continue
+		}
+		v = hostqosHqQsched{Vtime: cur.Vtime, NsQ16: nsq16, Classid0: q.ClassID0}
+		if err := d.objs.HqQsched.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("set qsocket scheduler of ifindex %d: %w", ifindex, err)
+		}
+	}
+	for _, k := range gone {
+		if err := d.objs.HqQsched.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove qsocket scheduler of ifindex %d: %w", k, err)
+		}
+	}
+	return nil
 }

@@ -109,6 +109,10 @@ type Engine struct {
 	shieldPushed bool
 	xdp          map[string]int
 	resvW        resvWatch // the reservation poller's memory (Tick only)
+	// The qsocket scheduler (qsched.go): the rate the links were last
+	// planned with, and the links' schedulers the datapath has.
+	qschedPlanned uint64
+	qschedPushed  map[int]datapath.QSched
 }
 
 // New reads the config and the state files and validates them; it touches
@@ -308,6 +312,8 @@ func (e *Engine) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[st
 	var missing []string
 	idx := map[string]int{}
 	comp.Datapath.LinksIn = nil
+	qsched := e.qschedRateLocked()
+	e.qschedPlanned = qsched
 	for _, l := range p.Links {
 		verdict, ifindex := e.judgeLink(l.Name)
 		if verdict == linkGone || ifindex == 0 { // unknown and not set up: nothing to keep
@@ -320,7 +326,7 @@ func (e *Engine) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[st
 		}
 		if l.EgressRate > 0 {
 			// shaper.Build names the link in its errors.
-			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate)}, comp.Classes, comp.rulesOn(l.Name))
+			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate), QSched: qsched}, comp.Classes, comp.rulesOn(l.Name))
 			if err != nil {
 				return nil, nil, nil, err
 			}
@@ -423,6 +429,9 @@ func (e *Engine) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[stri
 		e.pushed.setAttached(lp.ifindex)
 	}
 	if err := e.pushShieldLocked(plans, ifindexes, false); err != nil {
+		return err
+	}
+	if err := e.pushQSchedsLocked(plans); err != nil {
 		return err
 	}
 	for name, ifindex := range e.links {
@@ -534,6 +543,7 @@ func (e *Engine) Tick() {
 	e.Rescan()
 	e.watchReservations()
 	e.pollReservations()
+	e.tickQSched()
 }
 
 // Rescan repairs: it sets managed links up again when interfaces appeared,

@@ -15,6 +15,8 @@ type FakeQSockKernel struct {
 	Sockets  map[int]*datapath.SocketInfo
 	Table    map[uint32]datapath.QSock
 	Counters map[uint32]datapath.QSockCounters
+	// QScheds are the links' qsocket schedulers (SetQScheds), by ifindex.
+	QScheds map[int]datapath.QSched
 }
 
 // NewFakeQSockKernel wraps a fake kernel.
@@ -104,4 +106,15 @@ func (f *FakeQSockKernel) QSocks() (map[uint32]datapath.QSock, error) {
 		out[id] = q
 	}
 	return out, nil
+}
+
+// SetQScheds records the links' qsocket schedulers (QScheds).
+func (f *FakeQSockKernel) SetQScheds(ls map[int]datapath.QSched) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("SetQScheds", len(ls)); err != nil {
+		return err
+	}
+	f.QScheds = ls
+	return nil
 }

@@ -33,6 +33,7 @@ type QSockKernel interface {
 	DetachQSock(fd int, id uint32, cookie uint64) error
 	ReadQSock(id uint32) (datapath.QSockCounters, error)
 	QSocks() (map[uint32]datapath.QSock, error)
+	SetQScheds(ls map[int]datapath.QSched) error
 }
 
 var _ QSockKernel = (*SystemKernel)(nil)
@@ -51,6 +52,9 @@ func (k *SystemKernel) ReadQSock(id uint32) (datapath.QSockCounters, error) {
 	return k.DP.ReadQSock(id)
 }
 func (k *SystemKernel) QSocks() (map[uint32]datapath.QSock, error) { return k.DP.QSocks() }
+func (k *SystemKernel) SetQScheds(ls map[int]datapath.QSched) error {
+	return k.DP.SetQScheds(ls)
+}
 
 // Default limits of ordinary users' qsockets (hostqosd
 // --max-qsocks-per-user, --max-user-qsocks).
@@ -283,10 +287,24 @@ func (e *Engine) AttachQSock(ctx context.Context, who Caller, fd int, p api.QSoc
 	}
 	dq := datapath.QSock{Cookie: si.Cookie, ClassID: classid, DSCP: dscp, User: !who.Privileged,
 		UID: owner, Sched: schedNumber(p.Scheduler)}
+	setQSchedParams(&dq, p)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if scheduled(dq) {
+		if err := e.admitQSchedLocked(all, 0, dq.Rate); err != nil {
+			return api.QSocket{}, err
+		}
+	}
 	if err := qk.AttachQSock(fd, id, dq); err != nil {
 		return api.QSocket{}, fmt.Errorf("attach qsocket: %w", err)
 	}
-	out := api.QSocket{ID: id, Cookie: si.Cookie, UID: owner, Class: cl.Name, DSCP: int(dscp), Scheduler: schedName(dq.Sched)}
+	if scheduled(dq) {
+		if err := e.reshapeQSchedLocked(); err != nil {
+			e.undoQSchedLocked(func() error { return qk.DetachQSock(fd, id, dq.Cookie) })
+			return api.QSocket{}, fmt.Errorf("attach qsocket: set up the links' qsocket scheduler: %w", err)
+		}
+	}
+	out := api.QSocket{ID: id, Cookie: si.Cookie, UID: owner, Class: cl.Name, DSCP: int(dscp), Scheduler: schedName(dq.Sched), Rate: dq.Rate}
 	e.publishQSock(EventQSockAttached, who, out)
 	return out, nil
 }
@@ -332,12 +350,31 @@ func (e *Engine) ChangeQSock(ctx context.Context, who Caller, fd int, p api.QSoc
 	if err != nil {
 		return api.QSocket{}, err
 	}
+	prev := q
 	q.ClassID, q.DSCP, q.Sched = classid, dscp, schedNumber(p.Scheduler)
 	q.User = q.User && !who.Privileged
+	setQSchedParams(&q, p)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if scheduled(q) {
+		all, err := qk.QSocks()
+		if err != nil {
+			return api.QSocket{}, err
+		}
+		if err := e.admitQSchedLocked(all, id, q.Rate); err != nil {
+			return api.QSocket{}, err
+		}
+	}
 	if err := qk.ChangeQSock(id, q); err != nil {
 		return api.QSocket{}, fmt.Errorf("change qsocket %d: %w", id, err)
 	}
-	out := api.QSocket{ID: id, Cookie: q.Cookie, UID: q.UID, Class: cl.Name, DSCP: int(dscp), Scheduler: schedName(q.Sched)}
+	if scheduled(q) != scheduled(prev) || q.Rate != prev.Rate {
+		if err := e.reshapeQSchedLocked(); err != nil {
+			e.undoQSchedLocked(func() error { return qk.ChangeQSock(id, prev) })
+			return api.QSocket{}, fmt.Errorf("change qsocket %d: set up the links' qsocket scheduler: %w", id, err)
+		}
+	}
+	out := api.QSocket{ID: id, Cookie: q.Cookie, UID: q.UID, Class: cl.Name, DSCP: int(dscp), Scheduler: schedName(q.Sched), Rate: q.Rate}
 	e.publishQSock(EventQSockChanged, who, out)
 	return out, nil
 }
@@ -356,6 +393,8 @@ func (e *Engine) QSockInfo(who Caller, fd int) (api.QSockInfo, error) {
 		QSocket: e.toAPIQSock(id, q),
 		Open:    c.Open && c.Cookie == q.Cookie,
 		Packets: c.Packets, Bytes: c.Bytes, Rate: c.Rate * 8,
+		Late: c.Late, LateDropped: c.LateDropped, FrameDropped: c.FrameDropped,
+		DroppedBytes: c.DroppedBytes, Violations: c.Violations,
 	}, nil
 }
 
@@ -370,6 +409,13 @@ func (e *Engine) DetachQSock(ctx context.Context, who Caller, fd int) error {
 	}
 	if err := qk.DetachQSock(fd, id, q.Cookie); err != nil {
 		return fmt.Errorf("detach qsocket %d: %w", id, err)
+	}
+	if scheduled(q) {
+		e.mu.Lock()
+		if err := e.reshapeQSchedLocked(); err != nil {
+			e.log.Warn("shrink the links' qsocket scheduler", "err", err)
+		}
+		e.mu.Unlock()
 	}
 	e.publishQSock(EventQSockDetached, who, e.toAPIQSock(id, q))
 	return nil
@@ -426,7 +472,29 @@ func (e *Engine) InitQSockLink(ctx context.Context, who Caller, req api.QSockIni
 }
 
 func (e *Engine) toAPIQSock(id uint32, q datapath.QSock) api.QSocket {
-	return api.QSocket{ID: id, Cookie: q.Cookie, UID: q.UID, Class: e.className(q.ClassID), DSCP: int(q.DSCP), Scheduler: schedName(q.Sched)}
+	out := api.QSocket{ID: id, Cookie: q.Cookie, UID: q.UID, Class: e.className(q.ClassID), DSCP: int(q.DSCP), Scheduler: schedName(q.Sched)}
+	if scheduled(q) {
+		out.Rate = q.Rate
+	}
+	return out
+}
+
+// setQSchedParams gives q the scheduling attributes of p: a scheduled
+// qsocket's declared rate (DefaultQSchedRate when p has none) and DWCS's
+// gap and loss tolerance.
+func setQSchedParams(q *datapath.QSock, p api.QSockParams) {
+	q.Rate, q.IPGNanos, q.OLN, q.OLD = 0, 0, 0, 0
+	if !scheduled(*q) {
+		return
+	}
+	q.Rate = p.Rate
+	if q.Rate == 0 {
+		q.Rate = DefaultQSchedRate
+	}
+	if q.Sched == datapath.SchedDWCS {
+		q.IPGNanos = uint64(p.IPGMicros) * 1000
+		q.OLN, q.OLD = uint16(p.OLN), uint16(p.OLD)
+	}
 }
 
 func (e *Engine) publishQSock(kind string, who Caller, q api.QSocket) {

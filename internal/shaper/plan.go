@@ -98,7 +98,26 @@ type LinkSpec struct {
 	Ifindex int
 	Name    string
 	Rate    uint64 // bits/s
+	// QSched > 0 gives the link a qsched class (bits/s): the rate of the
+	// host-wide qsocket scheduler, guaranteed and its ceiling, with
+	// QSchedBands band leaves under it (QSchedBandClassID).
+	QSched uint64
 }
+
+// The qsched subtree: an inner class at QSchedMinor (rate = ceil =
+// LinkSpec.QSched, a guarantee beside the classes') and its band leaves
+// QSchedMinor+1+b, b = 0..QSchedBands-1, of HTB priority b, each with a
+// MinRate guarantee, so that what they send beyond it they borrow from
+// the qsched class in strict band order. Their queues hold
+// QSchedQueueLimit packets.
+const (
+	QSchedMinor      uint16 = 0x7000
+	QSchedBands             = 8
+	QSchedQueueLimit        = 4096
+)
+
+// QSchedBandClassID is the classid of band b of the qsched subtree.
+func QSchedBandClassID(b int) uint32 { return classID(QSchedMinor + 1 + uint16(b)) }
 
 // Plan is the complete HTB tree for one link.
 type Plan struct {
@@ -399,7 +418,15 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 			used += cp.share
 		}
 	}
+	var qs uint64
+	if link.QSched > 0 {
+		qs = max(round8(link.QSched), QSchedBands*MinRate)
+		used += qs
+	}
 	if used > L {
+		if qs > 0 {
+			return Plan{}, fmt.Errorf("guarantees, rule rates and the qsocket scheduler's %s exceed the link rate %s", fmtRate(qs), fmtRate(L))
+		}
 		return Plan{}, fmt.Errorf("guarantees and rule rates %s exceed the link rate %s", fmtRate(used), fmtRate(L))
 	}
 	if err := splitImplicit(order, def, L-used); err != nil {
@@ -429,6 +456,14 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 				sl.QueueLimit = rp.spec.QueueLimit
 				p.Classes = append(p.Classes, sl)
 			}
+		}
+	}
+	if qs > 0 {
+		p.Classes = append(p.Classes, mkClass(QSchedMinor, RootMinor, qs, qs, 0, false, "qsched"))
+		for b := 0; b < QSchedBands; b++ {
+			c := mkClass(QSchedMinor+1+uint16(b), QSchedMinor, MinRate, qs, b, true, fmt.Sprintf("qsched band %d", b))
+			c.QueueLimit = QSchedQueueLimit
+			p.Classes = append(p.Classes, c)
 		}
 	}
 	return p, nil

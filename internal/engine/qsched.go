@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/shaper"
+	"github.com/hostqos/hostqos/internal/units"
+)
+
+// The host-wide qsocket scheduler (docs/qsockets.md, "Schedulers"). Every
+// qsocket whose scheduler is not fifo declares a rate (bit/s; default
+// DefaultQSchedRate). On every shaped link the HTB tree gets a qsched
+// class whose rate (and ceiling) is the sum of those rates, with eight
+// band leaves of strict priority; the datapath (hq_qsched, by ifindex)
+// serves the class's virtual finish time at that rate, decides each
+// datagram (send to the band of its slack, or drop if it cannot meet its
+// deadline) and never holds one. The sum is read from the datapath's
+// qsocket table each time the links are planned, so a restarted daemon
+// and a closed socket need no state of their own; Tick shrinks the class
+// when sockets closed.
+
+// DefaultQSchedRate is the rate a scheduled qsocket that declares none is
+// admitted and served at (bit/s).
+const DefaultQSchedRate = 1_000_000
+
+// QSchedShare is the part of a shaped link (percent) that the scheduled
+// qsockets' rates may take together.
+const QSchedShare = 50
+
+// scheduled says whether a qsocket's scheduler is one the datapath runs.
+func scheduled(q datapath.QSock) bool { return q.Sched > datapath.SchedFIFO }
+
+// qschedRate is the sum of the declared rates of the open scheduled
+// qsockets in all (0: none), leaving out id skip.
+func qschedRate(all map[uint32]datapath.QSock, skip uint32) uint64 {
+	var sum uint64
+	for id, q := range all {
+		if id != skip && scheduled(q) {
+			sum += q.Rate
+		}
+	}
+	return sum
+}
+
+// qschedRateLocked reads the sum from the datapath (0 without qsockets).
+func (e *Engine) qschedRateLocked() uint64 {
+	qk, ok := e.k.(QSockKernel)
+	if !ok {
+		return 0
+	}
+	all, err := qk.QSocks()
+	if err != nil {
+		e.log.Warn("read the qsocket table; links planned without the qsocket scheduler", "err", err)
+		return 0
+	}
+	return qschedRate(all, 0)
+}
+
+// pushQSchedsLocked gives the datapath the qsocket scheduler of every
+// shaped link of plans that has a qsched class (and takes it from the
+// others), when that differs from what it has.
+func (e *Engine) pushQSchedsLocked(plans []linkPlan) error {
+	qk, ok := e.k.(QSockKernel)
+	if !ok {
+		return nil
+	}
+	want := map[int]datapath.QSched{}
+	for _, lp := range plans {
+		if lp.plan == nil || lp.plan.Link.QSched == 0 {
+			continue
+		}
+		for _, c := range lp.plan.Classes {
+			if c.Minor == shaper.QSchedMinor {
+				want[lp.ifindex] = datapath.QSched{Rate: c.Rate, ClassID0: shaper.QSchedBandClassID(0)}
+			}
+		}
+	}
+	if maps.Equal(want, e.qschedPushed) || (len(want) == 0 && e.qschedPushed == nil) {
+		return nil
+	}
+	if err := qk.SetQScheds(want); err != nil {
+		e.qschedPushed = nil
+		return err // the datapath names its step
+	}
+	e.qschedPushed = want
+	return nil
+}
+
+// admitQSchedLocked checks that rate more (for a qsocket besides the
+// scheduled ones in all, without skip) fits in QSchedShare of every
+// shaped link.
+func (e *Engine) admitQSchedLocked(all map[uint32]datapath.QSock, skip uint32, rate uint64) error {
+	sum := qschedRate(all, skip) + rate
+	for _, l := range e.eff.Policy.Links {
+		if l.EgressRate == 0 {
+			continue
+		}
+		bound := uint64(l.EgressRate) * QSchedShare / 100
+		if sum > bound {
+			return qsockField("rate", units.ExactRate(rate),
+				fmt.Sprintf("the scheduled qsockets' rates would sum to %s, over %d %% of link %s (%s)",
+					units.ExactRate(sum), QSchedShare, l.Name, units.ExactRate(bound)),
+				"declare a lower rate, close other scheduled qsockets, or raise the link's egress_rate")
+		}
+	}
+	return nil
+}
+
+// reshapeQSchedLocked plans and pushes the links again after the
+// scheduled qsockets changed (only what differs is written).
+func (e *Engine) reshapeQSchedLocked() error {
+	if e.comp == nil {
+		return nil
+	}
+	now, _ := e.runtimePolicy(e.eff.Policy)
+	plans, idx, _, err := e.planLinks(now, e.comp)
+	if err != nil {
+		return err
+	}
+	return e.pushKernel(e.comp, plans, idx)
+}
+
+// undoQSchedLocked plans the links again after undo put the qsocket table
+// back, when a change of the scheduled qsockets failed to reach the
+// kernel.
+func (e *Engine) undoQSchedLocked(undo func() error) {
+	if err := undo(); err != nil {
+		e.log.Error("restore the qsocket table after a failed change", "err", err)
+	}
+	if err := e.reshapeQSchedLocked(); err != nil {
+		e.log.Error("restore the links' qsocket scheduler after a failed change", "err", err)
+	}
+}
+
+// tickQSched shrinks (or grows) the links' qsched classes when the
+// scheduled qsockets changed without the daemon (closed sockets).
+func (e *Engine) tickQSched() {
+	qsockMu.Lock()
+	defer qsockMu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.k == nil {
+		return
+	}
+	rate := e.qschedRateLocked()
+	if rate == e.qschedPlanned {
+		return
+	}
+	if err := e.reshapeQSchedLocked(); err != nil {
+		e.log.Warn("resize the links' qsocket scheduler", "err", err)
+	}
+}

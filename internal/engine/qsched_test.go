@@ -1,0 +1,120 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/shaper"
+)
+
+const qschedConfig = `
+[[link]]
+name = "eth0"
+egress_rate = "10mbit"
+
+[[class]]
+name = "interactive"
+user_allowed = true
+`
+
+// qschedClass is the rate of the qsched class of the fake kernel's eth0
+// tree (0: none).
+func qschedClass(t *testing.T, k *FakeQSockKernel) uint64 {
+	t.Helper()
+	for _, c := range k.Snapshot().Trees[2].Classes {
+		if c.Minor == shaper.QSchedMinor {
+			return c.Rate
+		}
+	}
+	return 0
+}
+
+// TestQSockScheduler: a scheduled qsocket (dwcs, edf-*) is admitted at its
+// declared rate (1 Mbit/s by default) within half of every shaped link;
+// the links' qsched classes and the datapath's schedulers follow the sum,
+// through attach, change, detach and a socket closed behind the daemon's
+// back; a refusal names the bound and changes nothing, and so does a
+// kernel that fails midway.
+func TestQSockScheduler(t *testing.T) {
+	env := newEnv(t, qschedConfig)
+	e, qk := env.startQSock(t)
+	ctx := context.Background()
+	for fd := 5; fd <= 9; fd++ {
+		qk.Socket(fd, 0, uint64(1000+fd))
+	}
+	if r := qschedClass(t, qk); r != 0 || len(qk.QScheds) != 0 {
+		t.Fatalf("before any scheduled qsocket: qsched class %d, schedulers %v", r, qk.QScheds)
+	}
+	if _, err := e.AttachQSock(ctx, root, 5, api.QSockParams{Class: "interactive"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := qschedClass(t, qk); r != 0 {
+		t.Errorf("a fifo qsocket made a qsched class of %d", r)
+	}
+	q, err := e.AttachQSock(ctx, root, 6, api.QSockParams{Class: "interactive", Scheduler: api.SchedEDFLossy, Rate: 2_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Rate != 2_000_000 || qk.Table[q.ID].Rate != 2_000_000 {
+		t.Errorf("attached %+v, datapath %+v: want rate 2 Mbit/s", q, qk.Table[q.ID])
+	}
+	if r := qschedClass(t, qk); r != 2_000_000 {
+		t.Errorf("qsched class %d, want 2 Mbit/s", r)
+	}
+	if s := qk.QScheds[2]; s.Rate != 2_000_000 || s.ClassID0 != shaper.QSchedBandClassID(0) {
+		t.Errorf("datapath scheduler of eth0 %+v", s)
+	}
+	d, err := e.AttachQSock(ctx, root, 7, api.QSockParams{Scheduler: api.SchedDWCS, IPGMicros: 50000, OLN: 1, OLD: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dq := qk.Table[d.ID]; dq.Rate != DefaultQSchedRate || dq.IPGNanos != 50_000_000 || dq.OLN != 1 || dq.OLD != 4 || dq.Sched != datapath.SchedDWCS {
+		t.Errorf("dwcs in the datapath: %+v", dq)
+	}
+	if r := qschedClass(t, qk); r != 3_000_000 {
+		t.Errorf("qsched class %d, want 3 Mbit/s", r)
+	}
+
+	// Over half of the link: refused, naming the bound; nothing changes.
+	before := qk.Snapshot()
+	_, err = e.AttachQSock(ctx, root, 8, api.QSockParams{Scheduler: api.SchedEDFLossless, Rate: 2_500_000})
+	var fe *policy.FieldError
+	if !errors.As(err, &fe) || fe.Field != "rate" || !strings.Contains(err.Error(), "5mbit") || !strings.Contains(err.Error(), "eth0") {
+		t.Errorf("over the share: %v, want a refusal of field rate naming eth0's 5mbit", err)
+	}
+	if _, ok := qk.Table[9]; ok || qschedClass(t, qk) != 3_000_000 || len(qk.Snapshot().Trees[2].Classes) != len(before.Trees[2].Classes) {
+		t.Error("a refused attach changed something")
+	}
+	// A change is admitted without the socket's own old rate.
+	if _, err := e.ChangeQSock(ctx, root, 6, api.QSockParams{Class: "interactive", Scheduler: api.SchedEDFLossy, Rate: 4_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	if r := qschedClass(t, qk); r != 5_000_000 {
+		t.Errorf("after change: qsched class %d, want 5 Mbit/s", r)
+	}
+	// A kernel that fails to shape: the attach is undone.
+	qk.FailNth("Shape", 1, errors.New("injected"))
+	if _, err := e.ChangeQSock(ctx, root, 6, api.QSockParams{Class: "interactive", Scheduler: api.SchedEDFLossy, Rate: 1_000_000}); err == nil {
+		t.Error("change with a failing shaper succeeded")
+	}
+	if qk.Table[q.ID].Rate != 4_000_000 || qschedClass(t, qk) != 5_000_000 {
+		t.Errorf("failed change left rate %d, class %d", qk.Table[q.ID].Rate, qschedClass(t, qk))
+	}
+	if err := e.DetachQSock(ctx, root, 6); err != nil {
+		t.Fatal(err)
+	}
+	if r := qschedClass(t, qk); r != 1_000_000 {
+		t.Errorf("after detach: qsched class %d, want 1 Mbit/s", r)
+	}
+	// Closed without the daemon: the next tick shrinks it away.
+	qk.CloseSocket(7)
+	e.Tick()
+	if r := qschedClass(t, qk); r != 0 || len(qk.QScheds) != 0 {
+		t.Errorf("after the last scheduled socket closed: qsched class %d, schedulers %v", r, qk.QScheds)
+	}
+}
