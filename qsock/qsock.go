@@ -97,6 +97,12 @@ type Info struct {
 	// classifier, and their rate over the last complete second (bit/s).
 	Packets, Bytes uint64
 	Rate           uint64
+	// The host's scheduler (DWCS, EDF across the link's qsockets, in the
+	// kernel) on this socket's datagrams: sent predicted after their
+	// deadline, dropped because they could not meet it, dropped with
+	// the rest of their frame, the bytes of both, and DWCS messages
+	// sent late with no loss left in their window.
+	SchedLate, SchedDropped, SchedFrameDropped, SchedDroppedBytes, SchedViolations uint64
 	// Queueing delay on the host (time in the qdisc, from sampled
 	// transmit timestamps): mean and 99th percentile, and the samples.
 	QDelayMean, QDelayP99 time.Duration
@@ -324,7 +330,9 @@ func (s *Socket) Info() (Info, error) {
 	_ = s.withFD(func(fd int) error { s.ts.drain(fd); return nil })
 	in := Info{ID: di.ID, Class: di.Class, DSCP: di.DSCP, Scheduler: Scheduler(di.Scheduler),
 		SentMsgs: s.st.sentMsgs, SentBytes: s.st.sentBytes, DroppedMsgs: s.st.droppedMsgs, DroppedBytes: s.st.droppedBytes,
-		LateMsgs: s.st.lateMsgs, LateBytes: s.st.lateBytes, Packets: di.Packets, Bytes: di.Bytes, Rate: di.Rate}
+		LateMsgs: s.st.lateMsgs, LateBytes: s.st.lateBytes, Packets: di.Packets, Bytes: di.Bytes, Rate: di.Rate,
+		SchedLate: di.Late, SchedDropped: di.LateDropped, SchedFrameDropped: di.FrameDropped,
+		SchedDroppedBytes: di.DroppedBytes, SchedViolations: di.Violations}
 	in.QDelayMean, in.QDelayP99, in.QDelaySamples = s.ts.summary()
 	s.mu.Unlock()
 	_ = s.withFD(func(fd int) error {
@@ -364,7 +372,14 @@ func (s *Socket) send(b []byte, to unix.Sockaddr, f *Flags) (int, error) {
 	}
 	s.mu.Lock()
 	now := time.Now()
-	d := s.sched.decide(now, &fl, s.ts.estimate())
+	// With the host's scheduler deciding (txtime), the source drops only
+	// what is already too late: the host predicts by band and backlog,
+	// which the socket's own queueing delay does not know.
+	qdelay := s.ts.estimate()
+	if s.txtime {
+		qdelay = 0
+	}
+	d := s.sched.decide(now, &fl, qdelay)
 	if d == drop {
 		s.st.droppedMsgs++
 		s.st.droppedBytes += uint64(len(b))

@@ -230,16 +230,23 @@ enum hq_qframe {
 };
 
 /*
- * A link's qsocket scheduler (hq_qsched, by ifindex): the virtual finish
- * time of the link's qsched class, served at its admitted rate, and the
- * classid of its band 0 (band b is classid0 + b). Written by the daemon
- * (rate, classid0); vtime moves with the packets (compare-and-swap).
+ * A link's qsocket scheduler (hq_qsched, by ifindex): the class's
+ * admitted rate and the classid of its band 0 (band b is classid0 + b),
+ * written by the daemon; and per band, moved by the packets under lock:
+ * the virtual time at which what bands 0..b hold would have left at that
+ * rate (strict priority: a message of band b waits for those), when the
+ * last message admitted to band b leaves, and the least room (deadline −
+ * predicted departure) of the messages band b holds, which a message of
+ * a more urgent band, sent later, must not use up.
  */
 struct hq_qsched {
-	__u64 vtime;   /* CLOCK_MONOTONIC ns the class's backlog ends */
-	__u64 ns_q16;  /* ns per byte at the admitted rate, << 16 */
+	struct bpf_spin_lock lock;
 	__u32 classid0; /* HTB classid of band 0 */
-	__u32 pad;
+	__u64 ns_q16;	/* ns per byte at the admitted rate, << 16 */
+	__u64 margin;	/* ns a packet may leave later than predicted */
+	__u64 vtime[HQ_QSCHED_BANDS];	/* CLOCK_MONOTONIC ns */
+	__u64 lastfin[HQ_QSCHED_BANDS]; /* CLOCK_MONOTONIC ns */
+	__s64 room[HQ_QSCHED_BANDS];	/* ns */
 };
 
 /* A qsocket's rate window (struct hq_qsock). */

@@ -2203,20 +2203,62 @@ static __always_inline __u32 qsched_band(__u64 slack)
 	return b;
 }
 
-/* Moves the link's virtual finish time past a message of tx ns sent now. */
-static __always_inline void qsched_advance(struct hq_qsched *qs, __u64 now,
-					   __u64 tx)
-{
-	__u64 v, nv;
-	int i;
+#define HQ_ROOM_NONE 0x7fffffffffffffffLL
 
-	for (i = 0; i < 4; i++) {
-		v = *(volatile __u64 *)&qs->vtime;
-		nv = (v > now ? v : now) + tx;
-		if (__sync_val_compare_and_swap(&qs->vtime, v, nv) == v)
-			return;
+/*
+ * What a message of tx ns in band b would meet: its predicted departure
+ * (*fin: when bands 0..b's backlog has left at the class's rate, then the
+ * message) and the least room of the messages it would overtake (bands
+ * after b that still hold some): more than that and one of them, promised
+ * its deadline, would be late.
+ */
+static __always_inline void qsched_view(struct hq_qsched *qs, __u32 b,
+					__u64 now, __u64 tx, __u64 *fin,
+					__s64 *room)
+{
+	__s64 r = HQ_ROOM_NONE;
+	__u64 v;
+	__u32 j;
+
+	b &= HQ_QSCHED_BANDS - 1;
+	bpf_spin_lock(&qs->lock);
+	v = qs->vtime[b];
+	for (j = 0; j < HQ_QSCHED_BANDS; j++)
+		if (j > b && qs->lastfin[j] > now && qs->room[j] < r)
+			r = qs->room[j];
+	bpf_spin_unlock(&qs->lock);
+	*fin = (v > now ? v : now) + tx;
+	*room = r;
+}
+
+/*
+ * A message of tx ns sent in band b, predicted to leave at fin with room
+ * (HQ_ROOM_NONE: no deadline promised): it delays bands b..7 and uses up
+ * room of the messages of the bands after b.
+ */
+static __always_inline void qsched_admit(struct hq_qsched *qs, __u32 b,
+					 __u64 now, __u64 tx, __u64 fin,
+					 __s64 room)
+{
+	__u32 j;
+	int held;
+
+	bpf_spin_lock(&qs->lock);
+	for (j = 0; j < HQ_QSCHED_BANDS; j++) {
+		if (j < b)
+			continue;
+		held = qs->lastfin[j] > now;
+		qs->vtime[j] = (qs->vtime[j] > now ? qs->vtime[j] : now) + tx;
+		if (j > b) {
+			if (held)
+				qs->room[j] -= tx;
+			continue;
+		}
+		if (!held || room < qs->room[j])
+			qs->room[j] = room;
+		qs->lastfin[j] = fin;
 	}
-	__sync_fetch_and_add(&qs->vtime, tx);
+	bpf_spin_unlock(&qs->lock);
 }
 
 /*
@@ -2270,6 +2312,7 @@ static __noinline int qsock_sched(struct __sk_buff *skb, struct hq_qsock *q,
 {
 	struct hq_qsched *qs;
 	__u64 ts, flags, dl = 0, now, fin, tx = 0, guard, slack;
+	__s64 room;
 	__u32 ifindex, band, dp, sched;
 	int has_dl, nodrop, miss, drop = 0, fresh = 1, in_frame, window = 0;
 
@@ -2291,18 +2334,17 @@ static __noinline int qsock_sched(struct __sk_buff *skb, struct hq_qsock *q,
 
 	ifindex = skb->ifindex;
 	qs = bpf_map_lookup_elem(&hq_qsched, &ifindex);
-	fin = now;
-	if (qs) {
+	if (qs)
 		tx = (len * qs->ns_q16) >> 16;
-		fin = *(volatile __u64 *)&qs->vtime;
-		fin = (fin > now ? fin : now) + tx;
-	}
 
 	if (__sync_val_compare_and_swap(&q->busy, 0, 1) != 0) {
 		__sync_fetch_and_add(&q->lock_misses, 1);
 		if (qs) {
 			*classid = qs->classid0 + HQ_QSCHED_BANDS - 1;
-			qsched_advance(qs, now, tx);
+			qsched_view(qs, HQ_QSCHED_BANDS - 1, now, tx, &fin,
+				    &room);
+			qsched_admit(qs, HQ_QSCHED_BANDS - 1, now, tx, fin,
+				     HQ_ROOM_NONE);
 		}
 		return 0;
 	}
@@ -2316,8 +2358,29 @@ static __noinline int qsock_sched(struct __sk_buff *skb, struct hq_qsock *q,
 		dl = q->dl_prev; /* the rest of a frame: the frame's deadline */
 		has_dl = dl != 0;
 	}
-	guard = nodrop ? 0 : dp * tx;
-	miss = has_dl && fin + guard > dl;
+	band = HQ_QSCHED_BANDS - 1;
+	if (has_dl) {
+		slack = dl > now ? dl - now : 0;
+		band = qsched_band(slack);
+		/* DWCS: a stream with no loss left comes first among equals. */
+		if (sched == HQ_SCHED_DWCS && band &&
+		    dwcs_window(q, 0, 0) >= q->oln)
+			band--;
+	}
+	fin = now;
+	room = HQ_ROOM_NONE;
+	if (qs)
+		qsched_view(qs, band, now, tx, &fin, &room);
+	/*
+	 * HTB may send what other classes hold on their own tokens first:
+	 * the link's margin (the daemon's, from the HTB tree). A droppable
+	 * message of drop priority p also needs p of its own times.
+	 */
+	guard = qs ? qs->margin : 0;
+	if (!nodrop)
+		guard += dp * tx;
+	/* It would be late, or make a message promised its deadline late. */
+	miss = has_dl && (fin + guard > dl || room < (__s64)tx);
 
 	if (in_frame && !(flags & HQ_TXT_FRAME_START)) {
 		/* The rest of a frame: its first message decided. */
@@ -2340,26 +2403,28 @@ static __noinline int qsock_sched(struct __sk_buff *skb, struct hq_qsock *q,
 	if (drop) {
 		__sync_fetch_and_add(fresh ? &q->late_dropped : &q->frame_dropped, 1);
 		__sync_fetch_and_add(&q->dropped_bytes, len);
-	} else if (has_dl && fin > dl) {
+	} else if (miss) {
 		__sync_fetch_and_add(&q->late, 1);
 		if (sched == HQ_SCHED_DWCS)
 			__sync_fetch_and_add(&q->violations, 1);
-	}
-	band = HQ_QSCHED_BANDS - 1;
-	if (has_dl) {
-		slack = dl > now ? dl - now : 0;
-		band = qsched_band(slack);
-		/* DWCS: a stream with no loss left comes first among equals. */
-		if (sched == HQ_SCHED_DWCS && band &&
-		    dwcs_window(q, 0, 0) >= q->oln)
-			band--;
+		/*
+		 * Sent though it will miss (lossless, non-droppable, DWCS with
+		 * no loss left): it goes last and is promised nothing, so that
+		 * no message that can still be on time is made late.
+		 */
+		if (band != HQ_QSCHED_BANDS - 1 && qs)
+			qsched_view(qs, HQ_QSCHED_BANDS - 1, now, tx, &fin,
+				    &room);
+		band = HQ_QSCHED_BANDS - 1;
+		has_dl = 0;
 	}
 	__sync_lock_test_and_set(&q->busy, 0);
 	if (drop)
 		return 1;
 	if (qs) {
 		*classid = qs->classid0 + band;
-		qsched_advance(qs, now, tx);
+		qsched_admit(qs, band, now, tx, fin,
+			     has_dl ? (__s64)(dl - fin) : HQ_ROOM_NONE);
 	}
 	return 0;
 }

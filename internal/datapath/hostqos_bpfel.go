@@ -259,11 +259,17 @@ type hostqosHqPolice struct {
 }
 
 type hostqosHqQsched struct {
-	_        structs.HostLayout
-	Vtime    uint64
-	NsQ16    uint64
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
 	Classid0 uint32
-	Pad      uint32
+	NsQ16    uint64
+	Margin   uint64
+	Vtime    [8]uint64
+	Lastfin  [8]uint64
+	Room     [8]int64
 }
 
 type hostqosHqQsock struct {

@@ -18,6 +18,9 @@ import (
 // datagram of 1,000 bytes (1,042 on the wire) takes 10.42 ms.
 const qschedRate = 800_000
 
+// qschedMargin is the scheduler's margin the test gives the link.
+const qschedMargin = 15140 * time.Microsecond
+
 func monoNow() uint64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
@@ -67,7 +70,7 @@ func TestQSockScheduler(t *testing.T) {
 		if err := b.d.SetQScheds(nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.d.SetQScheds(map[int]QSched{b.p.IndexA: {Rate: qschedRate, ClassID0: shaper.QSchedBandClassID(0)}}); err != nil {
+		if err := b.d.SetQScheds(map[int]QSched{b.p.IndexA: {Rate: qschedRate, ClassID0: shaper.QSchedBandClassID(0), Margin: qschedMargin}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -175,27 +178,28 @@ func TestQSockScheduler(t *testing.T) {
 				}
 			}
 
-			// EDF lossy. Each message sent moves the class's finish time
-			// 10.42 ms on.
+			// EDF lossy. Each message sent moves the finish time of its
+			// band and the less urgent ones 10.42 ms on.
 			reset()
-			send(txt(time.Second, 0))                                 // 1: fin +10 ms: sent
-			send(txt(15*time.Millisecond, 0))                         // 2: fin +21 ms: dropped
-			send(txt(15*time.Millisecond, TxtNoDrop))                 // 3: sent late
-			send(txt(5*time.Millisecond, TxtFrameStart))              // 4: a late frame: dropped
-			send(txt(time.Second, 0))                                 // 5: its middle: dropped
-			send(txt(time.Second, TxtFrameEnd))                       // 6: its end: dropped
-			send(txt(time.Second, TxtFrameStart))                     // 7: a frame in time: sent
-			send(txt(time.Millisecond, 0))                            // 8: late, but its frame started: sent
-			send(txt(0, TxtFrameEnd))                                 // 9: sent
-			send(0)                                                   // 10: no attributes: sent
-			check("edf-lossy", []byte{1, 3, 7, 8, 9, 10}, 2, 2, 2, 0) // late: 3 and 8
-			// Drop priority: of two messages that only one can meet
-			// alone, the one of drop priority 7 goes, 0 stays.
+			send(txt(time.Second, 0))                                     // 1: band 7, fin +10 ms: sent
+			send(txt(30*time.Millisecond, 0))                             // 2: band 5 (16-32 ms), empty: fin +10 ms (+15 ms margin): sent, ahead of 1
+			send(txt(30*time.Millisecond, 0))                             // 3: fin +21 ms (+15): dropped
+			send(txt(30*time.Millisecond, TxtNoDrop))                     // 4: sent late
+			send(txt(5*time.Millisecond, TxtFrameStart))                  // 5: a frame that cannot start in time: dropped
+			send(txt(time.Second, 0))                                     // 6: its middle: dropped
+			send(txt(time.Second, TxtFrameEnd))                           // 7: its end: dropped
+			send(txt(time.Second, TxtFrameStart))                         // 8: a frame in time: sent
+			send(txt(time.Millisecond, 0))                                // 9: late, but its frame started: sent
+			send(txt(0, TxtFrameEnd))                                     // 10: sent
+			send(0)                                                       // 11: no attributes: sent
+			check("edf-lossy", []byte{1, 2, 4, 8, 9, 10, 11}, 2, 2, 2, 0) // late: 4 and 9
+			// Drop priority: a message of drop priority 7 is kept only
+			// with 7 message-times of room before its deadline.
 			reset()
-			send(txt(time.Second, 0))                       // 11: sent, fin +10 ms
-			send(txt(60*time.Millisecond, 7<<TxtPrioShift)) // 12: fin +21 ms, less 7 × 10 ms: dropped
-			send(txt(60*time.Millisecond, 0))               // 13: sent
-			check("drop priority", []byte{11, 13}, 2, 3, 2, 0)
+			send(txt(time.Second, 0))                       // 12: sent
+			send(txt(60*time.Millisecond, 7<<TxtPrioShift)) // 13: fin +10 ms (+15), + 7 × 10 ms > 60 ms: dropped
+			send(txt(60*time.Millisecond, 0))               // 14: sent
+			check("drop priority", []byte{12, 14}, 2, 3, 2, 0)
 
 			// EDF lossless: all sent, the late counted; bands by slack.
 			q.Sched = SchedEDFLossless
@@ -204,13 +208,13 @@ func TestQSockScheduler(t *testing.T) {
 			}
 			reset()
 			before := bandPackets()
-			send(txt(3*time.Millisecond, 0))   // 14: slack 3 ms → band 2, late
-			send(txt(500*time.Millisecond, 0)) // 15: band 7
-			send(txt(0, 0))                    // 16: no deadline: band 7
-			send(txt(20*time.Millisecond, 0))  // 17: band 5, late (fin +42 ms)
-			check("edf-lossless", []byte{14, 15, 16, 17}, 4, 3, 2, 0)
+			send(txt(3*time.Millisecond, 0))   // 15: slack 3 ms (band 2), fin +10 ms: late, so sent last (band 7)
+			send(txt(500*time.Millisecond, 0)) // 16: band 7
+			send(txt(0, 0))                    // 17: no deadline: band 7
+			send(txt(30*time.Millisecond, 0))  // 18: band 5, ahead of them all: on time
+			check("edf-lossless", []byte{15, 16, 17, 18}, 3, 3, 2, 0)
 			after := bandPackets()
-			for band, want := range map[int]uint64{2: 1, 5: 1, 7: 2} {
+			for band, want := range map[int]uint64{5: 1, 7: 3} {
 				if d := after[band] - before[band]; d != want {
 					t.Errorf("band %d got %d packets, want %d (before %v, after %v)", band, d, want, before, after)
 				}
@@ -224,11 +228,11 @@ func TestQSockScheduler(t *testing.T) {
 			}
 			reset()
 			for i := 0; i < 6; i++ {
-				send(txt(0, 0)) // 18..23: D S S D S S
+				send(txt(0, 0)) // 19..24: D S S D S S
 			}
-			send(txt(0, TxtNoDrop)) // 24: its window allows a loss, but it is non-droppable
-			send(txt(0, 0))         // 25: dropped
-			check("dwcs", []byte{19, 20, 22, 23, 24}, 9, 6, 2, 5)
+			send(txt(0, TxtNoDrop)) // 25: its window allows a loss, but it is non-droppable
+			send(txt(0, 0))         // 26: dropped
+			check("dwcs", []byte{20, 21, 23, 24, 25}, 8, 6, 2, 5)
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -492,6 +493,10 @@ func sockaddrAddrPort(sa unix.Sockaddr) (netip.AddrPort, bool) {
 type QSched struct {
 	Rate     uint64 // bit/s
 	ClassID0 uint32
+	// Margin is how much later than predicted at Rate a packet may
+	// leave (shaper.QSchedMargin): a message is kept only with that much
+	// room before its deadline.
+	Margin time.Duration
 }
 
 // SetQScheds makes the links' qsocket schedulers (by ifindex) those of
@@ -522,10 +527,10 @@ func (d *Datapath) SetQScheds(ls map[int]QSched) error {
 			return fmt.Errorf("read qsocket scheduler of ifindex %d: %w", ifindex, err)
 		}
 		nsq16 := (uint64(8e9) << 16) / q.Rate
-		if err == nil && cur.NsQ16 == nsq16 && cur.Classid0 == q.ClassID0 {
+		if err == nil && cur.NsQ16 == nsq16 && cur.Classid0 == q.ClassID0 && cur.Margin == uint64(q.Margin) {
 			continue
 		}
-		v = hostqosHqQsched{Vtime: cur.Vtime, NsQ16: nsq16, Classid0: q.ClassID0}
+		v = hostqosHqQsched{Vtime: cur.Vtime, Lastfin: cur.Lastfin, Room: cur.Room, NsQ16: nsq16, Classid0: q.ClassID0, Margin: uint64(q.Margin)}
 		if err := d.objs.HqQsched.Update(&k, &v, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("set qsocket scheduler of ifindex %d: %w", ifindex, err)
 		}

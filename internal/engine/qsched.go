@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"maps"
+	"time"
 
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/shaper"
@@ -73,7 +74,8 @@ func (e *Engine) pushQSchedsLocked(plans []linkPlan) error {
 		}
 		for _, c := range lp.plan.Classes {
 			if c.Minor == shaper.QSchedMinor {
-				want[lp.ifindex] = datapath.QSched{Rate: c.Rate, ClassID0: shaper.QSchedBandClassID(0)}
+				want[lp.ifindex] = datapath.QSched{Rate: c.Rate, ClassID0: shaper.QSchedBandClassID(0),
+					Margin: time.Duration(shaper.QSchedMargin(*lp.plan))}
 			}
 		}
 	}

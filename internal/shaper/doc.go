@@ -36,7 +36,8 @@
 // the explicit guarantees (class MinBW + rule MinBW + rule token rates) leave
 // of the link: equal weights, a quarter weight for scavenger-like classes
 // (priority 7), each at least 8 kbit and at most what fits under the class
-// ceiling. The children of every class sum to at most its rate and the inner
+// ceiling. The children of every class (but the qsched class, whose bands
+// 0..6 each have its rate; see QSchedMinor) sum to at most its rate and the inner
 // classes sum to exactly the link rate whenever some class has an implicit
 // share; ceil >= rate everywhere; every rate is at least 8 kbit and a whole
 // number of bytes per second.

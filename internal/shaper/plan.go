@@ -106,10 +106,14 @@ type LinkSpec struct {
 
 // The qsched subtree: an inner class at QSchedMinor (rate = ceil =
 // LinkSpec.QSched, a guarantee beside the classes') and its band leaves
-// QSchedMinor+1+b, b = 0..QSchedBands-1, of HTB priority b, each with a
-// MinRate guarantee, so that what they send beyond it they borrow from
-// the qsched class in strict band order. Their queues hold
-// QSchedQueueLimit packets.
+// QSchedMinor+1+b, b = 0..QSchedBands-1. Bands 0..6 hold only messages
+// the datapath's scheduler admitted on time, within the class's rate in
+// all: each may send at that rate on its own tokens, at HTB priority 0,
+// so that no class's burst goes ahead of them (HTB sends what classes
+// send on their own tokens before anything borrowed). Band 7 (no
+// deadline, far deadlines, and messages sent late) has MinRate and
+// priority 7, and borrows what bands 0..6 leave of the class. Their
+// queues hold QSchedQueueLimit packets.
 const (
 	QSchedMinor      uint16 = 0x7000
 	QSchedBands             = 8
@@ -461,7 +465,11 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 	if qs > 0 {
 		p.Classes = append(p.Classes, mkClass(QSchedMinor, RootMinor, qs, qs, 0, false, "qsched"))
 		for b := 0; b < QSchedBands; b++ {
-			c := mkClass(QSchedMinor+1+uint16(b), QSchedMinor, MinRate, qs, b, true, fmt.Sprintf("qsched band %d", b))
+			rate, prio := qs, 0
+			if b == QSchedBands-1 {
+				rate, prio = MinRate, QSchedBands-1
+			}
+			c := mkClass(QSchedMinor+1+uint16(b), QSchedMinor, rate, qs, prio, true, fmt.Sprintf("qsched band %d", b))
 			c.QueueLimit = QSchedQueueLimit
 			p.Classes = append(p.Classes, c)
 		}
@@ -623,3 +631,16 @@ func round8(r uint64) uint64 { return r &^ 7 }
 
 // fmtRate writes a configured rate as the policy does ("1.5mbit").
 func fmtRate(r uint64) string { return units.ExactRate(r) }
+
+// QSchedMargin is how much later than predicted at the qsched class's
+// rate a band's packet may leave (ns): two full-size frames at the link's
+// rate (the frame on the wire, and one of another band or class of
+// priority 0 first). 0 for a plan without a qsched class.
+func QSchedMargin(p Plan) uint64 {
+	for _, c := range p.Classes {
+		if c.Minor == QSchedMinor && p.Link.Rate > 0 {
+			return 2 * frameBytes * 8 * 1e9 / p.Link.Rate
+		}
+	}
+	return 0
+}
