@@ -114,10 +114,13 @@ type LinkSpec struct {
 // deadline, far deadlines, and messages sent late) has MinRate and
 // priority 7, and borrows what bands 0..6 leave of the class. Their
 // queues hold QSchedQueueLimit packets.
+const QSchedMinor uint16 = 0x7000
+
+// QSchedBands is the number of band leaves, QSchedQueueLimit the packets
+// each one's queue holds.
 const (
-	QSchedMinor      uint16 = 0x7000
-	QSchedBands             = 8
-	QSchedQueueLimit        = 4096
+	QSchedBands      = 8
+	QSchedQueueLimit = 4096
 )
 
 // QSchedBandClassID is the classid of band b of the qsched subtree.
