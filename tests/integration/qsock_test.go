@@ -213,6 +213,37 @@ func TestQSockets(t *testing.T) {
 			t.Errorf("%s: %d messages sent, %d packets through the classifier; want the same, not 0", ex.name, sent, packets)
 		}
 	}
+
+	// The host's scheduler (a shaped link has one) acts on the attributes
+	// the libraries pass: the C video sender under DWCS, within its
+	// declared rate, has every message it sent through the classifier or
+	// dropped by the host, and at most 1 frame of any 4 dropped (none when
+	// the machine keeps up); a late droppable frame is dropped whole, a
+	// non-droppable message sent late (Python; last, as the latter leaves
+	// the scheduler's virtual time ahead of the clock).
+	e.hostqos("link", "set", e.iface(), "--egress-rate", "100mbit")
+	c := e.client.Command("../../libhostqos/examples/video_sender", srv, "7411", "1")
+	c.Env = append(os.Environ(), env...)
+	out = mustRun(t, c)
+	t.Logf("C video, DWCS on a shaped link: %s", strings.TrimSpace(out))
+	if m := regexp.MustCompile(`sent=(\d+) .* packets=(\d+) .* host_late_dropped=(\d+) host_frame_dropped=(\d+)`).FindStringSubmatch(out); m == nil {
+		t.Errorf("C video under DWCS: no qinfo line:\n%s", out)
+	} else {
+		n := make([]int, 4)
+		for i := range n {
+			n[i], _ = strconv.Atoi(m[i+1])
+		}
+		if n[0] == 0 || n[1]+n[2]+n[3] != n[0] || n[2] > 20/4 {
+			t.Errorf("C video under DWCS: %d messages sent, %d through the classifier, %d frames (%d more messages) dropped by the host; want all accounted for, at most 5 of its 20 frames dropped", n[0], n[1], n[2], n[3])
+		}
+	}
+	py = e.client.Command("python3", "testdata/qsock_udp.py", srv, "7410", "interactive", "host")
+	py.Env = append(os.Environ(), "PYTHONPATH=../../python", "HOSTQOS_SOCKET="+e.d.Socket)
+	out = mustRun(t, py)
+	t.Logf("Python UDP, host's scheduler: %s", out)
+	if !regexp.MustCompile(`python udp host sent=4 dropped=0 packets=1 late_dropped=1 frame_dropped=2 dropped_bytes=\d+ late=1`).MatchString(out) {
+		t.Errorf("Python datagram qsocket, the host's scheduler: %s\nwant the late frame of 3 dropped whole by the host, the non-droppable message sent late", out)
+	}
 }
 
 func mustRun(t *testing.T, cmd *exec.Cmd) string {

@@ -2,11 +2,14 @@
 scheduler passes each message's attributes to the host (SO_TXTIME,
 SCM_TXTIME) and measures the queueing delay (qinfo's qdelay_*).
 
-    python3 qsock_udp.py ADDR PORT CLASS
+    python3 qsock_udp.py ADDR PORT CLASS [host]
 
 Sends 48 messages with deadlines, frames, drop priorities (every 12th
 non-droppable) under edf-lossless, checks a drop priority out of range is
-refused, changes to fifo and sends 2 more, then prints qinfo."""
+refused, changes to fifo and sends 2 more, then prints qinfo. With
+"host" (on a link with the qsocket scheduler), instead: a late frame the
+host's scheduler must drop whole, and a non-droppable message it must
+send late."""
 import errno
 import socket
 import sys
@@ -15,6 +18,27 @@ import time
 import hostqos
 
 addr, port, cls = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+if len(sys.argv) > 4 and sys.argv[4] == "host":
+    # At 100 kbit/s a 1200-byte message takes 99 ms of the qsocket
+    # scheduler's class, so one due in 60 ms is predicted late (the source,
+    # seeing no queue, sends it). A droppable frame of 3 is dropped whole
+    # (its first message: late_dropped, the rest: frame_dropped); a
+    # non-droppable message is sent, late.
+    s = hostqos.qsocket(socket.AF_INET, socket.SOCK_DGRAM, 0,
+                        hostqos.QosParams(class_name=cls, scheduler=hostqos.EDF_LOSSY, rate=100_000))
+    dl = time.monotonic() + 0.06
+    for i, fl in enumerate((hostqos.FRAME_START, 0, hostqos.FRAME_END)):
+        hostqos.qsendto(s, b"f%d" % i + b"." * 1198, 0, (addr, port),
+                        hostqos.PacketFlags(deadline=dl, flags=fl, drop_priority=3))
+    hostqos.qsendto(s, b"nd" + b"." * 1198, 0, (addr, port),
+                    hostqos.PacketFlags(deadline=time.monotonic() + 0.06, flags=hostqos.NON_DROPPABLE))
+    info = hostqos.qinfo(s)
+    print(f"python udp host sent={info.sent_msgs} dropped={info.dropped_msgs} packets={info.packets} "
+          f"late_dropped={info.sched_late_dropped} frame_dropped={info.sched_frame_dropped} "
+          f"dropped_bytes={info.sched_dropped_bytes} late={info.sched_late_msgs}")
+    hostqos.qclose(s)
+    sys.exit(0)
 s = hostqos.qsocket(socket.AF_INET, socket.SOCK_DGRAM, 0,
                     hostqos.QosParams(class_name=cls, scheduler=hostqos.EDF_LOSSLESS))
 for i in range(48):
