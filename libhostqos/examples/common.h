@@ -55,14 +55,14 @@ static inline void print_info(int fd)
 	}
 	printf("qinfo id=%u class=%s dscp=%d sent=%llu sent_bytes=%llu dropped=%llu late=%llu "
 	       "packets=%llu bytes=%llu rate_bps=%llu qdelay_mean_ns=%llu qdelay_p99_ns=%llu samples=%u "
-	       "host_late=%llu host_late_dropped=%llu host_frame_dropped=%llu host_violations=%llu\n",
+	       "sched_late=%llu sched_dropped=%llu sched_frame_dropped=%llu sched_violations=%llu\n",
 	       in.id, in.class_name, in.dscp, (unsigned long long)in.sent_msgs,
 	       (unsigned long long)in.sent_bytes, (unsigned long long)in.dropped_msgs,
 	       (unsigned long long)in.late_msgs, (unsigned long long)in.packets,
 	       (unsigned long long)in.bytes, (unsigned long long)in.rate_bps,
 	       (unsigned long long)in.qdelay_mean_ns, (unsigned long long)in.qdelay_p99_ns,
-	       in.qdelay_samples, (unsigned long long)in.sched_late_msgs,
-	       (unsigned long long)in.sched_late_dropped, (unsigned long long)in.sched_frame_dropped,
+	       in.qdelay_samples, (unsigned long long)in.sched_late,
+	       (unsigned long long)in.sched_dropped, (unsigned long long)in.sched_frame_dropped,
 	       (unsigned long long)in.sched_violations);
 	fflush(stdout);
 }

@@ -721,8 +721,8 @@ int qinfo(int fd, struct qos_info *info)
 	info->packets = json_u64(ans, "packets");
 	info->bytes = json_u64(ans, "bytes");
 	info->rate_bps = json_u64(ans, "rate");
-	info->sched_late_msgs = json_u64(ans, "late");
-	info->sched_late_dropped = json_u64(ans, "late_dropped");
+	info->sched_late = json_u64(ans, "late");
+	info->sched_dropped = json_u64(ans, "late_dropped");
 	info->sched_frame_dropped = json_u64(ans, "frame_dropped");
 	info->sched_dropped_bytes = json_u64(ans, "dropped_bytes");
 	info->sched_violations = json_u64(ans, "violations");
@@ -770,7 +770,10 @@ static int decide(struct qstate *s, const struct packet_flags *pf, int64_t now)
 	if (s->sched != QOS_SCHED_EDF_LOSSY || !pf)
 		return 1;
 	dl = ts_ns(&pf->deadline);
-	late = dl != 0 && now + (int64_t)s->ewma > dl;
+	/* With the host's scheduler deciding (txtime), only what is already
+	 * too late: the host predicts by band and backlog, which the
+	 * socket's own queueing delay does not know. */
+	late = dl != 0 && now + (s->txtime ? 0 : (int64_t)s->ewma) > dl;
 	if (pf->flags & QPF_FRAME_START) {
 		s->frame_drop = late;
 		s->in_frame = !(pf->flags & QPF_FRAME_END);

@@ -143,8 +143,8 @@ class QosInfo:
     # The host's scheduler (dwcs, edf-*; datagram qsockets): sent predicted
     # late; dropped as unable to meet the deadline, or with their frame; the
     # bytes dropped; DWCS messages sent late with no loss left in the window.
-    sched_late_msgs: int = 0
-    sched_late_dropped: int = 0
+    sched_late: int = 0
+    sched_dropped: int = 0
     sched_frame_dropped: int = 0
     sched_dropped_bytes: int = 0
     sched_violations: int = 0
@@ -423,7 +423,7 @@ def qinfo(s: Union[socket.socket, int]) -> QosInfo:
     info = QosInfo(id=d.get("id", 0), class_name=d.get("class", ""), dscp=d.get("dscp", 0),
                    scheduler=d.get("scheduler", FIFO), packets=d.get("packets", 0),
                    bytes=d.get("bytes", 0), rate_bps=d.get("rate", 0),
-                   sched_late_msgs=d.get("late", 0), sched_late_dropped=d.get("late_dropped", 0),
+                   sched_late=d.get("late", 0), sched_dropped=d.get("late_dropped", 0),
                    sched_frame_dropped=d.get("frame_dropped", 0), sched_dropped_bytes=d.get("dropped_bytes", 0),
                    sched_violations=d.get("violations", 0))
     st = _states.get(fd)
@@ -447,7 +447,11 @@ def _decide(st: _State, pf: Optional[PacketFlags], now: float) -> bool:
     """The scheduler's decision at the source: True send, False drop."""
     if st.scheduler != EDF_LOSSY or pf is None:
         return True
-    late = pf.deadline is not None and now + st.ts.ewma / 1e9 > pf.deadline
+    # With the host's scheduler deciding (txtime), only what is already too
+    # late: the host predicts by band and backlog, which the socket's own
+    # queueing delay does not know.
+    qdelay = 0 if st.txtime else st.ts.ewma / 1e9
+    late = pf.deadline is not None and now + qdelay > pf.deadline
     if pf.flags & FRAME_START:
         st.frame_drop = late
         st.in_frame = not (pf.flags & FRAME_END)

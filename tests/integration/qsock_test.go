@@ -226,7 +226,7 @@ func TestQSockets(t *testing.T) {
 	c.Env = append(os.Environ(), env...)
 	out = mustRun(t, c)
 	t.Logf("C video, DWCS on a shaped link: %s", strings.TrimSpace(out))
-	if m := regexp.MustCompile(`sent=(\d+) .* packets=(\d+) .* host_late_dropped=(\d+) host_frame_dropped=(\d+)`).FindStringSubmatch(out); m == nil {
+	if m := regexp.MustCompile(`sent=(\d+) .* packets=(\d+) .* sched_dropped=(\d+) sched_frame_dropped=(\d+)`).FindStringSubmatch(out); m == nil {
 		t.Errorf("C video under DWCS: no qinfo line:\n%s", out)
 	} else {
 		n := make([]int, 4)

@@ -127,8 +127,8 @@ struct qos_info {
 	 * deadline; dropped because they could not meet it, or with the rest
 	 * of their frame; the bytes of both; DWCS messages sent late with no
 	 * loss left in their window (violations). */
-	uint64_t sched_late_msgs;
-	uint64_t sched_late_dropped, sched_frame_dropped, sched_dropped_bytes;
+	uint64_t sched_late;
+	uint64_t sched_dropped, sched_frame_dropped, sched_dropped_bytes;
 	uint64_t sched_violations;
 };
 

@@ -35,8 +35,8 @@ if len(sys.argv) > 4 and sys.argv[4] == "host":
                     hostqos.PacketFlags(deadline=time.monotonic() + 0.06, flags=hostqos.NON_DROPPABLE))
     info = hostqos.qinfo(s)
     print(f"python udp host sent={info.sent_msgs} dropped={info.dropped_msgs} packets={info.packets} "
-          f"late_dropped={info.sched_late_dropped} frame_dropped={info.sched_frame_dropped} "
-          f"dropped_bytes={info.sched_dropped_bytes} late={info.sched_late_msgs}")
+          f"late_dropped={info.sched_dropped} frame_dropped={info.sched_frame_dropped} "
+          f"dropped_bytes={info.sched_dropped_bytes} late={info.sched_late}")
     hostqos.qclose(s)
     sys.exit(0)
 s = hostqos.qsocket(socket.AF_INET, socket.SOCK_DGRAM, 0,
@@ -59,6 +59,6 @@ time.sleep(0.05)
 info = hostqos.qinfo(s)
 print(f"python udp qinfo class={info.class_name} scheduler={info.scheduler} sent={info.sent_msgs} "
       f"dropped={info.dropped_msgs} packets={info.packets} samples={info.qdelay_samples} "
-      f"mean_ns={info.qdelay_mean_ns} p99_ns={info.qdelay_p99_ns} host_late={info.sched_late_msgs} "
-      f"host_dropped={info.sched_late_dropped + info.sched_frame_dropped} drop_priority_9={refused}")
+      f"mean_ns={info.qdelay_mean_ns} p99_ns={info.qdelay_p99_ns} host_late={info.sched_late} "
+      f"host_dropped={info.sched_dropped + info.sched_frame_dropped} drop_priority_9={refused}")
 hostqos.qclose(s)
