@@ -15,7 +15,7 @@ import (
 // the deadline (CLOCK_MONOTONIC ns, rounded down to 256 ns) or the send
 // time without one, and bits 0..7 the flags below. The TC egress program
 // decodes and clears it (docs/qsockets.md, "Schedulers"). The values are
-// the datapath's enum hq_txtime, also in <hostqos/qsock.h> (QSOCK_TXT_*)
+// the datapath's enum hq_txtime, also in <hostqos/qsock.h> (QSOCK_TXTIME_*)
 // and the Python module; TestTxtimeConstantsAgree keeps them equal.
 const (
 	txtDeadline   = 0x01

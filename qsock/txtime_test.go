@@ -12,7 +12,7 @@ import (
 
 // TestTxtimeConstantsAgree: the per-message flags are one set of values —
 // the datapath's enum hq_txtime, package qsock's, the public C header's
-// QSOCK_TXT_* and the Python module's — and the scheduler numbers are the
+// QSOCK_TXTIME_* and the Python module's TXTIME_* — and the scheduler numbers are the
 // API's order.
 func TestTxtimeConstantsAgree(t *testing.T) {
 	want := map[string]uint64{
@@ -31,11 +31,11 @@ func TestTxtimeConstantsAgree(t *testing.T) {
 		t.Errorf("time mask %#x, flags %#x", txtTimeMask, datapath.TxtFlags)
 	}
 	files := map[string]*regexp.Regexp{
-		"../libhostqos/include/hostqos/qsock.h": regexp.MustCompile(`(?m)^#define QSOCK_TXT_([A-Z_]+)\s+\(?(0x[0-9a-fA-F]+|[0-9]+)u?`),
+		"../libhostqos/include/hostqos/qsock.h": regexp.MustCompile(`(?m)^#define QSOCK_TXTIME_([A-Z_]+)\s+\(?(0x[0-9a-fA-F]+|[0-9]+)u?`),
 	}
 	if py, _ := os.ReadDir("../python/hostqos"); py != nil {
 		for _, e := range py {
-			files["../python/hostqos/"+e.Name()] = regexp.MustCompile(`(?m)^QSOCK_TXT_([A-Z_]+)\s*=\s*(0x[0-9a-fA-F]+|[0-9]+)`)
+			files["../python/hostqos/"+e.Name()] = regexp.MustCompile(`(?m)^TXTIME_([A-Z_]+)\s*=\s*(0x[0-9a-fA-F]+|[0-9]+)`)
 		}
 	}
 	for path, re := range files {
@@ -50,7 +50,7 @@ func TestTxtimeConstantsAgree(t *testing.T) {
 			}
 			v, err := strconv.ParseUint(m[2], 0, 64)
 			if err != nil || v != w {
-				t.Errorf("%s: QSOCK_TXT_%s = %s, the datapath's is %#x", path, m[1], m[2], w)
+				t.Errorf("%s: %s = %s, the datapath's is %#x", path, m[1], m[2], w)
 			}
 		}
 	}

@@ -20,15 +20,24 @@ import (
 // encoding says for a table of messages (with and without deadlines,
 // frames, non-droppable, every drop priority).
 func TestTxtimeWireAgrees(t *testing.T) {
-	want := map[string]uint64{ // the encoding, bit by bit
-		"HAS_DEADLINE":  0x01,
-		"NON_DROPPABLE": 0x02,
-		"FRAME_START":   0x04,
-		"FRAME_END":     0x08,
-		"PRIO_SHIFT":    4,
-		"PRIO_MASK":     0x70,
-		"MARKER":        0x80,
-		"FLAGS_MASK":    0xff,
+	want := map[string]uint64{ // the BPF side's (enum hq_txtime)
+		"HAS_DEADLINE":  TxtDeadline,
+		"NON_DROPPABLE": TxtNoDrop,
+		"FRAME_START":   TxtFrameStart,
+		"FRAME_END":     TxtFrameEnd,
+		"PRIO_SHIFT":    TxtPrioShift,
+		"PRIO_MASK":     TxtPrioMask,
+		"MARKER":        TxtMark,
+		"FLAGS_MASK":    TxtFlags,
+	}
+	spec := map[string]uint64{ // the encoding, bit by bit
+		"HAS_DEADLINE": 0x01, "NON_DROPPABLE": 0x02, "FRAME_START": 0x04, "FRAME_END": 0x08,
+		"PRIO_SHIFT": 4, "PRIO_MASK": 0x70, "MARKER": 0x80, "FLAGS_MASK": 0xff,
+	}
+	for name, v := range spec {
+		if want[name] != v {
+			t.Errorf("enum hq_txtime: %s = %#x, the encoding says %#x", name, want[name], v)
+		}
 	}
 	root := filepath.Join("..", "..")
 	hdr := filepath.Join(root, "libhostqos", "include", "hostqos", "qsock.h")
