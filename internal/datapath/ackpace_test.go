@@ -93,6 +93,9 @@ func download(t *testing.T, p *testutil.Pair, port uint16, dur time.Duration) fl
 	defer unix.Close(lfd)
 	go func() {
 		fd, _, err := unix.Accept(lfd)
+		for err == unix.EINTR { // the Go runtime's preemption signal
+			fd, _, err = unix.Accept(lfd)
+		}
 		if err != nil {
 			return
 		}
@@ -100,14 +103,19 @@ func download(t *testing.T, p *testutil.Pair, port uint16, dur time.Duration) fl
 		_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{Sec: 1})
 		buf := make([]byte, 64<<10)
 		for {
-			if _, err := unix.Write(fd, buf); err != nil {
+			if _, err := unix.Write(fd, buf); err != nil && err != unix.EINTR {
 				return
 			}
 		}
 	}()
 	fd := b4Socket(t, p)
 	defer unix.Close(fd)
-	if err := unix.Connect(fd, sockaddr(ap)); err != nil {
+	err := unix.Connect(fd, sockaddr(ap))
+	for err == unix.EINTR || err == unix.EALREADY { // interrupted: the handshake goes on
+		time.Sleep(time.Millisecond)
+		err = unix.Connect(fd, sockaddr(ap))
+	}
+	if err != nil && err != unix.EISCONN {
 		t.Fatalf("connect to port %d: %v", port, err)
 	}
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 200000})
@@ -116,7 +124,7 @@ func download(t *testing.T, p *testutil.Pair, port uint16, dur time.Duration) fl
 	start := time.Now()
 	for time.Since(start) < dur {
 		m, err := unix.Read(fd, buf)
-		if err != nil && err != unix.EAGAIN {
+		if err != nil && err != unix.EAGAIN && err != unix.EINTR {
 			t.Fatal(fmt.Errorf("read port %d: %w", port, err))
 		}
 		n += max(m, 0)
