@@ -7,6 +7,8 @@
 #   scripts/kernel-vm.sh                          TestClassifyMatchesReference, on Debian's linux-image-amd64
 #   scripts/kernel-vm.sh -run 'TestX|TestY'       other tests
 #   KERNEL_PKG=linux-image-6.1.0-56-amd64 scripts/kernel-vm.sh
+#   HOSTQOS_VERIFIER_COST=1 scripts/kernel-vm.sh -run TestVerifierCost
+#                                                 the verifier's cost per program
 #
 # Needs root, apt (qemu-system-x86, busybox-static) and a few GB of memory.
 # Runs under qemu's emulator (TCG: slow, minutes); KVM=1 uses KVM instead
@@ -64,4 +66,4 @@ if [ -n "${KVM:-}" ]; then
 	accel=(-enable-kvm -cpu host)
 fi
 exec qemu-system-x86_64 "${accel[@]}" -m 3072 -smp 2 -kernel "$vmlinuz" -initrd "$work/initrd.gz" \
-	-append "console=ttyS0 quiet panic=-1 testrun=$run" -nographic -no-reboot
+	-append "console=ttyS0 quiet panic=-1 testrun=$run${HOSTQOS_VERIFIER_COST:+ HOSTQOS_VERIFIER_COST=$HOSTQOS_VERIFIER_COST}" -nographic -no-reboot

@@ -839,11 +839,12 @@ static long am_word(__u32 k, void *data)
  * Computes into s->app the bitmap of app rules the socket's identity
  * satisfies (words 0..nw-1, nw <= HQ_BITMAP_WORDS); returns whether any
  * bit is set. Cgroups match as the union over the socket's own cgroup and
- * its ancestors.
+ * its ancestors. A global function (verified once, on its own: its
+ * pointers are plain memory that may be NULL), as hq_flow_slow.
  */
-static __noinline int app_match(struct hq_scratch *s, __u32 buf,
-				const struct hq_buf *hb,
-				const struct hq_ident *id, __u32 nw)
+__noinline int hq_app_match(struct hq_scratch *s, __u32 buf,
+			    const struct hq_buf *hb, const struct hq_ident *id,
+			    __u32 nw)
 {
 	/* One key at a time: a smaller frame (the stack limit counts it). */
 	union {
@@ -855,6 +856,8 @@ static __noinline int app_match(struct hq_scratch *s, __u32 buf,
 	struct hq_appm m = {};
 	__u32 l, top;
 
+	if (!s || !hb || !id)
+		return 0;
 	m.s = s;
 	m.hb = hb;
 	__builtin_memset(&u, 0, sizeof(u));
@@ -1007,7 +1010,7 @@ static __always_inline void evaluate(const struct hq_ident *id,
 			s->token = token;
 			ev.best = nrules;
 			ev.done = 0;
-			if (app_match(s, buf, hb, id, nw)) {
+			if (hq_app_match(s, buf, hb, id, nw)) {
 				ev.app = &s->app;
 				ev.abase = buf * HQ_MAX_APP_RULES;
 				app_walk(&ev, k, s, nw, slot);
@@ -1229,10 +1232,12 @@ static __always_inline struct hq_flow *fctr_owner(__u32 idx, __u64 t)
  * slots after the cursor that is free or whose flow is gone or idle for
  * HQ_FCTR_IDLE_NS, else the least recently used of them. A live owner of
  * the slot gets the slot's counts added to its base first, so its counters
- * stay monotonic; it gets a new slot on its next packet.
+ * stay monotonic; it gets a new slot on its next packet. Returns the
+ * slot's index, negative for none. A global function (see hq_flow_slow),
+ * so it returns the index, not the slot (6.1 takes no pointer back).
  */
-static __noinline struct hq_fctr *
-fctr_alloc(struct hq_pkt *p, const struct hq_flow_key *key, struct hq_flow *f)
+__noinline int hq_fctr_alloc(__u64 now, const struct hq_flow_key *key,
+			     struct hq_flow *f)
 {
 	struct hq_fctr *c, *best = NULL;
 	struct hq_flow *o, *best_o = NULL;
@@ -1241,15 +1246,17 @@ fctr_alloc(struct hq_pkt *p, const struct hq_flow_key *key, struct hq_flow *f)
 	__u32 idx, best_idx = 0;
 	int i;
 
+	if (!key || !f)
+		return -1;
 	for (i = 0; i < HQ_FCTR_TRIES; i++) {
 		n = __sync_fetch_and_add(&hq_policy.fcursor, 1);
 		idx = n % hq_fctr_n;
 		c = bpf_map_lookup_elem(&hq_fctr, &idx);
 		if (!c)
-			return NULL;
+			return -1;
 		t = c->tag;
 		o = fctr_owner(idx, t);
-		if (!o || p->now - c->last_ns >= HQ_FCTR_IDLE_NS) {
+		if (!o || now - c->last_ns >= HQ_FCTR_IDLE_NS) {
 			best = c;
 			best_o = o;
 			best_n = n;
@@ -1264,7 +1271,7 @@ fctr_alloc(struct hq_pkt *p, const struct hq_flow_key *key, struct hq_flow *f)
 		}
 	}
 	if (!best)
-		return NULL;
+		return -1;
 	c = best;
 	t = __sync_lock_test_and_set(&c->tag, best_n + 1);
 	o = best_o;
@@ -1283,14 +1290,26 @@ fctr_alloc(struct hq_pkt *p, const struct hq_flow_key *key, struct hq_flow *f)
 	c->rx_packets = 0;
 	c->rx_bytes = 0;
 	c->rx_drops = 0;
-	c->last_ns = p->now;
+	c->last_ns = now;
 	c->rule = f->slot;
 	k = bpf_map_lookup_elem(&hq_fkey, &best_idx);
 	if (k)
 		*k = *key;
 	f->cslot = best_idx;
 	f->tag = best_n + 1;
-	return c;
+	return best_idx;
+}
+
+/* The slot hq_fctr_alloc gave f, NULL when it found none. */
+static __always_inline struct hq_fctr *
+fctr_alloc(__u64 now, const struct hq_flow_key *key, struct hq_flow *f)
+{
+	int r = hq_fctr_alloc(now, key, f);
+	__u32 idx = r;
+
+	if (r < 0)
+		return NULL;
+	return bpf_map_lookup_elem(&hq_fctr, &idx);
 }
 
 /*
@@ -1532,8 +1551,8 @@ static __always_inline int resv_police(const struct hq_resv *rv,
  * packet keeps the class and DSCP of its rule (a guaranteed
  * reservation's leaf shapes the non-conformant ones). Never drops.
  */
-static __noinline __u64 resv_result(struct __sk_buff *skb, __u64 res, __u32 gen,
-				    __u32 off)
+__noinline __u64 hq_resv_result(struct __sk_buff *skb, __u64 res, __u32 gen,
+			      __u32 off)
 {
 	struct hq_resv_state *s;
 	struct hq_resv *rv;
@@ -2136,7 +2155,7 @@ in_ident(struct __sk_buff *skb, const struct hq_pkt *p, struct hq_stats *st)
 }
 
 /*
- * Per-CPU room for the flow a slow-path evaluation builds (flow_slow): a
+ * Per-CPU room for the flow a slow-path evaluation builds (hq_flow_slow): a
  * struct hq_flow is too large for the stack beside the rule evaluation's
  * frames. TC programs run with bottom halves off, so uses on one CPU never
  * overlap.
@@ -2485,19 +2504,27 @@ static __noinline __u64 qsock_result(struct __sk_buff *skb, __u64 res,
  * the identity of the flow's local socket (NULL: none). Counts the packet and returns the
  * flow's classification (pack_result); with rx (TC ingress) it neither
  * polices nor counts, which the caller does.
+ *
+ * A global function: the verifier checks it once, on its own, not again
+ * for every state its callers reach it in (6.1's verifier ran out of its
+ * 1M instructions on the classifiers when it was static). Its pointers
+ * are plain memory that may be NULL; it reads *p and never writes it.
  */
-static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
-				  struct hq_pkt *p, struct hq_flow *f, int rx)
+__noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
+			      struct hq_pkt *p, struct hq_flow *f, int rx)
 {
 	struct hq_flow *nf;
 	__u32 zero = 0;
 	struct hq_flow_key key;
+	struct hq_flow_key4 k4;
 	struct hq_stats *st = stats();
 	struct hq_fctr *c;
 	__u32 idx;
 	__u64 res;
 	long err;
 
+	if (!p)
+		return HQ_RES_NONE;
 	/* The flow key in full form, for the rules and hq_fkey. */
 	if (p->key.family == HQ_AF_INET) {
 		__builtin_memset(&key, 0, sizeof(key));
@@ -2528,11 +2555,17 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 		if (!f) {
 			nf->first_ns = p->now;
 			nf->base_last_ns = p->now;
+			/*
+			 * The table's key on the stack: p is plain memory
+			 * here, which 6.1 does not take for a map key. Built
+			 * after the evaluation, whose frame it may share.
+			 */
+			k4 = p->k4;
 			if (key.family == HQ_AF_INET)
-				err = bpf_map_update_elem(&hq_flows4, &p->k4,
+				err = bpf_map_update_elem(&hq_flows4, &k4,
 							  nf, BPF_NOEXIST);
 			else
-				err = bpf_map_update_elem(&hq_flows6, &p->key,
+				err = bpf_map_update_elem(&hq_flows6, &key,
 							  nf, BPF_NOEXIST);
 			if (err && err != -17 /* EEXIST: raced */) {
 				if (st)
@@ -2543,9 +2576,9 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 						     p->now);
 			}
 			if (key.family == HQ_AF_INET)
-				f = bpf_map_lookup_elem(&hq_flows4, &p->k4);
+				f = bpf_map_lookup_elem(&hq_flows4, &k4);
 			else
-				f = bpf_map_lookup_elem(&hq_flows6, &p->key);
+				f = bpf_map_lookup_elem(&hq_flows6, &key);
 			if (!f) {
 				if (rx)
 					return pack_result(nf);
@@ -2569,7 +2602,7 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 		idx = f->cslot;
 		c = bpf_map_lookup_elem(&hq_fctr, &idx);
 		if (!c || !f->tag || c->tag != f->tag)
-			c = fctr_alloc(p, &key, f);
+			c = fctr_alloc(p->now, &key, f);
 		/*
 		 * A received packet may be the first of a flow after a policy
 		 * change: its re-evaluation is the flow's, and egress then
@@ -2583,7 +2616,7 @@ static __noinline __u64 flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 	idx = f->cslot;
 	c = bpf_map_lookup_elem(&hq_fctr, &idx);
 	if (!c || !f->tag || c->tag != f->tag)
-		c = fctr_alloc(p, &key, f);
+		c = fctr_alloc(p->now, &key, f);
 	if (c) {
 		__sync_fetch_and_add(&c->packets, 1);
 		__sync_fetch_and_add(&c->bytes, p->len);
@@ -3063,14 +3096,14 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 			goto classified;
 		}
 	}
-	res = flow_slow(skb, skb_ident(skb, stats()), &p, f, 0);
+	res = hq_flow_slow(skb, skb_ident(skb, stats()), &p, f, 0);
 	f = NULL;
 
 classified:
 	if ((__u8)(res >> 48) == HQ_ACT_QSOCK)
 		res = qsock_result(skb, res, f, &p);
 	if ((__u8)(res >> 48) == HQ_ACT_RESV)
-		res = resv_result(skb, res, p.gen, off);
+		res = hq_resv_result(skb, res, p.gen, off);
 	classid = (__u32)res;
 	slot = (__u16)(res >> 32);
 	action = (__u8)(res >> 48);
@@ -3232,7 +3265,7 @@ static __always_inline int ingress(struct __sk_buff *skb, __u32 off)
 
 	f = flow_get(&p);
 	if (!f || f->gen != p.gen) {
-		res = flow_slow(skb, in_ident(skb, &p, st), &p, f, 1);
+		res = hq_flow_slow(skb, in_ident(skb, &p, st), &p, f, 1);
 		f = flow_get(&p);
 	} else {
 		res = pack_result(f);
@@ -3352,6 +3385,7 @@ int hq_forget_flows(struct hq_forget *a)
 	struct hq_flow_key4 k4 = {};
 	struct hq_flow_key k = {};
 	struct hq_flow *f;
+	long n;
 
 	s.gen = *(volatile __u32 *)&hq_policy.gen;
 	a->count = 0;
@@ -3383,10 +3417,17 @@ int hq_forget_flows(struct hq_forget *a)
 	s.sport = a->sport;
 	s.any = a->any;
 	__builtin_memcpy(s.src, a->src, sizeof(s.src));
-	if (a->family == HQ_AF_INET)
-		bpf_for_each_map_elem(&hq_flows4, forget4_cb, &s, 0);
-	else
-		bpf_for_each_map_elem(&hq_flows6, forget6_cb, &s, 0);
+	/*
+	 * Two call sites (the empty asm keeps clang from merging them into
+	 * one on a map chosen at run time, which 6.1's verifier refuses:
+	 * "tail_call abusing map_ptr").
+	 */
+	if (a->family == HQ_AF_INET) {
+		n = bpf_for_each_map_elem(&hq_flows4, forget4_cb, &s, 0);
+	} else {
+		n = bpf_for_each_map_elem(&hq_flows6, forget6_cb, &s, 0);
+		asm volatile("" : "+r"(n));
+	}
 	a->count = s.count;
 	return 0;
 }
