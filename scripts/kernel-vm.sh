@@ -37,7 +37,9 @@ rm -rf "$root"
 mkdir -p "$root"/{bin,proc,sys,dev,tmp,mods}
 cp "$(command -v busybox)" "$root/bin/"
 for c in sh mount insmod poweroff echo mkdir cat sed grep uname; do ln -s busybox "$root/bin/$c"; done
-for m in drivers/net/veth net/sched/cls_bpf net/sched/sch_ingress net/sched/sch_htb; do
+# veth, the qdiscs and cls_bpf for the links; xfrm and nfnetlink for the
+# netlink handles the tests open in each namespace.
+for m in drivers/net/veth net/sched/cls_bpf net/sched/sch_ingress net/sched/sch_htb net/xfrm/xfrm_algo net/xfrm/xfrm_user net/netfilter/nfnetlink; do
 	cp "$kdir/kernel/$m.ko" "$root/mods/"
 done
 CGO_ENABLED=0 go test -c -o "$root/dp.test" ./internal/datapath

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/hostqos/hostqos/internal/shaper"
 	"github.com/hostqos/hostqos/internal/testutil"
 )
 
@@ -198,3 +199,19 @@ func tosOf(frame []byte) uint8 {
 }
 
 func netipAP(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// attachAsDaemon attaches d's egress classifier to ifindex (in the
+// caller's network namespace) by the path the daemon's auto mode takes on
+// this kernel: TCX where the kernel has it (6.6), else a cls_bpf filter on
+// a clsact qdisc (scripts/kernel-vm.sh runs such tests on 6.1).
+func attachAsDaemon(d *Datapath, ifindex int) error {
+	if HaveTCX() {
+		return d.AttachLink(ifindex)
+	}
+	fd, _, err := d.EgressProgramFD(ifindex)
+	if err != nil {
+		return err
+	}
+	_, err = shaper.AttachBPF(ifindex, shaper.Egress, fd)
+	return err
+}

@@ -44,7 +44,7 @@ func TestFlowAppRulePrecedence(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return d.AttachLink(ifi.Index)
+		return attachAsDaemon(d, ifi.Index)
 	})
 	t.Cleanup(func() { d.Close() })
 
