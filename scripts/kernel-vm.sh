@@ -9,6 +9,10 @@
 #   KERNEL_PKG=linux-image-6.1.0-56-amd64 scripts/kernel-vm.sh
 #   HOSTQOS_VERIFIER_COST=1 scripts/kernel-vm.sh -run TestVerifierCost
 #                                                 the verifier's cost per program
+#   KERNEL_PKG=ubuntu-5.15 scripts/kernel-vm.sh   a kernel extracted by hand into
+#                                                 $KVM_WORK/ubuntu-5.15 (boot/, lib/modules/;
+#                                                 e.g. Ubuntu's linux-image-unsigned and
+#                                                 linux-modules 5.15 .debs, dpkg -x)
 #
 # Needs root, apt (qemu-system-x86, busybox-static) and a few GB of memory.
 # Runs under qemu's emulator (TCG: slow, minutes); KVM=1 uses KVM instead
