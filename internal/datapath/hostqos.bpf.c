@@ -2455,8 +2455,9 @@ static __noinline int qsock_sched(struct __sk_buff *skb, struct hq_qsock *q,
  * longer its socket's (the socket closed, the 5-tuple reused) is evaluated
  * again at its next packet (f, when known) and passes unchanged now.
  */
-static __noinline __u64 qsock_result(struct __sk_buff *skb, __u64 res,
-				     struct hq_flow *f, const struct hq_pkt *p)
+/* A global function (verified once; see hq_flow_slow). */
+__noinline __u64 hq_qsock_result(struct __sk_buff *skb, __u64 res,
+				 struct hq_flow *f, const struct hq_pkt *p)
 {
 	struct hq_qsock *q;
 	__u64 start, bytes, dt, now, len;
@@ -3101,7 +3102,7 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 
 classified:
 	if ((__u8)(res >> 48) == HQ_ACT_QSOCK)
-		res = qsock_result(skb, res, f, &p);
+		res = hq_qsock_result(skb, res, f, &p);
 	if ((__u8)(res >> 48) == HQ_ACT_RESV)
 		res = hq_resv_result(skb, res, p.gen, off);
 	classid = (__u32)res;
