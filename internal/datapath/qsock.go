@@ -248,7 +248,7 @@ func (d *Datapath) DetachQSock(fd int, id uint32, cookie uint64) error {
 		return nil
 	}
 	// The socket is gone: its flows meet the freed entry at their next
-	// packet (qsock_result) and are classified again then.
+	// packet (hq_qsock_result) and are classified again then.
 	return nil
 }
 
