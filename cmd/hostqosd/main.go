@@ -16,6 +16,7 @@ import (
 	"github.com/hostqos/hostqos/internal/daemon"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/units"
 )
 
 const usage = `hostqosd — the hostqos daemon
@@ -54,6 +55,7 @@ func main() {
 	fs.IntVar(&cfg.MaxQSocksPerUser, "max-qsocks-per-user", engine.DefaultMaxQSocksPerUser, "qsockets (sockets registered through libhostqos and the app API) one ordinary user may have open at once")
 	fs.IntVar(&cfg.MaxRTChannelsPerUser, "max-rtchannels-per-user", engine.DefaultMaxRTChannelsPerUser, "real-time channels (rtchan, admitted host-wide) one ordinary user may hold at once; 1 … 256")
 	fs.IntVar(&cfg.MaxUserQSocks, "max-user-qsocks", engine.DefaultMaxUserQSocks, "qsockets all ordinary users together may have open at once")
+	userQSchedRate := fs.String("max-user-qsched-rate", units.ExactRate(engine.DefaultMaxUserQSchedRate), "rate one ordinary user's qsockets with a per-message scheduler (dwcs, edf-*) may declare together; the host's qsocket scheduler serves them ahead of every class (e.g. 4mbit)")
 	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", daemon.DefaultMaxConnsPerUser, "API connections one ordinary user may hold at once; more are refused at once (root and group hostqos are not limited)")
 	fs.IntVar(&cfg.MaxUserConns, "max-user-conns", daemon.DefaultMaxUserConns, "API connections all ordinary users together may hold at once")
 	fs.StringVar(&cfg.Settings.MetricsListen, "metrics-listen", "", "serve Prometheus metrics on this host:port at /metrics, e.g. 127.0.0.1:9464 (overrides metrics_listen; default: no listener)")
@@ -106,6 +108,12 @@ func main() {
 	if cfg.MaxQSocksPerUser < 1 || cfg.MaxUserQSocks < 1 || cfg.MaxUserQSocks > 4095 {
 		fmt.Fprintf(os.Stderr, "hostqosd: flags --max-qsocks-per-user = %d, --max-user-qsocks = %d: want at least 1, and --max-user-qsocks at most 4095\n", cfg.MaxQSocksPerUser, cfg.MaxUserQSocks)
 		os.Exit(2)
+	}
+	if r, err := policy.ParseRate(*userQSchedRate); err != nil || r == 0 {
+		fmt.Fprintf(os.Stderr, "hostqosd: flag --max-user-qsched-rate = %q: want a rate above 0, such as 4mbit\n", *userQSchedRate)
+		os.Exit(2)
+	} else {
+		cfg.MaxUserQSchedRate = uint64(r)
 	}
 	if cfg.MaxRTChannelsPerUser < 1 || cfg.MaxRTChannelsPerUser > engine.DefaultMaxRTChannels {
 		fmt.Fprintf(os.Stderr, "hostqosd: flag --max-rtchannels-per-user = %d: want 1 … %d\n", cfg.MaxRTChannelsPerUser, engine.DefaultMaxRTChannels)

@@ -51,6 +51,9 @@ type Config struct {
 	// Limits on ordinary users' qsockets: of one user, of all together
 	// (0: the engine's defaults).
 	MaxQSocksPerUser, MaxUserQSocks int
+	// MaxUserQSchedRate bounds the declared rates of one ordinary user's
+	// scheduled qsockets together (bit/s; 0: the engine's default).
+	MaxUserQSchedRate uint64
 	// MaxRTChannelsPerUser bounds an ordinary user's real-time channels.
 	MaxRTChannelsPerUser int
 	Logger               *slog.Logger
@@ -163,6 +166,7 @@ func New(cfg Config) (*Daemon, error) {
 		StatePath: d.statePath(), RuntimePath: runtimePath(cfg), CgroupBase: d.cgBase,
 		MaxRunsPerUser: cfg.MaxRunsPerUser, MaxUserRuns: cfg.MaxUserRuns,
 		MaxQSocksPerUser: cfg.MaxQSocksPerUser, MaxUserQSocks: cfg.MaxUserQSocks,
+		MaxUserQSchedRate:    cfg.MaxUserQSchedRate,
 		MaxRTChannelsPerUser: cfg.MaxRTChannelsPerUser,
 		// An ordinary user's event streams take at most half their API
 		// connections.

@@ -39,6 +39,9 @@ type Config struct {
 	// Limits on ordinary users' qsockets (0 = the defaults,
 	// DefaultMaxQSocksPerUser and DefaultMaxUserQSocks).
 	MaxQSocksPerUser, MaxUserQSocks int
+	// MaxUserQSchedRate bounds the declared rates (bit/s) of one ordinary
+	// user's scheduled qsockets together (0: DefaultMaxUserQSchedRate).
+	MaxUserQSchedRate uint64
 	// MaxRTChannelsPerUser bounds an ordinary user's real-time channels
 	// (0: DefaultMaxRTChannelsPerUser; rtchannels.go).
 	MaxRTChannelsPerUser int

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 	"github.com/hostqos/hostqos/internal/units"
 )
@@ -25,6 +26,13 @@ import (
 // DefaultQSchedRate is the rate a scheduled qsocket that declares none is
 // admitted and served at (bit/s).
 const DefaultQSchedRate = 1_000_000
+
+// DefaultMaxUserQSchedRate bounds the declared rates of one ordinary
+// user's scheduled qsockets together (bit/s; hostqosd
+// --max-user-qsched-rate): the qsched class serves them ahead of every
+// class, so without a bound a user could take half of each link at the
+// highest priority whatever class the admin opened to them.
+const DefaultMaxUserQSchedRate = 4_000_000
 
 // QSchedShare is the part of a shaped link (percent) that the scheduled
 // qsockets' rates may take together.
@@ -153,4 +161,40 @@ func (e *Engine) tickQSched() {
 	if err := e.reshapeQSchedLocked(); err != nil {
 		e.log.Warn("resize the links' qsocket scheduler", "err", err)
 	}
+}
+
+func (e *Engine) maxUserQSchedRate() uint64 {
+	if e.cfg.MaxUserQSchedRate > 0 {
+		return e.cfg.MaxUserQSchedRate
+	}
+	return DefaultMaxUserQSchedRate
+}
+
+// admitUserQSched checks an ordinary user's scheduled qsocket of class cl
+// declaring rate: the qsched class serves it ahead of every class, so its
+// rate may not exceed the ceiling of the class the admin opened to the
+// user, and the user's scheduled qsockets (those in all, without skip)
+// may not declare more than MaxUserQSchedRate together.
+func (e *Engine) admitUserQSched(who Caller, cl policy.Class, all map[uint32]datapath.QSock, skip uint32, rate uint64) error {
+	if who.Privileged {
+		return nil
+	}
+	if cl.MaxBW > 0 && rate > uint64(cl.MaxBW) {
+		return qsockField("rate", units.ExactRate(rate),
+			fmt.Sprintf("over the ceiling (maxbw %s) of class %s", units.ExactRate(uint64(cl.MaxBW)), cl.Name),
+			"declare at most the class's ceiling, or use a class with a higher one")
+	}
+	var mine uint64
+	for id, q := range all {
+		if id != skip && q.User && q.UID == who.UID && scheduled(q) {
+			mine += q.Rate
+		}
+	}
+	if limit := e.maxUserQSchedRate(); mine+rate > limit {
+		return qsockField("rate", units.ExactRate(rate),
+			fmt.Sprintf("uid %d's scheduled qsockets would declare %s together, over the %s an ordinary user may (hostqosd --max-user-qsched-rate)",
+				who.UID, units.ExactRate(mine+rate), units.ExactRate(limit)),
+			"declare a lower rate, close other scheduled qsockets, or ask the admin to raise --max-user-qsched-rate")
+	}
+	return nil
 }

@@ -118,3 +118,66 @@ func TestQSockScheduler(t *testing.T) {
 		t.Errorf("after the last scheduled socket closed: qsched class %d, schedulers %v", r, qk.QScheds)
 	}
 }
+
+// TestQSockSchedulerUserBounds: the qsched class serves scheduled qsockets
+// ahead of every class, so an ordinary user's may not declare more than
+// the ceiling of the class they name, nor together more than
+// MaxUserQSchedRate (4 Mbit/s by default); a refusal names the field, the
+// bound and the flag, and changes nothing. Root is bound only by the
+// link's share.
+func TestQSockSchedulerUserBounds(t *testing.T) {
+	env := newEnv(t, qschedConfig+`
+[[class]]
+name = "capped"
+user_allowed = true
+maxbw = "1mbit"
+`)
+	e, qk := env.startQSock(t)
+	ctx := context.Background()
+	user := Caller{UID: 1000, GID: 1000}
+	for fd := 5; fd <= 9; fd++ {
+		qk.Socket(fd, 1000, uint64(1000+fd))
+	}
+	qk.Socket(10, 0, 1010)
+	edf := func(class string, rate uint64) api.QSockParams {
+		return api.QSockParams{Class: class, Scheduler: api.SchedEDFLossy, Rate: rate}
+	}
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		var fe *policy.FieldError
+		if !errors.As(err, &fe) || fe.Field != "rate" || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a refusal of field rate naming %q", what, err, want)
+		}
+	}
+	// Over the ceiling of the class named.
+	_, err := e.AttachQSock(ctx, user, 5, edf("capped", 2_000_000))
+	refused("2 Mbit/s in a class capped at 1 Mbit/s", err, "maxbw")
+	if len(qk.Table) != 0 || qschedClass(t, qk) != 0 {
+		t.Fatalf("a refusal changed the table %v or the links", qk.Table)
+	}
+	if _, err := e.AttachQSock(ctx, user, 5, edf("capped", 1_000_000)); err != nil {
+		t.Fatal(err)
+	}
+	// The user's sum.
+	q, err := e.AttachQSock(ctx, user, 6, edf("interactive", 2_000_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.AttachQSock(ctx, user, 7, edf("interactive", 2_000_000))
+	refused("a user's 5 Mbit/s in all", err, "--max-user-qsched-rate")
+	if _, err := e.ChangeQSock(ctx, user, 6, edf("interactive", 3_500_000)); err == nil {
+		t.Error("a change to 4.5 Mbit/s in all was admitted")
+	} else {
+		refused("a change to 4.5 Mbit/s in all", err, "--max-user-qsched-rate")
+	}
+	if qk.Table[q.ID].Rate != 2_000_000 || qschedClass(t, qk) != 3_000_000 {
+		t.Errorf("after the refusals: qsocket %+v, qsched class %d; want 2 Mbit/s and 3 Mbit/s", qk.Table[q.ID], qschedClass(t, qk))
+	}
+	if _, err := e.ChangeQSock(ctx, user, 6, edf("interactive", 3_000_000)); err != nil {
+		t.Errorf("a change to 4 Mbit/s in all: %v", err)
+	}
+	// Root: only the link's half (5 Mbit/s of 10).
+	if _, err := e.AttachQSock(ctx, root, 10, edf("capped", 1_000_000)); err != nil {
+		t.Errorf("root's qsocket: %v", err)
+	}
+}

@@ -291,6 +291,9 @@ func (e *Engine) AttachQSock(ctx context.Context, who Caller, fd int, p api.QSoc
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if scheduled(dq) {
+		if err := e.admitUserQSched(who, cl, all, 0, dq.Rate); err != nil {
+			return api.QSocket{}, err
+		}
 		if err := e.admitQSchedLocked(all, 0, dq.Rate); err != nil {
 			return api.QSocket{}, err
 		}
@@ -359,6 +362,9 @@ func (e *Engine) ChangeQSock(ctx context.Context, who Caller, fd int, p api.QSoc
 	if scheduled(q) {
 		all, err := qk.QSocks()
 		if err != nil {
+			return api.QSocket{}, err
+		}
+		if err := e.admitUserQSched(who, cl, all, id, q.Rate); err != nil {
 			return api.QSocket{}, err
 		}
 		if err := e.admitQSchedLocked(all, id, q.Rate); err != nil {
