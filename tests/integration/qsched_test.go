@@ -166,22 +166,22 @@ func TestQSockScheduling(t *testing.T) {
 	if lossless.delivered != streams[1].sent {
 		t.Errorf("edf-lossless delivered %d of %d", lossless.delivered, streams[1].sent)
 	}
-	// The streams offer 1.6 Mbit/s each at 1.2 declared: lossless falls
-	// behind and delivers late about what lossy drops (the two share the
-	// scheduler; a loaded machine may send fewer of one): lossy drops
-	// (as a share of what it sent) at most 1.25 × the share lossless
-	// delivers late, and delivers on time at least 0.9 × lossless's
-	// share.
+	// The streams offer 1.6 Mbit/s each at 1.2 declared: both fall
+	// behind. Lossy drops what would be late; lossless sends it late, and
+	// its sender blocks while its late messages queue, so it may send
+	// fewer messages in the same time (730 of 800 in one run) and shares
+	// of what each sent are not comparable. What each delivered on time in
+	// the same time is: lossy's dropping must not cost it messages that
+	// could have made it — at least 0.85 × lossless's on-time count
+	// (typically 1.0–1.25 ×).
 	frac := func(n, of int) float64 { return float64(n) / float64(max(of, 1)) }
-	lossyDrop, losslessLate := frac(streams[0].dropped, streams[0].sent), frac(lossless.late, streams[1].sent)
-	lossyOn, losslessOn := frac(lossy.delivered, streams[0].sent), frac(lossless.delivered-lossless.late, streams[1].sent)
-	t.Logf("lossy dropped %.0f %% and was on time %.0f %%; lossless was late %.0f %% and on time %.0f %%; plain on time %.0f %%",
-		100*lossyDrop, 100*lossyOn, 100*losslessLate, 100*losslessOn, 100*frac(plain.delivered-plain.late, streams[2].sent))
-	if lossyDrop > 1.25*losslessLate {
-		t.Errorf("edf-lossy dropped %.0f %% of its messages, over 1.25 × the %.0f %% edf-lossless delivered late", 100*lossyDrop, 100*losslessLate)
-	}
-	if lossyOn < 0.9*losslessOn {
-		t.Errorf("edf-lossy was on time for %.0f %%, under 0.9 × edf-lossless's %.0f %%", 100*lossyOn, 100*losslessOn)
+	lossyOn, losslessOn := lossy.delivered-lossy.late, lossless.delivered-lossless.late
+	t.Logf("lossy dropped %.0f %% and was on time %.0f %% (%d messages); lossless was late %.0f %% and on time %.0f %% (%d); plain on time %.0f %%",
+		100*frac(streams[0].dropped, streams[0].sent), 100*frac(lossyOn, streams[0].sent), lossyOn,
+		100*frac(lossless.late, streams[1].sent), 100*frac(losslessOn, streams[1].sent), losslessOn,
+		100*frac(plain.delivered-plain.late, streams[2].sent))
+	if float64(lossyOn) < 0.85*float64(losslessOn) {
+		t.Errorf("edf-lossy delivered %d messages on time, under 0.85 × edf-lossless's %d", lossyOn, losslessOn)
 	}
 	if miss := sent - (plain.delivered - plain.late); miss*2 < sent {
 		t.Errorf("the plain socket missed %d of %d deadlines, want most (more than half)", miss, sent)
