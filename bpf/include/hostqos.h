@@ -16,7 +16,7 @@
  */
 enum hq_limits {
 	/* Layout version of the pinned maps; bump on any layout change. */
-	HQ_ABI_VERSION = 9,
+	HQ_ABI_VERSION = 10,
 	/*
 	 * Rule slots, and rules per policy buffer. internal/policy's MaxRules
 	 * and MaxAppRules are these (a test keeps them equal).
@@ -508,6 +508,20 @@ struct hq_tuple {
 	__u8 dscp_mask;
 	__u8 proto; /* every key of the tuple has this protocol; 0 = mixed */
 	__u8 pad;
+	/*
+	 * The range of the tuple's keys: least and greatest masked local and
+	 * remote port, and masked first word of the local and remote address
+	 * (host order; IPv6: the top 32 bits). A packet whose masked key falls
+	 * outside them matches no key of the tuple: its lookup is skipped.
+	 */
+	__u16 lport_lo;
+	__u16 lport_hi;
+	__u16 rport_lo;
+	__u16 rport_hi;
+	__u32 src_lo;
+	__u32 src_hi;
+	__u32 dst_lo;
+	__u32 dst_hi;
 };
 
 /* hq_tss key: the tuple's index in hq_tuples and the masked packet key. */

@@ -646,6 +646,14 @@ static __always_inline long tss_tuple(struct hq_eval *ev,
 	tk.dst[1] = k->dst[1] & t->dst_mask[1];
 	tk.dst[2] = k->dst[2] & t->dst_mask[2];
 	tk.dst[3] = k->dst[3] & t->dst_mask[3];
+	/* Outside the range of the tuple's keys: skip the lookup. */
+	if (tk.lport < t->lport_lo || tk.lport > t->lport_hi ||
+	    tk.rport < t->rport_lo || tk.rport > t->rport_hi ||
+	    bpf_ntohl(tk.src[0]) < t->src_lo ||
+	    bpf_ntohl(tk.src[0]) > t->src_hi ||
+	    bpf_ntohl(tk.dst[0]) < t->dst_lo ||
+	    bpf_ntohl(tk.dst[0]) > t->dst_hi)
+		return 0;
 	n = bpf_map_lookup_elem(&hq_tss, &tk);
 	if (!n || n->rule >= ev->best)
 		return 0;
@@ -2523,6 +2531,7 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 	__u32 idx;
 	__u64 res;
 	long err;
+	int fresh = 0; /* f is nf, just inserted with its counter slot */
 
 	if (!p)
 		return HQ_RES_NONE;
@@ -2557,6 +2566,14 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 			nf->first_ns = p->now;
 			nf->base_last_ns = p->now;
 			/*
+			 * Its counter slot first, so that the entry goes into
+			 * the table complete and this packet is counted
+			 * without looking the entry up again. A slot whose
+			 * entry never made it in has no owner (fctr_owner):
+			 * the next allocation takes it.
+			 */
+			hq_fctr_alloc(p->now, &key, nf);
+			/*
 			 * The table's key on the stack: p is plain memory
 			 * here, which 6.1 does not take for a map key. Built
 			 * after the evaluation, whose frame it may share.
@@ -2568,23 +2585,30 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 			else
 				err = bpf_map_update_elem(&hq_flows6, &key,
 							  nf, BPF_NOEXIST);
-			if (err && err != -17 /* EEXIST: raced */) {
+			if (!err) {
+				/* Counted below through nf, the entry's copy. */
+				f = nf;
+				fresh = 1;
+			} else if (err != -17 /* EEXIST: raced */) {
 				if (st)
 					st->flow_insert_fail++;
 				if (rx)
 					return pack_result(nf);
 				return police_result(pack_result(nf), p->len,
 						     p->now);
-			}
-			if (key.family == HQ_AF_INET)
-				f = bpf_map_lookup_elem(&hq_flows4, &k4);
-			else
-				f = bpf_map_lookup_elem(&hq_flows6, &key);
-			if (!f) {
-				if (rx)
-					return pack_result(nf);
-				return police_result(pack_result(nf), p->len,
-						     p->now);
+			} else {
+				if (key.family == HQ_AF_INET)
+					f = bpf_map_lookup_elem(&hq_flows4,
+								&k4);
+				else
+					f = bpf_map_lookup_elem(&hq_flows6,
+								&key);
+				if (!f) {
+					if (rx)
+						return pack_result(nf);
+					return police_result(pack_result(nf),
+							     p->len, p->now);
+				}
 			}
 		}
 		if (f->gen != p->gen) {
@@ -2603,7 +2627,7 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 		idx = f->cslot;
 		c = bpf_map_lookup_elem(&hq_fctr, &idx);
 		if (!c || !f->tag || c->tag != f->tag)
-			c = fctr_alloc(p->now, &key, f);
+			c = fresh ? NULL : fctr_alloc(p->now, &key, f);
 		/*
 		 * A received packet may be the first of a flow after a policy
 		 * change: its re-evaluation is the flow's, and egress then
@@ -2617,7 +2641,7 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 	idx = f->cslot;
 	c = bpf_map_lookup_elem(&hq_fctr, &idx);
 	if (!c || !f->tag || c->tag != f->tag)
-		c = fctr_alloc(p->now, &key, f);
+		c = fresh ? NULL : fctr_alloc(p->now, &key, f);
 	if (c) {
 		__sync_fetch_and_add(&c->packets, 1);
 		__sync_fetch_and_add(&c->bytes, p->len);

@@ -201,7 +201,7 @@ type hostqosHqIn struct {
 type hostqosHqLimits uint32
 
 const (
-	hostqosHqLimitsHQ_ABI_VERSION        hostqosHqLimits = 9
+	hostqosHqLimitsHQ_ABI_VERSION        hostqosHqLimits = 10
 	hostqosHqLimitsHQ_MAX_RULES          hostqosHqLimits = 16384
 	hostqosHqLimitsHQ_MAX_APP_RULES      hostqosHqLimits = 2048
 	hostqosHqLimitsHQ_BITMAP_WORDS       hostqosHqLimits = 32
@@ -510,6 +510,14 @@ type hostqosHqTuple struct {
 	DscpMask  uint8
 	Proto     uint8
 	Pad       uint8
+	LportLo   uint16
+	LportHi   uint16
+	RportLo   uint16
+	RportHi   uint16
+	SrcLo     uint32
+	SrcHi     uint32
+	DstLo     uint32
+	DstHi     uint32
 }
 
 type hostqosHqTxtime uint32

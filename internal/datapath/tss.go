@@ -1,6 +1,9 @@
 package datapath
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // Tuple-space search sizes (HQ_MAX_TUPLES per family and buffer,
 // HQ_TSS_ENTRIES hash entries and chain nodes per buffer).
@@ -36,6 +39,10 @@ func (c *compiled) buildTSS() error {
 		proto  uint8
 		hasKey bool
 		mixed  bool
+		// lo and hi bound the tuple's keys field by field (see
+		// keyBounds): a packet outside them skips the tuple's lookup.
+		lo, hi keyBounds
+		boxed  bool
 	}
 	var tuples [2][]*tuple
 	byShape := [2]map[tupleShape]*tuple{{}, {}}
@@ -96,6 +103,11 @@ func (c *compiled) buildTSS() error {
 					t.mixed = true
 				}
 				k.Proto = pr
+				if b := boundsOf(&k); !t.boxed {
+					t.lo, t.hi, t.boxed = b, b, true
+				} else {
+					t.lo, t.hi = t.lo.least(b), t.hi.greatest(b)
+				}
 				head, ok := c.tss[k]
 				if !ok {
 					c.tss[k] = hostqosHqTnode{Rule: at}
@@ -133,10 +145,48 @@ func (c *compiled) buildTSS() error {
 			if !t.mixed {
 				c.tuples[fi][j].Proto = t.proto
 			}
+			tt := &c.tuples[fi][j]
+			tt.LportLo, tt.LportHi = t.lo.lport, t.hi.lport
+			tt.RportLo, tt.RportHi = t.lo.rport, t.hi.rport
+			tt.SrcLo, tt.SrcHi = t.lo.src, t.hi.src
+			tt.DstLo, tt.DstHi = t.lo.dst, t.hi.dst
 		}
 	}
 	if len(c.tss) > tssEntries || nodes >= tssEntries || len(c.tnodes) > tssEntries {
 		return fmt.Errorf("policy needs %d search entries and %d chain nodes, the datapath holds at most %d of each", len(c.tss), nodes+1, tssEntries)
 	}
 	return nil
+}
+
+// keyBounds is one corner of the box that holds a tuple's keys: a masked
+// local and remote port, and the first word of a masked local and remote
+// address as a number (host order; IPv6: its top 32 bits). The classifier
+// compares a packet's masked key with both corners before looking it up
+// (hq_tuple's lport_lo … dst_hi).
+type keyBounds struct {
+	lport, rport uint16
+	src, dst     uint32
+}
+
+// boundsOf is key k's point in keyBounds' terms.
+func boundsOf(k *hostqosHqTssKey) keyBounds {
+	return keyBounds{lport: k.Lport, rport: k.Rport, src: wordValue(k.Src[0]), dst: wordValue(k.Dst[0])}
+}
+
+// wordValue is an address word as the classifier keeps it (network byte
+// order in memory, see prefixWords) read as a number.
+func wordValue(w uint32) uint32 {
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], w)
+	return binary.BigEndian.Uint32(b[:])
+}
+
+// least is the corner of the least of each field of a and b.
+func (a keyBounds) least(b keyBounds) keyBounds {
+	return keyBounds{lport: min(a.lport, b.lport), rport: min(a.rport, b.rport), src: min(a.src, b.src), dst: min(a.dst, b.dst)}
+}
+
+// greatest is the corner of the greatest of each field of a and b.
+func (a keyBounds) greatest(b keyBounds) keyBounds {
+	return keyBounds{lport: max(a.lport, b.lport), rport: max(a.rport, b.rport), src: max(a.src, b.src), dst: max(a.dst, b.dst)}
 }

@@ -296,3 +296,64 @@ func TestBoundedWalkReachesTheEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestTupleBoundsEdges: a tuple's lookup is skipped for a packet outside
+// the range of its keys (hq_tuple's lport_lo … dst_hi); packets on, just
+// inside and just outside each bound (local and remote port, IPv4 and
+// IPv6 address words) are classified as the reference says, in both loop
+// variants.
+func TestTupleBoundsEdges(t *testing.T) {
+	pfx := netip.MustParsePrefix
+	var rules []Rule
+	add := func(r Rule) {
+		r.Slot, r.DSCPIn, r.DSCP, r.ClassID = uint16(len(rules)), -1, -1, 0x10000+uint32(len(rules))+1
+		rules = append(rules, r)
+	}
+	add(Rule{Proto: 6, LPortFrom: 100})                             // TCP local port: 100 … 200
+	add(Rule{Proto: 6, LPortFrom: 200})                             //
+	add(Rule{Proto: 17, RPortFrom: 5000})                           // UDP remote port: 5000 … 6000
+	add(Rule{Proto: 17, RPortFrom: 6000})                           //
+	add(Rule{Remote: pfx("198.18.10.0/24")})                        // remote /24: 198.18.10.0 … 198.18.20.0
+	add(Rule{Remote: pfx("198.18.20.0/24")})                        //
+	add(Rule{Local: pfx("198.19.0.0/16")})                          // local /16, alone in its tuple
+	add(Rule{Remote: pfx("2001:db8:10::/48")})                      // remote IPv6 /48: top words 2001:db8 …
+	add(Rule{Remote: pfx("2001:db9:20::/48")})                      // … 2001:db9
+	add(Rule{Remote: pfx("198.18.0.0/15"), Proto: 6, RPortFrom: 1}) // a later shape that matches most TCP
+	v4 := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	var pkts []FrameSpec
+	for _, p := range []uint16{99, 100, 150, 200, 201} {
+		pkts = append(pkts, FrameSpec{Src: v4("198.18.0.1"), Dst: v4("198.18.0.2"), Proto: 6, SPort: p, DPort: 1})
+	}
+	for _, p := range []uint16{4999, 5000, 5500, 6000, 6001} {
+		pkts = append(pkts, FrameSpec{Src: v4("198.18.0.1"), Dst: v4("198.18.0.2"), Proto: 17, SPort: 40000, DPort: p})
+	}
+	for _, a := range []string{"198.18.9.255", "198.18.10.0", "198.18.15.7", "198.18.20.255", "198.18.21.0"} {
+		pkts = append(pkts, FrameSpec{Src: v4("198.18.0.1"), Dst: v4(a), Proto: 17, SPort: 40001, DPort: 7})
+	}
+	for _, a := range []string{"198.18.255.255", "198.19.0.0", "198.19.255.255", "198.20.0.0"} {
+		pkts = append(pkts, FrameSpec{Src: v4(a), Dst: v4("198.18.0.2"), Proto: 17, SPort: 40002, DPort: 7})
+	}
+	for _, a := range []string{"2001:db7:ffff::1", "2001:db8::1", "2001:db8:10::1", "2001:db8:ffff::1", "2001:db9:20::1", "2001:db9:21::1", "2001:dba::1"} {
+		pkts = append(pkts, FrameSpec{Src: v4("2001:db8::2"), Dst: v4(a), Proto: 17, SPort: 40003, DPort: 7})
+	}
+	for _, loops := range []string{LoopsBPFLoop, LoopsBounded} {
+		d := openTest(t, Options{FlowTableSize: 1 << 16, Loops: loops})
+		if err := d.Apply(Policy{Rules: rules}); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range pkts {
+			want := refMatch(rules, s)
+			res, err := d.TestRun(BuildFrame(s), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := -1
+			if res.Priority != 0 {
+				got = int(res.Priority-0x10000) - 1
+			}
+			if got != want {
+				t.Errorf("%s: packet %s:%d → %s:%d proto %d: rule %d, the reference says %d", loops, s.Src, s.SPort, s.Dst, s.DPort, s.Proto, got, want)
+			}
+		}
+	}
+}

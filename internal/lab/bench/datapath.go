@@ -141,6 +141,28 @@ func singleRunCost(dp *datapath.Datapath, n int) (time.Duration, error) {
 	return time.Duration(total / uint64(n)), nil
 }
 
+// probeEveryShape is policy p (bigPolicy's) with 5 rules before its last
+// that stretch the key ranges of the TCP shapes a benchmark frame walks
+// (remote host and port, local port, remote /16) over the frames, none of
+// them matching: every shape the frame walks is then looked up, as when no
+// tuple's key range excludes it.
+func probeEveryShape(p datapath.Policy) datapath.Policy {
+	last := p.Rules[len(p.Rules)-1]
+	rules := append([]datapath.Rule{}, p.Rules[:len(p.Rules)-1]...)
+	for _, r := range []datapath.Rule{
+		{Proto: 6, Remote: netip.MustParsePrefix("0.0.0.1/32"), RPortFrom: 1},
+		{Proto: 6, Remote: netip.MustParsePrefix("255.255.255.254/32"), RPortFrom: 65535},
+		{Proto: 6, LPortFrom: 65535},
+		{Remote: netip.MustParsePrefix("0.0.0.0/16")},
+		{Remote: netip.MustParsePrefix("255.255.0.0/16")},
+	} {
+		r.Slot, r.DSCPIn, r.DSCP = uint16(len(rules)), -1, 10
+		rules = append(rules, r)
+	}
+	last.Slot = uint16(len(rules))
+	return datapath.Policy{Rules: append(rules, last)}
+}
+
 // bigPolicy is a policy of n rules: n/10 with an executable selector (file
 // ids no process has), the rest flow rules of 8 shapes the benchmark
 // frames never match, and last the rule they match (TCP to 198.19.0.0/16 →

@@ -20,13 +20,13 @@ func benchScale(e *env, r *Report) error {
 	rules := sizes[len(sizes)-1]
 	repeat := uint32(e.n(1_000_000, 200_000))
 	r.setup("%s", hostLine())
-	r.setup("per packet: private datapath in this process; policy of N rules: N/10 with an executable selector (file ids no process has; the test-run packet has no socket, so they are skipped as for forwarded traffic), the rest flow rules of 8 shapes (UDP remote port; TCP remote host /32 + port; UDP remote /24; TCP local port; UDP remote port range; remote /16; UDP remote port + incoming DSCP; TCP remote IPv6 /64), none of which the frames match, and last the rule the frames match (TCP to 198.19.0.0/16), so the first packet searches every shape; 'random shapes' = the 10,000-rule policy of the datapath's reference test (TestClassifyMatchesReference: 878 shapes), frames matching its rules where they fall; %d flow entries created by test-running the classifier on %d distinct frames; hit = a further frame of an existing flow, %d repetitions, best of 5; first packet = one run per distinct frame minus one run on an existing flow; all timed by the kernel (BPF_PROG_TEST_RUN duration), like the datapath benchmark", flows, flows, repeat)
+	r.setup("per packet: private datapath in this process; policy of N rules: N/10 with an executable selector (file ids no process has; the test-run packet has no socket, so they are skipped as for forwarded traffic), the rest flow rules of 8 shapes (UDP remote port; TCP remote host /32 + port; UDP remote /24; TCP local port; UDP remote port range; remote /16; UDP remote port + incoming DSCP; TCP remote IPv6 /64), none of which the frames match, and last the rule the frames match (TCP to 198.19.0.0/16), so the first packet walks every shape (a shape's hash lookup is skipped when the frame lies outside the range of its keys, here for every shape but the matching one; 'every shape looked up' = the 10,000-rule policy plus 5 rules that stretch the TCP shapes' key ranges over the frames, so that each of them is looked up and misses); 'random shapes' = the 10,000-rule policy of the datapath's reference test (TestClassifyMatchesReference: 878 shapes), frames matching its rules where they fall; %d flow entries created by test-running the classifier on %d distinct frames; hit = a further frame of an existing flow, %d repetitions, best of 5; first packet = one run per distinct frame minus one run on an existing flow; all timed by the kernel (BPF_PROG_TEST_RUN duration), like the datapath benchmark", flows, flows, repeat)
 	r.setup("memory: real hostqosd in a namespace managing its veth, config with %d rules (1 exe rule for the flow app + %d UDP port rules); then the app sends one datagram from each of %d source ports; BPF map memory from the kernel (/proc/PID/fdinfo memlock of every map the daemon holds), daemon RSS from /proc/PID/status", rules, rules-1, flows)
 	r.Columns = []string{"measure"}
 	for _, n := range sizes {
 		r.Columns = append(r.Columns, fmt.Sprintf("%d rules", n))
 	}
-	r.Columns = append(r.Columns, "10000 rules, random shapes", "target", "anchor")
+	r.Columns = append(r.Columns, "10000 rules, random shapes", "10000 rules, every shape looked up", "target", "anchor")
 
 	base, err := datapath.MeasurePerPacket(10, repeat, false)
 	if err != nil {
@@ -40,7 +40,7 @@ func benchScale(e *env, r *Report) error {
 	for _, n := range sizes {
 		policies = append(policies, bigPolicy(n))
 	}
-	policies = append(policies, datapath.RandomPolicy(rules))
+	policies = append(policies, datapath.RandomPolicy(rules), probeEveryShape(bigPolicy(rules)))
 	for i, pol := range policies {
 		if err := e.ctx.Err(); err != nil {
 			return err
@@ -102,13 +102,14 @@ func benchScale(e *env, r *Report) error {
 	for range sizes[:len(sizes)-1] {
 		memCells = append(memCells, "—")
 	}
-	r.row(append(memCells, fmtBytes(mapMem), "—", "bounded", "")...)
+	r.row(append(memCells, fmtBytes(mapMem), "—", "—", "bounded", "")...)
 	r.metric("hit_ns_10_rules", res[0].hit)
 	r.metric("hit_ns_10k_rules", big.hit)
 	r.metric("net_ns_10k_rules", netHi)
 	r.metric("first_extra_ns_1k_rules", res[1].miss-res[1].single)
 	r.metric("first_extra_ns_10k_rules", firstHi)
-	r.metric("first_extra_ns_10k_random_rules", res[len(res)-1].miss-res[len(res)-1].single)
+	r.metric("first_extra_ns_10k_random_rules", res[len(sizes)].miss-res[len(sizes)].single)
+	r.metric("first_extra_ns_10k_rules_every_shape", res[len(sizes)+1].miss-res[len(sizes)+1].single)
 	r.metric("private_map_memlock_bytes", float64(mapMem))
 	if mapDesc != "" {
 		r.note("private datapath maps (10k rules): %s", mapDesc)
@@ -180,7 +181,7 @@ func benchScale(e *env, r *Report) error {
 		for range sizes[:len(sizes)-1] {
 			cells = append(cells, "—")
 		}
-		r.row(append(cells, v, "—", target, "")...)
+		r.row(append(cells, v, "—", "—", target, "")...)
 	}
 	daemonRow("daemon start to API ready with the policy (s)", f2(startup.Seconds()), "—")
 	daemonRow("managed flows in the daemon's table", fmt.Sprintf("%d of %d sent", managed, fr.Sent), "all")
