@@ -16,7 +16,7 @@
  */
 enum hq_limits {
 	/* Layout version of the pinned maps; bump on any layout change. */
-	HQ_ABI_VERSION = 10,
+	HQ_ABI_VERSION = 11,
 	/*
 	 * Rule slots, and rules per policy buffer. internal/policy's MaxRules
 	 * and MaxAppRules are these (a test keeps them equal).
@@ -498,6 +498,16 @@ struct hq_link_in {
  * at the first tuple that cannot hold an earlier rule than the best found.
  * Every candidate is checked against its full rule (port ranges included).
  */
+/*
+ * A chain node: a rule index (within the buffer) and the next node
+ * (index within the buffer's part of hq_tnodes, 0 = end). The hq_tss value
+ * is the chain's first node.
+ */
+struct hq_tnode {
+	__u32 rule;
+	__u32 next;
+};
+
 struct hq_tuple {
 	__u32 src_mask[4];
 	__u32 dst_mask[4];
@@ -522,6 +532,16 @@ struct hq_tuple {
 	__u32 src_hi;
 	__u32 dst_lo;
 	__u32 dst_hi;
+	/*
+	 * A tuple of one key whose masks cover no address word past the
+	 * first (single = 1): the range above is that key, dscp its masked
+	 * DSCP, head its hq_tss value. The search compares instead of
+	 * looking the key up.
+	 */
+	struct hq_tnode head;
+	__u8 single;
+	__u8 dscp;
+	__u16 pad2;
 };
 
 /* hq_tss key: the tuple's index in hq_tuples and the masked packet key. */
@@ -534,16 +554,6 @@ struct hq_tss_key {
 	__u16 pad;
 	__u32 src[4];
 	__u32 dst[4];
-};
-
-/*
- * A chain node: a rule index (within the buffer) and the next node
- * (index within the buffer's part of hq_tnodes, 0 = end). The hq_tss value
- * is the chain's first node.
- */
-struct hq_tnode {
-	__u32 rule;
-	__u32 next;
 };
 
 struct hq_counters {

@@ -654,7 +654,10 @@ static __always_inline long tss_tuple(struct hq_eval *ev,
 	    bpf_ntohl(tk.dst[0]) < t->dst_lo ||
 	    bpf_ntohl(tk.dst[0]) > t->dst_hi)
 		return 0;
-	n = bpf_map_lookup_elem(&hq_tss, &tk);
+	if (t->single) /* within the range: the key itself, but for DSCP */
+		n = tk.dscp == t->dscp ? &t->head : NULL;
+	else
+		n = bpf_map_lookup_elem(&hq_tss, &tk);
 	if (!n || n->rule >= ev->best)
 		return 0;
 	if (flow_match(ev, k, n->rule)) {

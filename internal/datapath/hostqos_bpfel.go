@@ -201,7 +201,7 @@ type hostqosHqIn struct {
 type hostqosHqLimits uint32
 
 const (
-	hostqosHqLimitsHQ_ABI_VERSION        hostqosHqLimits = 10
+	hostqosHqLimitsHQ_ABI_VERSION        hostqosHqLimits = 11
 	hostqosHqLimitsHQ_MAX_RULES          hostqosHqLimits = 16384
 	hostqosHqLimitsHQ_MAX_APP_RULES      hostqosHqLimits = 2048
 	hostqosHqLimitsHQ_BITMAP_WORDS       hostqosHqLimits = 32
@@ -518,6 +518,10 @@ type hostqosHqTuple struct {
 	SrcHi     uint32
 	DstLo     uint32
 	DstHi     uint32
+	Head      hostqosHqTnode
+	Single    uint8
+	Dscp      uint8
+	Pad2      uint16
 }
 
 type hostqosHqTxtime uint32

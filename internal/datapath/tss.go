@@ -43,6 +43,9 @@ func (c *compiled) buildTSS() error {
 		// keyBounds): a packet outside them skips the tuple's lookup.
 		lo, hi keyBounds
 		boxed  bool
+		// keys counts the tuple's distinct keys; key is its first.
+		keys int
+		key  hostqosHqTssKey
 	}
 	var tuples [2][]*tuple
 	byShape := [2]map[tupleShape]*tuple{{}, {}}
@@ -111,6 +114,9 @@ func (c *compiled) buildTSS() error {
 				head, ok := c.tss[k]
 				if !ok {
 					c.tss[k] = hostqosHqTnode{Rule: at}
+					if t.keys++; t.keys == 1 {
+						t.key = k
+					}
 					continue
 				}
 				// A later rule of the entry: a node at the chain's end.
@@ -150,6 +156,13 @@ func (c *compiled) buildTSS() error {
 			tt.RportLo, tt.RportHi = t.lo.rport, t.hi.rport
 			tt.SrcLo, tt.SrcHi = t.lo.src, t.hi.src
 			tt.DstLo, tt.DstHi = t.lo.dst, t.hi.dst
+			// One key: the classifier compares the packet's masked key
+			// with the range (the key itself) and DSCP instead of looking
+			// it up, when the range holds all of it (no address word
+			// past the first).
+			if t.keys == 1 && t.shape.src[1]|t.shape.src[2]|t.shape.src[3]|t.shape.dst[1]|t.shape.dst[2]|t.shape.dst[3] == 0 {
+				tt.Single, tt.Dscp, tt.Head = 1, t.key.Dscp, c.tss[t.key]
+			}
 		}
 	}
 	if len(c.tss) > tssEntries || nodes >= tssEntries || len(c.tnodes) > tssEntries {

@@ -298,10 +298,11 @@ func TestBoundedWalkReachesTheEnd(t *testing.T) {
 }
 
 // TestTupleBoundsEdges: a tuple's lookup is skipped for a packet outside
-// the range of its keys (hq_tuple's lport_lo … dst_hi); packets on, just
+// the range of its keys (hq_tuple's lport_lo … dst_hi), and a tuple of one
+// key is compared, not looked up (hq_tuple's single); packets on, just
 // inside and just outside each bound (local and remote port, IPv4 and
-// IPv6 address words) are classified as the reference says, in both loop
-// variants.
+// IPv6 address words, DSCP) are classified as the reference says, in both
+// loop variants.
 func TestTupleBoundsEdges(t *testing.T) {
 	pfx := netip.MustParsePrefix
 	var rules []Rule
@@ -319,6 +320,8 @@ func TestTupleBoundsEdges(t *testing.T) {
 	add(Rule{Remote: pfx("2001:db8:10::/48")})                      // remote IPv6 /48: top words 2001:db8 …
 	add(Rule{Remote: pfx("2001:db9:20::/48")})                      // … 2001:db9
 	add(Rule{Remote: pfx("198.18.0.0/15"), Proto: 6, RPortFrom: 1}) // a later shape that matches most TCP
+	add(Rule{Proto: 17, RPortFrom: 7777})                           // one key with a DSCP: compared, not looked up
+	rules[len(rules)-1].DSCPIn = 10
 	v4 := func(s string) netip.Addr { return netip.MustParseAddr(s) }
 	var pkts []FrameSpec
 	for _, p := range []uint16{99, 100, 150, 200, 201} {
@@ -335,6 +338,9 @@ func TestTupleBoundsEdges(t *testing.T) {
 	}
 	for _, a := range []string{"2001:db7:ffff::1", "2001:db8::1", "2001:db8:10::1", "2001:db8:ffff::1", "2001:db9:20::1", "2001:db9:21::1", "2001:dba::1"} {
 		pkts = append(pkts, FrameSpec{Src: v4("2001:db8::2"), Dst: v4(a), Proto: 17, SPort: 40003, DPort: 7})
+	}
+	for _, tos := range []uint8{9 << 2, 10 << 2, 11 << 2} {
+		pkts = append(pkts, FrameSpec{Src: v4("198.18.0.1"), Dst: v4("198.18.0.2"), Proto: 17, SPort: 40004 + uint16(tos), DPort: 7777, TOS: tos})
 	}
 	for _, loops := range []string{LoopsBPFLoop, LoopsBounded} {
 		d := openTest(t, Options{FlowTableSize: 1 << 16, Loops: loops})
