@@ -434,11 +434,12 @@ struct hq_pkt {
 		struct hq_flow_key4 k4;
 		struct hq_flow_key key;
 	};
-	__u8 dscp_in;
-	__u32 gen;   /* active policy generation */
 	__u64 now;   /* bpf_ktime_get_coarse_ns */
 	__u64 len;   /* bytes counted: skb->len */
+	__u32 gen;   /* active policy generation */
 	__u32 l4off; /* offset of the L4 header from skb->data */
+	__u32 dscp_in;
+	__u32 pad; /* named, so that parse writes it (see parse) */
 };
 
 #define HQ_OFF(t, m) __builtin_offsetof(struct t, m)
@@ -691,9 +692,10 @@ static long eval_tss_tuple(__u32 i, void *data)
  * the verifier checks once on its own; the loops around them are a call
  * and a test. The callee gets the caller's struct hq_eval as plain memory
  * (so the packet's key comes as an argument of its own, and the app
- * pointer is not used there), and the caller takes the result
- * back through hq_bbest's return value, never by reading the struct
- * itself (older verifiers assume a callee leaves it unchanged). A step is
+ * pointer is not used there), and the caller takes the result back
+ * through the walk's return value (hq_bwalk_*), never by reading the
+ * struct itself (older verifiers assume a callee leaves it unchanged).
+ * A step is
  * one tuple, one chain node, one app rule bit or one bitmap word, and a
  * packet meets each rule at most once (one tuple per family, one chain
  * per tuple), so HQ_BOUNDED_*_STEPS steps always finish the search.
@@ -746,28 +748,53 @@ __attribute__((noinline)) int hq_bstep_app(struct hq_eval *ev,
 	return app_bit(ev, k) || ev->done;
 }
 
-/* The walk's result, as the callee left it. */
-__attribute__((noinline)) int hq_bbest(struct hq_eval *ev)
+/*
+ * The bounded walks themselves are global functions too, each returning
+ * the walk's best: their caller sees one call, not a loop whose every
+ * exit (a break at a different step) the verifier would carry through
+ * the rest of the caller (hq_flow_slow, resv_session). Here the exits
+ * meet at once, at the return. ev is the caller's, as for the steps;
+ * the caller sets the walk's state (w, node, bits) and never reads back
+ * what the steps wrote but the returned best.
+ */
+__attribute__((noinline)) int
+hq_bwalk_tss(struct hq_eval *ev, const struct hq_flow_key *k, __u32 nt)
 {
-	return ev ? ev->best : 0;
+	__u32 i;
+
+	if (!ev)
+		return -1; /* never: ev is on the caller's stack */
+	for (i = 0; i < HQ_BOUNDED_TSS_STEPS; i++)
+		if (hq_bstep_tss(ev, k, nt))
+			break;
+	return ev->best;
+}
+
+__attribute__((noinline)) int hq_bwalk_app(struct hq_eval *ev,
+					   const struct hq_flow_key *k,
+					   __u32 nw, __u32 slot)
+{
+	__u32 i;
+
+	if (!ev)
+		return -1; /* never: ev is on the caller's stack */
+	for (i = 0; i < HQ_BOUNDED_APP_STEPS; i++)
+		if (hq_bstep_app(ev, k, nw, slot))
+			break;
+	return ev->best;
 }
 
 /* The tuple-space search over the family's nt tuples for packet k. */
 static __always_inline void tss_walk(struct hq_eval *ev,
 				     const struct hq_flow_key *k, __u32 nt)
 {
-	__u32 i;
-
 	if (!hq_bounded) {
 		bpf_loop(nt, eval_tss_tuple, ev, 0);
 		return;
 	}
 	ev->w = 0;
 	ev->node = 0;
-	for (i = 0; i < HQ_BOUNDED_TSS_STEPS; i++)
-		if (hq_bstep_tss(ev, k, nt))
-			break;
-	ev->best = hq_bbest(ev);
+	ev->best = hq_bwalk_tss(ev, k, nt);
 }
 
 /* The app-rule walk over words 0..nw-1 of s->app (s in slot) for k. */
@@ -775,18 +802,13 @@ static __always_inline void app_walk(struct hq_eval *ev,
 				     const struct hq_flow_key *k,
 				     struct hq_scratch *s, __u32 nw, __u32 slot)
 {
-	__u32 i;
-
 	if (!hq_bounded) {
 		bpf_loop(nw, eval_app_word, ev, 0);
 		return;
 	}
 	ev->w = 0;
 	ev->bits = s->app.w[0];
-	for (i = 0; i < HQ_BOUNDED_APP_STEPS; i++)
-		if (hq_bstep_app(ev, k, nw, slot))
-			break;
-	ev->best = hq_bbest(ev);
+	ev->best = hq_bwalk_app(ev, k, nw, slot);
 }
 
 /* State of app_match's word loops (bpf_loop callbacks). */
@@ -1057,7 +1079,10 @@ static __always_inline void evaluate(const struct hq_ident *id,
 /*
  * Parses the packet at l3 offset off into p, writing every byte of its
  * flow key (p->k4 for IPv4, p->key for IPv6) and dscp_in. Returns 0 on
- * success, 1 for non-IP, -1 for a malformed/truncated packet.
+ * success, 1 for non-IP, -1 for a malformed/truncated packet. For IPv4 it
+ * zeroes the rest of p->key too, and it writes p->pad: p goes to global
+ * functions as plain memory, and 5.15's verifier wants every byte of that
+ * written (the caller writes now, len and gen).
  */
 static __always_inline int parse(struct __sk_buff *skb, __u32 off,
 				 struct hq_pkt *p)
@@ -1079,6 +1104,9 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off,
 		family = HQ_AF_INET;
 		p->k4.saddr = ip->saddr;
 		p->k4.daddr = ip->daddr;
+		/* The full form's rest (see above). */
+		__builtin_memset((char *)p + sizeof(p->k4), 0,
+				 sizeof(p->key) - sizeof(p->k4));
 		p->dscp_in = ip->tos >> 2;
 		l4 = ip->protocol;
 		frag = (bpf_ntohs(ip->frag_off) & 0x1fff) != 0;
@@ -1141,6 +1169,7 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off,
 		dport = bpf_ntohs(ports[1]);
 	}
 	p->l4off = off;
+	p->pad = 0;
 	/* The header both key layouts share. */
 	p->key.family = family;
 	p->key.proto = l4;
@@ -1245,7 +1274,10 @@ static __always_inline struct hq_flow *fctr_owner(__u32 idx, __u64 t)
  * the slot gets the slot's counts added to its base first, so its counters
  * stay monotonic; it gets a new slot on its next packet. Returns the
  * slot's index, negative for none. A global function (see hq_flow_slow),
- * so it returns the index, not the slot (6.1 takes no pointer back).
+ * so it returns the index, not the slot (6.1 takes no pointer back). The
+ * tries are unrolled: as a loop, clang spills its counter to the stack as
+ * 32 bits, which 5.15's verifier does not track (5.16 does), so that the
+ * loop looks unbounded to it.
  */
 __noinline int hq_fctr_alloc(__u64 now, const struct hq_flow_key *key,
 			     struct hq_flow *f)
@@ -1259,6 +1291,7 @@ __noinline int hq_fctr_alloc(__u64 now, const struct hq_flow_key *key,
 
 	if (!key || !f)
 		return -1;
+#pragma unroll
 	for (i = 0; i < HQ_FCTR_TRIES; i++) {
 		n = __sync_fetch_and_add(&hq_policy.fcursor, 1);
 		idx = n % hq_fctr_n;
@@ -1612,16 +1645,24 @@ static __always_inline struct hq_resv *slot_resv(__u32 slot, __u32 gen)
 static __always_inline __u8 sess_take(const struct hq_resv *rv,
 				      struct hq_resv_state *s)
 {
-	__u32 i, bit, n = rv->max_sessions;
+	__u32 i, bit, free, all, n = rv->max_sessions;
 
 	if (!rv->sess_classid)
 		return 0;
-	for (i = 0; i < HQ_SESSION_LEAVES && i < n; i++) {
-		bit = 1U << i;
-		if (*(volatile __u32 *)&s->sess_used & bit)
-			continue;
+	all = n >= HQ_SESSION_LEAVES ? ~0U : (1U << n) - 1;
+	/*
+	 * The lowest free leaf, found without a branch per leaf (a branch
+	 * per leaf is a path per leaf for older verifiers: 5.15 ran out of
+	 * its 1M instructions on them). An attempt fails only when another
+	 * CPU took that leaf meanwhile; then the next free one is tried.
+	 */
+	for (i = 0; i < HQ_SESSION_LEAVES; i++) {
+		free = all & ~*(volatile __u32 *)&s->sess_used;
+		if (!free)
+			return 0;
+		bit = free & -free;
 		if (!(__sync_fetch_and_or(&s->sess_used, bit) & bit))
-			return i + 1;
+			return ctz64(bit) + 1;
 	}
 	return 0;
 }

@@ -47,6 +47,7 @@ func TestFlowAppRulePrecedence(t *testing.T) {
 		return attachAsDaemon(d, ifi.Index)
 	})
 	t.Cleanup(func() { d.Close() })
+	t.Logf("loops=%s (auto), tcx=%v", d.Loops(), HaveTCX())
 
 	// Sockets of this process, born in the managed namespace: each one has
 	// our identity.

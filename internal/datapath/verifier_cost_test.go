@@ -74,13 +74,12 @@ func TestVerifierCost(t *testing.T) {
 			}
 			t.Logf("bounded=%v %s: %s, %s", bounded, name, stat.FindString(prog.VerifierLog), depth.FindString(prog.VerifierLog))
 			if os.Getenv("HOSTQOS_VERIFIER_FUNCS") != "" {
+				// In the order of the stack depths above (BTF func info).
 				if info, err := prog.Info(); err == nil {
-					if insns, err := info.Instructions(); err == nil {
+					if fis, err := info.FuncInfos(); err == nil {
 						var fns []string
-						for _, ins := range insns {
-							if sym := ins.Symbol(); sym != "" {
-								fns = append(fns, sym)
-							}
+						for _, fi := range fis {
+							fns = append(fns, fi.Func.Name)
 						}
 						t.Logf("  functions in order: %s", strings.Join(fns, " "))
 					}
