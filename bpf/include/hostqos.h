@@ -39,9 +39,13 @@ enum hq_limits {
 	 * loop a bounded for loop the verifier walks in full) holds smaller
 	 * policies: at most HQ_BOUNDED_FLOW_RULES rules without app selectors
 	 * and HQ_BOUNDED_APP_RULES with them (HQ_BOUNDED_WORDS bitmap words).
+	 * 5.15's verifier bounds them: it keeps at most 8,192 branches
+	 * pending, one per step of a walk (2 * HQ_BOUNDED_FLOW_RULES + 1
+	 * tuple steps), and more app rules grow hq_app_match's frame past
+	 * a call chain's 512 bytes (docs/kernels.md).
 	 * The reservation lock's slow wait is HQ_BOUNDED_RESV_WAIT attempts.
 	 */
-	HQ_BOUNDED_FLOW_RULES = 512,
+	HQ_BOUNDED_FLOW_RULES = 2048,
 	HQ_BOUNDED_APP_RULES = 128,
 	HQ_BOUNDED_WORDS = HQ_BOUNDED_APP_RULES / 64,
 	HQ_BOUNDED_RESV_WAIT = 64,

@@ -257,7 +257,7 @@ func checkOnlyDSCPChanged(t *testing.T, in, out []byte) {
 			t.Fatalf("byte %d changed %#02x → %#02x (only the DSCP may change):\n in %x\nout %x", i, in[i], out[i], in, out)
 		}
 	}
-	if et == 0x0800 && diff(15) && len(in) >= 34 && in[14] == 0x45 {
+	if et == 0x0800 && len(in) >= 34 && diff(15) && in[14] == 0x45 {
 		if binary.BigEndian.Uint16(in[24:]) == IPv4Checksum(in[14:34]) && binary.BigEndian.Uint16(out[24:]) != IPv4Checksum(out[14:34]) {
 			t.Fatalf("IPv4 checksum no longer valid after marking:\n in %x\nout %x", in, out)
 		}

@@ -207,7 +207,7 @@ const (
 	hostqosHqLimitsHQ_BITMAP_WORDS       hostqosHqLimits = 32
 	hostqosHqLimitsHQ_MAX_TUPLES         hostqosHqLimits = 16384
 	hostqosHqLimitsHQ_TSS_ENTRIES        hostqosHqLimits = 65536
-	hostqosHqLimitsHQ_BOUNDED_FLOW_RULES hostqosHqLimits = 512
+	hostqosHqLimitsHQ_BOUNDED_FLOW_RULES hostqosHqLimits = 2048
 	hostqosHqLimitsHQ_BOUNDED_APP_RULES  hostqosHqLimits = 128
 	hostqosHqLimitsHQ_BOUNDED_WORDS      hostqosHqLimits = 2
 	hostqosHqLimitsHQ_BOUNDED_RESV_WAIT  hostqosHqLimits = 64

@@ -13,7 +13,7 @@ import (
 // with them. internal/datapath is built for exactly these (a test keeps
 // them equal).
 const (
-	BoundedFlowRules = 512
+	BoundedFlowRules = 2048
 	BoundedAppRules  = 128
 )
 
