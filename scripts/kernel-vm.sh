@@ -40,7 +40,7 @@ root="$work/root"
 rm -rf "$root"
 mkdir -p "$root"/{bin,proc,sys,dev,tmp,mods}
 cp "$(command -v busybox)" "$root/bin/"
-for c in sh mount insmod poweroff echo mkdir cat sed grep uname; do ln -s busybox "$root/bin/$c"; done
+for c in sh mount insmod poweroff echo mkdir cat sed grep uname ip; do ln -s busybox "$root/bin/$c"; done
 # veth, the qdiscs and cls_bpf for the links; xfrm and nfnetlink for the
 # netlink handles the tests open in each namespace.
 for m in drivers/net/veth net/sched/cls_bpf net/sched/sch_ingress net/sched/sch_htb net/xfrm/xfrm_algo net/xfrm/xfrm_user net/netfilter/nfnetlink; do
@@ -56,6 +56,7 @@ mount -t tmpfs tmp /tmp
 mkdir -p /sys/fs/bpf /sys/fs/cgroup
 mount -t bpf bpf /sys/fs/bpf
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
+ip link set lo up
 for m in /mods/*.ko; do insmod $m; done
 echo "=== kernel $(uname -r)"
 cd /tmp

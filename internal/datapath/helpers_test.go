@@ -200,10 +200,11 @@ func tosOf(frame []byte) uint8 {
 
 func netipAP(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
-// attachAsDaemon attaches d's egress classifier to ifindex (in the
-// caller's network namespace) by the path the daemon's auto mode takes on
-// this kernel: TCX where the kernel has it (6.6), else a cls_bpf filter on
-// a clsact qdisc (scripts/kernel-vm.sh runs such tests on 6.1).
+// attachAsDaemon attaches d's classifiers (egress and ingress) to ifindex
+// (in the caller's network namespace) by the path the daemon's auto mode
+// takes on this kernel: TCX where the kernel has it (6.6), else cls_bpf
+// filters on a clsact qdisc (scripts/kernel-vm.sh runs such tests on 6.1
+// and 5.15).
 func attachAsDaemon(d *Datapath, ifindex int) error {
 	if HaveTCX() {
 		return d.AttachLink(ifindex)
@@ -212,6 +213,12 @@ func attachAsDaemon(d *Datapath, ifindex int) error {
 	if err != nil {
 		return err
 	}
-	_, err = shaper.AttachBPF(ifindex, shaper.Egress, fd)
+	if _, err = shaper.AttachBPF(ifindex, shaper.Egress, fd); err != nil {
+		return err
+	}
+	if fd, _, err = d.IngressProgramFD(ifindex); err != nil {
+		return err
+	}
+	_, err = shaper.AttachBPF(ifindex, shaper.Ingress, fd)
 	return err
 }

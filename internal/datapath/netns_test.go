@@ -61,7 +61,7 @@ func TestRealSocketIdentityAndMarking(t *testing.T) {
 			return err
 		}
 		ifindex = ifi.Index
-		return d.AttachLink(ifindex)
+		return attachAsDaemon(d, ifindex)
 	})
 	t.Cleanup(func() { d.Close() })
 	defer unix.Close(fdA)

@@ -32,7 +32,7 @@ func newResvBed(t *testing.T) *resvBed {
 		if b.d, err = Open(Options{BPFFSDir: dir, CgroupPath: cgroot}); err != nil {
 			return err
 		}
-		return b.d.AttachLink(p.IndexA)
+		return attachAsDaemon(b.d, p.IndexA)
 	})
 	t.Cleanup(func() {
 		// Unpin the cgroup links: they are attached to the host's root cgroup.

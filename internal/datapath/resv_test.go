@@ -362,7 +362,10 @@ func TestReservationPolicerConcurrent(t *testing.T) {
 	if n+uint64(st.BusyMisses) != 1+2*runs || st.NonconfPackets != 0 {
 		t.Errorf("%d charged + %d lock misses + %d non-conformant packets, want %d charged in all", n, st.BusyMisses, st.NonconfPackets, 1+2*runs)
 	}
-	if st.BusyMisses > 10 {
+	// The bounded datapath (kernels without bpf_loop) waits 64 attempts,
+	// not 2^20: a packet that still finds the lock held passes uncharged,
+	// counted (docs/kernels.md); what must hold there too is the sum above.
+	if st.BusyMisses > 10 && d.Loops() == LoopsBPFLoop {
 		t.Errorf("%d packets found the lock held %d times: the wait is too short", st.BusyMisses, 1<<20)
 	}
 	if want := T0 - 2e9 + int64(n)*L; st.T_m != want {
