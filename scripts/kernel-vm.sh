@@ -2,7 +2,7 @@
 # Runs the datapath's tests (internal/datapath) on another kernel: a Debian
 # kernel package booted in qemu with a minimal initramfs (busybox, the
 # test binary, the qdisc and veth modules). Not part of CI; it is how
-# docs/kernels.md's 6.1 findings were made.
+# docs/kernels.md's 6.1 and 5.15 findings were made.
 #
 #   scripts/kernel-vm.sh                          TestClassifyMatchesReference, on Debian's linux-image-amd64
 #   scripts/kernel-vm.sh -run 'TestX|TestY'       other tests
