@@ -10,7 +10,7 @@ LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X 
 # Test timeout per package; the whole suite stays well under 15 minutes.
 TEST_TIMEOUT ?= 600s
 
-.PHONY: all build lib deps generate check-generated test test-unit vet fmt fuzz fuzz-ci bench demo install clean
+.PHONY: all build lib deps generate check-generated check-format test test-unit vet fmt fuzz fuzz-ci bench demo install clean
 
 all: build
 
@@ -46,6 +46,11 @@ fmt:
 	gofmt -w api rtchan qsock cmd internal tests
 	clang-format -i internal/datapath/*.bpf.c bpf/include/hostqos.h
 
+# The BPF C as `make fmt` leaves it (clang-format, installed by
+# install-deps.sh --bpf, which check-generated runs first in make test).
+check-format:
+	@clang-format --dry-run --Werror internal/datapath/*.bpf.c bpf/include/hostqos.h || { echo "check-format: the BPF C differs from clang-format's layout; run make fmt"; exit 1; }
+
 # go vet, staticcheck (a tool of go.mod: `go mod download` installs it) and
 # gofmt; any finding fails.
 vet:
@@ -64,7 +69,7 @@ test-unit:
 # packages (pure Go) run first, two at a time. Both groups always run; a
 # failure in either fails the target.
 SERIAL_TESTS_RE := hostqos/internal/(testutil|testbed|lab|traffic)|cilium/ebpf|vishvananda/netlink
-test: deps vet build check-generated
+test: deps vet build check-generated check-format
 	@pkgs=$$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' $(PKGS)) || exit 1; \
 	unit=$$(echo "$$pkgs" | grep -Ev '$(SERIAL_TESTS_RE)' | cut -d' ' -f1); \
 	serial=$$(echo "$$pkgs" | grep -E '$(SERIAL_TESTS_RE)' | cut -d' ' -f1); \

@@ -183,19 +183,19 @@ struct hq_qsock {
 	__u64 ipg_ns;	  /* DWCS: inter-packet gap */
 	__u16 oln;	  /* DWCS: losses allowed in any old consecutive */
 	__u16 old;
-	__u32 busy;	   /* the scheduling state's lock */
-	__u64 dl_prev;	   /* DWCS: the previous message's deadline */
-	__u32 seq;	   /* DWCS: messages (frames) decided */
-	__u16 lost;	   /* DWCS: losses among the last old */
-	__u8 frame;	   /* enum hq_qframe */
+	__u32 busy;    /* the scheduling state's lock */
+	__u64 dl_prev; /* DWCS: the previous message's deadline */
+	__u32 seq;     /* DWCS: messages (frames) decided */
+	__u16 lost;    /* DWCS: losses among the last old */
+	__u8 frame;    /* enum hq_qframe */
 	__u8 pad2;
 	__u64 win[HQ_DWCS_WINDOW / 64]; /* DWCS: loss bits, by seq % old */
-	__u64 late;	      /* sent predicted after their deadline */
-	__u64 late_dropped;   /* dropped: could not meet their deadline */
-	__u64 frame_dropped;  /* dropped with the rest of their frame */
-	__u64 dropped_bytes;  /* bytes of both (skb->len) */
-	__u64 violations;     /* DWCS: sent late, no loss left in the window */
-	__u64 lock_misses;    /* passed undecided: the lock was held */
+	__u64 late;	     /* sent predicted after their deadline */
+	__u64 late_dropped;  /* dropped: could not meet their deadline */
+	__u64 frame_dropped; /* dropped with the rest of their frame */
+	__u64 dropped_bytes; /* bytes of both (skb->len) */
+	__u64 violations;    /* DWCS: sent late, no loss left in the window */
+	__u64 lock_misses;   /* passed undecided: the lock was held */
 };
 
 /*
@@ -449,7 +449,8 @@ struct hq_in {
 #define HQ_IN_GAIN_ONE 1024
 #define HQ_IN_GAIN_MIN 512
 #define HQ_IN_GAIN_MAX 2048
-#define HQ_TS_TICK_US 1000 /* a TCP timestamp tick: the receive-side RTT's resolution */
+#define HQ_TS_TICK_US                                                          \
+	1000 /* a TCP timestamp tick: the receive-side RTT's resolution */
 
 /*
  * A link's ingress budget (hq_link_in, keyed by ifindex): the frames the

@@ -1596,7 +1596,7 @@ static __always_inline int resv_police(const struct hq_resv *rv,
  * reservation's leaf shapes the non-conformant ones). Never drops.
  */
 __noinline __u64 hq_resv_result(struct __sk_buff *skb, __u64 res, __u32 gen,
-			      __u32 off)
+				__u32 off)
 {
 	struct hq_resv_state *s;
 	struct hq_resv *rv;
@@ -2337,8 +2337,7 @@ static __always_inline void qsched_admit(struct hq_qsched *qs, __u32 b,
  * window of the last old; lost says whether it was lost. Returns the
  * losses among the old-1 before it (what the window holds without it).
  */
-static __always_inline __u32 dwcs_window(struct hq_qsock *q, int push,
-					 int lost)
+static __always_inline __u32 dwcs_window(struct hq_qsock *q, int push, int lost)
 {
 	__u32 old = q->old, pos, w;
 	__u64 bit;
@@ -2420,7 +2419,8 @@ static __noinline int qsock_sched(struct __sk_buff *skb, struct hq_qsock *q,
 		return 0;
 	}
 	in_frame = q->frame & HQ_QF_IN;
-	if (sched == HQ_SCHED_DWCS && !has_dl && !(in_frame && !(flags & HQ_TXT_FRAME_START))) {
+	if (sched == HQ_SCHED_DWCS && !has_dl &&
+	    !(in_frame && !(flags & HQ_TXT_FRAME_START))) {
 		/* d_k = max(d_{k-1}, arrival) + ipg */
 		dl = (q->dl_prev > now ? q->dl_prev : now) + q->ipg_ns;
 		q->dl_prev = dl;
@@ -2465,14 +2465,16 @@ static __noinline int qsock_sched(struct __sk_buff *skb, struct hq_qsock *q,
 		window = 1;
 		drop = miss && !nodrop && dwcs_window(q, 0, 0) < q->oln;
 	}
-	if (fresh && (flags & HQ_TXT_FRAME_START) && !(flags & HQ_TXT_FRAME_END))
+	if (fresh && (flags & HQ_TXT_FRAME_START) &&
+	    !(flags & HQ_TXT_FRAME_END))
 		q->frame = HQ_QF_IN | (drop ? HQ_QF_DROP : 0);
 	else if (fresh)
 		q->frame = 0;
 	if (window)
 		dwcs_window(q, 1, drop);
 	if (drop) {
-		__sync_fetch_and_add(fresh ? &q->late_dropped : &q->frame_dropped, 1);
+		__sync_fetch_and_add(
+			fresh ? &q->late_dropped : &q->frame_dropped, 1);
 		__sync_fetch_and_add(&q->dropped_bytes, len);
 	} else if (miss) {
 		__sync_fetch_and_add(&q->late, 1);
@@ -2624,11 +2626,11 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 			 */
 			k4 = p->k4;
 			if (key.family == HQ_AF_INET)
-				err = bpf_map_update_elem(&hq_flows4, &k4,
-							  nf, BPF_NOEXIST);
+				err = bpf_map_update_elem(&hq_flows4, &k4, nf,
+							  BPF_NOEXIST);
 			else
-				err = bpf_map_update_elem(&hq_flows6, &key,
-							  nf, BPF_NOEXIST);
+				err = bpf_map_update_elem(&hq_flows6, &key, nf,
+							  BPF_NOEXIST);
 			if (!err) {
 				/* Counted below through nf, the entry's copy. */
 				f = nf;
