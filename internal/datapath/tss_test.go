@@ -47,6 +47,22 @@ func refMatch(rules []Rule, s FrameSpec) int {
 
 // randomPacket draws a packet from addresses inside and around the pools'
 // prefixes.
+// matchedRule test-runs the egress classifier on frame s and returns the
+// index of the rule that classified it (-1: none), from the priority the
+// classifier gave the packet (0x10000 + slot + 1, as the rules' slots are
+// their indices here).
+func matchedRule(t *testing.T, d *Datapath, s FrameSpec) int {
+	t.Helper()
+	res, err := d.TestRun(BuildFrame(s), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Priority == 0 {
+		return -1
+	}
+	return int(res.Priority-0x10000) - 1
+}
+
 func randomPacket(rng *rand.Rand) FrameSpec {
 	v4 := func() netip.Addr {
 		switch rng.IntN(4) {
@@ -199,14 +215,7 @@ func classifyMatchesReference(t *testing.T, d *Datapath, rng *rand.Rand, rules [
 	matched, bad := 0, 0
 	hits := map[int]bool{}
 	for i, s := range specs {
-		res, err := d.TestRun(BuildFrame(s), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := -1
-		if res.Priority != 0 {
-			got = int(res.Priority-0x10000) - 1
-		}
+		got := matchedRule(t, d, s)
 		if got != want[i] {
 			if bad++; bad <= 10 {
 				t.Errorf("packet %+v: rule %d, reference says %d", s, got, want[i])
@@ -246,14 +255,7 @@ func TestTupleSpaceRandomSmall(t *testing.T) {
 				continue
 			}
 			want := refMatch(p.Rules, s)
-			res, err := d.TestRun(BuildFrame(s), 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := -1
-			if res.Priority != 0 {
-				got = int(res.Priority-0x10000) - 1
-			}
+			got := matchedRule(t, d, s)
 			if got != want {
 				t.Fatalf("round %d: packet %+v: rule %d, reference says %d (rules %s)", round, s, got, want, fmt.Sprint(len(p.Rules)))
 			}
@@ -360,14 +362,7 @@ func TestTupleBoundsEdges(t *testing.T) {
 		}
 		for _, s := range pkts {
 			want := refMatch(rules, s)
-			res, err := d.TestRun(BuildFrame(s), 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := -1
-			if res.Priority != 0 {
-				got = int(res.Priority-0x10000) - 1
-			}
+			got := matchedRule(t, d, s)
 			if got != want {
 				t.Errorf("%s: packet %s:%d → %s:%d proto %d: rule %d, the reference says %d", loops, s.Src, s.SPort, s.Dst, s.DPort, s.Proto, got, want)
 			}
