@@ -287,6 +287,21 @@ func TestBoundedWalkReachesTheEnd(t *testing.T) {
 		rules = append(rules, r)
 	}
 	frame := BuildFrame(FrameSpec{Src: netip.MustParseAddr("198.18.0.1"), Dst: dst, Proto: 17, SPort: 1234, DPort: 5000})
+	eachLoops(t, rules, func(loops string, d *Datapath) {
+		res, err := d.TestRun(frame, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := int(res.Priority) - 0x10000 - 1; got != n-1 {
+			t.Errorf("%s: the packet got rule %d, want the last, %d", loops, got, n-1)
+		}
+	})
+}
+
+// eachLoops opens a test datapath in each loop variant the kernel has
+// (bounded; bpf_loop from 5.17), applies rules and calls fn with it.
+func eachLoops(t *testing.T, rules []Rule, fn func(loops string, d *Datapath)) {
+	t.Helper()
 	for _, loops := range []string{LoopsBounded, LoopsBPFLoop} {
 		if loops == LoopsBPFLoop && !HaveBPFLoop() {
 			t.Logf("%s: not on this kernel (before 5.17)", loops)
@@ -296,13 +311,7 @@ func TestBoundedWalkReachesTheEnd(t *testing.T) {
 		if err := d.Apply(Policy{Rules: rules}); err != nil {
 			t.Fatal(err)
 		}
-		res, err := d.TestRun(frame, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := int(res.Priority) - 0x10000 - 1; got != n-1 {
-			t.Errorf("%s: the packet got rule %d, want the last, %d", loops, got, n-1)
-		}
+		fn(loops, d)
 	}
 }
 
@@ -351,21 +360,11 @@ func TestTupleBoundsEdges(t *testing.T) {
 	for _, tos := range []uint8{9 << 2, 10 << 2, 11 << 2} {
 		pkts = append(pkts, FrameSpec{Src: v4("198.18.0.1"), Dst: v4("198.18.0.2"), Proto: 17, SPort: 40004 + uint16(tos), DPort: 7777, TOS: tos})
 	}
-	for _, loops := range []string{LoopsBPFLoop, LoopsBounded} {
-		if loops == LoopsBPFLoop && !HaveBPFLoop() {
-			t.Logf("%s: not on this kernel (before 5.17)", loops)
-			continue
-		}
-		d := openTest(t, Options{FlowTableSize: 1 << 16, Loops: loops})
-		if err := d.Apply(Policy{Rules: rules}); err != nil {
-			t.Fatal(err)
-		}
+	eachLoops(t, rules, func(loops string, d *Datapath) {
 		for _, s := range pkts {
-			want := refMatch(rules, s)
-			got := matchedRule(t, d, s)
-			if got != want {
+			if got, want := matchedRule(t, d, s), refMatch(rules, s); got != want {
 				t.Errorf("%s: packet %s:%d → %s:%d proto %d: rule %d, the reference says %d", loops, s.Src, s.SPort, s.Dst, s.DPort, s.Proto, got, want)
 			}
 		}
-	}
+	})
 }
