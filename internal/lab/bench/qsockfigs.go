@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -123,6 +124,23 @@ func (q *qaRun) sender(app, mode string, stream int, dur time.Duration, extra ..
 
 // ftpAt starts a bulk TCP transfer (ftpStreams connections, no rule:
 // class default) at t = at that lasts until t = end.
+// finish starts the bulk perturbation at `at`, waits for the senders
+// (their results, in order) and the perturbation to end, lets the last
+// packets arrive, and returns the first error of any of them.
+func (q *qaRun) finish(waits []func(*appSendResult) error, at, end time.Duration) ([]appSendResult, error) {
+	waitF, errF := q.ftpAt(at, end)
+	res := make([]appSendResult, len(waits))
+	errs := []error{errF}
+	for i, w := range waits {
+		errs = append(errs, w(&res[i]))
+	}
+	if waitF != nil {
+		errs = append(errs, waitF(nil))
+	}
+	time.Sleep(300 * time.Millisecond)
+	return res, errors.Join(errs...)
+}
+
 func (q *qaRun) ftpAt(at, end time.Duration) (func(any) error, error) {
 	sleepUntilMono(q.t0 + at.Nanoseconds())
 	return q.e.startHelper(q.app, q.ftp, "tcp", "--to", qaSink, "--duration", (end - at).String(), "--streams", strconv.Itoa(ftpStreams))
@@ -557,20 +575,9 @@ func benchQSockStreams(e *env, r *Report) error {
 		}
 		waits = append(waits, w)
 	}
-	waitF, errF := q.ftpAt(0, dur)
-	res := make([]appSendResult, len(streams))
-	errs := []error{errF}
-	for i, w := range waits {
-		errs = append(errs, w(&res[i]))
-	}
-	if waitF != nil {
-		errs = append(errs, waitF(nil))
-	}
-	time.Sleep(300 * time.Millisecond)
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+	res, err := q.finish(waits, 0, dur)
+	if err != nil {
+		return err
 	}
 	r.Columns = []string{"stream", "wanted fps", "delivered fps (mean / min 1-s)", "frames lost (by type)", "late frames", "inter-frame p99", "seed"}
 	fig := &plot.Figure{
@@ -635,20 +642,9 @@ func benchQSockEDF(e *env, r *Report) error {
 		}
 		waits = append(waits, w)
 	}
-	waitF, errF := q.ftpAt(pAt, dur)
-	res := make([]appSendResult, len(alts))
-	errs := []error{errF}
-	for i, w := range waits {
-		errs = append(errs, w(&res[i]))
-	}
-	if waitF != nil {
-		errs = append(errs, waitF(nil))
-	}
-	time.Sleep(300 * time.Millisecond)
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+	res, err := q.finish(waits, pAt, dur)
+	if err != nil {
+		return err
 	}
 	misses := make([][]missInterval, len(alts))
 	for i := range alts {

@@ -314,16 +314,8 @@ func xdpInjectOnce(rx *testbed.Node, gen func() (*datapath.XDPGenerator, error),
 			return err
 		}
 		defer g.Close()
-		const chunk = 1 << 18
-		for took < dur {
-			d, err := g.Send(frame, chunk, xdpGenBatch)
-			if err != nil {
-				return err
-			}
-			took += d
-			sent += chunk
-		}
-		return nil
+		sent, took, err = xdpSendFor(g, frame, dur)
+		return err
 	})
 	if err != nil {
 		return 0, 0, err
@@ -337,6 +329,21 @@ func xdpInjectOnce(rx *testbed.Node, gen func() (*datapath.XDPGenerator, error),
 		got = after - before
 	}
 	return float64(got) / took.Seconds(), float64(sent) / took.Seconds(), nil
+}
+
+// xdpSendFor sends frame with g in chunks until the kernel has spent dur
+// on it; it returns the frames sent and the time the kernel took.
+func xdpSendFor(g *datapath.XDPGenerator, frame []byte, dur time.Duration) (sent uint64, took time.Duration, err error) {
+	const chunk = 1 << 18
+	for took < dur {
+		d, err := g.Send(frame, chunk, xdpGenBatch)
+		if err != nil {
+			return sent, took, err
+		}
+		took += d
+		sent += chunk
+	}
+	return sent, took, nil
 }
 
 // xdpGenBatch is the generator's batch: frames built and sent per round
@@ -397,16 +404,8 @@ func xdpDropOnce(tx, rx *testbed.Node, txIf, rxIf string, frame []byte, dur time
 			return err
 		}
 		defer g.Close()
-		const chunk = 1 << 18
-		for took < dur {
-			d, err := g.Send(frame, chunk, xdpGenBatch)
-			if err != nil {
-				return err
-			}
-			took += d
-			sent += chunk
-		}
-		return nil
+		sent, took, err = xdpSendFor(g, frame, dur)
+		return err
 	})
 	if err != nil {
 		return 0, 0, err
