@@ -2704,6 +2704,18 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 /* ---------------------------------------------------------------------- */
 
 /*
+ * The flows a download limit (a rule's, or a level of a link's ingress
+ * budget) is shared by: those active in the last epoch (prev) or this one
+ * (cur), the more, and at least one.
+ */
+static __always_inline __u64 in_active(__u64 prev, __u64 cur)
+{
+	__u64 n = prev > cur ? prev : cur;
+
+	return n ? n : 1;
+}
+
+/*
  * One flow's share of rule slot's download limit, bytes/s in Q10 (with the
  * window gain): rate × gain / active flows; 0 = no limit.
  */
@@ -2720,9 +2732,7 @@ static __always_inline __u64 in_share(__u32 slot)
 	rate = *(volatile __u64 *)&in->rate;
 	if (!rate)
 		return 0;
-	n = in->flows_prev > in->flows ? in->flows_prev : in->flows;
-	if (!n)
-		n = 1;
+	n = in_active(in->flows_prev, in->flows);
 	gain = in->gain ? in->gain : HQ_IN_GAIN_ONE;
 	return rate * gain / n;
 }
@@ -2775,9 +2785,7 @@ static __always_inline __u64 link_share(struct __sk_buff *skb, __u32 slot)
 	avail = *(volatile __u64 *)&v->avail;
 	if (!avail)
 		avail = li->rate;
-	n = v->flows_prev > v->flows ? v->flows_prev : v->flows;
-	if (!n)
-		n = 1;
+	n = in_active(v->flows_prev, v->flows);
 	gain = v->gain ? v->gain : HQ_IN_GAIN_ONE;
 	return avail * gain / n;
 }
@@ -2921,9 +2929,7 @@ static __always_inline __u64 in_pace_win(__u32 slot, __u64 srtt, __u64 mss)
 	rate = *(volatile __u64 *)&in->rate;
 	if (!rate)
 		return 0;
-	n = in->flows_prev > in->flows ? in->flows_prev : in->flows;
-	if (!n)
-		n = 1;
+	n = in_active(in->flows_prev, in->flows);
 	if (rate / n * srtt / 1000000 >= HQ_IN_PACE_SEGS * mss)
 		return 0;
 	g = in->gain;
