@@ -2,7 +2,6 @@ package datapath
 
 import (
 	"fmt"
-	"github.com/hostqos/hostqos/internal/testutil"
 	"net/netip"
 	"testing"
 )
@@ -66,60 +65,4 @@ func BenchmarkRuleCounters(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(MaxRules), "ns/rule")
-}
-
-// BenchmarkPerPacket reports the classifier's per-packet cost on a flow
-// hit (BPF test-run), net of an empty program.
-func BenchmarkPerPacket(b *testing.B) {
-	testutil.NeedRoot(b)
-	for _, n := range []int{10, 10_000, 100_000} {
-		b.Run(fmt.Sprintf("flows=%d", n), func(b *testing.B) {
-			var r PerPacketResult
-			var err error
-			for i := 0; i < b.N; i++ {
-				if r, err = MeasurePerPacket(n, 200_000, false); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(r.EmptyNS, "empty-ns/pkt")
-			b.ReportMetric(r.ClassifierNS, "hostqos-ns/pkt")
-			b.ReportMetric(r.NetNS, "net-ns/pkt")
-		})
-	}
-}
-
-// TestMeasurePerPacket runs the egress benchmark with and without a
-// policer on the package's shared datapath (lab/bench's TestQuickCheap
-// runs MeasurePerPacket itself, which opens its own).
-func TestMeasurePerPacket(t *testing.T) {
-	for _, police := range []bool{false, true} {
-		r, err := openTest(t, Options{}).measurePerPacket(100, 1000, police)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.ClassifierNS <= 0 || r.Flows != 100 {
-			t.Errorf("police %v: result %+v", police, r)
-		}
-		t.Logf("police %v: %+v", police, r)
-	}
-}
-
-// TestMeasureIngressPerPacket: the ingress benchmark runs its program on
-// the pass path (timeNet refuses any other verdict) with and without a
-// download limit (the latter on the package's shared datapath).
-func TestMeasureIngressPerPacket(t *testing.T) {
-	testutil.NeedRoot(t)
-	for _, limit := range []bool{false, true} {
-		measure := MeasureIngressPerPacket
-		if limit {
-			measure = openTest(t, Options{}).measureIngressPerPacket
-		}
-		r, err := measure(100, 1000, limit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.ClassifierNS <= 0 || r.Flows != 100 {
-			t.Errorf("limit %v: result %+v", limit, r)
-		}
-	}
 }

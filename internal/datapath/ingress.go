@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -209,71 +208,4 @@ func onHookDir(ifindex int, l link.Link, at ebpf.AttachType) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// TestRunIngress runs the Ethernet ingress classifier on frame once and
-// returns its verdict and the frame after the program ran.
-func (d *Datapath) TestRunIngress(frame []byte) (TestRunResult, error) {
-	var out skBuff
-	data := make([]byte, len(frame)+256)
-	ret, err := d.objs.HqTcIngress.Run(&ebpf.RunOptions{
-		Data:       frame,
-		DataOut:    data,
-		Context:    skBuff{},
-		ContextOut: &out,
-		Repeat:     1,
-	})
-	if err != nil {
-		return TestRunResult{}, fmt.Errorf("test-run ingress classifier: %w", err)
-	}
-	return TestRunResult{Verdict: int32(ret), Packet: data[:len(frame)], Priority: out.Priority}, nil
-}
-
-// MeasureIngressPerPacket is MeasurePerPacket for the TC ingress
-// classifier: a received frame (198.19.0.1:443 → 198.18.0.1:40000) whose
-// flow is in the table among flows entries, matching the last of ten rules
-// (counted on the receive side). With limit, that rule also has a download
-// limit (maxbw_in at 100 gbit: the estimator's accounting on every packet,
-// as for TCP under a limit).
-func MeasureIngressPerPacket(flows int, repeat uint32, limit bool) (PerPacketResult, error) {
-	if flows < 1 {
-		return PerPacketResult{}, errors.New("measure ingress per-packet cost: flows must be >= 1")
-	}
-	if repeat == 0 {
-		repeat = 1_000_000
-	}
-	d, done, err := openScratch(max(DefaultFlowTable, flows*2))
-	if err != nil {
-		return PerPacketResult{}, err
-	}
-	defer done()
-	return d.measureIngressPerPacket(flows, repeat, limit)
-}
-
-// measureIngressPerPacket is MeasureIngressPerPacket on an open datapath
-// whose flow table holds flows entries (the package's tests pass their
-// shared one).
-func (d *Datapath) measureIngressPerPacket(flows int, repeat uint32, limit bool) (PerPacketResult, error) {
-	var p Policy
-	for i := 0; i < 9; i++ {
-		p.Rules = append(p.Rules, Rule{Slot: uint16(i), Proto: 17, RPortFrom: uint16(1000 + i), DSCPIn: -1, DSCP: 10})
-	}
-	last := Rule{Slot: 9, Proto: 6, Remote: netip.MustParsePrefix("198.19.0.0/16"), DSCPIn: -1, DSCP: 46, ClassID: 0x10010}
-	if limit {
-		last.MaxBWIn = 100e9
-	}
-	p.Rules = append(p.Rules, last)
-	if err := d.Apply(p); err != nil {
-		return PerPacketResult{}, err
-	}
-	if err := d.fillFlows4(flows, hostqosHqFlow{Slot: 9, Dscp: 46, Classid: 0x10010}); err != nil {
-		return PerPacketResult{}, err
-	}
-	frame := BuildFrame(FrameSpec{Src: netip.MustParseAddr("198.19.0.1"), Dst: netip.MustParseAddr("198.18.0.1"),
-		Proto: 6, SPort: 443, DPort: 40000, Payload: 64})
-	// The first run inserts the measured flow; the rest hit it.
-	if _, err := d.TestRunIngress(frame); err != nil {
-		return PerPacketResult{}, err
-	}
-	return timeNet(PerPacketResult{Flows: flows, Repeat: repeat}, frame, d.objs.HqTcIngress)
 }

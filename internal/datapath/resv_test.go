@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 // resvRun test-runs one frame at policer time t (ns) and returns its
@@ -287,17 +286,6 @@ func TestReservationValidate(t *testing.T) {
 	}
 	if _, err := compile(Policy{Rules: []Rule{{Slot: 1, DSCP: -1, DSCPIn: -1, Reservation: 7}}}); err == nil || !strings.Contains(err.Error(), "reservation 7 is not in the policy") {
 		t.Errorf("rule naming a missing reservation: %v", err)
-	}
-}
-
-func TestMeasurePolicing(t *testing.T) {
-	testutil.NeedRoot(t)
-	r, err := MeasurePolicing(1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.PlainNS <= 0 || r.ReservedNS <= 0 {
-		t.Errorf("result %+v", r)
 	}
 }
 

@@ -602,13 +602,11 @@ func (s *Shield) TestRun(frame []byte, ifindex int) (uint32, error) {
 	return ret, nil
 }
 
-// Injector runs the shield's XDP program on live frames as if ifindex's
-// driver had received them (see NewXDPInjector): frames it drops are
-// counted as when it is attached, frames it passes enter the stack. For
-// benchmarks; Close leaves the shield as it is.
-func (s *Shield) Injector(ifindex int) *XDPGenerator {
-	return &XDPGenerator{prog: s.objs.HqxXdp, ifindex: ifindex, borrowed: true}
-}
+// XDPProgram is the shield's XDP program, for tools that run it on frames
+// themselves (the lab's XDP injector, xdpgen.Borrow, which feeds it live
+// frames as if a driver had received them). It belongs to the shield:
+// valid until Close, and never to be closed by the caller.
+func (s *Shield) XDPProgram() *ebpf.Program { return s.objs.HqxXdp }
 
 // xdpMD is struct xdp_md as BPF_PROG_TEST_RUN takes it.
 type xdpMD struct {

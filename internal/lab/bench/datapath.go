@@ -1,18 +1,17 @@
 package bench
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"time"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/lab/dpbench"
+	"github.com/hostqos/hostqos/internal/lab/xdpgen"
 )
 
 // benchDatapath: ns/packet of the egress classifier with BPF_PROG_TEST_RUN
-// (datapath.MeasurePerPacket), against an empty TC program, at 10, 10k and
+// (dpbench.MeasurePerPacket), against an empty TC program, at 10, 10k and
 // 100k flows; several rounds, median and min.
 func benchDatapath(e *env, r *Report) error {
 	rounds := e.n(5, 2)
@@ -32,7 +31,7 @@ func benchDatapath(e *env, r *Report) error {
 			if err := e.ctx.Err(); err != nil {
 				return err
 			}
-			res, err := datapath.MeasurePerPacket(max(n, -n), repeat, n < 0)
+			res, err := dpbench.MeasurePerPacket(max(n, -n), repeat, n < 0)
 			if err != nil {
 				return fmt.Errorf("measure per-packet cost at %d flows (policer %v): %w", max(n, -n), n < 0, err)
 			}
@@ -64,33 +63,10 @@ func benchDatapath(e *env, r *Report) error {
 	return nil
 }
 
-// testRunSetup is a private datapath loaded for in-process test-runs.
-type testRunSetup struct {
-	dp  *datapath.Datapath
-	dir string
-}
-
-func openPrivateDatapath(tableSize int) (*testRunSetup, error) {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	dir := filepath.Join("/sys/fs/bpf", "hqbench-"+hex.EncodeToString(b[:]))
-	dp, err := datapath.Open(datapath.Options{BPFFSDir: dir, FlowTableSize: tableSize})
-	if err != nil {
-		_ = datapath.Remove(dir)
-		return nil, fmt.Errorf("load a private datapath: %w", err)
-	}
-	return &testRunSetup{dp: dp, dir: dir}, nil
-}
-
-func (s *testRunSetup) Close() {
-	s.dp.Close()
-	_ = datapath.Remove(s.dir)
-}
-
 // benchFrame is the i-th distinct flow's frame: 198.18.x.y:port → 198.19.0.1:443.
 func benchFrame(i int) []byte {
 	src := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
-	return datapath.BuildFrame(datapath.FrameSpec{Src: src, Dst: netip.MustParseAddr("198.19.0.1"),
+	return xdpgen.BuildFrame(xdpgen.FrameSpec{Src: src, Dst: netip.MustParseAddr("198.19.0.1"),
 		Proto: 6, SPort: uint16(10000 + i%50000), DPort: 443, Payload: 64})
 }
 

@@ -3,11 +3,11 @@ package bench
 import (
 	"fmt"
 
-	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/lab/dpbench"
 )
 
 // benchIngress: ns/packet of the TC ingress classifier with
-// BPF_PROG_TEST_RUN (datapath.MeasureIngressPerPacket), against an empty
+// BPF_PROG_TEST_RUN (dpbench.MeasureIngressPerPacket), against an empty
 // TC program, at 10, 10k and 100k flows, and at 100k with a download
 // limit on the matching rule; several rounds, median and min.
 func benchIngress(e *env, r *Report) error {
@@ -27,7 +27,7 @@ func benchIngress(e *env, r *Report) error {
 			if err := e.ctx.Err(); err != nil {
 				return err
 			}
-			res, err := datapath.MeasureIngressPerPacket(max(n, -n), repeat, n < 0)
+			res, err := dpbench.MeasureIngressPerPacket(max(n, -n), repeat, n < 0)
 			if err != nil {
 				return fmt.Errorf("measure ingress per-packet cost at %d flows (limit %v): %w", max(n, -n), n < 0, err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/lab/dpbench"
 	"github.com/hostqos/hostqos/internal/plot"
 	"github.com/hostqos/hostqos/internal/shaper"
 	"github.com/hostqos/hostqos/internal/testbed"
@@ -119,7 +120,7 @@ func benchResvCost(e *env, r *Report) error {
 		if err := e.ctx.Err(); err != nil {
 			return err
 		}
-		res, err := datapath.MeasurePolicing(repeat)
+		res, err := dpbench.MeasurePolicing(repeat)
 		if err != nil {
 			return err
 		}

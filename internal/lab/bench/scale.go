@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/lab/dpbench"
 )
 
 // benchScale: 10k managed flows and up to 10k rules — per-packet cost
@@ -28,7 +29,7 @@ func benchScale(e *env, r *Report) error {
 	}
 	r.Columns = append(r.Columns, "10000 rules, random shapes", "10000 rules, every shape looked up", "target", "anchor")
 
-	base, err := datapath.MeasurePerPacket(10, repeat, false)
+	base, err := dpbench.MeasurePerPacket(10, repeat, false)
 	if err != nil {
 		return fmt.Errorf("measure the empty program: %w", err)
 	}
@@ -40,33 +41,33 @@ func benchScale(e *env, r *Report) error {
 	for _, n := range sizes {
 		policies = append(policies, bigPolicy(n))
 	}
-	policies = append(policies, datapath.RandomPolicy(rules), probeEveryShape(bigPolicy(rules)))
+	policies = append(policies, dpbench.RandomPolicy(rules), probeEveryShape(bigPolicy(rules)))
 	for i, pol := range policies {
 		if err := e.ctx.Err(); err != nil {
 			return err
 		}
-		s, err := openPrivateDatapath(datapath.DefaultFlowTable)
+		s, err := dpbench.OpenScratch(datapath.DefaultFlowTable)
 		if err != nil {
 			return err
 		}
 		err = func() error {
-			if err := s.dp.Apply(pol); err != nil {
+			if err := s.DP.Apply(pol); err != nil {
 				return fmt.Errorf("apply %d-rule policy: %w", len(pol.Rules), err)
 			}
-			miss, err := fillByTestRun(s.dp, flows)
+			miss, err := fillByTestRun(s.DP, flows)
 			if err != nil {
 				return err
 			}
-			single, err := singleRunCost(s.dp, 2000)
+			single, err := singleRunCost(s.DP, 2000)
 			if err != nil {
 				return err
 			}
-			hit, err := hitCost(s.dp, repeat)
+			hit, err := hitCost(s.DP, repeat)
 			if err != nil {
 				return err
 			}
 			cnt := 0
-			_ = s.dp.Flows(func(datapath.Flow) bool { cnt++; return true })
+			_ = s.DP.Flows(func(datapath.Flow) bool { cnt++; return true })
 			if cnt < flows {
 				return fmt.Errorf("flow table holds %d entries after %d distinct frames", cnt, flows)
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/lab/dpbench"
 )
 
 // benchStats: what reading one flow's counters costs, through the daemon's
@@ -105,22 +106,22 @@ func benchStats(e *env, r *Report) error {
 
 // directFlowRead loads a private datapath with n flows and times Flows().
 func directFlowRead(n, reads int) (perMedian, perMin float64, total time.Duration, seen int, err error) {
-	s, err := openPrivateDatapath(max(datapath.DefaultFlowTable, 2*n))
+	s, err := dpbench.OpenScratch(max(datapath.DefaultFlowTable, 2*n))
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
 	defer s.Close()
-	if err := s.dp.Apply(bigPolicy(10)); err != nil {
+	if err := s.DP.Apply(bigPolicy(10)); err != nil {
 		return 0, 0, 0, 0, fmt.Errorf("apply policy: %w", err)
 	}
-	if _, err := fillByTestRun(s.dp, n); err != nil {
+	if _, err := fillByTestRun(s.DP, n); err != nil {
 		return 0, 0, 0, 0, fmt.Errorf("fill flow table: %w", err)
 	}
 	var ts []float64
 	for i := 0; i < reads+1; i++ {
 		cnt := 0
 		t0 := time.Now()
-		if err := s.dp.Flows(func(f datapath.Flow) bool { cnt++; return true }); err != nil {
+		if err := s.DP.Flows(func(f datapath.Flow) bool { cnt++; return true }); err != nil {
 			return 0, 0, 0, 0, fmt.Errorf("read flows: %w", err)
 		}
 		el := time.Since(t0)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/lab/xdpgen"
 	"github.com/hostqos/hostqos/internal/testbed"
 )
 
@@ -20,7 +21,7 @@ import (
 // XDP shield against an nftables drop rule (netdev ingress, the earliest
 // nftables hook) on the same prefixes, with 10 and 100,000 entries. The
 // flood is 64-byte frames from the kernel's own generator (live-frame XDP
-// test runs, datapath.XDPGenerator) into a veth: no socket or skb on the
+// test runs, xdpgen.Generator) into a veth: no socket or skb on the
 // sending side, so the generator costs far less per packet than either
 // drop and the drop's cost decides the rate. Generator and receive path
 // share one core (the veth's NAPI poll runs where the frames were sent),
@@ -73,7 +74,7 @@ func benchXDPDrop(e *env, r *Report) error {
 		ceiling       bool // the figure is the generator's rate
 		// gen, when set, makes the generator that injects the flood
 		// into rx's own receive path (else: across the veth from tx).
-		gen func() (*datapath.XDPGenerator, error)
+		gen func() (*xdpgen.Generator, error)
 	}
 	// nftables.
 	nftFile := filepath.Join(e.scratch, "xdpdrop.nft")
@@ -145,7 +146,7 @@ func benchXDPDrop(e *env, r *Report) error {
 	var passDown func() error
 	passUp := func(int) error {
 		return rx.Do(func() (err error) {
-			passDown, err = datapath.AttachXDPPass(rxIndex)
+			passDown, err = xdpgen.AttachPass(rxIndex)
 			return err
 		})
 	}
@@ -160,7 +161,7 @@ func benchXDPDrop(e *env, r *Report) error {
 	defer passOff()
 	dropAllUp := func(int) error {
 		return rx.Do(func() (err error) {
-			passDown, err = datapath.AttachXDPDrop(rxIndex)
+			passDown, err = xdpgen.AttachDrop(rxIndex)
 			return err
 		})
 	}
@@ -180,7 +181,7 @@ func benchXDPDrop(e *env, r *Report) error {
 	}
 	none := func(int) error { return nil }
 	noneDown := func() error { return nil }
-	injector := func() (*datapath.XDPGenerator, error) { return datapath.NewXDPInjector(rxIndex) }
+	injector := func() (*xdpgen.Generator, error) { return xdpgen.NewInjector(rxIndex) }
 	vethAlts := []alt{
 		{name: "no drop (delivered to an unread socket)", up: passUp, down: passOff, isBaseline: true},
 		{name: "nftables netdev ingress drop, interval set", up: nftPassUp, down: nftPassDown, dropped: nftDropped, entriesMatter: true},
@@ -191,9 +192,9 @@ func benchXDPDrop(e *env, r *Report) error {
 		{name: "no drop (delivered to an unread socket)", up: none, down: noneDown, gen: injector, isBaseline: true},
 		{name: "nftables netdev ingress drop, interval set", up: nftUp, down: nftDown, gen: injector, dropped: nftDropped, entriesMatter: true},
 		{name: "hostqos XDP drop list (host hash + LPM tries)", up: shieldUp, down: xdpDown, dropped: xdpDropped, entriesMatter: true,
-			gen: func() (*datapath.XDPGenerator, error) { return sh.Injector(rxIndex), nil }},
+			gen: func() (*xdpgen.Generator, error) { return xdpgen.Borrow(sh.XDPProgram(), rxIndex), nil }},
 		{name: "XDP_DROP of every frame (one instruction: the injector's ceiling)", up: none, down: noneDown, entriesMatter: true, ceiling: true,
-			gen: func() (*datapath.XDPGenerator, error) { return datapath.NewXDPSink(rxIndex) }},
+			gen: func() (*xdpgen.Generator, error) { return xdpgen.NewSink(rxIndex) }},
 	}
 	modes := []struct {
 		label string
@@ -294,7 +295,7 @@ func benchXDPDrop(e *env, r *Report) error {
 // xdpInjectOnce injects the flood into rx's receive path for dur with the
 // generator gen makes (in rx); it returns the drop rate (0 without a drop
 // counter) and the injected rate.
-func xdpInjectOnce(rx *testbed.Node, gen func() (*datapath.XDPGenerator, error), frame []byte, dur time.Duration, dropped func() (uint64, error)) (float64, float64, error) {
+func xdpInjectOnce(rx *testbed.Node, gen func() (*xdpgen.Generator, error), frame []byte, dur time.Duration, dropped func() (uint64, error)) (float64, float64, error) {
 	hole, err := bindUDP(rx, "198.18.0.2:5201", false)
 	if err != nil {
 		return 0, 0, err
@@ -333,7 +334,7 @@ func xdpInjectOnce(rx *testbed.Node, gen func() (*datapath.XDPGenerator, error),
 
 // xdpSendFor sends frame with g in chunks until the kernel has spent dur
 // on it; it returns the frames sent and the time the kernel took.
-func xdpSendFor(g *datapath.XDPGenerator, frame []byte, dur time.Duration) (sent uint64, took time.Duration, err error) {
+func xdpSendFor(g *xdpgen.Generator, frame []byte, dur time.Duration) (sent uint64, took time.Duration, err error) {
 	const chunk = 1 << 18
 	for took < dur {
 		d, err := g.Send(frame, chunk, xdpGenBatch)
@@ -367,7 +368,7 @@ func floodFrame(tx, rx *testbed.Node, txIf, rxIf string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := datapath.BuildFrame(datapath.FrameSpec{Src: netip.MustParseAddr("198.18.0.1"), Dst: netip.MustParseAddr("198.18.0.2"),
+	f := xdpgen.BuildFrame(xdpgen.FrameSpec{Src: netip.MustParseAddr("198.18.0.1"), Dst: netip.MustParseAddr("198.18.0.2"),
 		Proto: 17, SPort: 40000, DPort: 5201, Payload: 64 - 14 - 20 - 8})
 	copy(f[0:6], dst)
 	copy(f[6:12], src)
@@ -399,7 +400,7 @@ func xdpDropOnce(tx, rx *testbed.Node, txIf, rxIf string, frame []byte, dur time
 		if err != nil {
 			return err
 		}
-		g, err := datapath.NewXDPGenerator(ifi.Index)
+		g, err := xdpgen.NewGenerator(ifi.Index)
 		if err != nil {
 			return err
 		}

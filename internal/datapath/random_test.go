@@ -5,19 +5,12 @@ import (
 	"net/netip"
 )
 
-// RandomPolicy is the policy of n rules (n/10 with an exe selector) the
-// datapath's reference test (TestClassifyMatchesReference) checks the
-// classifier with: rules of many overlapping shapes, drawn with a fixed
-// seed. The scale benchmark times it as the hard case of the tuple-space
-// search (many shapes).
-func RandomPolicy(n int) Policy {
-	return Policy{Rules: randomRules(rand.New(rand.NewPCG(9, 10_000)), n, n/10)}
-}
-
 // randomRules makes n rules, of which apps have an exe selector, drawn from
 // small pools of prefixes, ports, protocols and DSCPs so that rules of
 // many shapes overlap, after rules per remote host and port (one shape,
-// many keys). Each rule's classid names its index.
+// many keys). Each rule's classid names its index. The scale benchmark
+// times a copy of it (dpbench.RandomPolicy, see
+// TestRandomPolicyIsTheReferencePolicy).
 func randomRules(rng *rand.Rand, n, apps int) []Rule {
 	v4 := []string{"198.18.0.0/15", "198.18.0.0/16", "198.18.1.0/24", "198.18.1.128/25", "198.19.5.0/24", "198.18.1.7/32", "198.19.5.9/32", "0.0.0.0/0"}
 	v6 := []string{"2001:db8::/32", "2001:db8:1::/48", "2001:db8:1::/64", "2001:db8:1::7/128", "2001:db8:2::/47", "::/0"}
@@ -66,3 +59,7 @@ func randomRules(rng *rand.Rand, n, apps int) []Rule {
 	}
 	return rules
 }
+
+// RandomRules lets the external test TestRandomPolicyIsTheReferencePolicy
+// compare randomRules with the lab's copy.
+var RandomRules = randomRules

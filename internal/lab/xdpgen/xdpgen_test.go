@@ -1,30 +1,44 @@
-package datapath
+package xdpgen
 
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/testutil"
 )
 
-// TestXDPGeneratorIntoShield: the in-kernel generator's frames cross the
-// veth as XDP frames and the peer's shield drops and counts every one of
-// them against the listed source.
-func TestXDPGeneratorIntoShield(t *testing.T) {
-	s := openShieldTest(t)
-	p := testutil.NewPair(t)
-	src := testutil.PairA4.Addr()
-	listed := pfx(src.String() + "/32")
-	if err := s.SetBlocks([]BlockEntry{{Prefix: listed}}); err != nil {
+// openShield is an XDP shield pinned in the test's own directory.
+func openShield(t *testing.T) *datapath.Shield {
+	t.Helper()
+	testutil.NeedRoot(t)
+	s, err := datapath.OpenShield(testutil.TempPinDir(t), nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	p.B.MustDo(t, func() error { return s.AttachXDP(p.IndexB, SynLimits{}) })
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestGeneratorIntoShield: the in-kernel generator's frames cross the
+// veth as XDP frames and the peer's shield drops and counts every one of
+// them against the listed source.
+func TestGeneratorIntoShield(t *testing.T) {
+	s := openShield(t)
+	p := testutil.NewPair(t)
+	src := testutil.PairA4.Addr()
+	listed := netip.PrefixFrom(src, 32)
+	if err := s.SetBlocks([]datapath.BlockEntry{{Prefix: listed}}); err != nil {
+		t.Fatal(err)
+	}
+	p.B.MustDo(t, func() error { return s.AttachXDP(p.IndexB, datapath.SynLimits{}) })
 	frame := BuildFrame(FrameSpec{Src: src, Dst: testutil.PairB4.Addr(), Proto: 17, SPort: 40000, DPort: 5201, Payload: 22})
 	const n = 10_000
 	p.A.MustDo(t, func() error {
-		g, err := NewXDPGenerator(p.IndexA)
+		g, err := NewGenerator(p.IndexA)
 		if err != nil {
 			return err
 		}
@@ -41,16 +55,16 @@ func TestXDPGeneratorIntoShield(t *testing.T) {
 	}
 }
 
-// TestXDPInjector: frames injected into a device's receive path reach
-// the stack (a UDP socket reads them) with the pass-everything program,
-// and, run through the shield's own program, are dropped and counted
+// TestInjector: frames injected into a device's receive path reach the
+// stack (a UDP socket reads them) with the pass-everything program, and,
+// run through the shield's own program (Borrow), are dropped and counted
 // against the listed source as when it is attached.
-func TestXDPInjector(t *testing.T) {
-	s := openShieldTest(t)
+func TestInjector(t *testing.T) {
+	s := openShield(t)
 	p := testutil.NewPair(t)
 	src := testutil.PairA4.Addr()
-	listed := pfx(src.String() + "/32")
-	if err := s.SetBlocks([]BlockEntry{{Prefix: listed}}); err != nil {
+	listed := netip.PrefixFrom(src, 32)
+	if err := s.SetBlocks([]datapath.BlockEntry{{Prefix: listed}}); err != nil {
 		t.Fatal(err)
 	}
 	frame := BuildFrame(FrameSpec{Src: src, Dst: testutil.PairB4.Addr(), Proto: 17, SPort: 40000, DPort: 5201, Payload: 22})
@@ -66,7 +80,7 @@ func TestXDPInjector(t *testing.T) {
 			return err
 		}
 		defer c.Close()
-		g, err := NewXDPInjector(p.IndexB)
+		g, err := NewInjector(p.IndexB)
 		if err != nil {
 			return err
 		}
@@ -79,7 +93,7 @@ func TestXDPInjector(t *testing.T) {
 		if k, err := c.Read(buf); err != nil || k != 22 {
 			return fmt.Errorf("read an injected datagram: %d bytes, %v", k, err)
 		}
-		sh := s.Injector(p.IndexB)
+		sh := Borrow(s.XDPProgram(), p.IndexB)
 		defer sh.Close()
 		_, err = sh.Send(frame, n, 64)
 		return err
@@ -90,5 +104,9 @@ func TestXDPInjector(t *testing.T) {
 	}
 	if len(cs) != 1 || cs[0].Prefix != listed || cs[0].Dropped != n {
 		t.Fatalf("block counters %+v: want %d dropped for %v", cs, n, listed)
+	}
+	// The borrowed program is still the shield's: it runs after Close.
+	if _, err := s.TestRun(frame, p.IndexB); err != nil {
+		t.Fatalf("test-run the shield after closing its borrowed injector: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package datapath
+package xdpgen
 
 import (
 	"encoding/binary"
