@@ -58,13 +58,8 @@ func TestHqrtServiceTimeCPUBound(t *testing.T) {
 	}
 }
 
-func table3Specs() []Spec {
-	var s []Spec
-	for _, l := range Table3(0) {
-		s = append(s, l.Spec)
-	}
-	return s
-}
+// table3Specs is the channel set of the seed's Table 3.
+func table3Specs() []Spec { return SeedSpecs() }
 
 func TestHqrtAdmitTable3(t *testing.T) {
 	res, err := SeedParams().Analyze(table3Specs())

@@ -10,4 +10,11 @@
 // virtual-time discrete-event engine over an emulated link (Sim, the seed's
 // null device) or by a real-time loop sending paced UDP datagrams
 // (UDPHost, Receiver). See docs/rtchan.md.
+//
+// The package is the application library and the admission test
+// (Params.Admit, which hostqosd runs for the channels it admits) and
+// nothing else: the seed's evaluation (its workload, the sweeps of Figs.
+// 7-9 and their plots, `hostqos rtchan bench`) lives in
+// internal/lab/rtchanlab, over Sim and its trace, so that importers of
+// rtchan link no plotting code.
 package rtchan

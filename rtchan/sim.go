@@ -62,6 +62,63 @@ func NewSim(p Params, pol Policy) (*Sim, error) {
 	return s, nil
 }
 
+// SimPacket is a packet whose transmission completed in a Sim. Times are
+// virtual, from the start of the run.
+type SimPacket struct {
+	Channel    ChannelID
+	Seq        uint64 // its message's
+	Index      int    // within its message
+	Size       int    // bytes of its message it carries
+	BestEffort bool
+	Logical    time.Duration // its message's logical arrival time
+	Deadline   time.Duration // zero for best effort
+	Start      time.Duration // its transmission began
+	Done       time.Duration // and completed
+}
+
+// SimDrop is Packets packets of message Seq of a channel dropped by
+// overload protection at At: the whole message (Packets == Of) when its
+// message queue was full, one packet when its packet queue was.
+type SimDrop struct {
+	Channel     ChannelID
+	Seq         uint64
+	Packets, Of int
+	At          time.Duration
+}
+
+// SimTrace receives a Sim's events as they happen, for experiments that
+// measure a run (the seed's evaluation in internal/lab/rtchanlab). Any
+// field may be nil; each runs on the goroutine that drives the Sim.
+type SimTrace struct {
+	Packet  func(SimPacket)
+	Message func(Message) // every message completed, delivered or not
+	Drop    func(SimDrop)
+}
+
+// Trace sends the Sim's events to t from now on, in place of an earlier
+// trace.
+func (s *Sim) Trace(t SimTrace) {
+	s.c.onPkt, s.c.onDrop = nil, nil
+	if t.Packet != nil {
+		s.c.onPkt = func(p *packet, now int64) {
+			t.Packet(SimPacket{Channel: p.msg.ch.id, Seq: p.msg.seq, Index: p.idx, Size: p.size, BestEffort: !p.msg.ch.rt,
+				Logical: time.Duration(p.logical), Deadline: time.Duration(p.deadline), Start: time.Duration(p.txStart), Done: time.Duration(now)})
+		}
+	}
+	s.c.onMsg = s.deliver
+	if t.Message != nil {
+		s.c.onMsg = func(m *message, now int64) {
+			s.deliver(m, now)
+			t.Message(simMessage(m, now))
+		}
+	}
+	if t.Drop != nil {
+		s.c.onDrop = func(ch *channel, m *message, pkts int, now int64) {
+			t.Drop(SimDrop{Channel: ch.id, Seq: m.seq, Packets: pkts, Of: m.npkts, At: time.Duration(now)})
+		}
+	}
+}
+
 // Init creates a receiving endpoint named name whose queue holds up to
 // capacity messages (rtc_init). capacity <= 0 means "count only, keep
 // nothing".
@@ -174,7 +231,12 @@ func (s *Sim) deliver(m *message, now int64) {
 		ep.Overflow++
 		return
 	}
-	ep.q = append(ep.q, Message{
+	ep.q = append(ep.q, simMessage(m, now))
+}
+
+// simMessage is m, completed at now, as its receiver sees it.
+func simMessage(m *message, now int64) Message {
+	return Message{
 		Channel:    m.ch.id,
 		Seq:        m.seq,
 		Size:       m.size,
@@ -183,7 +245,7 @@ func (s *Sim) deliver(m *message, now int64) {
 		Arrival:    time.Duration(now),
 		Laxity:     time.Duration(m.deadline - now),
 		BestEffort: !m.ch.rt,
-	})
+	}
 }
 
 // Recv takes the next message from the endpoint queue (rtc_rcv); false if

@@ -139,3 +139,17 @@ var (
 	ErrNoEndpoint    = errors.New("no such endpoint")
 	ErrMessageTooBig = errors.New("message larger than the receiver accepts")
 )
+
+// SeedSpecs is the channel set of the seed's Table 3, what its evaluation
+// admits with SeedParams: 60 KB messages; ch0 (Bmax 12, I_min 50 ms, delay
+// 40 ms), ch1 (Bmax 8, 30 ms, 25 ms), ch2 (Bmax 1, 30 ms, 30 ms) and ch3,
+// best effort (Bmax 10).
+func SeedSpecs() []Spec {
+	const m = 60 * 1024
+	return []Spec{
+		{Name: "ch0", Mmax: m, Bmax: 12, Imin: 50 * time.Millisecond, Delay: 40 * time.Millisecond},
+		{Name: "ch1", Mmax: m, Bmax: 8, Imin: 30 * time.Millisecond, Delay: 25 * time.Millisecond},
+		{Name: "ch2", Mmax: m, Bmax: 1, Imin: 30 * time.Millisecond, Delay: 30 * time.Millisecond},
+		{Name: "ch3", Mmax: m, Bmax: 10, BestEffort: true},
+	}
+}

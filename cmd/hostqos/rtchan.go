@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/cliflag"
+	"github.com/hostqos/hostqos/internal/lab/rtchanlab"
 	"github.com/hostqos/hostqos/rtchan"
 	"github.com/spf13/cobra"
 )
@@ -46,7 +47,7 @@ func newRtchanBenchCmd(f *factory) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			start := time.Now()
-			sweeps, err := rtchan.RunBench(rtchan.BenchOptions{Quick: quick})
+			sweeps, err := rtchanlab.RunBench(rtchanlab.BenchOptions{Quick: quick})
 			if err != nil {
 				return fmt.Errorf("run real-time channel bench: %w", err)
 			}
@@ -58,12 +59,7 @@ func newRtchanBenchCmd(f *factory) *cobra.Command {
 					return fmt.Errorf("encode bench results: %w", err)
 				}
 			} else {
-				p := rtchan.SeedParams()
-				var specs []rtchan.Spec
-				for _, l := range rtchan.Table3(0) {
-					specs = append(specs, l.Spec)
-				}
-				res, _ := p.Analyze(specs)
+				res, _ := rtchan.SeedParams().Analyze(rtchan.SeedSpecs())
 				fmt.Fprintf(w, "Admission of the Table 3 channels (Table 2b parameters):\n%s\n", rtchan.FormatBounds(res))
 				for _, s := range sweeps {
 					fmt.Fprintln(w, s.Table())
@@ -71,7 +67,7 @@ func newRtchanBenchCmd(f *factory) *cobra.Command {
 				fmt.Fprintf(w, "(virtual time; %s run in %v)\n", map[bool]string{true: "quick 8K-packet", false: "32K-packet"}[quick], time.Since(start).Round(time.Millisecond))
 			}
 			if out != "" {
-				files, err := rtchan.WriteCharts(out, sweeps)
+				files, err := rtchanlab.WriteCharts(out, sweeps)
 				if err != nil {
 					return err
 				}
@@ -128,9 +124,7 @@ in that order; the last channel is the candidate.`,
 			}
 			var specs []rtchan.Spec
 			if table3 {
-				for _, l := range rtchan.Table3(0) {
-					specs = append(specs, l.Spec)
-				}
+				specs = append(specs, rtchan.SeedSpecs()...)
 			}
 			if file != "" {
 				data, err := os.ReadFile(file)

@@ -1,4 +1,4 @@
-package rtchan
+package rtchanlab
 
 import (
 	"math"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/hostqos/hostqos/internal/plot"
+	"github.com/hostqos/hostqos/rtchan"
 )
 
 // These tests run the seed's own evaluation (Table 2b parameters, Table 3
@@ -201,5 +202,30 @@ func TestHqrtBenchQuickAndPlots(t *testing.T) {
 	}
 	if tb := sw[0].Table(); len(tb) == 0 {
 		t.Fatal("empty table")
+	}
+}
+
+// In non-work-conserving mode with no horizon, no real-time packet leaves
+// before its message's logical arrival time; in work-conserving mode early
+// packets are processed ahead but wait in link queue Q3.
+func TestHqrtNoWorkAhead(t *testing.T) {
+	for _, wc := range []bool{false, true} {
+		e := SeedExperiment("nwc", 2000)
+		e.Policy.WorkConserving = wc
+		e.TotalPackets, e.Warmup, e.Cooldown = 4096, 256, 256
+		e.hook = func(p rtchan.SimPacket) {
+			if !p.BestEffort && p.Start < p.Logical {
+				t.Fatalf("wc=%v: packet of channel %d sent at %v before logical arrival %v", wc, p.Channel, p.Start, p.Logical)
+			}
+		}
+		r, err := e.Run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range r.Channels {
+			if !c.BestEffort && (c.Misses != 0 || c.Drops != 0) {
+				t.Fatalf("wc=%v: %s misses %d drops %d", wc, c.Name, c.Misses, c.Drops)
+			}
+		}
 	}
 }

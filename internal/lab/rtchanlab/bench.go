@@ -1,4 +1,10 @@
-package rtchan
+// Package rtchanlab reproduces the evaluation of the seed behind real-time
+// channels (docs/rtchan.md): its Table 3 workload on the null device in
+// virtual time (Experiment, over rtchan.Sim and its trace), the sweeps of
+// Figs. 7-9 (RunBench) and their tables and plots (gonum/plot, through
+// internal/plot). It is the lab behind `hostqos rtchan bench`; the public
+// rtchan package, and hostqosd through it, do not link it.
+package rtchanlab
 
 import (
 	"fmt"
@@ -10,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/plot"
+	"github.com/hostqos/hostqos/rtchan"
 )
 
 // Sweep is one figure of the seed's evaluation: the same experiment run at
@@ -65,13 +72,13 @@ func VariantExperiment(v Variant, beKBs float64, quick bool) Experiment {
 	e := SeedExperiment(fmt.Sprintf("%s be=%g", v, beKBs), beKBs)
 	switch v {
 	case VariantFig9a:
-		e.Policy.BEPreempt = PreemptNever
+		e.Policy.BEPreempt = rtchan.PreemptNever
 	case VariantFig9b:
-		e.Policy.RTPreempt = PreemptMessage
+		e.Policy.RTPreempt = rtchan.PreemptMessage
 		e.Policy.WorkConserving = true
 		e.Policy.EarlyAboveBE = true
 	case VariantFig9bDrain:
-		e.Policy.RTPreempt = PreemptNever
+		e.Policy.RTPreempt = rtchan.PreemptNever
 		e.Policy.WorkConserving = true
 		e.Policy.EarlyAboveBE = true
 	}

@@ -1,4 +1,4 @@
-package rtchan
+package rtchanlab
 
 import (
 	"github.com/hostqos/hostqos/internal/plot"

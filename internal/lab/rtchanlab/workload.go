@@ -1,8 +1,10 @@
-package rtchan
+package rtchanlab
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/hostqos/hostqos/rtchan"
 )
 
 // KB is the kilobyte of the seed's Table 3 (message size 60 KB, rates in
@@ -16,7 +18,7 @@ const KB = 1024
 // Best-effort generators emit bursts of Burst messages at an average of
 // OfferedBps bytes per second.
 type Load struct {
-	Spec       Spec          `json:"spec"`
+	Spec       rtchan.Spec   `json:"spec"`
 	MsgSize    int           `json:"msg_size"`
 	Burst      int           `json:"burst,omitempty"`
 	RateFactor float64       `json:"rate_factor,omitempty"`
@@ -29,17 +31,14 @@ type Load struct {
 // Warmup and last Cooldown ignored.
 type Experiment struct {
 	Name         string
-	Params       Params
-	Policy       Policy
+	Params       rtchan.Params
+	Policy       rtchan.Policy
 	Loads        []Load
 	TotalPackets int
 	Warmup       int
 	Cooldown     int
-	// SkipAdmission establishes channels without the admission test
-	// (used to show what happens to an over-committed set).
-	SkipAdmission bool
 
-	hook func(p *packet, now int64) // tests: sees every transmitted packet
+	hook func(rtchan.SimPacket) // tests: sees every transmitted packet
 }
 
 // ChannelResult is one channel's steady-state performance in a run.
@@ -64,28 +63,29 @@ type ChannelResult struct {
 
 // Result is the outcome of one Experiment.
 type Result struct {
-	Name     string          `json:"name"`
-	Window   time.Duration   `json:"window_ns"`
-	Duration time.Duration   `json:"duration_ns"`
-	CPUUtil  float64         `json:"cpu_util"`
-	LinkUtil float64         `json:"link_util"`
-	Channels []ChannelResult `json:"channels"`
-	Bounds   []ChannelBound  `json:"bounds,omitempty"`
+	Name     string                `json:"name"`
+	Window   time.Duration         `json:"window_ns"`
+	Duration time.Duration         `json:"duration_ns"`
+	CPUUtil  float64               `json:"cpu_util"`
+	LinkUtil float64               `json:"link_util"`
+	Channels []ChannelResult       `json:"channels"`
+	Bounds   []rtchan.ChannelBound `json:"bounds,omitempty"`
 }
 
-// Table3 returns the seed's Table 3 workload with best-effort channel 3
-// offered beKBs KB/s: 60 KB messages; channel 0 (Bmax 12, 1,200 KB/s,
-// I_min 50 ms, deadline 40 ms), channel 1 (Bmax 8, 2,000 KB/s, 30 ms,
-// 25 ms), channel 2 (Bmax 1, 2,000 KB/s, 30 ms, 30 ms), channel 3 best
-// effort (Bmax 10).
+// Table3 returns the seed's Table 3 workload (rtchan.SeedSpecs) with
+// best-effort channel 3 offered beKBs KB/s: each channel sends 60 KB
+// messages, from fixed phases so that runs are deterministic.
 func Table3(beKBs float64) []Load {
-	const m = 60 * KB
-	return []Load{
-		{Spec: Spec{Name: "ch0", Mmax: m, Bmax: 12, Imin: 50 * time.Millisecond, Delay: 40 * time.Millisecond}, MsgSize: m, Phase: 0},
-		{Spec: Spec{Name: "ch1", Mmax: m, Bmax: 8, Imin: 30 * time.Millisecond, Delay: 25 * time.Millisecond}, MsgSize: m, Phase: 3100 * time.Microsecond},
-		{Spec: Spec{Name: "ch2", Mmax: m, Bmax: 1, Imin: 30 * time.Millisecond, Delay: 30 * time.Millisecond}, MsgSize: m, Phase: 7300 * time.Microsecond},
-		{Spec: Spec{Name: "ch3", Mmax: m, Bmax: 10, BestEffort: true}, MsgSize: m, OfferedBps: beKBs * KB, Phase: 1700 * time.Microsecond},
+	phases := []time.Duration{0, 3100 * time.Microsecond, 7300 * time.Microsecond, 1700 * time.Microsecond}
+	var out []Load
+	for i, sp := range rtchan.SeedSpecs() {
+		l := Load{Spec: sp, MsgSize: sp.Mmax, Phase: phases[i]}
+		if sp.BestEffort {
+			l.OfferedBps = beKBs * KB
+		}
+		out = append(out, l)
 	}
+	return out
 }
 
 // SeedExperiment is the seed's section 5 setup: Table 2b parameters, the
@@ -94,8 +94,8 @@ func Table3(beKBs float64) []Load {
 func SeedExperiment(name string, beKBs float64) Experiment {
 	return Experiment{
 		Name:         name,
-		Params:       SeedParams(),
-		Policy:       DefaultPolicy(),
+		Params:       rtchan.SeedParams(),
+		Policy:       rtchan.DefaultPolicy(),
 		Loads:        Table3(beKBs),
 		TotalPackets: 32 * 1024,
 		Warmup:       2 * 1024,
@@ -115,22 +115,18 @@ func (e Experiment) Run() (Result, error) {
 	if e.TotalPackets <= e.Warmup+e.Cooldown {
 		return Result{}, fmt.Errorf("run experiment %q: total packets %d must exceed warmup+cooldown", e.Name, e.TotalPackets)
 	}
-	s, err := NewSim(e.Params, e.Policy)
+	s, err := rtchan.NewSim(e.Params, e.Policy)
 	if err != nil {
 		return Result{}, fmt.Errorf("run experiment %q: %w", e.Name, err)
 	}
 	res := Result{Name: e.Name}
-	var specs []Spec
+	var specs []rtchan.Spec
 	for _, l := range e.Loads {
 		specs = append(specs, l.Spec)
 	}
 	res.Bounds, _ = e.Params.Analyze(specs)
-	ids := make([]ChannelID, len(e.Loads))
+	ids := make([]rtchan.ChannelID, len(e.Loads))
 	for i, l := range e.Loads {
-		if e.SkipAdmission {
-			ids[i] = s.c.addChannel(l.Spec, "").id
-			continue
-		}
 		id, err := s.Create("", l.Spec)
 		if err != nil {
 			return Result{}, fmt.Errorf("run experiment %q: %w", e.Name, err)
@@ -139,65 +135,66 @@ func (e Experiment) Run() (Result, error) {
 	}
 	acc := make([]chAcc, len(e.Loads))
 	var count int
-	var tStart, tEnd int64
+	var tStart, tEnd time.Duration
 	inWindow := false
-	s.c.onPkt = func(p *packet, now int64) {
-		if e.hook != nil {
-			e.hook(p, now)
-		}
-		count++
-		if count == e.Warmup {
-			tStart, inWindow = now, true
-			return
-		}
-		if count == e.TotalPackets-e.Cooldown {
-			tEnd = now
-		}
-		if count > e.TotalPackets-e.Cooldown {
-			inWindow = false
-		}
-		if !inWindow {
-			return
-		}
-		a := &acc[p.msg.ch.id]
-		a.pkts++
-		a.bytes += uint64(p.size)
-		if p.msg.ch.rt && now > p.deadline {
-			a.misses++
-		}
-	}
-	s.c.onMsg = func(m *message, now int64) {
-		if !inWindow || !m.ch.rt {
-			if inWindow {
-				acc[m.ch.id].msgs++
+	s.Trace(rtchan.SimTrace{
+		Packet: func(p rtchan.SimPacket) {
+			if e.hook != nil {
+				e.hook(p)
 			}
-			return
-		}
-		a := &acc[m.ch.id]
-		a.msgs++
-		lax := time.Duration(m.deadline - now)
-		if lax < 0 {
-			a.msgMisses++
-		}
-		a.sumLax += int64(lax)
-		if !a.hasLax || lax < a.minLax {
-			a.minLax = lax
-		}
-		if !a.hasLax || lax > a.maxLax {
-			a.maxLax = lax
-		}
-		a.hasLax = true
-	}
-	s.c.onDrop = func(ch *channel, m *message, pkts int, now int64) {
-		if !inWindow {
-			return
-		}
-		a := &acc[ch.id]
-		a.drops += uint64(pkts)
-		if pkts == m.npkts {
-			a.msgDrops++
-		}
-	}
+			count++
+			if count == e.Warmup {
+				tStart, inWindow = p.Done, true
+				return
+			}
+			if count == e.TotalPackets-e.Cooldown {
+				tEnd = p.Done
+			}
+			if count > e.TotalPackets-e.Cooldown {
+				inWindow = false
+			}
+			if !inWindow {
+				return
+			}
+			a := &acc[p.Channel]
+			a.pkts++
+			a.bytes += uint64(p.Size)
+			if !p.BestEffort && p.Done > p.Deadline {
+				a.misses++
+			}
+		},
+		Message: func(m rtchan.Message) {
+			if !inWindow {
+				return
+			}
+			a := &acc[m.Channel]
+			a.msgs++
+			if m.BestEffort {
+				return
+			}
+			if m.Laxity < 0 {
+				a.msgMisses++
+			}
+			a.sumLax += int64(m.Laxity)
+			if !a.hasLax || m.Laxity < a.minLax {
+				a.minLax = m.Laxity
+			}
+			if !a.hasLax || m.Laxity > a.maxLax {
+				a.maxLax = m.Laxity
+			}
+			a.hasLax = true
+		},
+		Drop: func(d rtchan.SimDrop) {
+			if !inWindow {
+				return
+			}
+			a := &acc[d.Channel]
+			a.drops += uint64(d.Packets)
+			if d.Packets == d.Of {
+				a.msgDrops++
+			}
+		},
+	})
 	for i, l := range e.Loads {
 		id := ids[i]
 		l := l
@@ -230,12 +227,12 @@ func (e Experiment) Run() (Result, error) {
 		}
 		s.At(l.Phase, func() { gen(0) })
 	}
-	const limit = int64(24 * time.Hour)
-	s.RunWhile(func() bool { return count < e.TotalPackets && s.vc.now() < limit })
+	const limit = 24 * time.Hour
+	s.RunWhile(func() bool { return count < e.TotalPackets && s.Now() < limit })
 	if count < e.TotalPackets {
 		return Result{}, fmt.Errorf("run experiment %q: only %d of %d packets transmitted", e.Name, count, e.TotalPackets)
 	}
-	res.Window = time.Duration(tEnd - tStart)
+	res.Window = tEnd - tStart
 	res.Duration = s.Now()
 	cpu, link := s.Busy()
 	res.CPUUtil = float64(cpu) / float64(res.Duration)
