@@ -14,7 +14,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/rsvp"
-	"github.com/vishvananda/netlink"
+	"github.com/hostqos/hostqos/internal/shaper"
 )
 
 // RSVP in the daemon: with [rsvp] enabled = true the daemon runs an RSVP
@@ -48,7 +48,7 @@ func (d *Daemon) startRSVP() error {
 	refresh := cfg.RefreshPeriod()
 	ra.front = engine.NewRSVP(d.eng, engine.RSVPOptions{
 		Router: cfg.Router, Refresh: refresh, MaxSessions: cfg.SessionLimit(), StatePath: filepath.Join(d.cfg.StateDir, "rsvp.json"),
-		Local: rsvp.LocalFunc(ra.localAddrs), Route: routeIfindex,
+		Local: rsvp.LocalFunc(ra.localAddrs), Route: shaper.RouteIfindex,
 		Counters: func() api.RSVPCounters {
 			a := ra.agent
 			return api.RSVPCounters{Received: a.Received.Load(), Malformed: a.Malformed.Load(), Foreign: a.Foreign.Load(), SendFail: a.SendFail.Load()}
@@ -258,16 +258,4 @@ func (d *Daemon) rsvpRoutes(mux *http.ServeMux) {
 	mux.HandleFunc(api.RouteRSVPSender, mutating(d.handleRSVPSender))
 	mux.HandleFunc(api.RouteRSVPReserve, mutating(d.handleRSVPReserve))
 	mux.HandleFunc(api.RouteRemoveRSVPSession, mutating(d.handleRemoveRSVPSession))
-}
-
-// routeIfindex is the interface of the kernel's route toward dst.
-func routeIfindex(dst netip.Addr) (int, error) {
-	rs, err := netlink.RouteGet(dst.AsSlice())
-	if err != nil {
-		return 0, fmt.Errorf("look up route to %s: %w", dst, err)
-	}
-	if len(rs) == 0 || rs[0].LinkIndex == 0 {
-		return 0, fmt.Errorf("look up route to %s: no route", dst)
-	}
-	return rs[0].LinkIndex, nil
 }

@@ -2,7 +2,10 @@
 
 package shaper
 
-import "errors"
+import (
+	"errors"
+	"net/netip"
+)
 
 // ErrForeignQdisc is wrapped by Apply's error when the link's root qdisc
 // belongs to someone else.
@@ -46,3 +49,6 @@ func BPFProgram(ifindex int, dir Direction) (int, bool, error) { return 0, false
 
 // DetachBPF needs Linux.
 func DetachBPF(ifindex int, dir Direction, removeClsact bool) error { return errUnsupported }
+
+// RouteIfindex is only supported on Linux.
+func RouteIfindex(dst netip.Addr) (int, error) { return 0, errUnsupported }
