@@ -264,6 +264,9 @@ func benchScrape(e *env, r *Report) error {
 	if err != nil {
 		return err
 	}
+	// The engine's unit-test fake kernel (exported by internal/engine)
+	// stands in for the kernel: what is timed is the engine's read path
+	// and the handler, and the fake gives it many apps' flows cheaply.
 	k := engine.NewFakeKernel(cg)
 	if err := eng.Start(k); err != nil {
 		return err

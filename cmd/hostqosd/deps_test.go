@@ -1,0 +1,61 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// goList runs `go list` with args in this package's directory and returns
+// its output lines.
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list"}, args...)...).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
+		}
+		t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
+	}
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+// TestDependencies keeps the dependency rules of docs/architecture.md
+// true: hostqosd and the public rtchan package link no plotting, no
+// terminal UI and no lab or test code (benchmarks, packet generators, the
+// seed's evaluation), the CLI links neither cilium/ebpf nor netlink, and
+// the daemon and the engine import neither themselves (the kernel-facing
+// packages, datapath and shaper, do).
+func TestDependencies(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	tooling := func(p string) bool {
+		return strings.HasPrefix(p, "gonum.org/") || strings.HasPrefix(p, "github.com/gdamore/tcell") ||
+			p == "github.com/hostqos/hostqos/internal/plot" || strings.HasPrefix(p, "github.com/hostqos/hostqos/internal/lab") ||
+			strings.HasPrefix(p, "github.com/hostqos/hostqos/internal/test")
+	}
+	for name, dir := range map[string]string{"hostqosd": ".", "rtchan": "../../rtchan"} {
+		for _, dep := range goList(t, "-deps", dir) {
+			if tooling(dep) {
+				t.Errorf("%s links %s", name, dep)
+			}
+		}
+	}
+	kernel := func(p string) bool {
+		return strings.HasPrefix(p, "github.com/cilium/ebpf") || strings.HasPrefix(p, "github.com/vishvananda/netlink")
+	}
+	for _, dep := range goList(t, "-deps", "../hostqos") {
+		if kernel(dep) {
+			t.Errorf("the CLI links %s", dep)
+		}
+	}
+	for _, line := range goList(t, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "../../internal/daemon", "../../internal/engine") {
+		f := strings.Fields(line)
+		for _, imp := range f[1:] {
+			if kernel(imp) || tooling(imp) {
+				t.Errorf("%s imports %s", f[0], imp)
+			}
+		}
+	}
+}
