@@ -82,22 +82,39 @@ type RSVPCounters struct {
 	Foreign   uint64 `json:"foreign"`   // arrived on a link that is not managed, dropped
 	SendFail  uint64 `json:"send_failed"`
 	Dropped   uint64 `json:"dropped"` // well-formed but meaningless here (no path state, …)
-	Paths     int    `json:"paths"`   // path states held
-	Resvs     int    `json:"resvs"`   // reservation states held
+	// NotHere are Paths a host (not a router) dropped: of sessions it
+	// neither sends nor receives.
+	NotHere uint64 `json:"not_here"`
+	// OverHop and OverSource are Paths of new states dropped over the
+	// per-previous-hop and per-source-address caps ([rsvp]
+	// max_paths_per_hop, max_paths_per_source).
+	OverHop    uint64 `json:"over_hop_cap"`
+	OverSource uint64 `json:"over_source_cap"`
+	// BadTear are PathTear, ResvTear and ResvErr messages ignored because
+	// they did not come from the hop that holds the state.
+	BadTear uint64 `json:"bad_tear"`
+	// NoRoute are ResvErr answers not sent: no route back to the hop.
+	NoRoute uint64 `json:"no_route"`
+	Paths   int    `json:"paths"` // path states held
+	Resvs   int    `json:"resvs"` // reservation states held
 }
 
 // RSVPStatus is the RSVP agent: its settings, counters, the API's
 // sessions and every signalled state (at most MaxRSVPStates of each).
 type RSVPStatus struct {
-	Enabled   bool          `json:"enabled"`
-	Router    bool          `json:"router"`
-	Refresh   string        `json:"refresh,omitempty"`  // R
-	Lifetime  string        `json:"lifetime,omitempty"` // L of state refreshed every R
-	Counters  RSVPCounters  `json:"counters"`
-	Sessions  []RSVPSession `json:"sessions"`
-	Paths     []RSVPPath    `json:"paths"`
-	Resvs     []RSVPResv    `json:"resvs"`
-	Truncated bool          `json:"truncated,omitempty"` // more states than listed
+	Enabled  bool   `json:"enabled"`
+	Router   bool   `json:"router"`
+	Refresh  string `json:"refresh,omitempty"`  // R
+	Lifetime string `json:"lifetime,omitempty"` // L of state refreshed every R
+	// MaxPeerRefresh is the longest refresh period taken from a received
+	// TIME_VALUES (4 R, at least 30 s): received state lives at most
+	// 5.25 times it.
+	MaxPeerRefresh string        `json:"max_peer_refresh,omitempty"`
+	Counters       RSVPCounters  `json:"counters"`
+	Sessions       []RSVPSession `json:"sessions"`
+	Paths          []RSVPPath    `json:"paths"`
+	Resvs          []RSVPResv    `json:"resvs"`
+	Truncated      bool          `json:"truncated,omitempty"` // more states than listed
 }
 
 // MaxRSVPStates bounds the states one answer lists.

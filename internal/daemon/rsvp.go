@@ -46,9 +46,11 @@ func (d *Daemon) startRSVP() error {
 	ra := &rsvpAgent{done: make(chan struct{})}
 	ra.refresh(d)
 	refresh := cfg.RefreshPeriod()
+	log := d.cfg.Logger.With("component", "rsvp")
 	ra.front = engine.NewRSVP(d.eng, engine.RSVPOptions{
 		Router: cfg.Router, Refresh: refresh, MaxSessions: cfg.SessionLimit(), StatePath: filepath.Join(d.cfg.StateDir, "rsvp.json"),
 		Local: rsvp.LocalFunc(ra.localAddrs), Route: shaper.RouteIfindex,
+		MaxPathsPerHop: cfg.PathsPerHop(), MaxPathsPerSource: cfg.PathsPerSource(), Log: log,
 		Counters: func() api.RSVPCounters {
 			a := ra.agent
 			return api.RSVPCounters{Received: a.Received.Load(), Malformed: a.Malformed.Load(), Foreign: a.Foreign.Load(), SendFail: a.SendFail.Load()}
@@ -80,7 +82,7 @@ func (d *Daemon) startRSVP() error {
 		}
 	}
 	period := min(max(refresh/10, 20*time.Millisecond), time.Second)
-	ra.agent = &rsvp.Agent{Node: ra.front.Node, V4: v4, V6: v6, Log: d.cfg.Logger.With("component", "rsvp"), Period: period,
+	ra.agent = &rsvp.Agent{Node: ra.front.Node, V4: v4, V6: v6, Log: log, Period: period,
 		Managed: func(ifindex int) bool { return (*ra.managed.Load())[ifindex] }}
 	if v6 == nil {
 		ra.agent.V6 = nil
@@ -110,7 +112,8 @@ func (d *Daemon) startRSVP() error {
 	}()
 	go func() { wg.Wait(); close(ra.done) }()
 	d.rsvp = ra
-	d.log.Info("RSVP agent running", "router", cfg.Router, "refresh", refresh, "lifetime", rsvp.Lifetime(refresh), "ipv6", v6 != nil)
+	d.log.Info("RSVP agent running", "router", cfg.Router, "refresh", refresh, "lifetime", rsvp.Lifetime(refresh), "ipv6", v6 != nil,
+		"max_peer_refresh", ra.front.Node.MaxPeerRefresh(), "max_paths_per_hop", cfg.PathsPerHop(), "max_paths_per_source", cfg.PathsPerSource())
 	return nil
 }
 

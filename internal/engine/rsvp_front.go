@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math"
 	"net/netip"
 	"os"
@@ -55,6 +56,12 @@ type RSVPOptions struct {
 	// (nil: none looked up): a signalled reservation is admitted on that
 	// link only when it is a managed link, on every shaped link otherwise.
 	Route func(dst netip.Addr) (int, error)
+	// MaxPathsPerHop and MaxPathsPerSource bound the path states one
+	// previous hop and one source address may hold (rsvp.Config; 0: no
+	// bound but the node's).
+	MaxPathsPerHop, MaxPathsPerSource int
+	// Log gets the node's rate-limited notes of refused messages.
+	Log *slog.Logger
 }
 
 type rsvpSession struct {
@@ -75,7 +82,8 @@ func NewRSVP(e *Engine, o RSVPOptions) *RSVP {
 	}
 	f := &RSVP{inst: &RSVPInstaller{E: e, Route: o.Route}, opts: o, sessions: map[string]*rsvpSession{},
 		byKey: map[rsvp.Session]string{}, pending: make(chan rsvp.Session, 256)}
-	f.Node = rsvp.NewNode(rsvp.Config{Local: o.Local, Install: f.inst, Upcall: f.upcall, Refresh: o.Refresh})
+	f.Node = rsvp.NewNode(rsvp.Config{Local: o.Local, Install: f.inst, Upcall: f.upcall, Refresh: o.Refresh, Router: o.Router,
+		MaxPerHop: o.MaxPathsPerHop, MaxPerSource: o.MaxPathsPerSource, Log: o.Log})
 	return f
 }
 
@@ -407,12 +415,15 @@ func (f *RSVP) Session(_ Caller, name string) (api.RSVPSession, error) {
 
 // Status reports the agent, the API's sessions and every state.
 func (f *RSVP) Status(who Caller) api.RSVPStatus {
-	st := api.RSVPStatus{Enabled: true, Router: f.opts.Router, Refresh: f.opts.Refresh.String(), Lifetime: rsvp.Lifetime(f.opts.Refresh).String()}
+	st := api.RSVPStatus{Enabled: true, Router: f.opts.Router, Refresh: f.opts.Refresh.String(), Lifetime: rsvp.Lifetime(f.opts.Refresh).String(),
+		MaxPeerRefresh: f.Node.MaxPeerRefresh().String()}
 	if f.opts.Counters != nil {
 		st.Counters = f.opts.Counters()
 	}
 	st.Counters.Paths, st.Counters.Resvs = f.Node.Counts()
-	st.Counters.Dropped = f.Node.DroppedCount()
+	c := f.Node.Counters()
+	st.Counters.Dropped, st.Counters.NotHere, st.Counters.OverHop, st.Counters.OverSource = c.Dropped, c.NotHere, c.OverHop, c.OverSource
+	st.Counters.BadTear, st.Counters.NoRoute = c.BadTear, c.NoRoute
 	f.mu.Lock()
 	names := make([]string, 0, len(f.sessions))
 	for n := range f.sessions {

@@ -48,7 +48,7 @@ func newRSVPNet(t *testing.T) *rsvpNet {
 		e := env.start(t)
 		h := &rsvpHop{e: e, env: env}
 		h.f = NewRSVP(e, RSVPOptions{Router: router, Refresh: time.Second, Local: local})
-		h.f.SetSend(func(outs []rsvp.Out) { n.deliver(t, from, outs) })
+		h.f.SetSend(func(outs []rsvp.Out) { n.deliver(t, from, local, outs) })
 		sub, err := e.Subscribe(root, nil, []string{"rsvp"})
 		if err != nil {
 			t.Fatal(err)
@@ -72,7 +72,7 @@ func newRSVPNet(t *testing.T) *rsvpNet {
 	return n
 }
 
-func (n *rsvpNet) deliver(t *testing.T, from netip.Addr, outs []rsvp.Out) {
+func (n *rsvpNet) deliver(t *testing.T, from netip.Addr, local func(netip.Addr) (netip.Addr, bool, error), outs []rsvp.Out) {
 	for _, o := range outs {
 		b, err := o.Msg.Encode()
 		if err != nil {
@@ -98,7 +98,8 @@ func (n *rsvpNet) deliver(t *testing.T, from netip.Addr, outs []rsvp.Out) {
 			t.Errorf("%s to %s: no such node", o.Msg.Type, o.To)
 			continue
 		}
-		next := to.f.Node.Handle(m, time.Now())
+		src, _, _ := local(o.To) // the source address of the packet
+		next := to.f.Node.Handle(m, src, time.Now())
 		to.f.sendOut(next)
 	}
 }

@@ -25,6 +25,12 @@ type RSVP struct {
 	// MaxSessions bounds the sessions the API keeps (hostqos rsvp session
 	// add).
 	MaxSessions int `toml:"max_sessions" json:"max_sessions,omitempty"`
+	// MaxPathsPerHop and MaxPathsPerSource bound the path states that the
+	// Paths of one previous hop (their RSVP_HOP address) and of one
+	// source address (the IP source of their packets) may hold: a remote
+	// party cannot take the whole table of signalled state.
+	MaxPathsPerHop    int `toml:"max_paths_per_hop" json:"max_paths_per_hop,omitempty"`
+	MaxPathsPerSource int `toml:"max_paths_per_source" json:"max_paths_per_source,omitempty"`
 }
 
 // RSVP defaults and bounds.
@@ -34,6 +40,11 @@ const (
 	MaxRSVPRefresh         = time.Hour
 	DefaultRSVPMaxSessions = 1024
 	MaxRSVPMaxSessions     = 65536
+	// DefaultRSVPMaxPaths is the default of max_paths_per_hop and
+	// max_paths_per_source: a sixteenth of the node's 65,536 path states
+	// (MaxRSVPMaxPaths, their largest value).
+	DefaultRSVPMaxPaths = 4096
+	MaxRSVPMaxPaths     = 65536
 )
 
 // RefreshPeriod is Refresh or its default. Call it on validated settings.
@@ -53,6 +64,22 @@ func (r RSVP) SessionLimit() int {
 	return r.MaxSessions
 }
 
+// PathsPerHop is MaxPathsPerHop or its default.
+func (r RSVP) PathsPerHop() int {
+	if r.MaxPathsPerHop == 0 {
+		return DefaultRSVPMaxPaths
+	}
+	return r.MaxPathsPerHop
+}
+
+// PathsPerSource is MaxPathsPerSource or its default.
+func (r RSVP) PathsPerSource() int {
+	if r.MaxPathsPerSource == 0 {
+		return DefaultRSVPMaxPaths
+	}
+	return r.MaxPathsPerSource
+}
+
 // Validate checks the [rsvp] table and names the bad fields.
 func (r RSVP) Validate(source string) error {
 	var errs Errors
@@ -67,6 +94,15 @@ func (r RSVP) Validate(source string) error {
 	if r.MaxSessions != 0 && (r.MaxSessions < 1 || r.MaxSessions > MaxRSVPMaxSessions) {
 		errs = append(errs, &FieldError{Source: source, Object: "rsvp", Field: "max_sessions", Value: strconv.Itoa(r.MaxSessions), Literal: true,
 			Reason: fmt.Sprintf("want 1 … %d", MaxRSVPMaxSessions)})
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max_paths_per_hop", r.MaxPathsPerHop}, {"max_paths_per_source", r.MaxPathsPerSource}} {
+		if f.v != 0 && (f.v < 1 || f.v > MaxRSVPMaxPaths) {
+			errs = append(errs, &FieldError{Source: source, Object: "rsvp", Field: f.name, Value: strconv.Itoa(f.v), Literal: true,
+				Reason: fmt.Sprintf("want 1 … %d path states", MaxRSVPMaxPaths)})
+		}
 	}
 	if r.Router && !r.Enabled {
 		errs = append(errs, &FieldError{Source: source, Object: "rsvp", Field: "router", Value: "true", Literal: true,

@@ -26,6 +26,8 @@ type Agent struct {
 	Malformed atomic.Uint64 // refused by Decode
 	Foreign   atomic.Uint64 // arrived on a link that is not managed
 	SendFail  atomic.Uint64
+
+	notes noteLog // the failures above, logged at most once a minute each
 }
 
 // Run serves until ctx ends, then closes the sockets.
@@ -91,7 +93,7 @@ func (a *Agent) serve(c *Conn, recv func() (Received, error)) {
 			continue
 		}
 		a.Received.Add(1)
-		a.Send(a.Node.Handle(m, time.Now()))
+		a.Send(a.Node.Handle(m, r.Src, time.Now()))
 	}
 }
 
@@ -103,7 +105,7 @@ func (a *Agent) Send(outs []Out) {
 		b, err := o.Msg.Encode()
 		if err != nil {
 			a.SendFail.Add(1)
-			a.Log.Warn("encode RSVP message", "type", o.Msg.Type.String(), "error", err)
+			a.notes.note(a.Log, time.Now(), "encode RSVP message", "encode", func() []any { return []any{"type", o.Msg.Type.String(), "error", err} })
 			continue
 		}
 		c := a.V4
@@ -116,7 +118,7 @@ func (a *Agent) Send(outs []Out) {
 		}
 		if err := c.Send(b, o.To, int(o.Msg.TTL), o.Alert); err != nil {
 			a.SendFail.Add(1)
-			a.Log.Warn("send RSVP message", "type", o.Msg.Type.String(), "to", o.To, "error", err)
+			a.notes.note(a.Log, time.Now(), "send RSVP message", "send", func() []any { return []any{"type", o.Msg.Type.String(), "to", o.To, "error", err} })
 		}
 	}
 }

@@ -28,7 +28,7 @@ func BenchmarkRouterRefresh10k(b *testing.B) {
 	var ms0, ms1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms0)
-	n := NewNode(Config{Local: local, Install: nopInstall{}, Refresh: 30 * time.Second})
+	n := NewNode(Config{Local: local, Install: nopInstall{}, Refresh: 30 * time.Second, Router: true})
 	now := time.Unix(1000, 0)
 	var paths, resvs [][]byte
 	for i := range sessions {
@@ -48,8 +48,8 @@ func BenchmarkRouterRefresh10k(b *testing.B) {
 			b.Fatal(err)
 		}
 		paths, resvs = append(paths, pb), append(resvs, rb)
-		n.Handle(p, now)
-		n.Handle(r, now)
+		n.Handle(p, addrS, now)
+		n.Handle(r, sess.Dest, now)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&ms1)
@@ -69,7 +69,7 @@ func BenchmarkRouterRefresh10k(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				for _, o := range n.Handle(m, now) {
+				for _, o := range n.Handle(m, m.Hop.Addr, now) {
 					if _, err := o.Msg.Encode(); err != nil {
 						b.Fatal(err)
 					}

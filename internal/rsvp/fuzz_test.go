@@ -22,7 +22,7 @@ func FuzzDecode(f *testing.F) {
 	// of the samples is "local" or routed through it) with state to hit.
 	node := NewNode(Config{Local: func(dst netip.Addr) (netip.Addr, bool, error) {
 		return dst, dst.IsValid() && dst.As16()[15]%2 == 0, nil
-	}, Install: nopInstall{}, Refresh: time.Second})
+	}, Install: nopInstall{}, Refresh: time.Second, Router: true})
 	now := time.Unix(1000, 0)
 	if _, err := node.Sender(testKey, testTspec, now); err != nil {
 		f.Fatal(err)
@@ -45,7 +45,11 @@ func FuzzDecode(f *testing.F) {
 		}
 		// Whatever the parser accepts, the soft state handles without
 		// panicking, and what it answers encodes.
-		for _, o := range node.Handle(m, now) {
+		var src netip.Addr
+		if m.Hop != nil {
+			src = m.Hop.Addr // a tear or error from the hop it names
+		}
+		for _, o := range node.Handle(m, src, now) {
 			if _, err := o.Msg.Encode(); err != nil {
 				t.Fatalf("answer to %s does not encode: %v", m.Type, err)
 			}

@@ -3,6 +3,7 @@ package rsvp
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
@@ -23,8 +24,18 @@ func Lifetime(r time.Duration) time.Duration {
 const DefaultRefresh = 30 * time.Second
 
 // MaxState bounds the path states of one node (a Path beyond it is
-// answered with a PathErr, nothing stored).
+// dropped and counted, nothing stored).
 const MaxState = 65536
+
+// PeerRefreshFactor caps the refresh period a received TIME_VALUES may
+// ask: at most this many times the node's own R, and never below
+// DefaultRefresh (so a peer on RFC 2205's default always works). A peer's
+// state then lives at most Lifetime(4 R) = 21 R after its last refresh,
+// however long a period the message names (2^32-1 ms would be 261 days).
+// A peer whose R is up to the cap keeps its state through K lost
+// refreshes; one up to 3.5 times the cap still keeps it while nothing is
+// lost (its refreshes come at most 1.5 R_peer apart).
+const PeerRefreshFactor = 4
 
 // FlowKey names one sender of one session: the unit a reservation is
 // installed for (fixed-filter; a shared-explicit flowspec is installed for
@@ -87,6 +98,29 @@ type Config struct {
 	Refresh time.Duration // R of the state this node originates (DefaultRefresh if 0)
 	TTL     uint8         // Send_TTL of originated messages (64 if 0)
 	Rand    *rand.Rand    // refresh jitter (seeded randomly if nil)
+	// Router makes the node an RSVP router: it keeps the path state of
+	// sessions passing through and installs their reservations. A host
+	// (false) keeps path state only for its own senders and for sessions
+	// addressed to it, and installs reservations only for its own senders.
+	Router bool
+	// MaxPerHop and MaxPerSource bound the path states received from one
+	// previous hop (the RSVP_HOP address of the Paths) and from one source
+	// address (the IP source of the packets that carried them); a new
+	// state beyond either is dropped and counted. 0: MaxState.
+	MaxPerHop, MaxPerSource int
+	// Log gets what a remote party was refused, at most one line per
+	// reason a minute (nil: not logged; the counters count it all).
+	Log *slog.Logger
+}
+
+// Counters are the well-formed messages a node refused, by reason.
+type Counters struct {
+	Dropped    uint64 // meaningless here: no path state, a looped Path, over MaxState
+	NotHere    uint64 // a host's: a Path of a session it neither sends nor receives
+	OverHop    uint64 // a new path state over its previous hop's cap (MaxPerHop)
+	OverSource uint64 // a new path state over its source address's cap (MaxPerSource)
+	BadTear    uint64 // a PathTear, ResvTear or ResvErr not from the hop that holds the state
+	NoRoute    uint64 // a ResvErr not sent: no route back to the hop that asked
 }
 
 // Node is one RSVP node's soft state: a sender host, a receiver host or a
@@ -103,8 +137,11 @@ type Node struct {
 	// engine change instead of after it (RFC 2205 does not order the two).
 	deferRemove bool
 	removals    []FlowKey
-	// Counters.
-	Dropped uint64
+	// perHop and perSrc count the received path states of each previous
+	// hop and source address (for MaxPerHop, MaxPerSource).
+	perHop, perSrc map[netip.Addr]int
+	count          Counters
+	notes          noteLog
 }
 
 // DeferRemovals makes the node hold local removals until RemoveDeferred
@@ -131,8 +168,9 @@ func (n *Node) RemoveDeferred() {
 
 type pathState struct {
 	tspec   Tspec
-	phop    *Hop // nil: originated here (sender host)
-	self    bool // this node is the session's destination
+	phop    *Hop       // nil: originated here (sender host)
+	from    netip.Addr // received state: the IP source of the Path (MaxPerSource)
+	self    bool       // this node is the session's destination
 	refresh time.Duration
 	expires time.Time // of received state
 	next    time.Time // next refresh of originated state
@@ -163,7 +201,65 @@ func NewNode(cfg Config) *Node {
 	if cfg.Upcall == nil {
 		cfg.Upcall = func(Event) {}
 	}
-	return &Node{cfg: cfg, paths: map[FlowKey]*pathState{}, resvs: map[FlowKey]*resvState{}}
+	if cfg.MaxPerHop <= 0 {
+		cfg.MaxPerHop = MaxState
+	}
+	if cfg.MaxPerSource <= 0 {
+		cfg.MaxPerSource = MaxState
+	}
+	return &Node{cfg: cfg, paths: map[FlowKey]*pathState{}, resvs: map[FlowKey]*resvState{},
+		perHop: map[netip.Addr]int{}, perSrc: map[netip.Addr]int{}}
+}
+
+// MaxPeerRefresh is the longest refresh period this node takes from a
+// received TIME_VALUES (PeerRefreshFactor).
+func (n *Node) MaxPeerRefresh() time.Duration {
+	return max(PeerRefreshFactor*n.cfg.Refresh, DefaultRefresh)
+}
+
+// peerRefresh is the refresh period R of received state: the message's,
+// capped at MaxPeerRefresh.
+func (n *Node) peerRefresh(ms uint32) time.Duration {
+	return min(time.Duration(ms)*time.Millisecond, n.MaxPeerRefresh())
+}
+
+// Counters reports what the node refused, by reason.
+func (n *Node) Counters() Counters {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.count
+}
+
+// addPath stores path state and counts received state against its
+// previous hop and source; delPath forgets state (received or originated).
+func (n *Node) addPath(k FlowKey, ps *pathState) {
+	n.paths[k] = ps
+	n.account(ps, 1)
+}
+
+func (n *Node) delPath(k FlowKey) {
+	if ps := n.paths[k]; ps != nil {
+		delete(n.paths, k)
+		n.account(ps, -1)
+	}
+}
+
+// account adds d (1 or -1) to the counts of the previous hop and source
+// of received state ps (MaxPerHop, MaxPerSource).
+func (n *Node) account(ps *pathState, d int) {
+	if ps.phop == nil {
+		return
+	}
+	bump(n.perHop, ps.phop.Addr, d)
+	if ps.from.IsValid() {
+		bump(n.perSrc, ps.from, d)
+	}
+}
+
+func bump(m map[netip.Addr]int, a netip.Addr, d int) {
+	if m[a] += d; m[a] <= 0 {
+		delete(m, a)
+	}
 }
 
 // jitter is the next refresh interval: uniform in [0.5 R, 1.5 R] (§3.7).
@@ -192,15 +288,19 @@ func (n *Node) Sender(k FlowKey, t Tspec, now time.Time) ([]Out, error) {
 	if ps == nil && len(n.paths) >= MaxState {
 		return nil, fmt.Errorf("add sender %s: %d path states, the most a node keeps", k, MaxState)
 	}
+	if ps != nil && ps.phop != nil {
+		n.delPath(k) // received state of the same key: this host's own sender takes it over
+		ps = nil
+	}
 	if ps == nil {
 		ps = &pathState{}
-		n.paths[k] = ps
+		n.addPath(k, ps)
 	}
 	ps.tspec, ps.phop, ps.refresh = t, nil, n.cfg.Refresh
 	ps.next = now.Add(n.jitter())
 	o, err := n.pathOut(k, ps, n.cfg.TTL)
 	if err != nil {
-		delete(n.paths, k)
+		n.delPath(k)
 		return nil, err
 	}
 	return []Out{o}, nil
@@ -292,7 +392,7 @@ func (n *Node) tearPathLocked(k FlowKey, event string) []Out {
 		return nil
 	}
 	outs := n.tearResvLocked(k, "")
-	delete(n.paths, k)
+	n.delPath(k)
 	if event != "" {
 		n.cfg.Upcall(Event{Kind: event, Key: k})
 	}
@@ -338,46 +438,36 @@ func (n *Node) tearResvLocked(k FlowKey, event string) []Out {
 		Flows: []FlowDesc{{Filters: []Filter{k.Sender}}}}}}
 }
 
-// Handle processes one received message (already decoded) and returns the
+// Handle processes one received message (already decoded) that came from
+// source address src (the IP source of its packet) and returns the
 // messages to send. Messages that make no sense here (a Resv without path
 // state, an unknown sender) are answered with the RFC's error or counted
-// and dropped.
-func (n *Node) Handle(m *Message, now time.Time) []Out {
+// and dropped; so are a host's Paths of sessions it neither sends nor
+// receives, Paths over a cap, and tears from a hop that does not hold the
+// state (Counters).
+func (n *Node) Handle(m *Message, src netip.Addr, now time.Time) []Out {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	switch m.Type {
 	case Path:
-		return n.handlePath(m, now)
+		return n.handlePath(m, src, now)
 	case Resv:
 		return n.handleResv(m, now)
 	case PathTear:
-		if m.Sender == nil {
-			n.Dropped++
-			return nil
-		}
-		return n.tearPathLocked(FlowKey{m.Session, m.Sender.Template}, "path-tear")
+		return n.handlePathTear(m, src, now)
 	case ResvTear:
-		var outs []Out
-		for _, f := range m.Flows {
-			for _, flt := range f.Filters {
-				k := FlowKey{m.Session, flt}
-				if rs := n.resvs[k]; rs != nil && rs.nhop != nil {
-					outs = append(outs, n.tearResvLocked(k, "resv-tear")...)
-				}
-			}
-		}
-		return outs
+		return n.handleResvTear(m, src, now)
 	case ResvErr:
-		return n.handleResvErr(m)
+		return n.handleResvErr(m, src, now)
 	case PathErr:
 		if m.Sender == nil {
-			n.Dropped++
+			n.count.Dropped++
 			return nil
 		}
 		k := FlowKey{m.Session, m.Sender.Template}
 		ps := n.paths[k]
 		if ps == nil {
-			n.Dropped++
+			n.count.Dropped++
 			return nil
 		}
 		if ps.phop == nil {
@@ -395,31 +485,55 @@ func (n *Node) Handle(m *Message, now time.Time) []Out {
 	return nil
 }
 
-func (n *Node) handlePath(m *Message, now time.Time) []Out {
+func (n *Node) handlePath(m *Message, src netip.Addr, now time.Time) []Out {
 	k := FlowKey{m.Session, m.Sender.Template}
 	ps := n.paths[k]
+	if ps != nil && ps.phop == nil {
+		// A Path for a sender this host originates: a loop or a forgery.
+		n.count.Dropped++
+		return nil
+	}
 	if ps == nil && len(n.paths) >= MaxState {
-		n.Dropped++
+		n.count.Dropped++
+		n.refused(now, "path state table full", src, k, func() string {
+			return fmt.Sprintf("a Path of a new session or sender dropped: the node keeps at most %d path states", MaxState)
+		})
 		return nil
 	}
 	_, self, err := n.hop(m.Session.Dest)
 	if err != nil {
-		n.Dropped++
+		n.count.Dropped++
 		return nil
 	}
-	if ps != nil && ps.phop == nil {
-		// A Path for a sender this host originates: a loop or a forgery.
-		n.Dropped++
+	if !self && !n.cfg.Router {
+		// A host keeps the state of its own senders and of sessions
+		// addressed to it; routers ([rsvp] router) keep the others.
+		n.count.NotHere++
+		n.refused(now, "not here", src, k, func() string {
+			return "a Path of a session this host neither sends nor receives dropped (it is not an RSVP router)"
+		})
 		return nil
-	}
-	fresh := ps == nil || ps.tspec != *m.Sender.Tspec || *ps.phop != *m.Hop
-	if ps == nil {
-		ps = &pathState{}
-		n.paths[k] = ps
 	}
 	h := *m.Hop
-	ps.tspec, ps.phop, ps.self = *m.Sender.Tspec, &h, self
-	ps.refresh = time.Duration(m.Refresh) * time.Millisecond
+	if ps == nil || ps.phop.Addr != h.Addr || ps.from != src {
+		if n.overCap(h.Addr, src, ps, now, k) {
+			return nil
+		}
+	}
+	fresh := ps == nil || ps.tspec != *m.Sender.Tspec || *ps.phop != h
+	switch {
+	case ps == nil:
+		ps = &pathState{phop: &h, from: src}
+		n.addPath(k, ps)
+	case ps.phop.Addr != h.Addr || ps.from != src:
+		n.account(ps, -1) // counted again under its new hop and source
+		ps.phop, ps.from = &h, src
+		n.account(ps, 1)
+	default:
+		ps.phop = &h // the same address; the LIH may differ
+	}
+	ps.tspec, ps.self = *m.Sender.Tspec, self
+	ps.refresh = n.peerRefresh(m.Refresh)
 	ps.expires = now.Add(Lifetime(ps.refresh))
 	if self {
 		if fresh {
@@ -432,13 +546,93 @@ func (n *Node) handlePath(m *Message, now time.Time) []Out {
 		return nil
 	}
 	// A router forwards every Path it gets: the sender's refreshes carry
-	// the state downstream.
+	// the state downstream, with the refresh period this node took.
 	o, err := n.pathOut(k, ps, m.TTL-1)
 	if err != nil {
 		return nil
 	}
-	o.Msg.Refresh = m.Refresh
+	o.Msg.Refresh = uint32(ps.refresh / time.Millisecond)
 	return []Out{o}
+}
+
+// overCap reports (and counts) whether a path state from previous hop hop
+// and source src would go over the per-hop or per-source cap; old is the
+// state it replaces (nil: a new one), whose own place is not counted twice.
+func (n *Node) overCap(hop, src netip.Addr, old *pathState, now time.Time, k FlowKey) bool {
+	if (old == nil || old.phop.Addr != hop) && n.perHop[hop] >= n.cfg.MaxPerHop {
+		n.count.OverHop++
+		n.refused(now, "over the previous hop's cap", src, k, func() string {
+			return fmt.Sprintf("a Path dropped: its previous hop %s holds %d path states, the most one hop may ([rsvp] max_paths_per_hop)", hop, n.cfg.MaxPerHop)
+		})
+		return true
+	}
+	if src.IsValid() && (old == nil || old.from != src) && n.perSrc[src] >= n.cfg.MaxPerSource {
+		n.count.OverSource++
+		n.refused(now, "over the source's cap", src, k, func() string {
+			return fmt.Sprintf("a Path dropped: its source %s holds %d path states, the most one source address may ([rsvp] max_paths_per_source)", src, n.cfg.MaxPerSource)
+		})
+		return true
+	}
+	return false
+}
+
+// handlePathTear removes path state when the PathTear comes from the hop
+// that holds it: the RSVP_HOP of the state (RFC 2205 §3.1.5: SESSION,
+// SENDER_TEMPLATE and PHOP must match), sent from that hop's address or
+// from the sender's (an RFC 2205 router sends it with the sender's).
+func (n *Node) handlePathTear(m *Message, src netip.Addr, now time.Time) []Out {
+	if m.Sender == nil {
+		n.count.Dropped++
+		return nil
+	}
+	k := FlowKey{m.Session, m.Sender.Template}
+	ps := n.paths[k]
+	if ps == nil {
+		n.count.Dropped++
+		return nil
+	}
+	if ps.phop == nil || *ps.phop != *m.Hop || (src != ps.phop.Addr && src != k.Sender.Src) {
+		n.badTear(now, "PathTear", src, m.Hop, k)
+		return nil
+	}
+	return n.tearPathLocked(k, "path-tear")
+}
+
+// handleResvTear removes the reservations whose next hop sent the
+// ResvTear: RSVP_HOP (address and LIH) and STYLE as the state's (RFC 2205
+// §3.1.6), from that hop's address.
+func (n *Node) handleResvTear(m *Message, src netip.Addr, now time.Time) []Out {
+	var outs []Out
+	for _, f := range m.Flows {
+		for _, flt := range f.Filters {
+			k := FlowKey{m.Session, flt}
+			rs := n.resvs[k]
+			if rs == nil {
+				continue
+			}
+			if rs.nhop == nil || *rs.nhop != *m.Hop || src != rs.nhop.Addr || rs.style != m.Style {
+				n.badTear(now, "ResvTear", src, m.Hop, k)
+				continue
+			}
+			outs = append(outs, n.tearResvLocked(k, "resv-tear")...)
+		}
+	}
+	return outs
+}
+
+// refused logs (rate-limited) that a message from address from, naming
+// flow k, was refused for reason; detail is formatted only when logged.
+func (n *Node) refused(now time.Time, reason string, from netip.Addr, k FlowKey, detail func() string) {
+	n.notes.note(n.cfg.Log, now, "RSVP message refused", reason, func() []any {
+		return []any{"detail", detail(), "from", from.String(), "flow", k.String()}
+	})
+}
+
+func (n *Node) badTear(now time.Time, what string, src netip.Addr, hop *Hop, k FlowKey) {
+	n.count.BadTear++
+	n.refused(now, "tear not from the state's hop", src, k, func() string {
+		return fmt.Sprintf("a %s ignored: not from the hop that holds the state (its RSVP_HOP %s)", what, hop.Addr)
+	})
 }
 
 func (n *Node) handleResv(m *Message, now time.Time) []Out {
@@ -453,8 +647,10 @@ func (n *Node) handleResv(m *Message, now time.Time) []Out {
 
 func (n *Node) resvOne(m *Message, k FlowKey, fs Flowspec, now time.Time) []Out {
 	ps := n.paths[k]
-	if ps == nil || ps.self {
-		return []Out{n.resvErr(m, k, fs, ErrNoPathInfo, 0)}
+	if ps == nil || ps.self || (ps.phop != nil && !n.cfg.Router) {
+		// No path state to reserve on: none, a session this host
+		// receives, or (a host's) a sender that is not this host's.
+		return n.resvErr(m, k, fs, ErrNoPathInfo, 0, now)
 	}
 	rs := n.resvs[k]
 	if rs == nil || rs.fs != fs {
@@ -465,7 +661,7 @@ func (n *Node) resvOne(m *Message, k FlowKey, fs Flowspec, now time.Time) []Out 
 				code, value = ErrAdmission, ae.Value
 			}
 			n.cfg.Upcall(Event{Kind: "resv-refused", Key: k, Flowspec: &fs, Code: code, Value: value, Reason: err.Error()})
-			return []Out{n.resvErr(m, k, fs, code, value)}
+			return n.resvErr(m, k, fs, code, value, now)
 		}
 	}
 	fresh := rs == nil
@@ -475,7 +671,7 @@ func (n *Node) resvOne(m *Message, k FlowKey, fs Flowspec, now time.Time) []Out 
 	}
 	h := *m.Hop
 	rs.fs, rs.style, rs.nhop, rs.confirm = fs, m.Style, &h, m.Confirm
-	rs.refresh = time.Duration(m.Refresh) * time.Millisecond
+	rs.refresh = n.peerRefresh(m.Refresh)
 	rs.expires = now.Add(Lifetime(rs.refresh))
 	if ps.phop == nil {
 		// The sender host: the reservation is complete here.
@@ -499,38 +695,48 @@ func (n *Node) resvOne(m *Message, k FlowKey, fs Flowspec, now time.Time) []Out 
 	if err != nil {
 		return nil
 	}
-	o.Msg.Refresh = m.Refresh
+	o.Msg.Refresh = uint32(rs.refresh / time.Millisecond)
 	return []Out{o}
 }
 
 // resvErr answers a Resv that failed here: a ResvErr to the next hop it
-// came from, naming this node.
-func (n *Node) resvErr(m *Message, k FlowKey, fs Flowspec, code uint8, value uint16) Out {
+// came from, naming this node, with this node's address toward that hop
+// as its RSVP_HOP. Without a route back to the hop there is no such
+// address and nothing could be sent: the answer is counted (NoRoute)
+// instead.
+func (n *Node) resvErr(m *Message, k FlowKey, fs Flowspec, code uint8, value uint16, now time.Time) []Out {
 	me, _, err := n.hop(m.Hop.Addr)
-	node := netip.Addr{}
-	if err == nil {
-		node = me.Addr
-	} else {
-		node = m.Hop.Addr // unreachable in practice; keeps the message valid
+	if err != nil {
+		n.count.NoRoute++
+		n.refused(now, "no route to the hop", m.Hop.Addr, k, func() string {
+			return fmt.Sprintf("a ResvErr (error code %d) not sent: %v", code, err)
+		})
+		return nil
 	}
 	f := fs
-	return Out{To: m.Hop.Addr, Msg: &Message{Type: ResvErr, TTL: n.cfg.TTL, Session: k.Session, Hop: me,
-		Error: &ErrorSpec{Node: node, Code: code, Value: value}, Style: m.Style,
-		Flows: []FlowDesc{{Flowspec: &f, Filters: []Filter{k.Sender}}}}}
+	return []Out{{To: m.Hop.Addr, Msg: &Message{Type: ResvErr, TTL: n.cfg.TTL, Session: k.Session, Hop: me,
+		Error: &ErrorSpec{Node: me.Addr, Code: code, Value: value}, Style: m.Style,
+		Flows: []FlowDesc{{Flowspec: &f, Filters: []Filter{k.Sender}}}}}}
 }
 
-// handleResvErr passes a ResvErr toward the receiver. Unlike RFC 2205
-// (which keeps downstream reservations and leaves the refused request to
-// time out), an admission failure removes this flow's reservation here
-// too, so a refusal anywhere leaves nothing installed on any hop.
-func (n *Node) handleResvErr(m *Message) []Out {
+// handleResvErr passes a ResvErr toward the receiver. It is taken only
+// from the previous hop of the flow's path state (its RSVP_HOP, from that
+// hop's address): the hop the Resv went to. Unlike RFC 2205 (which keeps
+// downstream reservations and leaves the refused request to time out), an
+// admission failure removes this flow's reservation here too, so a
+// refusal anywhere leaves nothing installed on any hop.
+func (n *Node) handleResvErr(m *Message, src netip.Addr, now time.Time) []Out {
 	var outs []Out
 	for _, f := range m.Flows {
 		for _, flt := range f.Filters {
 			k := FlowKey{m.Session, flt}
 			rs := n.resvs[k]
 			if rs == nil {
-				n.Dropped++
+				n.count.Dropped++
+				continue
+			}
+			if ps := n.paths[k]; ps == nil || ps.phop == nil || *ps.phop != *m.Hop || src != ps.phop.Addr {
+				n.badTear(now, "ResvErr", src, m.Hop, k)
 				continue
 			}
 			if rs.nhop == nil {

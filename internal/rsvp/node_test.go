@@ -43,6 +43,7 @@ func (f *fakeInstall) Remove(k FlowKey) { delete(f.installed, k) }
 type simNode struct {
 	name   string
 	addrs  []netip.Addr
+	local  func(netip.Addr) netip.Addr // its address toward a destination: the source of what it sends
 	node   *Node
 	inst   *fakeInstall
 	events []Event
@@ -67,13 +68,13 @@ var (
 func newSim(t *testing.T, routerCap float32, refresh time.Duration) *sim {
 	s := &sim{t: t, now: time.Unix(1000, 0), sent: map[MsgType]int{}}
 	mk := func(name string, cap float32, local func(netip.Addr) netip.Addr, addrs ...netip.Addr) *simNode {
-		sn := &simNode{name: name, addrs: addrs, inst: &fakeInstall{name: name, capacity: cap, installed: map[FlowKey]Flowspec{}}}
+		sn := &simNode{name: name, addrs: addrs, local: local, inst: &fakeInstall{name: name, capacity: cap, installed: map[FlowKey]Flowspec{}}}
 		sn.node = NewNode(Config{
 			Local: func(dst netip.Addr) (netip.Addr, bool, error) {
 				return local(dst), slices.Contains(addrs, dst), nil
 			},
 			Install: sn.inst, Upcall: func(e Event) { sn.events = append(sn.events, e) },
-			Refresh: refresh, Rand: rand.New(rand.NewPCG(1, 2)),
+			Refresh: refresh, Rand: rand.New(rand.NewPCG(1, 2)), Router: name == "router",
 		})
 		return sn
 	}
@@ -125,7 +126,8 @@ func (s *sim) run(from int, outs []Out) {
 		if to < 0 || to >= len(s.nodes) {
 			s.t.Fatalf("%s sends %s to %s: nobody there", s.nodes[it.from].name, m.Type, it.o.To)
 		}
-		for _, o := range s.nodes[to].node.Handle(m, s.now) {
+		src := s.nodes[it.from].local(it.o.To)
+		for _, o := range s.nodes[to].node.Handle(m, src, s.now) {
 			q = append(q, item{to, o})
 		}
 	}
@@ -307,7 +309,7 @@ func TestResvTearForwardedBeforeLocalRemoval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs := rtr.node.Handle(m, s.now)
+	outs := rtr.node.Handle(m, addrD, s.now)
 	if len(outs) != 1 || outs[0].Msg.Type != ResvTear {
 		t.Fatalf("router answers the ResvTear with %v, want one ResvTear upstream", outs)
 	}

@@ -142,7 +142,7 @@ func threeNodes(t testing.TB, refresh time.Duration) (snd, rtr, rcv *side) {
 		}); err != nil {
 			t.Fatalf("sockets in %s: %v", name, err)
 		}
-		node := NewNode(Config{Local: local, Install: sd.inst, Refresh: refresh,
+		node := NewNode(Config{Local: local, Install: sd.inst, Refresh: refresh, Router: router,
 			Upcall: func(e Event) {
 				select {
 				case sd.events <- e:

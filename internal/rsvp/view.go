@@ -96,11 +96,3 @@ func (n *Node) Reserved(k FlowKey) bool {
 	rs := n.resvs[k]
 	return rs != nil && rs.nhop == nil
 }
-
-// DroppedCount is the number of well-formed messages dropped as
-// meaningless here (no path state, over MaxState, a looped Path).
-func (n *Node) DroppedCount() uint64 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.Dropped
-}
