@@ -1,6 +1,11 @@
 package api
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+)
 
 // RSVP signalling (issue 12): the application's side of RSVP (RAPI-like).
 // A session names a destination (address, port, protocol); on the sender
@@ -100,7 +105,7 @@ type RSVPCounters struct {
 }
 
 // RSVPStatus is the RSVP agent: its settings, counters, the API's
-// sessions and every signalled state (at most MaxRSVPStates of each).
+// sessions and a page of the signalled states (RSVPListQuery).
 type RSVPStatus struct {
 	Enabled  bool   `json:"enabled"`
 	Router   bool   `json:"router"`
@@ -114,15 +119,69 @@ type RSVPStatus struct {
 	Sessions       []RSVPSession `json:"sessions"`
 	Paths          []RSVPPath    `json:"paths"`
 	Resvs          []RSVPResv    `json:"resvs"`
-	Truncated      bool          `json:"truncated,omitempty"` // more states than listed
+	// Truncated: more states follow this page; NextOffset is the
+	// RSVPListQuery.Offset of the next page.
+	Truncated  bool `json:"truncated,omitempty"`
+	NextOffset int  `json:"next_offset,omitempty"`
 }
 
-// MaxRSVPStates bounds the states one answer lists.
-const MaxRSVPStates = 10000
+// MaxRSVPStates bounds the states one answer lists (of each kind);
+// DefaultRSVPPage is a page's size when the query names none.
+const (
+	MaxRSVPStates   = 10000
+	DefaultRSVPPage = 1000
+)
+
+// RSVPListQuery pages the states of an RSVP listing: of the path states
+// and of the reservation states, each in the order of session and sender,
+// the first Offset are skipped and at most Limit listed (0:
+// DefaultRSVPPage; 1 … MaxRSVPStates).
+type RSVPListQuery struct {
+	Offset int
+	Limit  int
+}
+
+// values encodes q as the query string of the route.
+func (q RSVPListQuery) values() url.Values {
+	v := url.Values{}
+	if q.Offset > 0 {
+		v.Set("offset", strconv.Itoa(q.Offset))
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	return v
+}
+
+// ParseRSVPListQuery reads an RSVPListQuery from a query string (the
+// daemon's side of its encoding).
+func ParseRSVPListQuery(v url.Values) (RSVPListQuery, error) {
+	var q RSVPListQuery
+	for k := range v {
+		if k != "offset" && k != "limit" {
+			return q, &ParamError{Param: k, Reason: "unknown parameter; known: offset, limit"}
+		}
+	}
+	if s := v.Get("offset"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return q, &ParamError{Param: "offset", Value: s, Reason: "want a whole number ≥ 0 (a page's next_offset)"}
+		}
+		q.Offset = n
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > MaxRSVPStates {
+			return q, &ParamError{Param: "limit", Value: s, Reason: fmt.Sprintf("want 1 … %d states of each kind (0: %d)", MaxRSVPStates, DefaultRSVPPage)}
+		}
+		q.Limit = n
+	}
+	return q, nil
+}
 
 // RSVPAPI is RSVP signalling.
 type RSVPAPI interface {
-	Status(ctx context.Context) (RSVPStatus, error)
+	Status(ctx context.Context, q RSVPListQuery) (RSVPStatus, error)
 	Get(ctx context.Context, name string) (RSVPSession, error)
 	AddSession(ctx context.Context, s RSVPSessionRequest, opts ...ChangeOption) (RSVPSession, error)
 	Sender(ctx context.Context, name string, s RSVPSenderRequest, opts ...ChangeOption) (RSVPSession, error)
@@ -135,10 +194,14 @@ func (c *Client) RSVP() RSVPAPI { return &rsvpClient{c} }
 
 type rsvpClient struct{ c *Client }
 
-// Status returns the agent, its sessions and states.
-func (r *rsvpClient) Status(ctx context.Context) (RSVPStatus, error) {
+// Status returns the agent, its sessions and a page of its states.
+func (r *rsvpClient) Status(ctx context.Context, q RSVPListQuery) (RSVPStatus, error) {
 	var out RSVPStatus
-	err := r.c.call(ctx, RouteRSVP, nil, nil, &out, nil)
+	path := Path(RouteRSVP)
+	if v := q.values(); len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	err := r.c.Do(ctx, Method(RouteRSVP), path, nil, &out)
 	return out, err
 }
 

@@ -44,10 +44,14 @@ hostqos. See docs/rsvp.md.`,
 	session.AddCommand(newRSVPSessionAddCmd(f))
 	rm := removeCmd(f, "rsvp session", "Tear a session down (PathTear of this host's sender, ResvTear of its reservations) and forget it",
 		func(ctx context.Context, c apiClient, name string) error { return c.RSVP().Remove(ctx, name) })
-	list := getCmd(f, "list", "List the RSVP agent's counters, the API's sessions and every path and reservation state", cobra.NoArgs,
+	var page api.RSVPListQuery
+	list := getCmd(f, "list", "List the RSVP agent's counters, the API's sessions and a page of the path and reservation states", cobra.NoArgs,
 		func(ctx context.Context, c apiClient, _ []string) (api.RSVPStatus, error) {
-			return c.RSVP().Status(ctx)
+			return c.RSVP().Status(ctx, page)
 		}, printRSVPStatus)
+	list.Flags().IntVar(&page.Limit, "limit", 0, fmt.Sprintf("list at most this many path and this many reservation states (1 … %d; 0: %d)", api.MaxRSVPStates, api.DefaultRSVPPage))
+	list.Flags().IntVar(&page.Offset, "offset", 0, "skip this many of each first, in the order of session and sender (the next page: the offset a page names)")
+	list.Example = "  hostqos rsvp list\n  hostqos rsvp list --limit 100 --offset 100 -o json"
 	show := getCmd(f, "show NAME", "Show a session: its sender and reservation requests, path and reservation states, last upcall", cobra.ExactArgs(1),
 		func(ctx context.Context, c apiClient, a []string) (api.RSVPSession, error) {
 			return c.RSVP().Get(ctx, a[0])
@@ -289,7 +293,7 @@ func printRSVPStatus(w io.Writer, st api.RSVPStatus) {
 	}
 	printRSVPStates(w, st.Paths, st.Resvs)
 	if st.Truncated {
-		fmt.Fprintf(w, "(more states than the %d listed)\n", api.MaxRSVPStates)
+		fmt.Fprintf(w, "(more states follow: hostqos rsvp list --offset %d)\n", st.NextOffset)
 	}
 }
 

@@ -12,13 +12,14 @@ func (f *fakeClient) RSVP() api.RSVPAPI { return fakeRSVP{f} }
 
 type fakeRSVP struct{ f *fakeClient }
 
-func (r fakeRSVP) Status(context.Context) (api.RSVPStatus, error) {
+func (r fakeRSVP) Status(_ context.Context, q api.RSVPListQuery) (api.RSVPStatus, error) {
 	return api.RSVPStatus{Enabled: true, Router: true, Refresh: "1s", Lifetime: "5.25s",
 		Counters: api.RSVPCounters{Received: 9, Malformed: 1, Foreign: 2, Paths: 1, Resvs: 1, OverHop: 3, BadTear: 4},
 		Paths:    []api.RSVPPath{{Session: "198.18.2.2:5004/udp", Sender: "198.18.1.2:4000", Role: "router", Tspec: api.Tspec{Rate: 250000, Bucket: 3000, MinUnit: 64, MaxUnit: 1500}, PrevHop: "198.18.1.2", Expires: 4.5}},
 		Resvs: []api.RSVPResv{{Session: "198.18.2.2:5004/udp", Sender: "198.18.1.2:4000", Role: "router", Service: "guaranteed", Style: "ff",
 			Flowspec: api.Tspec{Rate: 250000, Bucket: 3000, MinUnit: 64, MaxUnit: 1500, ServiceRate: 275000}, NextHop: "198.18.2.2", Reservation: "rsvp-0011223344556677", Expires: 5}},
-	}, r.f.record("RSVP.Status", nil, nil)
+		Truncated: q.Limit == 1, NextOffset: q.Offset + q.Limit,
+	}, r.f.record("RSVP.Status", []any{q}, nil)
 }
 func (r fakeRSVP) Get(_ context.Context, name string) (api.RSVPSession, error) {
 	return api.RSVPSession{Name: name, Dest: "198.18.2.2:5004", Proto: "udp"}, r.f.record("RSVP.Get", []any{name}, nil)
@@ -57,9 +58,11 @@ func TestRSVPCommands(t *testing.T) {
 		{[]string{"rsvp", "reserve", "rtp", "--service", "best-effort", "--flowspec", "r=1,b=1"}, "", "want guaranteed or controlled-load"},
 		{[]string{"rsvp", "reserve", "rtp", "--service", "controlled-load", "--flowspec", "r=1,b=1", "--style", "wf"}, "", "want ff or se"},
 		{[]string{"rsvp", "remove", "rtp"}, "RSVP.Remove rtp", ""},
-		{[]string{"rsvp", "list"}, "RSVP.Status", "198.18.1.2:4000  router  guaranteed  ff     r=250000 b=3000 m=64 M=1500 R=275000 S=0  198.18.2.2"},
-		{[]string{"rsvp", "list"}, "RSVP.Status", "messages: 9 received, 1 malformed, 2 from unmanaged links"},
-		{[]string{"rsvp", "list"}, "RSVP.Status", "3 over the previous hop's cap, 0 over the source's cap, 4 tears not from the state's hop"},
+		{[]string{"rsvp", "list"}, `RSVP.Status {"Offset":0,"Limit":0}`, "198.18.1.2:4000  router  guaranteed  ff     r=250000 b=3000 m=64 M=1500 R=275000 S=0  198.18.2.2"},
+		{[]string{"rsvp", "list"}, `RSVP.Status {"Offset":0,"Limit":0}`, "messages: 9 received, 1 malformed, 2 from unmanaged links"},
+		{[]string{"rsvp", "list"}, `RSVP.Status {"Offset":0,"Limit":0}`, "3 over the previous hop's cap, 0 over the source's cap, 4 tears not from the state's hop"},
+		{[]string{"rsvp", "list", "--limit", "1", "--offset", "5"}, `RSVP.Status {"Offset":5,"Limit":1}`, "(more states follow: hostqos rsvp list --offset 6)"},
+		{[]string{"rsvp", "list", "--limit", "1", "--offset", "5", "-o", "json"}, `RSVP.Status {"Offset":5,"Limit":1}`, `"next_offset": 6`},
 		{[]string{"rsvp", "show", "rtp", "-o", "json"}, "RSVP.Get rtp", `"dest": "198.18.2.2:5004"`},
 	} {
 		fc := &fakeClient{}

@@ -115,7 +115,7 @@ func FuzzAPIBody(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := json.Marshal([]any{d.eng.Links(), classes, rules, d.eng.Runs(*rootP), d.rsvp.front.Status(*rootP).Sessions})
+			b, err := json.Marshal([]any{d.eng.Links(), classes, rules, d.eng.Runs(*rootP), d.rsvp.front.Status(*rootP, api.RSVPListQuery{}).Sessions})
 			if err != nil {
 				t.Fatal(err)
 			}

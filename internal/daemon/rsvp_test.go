@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,5 +94,62 @@ func TestRSVPRoutes(t *testing.T) {
 	}
 	if len(sent) != 1 || sent[0].Msg.Type != rsvp.Path {
 		t.Errorf("sent %d messages, want the one Path", len(sent))
+	}
+}
+
+// TestBoundRSVPAnswers: ordinary users get at most maxUserRSVPAnswers RSVP
+// listings at once, both routes together (the next waits, then gets 503);
+// root is not held back; a bad page is refused naming the parameter.
+func TestBoundRSVPAnswers(t *testing.T) {
+	defer func(w time.Duration) { rsvpAnswerWait = w }(rsvpAnswerWait)
+	rsvpAnswerWait = 100 * time.Millisecond
+	release := make(chan struct{})
+	var inside atomic.Int32
+	bound := boundRSVPAnswers()
+	held := func(w http.ResponseWriter, r *http.Request) { inside.Add(1); <-release }
+	mux := http.NewServeMux()
+	mux.HandleFunc(api.RouteRSVP, bound(held))
+	mux.HandleFunc(api.RouteRSVPSession, bound(held))
+	call := func(p *peer, route string, args ...string) int {
+		r := httptest.NewRequest(http.MethodGet, routePath(route, args...), nil)
+		r = r.WithContext(context.WithValue(r.Context(), credKey{}, p))
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		return w.Code
+	}
+	user := &peer{UID: 1000}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); call(user, api.RouteRSVP) }()
+	go func() { defer wg.Done(); call(&peer{UID: 1001}, api.RouteRSVPSession, "rtp") }()
+	for inside.Load() != maxUserRSVPAnswers {
+		time.Sleep(time.Millisecond)
+	}
+	for _, route := range []string{api.RouteRSVP, api.RouteRSVPSession} {
+		if code := call(user, route, "rtp"); code != http.StatusServiceUnavailable {
+			t.Errorf("%s beyond the limit: status %d, want 503", route, code)
+		}
+	}
+	rootDone := make(chan int)
+	go func() { rootDone <- call(&peer{Privileged: true}, api.RouteRSVP) }()
+	for inside.Load() != maxUserRSVPAnswers+1 {
+		time.Sleep(time.Millisecond) // root's is under way beside the two
+	}
+	close(release)
+	if code := <-rootDone; code != http.StatusOK {
+		t.Errorf("root's listing: status %d", code)
+	}
+	wg.Wait()
+
+	d := newTestDaemon(t, t.TempDir())
+	h := d.routes()
+	for q, want := range map[string]string{"?limit=10001": "parameter limit", "?offset=-1": "parameter offset", "?page=2": "parameter page", "?limit=5&offset=5": ""} {
+		r := httptest.NewRequest(http.MethodGet, api.Path(api.RouteRSVP)+q, nil)
+		r = r.WithContext(context.WithValue(r.Context(), credKey{}, user))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if want == "" && w.Code != http.StatusOK || want != "" && (w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), want)) {
+			t.Errorf("GET %s: %d %s, want %q", q, w.Code, w.Body, want)
+		}
 	}
 }

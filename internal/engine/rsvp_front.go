@@ -378,13 +378,13 @@ func (f *RSVP) Remove(who Caller, name string) error {
 		return &NotFoundError{What: "rsvp session", Name: name}
 	}
 	var outs []rsvp.Out
-	paths, resvs := f.Node.View(func(x rsvp.Session) bool { return x == s.key }, 0)
-	for _, r := range resvs {
+	pg := f.Node.View(func(x rsvp.Session) bool { return x == s.key }, 0, 0)
+	for _, r := range pg.Resvs {
 		if r.Originated {
 			outs = append(outs, f.Node.RemoveReservation(r.Key)...)
 		}
 	}
-	for _, p := range paths {
+	for _, p := range pg.Paths {
 		if p.Originated {
 			outs = append(outs, f.Node.RemoveSender(p.Key)...)
 		}
@@ -393,28 +393,34 @@ func (f *RSVP) Remove(who Caller, name string) error {
 	return nil
 }
 
-// Session reports one session of the API with its states.
+// Session reports one session of the API with its states (at most
+// api.MaxRSVPStates of each).
 func (f *RSVP) Session(_ Caller, name string) (api.RSVPSession, error) {
 	f.mu.Lock()
 	s, ok := f.sessions[name]
 	var out api.RSVPSession
-	var key rsvp.Session
 	if ok {
-		key = s.key
-		out = api.RSVPSession{Name: s.name, Dest: netip.AddrPortFrom(s.key.Dest, s.key.Port).String(), Proto: protoName(s.key.Proto),
-			Sender: s.sender, Reserve: s.reserve, LastEvent: s.last}
+		out = s.view()
 	}
 	f.mu.Unlock()
 	if !ok {
 		return api.RSVPSession{}, &NotFoundError{What: "rsvp session", Name: name}
 	}
-	paths, resvs := f.Node.View(func(x rsvp.Session) bool { return x == key }, api.MaxRSVPStates)
-	out.Paths, out.Resvs = f.pathViews(paths), f.resvViews(resvs)
+	pg := f.Node.View(func(x rsvp.Session) bool { return x == s.key }, 0, api.MaxRSVPStates)
+	out.Paths, out.Resvs = f.pathViews(pg.Paths), f.resvViews(pg.Resvs)
 	return out, nil
 }
 
-// Status reports the agent, the API's sessions and every state.
-func (f *RSVP) Status(who Caller) api.RSVPStatus {
+// view is the session without its states (caller holds f.mu).
+func (s *rsvpSession) view() api.RSVPSession {
+	return api.RSVPSession{Name: s.name, Dest: netip.AddrPortFrom(s.key.Dest, s.key.Port).String(), Proto: protoName(s.key.Proto),
+		Sender: s.sender, Reserve: s.reserve, LastEvent: s.last}
+}
+
+// Status reports the agent, the API's sessions and a page of the states:
+// q.Limit of each list (api.DefaultRSVPPage if 0) from q.Offset on, in the
+// order of session and sender.
+func (f *RSVP) Status(_ Caller, q api.RSVPListQuery) api.RSVPStatus {
 	st := api.RSVPStatus{Enabled: true, Router: f.opts.Router, Refresh: f.opts.Refresh.String(), Lifetime: rsvp.Lifetime(f.opts.Refresh).String(),
 		MaxPeerRefresh: f.Node.MaxPeerRefresh().String()}
 	if f.opts.Counters != nil {
@@ -425,22 +431,21 @@ func (f *RSVP) Status(who Caller) api.RSVPStatus {
 	st.Counters.Dropped, st.Counters.NotHere, st.Counters.OverHop, st.Counters.OverSource = c.Dropped, c.NotHere, c.OverHop, c.OverSource
 	st.Counters.BadTear, st.Counters.NoRoute = c.BadTear, c.NoRoute
 	f.mu.Lock()
-	names := make([]string, 0, len(f.sessions))
-	for n := range f.sessions {
-		names = append(names, n)
+	st.Sessions = make([]api.RSVPSession, 0, len(f.sessions))
+	for _, s := range f.sessions {
+		st.Sessions = append(st.Sessions, s.view()) // states: listed below, once
 	}
 	f.mu.Unlock()
-	sort.Strings(names)
-	st.Sessions = []api.RSVPSession{}
-	for _, n := range names {
-		if s, err := f.Session(who, n); err == nil {
-			s.Paths, s.Resvs = nil, nil // listed below, once
-			st.Sessions = append(st.Sessions, s)
-		}
+	sort.Slice(st.Sessions, func(i, j int) bool { return st.Sessions[i].Name < st.Sessions[j].Name })
+	limit := q.Limit
+	if limit <= 0 {
+		limit = api.DefaultRSVPPage
 	}
-	paths, resvs := f.Node.View(nil, api.MaxRSVPStates)
-	st.Paths, st.Resvs = f.pathViews(paths), f.resvViews(resvs)
-	st.Truncated = st.Counters.Paths > len(paths) || st.Counters.Resvs > len(resvs)
+	pg := f.Node.View(nil, q.Offset, limit)
+	st.Paths, st.Resvs = f.pathViews(pg.Paths), f.resvViews(pg.Resvs)
+	if next := q.Offset + limit; next < max(pg.PathsTotal, pg.ResvsTotal) {
+		st.Truncated, st.NextOffset = true, next
+	}
 	return st
 }
 

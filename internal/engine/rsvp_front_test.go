@@ -187,7 +187,7 @@ func TestRSVPThreeHops(t *testing.T) {
 	if !found {
 		t.Fatal("no reservation rule on the router")
 	}
-	st := n.r.f.Status(root)
+	st := n.r.f.Status(root, api.RSVPListQuery{})
 	if len(st.Resvs) != 1 || st.Resvs[0].Role != "router" || st.Resvs[0].Reservation != name || len(st.Paths) != 1 || st.Paths[0].PrevHop != rsS.String() {
 		t.Errorf("router status %+v", st)
 	}
@@ -278,7 +278,7 @@ func TestRSVPSessionsRestored(t *testing.T) {
 	if err := g.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	st := g.Status(root)
+	st := g.Status(root, api.RSVPListQuery{})
 	if len(st.Sessions) != 2 || st.Sessions[0].Name != "a" || st.Sessions[0].Sender == nil || st.Sessions[0].Sender.Port != 4000 ||
 		st.Sessions[1].Name != "c" || st.Sessions[1].Proto != "tcp" || st.Sessions[1].Reserve == nil || st.Sessions[1].Reserve.Flowspec.ServiceRate != 300000 {
 		t.Fatalf("restored %+v", st.Sessions)

@@ -143,15 +143,15 @@ func TestPeerRefreshCapped(t *testing.T) {
 		m := resvMsg(own.Session, own.Sender, addrPeer, Flowspec{Service: ServiceCL, Tspec: testTspec})
 		m.Refresh = math.MaxUint32
 		n.Handle(wire(t, m), addrPeer, now)
-		paths, resvs := n.View(nil, 0)
+		pg := n.View(nil, 0, 0)
 		L := Lifetime(c.cap)
-		for _, p := range paths {
+		for _, p := range pg.Paths {
 			if !p.Originated && (p.Refresh != c.cap || p.Expires.After(now.Add(L))) {
 				t.Errorf("R %v: path state of R 2^32-1 ms kept with R %v until %v, want R %v, expiry within %v", c.refresh, p.Refresh, p.Expires.Sub(now), c.cap, L)
 			}
 		}
-		if len(resvs) != 1 || resvs[0].Refresh != c.cap || resvs[0].Expires.After(now.Add(L)) {
-			t.Errorf("R %v: reservation states %+v, want R %v, expiry within %v", c.refresh, resvs, c.cap, L)
+		if len(pg.Resvs) != 1 || pg.Resvs[0].Refresh != c.cap || pg.Resvs[0].Expires.After(now.Add(L)) {
+			t.Errorf("R %v: reservation states %+v, want R %v, expiry within %v", c.refresh, pg.Resvs, c.cap, L)
 		}
 		n.Tick(now.Add(L + time.Millisecond))
 		if p, r := n.Counts(); p != 1 || r != 0 || len(inst.installed) != 0 {

@@ -1,7 +1,9 @@
 package rsvp
 
 import (
+	"cmp"
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 )
@@ -29,44 +31,83 @@ type ResvView struct {
 	Expires    time.Time // of received state
 }
 
+// Page is a part of a node's states as View reports it.
+type Page struct {
+	Paths      []PathView
+	Resvs      []ResvView
+	PathsTotal int // the path states that matched, before offset and limit
+	ResvsTotal int // the reservation states that matched
+}
+
 // View reports the path and reservation states of the sessions for which
-// want is true (nil: all), at most limit of each (0: no limit), ordered
-// by session and sender.
-func (n *Node) View(want func(Session) bool, limit int) ([]PathView, []ResvView) {
+// want is true (nil: all), in the order of session and sender (CompareKeys):
+// of each list, the first offset are skipped and then at most limit
+// reported (0: no limit). The lock is held while the keys are collected
+// and while the page's states are read, not while they are sorted.
+func (n *Node) View(want func(Session) bool, offset, limit int) Page {
 	n.mu.Lock()
-	var paths []PathView
-	for k, ps := range n.paths {
-		if want != nil && !want(k.Session) {
-			continue
+	pk := make([]FlowKey, 0, len(n.paths))
+	for k := range n.paths {
+		if want == nil || want(k.Session) {
+			pk = append(pk, k)
+		}
+	}
+	rk := make([]FlowKey, 0, len(n.resvs))
+	for k := range n.resvs {
+		if want == nil || want(k.Session) {
+			rk = append(rk, k)
+		}
+	}
+	n.mu.Unlock()
+	pg := Page{PathsTotal: len(pk), ResvsTotal: len(rk)}
+	pk, rk = pageOf(pk, offset, limit), pageOf(rk, offset, limit)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, k := range pk {
+		ps := n.paths[k]
+		if ps == nil {
+			continue // gone meanwhile
 		}
 		v := PathView{Key: k, Tspec: ps.tspec, Originated: ps.phop == nil, Self: ps.self, Refresh: ps.refresh}
 		if ps.phop != nil {
 			v.PrevHop, v.Expires = ps.phop.Addr, ps.expires
 		}
-		paths = append(paths, v)
+		pg.Paths = append(pg.Paths, v)
 	}
-	var resvs []ResvView
-	for k, rs := range n.resvs {
-		if want != nil && !want(k.Session) {
+	for _, k := range rk {
+		rs := n.resvs[k]
+		if rs == nil {
 			continue
 		}
 		v := ResvView{Key: k, Flowspec: rs.fs, Style: rs.style, Originated: rs.nhop == nil, Installed: rs.nhop != nil, Refresh: rs.refresh}
 		if rs.nhop != nil {
 			v.NextHop, v.Expires = rs.nhop.Addr, rs.expires
 		}
-		resvs = append(resvs, v)
+		pg.Resvs = append(pg.Resvs, v)
 	}
-	n.mu.Unlock()
-	less := func(a, b FlowKey) bool { return a.String() < b.String() }
-	sort.Slice(paths, func(i, j int) bool { return less(paths[i].Key, paths[j].Key) })
-	sort.Slice(resvs, func(i, j int) bool { return less(resvs[i].Key, resvs[j].Key) })
-	if limit > 0 && len(paths) > limit {
-		paths = paths[:limit]
+	return pg
+}
+
+// pageOf sorts keys and returns [offset, offset+limit) of them (limit 0:
+// to the end).
+func pageOf(keys []FlowKey, offset, limit int) []FlowKey {
+	slices.SortFunc(keys, CompareKeys)
+	if offset < 0 || offset >= len(keys) {
+		return nil
 	}
-	if limit > 0 && len(resvs) > limit {
-		resvs = resvs[:limit]
+	keys = keys[offset:]
+	if limit > 0 && len(keys) > limit {
+		keys = keys[:limit]
 	}
-	return paths, resvs
+	return keys
+}
+
+// CompareKeys orders flows by session (destination, port, protocol,
+// flags) and then sender (address, port).
+func CompareKeys(a, b FlowKey) int {
+	return cmp.Or(a.Session.Dest.Compare(b.Session.Dest), cmp.Compare(a.Session.Port, b.Session.Port),
+		cmp.Compare(a.Session.Proto, b.Session.Proto), cmp.Compare(a.Session.Flags, b.Session.Flags),
+		a.Sender.Src.Compare(b.Sender.Src), cmp.Compare(a.Sender.Port, b.Sender.Port))
 }
 
 // Senders are the senders whose Path to this host (the session's
