@@ -423,6 +423,8 @@ func attackerMain() int {
 	switch mode := os.Getenv(attackerEnv); mode {
 	case "hang", "idle", "noread", "flows", "runs": // floods (apiflood_test.go)
 		return attackMain(mode)
+	case "rsvp-hold": // rsvp_remote_test.go
+		return rsvpHoldMain(sock)
 	case "get":
 		var raw json.RawMessage
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
