@@ -29,6 +29,23 @@ type Settings struct {
 	HistoryFlows   string `toml:"history_flows" json:"history_flows,omitempty"`
 	// HistoryMaxFlows bounds the flow records kept.
 	HistoryMaxFlows int `toml:"history_max_flows" json:"history_max_flows,omitempty"`
+	// HistoryMaxEvents and HistoryMaxEventBytes bound the events kept
+	// (rows; their bytes, a size such as "64mb").
+	HistoryMaxEvents     int    `toml:"history_max_events" json:"history_max_events,omitempty"`
+	HistoryMaxEventBytes string `toml:"history_max_event_bytes" json:"history_max_event_bytes,omitempty"`
+	// HistoryMaxBytes is the history database's budget: at it, history
+	// stops recording until retention frees room ("4gb").
+	HistoryMaxBytes string `toml:"history_max_bytes" json:"history_max_bytes,omitempty"`
+	// HistoryMinFree is the free space history leaves on its file system
+	// for the policy state ("64mb"): below it, history stops recording.
+	HistoryMinFree string `toml:"history_min_free" json:"history_min_free,omitempty"`
+	// EventRate and EventBurst bound the events one ordinary user or one
+	// remote RSVP party may have published one by one: on average
+	// EventRate a minute, at most EventBurst at once (a token bucket);
+	// what is over is counted and published as one event per kind a
+	// minute.
+	EventRate  int `toml:"event_rate" json:"event_rate,omitempty"`
+	EventBurst int `toml:"event_burst" json:"event_burst,omitempty"`
 	// FlowIdle is how long a flow may be silent before it is recorded as
 	// ended ("15s").
 	FlowIdle string `toml:"flow_idle" json:"flow_idle,omitempty"`
@@ -47,15 +64,32 @@ var (
 		"history_flows":   {time.Hour, 10 * 366 * day},
 		"flow_idle":       {time.Second, time.Hour},
 	}
+	// SizeDefaults and SizeLimits are the size settings' defaults and
+	// ranges, in bytes.
+	SizeDefaults = map[string]int64{
+		"history_max_event_bytes": 64 << 20, "history_max_bytes": 4 << 30, "history_min_free": 64 << 20,
+	}
+	SizeLimits = map[string][2]int64{
+		"history_max_event_bytes": {1 << 20, 1 << 40},
+		"history_max_bytes":       {16 << 20, 1 << 40},
+		"history_min_free":        {1 << 20, 1 << 40},
+	}
 )
 
 // Defaults and ranges of the numeric settings.
 const (
-	DefaultMaxApps         = 100
-	MaxMaxApps             = 10000
-	DefaultHistoryMaxFlows = 1_000_000
-	MinHistoryMaxFlows     = 1000
-	MaxHistoryMaxFlows     = 100_000_000
+	DefaultMaxApps          = 100
+	MaxMaxApps              = 10000
+	DefaultHistoryMaxFlows  = 1_000_000
+	MinHistoryMaxFlows      = 1000
+	MaxHistoryMaxFlows      = 100_000_000
+	DefaultHistoryMaxEvents = 100_000
+	MinHistoryMaxEvents     = 1000
+	MaxHistoryMaxEvents     = 100_000_000
+	DefaultEventRate        = 30 // a minute
+	MaxEventRate            = 60_000
+	DefaultEventBurst       = 60
+	MaxEventBurst           = 10_000
 )
 
 const day = 24 * time.Hour
@@ -92,6 +126,42 @@ func (s Settings) MaxFlowRecords() int {
 	return s.HistoryMaxFlows
 }
 
+// MaxEventRecords is HistoryMaxEvents or its default.
+func (s Settings) MaxEventRecords() int {
+	if s.HistoryMaxEvents == 0 {
+		return DefaultHistoryMaxEvents
+	}
+	return s.HistoryMaxEvents
+}
+
+// Events are EventRate and EventBurst or their defaults.
+func (s Settings) Events() (rate, burst int) {
+	rate, burst = s.EventRate, s.EventBurst
+	if rate == 0 {
+		rate = DefaultEventRate
+	}
+	if burst == 0 {
+		burst = DefaultEventBurst
+	}
+	return rate, burst
+}
+
+// Bytes is the size a size setting (history_max_bytes, …) gives, or its
+// default when it is empty. Call it on validated settings.
+func (s Settings) Bytes(key string) int64 {
+	v := reflect.ValueOf(s)
+	f, ok := fieldsOf(v.Type(), "toml").byKey[key]
+	if !ok {
+		panic("policy.Settings.Bytes: no setting " + key)
+	}
+	str := v.FieldByIndex(f.index).String()
+	if str == "" {
+		return SizeDefaults[key]
+	}
+	n, _ := ParseSize(str)
+	return int64(n)
+}
+
 // Validate checks every setting and names the bad ones.
 func (s Settings) Validate(source string) error {
 	var errs Errors
@@ -117,6 +187,32 @@ func (s Settings) Validate(source string) error {
 	if s.HistoryMaxFlows != 0 && (s.HistoryMaxFlows < MinHistoryMaxFlows || s.HistoryMaxFlows > MaxHistoryMaxFlows) {
 		errs = append(errs, &FieldError{Source: source, Field: "history_max_flows", Value: strconv.Itoa(s.HistoryMaxFlows), Literal: true,
 			Reason: fmt.Sprintf("want %d … %d", MinHistoryMaxFlows, MaxHistoryMaxFlows)})
+	}
+	for key, lim := range SizeLimits {
+		f := fieldsOf(v.Type(), "toml").byKey[key]
+		str := v.FieldByIndex(f.index).String()
+		if str == "" {
+			continue
+		}
+		n, err := ParseSize(str)
+		if err != nil || int64(n) < lim[0] || int64(n) > lim[1] {
+			errs = append(errs, &FieldError{Source: source, Field: key, Value: Clip(str),
+				Reason: fmt.Sprintf("want a size from %s to %s", Size(lim[0]), Size(lim[1])),
+				Fix:    "write e.g. " + Size(SizeDefaults[key]).String() + " (b, kb, mb or gb)"})
+		}
+	}
+	for _, c := range []struct {
+		key          string
+		v, low, high int
+	}{
+		{"history_max_events", s.HistoryMaxEvents, MinHistoryMaxEvents, MaxHistoryMaxEvents},
+		{"event_rate", s.EventRate, 1, MaxEventRate},
+		{"event_burst", s.EventBurst, 1, MaxEventBurst},
+	} {
+		if c.v != 0 && (c.v < c.low || c.v > c.high) {
+			errs = append(errs, &FieldError{Source: source, Field: c.key, Value: strconv.Itoa(c.v), Literal: true,
+				Reason: fmt.Sprintf("want %d … %d", c.low, c.high)})
+		}
 	}
 	if s.MetricsListen != "" {
 		if _, port, err := net.SplitHostPort(s.MetricsListen); err != nil || port == "" {
