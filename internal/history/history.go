@@ -13,13 +13,15 @@
 //
 // Resolutions and retention: per second for Options.Raw (1 h), per minute
 // for Options.Minutes (30 days), per hour for Options.Hours (a year); flow
-// records for Options.Flows (30 days) and at most Options.MaxFlows of them.
+// records for Options.Flows (30 days) and at most Options.MaxFlows of them;
+// events as long, at most Options.MaxEvents and Options.MaxEventBytes. The
+// whole database keeps within Options.MaxBytes and leaves Options.MinFree
+// of its file system free (budget.go).
 package history
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -152,6 +154,14 @@ type Options struct {
 	Hours    time.Duration // per-hour roll-ups (history_hours)
 	Flows    time.Duration // flow records and events (history_flows)
 	MaxFlows int           // flow records at most (history_max_flows)
+	// Events at most (history_max_events), and their bytes
+	// (history_max_event_bytes).
+	MaxEvents     int
+	MaxEventBytes int64
+	// MaxBytes is the database's budget (history_max_bytes); MinFree the
+	// space history leaves free on its file system (history_min_free).
+	MaxBytes int64
+	MinFree  int64
 	Logger   *slog.Logger
 }
 
@@ -171,6 +181,18 @@ func (o *Options) Check() error {
 	if o.MaxFlows < policy.MinHistoryMaxFlows || o.MaxFlows > policy.MaxHistoryMaxFlows {
 		return fmt.Errorf("history: history_max_flows = %d: want %d … %d", o.MaxFlows, policy.MinHistoryMaxFlows, policy.MaxHistoryMaxFlows)
 	}
+	if o.MaxEvents < policy.MinHistoryMaxEvents || o.MaxEvents > policy.MaxHistoryMaxEvents {
+		return fmt.Errorf("history: history_max_events = %d: want %d … %d", o.MaxEvents, policy.MinHistoryMaxEvents, policy.MaxHistoryMaxEvents)
+	}
+	for _, c := range []struct {
+		key string
+		v   int64
+	}{{"history_max_event_bytes", o.MaxEventBytes}, {"history_max_bytes", o.MaxBytes}, {"history_min_free", o.MinFree}} {
+		lim := policy.SizeLimits[c.key]
+		if c.v < lim[0] || c.v > lim[1] {
+			return fmt.Errorf("history: %s = %d bytes: want %s … %s", c.key, c.v, policy.Size(lim[0]), policy.Size(lim[1]))
+		}
+	}
 	return nil
 }
 
@@ -187,6 +209,17 @@ func (o *Options) defaults() {
 	if o.MaxFlows == 0 {
 		o.MaxFlows = none.MaxFlowRecords()
 	}
+	if o.MaxEvents == 0 {
+		o.MaxEvents = none.MaxEventRecords()
+	}
+	for _, f := range []struct {
+		key string
+		v   *int64
+	}{{"history_max_event_bytes", &o.MaxEventBytes}, {"history_max_bytes", &o.MaxBytes}, {"history_min_free", &o.MinFree}} {
+		if *f.v == 0 {
+			*f.v = none.Bytes(f.key)
+		}
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -200,6 +233,7 @@ const queueLen = 64
 type item struct {
 	sample *Sample
 	event  *Event
+	fields string // the event's fields as stored
 	flush  chan struct{}
 }
 
@@ -218,10 +252,20 @@ type Store struct {
 	// Writer state (the writer goroutine only).
 	ids  map[seriesKey]int64
 	last map[int64]Counters
+	// The events table's rows and bytes (budget.go).
+	events, eventBytes int64
+	lastWarn           time.Time
 
 	dropped   atomic.Uint64 // samples and events the full queue refused
+	refused   atomic.Uint64 // samples and events not recorded for want of room
 	writeErrs atomic.Uint64
 	written   atomic.Uint64
+
+	mu        sync.Mutex
+	recording bool   // false: out of room (budget.go)
+	whyNot    string // why not recording
+	// The writer's events and eventBytes as Stats reads them.
+	evRows, evBytes int64
 }
 
 type seriesKey struct {
@@ -242,7 +286,9 @@ func Open(path string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("open history database %s: %w", path, err)
 	}
 	f.Close()
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(0)&_txlock=immediate"
+	// journal_size_limit: the WAL is cut back to 4 MiB after a checkpoint
+	// (it counts against the budget).
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(0)&_pragma=journal_size_limit(4194304)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open history database %s: %w", path, err)
@@ -251,7 +297,7 @@ func Open(path string, o Options) (*Store, error) {
 	s := &Store{
 		db: db, path: path, opt: o, log: o.Logger,
 		ch: make(chan item, queueLen), done: make(chan struct{}), stopped: make(chan struct{}),
-		ids: map[seriesKey]int64{}, last: map[int64]Counters{},
+		ids: map[seriesKey]int64{}, last: map[int64]Counters{}, recording: true,
 	}
 	if err := s.init(); err != nil {
 		db.Close()
@@ -315,7 +361,8 @@ CREATE INDEX IF NOT EXISTS flows_end ON flows (end_ms);
 CREATE TABLE IF NOT EXISTS events (
 	id INTEGER PRIMARY KEY,
 	t_ms INTEGER NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL,
-	message TEXT NOT NULL, owner INTEGER NOT NULL, fields TEXT NOT NULL DEFAULT ''
+	message TEXT NOT NULL, owner INTEGER NOT NULL, fields TEXT NOT NULL DEFAULT '',
+	bytes INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS events_t ON events (t_ms);
 `
@@ -324,6 +371,12 @@ CREATE INDEX IF NOT EXISTS events_t ON events (t_ms);
 func (s *Store) init() error {
 	if _, err := s.db.Exec(schema); err != nil {
 		return fmt.Errorf("create tables: %w", err)
+	}
+	if err := s.migrateEvents(); err != nil {
+		return err
+	}
+	if err := s.countEvents(); err != nil {
+		return err
 	}
 	rows, err := s.db.Query(`SELECT s.id, s.kind, s.name, s.owner, l.bi, l.bo, l.pi, l.po, l.di, l.do
 		FROM series s LEFT JOIN last l ON l.series = s.id`)
@@ -358,12 +411,14 @@ func (s *Store) Record(sm Sample) bool {
 }
 
 // RecordEvent queues an event for writing; it never blocks. It reports
-// false when the queue was full and the event was dropped.
+// false when the queue was full and the event was dropped. Its text is
+// clipped to bounded sizes (budget.go).
 func (s *Store) RecordEvent(ev Event) bool {
 	if ev.Time.IsZero() {
 		ev.Time = time.Now()
 	}
-	return s.enqueue(item{event: &ev})
+	fields := clipEvent(&ev)
+	return s.enqueue(item{event: &ev, fields: fields})
 }
 
 func (s *Store) enqueue(it item) bool {
@@ -405,12 +460,21 @@ func (s *Store) Flush(ctx context.Context) error {
 type Stats struct {
 	Written     uint64 // samples and events written
 	Dropped     uint64 // refused by a full queue
+	Refused     uint64 // not recorded for want of room (budget.go)
 	WriteErrors uint64 // batches that failed
+	// Recording is false while history is out of room; WhyNot says why.
+	Recording bool
+	WhyNot    string
+	// Events and EventBytes are the events table's rows and bytes.
+	Events, EventBytes int64
 }
 
 // Stats reads the store's own counters.
 func (s *Store) Stats() Stats {
-	return Stats{Written: s.written.Load(), Dropped: s.dropped.Load(), WriteErrors: s.writeErrs.Load()}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{Written: s.written.Load(), Dropped: s.dropped.Load(), Refused: s.refused.Load(), WriteErrors: s.writeErrs.Load(),
+		Recording: s.recording, WhyNot: s.whyNot, Events: s.evRows, EventBytes: s.evBytes}
 }
 
 // Close writes what is queued, stops the writer and closes the database.
@@ -463,7 +527,8 @@ func (s *Store) writer() {
 	}
 }
 
-// write writes a batch in one transaction and then answers its flushes.
+// write writes a batch in one transaction, when there is room for it
+// (budget.go), and then answers its flushes.
 func (s *Store) write(batch []item) {
 	n := 0
 	for _, it := range batch {
@@ -472,12 +537,28 @@ func (s *Store) write(batch []item) {
 		}
 	}
 	if n > 0 {
-		if err := s.writeTx(batch); err != nil {
-			s.writeErrs.Add(1)
-			s.log.Warn("write history", "err", err, "items", n)
+		ok, why := s.room()
+		if ok {
+			rows, bytes, err := s.writeTx(batch)
+			switch {
+			case err != nil:
+				s.writeErrs.Add(1)
+				s.warnLimited("write history", err)
+				if diskFull(err) {
+					ok, why = false, "the disk is full: "+err.Error()
+				}
+				s.refused.Add(uint64(n))
+			default:
+				s.written.Add(uint64(n))
+				s.events += rows
+				s.eventBytes += bytes
+				s.capEvents()
+			}
 		} else {
-			s.written.Add(uint64(n))
+			s.refused.Add(uint64(n))
 		}
+		s.setRecording(ok, why)
+		s.publishCounts()
 	}
 	for _, it := range batch {
 		if it.flush != nil {
@@ -493,10 +574,11 @@ func upsertSQL(table string) string {
 		pi = pi + excluded.pi, po = po + excluded.po, di = di + excluded.di, do = do + excluded.do`
 }
 
-func (s *Store) writeTx(batch []item) (err error) {
+// writeTx writes a batch; it returns the rows and bytes of events added.
+func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 	tx, err := s.db.Begin()
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return 0, 0, fmt.Errorf("begin: %w", err)
 	}
 	// The in-memory state changes only with a committed transaction.
 	newIDs := map[seriesKey]int64{}
@@ -512,7 +594,7 @@ func (s *Store) writeTx(batch []item) (err error) {
 	var st [3]*sql.Stmt
 	for i, table := range []string{"s1", "m1", "h1"} {
 		if st[i], err = tx.Prepare(upsertSQL(table)); err != nil {
-			return fmt.Errorf("prepare: %w", err)
+			return 0, 0, fmt.Errorf("prepare: %w", err)
 		}
 		defer st[i].Close()
 	}
@@ -520,7 +602,7 @@ func (s *Store) writeTx(batch []item) (err error) {
 		ON CONFLICT (series) DO UPDATE SET bi = excluded.bi, bo = excluded.bo, pi = excluded.pi,
 		po = excluded.po, di = excluded.di, do = excluded.do`)
 	if err != nil {
-		return fmt.Errorf("prepare: %w", err)
+		return 0, 0, fmt.Errorf("prepare: %w", err)
 	}
 	defer lastSt.Close()
 	flowSt, err := tx.Prepare(`INSERT INTO flows (proto, local, remote, first_ns, pid, comm, exe, uid, cgroup, unit,
@@ -528,7 +610,7 @@ func (s *Store) writeTx(batch []item) (err error) {
 		ON CONFLICT (proto, local, remote, first_ns) DO UPDATE SET end_ms = excluded.end_ms,
 		bi = excluded.bi, bo = excluded.bo, pi = excluded.pi, po = excluded.po, di = excluded.di, do = excluded.do`)
 	if err != nil {
-		return fmt.Errorf("prepare: %w", err)
+		return 0, 0, fmt.Errorf("prepare: %w", err)
 	}
 	defer flowSt.Close()
 	id := func(k seriesKey) (int64, error) {
@@ -553,7 +635,7 @@ func (s *Store) writeTx(batch []item) (err error) {
 			for _, se := range it.sample.Series {
 				sid, err := id(seriesKey{se.Kind, se.Name, se.Owner})
 				if err != nil {
-					return err
+					return 0, 0, err
 				}
 				prev, seen := newLast[sid]
 				if !seen {
@@ -571,7 +653,7 @@ func (s *Store) writeTx(batch []item) (err error) {
 				f := se.Counters.fields()
 				if !seen || f != prev.fields() {
 					if _, err := lastSt.Exec(sid, i64(f[0]), i64(f[1]), i64(f[2]), i64(f[3]), i64(f[4]), i64(f[5])); err != nil {
-						return fmt.Errorf("write last reading: %w", err)
+						return 0, 0, fmt.Errorf("write last reading: %w", err)
 					}
 				}
 				if d.zero() {
@@ -580,7 +662,7 @@ func (s *Store) writeTx(batch []item) (err error) {
 				df := d.fields()
 				for i, step := range []int64{1, 60, 3600} {
 					if _, err := st[i].Exec(sid, t-t%step, i64(df[0]), i64(df[1]), i64(df[2]), i64(df[3]), i64(df[4]), i64(df[5])); err != nil {
-						return fmt.Errorf("write sample: %w", err)
+						return 0, 0, fmt.Errorf("write sample: %w", err)
 					}
 				}
 			}
@@ -589,27 +671,24 @@ func (s *Store) writeTx(batch []item) (err error) {
 				if _, err := flowSt.Exec(fl.Proto, fl.Local, fl.Remote, i64(fl.FirstNS), fl.PID, fl.Comm, fl.Exe, fl.UID,
 					fl.Cgroup, fl.Unit, fl.Rule, fl.Class, fl.Start.UnixMilli(), fl.End.UnixMilli(),
 					i64(f[0]), i64(f[1]), i64(f[2]), i64(f[3]), i64(f[4]), i64(f[5])); err != nil {
-					return fmt.Errorf("write flow record: %w", err)
+					return 0, 0, fmt.Errorf("write flow record: %w", err)
 				}
 			}
 		case it.event != nil:
 			ev := it.event
-			fields := ""
-			if len(ev.Fields) > 0 {
-				if b, err := json.Marshal(ev.Fields); err == nil {
-					fields = string(b)
-				}
+			b := eventBytes(ev, it.fields)
+			if _, err := tx.Exec(`INSERT INTO events (t_ms, kind, subject, message, owner, fields, bytes) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+				ev.Time.UnixMilli(), ev.Kind, ev.Subject, ev.Message, ev.Owner, it.fields, b); err != nil {
+				return 0, 0, fmt.Errorf("write event: %w", err)
 			}
-			if _, err := tx.Exec(`INSERT INTO events (t_ms, kind, subject, message, owner, fields) VALUES (?, ?, ?, ?, ?, ?)`,
-				ev.Time.UnixMilli(), ev.Kind, ev.Subject, ev.Message, ev.Owner, fields); err != nil {
-				return fmt.Errorf("write event: %w", err)
-			}
+			evRows++
+			evBytes += b
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return 0, 0, fmt.Errorf("commit: %w", err)
 	}
-	return nil
+	return evRows, evBytes, nil
 }
 
 func maps[K comparable, V any](from, to map[K]V) {
@@ -623,7 +702,7 @@ func maps[K comparable, V any](from, to map[K]V) {
 func i64(v uint64) int64 { return int64(v) }
 
 // pruneNow deletes what is past its retention, and the oldest flow records
-// beyond MaxFlows.
+// beyond MaxFlows (events are held to their caps at every write).
 func (s *Store) pruneNow(now time.Time) {
 	n := now.Unix()
 	stmts := []struct {
@@ -634,15 +713,29 @@ func (s *Store) pruneNow(now time.Time) {
 		{`DELETE FROM m1 WHERE t < ?`, []any{n - int64(s.opt.Minutes/time.Second)}},
 		{`DELETE FROM h1 WHERE t < ?`, []any{n - int64(s.opt.Hours/time.Second)}},
 		{`DELETE FROM flows WHERE end_ms < ?`, []any{now.Add(-s.opt.Flows).UnixMilli()}},
-		{`DELETE FROM flows WHERE id <= (SELECT id FROM flows ORDER BY id DESC LIMIT 1 OFFSET ?)`, []any{s.opt.MaxFlows}},
 		{`DELETE FROM events WHERE t_ms < ?`, []any{now.Add(-s.opt.Flows).UnixMilli()}},
 	}
 	for _, st := range stmts {
 		if _, err := s.db.Exec(st.q, st.args...); err != nil {
-			s.log.Warn("prune history", "err", err)
+			s.warnLimited("prune history", err)
 			return
 		}
 	}
+	err := s.trimOldest("flows", s.opt.MaxFlows)
+	if err == nil {
+		err = s.countEvents()
+	}
+	if err != nil {
+		s.warnLimited("prune history", err)
+	}
+	s.publishCounts()
+}
+
+// publishCounts makes the writer's event counts what Stats reads.
+func (s *Store) publishCounts() {
+	s.mu.Lock()
+	s.evRows, s.evBytes = s.events, s.eventBytes
+	s.mu.Unlock()
 }
 
 // IntegrityCheck runs SQLite's integrity check and returns its verdict

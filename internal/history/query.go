@@ -269,8 +269,9 @@ func (s *Store) Events(ctx context.Context, since, until time.Time, owner int64,
 // Describe says in a line what the store keeps, for logs and status.
 func (s *Store) Describe() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: per second for %s, per minute for %s, per hour for %s; flow records and events for %s (at most %d flows)",
+	fmt.Fprintf(&b, "%s: per second for %s, per minute for %s, per hour for %s; flow records and events for %s (at most %d flows, %d events of %s); at most %s, leaving %s free",
 		s.path, policy.FormatSpan(s.opt.Raw), policy.FormatSpan(s.opt.Minutes), policy.FormatSpan(s.opt.Hours),
-		policy.FormatSpan(s.opt.Flows), s.opt.MaxFlows)
+		policy.FormatSpan(s.opt.Flows), s.opt.MaxFlows, s.opt.MaxEvents, policy.Size(s.opt.MaxEventBytes),
+		policy.Size(s.opt.MaxBytes), policy.Size(s.opt.MinFree))
 	return b.String()
 }
