@@ -101,6 +101,7 @@ type Engine struct {
 	commit  *PendingKey
 
 	events *eventHub  // the event stream (events.go)
+	evlim  *evLimiter // what one user or remote party may publish (evlimit.go)
 	rt     rtRegistry // real-time channels admitted host-wide (rtchannels.go)
 	// resvBroken are the reservations' current problems, "name\x00why"
 	// (see watchReservations).
@@ -139,6 +140,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{cfg: cfg, log: cfg.Logger, links: map[string]int{}}
 	e.stats = newSampler(e)
 	e.events = newEventHub(DefaultEventRing, cfg.MaxSubscribersPerUser, cfg.MaxUserSubscribers, time.Now)
+	e.evlim = newEvLimiter(EventLimits{}, time.Now)
 	var err error
 	if e.times, err = newRuleTimes(cfg.StatePath, cfg.Logger); err != nil {
 		return nil, err
@@ -547,6 +549,7 @@ func (e *Engine) Tick() {
 	e.watchReservations()
 	e.pollReservations()
 	e.tickQSched()
+	e.FlushEvents(false)
 }
 
 // Rescan repairs: it sets managed links up again when interfaces appeared,

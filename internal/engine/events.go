@@ -79,7 +79,16 @@ func newEventHub(ringSize, perUser, total int, now func() time.Time) *eventHub {
 // returns its seq. It never waits for a reader; it may be called with or
 // without the engine's lock held.
 // The event is also recorded in the history store, when there is one.
+// An event about an ordinary user's object is charged to that user
+// (evlimit.go): over the user's limits it is counted, not published (seq
+// 0), and a summary stands for it at the end of the minute.
 func (e *Engine) Publish(ev api.Event) uint64 {
+	p, limited := userPrincipal(ev)
+	return e.publishLimited(p, limited, ev)
+}
+
+// publishNow publishes ev as it is.
+func (e *Engine) publishNow(ev api.Event) uint64 {
 	seq := e.events.publish(ev)
 	e.recordEvent(ev)
 	return seq

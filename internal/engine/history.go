@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path"
 	"sort"
@@ -126,6 +127,20 @@ func (e *Engine) History(ctx context.Context, who Caller, q api.HistoryQuery) (a
 		return h, &BadRequestError{Err: qe}
 	}
 	return h, err
+}
+
+// historyWarning is status's warning while the history store is out of
+// room and not recording ("" while it records).
+func (e *Engine) historyWarning() string {
+	r := e.recorder()
+	if r == nil || r.store == nil {
+		return ""
+	}
+	st := r.store.Stats()
+	if st.Recording {
+		return ""
+	}
+	return fmt.Sprintf("history is not recording (%d samples and events not recorded): %s; enforcement and policy changes are not affected", st.Refused, st.WhyNot)
 }
 
 var errNoHistory = errors.New("hostqosd keeps no history: its history store did not open (see its log)")

@@ -189,8 +189,22 @@ func (i *RSVPInstaller) RSVPUpcall(ev rsvp.Event) {
 		fields["reason"] = ev.Reason
 		msg += ": " + ev.Reason
 	}
-	i.E.Publish(api.Event{Kind: "rsvp." + ev.Kind, Subject: fmt.Sprintf("rsvp/%s:%d", ev.Key.Session.Dest, ev.Key.Session.Port),
-		Message: msg, Fields: fields})
+	i.E.publishLimited(hostPrincipal(rsvpParty(ev)), true, api.Event{Kind: "rsvp." + ev.Kind,
+		Subject: fmt.Sprintf("rsvp/%s:%d", ev.Key.Session.Dest, ev.Key.Session.Port), Message: msg, Fields: fields})
+}
+
+// rsvpParty is the remote party an upcall is charged to (evlimit.go): the
+// node that reported an error or confirmed; for path state, the sender
+// that announced it; for reservation state, the receiver (the session's
+// destination) that asked for it.
+func rsvpParty(ev rsvp.Event) netip.Addr {
+	switch {
+	case ev.Node.IsValid():
+		return ev.Node
+	case strings.HasPrefix(ev.Kind, "path"):
+		return ev.Key.Sender.Src
+	}
+	return ev.Key.Session.Dest
 }
 
 // rsvpFloat is a float for JSON: +Inf (an unknown peak) as -1.

@@ -59,6 +59,9 @@ func (e *Engine) statusLocked(who Caller, st *api.Status) Kernel {
 	st.Counts.Rules = len(e.eff.Policy.Rules) - len(hidden)
 	st.Counts.Runs = len(e.temp.Runs) - len(hidden) // a hidden rule is another user's run
 	st.Warnings = append(st.Warnings, e.eff.Policy.Warnings()...)
+	if w := e.historyWarning(); w != "" {
+		st.Warnings = append(st.Warnings, w)
+	}
 	if e.comp != nil {
 		for _, w := range e.comp.Warnings {
 			if !mentionsRule(w, hidden) {

@@ -1,0 +1,254 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/history"
+	"github.com/hostqos/hostqos/internal/rsvp"
+)
+
+// drain reads what s holds now.
+func drain(t *testing.T, s *Subscription) []api.Event {
+	t.Helper()
+	var out []api.Event
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		evs, err := s.Next(ctx)
+		cancel()
+		if err != nil {
+			return out
+		}
+		out = append(out, evs...)
+	}
+}
+
+// coalesced is the count a summary stands for (0: not a summary).
+func coalesced(ev api.Event) uint64 {
+	switch v := ev.Fields["coalesced"].(type) {
+	case uint64:
+		return v
+	case float64:
+		return uint64(v)
+	}
+	return 0
+}
+
+// tally counts, per kind, the events shown one by one and what the
+// summaries stand for.
+func tally(evs []api.Event) (shown, summed map[string]uint64) {
+	shown, summed = map[string]uint64{}, map[string]uint64{}
+	for _, ev := range evs {
+		if n := coalesced(ev); n > 0 {
+			summed[ev.Kind] += n
+		} else {
+			shown[ev.Kind]++
+		}
+	}
+	return shown, summed
+}
+
+// TestEventsCoalescedPerUserAndKind: an ordinary user's events beyond 10
+// of one kind a minute are not published one by one; at the minute's end
+// one event of that kind says how many there were, visible to the user.
+// Other users, other kinds, root's and host-policy events are not held.
+func TestEventsCoalescedPerUserAndKind(t *testing.T) {
+	env := newEnv(t, "")
+	e := env.start(t)
+	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	e.evlim = newEvLimiter(EventLimits{Rate: 30, Burst: 60}, clock.now)
+	st, err := history.Open(filepath.Join(t.TempDir(), "history.db"), history.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	e.SetHistory(st, HistoryOptions{})
+	subRoot, err := e.Subscribe(root, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subRoot.Close()
+	subNobody, err := e.Subscribe(nobody, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subNobody.Close()
+	nobodyUID, aliceUID, rootUID := nobody.UID, alice.UID, root.UID
+	for i := 0; i < 500; i++ {
+		e.Publish(api.Event{Kind: "qsocket.attached", Subject: fmt.Sprintf("qsocket/%d", i), UID: &nobodyUID, Message: fmt.Sprintf("qsocket %d attached", i)})
+		if i < 5 {
+			e.Publish(api.Event{Kind: "qsocket.detached", Subject: fmt.Sprintf("qsocket/%d", i), UID: &nobodyUID})
+			e.Publish(api.Event{Kind: "qsocket.attached", Subject: "qsocket/a", UID: &aliceUID})
+		}
+		if i < 100 {
+			e.Publish(api.Event{Kind: "run.started", Subject: "run/r", UID: &rootUID})
+			e.Publish(api.Event{Kind: "rule.added", Subject: "rule/r"})
+		}
+		clock.set(clock.now().Add(50 * time.Millisecond)) // 500 in 25 s
+	}
+	shown, summed := tally(drain(t, subRoot))
+	drain(t, subNobody)
+	if shown["qsocket.attached"] != 10+5 || shown["qsocket.detached"] != 5 || shown["run.started"] != 100 || shown["rule.added"] != 100 || len(summed) != 0 {
+		t.Errorf("within the minute root saw %v one by one, summaries %v; want nobody's first 10 attaches, alice's 5, nobody's 5 detaches, all 100 of root's runs and rules, no summary yet", shown, summed)
+	}
+	// The minute ends (the engine's tick): one summary for the 490.
+	clock.set(clock.now().Add(40 * time.Second))
+	e.FlushEvents(false)
+	evs := drain(t, subNobody)
+	if len(evs) != 1 || coalesced(evs[0]) != 490 || evs[0].Kind != "qsocket.attached" || evs[0].UID == nil || *evs[0].UID != nobodyUID ||
+		!strings.Contains(evs[0].Message, "qsocket.attached ×490 by uid 65534 in the last 1m5s") ||
+		!strings.Contains(evs[0].Message, "the last: qsocket 499 attached") || evs[0].Subject != "qsocket/499" {
+		t.Fatalf("nobody's events after the minute: %d, the first %+v; want one qsocket.attached standing for 490, with the last one's subject and message", len(evs), evs[0])
+	}
+	t.Logf("summary: %s %v", evs[0].Message, evs[0].Fields)
+	// History holds the same: the rows shown plus one row with the count.
+	if err := st.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := st.Events(context.Background(), time.Now().Add(-time.Hour), time.Now().Add(time.Hour), int64(nobodyUID), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, total uint64
+	for _, r := range rows {
+		if r.Kind != "qsocket.attached" || r.Owner != int64(nobodyUID) {
+			continue
+		}
+		n++
+		if c, ok := r.Fields["coalesced"].(float64); ok {
+			total += uint64(c)
+		} else {
+			total++
+		}
+	}
+	if n != 11 || total != 500 {
+		t.Errorf("history: %d qsocket.attached rows of nobody standing for %d events; want 11 rows (10 and a summary) for 500", n, total)
+	}
+}
+
+// TestEventsRateLimitedPerUser: a user who spreads events over many kinds
+// meets the token bucket: Burst at once, then Rate a minute; what is over
+// is counted in each kind's summary, and nothing is lost.
+func TestEventsRateLimitedPerUser(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	l := newEvLimiter(EventLimits{Rate: 30, Burst: 60}, clock.now)
+	uid := uint32(65534)
+	p, ok := userPrincipal(api.Event{UID: &uid})
+	if !ok {
+		t.Fatal("an ordinary user's event is not limited")
+	}
+	total, shown := 0, 0
+	publish := func(kinds, each int) {
+		for k := 0; k < kinds; k++ {
+			for i := 0; i < each; i++ {
+				total++
+				if ok, due := l.admit(p, api.Event{Kind: fmt.Sprintf("k.%d", k), UID: &uid}); ok {
+					shown++
+				} else if len(due) > 0 {
+					t.Fatalf("summaries within the window: %v", due)
+				}
+			}
+		}
+	}
+	publish(20, 5) // 100 events at once, 5 of each of 20 kinds: the burst binds
+	if shown != 60 {
+		t.Errorf("100 events at once over 20 kinds: %d shown, want the burst of 60", shown)
+	}
+	clock.set(clock.now().Add(20 * time.Second)) // 10 more tokens at 30 a minute
+	publish(20, 1)
+	if shown != 70 {
+		t.Errorf("20 s later, 20 more: %d shown in all, want 70", shown)
+	}
+	clock.set(clock.now().Add(40 * time.Second))
+	var summed uint64
+	for _, ev := range l.roll(false) {
+		if ev.UID == nil || *ev.UID != uid || !strings.Contains(ev.Message, "by uid 65534") || !strings.Contains(ev.Message, "over the limit of 30 events a minute, 60 at once") {
+			t.Errorf("summary %+v", ev)
+		}
+		summed += coalesced(ev)
+	}
+	if summed+uint64(shown) != uint64(total) {
+		t.Errorf("%d shown + %d in summaries, want all %d", shown, summed, total)
+	}
+	if s := l.roll(false); len(s) != 0 {
+		t.Errorf("a second roll in the same window: %v", s)
+	}
+}
+
+// TestRSVPEventsLimitedPerRemoteHost: RSVP upcalls are charged to the
+// remote party (here the sender whose Path churns); one host's churn is
+// coalesced like a user's, and a flood from many (spoofed) addresses is
+// bounded by all remote hosts' bucket and the table of principals, with
+// every event counted.
+func TestRSVPEventsLimitedPerRemoteHost(t *testing.T) {
+	env := newEnv(t, "")
+	e := env.start(t)
+	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	e.evlim = newEvLimiter(EventLimits{Rate: 30, Burst: 60}, clock.now)
+	sub, err := e.Subscribe(root, nil, []string{"rsvp", EventSuppressed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	inst := &RSVPInstaller{E: e}
+	key := func(src string, port uint16) rsvp.FlowKey {
+		return rsvp.FlowKey{Session: rsvp.Session{Dest: netip.MustParseAddr("198.18.0.1"), Proto: 17, Port: 5004},
+			Sender: rsvp.Filter{Src: netip.MustParseAddr(src), Port: port}}
+	}
+	ts := rsvp.Tspec{Rate: 125000, Bucket: 3000, Peak: 250000, MinUnit: 64, MaxPacket: 1500}
+	for i := 0; i < 1000; i++ { // a churn: path, timeout, path, …
+		inst.RSVPUpcall(rsvp.Event{Kind: "path", Key: key("198.18.0.2", uint16(i)), Tspec: &ts})
+		inst.RSVPUpcall(rsvp.Event{Kind: "path-timeout", Key: key("198.18.0.2", uint16(i))})
+	}
+	clock.set(clock.now().Add(time.Minute))
+	e.FlushEvents(false)
+	shown, summed := tally(drain(t, sub))
+	if shown["rsvp.path"] != 10 || shown["rsvp.path-timeout"] != 10 || summed["rsvp.path"] != 990 || summed["rsvp.path-timeout"] != 990 {
+		t.Errorf("one host's churn of 1000: shown %v, summaries %v; want 10 of each kind and summaries for 990 of each", shown, summed)
+	}
+	// 3000 Paths from 3000 addresses at once.
+	for i := 0; i < 3000; i++ {
+		src := netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)})
+		inst.RSVPUpcall(rsvp.Event{Kind: "path", Key: key(src.String(), 1), Tspec: &ts})
+	}
+	clock.set(clock.now().Add(time.Minute))
+	e.FlushEvents(false)
+	evs := drain(t, sub)
+	shown, summed = tally(evs)
+	n := 0
+	for _, ev := range evs {
+		if coalesced(ev) > 0 {
+			n++
+		}
+	}
+	t.Logf("3000 spoofed senders: %d shown, %d summaries standing for %v", shown["rsvp.path"], n, summed)
+	if shown["rsvp.path"] > 60*remoteEventFactor || shown["rsvp.path"]+summed["rsvp.path"]+summed[EventSuppressed] != 3000 || n > maxEventSummaries+1 {
+		t.Errorf("3000 senders: %d shown, %d summaries for %v; want at most %d shown (all remote hosts' burst), at most %d summaries, all counted",
+			shown["rsvp.path"], n, summed, 60*remoteEventFactor, maxEventSummaries+1)
+	}
+}
+
+// TestEventLimiterForgetsQuietPrincipals: a principal whose bucket is full
+// again at the end of a window is forgotten, so the table does not grow
+// with every user or host ever seen.
+func TestEventLimiterForgetsQuietPrincipals(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	l := newEvLimiter(EventLimits{Rate: 60, Burst: 10}, clock.now)
+	for i := 0; i < 1000; i++ {
+		l.admit(hostPrincipal(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})), api.Event{Kind: "rsvp.path"})
+	}
+	if len(l.who) > maxEventPrincipals+1 {
+		t.Errorf("%d principals tracked, want at most %d and the shared one", len(l.who), maxEventPrincipals)
+	}
+	clock.set(clock.now().Add(time.Minute))
+	l.roll(false)
+	if len(l.who) > 1 { // the shared one may still be drained
+		t.Errorf("after a quiet minute %d principals tracked, want those with a full bucket forgotten", len(l.who))
+	}
+}
