@@ -67,6 +67,10 @@ type Config struct {
 	Settings policy.Settings
 	// NoHistory runs without the history store.
 	NoHistory bool
+	// HistoryPath is the history database ("": STATE_DIR/history.db);
+	// on a file system of its own, history can never fill the one of
+	// the policy state.
+	HistoryPath string
 	// Attach is how the classifier is attached to links: auto (TCX where
 	// the kernel has it, else clsact), tcx or clsact (engine.ResolveAttach).
 	Attach string

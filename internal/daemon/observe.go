@@ -15,8 +15,14 @@ import (
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
-// historyPath is the history database, next to the persistent state.
-func (d *Daemon) historyPath() string { return filepath.Join(d.cfg.StateDir, "history.db") }
+// historyPath is the history database: --history-db, or next to the
+// persistent state.
+func (d *Daemon) historyPath() string {
+	if d.cfg.HistoryPath != "" {
+		return d.cfg.HistoryPath
+	}
+	return filepath.Join(d.cfg.StateDir, "history.db")
+}
 
 // settings are the config file's settings with the flags' over them.
 func (d *Daemon) settings() policy.Settings {
@@ -31,13 +37,19 @@ func (d *Daemon) settings() policy.Settings {
 	for _, f := range []struct{ dst, src *string }{
 		{&s.HistoryRaw, &o.HistoryRaw}, {&s.HistoryMinutes, &o.HistoryMinutes}, {&s.HistoryHours, &o.HistoryHours},
 		{&s.HistoryFlows, &o.HistoryFlows}, {&s.FlowIdle, &o.FlowIdle},
+		{&s.HistoryMaxEventBytes, &o.HistoryMaxEventBytes}, {&s.HistoryMaxBytes, &o.HistoryMaxBytes}, {&s.HistoryMinFree, &o.HistoryMinFree},
 	} {
 		if *f.src != "" {
 			*f.dst = *f.src
 		}
 	}
-	if o.HistoryMaxFlows != 0 {
-		s.HistoryMaxFlows = o.HistoryMaxFlows
+	for _, f := range []struct{ dst, src *int }{
+		{&s.HistoryMaxFlows, &o.HistoryMaxFlows}, {&s.HistoryMaxEvents, &o.HistoryMaxEvents},
+		{&s.EventRate, &o.EventRate}, {&s.EventBurst, &o.EventBurst},
+	} {
+		if *f.src != 0 {
+			*f.dst = *f.src
+		}
 	}
 	return s
 }
@@ -47,14 +59,19 @@ func (d *Daemon) settings() policy.Settings {
 // one is configured (a failure is an error).
 func (d *Daemon) startObservability() error {
 	s := d.settings()
+	rate, burst := s.Events()
+	d.eng.SetEventLimits(engine.EventLimits{Rate: rate, Burst: burst})
 	ho := engine.HistoryOptions{FlowIdle: s.Span("flow_idle"), MaxApps: s.Apps()}
 	var st *history.Store
 	if !d.cfg.NoHistory {
 		var err error
-		if err = os.MkdirAll(d.cfg.StateDir, 0o755); err == nil {
+		if err = os.MkdirAll(filepath.Dir(d.historyPath()), 0o755); err == nil {
 			st, err = history.Open(d.historyPath(), history.Options{
 				Raw: s.Span("history_raw"), Minutes: s.Span("history_minutes"), Hours: s.Span("history_hours"),
-				Flows: s.Span("history_flows"), MaxFlows: s.MaxFlowRecords(), Logger: d.cfg.Logger.With("component", "history"),
+				Flows: s.Span("history_flows"), MaxFlows: s.MaxFlowRecords(),
+				MaxEvents: s.MaxEventRecords(), MaxEventBytes: s.Bytes("history_max_event_bytes"),
+				MaxBytes: s.Bytes("history_max_bytes"), MinFree: s.Bytes("history_min_free"),
+				Logger: d.cfg.Logger.With("component", "history"),
 			})
 		}
 		if err != nil {
@@ -82,6 +99,7 @@ func (d *Daemon) startObservability() error {
 
 // stopObservability closes the metrics listener and the history store.
 func (d *Daemon) stopObservability() {
+	d.eng.FlushEvents(true) // the counts of held events, before history closes
 	if d.metrics != nil {
 		_ = d.metrics.Close()
 		d.metrics = nil

@@ -72,6 +72,11 @@ var (
 
 	histDropped = prometheus.NewDesc("hostqos_history_dropped_total", "Samples and events the history store's full queue refused.", nil, nil)
 	histErrors  = prometheus.NewDesc("hostqos_history_write_errors_total", "History write transactions that failed.", nil, nil)
+	histRefused = prometheus.NewDesc("hostqos_history_refused_total", "Samples and events history did not record for want of room (its budget, free space, a full disk).", nil, nil)
+	histRecord  = prometheus.NewDesc("hostqos_history_recording", "1 while history records, 0 while it is out of room.", nil, nil)
+	histEvents  = prometheus.NewDesc("hostqos_history_events", "Events held in the history database.", nil, nil)
+
+	evSuppressed = prometheus.NewDesc("hostqos_events_suppressed_total", "Events over a user's or remote host's limits, counted in summaries instead of published one by one.", nil, nil)
 )
 
 // collector reads the engine at every scrape.
@@ -160,7 +165,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		s := h.Stats()
 		counter(ch, histDropped, s.Dropped)
 		counter(ch, histErrors, s.WriteErrors)
+		counter(ch, histRefused, s.Refused)
+		rec := 0.0
+		if s.Recording {
+			rec = 1
+		}
+		gauge(ch, histRecord, rec)
+		gauge(ch, histEvents, float64(s.Events))
 	}
+	counter(ch, evSuppressed, e.EventLimitStats().Suppressed)
 }
 
 // Handler serves the metrics of src at any path.
