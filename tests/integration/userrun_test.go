@@ -425,6 +425,8 @@ func attackerMain() int {
 		return attackMain(mode)
 	case "rsvp-hold": // rsvp_remote_test.go
 		return rsvpHoldMain(sock)
+	case "events": // the history's event sources (evcap_test.go)
+		return eventFloodMain()
 	case "get":
 		var raw json.RawMessage
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
