@@ -42,12 +42,14 @@ const QSchedShare = 50
 func scheduled(q datapath.QSock) bool { return q.Sched > datapath.SchedFIFO }
 
 // qschedRate is the sum of the declared rates of the open scheduled
-// qsockets in all (0: none), leaving out id skip.
+// qsockets in all (0: none), leaving out id skip. It saturates
+// (units.Add): a sum too large for 64 bits is over every bound, never
+// wrapped below one.
 func qschedRate(all map[uint32]datapath.QSock, skip uint32) uint64 {
 	var sum uint64
 	for id, q := range all {
 		if id != skip && scheduled(q) {
-			sum += q.Rate
+			sum = units.Add(sum, q.Rate)
 		}
 	}
 	return sum
@@ -102,12 +104,12 @@ func (e *Engine) pushQSchedsLocked(plans []linkPlan) error {
 // scheduled ones in all, without skip) fits in QSchedShare of every
 // shaped link.
 func (e *Engine) admitQSchedLocked(all map[uint32]datapath.QSock, skip uint32, rate uint64) error {
-	sum := qschedRate(all, skip) + rate
+	sum := units.Add(qschedRate(all, skip), rate)
 	for _, l := range e.eff.Policy.Links {
 		if l.EgressRate == 0 {
 			continue
 		}
-		bound := uint64(l.EgressRate) * QSchedShare / 100
+		bound := qschedBound(l)
 		if sum > bound {
 			return qsockField("rate", units.ExactRate(rate),
 				fmt.Sprintf("the scheduled qsockets' rates would sum to %s, over %d %% of link %s (%s)",
@@ -117,6 +119,10 @@ func (e *Engine) admitQSchedLocked(all map[uint32]datapath.QSock, skip uint32, r
 	}
 	return nil
 }
+
+// qschedBound is what the scheduled qsockets' rates may sum to on shaped
+// link l: QSchedShare of its egress rate.
+func qschedBound(l policy.Link) uint64 { return units.Mul(uint64(l.EgressRate), QSchedShare) / 100 }
 
 // reshapeQSchedLocked plans and pushes the links again after the
 // scheduled qsockets changed (only what differs is written).
@@ -184,16 +190,16 @@ func (e *Engine) admitUserQSched(who Caller, cl policy.Class, all map[uint32]dat
 			fmt.Sprintf("over the ceiling (maxbw %s) of class %s", units.ExactRate(uint64(cl.MaxBW)), cl.Name),
 			"declare at most the class's ceiling, or use a class with a higher one")
 	}
-	var mine uint64
+	mine := rate
 	for id, q := range all {
 		if id != skip && q.User && q.UID == who.UID && scheduled(q) {
-			mine += q.Rate
+			mine = units.Add(mine, q.Rate)
 		}
 	}
-	if limit := e.maxUserQSchedRate(); mine+rate > limit {
+	if limit := e.maxUserQSchedRate(); mine > limit {
 		return qsockField("rate", units.ExactRate(rate),
 			fmt.Sprintf("uid %d's scheduled qsockets would declare %s together, over the %s an ordinary user may (hostqosd --max-user-qsched-rate)",
-				who.UID, units.ExactRate(mine+rate), units.ExactRate(limit)),
+				who.UID, units.ExactRate(mine), units.ExactRate(limit)),
 			"declare a lower rate, close other scheduled qsockets, or ask the admin to raise --max-user-qsched-rate")
 	}
 	return nil

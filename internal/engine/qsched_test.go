@@ -181,3 +181,53 @@ maxbw = "1mbit"
 		t.Errorf("root's qsocket: %v", err)
 	}
 }
+
+// TestQSockSchedulerRateOverflow: a declared rate near 2⁶⁴ (the report's
+// 18446744073705551617, which wrapped a user's 4 Mbit/s sum to 1 bit/s
+// and the link's qsched class to 3 Mbit/s) is refused with its field, and
+// the sums of admission saturate instead of wrapping: a table that holds
+// such a rate (left by an older daemon) makes every further scheduled
+// qsocket refused, never a qsched class below what was admitted.
+func TestQSockSchedulerRateOverflow(t *testing.T) {
+	env := newEnv(t, qschedConfig)
+	e, qk := env.startQSock(t)
+	ctx := context.Background()
+	user := Caller{UID: 65534, GID: 65534}
+	for fd := 5; fd <= 9; fd++ {
+		qk.Socket(fd, 65534, uint64(1000+fd))
+	}
+	edf := func(rate uint64) api.QSockParams {
+		return api.QSockParams{Class: "interactive", Scheduler: api.SchedEDFLossy, Rate: rate}
+	}
+	for fd := 5; fd <= 6; fd++ { // the user's 4 Mbit/s
+		if _, err := e.AttachQSock(ctx, user, fd, edf(2_000_000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const wrap = 18446744073705551617 // 2⁶⁴ − 3999999: 4 Mbit/s + it = 2⁶⁴ + 1
+	_, err := e.AttachQSock(ctx, user, 7, edf(wrap))
+	var fe *policy.FieldError
+	if !errors.As(err, &fe) || fe.Field != "rate" || fe.Value != "18446744073705551617" || !strings.Contains(err.Error(), "above 10tbit") {
+		t.Errorf("attach at 2⁶⁴ − 3999999 bit/s: %v, want field rate refused above 10tbit", err)
+	}
+	if _, err := e.ChangeQSock(ctx, user, 5, edf(wrap)); err == nil {
+		t.Error("a change to 2⁶⁴ − 3999999 bit/s was admitted")
+	}
+	if r := qschedClass(t, qk); r != 4_000_000 || len(qk.Table) != 2 {
+		t.Fatalf("after the refusals: qsched class %d, %d qsockets; want 4 Mbit/s and 2", r, len(qk.Table))
+	}
+	// Sums saturate: an entry with a rate near 2⁶⁴ in the datapath's table.
+	for id, q := range qk.Table {
+		q.Rate = wrap
+		qk.Table[id] = q
+		break
+	}
+	_, err = e.AttachQSock(ctx, root, 8, edf(4_000_000))
+	if !errors.As(err, &fe) || fe.Field != "rate" || !strings.Contains(err.Error(), "more than 18446744tbit") {
+		t.Errorf("root's attach beside a saturated sum: %v, want refused over the link's share", err)
+	}
+	_, err = e.AttachQSock(ctx, user, 9, edf(0))
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "--max-user-qsched-rate") {
+		t.Errorf("the user's attach beside a saturated sum: %v, want refused over the user's bound", err)
+	}
+}

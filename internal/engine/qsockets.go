@@ -14,6 +14,7 @@ import (
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
+	"github.com/hostqos/hostqos/internal/units"
 )
 
 // qsockets: sockets applications register through the app API
@@ -123,6 +124,10 @@ func ValidateQSockParams(p api.QSockParams) error {
 	}
 	if p.DSCP != nil && (*p.DSCP < 0 || *p.DSCP > 63) {
 		errs = append(errs, qsockField("dscp", strconv.Itoa(*p.DSCP), "a DSCP is 0..63", "give a DSCP in 0..63, or leave it out for the class's"))
+	}
+	if p.Rate > units.MaxRate {
+		errs = append(errs, qsockField("rate", strconv.FormatUint(p.Rate, 10), "above "+policy.MaxRate.String()+" (bit/s), the most a rate may be",
+			"declare the rate the socket sends at, in bit/s, e.g. 1000000 for 1 Mbit/s"))
 	}
 	if p.Priority != nil && p.Class != "" {
 		errs = append(errs, qsockField("priority", strconv.Itoa(*p.Priority), "both a class and a priority given", "give one of them"))

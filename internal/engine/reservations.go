@@ -8,6 +8,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/units"
 )
 
 // Reservations are a front door of the engine (issue 11): a reservation is
@@ -232,7 +233,7 @@ func (e *Engine) reservationsLocked(name string) ([]api.ReservationInfo, Kernel)
 		la := api.ResvLinkAdmission{Link: l.Name, Capacity: l.Capacity(), Guaranteed: p.GuaranteedOn(l.Name), BufferPool: uint64(l.EffResvBuffer())}
 		for _, r := range p.Reservations {
 			if r.Link == "" || r.Link == l.Name {
-				la.BufferUsed += uint64(r.Buffer())
+				la.BufferUsed = units.Add(la.BufferUsed, uint64(r.Buffer()))
 			}
 		}
 		if ifx, ok := e.links[l.Name]; ok && e.k != nil {

@@ -6,6 +6,7 @@ import (
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
+	"github.com/hostqos/hostqos/internal/units"
 )
 
 // How reservations compile. Each reservation becomes a rule of its own in
@@ -60,10 +61,10 @@ func expandReservations(p *policy.Policy) *policy.Policy {
 		if r.MaxSessions > 0 && r.EffectiveAction() == policy.ActionPass {
 			n := policy.Rate(r.MaxSessions)
 			if r.PerSessionMinBW > 0 && r.MinBW == 0 {
-				r.MinBW = n * r.PerSessionMinBW
+				r.MinBW = units.Mul(n, r.PerSessionMinBW)
 			}
 			if r.PerSessionMaxBW > 0 && r.MaxBW == 0 {
-				r.MaxBW = n * r.PerSessionMaxBW
+				r.MaxBW = units.Mul(n, r.PerSessionMaxBW)
 			}
 		}
 		ep.Rules = append(ep.Rules, r)
@@ -81,7 +82,7 @@ func expandReservations(p *policy.Policy) *policy.Policy {
 			ru.Class = classOr(p, controlledLoadClass)
 		}
 		if rv.MaxSessions > 0 && rv.PerSessionMaxBW > 0 && ru.MaxBW == 0 {
-			ru.MaxBW = policy.Rate(rv.MaxSessions) * rv.PerSessionMaxBW
+			ru.MaxBW = units.Mul(policy.Rate(rv.MaxSessions), rv.PerSessionMaxBW)
 		}
 		ep.Rules = append(ep.Rules, ru)
 	}

@@ -69,10 +69,16 @@ func RSVPReservation(k rsvp.FlowKey, fs rsvp.Flowspec) (policy.Reservation, erro
 		return r, fmt.Errorf("session protocol %d: only UDP (17) and TCP (6) sessions are reserved", k.Session.Proto)
 	}
 	bits := func(bytesPerSec float32) policy.Rate {
-		if math.IsInf(float64(bytesPerSec), 1) {
+		x := math.Round(float64(bytesPerSec) * 8)
+		switch {
+		case math.IsInf(x, 1):
+			return 0 // no peak term
+		case !(x >= 0): // NaN or negative: no rate, refused as missing
 			return 0
+		case x > float64(policy.MaxRate):
+			return policy.MaxRate + 1 // refused by validation with the bound, not wrapped
 		}
-		return policy.Rate(math.Round(float64(bytesPerSec) * 8))
+		return policy.Rate(x)
 	}
 	src, dst := k.Sender.Src, k.Session.Dest
 	r.Local = netip.PrefixFrom(src, src.BitLen())

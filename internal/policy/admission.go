@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/hostqos/hostqos/internal/units"
 )
 
 // Admission control
@@ -65,7 +67,7 @@ func formatContributions(cs []contribution) string {
 		if i == show {
 			var rest Rate
 			for _, r := range cs[show:] {
-				rest += r.rate
+				rest = units.Add(rest, r.rate)
 			}
 			parts = append(parts, fmt.Sprintf("and %d more (%s)", len(cs)-show, rest))
 			break
@@ -83,30 +85,32 @@ func (p *Policy) guarantees() ([]contribution, Rate) { return p.guaranteesOn("")
 func (p *Policy) guaranteesOn(link string) ([]contribution, Rate) {
 	cs, total := p.classAndRuleGuarantees()
 	rcs, rtotal := p.reservationContributionsOn(link)
-	return append(cs, rcs...), total + rtotal
+	return append(cs, rcs...), units.Add(total, rtotal)
 }
 
 // classAndRuleGuarantees are the guarantees counted on every link: the
-// classes' and the pass rules' (their sessions' included).
+// classes' and the pass rules' (their sessions' included). Sums and
+// products saturate (units.Add, units.Mul): a total too large for 64 bits
+// exceeds every capacity instead of wrapping below it.
 func (p *Policy) classAndRuleGuarantees() ([]contribution, Rate) {
 	var cs []contribution
 	var total Rate
 	for _, c := range p.Classes {
 		if c.MinBW > 0 {
 			cs = append(cs, contribution{"class", c.Name, c.MinBW})
-			total += c.MinBW
+			total = units.Add(total, c.MinBW)
 		}
 	}
 	for _, r := range p.Rules {
 		if r.MinBW > 0 && r.EffectiveAction() == ActionPass {
 			cs = append(cs, contribution{"rule", r.Name, r.MinBW})
-			total += r.MinBW
+			total = units.Add(total, r.MinBW)
 		}
 		// Each admitted session's guarantee (Q-Pod): N × per-session minbw.
 		if n := r.MaxSessions; n > 0 && r.PerSessionMinBW > 0 && r.EffectiveAction() == ActionPass {
-			x := Rate(uint64(n) * uint64(r.PerSessionMinBW))
+			x := units.Mul(Rate(n), r.PerSessionMinBW)
 			cs = append(cs, contribution{"rule", fmt.Sprintf("%s sessions %d × %s", r.Name, n, r.PerSessionMinBW), x})
-			total += x
+			total = units.Add(total, x)
 		}
 	}
 	return cs, total
@@ -152,7 +156,7 @@ func (p *Policy) Admit(source string) error {
 			summed = true
 		}
 		rcs, rtotal := p.reservationContributionsOn(l.Name)
-		cs, total := append(common[:len(common):len(common)], rcs...), commonTotal+rtotal
+		cs, total := append(common[:len(common):len(common)], rcs...), units.Add(commonTotal, rtotal)
 		capacity := l.Capacity()
 		if total > capacity {
 			errs = append(errs, &FieldError{
@@ -174,13 +178,13 @@ func (p *Policy) Admit(source string) error {
 		var sum, rules Rate
 		if c.MinBW > 0 {
 			in = append(in, contribution{"class", c.Name, c.MinBW})
-			sum += c.MinBW
+			sum = c.MinBW
 		}
 		for _, r := range p.Rules {
 			if r.MinBW > 0 && r.EffectiveAction() == ActionPass && r.EffectiveClass() == c.Name {
 				in = append(in, contribution{"rule", r.Name, r.MinBW})
-				sum += r.MinBW
-				rules += r.MinBW
+				sum = units.Add(sum, r.MinBW)
+				rules = units.Add(rules, r.MinBW)
 			}
 		}
 		if rules > 0 && sum > c.MaxBW {

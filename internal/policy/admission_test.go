@@ -147,3 +147,69 @@ func TestAdmitNamesSource(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmitSumsDoNotWrap: guarantees whose sum does not fit in 64 bits
+// are refused, not wrapped below the capacity (two classes at 2⁶³−1 bit/s
+// and one at 10 Mbit/s summed to 9.999998 Mbit/s and passed config
+// check). A policy built in code is refused by Validate too; the config
+// file's rates are refused when parsed.
+func TestAdmitSumsDoNotWrap(t *testing.T) {
+	const huge = Rate(1<<63 - 1)
+	p := DefaultPolicy()
+	p.Links = []Link{{Name: "eth0", EgressRate: 100_000_000}}
+	for _, c := range []Class{{Name: "a", DSCP: 10, Priority: 3, MinBW: huge}, {Name: "b", DSCP: 12, Priority: 3, MinBW: huge},
+		{Name: "c", DSCP: 14, Priority: 3, MinBW: 10_000_000}} {
+		p.Classes = append(p.Classes, c)
+	}
+	err := p.Admit("x.toml")
+	if err == nil || !strings.Contains(err.Error(), "guarantees more than 18446744tbit exceed reservable capacity 80mbit") {
+		t.Errorf("Admit: %v, want the saturated sum refused", err)
+	}
+	if err := p.Validate("x.toml"); err == nil || !strings.Contains(err.Error(), `class "a": field minbw = 9223372036854775807: above 10tbit`) {
+		t.Errorf("Validate: %v, want minbw above MaxRate refused", err)
+	}
+	// Sessions: N × per-session guarantee saturates too.
+	p = DefaultPolicy()
+	p.Links = []Link{{Name: "eth0", EgressRate: 100_000_000}}
+	r := NewRule("s")
+	r.Comm, r.MaxSessions, r.PerSessionMinBW = "s", 1<<16, huge
+	p.Rules = []Rule{r}
+	if err := p.Admit(""); err == nil || !strings.Contains(err.Error(), "more than 18446744tbit") {
+		t.Errorf("sessions: %v, want the saturated product refused", err)
+	}
+	// A class ceiling over rules whose sum wraps.
+	p = DefaultPolicy()
+	p.Classes[3].MaxBW = 4_000_000
+	a, b := NewRule("a"), NewRule("b")
+	a.Comm, a.Class, a.MinBW = "a", "bulk", huge
+	b.Comm, b.Class, b.MinBW = "b", "bulk", huge+2
+	p.Rules = []Rule{a, b}
+	if err := p.Admit(""); err == nil || !strings.Contains(err.Error(), `class "bulk": guarantees more than`) {
+		t.Errorf("class ceiling: %v, want refused", err)
+	}
+}
+
+// TestConfigRefusesOverflowingMinBW: the config of the report (two classes
+// at minbw 2⁶³−1 bit/s and one at 10mbit) is refused by the loader with
+// the field, the value and the bound.
+func TestConfigRefusesOverflowingMinBW(t *testing.T) {
+	cfg := `
+[[link]]
+name = "eth0"
+egress_rate = "100mbit"
+[[class]]
+name = "a"
+minbw = "9223372036854775807bit"
+[[class]]
+name = "b"
+minbw = "9223372036854775807bit"
+[[class]]
+name = "c"
+minbw = "10mbit"
+`
+	_, err := Load([]byte(cfg), "x.toml")
+	want := `x.toml:7: class "a": field minbw = "9223372036854775807bit": above 10tbit, the most a rate may be; give the real rate, at most 10tbit`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+}

@@ -131,14 +131,21 @@ func FuzzParsePrefix(f *testing.F) {
 
 // FuzzExactRate: every rate the daemon writes (units.ExactRate, in status,
 // errors and saved state) parses back to the same number of bits per
-// second.
+// second, up to MaxRate; above it (only a sum in a refusal can be) it is
+// refused with the bound.
 func FuzzExactRate(f *testing.F) {
-	for _, v := range []uint64{0, 1, 999, 1000, 1500, 128000, 1_000_001, 10_000_000_000, 1<<64 - 1} {
+	for _, v := range []uint64{0, 1, 999, 1000, 1500, 128000, 1_000_001, 10_000_000_000, uint64(MaxRate), uint64(MaxRate) + 1, 1<<64 - 1} {
 		f.Add(v)
 	}
 	f.Fuzz(func(t *testing.T, bps uint64) {
 		s := units.ExactRate(bps)
 		r, err := ParseRate(s)
+		if bps > uint64(MaxRate) {
+			if err == nil {
+				t.Fatalf("ExactRate(%d) = %q parses to %d above MaxRate", bps, s, r)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("ExactRate(%d) = %q does not parse: %v", bps, s, err)
 		}

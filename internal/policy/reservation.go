@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+
+	"github.com/hostqos/hostqos/internal/units"
 )
 
 // Service is the service a reservation asks for (RFC 2210/2211/2212 and
@@ -185,7 +187,7 @@ func (r Reservation) Buffer() Size {
 	if r.Service != ServiceGuaranteed && r.Service != ServiceControlledLoad {
 		return 0
 	}
-	return Size(r.BufferPackets() * r.BufferSize())
+	return Size(units.Mul(r.BufferPackets(), r.BufferSize()))
 }
 
 // SessionRule is the rule that selects the reservation's sessions: its
@@ -208,6 +210,8 @@ func (v *validator) reservations(p *Policy) {
 	seen := map[string]bool{}
 	for i, r := range p.Reservations {
 		obj := v.checkName("reservation", r.Name, i, seen)
+		v.maxRates(obj, rateField{"rate", r.Rate}, rateField{"peak", r.Peak}, rateField{"service_rate", r.ServiceRate},
+			rateField{"per_session_minbw", r.PerSessionMinBW}, rateField{"per_session_maxbw", r.PerSessionMaxBW})
 		sr := r.SessionRule()
 		if !sr.HasSelector() {
 			v.add(obj, "", "", "a reservation needs a session selector (proto, local, remote, lport, rport, or an app selector: exe, comm, cgroup, unit, user)",
@@ -231,7 +235,7 @@ func (v *validator) reservations(p *Policy) {
 		}
 		v.sessions(obj, r.MaxSessions, r.PerSessionMinBW, r.PerSessionMaxBW)
 		if r.MaxSessions > 0 && r.PerSessionMinBW > 0 && r.Reserved() > 0 {
-			if need := Rate(uint64(r.MaxSessions) * uint64(r.PerSessionMinBW)); need > r.Reserved() {
+			if need := units.Mul(Rate(r.MaxSessions), r.PerSessionMinBW); need > r.Reserved() {
 				v.add(obj, "per_session_minbw", r.PerSessionMinBW.String(),
 					fmt.Sprintf("%d sessions × %s = %s exceed the reservation's %s", r.MaxSessions, r.PerSessionMinBW, need, r.Reserved()),
 					"lower per_session_minbw or max_sessions, or reserve more")
@@ -323,7 +327,7 @@ func (p *Policy) reservationContributionsOn(link string) ([]contribution, Rate) 
 		}
 		if x := r.Reserved(); x > 0 {
 			cs = append(cs, contribution{"reservation", r.Name, x})
-			total += x
+			total = units.Add(total, x)
 		}
 	}
 	return cs, total
@@ -342,7 +346,7 @@ func (p *Policy) admitBuffers(source string) Errors {
 				continue
 			}
 			if b := r.Buffer(); b > 0 {
-				total += b
+				total = units.Add(total, b)
 				cs = append(cs, fmt.Sprintf("reservation %s %d B (%d × %d)", r.Name, uint64(b), r.BufferPackets(), r.BufferSize()))
 			}
 		}

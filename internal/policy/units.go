@@ -35,13 +35,27 @@ var rateUnits = []struct {
 
 const rateUnitHelp = "units: bit, kbit, mbit, gbit, tbit (bits/s) or bps, kbps, mbps, gbps, tbps (BYTES/s, as in tc)"
 
+// MaxRate is the highest rate any rate field takes (10tbit, units.MaxRate):
+// ParseRate and the JSON decoding refuse more, so sums of rates stay far
+// from wrapping.
+const MaxRate Rate = units.MaxRate
+
+// The refusal of a rate above MaxRate (the caller names the field and the
+// value): why, and the fix.
+var (
+	rateTooHighReason = "above " + MaxRate.String() + ", the most a rate may be"
+	rateTooHighFix    = "give the real rate, at most " + MaxRate.String()
+	errRateTooHigh    = errors.New(rateTooHighReason + "; " + rateTooHighFix)
+)
+
 // ParseRate parses a bit rate such as "10mbit", "1.5mbit", "128kbit",
 // "1gbit" or "500bit". Units are case-insensitive; bit/kbit/mbit/gbit/tbit
 // are bits per second and bps/kbps/mbps/gbps/tbps are bytes per second (tc
 // convention: "1mbps" = 8mbit). Multipliers are powers of 1000. A number
 // without a unit is rejected because it is ambiguous, except "0", which means
 // "not set". Fractions are exact; a result that is not a whole number of
-// bits per second is rounded to the nearest bit.
+// bits per second is rounded to the nearest bit. A rate above MaxRate is
+// refused.
 func ParseRate(s string) (Rate, error) {
 	in := strings.TrimSpace(s)
 	if in == "" {
@@ -76,11 +90,17 @@ func ParseRate(s string) (Rate, error) {
 		return 0, fmt.Errorf("unknown rate unit %q%s (%s)", unit, hint, rateUnitHelp)
 	}
 	v, err := mulDecimal(num, mult)
+	if errors.Is(err, errTooLarge) || v > uint64(MaxRate) {
+		return 0, errRateTooHigh
+	}
 	if err != nil {
 		return 0, err
 	}
 	return Rate(v), nil
 }
+
+// errTooLarge: a quantity does not fit in 64 bits.
+var errTooLarge = errors.New("too large")
 
 // splitQuantity splits "1.5 mbit" into its number ("1.5") and its unit in
 // lower case ("mbit"). Without a leading number it says why, naming what
@@ -112,10 +132,10 @@ func mulDecimal(dec string, mult uint64) (uint64, error) {
 	}
 	w, err := strconv.ParseUint(whole, 10, 64)
 	if err != nil {
-		return 0, errors.New("rate too large")
+		return 0, errTooLarge
 	}
 	if w != 0 && w > math.MaxUint64/mult {
-		return 0, errors.New("rate too large")
+		return 0, errTooLarge
 	}
 	total := w * mult
 	// Fraction: digits d1 d2 ... ; value = mult × 0.d1d2... ; compute with
@@ -141,7 +161,7 @@ func mulDecimal(dec string, mult uint64) (uint64, error) {
 			part++
 		}
 		if total > math.MaxUint64-part {
-			return 0, errors.New("rate too large")
+			return 0, errTooLarge
 		}
 		total += part
 	}
@@ -164,8 +184,12 @@ func (r Rate) MarshalJSON() ([]byte, error) { return json.Marshal(r.String()) }
 // UnmarshalJSON accepts a string with a unit ("10mbit") or a JSON number
 // meaning bits per second (10000000).
 func (r *Rate) UnmarshalJSON(b []byte) error {
-	return unmarshalUnitJSON(b, r, ParseRate, func(v uint64) (Rate, error) { return Rate(v), nil },
-		"rate %s: want a whole number of bits per second or a string like \"10mbit\"")
+	return unmarshalUnitJSON(b, r, ParseRate, func(v uint64) (Rate, error) {
+		if v > uint64(MaxRate) {
+			return 0, errRateTooHigh
+		}
+		return Rate(v), nil
+	}, "rate %s: want a whole number of bits per second or a string like \"10mbit\"")
 }
 
 // unmarshalUnitText parses text with parse into *dst; empty text is 0.

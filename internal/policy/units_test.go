@@ -53,14 +53,34 @@ func TestParseRate(t *testing.T) {
 		{"-5mbit", "negative"},
 		{"mbit", "not a rate"},
 		{"1.2.3mbit", "not a number"},
-		{"99999999999999999999gbit", "too large"},
-		{"18446744073709551615kbit", "too large"},
+		{"99999999999999999999gbit", "above 10tbit"},
+		{"18446744073709551615kbit", "above 10tbit"},
+		{"10.000000000001tbit", "above 10tbit, the most a rate may be; give the real rate, at most 10tbit"},
+		{"9223372036854775807bit", "above 10tbit"},
+		{"2tbps", "above 10tbit"},
+	}
+	if r, err := ParseRate("10tbit"); err != nil || r != MaxRate {
+		t.Errorf("ParseRate(10tbit) = %d, %v; want MaxRate", r, err)
 	}
 	for _, tc := range bad {
 		_, err := ParseRate(tc.in)
 		if err == nil || !strings.Contains(err.Error(), tc.wantMsg) {
 			t.Errorf("ParseRate(%q) error = %v; want one containing %q", tc.in, err, tc.wantMsg)
 		}
+	}
+}
+
+// TestRateJSONBound: a rate given as a JSON number is held to MaxRate as
+// the parser holds a string (the qsocket attack sent 2⁶⁴ − 3999999).
+func TestRateJSONBound(t *testing.T) {
+	var v struct{ R Rate }
+	for _, in := range []string{`{"R":18446744073705551617}`, `{"R":10000000000001}`, `{"R":"18446744073705551617bit"}`} {
+		if err := json.Unmarshal([]byte(in), &v); err == nil || !strings.Contains(err.Error(), "above 10tbit") {
+			t.Errorf("%s: %v, want refused above 10tbit", in, err)
+		}
+	}
+	if err := json.Unmarshal([]byte(`{"R":10000000000000}`), &v); err != nil || v.R != MaxRate {
+		t.Errorf("10 Tbit/s as a number: %d, %v", v.R, err)
 	}
 }
 
@@ -240,6 +260,9 @@ func FuzzParseRate(f *testing.F) {
 		r, err := ParseRate(s)
 		if err != nil {
 			return
+		}
+		if r > MaxRate {
+			t.Fatalf("ParseRate(%q) = %d, above MaxRate", s, r)
 		}
 		back, err := ParseRate(r.String())
 		if err != nil || back != r {

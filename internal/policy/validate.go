@@ -136,10 +136,27 @@ func suggestName(s string) string {
 	return out
 }
 
+// rateField is a rate field of an object, for maxRates.
+type rateField struct {
+	name string
+	r    Rate
+}
+
+// maxRates refuses rates above MaxRate: the parser refuses them in input,
+// and this holds a policy built in code to the same bound.
+func (v *validator) maxRates(obj string, fs ...rateField) {
+	for _, f := range fs {
+		if f.r > MaxRate {
+			v.addNum(obj, f.name, strconv.FormatUint(uint64(f.r), 10), rateTooHighReason, rateTooHighFix)
+		}
+	}
+}
+
 func (v *validator) links(p *Policy) {
 	seen := map[string]bool{}
 	for i, l := range p.Links {
 		obj := objectLabel("link", l.Name, i)
+		v.maxRates(obj, rateField{"egress_rate", l.EgressRate}, rateField{"ingress_rate", l.IngressRate})
 		if err := checkIfaceName(l.Name); err != "" {
 			v.add(obj, "name", l.Name, err, "")
 		} else if seen[l.Name] {
@@ -184,6 +201,7 @@ func (v *validator) classes(p *Policy) {
 	seen := map[string]bool{}
 	for i, c := range p.Classes {
 		obj := v.checkName("class", c.Name, i, seen)
+		v.maxRates(obj, rateField{"minbw", c.MinBW}, rateField{"maxbw", c.MaxBW})
 		switch {
 		case c.DSCP == NoDSCP:
 			v.add(obj, "dscp", "", "missing", "a class needs a DSCP, e.g. EF, AF41, CS0 or 0..63")
@@ -222,6 +240,8 @@ func (v *validator) rules(p *Policy) {
 	seen := map[string]bool{}
 	for i, r := range p.Rules {
 		obj := v.checkName("rule", r.Name, i, seen)
+		v.maxRates(obj, rateField{"minbw", r.MinBW}, rateField{"maxbw", r.MaxBW}, rateField{"police", r.Police},
+			rateField{"maxbw_in", r.MaxBWIn}, rateField{"per_session_minbw", r.PerSessionMinBW}, rateField{"per_session_maxbw", r.PerSessionMaxBW})
 		v.ruleSelectors(obj, r)
 		v.ruleProperties(obj, r, p)
 		v.sessions(obj, r.MaxSessions, r.PerSessionMinBW, r.PerSessionMaxBW)

@@ -264,7 +264,7 @@ func planSessions(rp *rulePlan) error {
 	if rp.sessRate > rp.sessCeil {
 		return fmt.Errorf("a session's guarantee %s exceeds its ceiling %s", fmtRate(rp.sessRate), fmtRate(rp.sessCeil))
 	}
-	if sum := n * rp.sessRate; sum > rp.rate {
+	if sum := units.Mul(n, rp.sessRate); sum > rp.rate {
 		if sum > rp.ceil {
 			return fmt.Errorf("%d sessions × %s exceed the rule's ceiling %s", n, fmtRate(rp.sessRate), fmtRate(rp.ceil))
 		}
@@ -277,6 +277,9 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 	L := round8(link.Rate)
 	if L < MinRate {
 		return Plan{}, fmt.Errorf("link rate %s below the %s minimum", fmtRate(link.Rate), fmtRate(MinRate))
+	}
+	if link.Rate > units.MaxRate {
+		return Plan{}, fmt.Errorf("link rate %s above the %s maximum", fmtRate(link.Rate), fmtRate(units.MaxRate))
 	}
 	if len(classes) == 0 {
 		return Plan{}, fmt.Errorf("no service classes")
@@ -328,7 +331,7 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 	var explicit uint64 // Σ class MinBW + Σ rule MinBW
 	var tokenRules []*rulePlan
 	for _, cp := range order {
-		explicit += cp.spec.MinBW
+		explicit = units.Add(explicit, cp.spec.MinBW)
 	}
 	sorted := append([]RuleSpec(nil), rules...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Slot < sorted[j].Slot })
@@ -372,7 +375,7 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 			if rp.rate > cp.ceil {
 				return Plan{}, fmt.Errorf("%s: minbw %s exceeds the ceiling %s of class %q", name, fmtRate(r.MinBW), fmtRate(cp.ceil), cp.spec.Name)
 			}
-			explicit += rp.rate
+			explicit = units.Add(explicit, rp.rate)
 		} else {
 			rp.token = true
 			tokenRules = append(tokenRules, rp)
@@ -405,30 +408,30 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 	for _, cp := range order {
 		cp.ruleSum = 0
 		for _, rp := range cp.rules {
-			cp.ruleSum += rp.rate
+			cp.ruleSum = units.Add(cp.ruleSum, rp.rate)
 		}
 		cp.implicit = cp.spec.MinBW == 0
 		floor := cp.spec.MinBW
 		if cp.implicit {
 			floor = MinRate
 		}
-		if floor+cp.ruleSum > cp.ceil {
+		if units.Add(floor, cp.ruleSum) > cp.ceil {
 			return Plan{}, fmt.Errorf("class %q: its share %s and its rules' rates %s exceed its ceiling %s",
 				cp.spec.Name, fmtRate(floor), fmtRate(cp.ruleSum), fmtRate(cp.ceil))
 		}
 	}
 	var used uint64
 	for _, cp := range order {
-		used += cp.ruleSum
+		used = units.Add(used, cp.ruleSum)
 		if !cp.implicit {
 			cp.share = cp.spec.MinBW
-			used += cp.share
+			used = units.Add(used, cp.share)
 		}
 	}
 	var qs uint64
 	if link.QSched > 0 {
 		qs = max(round8(link.QSched), QSchedBands*MinRate)
-		used += qs
+		used = units.Add(used, qs)
 	}
 	if used > L {
 		if qs > 0 {
@@ -488,15 +491,15 @@ func fits(order []*classPlan, L, token, explicit uint64) bool {
 		sum := cp.spec.MinBW
 		if sum == 0 {
 			sum = MinRate
-			total += MinRate
+			total = units.Add(total, MinRate)
 		}
 		for _, rp := range cp.rules {
 			if rp.token {
 				t := min(token, rp.ceil)
-				sum += t
-				total += t
+				sum = units.Add(sum, t)
+				total = units.Add(total, t)
 			} else {
-				sum += rp.rate
+				sum = units.Add(sum, rp.rate)
 			}
 		}
 		if sum > cp.ceil {

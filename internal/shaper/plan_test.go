@@ -224,6 +224,10 @@ func TestBuildErrors(t *testing.T) {
 		{"rule min over class ceil", []ClassSpec{{Name: "c", Index: 0, MaxBW: mbit, Default: true}}, []RuleSpec{{Slot: 3, Class: 0, MinBW: 2 * mbit}}, link, "exceeds the ceiling"},
 		{"rules fill class ceil", []ClassSpec{{Name: "c", Index: 0, MaxBW: mbit, Default: true}}, []RuleSpec{{Slot: 3, Class: 0, MinBW: mbit}}, link, "exceed its ceiling"},
 		{"link too slow", []ClassSpec{def}, nil, LinkSpec{Rate: 100}, "link rate"},
+		{"link too fast", []ClassSpec{def}, nil, LinkSpec{Rate: 20_000 * gbit}, "link rate 20tbit above the 10tbit maximum"},
+		// A qsocket scheduler's rate near 2⁶⁴ (a sum of declared rates)
+		// must not wrap the total below the link rate.
+		{"qsched sum wraps", []ClassSpec{def, {Name: "v", Index: 1, MinBW: 2 * mbit}}, nil, LinkSpec{Name: "eth0", Rate: 10 * mbit, QSched: 1<<64 - 8}, "exceed the link rate"},
 		{"no classes", nil, nil, link, "no service classes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
