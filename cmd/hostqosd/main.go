@@ -54,6 +54,7 @@ func main() {
 	fs.IntVar(&cfg.MaxUserRuns, "max-user-runs", daemon.DefaultMaxUserRuns, fmt.Sprintf("hostqos runs of all ordinary users together (at most %d); the other app-selector slots of the %d are kept for admin rules", policy.MaxAppRules/2, policy.MaxAppRules))
 	fs.IntVar(&cfg.MaxQSocksPerUser, "max-qsocks-per-user", engine.DefaultMaxQSocksPerUser, "qsockets (sockets registered through libhostqos and the app API) one ordinary user may have open at once")
 	fs.IntVar(&cfg.MaxRTChannelsPerUser, "max-rtchannels-per-user", engine.DefaultMaxRTChannelsPerUser, "real-time channels (rtchan, admitted host-wide) one ordinary user may hold at once; 1 … 256")
+	fs.Float64Var(&cfg.MaxUserRTUtilization, "max-user-rt-utilization", engine.DefaultMaxUserRTUtilization, "share of a link's real-time utilization (the admission test's, 0 … 1) one ordinary user's real-time channels may take together")
 	fs.IntVar(&cfg.MaxUserQSocks, "max-user-qsocks", engine.DefaultMaxUserQSocks, "qsockets all ordinary users together may have open at once")
 	userQSchedRate := fs.String("max-user-qsched-rate", units.ExactRate(engine.DefaultMaxUserQSchedRate), "rate one ordinary user's qsockets with a per-message scheduler (dwcs, edf-*) may declare together; the host's qsocket scheduler serves them ahead of every class (e.g. 4mbit)")
 	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", daemon.DefaultMaxConnsPerUser, "API connections one ordinary user may hold at once; more are refused at once (root and group hostqos are not limited)")
@@ -124,6 +125,10 @@ func main() {
 	}
 	if cfg.MaxRTChannelsPerUser < 1 || cfg.MaxRTChannelsPerUser > engine.DefaultMaxRTChannels {
 		fmt.Fprintf(os.Stderr, "hostqosd: flag --max-rtchannels-per-user = %d: want 1 … %d\n", cfg.MaxRTChannelsPerUser, engine.DefaultMaxRTChannels)
+		os.Exit(2)
+	}
+	if err := engine.CheckRTUtilization(cfg.MaxUserRTUtilization); err != nil {
+		fmt.Fprintln(os.Stderr, "hostqosd:", err)
 		os.Exit(2)
 	}
 	if cfg.MaxConnsPerUser < 1 || cfg.MaxConnsPerUser > 1<<16 {

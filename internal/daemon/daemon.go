@@ -56,6 +56,10 @@ type Config struct {
 	MaxUserQSchedRate uint64
 	// MaxRTChannelsPerUser bounds an ordinary user's real-time channels.
 	MaxRTChannelsPerUser int
+	// MaxUserRTUtilization bounds the share of a link's real-time
+	// utilization one ordinary user's channels take together (0: the
+	// engine's default).
+	MaxUserRTUtilization float64
 	Logger               *slog.Logger
 	// MaxConnsPerUser and MaxUserConns bound the API connections of
 	// ordinary users: of one uid, and of all of them together (0: the
@@ -172,6 +176,7 @@ func New(cfg Config) (*Daemon, error) {
 		MaxQSocksPerUser: cfg.MaxQSocksPerUser, MaxUserQSocks: cfg.MaxUserQSocks,
 		MaxUserQSchedRate:    cfg.MaxUserQSchedRate,
 		MaxRTChannelsPerUser: cfg.MaxRTChannelsPerUser,
+		MaxUserRTUtilization: cfg.MaxUserRTUtilization,
 		// An ordinary user's event streams take at most half their API
 		// connections.
 		MaxSubscribersPerUser: max(1, cfg.MaxConnsPerUser/2), MaxUserSubscribers: max(1, cfg.MaxUserConns/2),

@@ -45,6 +45,10 @@ type Config struct {
 	// MaxRTChannelsPerUser bounds an ordinary user's real-time channels
 	// (0: DefaultMaxRTChannelsPerUser; rtchannels.go).
 	MaxRTChannelsPerUser int
+	// MaxUserRTUtilization bounds the share of a link's real-time
+	// utilization one ordinary user's channels may take together (0:
+	// DefaultMaxUserRTUtilization; rtchannels.go).
+	MaxUserRTUtilization float64
 	// Bounds of ordinary users' event streams (0 = the defaults); see
 	// Subscribe.
 	MaxSubscribersPerUser, MaxUserSubscribers int

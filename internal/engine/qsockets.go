@@ -149,6 +149,12 @@ func ValidateQSockParams(p api.QSockParams) error {
 	return nil
 }
 
+// mayUseClass is the rule for the classes who may put sockets into: any
+// for root and group hostqos, those the admin opened (user_allowed) for an
+// ordinary user. Qsockets follow it, and so do real-time channels, whose
+// datagrams leave by a socket bound to rtchan.DaemonClass.
+func mayUseClass(who Caller, cl policy.Class) bool { return who.Privileged || cl.UserAllowed }
+
 // qsockClass resolves the class (and mark) of params for who, with the
 // classes of the effective policy.
 func (e *Engine) qsockClass(who Caller, p api.QSockParams) (policy.Class, uint32, int8, error) {
@@ -165,7 +171,7 @@ func (e *Engine) qsockClass(who Caller, p api.QSockParams) (policy.Class, uint32
 		}
 	case p.Priority != nil:
 		for _, c := range pol.Classes {
-			if c.Priority == *p.Priority && (who.Privileged || c.UserAllowed) {
+			if c.Priority == *p.Priority && mayUseClass(who, c) {
 				cl, ok = c, true
 				break
 			}
@@ -176,7 +182,7 @@ func (e *Engine) qsockClass(who Caller, p api.QSockParams) (policy.Class, uint32
 	default:
 		cl, _ = pol.Class(policy.DefaultClassName)
 	}
-	if !who.Privileged && !cl.UserAllowed {
+	if !mayUseClass(who, cl) {
 		return cl, 0, 0, &ForbiddenError{Why: fmt.Sprintf("class %q is not open to ordinary users (user_allowed is false); pick a class the admin allows (hostqos class list shows user_allowed), or ask the admin to allow it", cl.Name)}
 	}
 	if p.DSCP != nil && !who.Privileged {

@@ -32,12 +32,31 @@ const (
 	DefaultMaxRTChannels        = 256
 )
 
-// Bounds of a channel request's fields.
+// DefaultMaxUserRTUtilization bounds the share of a link's real-time
+// utilization (Σ T_s/I_min of its channels, the D_order test's) that one
+// ordinary user's channels may take together (hostqosd
+// --max-user-rt-utilization): without it one user could take the whole
+// link and every later channel, root's included, would be refused.
+const DefaultMaxUserRTUtilization = 0.5
+
+// CheckRTUtilization checks a value of --max-user-rt-utilization.
+func CheckRTUtilization(u float64) error {
+	if !(u > 0 && u <= 1) {
+		return fmt.Errorf("flag --max-user-rt-utilization = %g: want a share of a link's real-time utilization above 0 and at most 1, e.g. %g", u, DefaultMaxUserRTUtilization)
+	}
+	return nil
+}
+
+// Bounds of a channel request's fields: a real-time channel carries
+// messages of at most a megabyte at least once a minute within ten
+// seconds; beyond that it is not real-time traffic.
 const (
-	maxRTMessage = 64 << 20 // bytes
-	maxRTBurst   = 1 << 16  // messages
-	maxRTPeriod  = time.Hour
-	maxRTDelay   = time.Hour
+	maxRTMessage = 1 << 20 // bytes
+	maxRTBurst   = 1024    // messages
+	minRTPeriod  = time.Microsecond
+	maxRTPeriod  = time.Minute
+	minRTDelay   = time.Microsecond
+	maxRTDelay   = 10 * time.Second
 	maxRTName    = 64
 )
 
@@ -96,16 +115,18 @@ func ValidateRTChannel(req api.RTChannelRequest) error {
 		errs = append(errs, rtField("link", req.Link, "no link given", "name a managed link (hostqos link list)"))
 	}
 	if req.MessageBytes <= 0 || req.MessageBytes > maxRTMessage {
-		errs = append(errs, rtField("message_bytes", strconv.Itoa(req.MessageBytes), "a message is 1 byte … 64 MiB", "give the largest message the channel sends"))
+		errs = append(errs, rtField("message_bytes", strconv.Itoa(req.MessageBytes), "a message is 1 byte … 1 MiB", "give the largest message the channel sends"))
 	}
-	if req.Period <= 0 || req.Period > maxRTPeriod {
-		errs = append(errs, rtField("period", req.Period.String(), "a period is 1ns … 1h", "give the least time between messages, e.g. 10ms for 100 messages/s"))
+	if req.Period < minRTPeriod || req.Period > maxRTPeriod {
+		errs = append(errs, rtField("period_ns", strconv.FormatInt(int64(req.Period), 10), fmt.Sprintf("a period is %v … %gs", minRTPeriod, maxRTPeriod.Seconds()),
+			"give the least time between messages, e.g. 10000000 (10ms) for 100 messages/s"))
 	}
 	if req.Burst <= 0 || req.Burst > maxRTBurst {
-		errs = append(errs, rtField("burst", strconv.Itoa(req.Burst), "a burst is 1 … 65536 messages", "give the most messages sent back to back, e.g. 1"))
+		errs = append(errs, rtField("burst", strconv.Itoa(req.Burst), fmt.Sprintf("a burst is 1 … %d messages", maxRTBurst), "give the most messages sent back to back, e.g. 1"))
 	}
-	if req.Delay <= 0 || req.Delay > maxRTDelay {
-		errs = append(errs, rtField("delay", req.Delay.String(), "a delay bound is 1ns … 1h", "give the end-to-end delay bound, e.g. 20ms"))
+	if req.Delay < minRTDelay || req.Delay > maxRTDelay {
+		errs = append(errs, rtField("delay_ns", strconv.FormatInt(int64(req.Delay), 10), fmt.Sprintf("a delay bound is %v … %gs", minRTDelay, maxRTDelay.Seconds()),
+			"give the end-to-end delay bound, e.g. 20000000 (20ms)"))
 	}
 	if len(errs) > 0 {
 		return errs
@@ -128,6 +149,59 @@ func (e *Engine) rtParams(link string) (rtchan.Params, error) {
 		return rtchan.UDPParams(int64(l.EgressRate)), nil
 	}
 	return rtchan.Params{}, rtField("link", link, "not a managed link", "manage it first: hostqos link set "+link+" --egress-rate RATE")
+}
+
+// rtClassOpen refuses who a channel when they could not bind its socket
+// to the class its datagrams leave in (rtchan.DaemonClass): the rule of
+// qsockets (mayUseClass).
+func (e *Engine) rtClassOpen(who Caller) error {
+	if who.Privileged {
+		return nil
+	}
+	e.mu.Lock()
+	cl, ok := e.eff.Policy.Class(rtchan.DaemonClass)
+	e.mu.Unlock()
+	if ok && mayUseClass(who, cl) {
+		return nil
+	}
+	why := fmt.Sprintf("is not open to ordinary users (user_allowed is false); ask the admin to open it (hostqos class set %s --user-allowed true)", rtchan.DaemonClass)
+	if !ok {
+		why = "does not exist; ask the admin to add it"
+	}
+	return &ForbiddenError{Why: fmt.Sprintf("a real-time channel's datagrams leave in class %s, which %s", rtchan.DaemonClass, why)}
+}
+
+// rtUtil is a channel's share of its link's real-time utilization,
+// T_s/I_min as the D_order test counts it.
+func rtUtil(p rtchan.Params, s rtchan.Spec) float64 {
+	return float64(p.Service(s.Mmax).Ts) / float64(s.MinInterval())
+}
+
+func (e *Engine) maxUserRTUtil() float64 {
+	if e.cfg.MaxUserRTUtilization > 0 {
+		return e.cfg.MaxUserRTUtilization
+	}
+	return DefaultMaxUserRTUtilization
+}
+
+// admitUserRTLocked bounds an ordinary user's share of the link's
+// real-time utilization: their channels on it (in r) and spec together
+// may take at most MaxUserRTUtilization.
+func (r *rtRegistry) admitUserRTLocked(e *Engine, who Caller, p rtchan.Params, link string, spec rtchan.Spec) error {
+	if who.Privileged {
+		return nil
+	}
+	mine := rtUtil(p, spec)
+	for _, c := range r.chans {
+		if c.ch.UID == who.UID && c.ch.Link == link {
+			mine += rtUtil(p, c.spec)
+		}
+	}
+	if limit := e.maxUserRTUtil(); mine > limit {
+		return &TooManyError{Why: fmt.Sprintf("refuse real-time channel on link %s: uid %d's channels on it would take %.4f of its real-time utilization together (this one %.4f), over the %g an ordinary user may (hostqosd --max-user-rt-utilization); ask for a longer period or smaller messages, close one of your channels, or ask the admin to raise --max-user-rt-utilization",
+			link, who.UID, mine, rtUtil(p, spec), limit)}
+	}
+	return nil
 }
 
 func rtSpec(id uint64, req api.RTChannelRequest) rtchan.Spec {
@@ -154,12 +228,17 @@ func (r *rtRegistry) rtRefusal(ae *rtchan.AdmissionError, req api.RTChannelReque
 
 // AdmitRTChannel admits a channel owned by owner (the caller's process)
 // after the D_order test over every channel on the link. Any local user
-// may ask, for their own process only, at most MaxRTChannelsPerUser at
-// once; root and group hostqos are bounded only by MaxRTChannels. A
-// refusal names the failing bound and changes nothing. On success the
-// engine keeps owner (and closes it on release); on error the caller does.
+// may ask, for their own process only, when the class the channel's
+// datagrams leave in is open to them, at most MaxRTChannelsPerUser at
+// once, together at most MaxUserRTUtilization of the link; root and group
+// hostqos are bounded only by MaxRTChannels. A refusal names the failing
+// bound and changes nothing. On success the engine keeps owner (and
+// closes it on release); on error the caller does.
 func (e *Engine) AdmitRTChannel(who Caller, req api.RTChannelRequest, owner RTOwner) (api.RTChannel, error) {
 	if err := ValidateRTChannel(req); err != nil {
+		return api.RTChannel{}, err
+	}
+	if err := e.rtClassOpen(who); err != nil {
 		return api.RTChannel{}, err
 	}
 	if owner == nil || !owner.Alive() {
@@ -192,6 +271,11 @@ func (e *Engine) AdmitRTChannel(who Caller, req api.RTChannelRequest, owner RTOw
 		}
 	}
 	spec := rtSpec(id, req)
+	if err := r.admitUserRTLocked(e, who, p, req.Link, spec); err != nil {
+		uid := who.UID
+		e.Publish(api.Event{Kind: EventRTRefused, Subject: "rtchannel/" + req.Link, UID: &uid, Message: err.Error()})
+		return api.RTChannel{}, err
+	}
 	if _, err := p.Admit(est, spec); err != nil {
 		var ae *rtchan.AdmissionError
 		if errors.As(err, &ae) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/rtchan"
 )
 
 // fakeOwner is a process that owns channels: alive until it "exits".
@@ -23,10 +24,16 @@ func (o *fakeOwner) Start() uint64 { return uint64(o.pid) * 10 }
 func (o *fakeOwner) Alive() bool   { return !o.dead }
 func (o *fakeOwner) Close()        { o.closed = true }
 
+// rtConfig opens class voice, the class of channels' datagrams, to
+// ordinary users.
 const rtConfig = `
 [[link]]
 name = "eth0"
 egress_rate = "10mbit"
+
+[[class]]
+name = "voice"
+user_allowed = true
 `
 
 // rtReq is 12,000-byte messages every 20 ms within 100 ms on eth0: about
@@ -41,6 +48,7 @@ func rtReq(name string) api.RTChannelRequest {
 // released and the second is admitted.
 func TestRTChannelHostWide(t *testing.T) {
 	env := newEnv(t, rtConfig)
+	env.cfg.MaxUserRTUtilization = 1 // the users' shares: TestRTChannelUserShare
 	e := env.start(t)
 	a, b := &fakeOwner{pid: 100}, &fakeOwner{pid: 200}
 	ca, err := e.AdmitRTChannel(alice, rtReq("video"), a)
@@ -100,7 +108,7 @@ func TestRTChannelBounds(t *testing.T) {
 	bad.Period, bad.Burst = 0, -1
 	_, err := e.AdmitRTChannel(alice, bad, &fakeOwner{pid: 1})
 	var fes policy.Errors
-	if !errors.As(err, &fes) || len(fes) != 2 || fes[0].Field != "period" || fes[1].Field != "burst" {
+	if !errors.As(err, &fes) || len(fes) != 2 || fes[0].Field != "period_ns" || fes[1].Field != "burst" {
 		t.Errorf("invalid request: %v", err)
 	}
 	other := rtReq("x")
@@ -131,6 +139,7 @@ func TestRTChannelBounds(t *testing.T) {
 // whose process has gone.
 func TestRTChannelsRestored(t *testing.T) {
 	env := newEnv(t, rtConfig)
+	env.cfg.MaxUserRTUtilization = 1
 	e := env.start(t)
 	ca, err := e.AdmitRTChannel(alice, rtReq("video"), &fakeOwner{pid: 100})
 	if err != nil {
@@ -159,5 +168,98 @@ func TestRTChannelsRestored(t *testing.T) {
 	}
 	if c, err := e2.AdmitRTChannel(nobody, small, &fakeOwner{pid: 300}); err != nil || c.ID <= ca.ID+1 {
 		t.Errorf("a new channel after the restart: %+v, %v; want a new id", c, err)
+	}
+}
+
+// TestRTChannelUserShare: an ordinary user may hold channels only when
+// they could bind the channel's socket to its class (voice, not open to
+// them by default: the rule of qsockets), and their channels on a link
+// take at most MaxUserRTUtilization of its real-time utilization (0.5 by
+// default), so that one user cannot take the whole link (the report: 1400
+// B every 180 µs within an hour, 0.97 of a 100 Mbit/s link, then root's
+// next channel refused at 1.04). Absurd fields are refused by name. Root
+// is bound by the admission test only.
+func TestRTChannelUserShare(t *testing.T) {
+	const link100 = `
+[[link]]
+name = "eth0"
+egress_rate = "100mbit"
+`
+	report := api.RTChannelRequest{Link: "eth0", MessageBytes: 1400, Period: 180 * time.Microsecond, Burst: 1, Delay: 3600 * time.Second}
+	p := rtchan.UDPParams(100_000_000)
+	ts := p.Service(1400).Ts
+	// at is a 1400-byte channel taking share u of the link.
+	at := func(u float64, delay time.Duration) api.RTChannelRequest {
+		return api.RTChannelRequest{Link: "eth0", MessageBytes: 1400, Period: time.Duration(float64(ts) / u), Burst: 1, Delay: delay}
+	}
+
+	// Voice not open to users: refused as qsockets are, nothing admitted.
+	e := newEnv(t, link100).start(t)
+	report.Delay = time.Second
+	_, err := e.AdmitRTChannel(nobody, report, &fakeOwner{pid: 1})
+	var fb *ForbiddenError
+	if !errors.As(err, &fb) || !strings.Contains(err.Error(), "class voice") || !strings.Contains(err.Error(), "--user-allowed true") {
+		t.Errorf("nobody's channel with voice closed: %v, want forbidden naming class voice", err)
+	}
+	if all, _ := e.RTChannels(root, 0); len(all) != 0 {
+		t.Fatalf("a forbidden channel was admitted: %+v", all)
+	}
+	if _, err := e.AdmitRTChannel(root, at(0.9, 50*time.Millisecond), &fakeOwner{pid: 2}); err != nil {
+		t.Errorf("root's channel: %v", err)
+	}
+
+	// Voice open: the user's share is bounded.
+	e = newEnv(t, link100+"[[class]]\nname = \"voice\"\nuser_allowed = true\n").start(t)
+	report.Delay = 3600 * time.Second
+	_, err = e.AdmitRTChannel(nobody, report, &fakeOwner{pid: 1})
+	var fe *policy.FieldError
+	if !errors.As(err, &fe) || fe.Field != "delay_ns" || fe.Value != "3600000000000" || !strings.Contains(err.Error(), "1µs … 10s") {
+		t.Errorf("a delay of an hour: %v, want field delay_ns refused with its bounds", err)
+	}
+	report.Delay = time.Second
+	_, err = e.AdmitRTChannel(nobody, report, &fakeOwner{pid: 1})
+	var tm *TooManyError
+	if !errors.As(err, &tm) || !strings.Contains(err.Error(), "--max-user-rt-utilization") || !strings.Contains(err.Error(), "over the 0.5") {
+		t.Errorf("the report's channel: %v, want refused over the user's share", err)
+	}
+	if _, err := e.AdmitRTChannel(nobody, at(0.3, time.Second), &fakeOwner{pid: 3}); err != nil {
+		t.Fatalf("a channel of 0.3: %v", err)
+	}
+	_, err = e.AdmitRTChannel(nobody, at(0.25, time.Second), &fakeOwner{pid: 4})
+	if !errors.As(err, &tm) || !strings.Contains(err.Error(), "uid 65534's channels on it would take 0.55") {
+		t.Errorf("0.3 + 0.25: %v, want refused naming the user's sum", err)
+	}
+	if _, err := e.AdmitRTChannel(alice, at(0.25, time.Second), &fakeOwner{pid: 5}); err != nil {
+		t.Errorf("another user's 0.25: %v", err)
+	}
+	// Root's channel is admitted beside them: the link is not taken.
+	if _, err := e.AdmitRTChannel(root, at(0.4, 20*time.Millisecond), &fakeOwner{pid: 6}); err != nil {
+		t.Errorf("root's channel beside the users': %v", err)
+	}
+	if all, _ := e.RTChannels(root, 0); len(all) != 3 {
+		t.Errorf("admitted %d channels, want 3", len(all))
+	}
+	// The bound is the engine's setting.
+	env := newEnv(t, link100+"[[class]]\nname = \"voice\"\nuser_allowed = true\n")
+	env.cfg.MaxUserRTUtilization = 0.2
+	e = env.start(t)
+	if _, err := e.AdmitRTChannel(nobody, at(0.3, time.Second), &fakeOwner{pid: 3}); !errors.As(err, &tm) || !strings.Contains(err.Error(), "over the 0.2") {
+		t.Errorf("0.3 with a bound of 0.2: %v", err)
+	}
+
+	// Absurd fields, by name.
+	for _, c := range []struct {
+		field string
+		req   api.RTChannelRequest
+	}{
+		{"message_bytes", api.RTChannelRequest{Link: "eth0", MessageBytes: 2 << 20, Period: time.Second, Burst: 1, Delay: time.Second}},
+		{"period_ns", api.RTChannelRequest{Link: "eth0", MessageBytes: 100, Period: time.Hour, Burst: 1, Delay: time.Second}},
+		{"period_ns", api.RTChannelRequest{Link: "eth0", MessageBytes: 100, Period: time.Nanosecond, Burst: 1, Delay: time.Second}},
+		{"burst", api.RTChannelRequest{Link: "eth0", MessageBytes: 100, Period: time.Second, Burst: 65536, Delay: time.Second}},
+		{"delay_ns", api.RTChannelRequest{Link: "eth0", MessageBytes: 100, Period: time.Second, Burst: 1, Delay: 11 * time.Second}},
+	} {
+		if _, err := e.AdmitRTChannel(root, c.req, &fakeOwner{pid: 9}); !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%+v: %v, want field %s refused", c.req, err, c.field)
+		}
 	}
 }
