@@ -427,6 +427,8 @@ func attackerMain() int {
 		return rsvpHoldMain(sock)
 	case "events": // the history's event sources (evcap_test.go)
 		return eventFloodMain()
+	case "qsched": // admit_test.go
+		return qschedAttack(sock)
 	case "get":
 		var raw json.RawMessage
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
