@@ -7,6 +7,7 @@ const (
 	RouteStatus      = "GET /v1/status"
 	RouteLinks       = "GET /v1/links"
 	RouteSetLink     = "PUT /v1/links/{name}"
+	RoutePatchLink   = "PATCH /v1/links/{name}"
 	RouteRemoveLink  = "DELETE /v1/links/{name}"
 	RouteClasses     = "GET /v1/classes"
 	RouteClass       = "GET /v1/classes/{name}"

@@ -53,6 +53,9 @@ type ChangeOption func(*ChangeOptions)
 type ChangeOptions struct {
 	// Temporary: not persisted (see Temporary).
 	Temporary bool
+	// Force: applied though it takes away shaping admitted guarantees
+	// rely on (see Force).
+	Force bool
 	// IdempotencyKey overrides the client's key (see WithIdempotencyKey).
 	IdempotencyKey string
 	// Once: not sent again after an attempt that may have reached the
@@ -89,6 +92,12 @@ func Options(opts ...ChangeOption) ChangeOptions {
 // when it stops (a crash keeps it). Links, classes and rules take it.
 func Temporary(on bool) ChangeOption { return func(o *ChangeOptions) { o.Temporary = on } }
 
+// Force makes a change that takes away the shaping admitted guarantees
+// rely on (a link's egress rate removed, or lowered under the scheduled
+// qsockets' rates) apply anyway, instead of being refused with the
+// numbers: sent as ?force=1. Link changes and reload take it.
+func Force(on bool) ChangeOption { return func(o *ChangeOptions) { o.Force = on } }
+
 // WithIdempotencyKey sends the change with this key instead of the
 // client's (Client.IdempotencyKey) or a fresh random one.
 func WithIdempotencyKey(key string) ChangeOption {
@@ -104,8 +113,15 @@ type Fields map[string]any
 func (c *Client) call(ctx context.Context, route string, params []string, body, out any, opts []ChangeOption) error {
 	o := Options(opts...)
 	path := Path(route, params...)
+	var q []string
 	if o.Temporary {
-		path += "?temporary=1"
+		q = append(q, "temporary=1")
+	}
+	if o.Force {
+		q = append(q, "force=1")
+	}
+	if len(q) > 0 {
+		path += "?" + strings.Join(q, "&")
 	}
 	if (o.IdempotencyKey != "" && o.IdempotencyKey != c.IdempotencyKey) || o.Once || o.NoWait {
 		cc := *c
@@ -147,7 +163,8 @@ type (
 	// LinksAPI manages links.
 	LinksAPI interface {
 		List(ctx context.Context) ([]LinkStatus, error)
-		Set(ctx context.Context, link policy.Link, opts ...ChangeOption) ([]LinkStatus, error)
+		Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) ([]LinkStatus, error)
+		Replace(ctx context.Context, link policy.Link, opts ...ChangeOption) ([]LinkStatus, error)
 		Remove(ctx context.Context, name string, opts ...ChangeOption) error
 	}
 	// ClassesAPI manages service classes.
@@ -208,8 +225,18 @@ func (l *linksClient) List(ctx context.Context) ([]LinkStatus, error) {
 	return ls, err
 }
 
-// Set manages the link (or changes it) and returns the managed links.
-func (l *linksClient) Set(ctx context.Context, link policy.Link, opts ...ChangeOption) ([]LinkStatus, error) {
+// Set changes the fields given of link name (nil clears a field) and
+// keeps the others, or manages the link with them; it returns the
+// managed links.
+func (l *linksClient) Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) ([]LinkStatus, error) {
+	var ls []LinkStatus
+	err := l.c.call(ctx, RoutePatchLink, []string{name}, f, &ls, opts)
+	return ls, err
+}
+
+// Replace manages the link with all of link's settings (a field left out
+// takes its default) and returns the managed links.
+func (l *linksClient) Replace(ctx context.Context, link policy.Link, opts ...ChangeOption) ([]LinkStatus, error) {
 	var ls []LinkStatus
 	err := l.c.call(ctx, RouteSetLink, []string{link.Name}, link, &ls, opts)
 	return ls, err

@@ -88,12 +88,16 @@ func TestTypedClientRequests(t *testing.T) {
 	}
 	err = c.Classes().Remove(ctx, "gold")
 	check("Classes().Remove", err, "DELETE", "/v1/classes/gold", "")
-	_, err = c.Links().Set(ctx, policy.Link{Name: "eth0", EgressRate: 10e6}, Temporary(true))
-	check("Links().Set", err, "PUT", "/v1/links/eth0?temporary=1", "")
+	_, err = c.Links().Replace(ctx, policy.Link{Name: "eth0", EgressRate: 10e6}, Temporary(true))
+	check("Links().Replace", err, "PUT", "/v1/links/eth0?temporary=1", "")
 	var l policy.Link
 	if json.Unmarshal([]byte(got.body), &l) != nil || l.EgressRate != 10e6 {
-		t.Errorf("Links().Set sent body %s", got.body)
+		t.Errorf("Links().Replace sent body %s", got.body)
 	}
+	_, err = c.Links().Set(ctx, "eth0", Fields{"syn_rate": 2000, "egress_rate": nil}, Temporary(true), Force(true))
+	check("Links().Set", err, "PATCH", "/v1/links/eth0?temporary=1&force=1", `{"egress_rate":null,"syn_rate":2000}`)
+	_, err = c.Reload(ctx, Force(true))
+	check("Reload", err, "POST", "/v1/reload?force=1", "")
 	err = c.Runs().End(ctx, "r1")
 	check("Runs().End", err, "DELETE", "/v1/runs/r1", "")
 	answer = `{"flows":[{"proto":"tcp","local":"a","remote":"b"}]}`

@@ -5,7 +5,7 @@
 // Routes (all JSON):
 //
 //	GET    /v1/status
-//	GET    /v1/links               PUT /v1/links/{name}    DELETE /v1/links/{name}
+//	GET    /v1/links               PATCH /v1/links/{name}  PUT /v1/links/{name}      DELETE /v1/links/{name}
 //	GET    /v1/classes[/{name}]    POST /v1/classes        PATCH /v1/classes/{name}   DELETE /v1/classes/{name}
 //	GET    /v1/rules[/{name}]      POST /v1/rules          PATCH /v1/rules/{name}     DELETE /v1/rules/{name}
 //	POST   /v1/runs                DELETE /v1/runs/{id}
@@ -14,7 +14,10 @@
 //	POST   /v1/reload              POST /v1/down
 //
 // Changing requests accept ?temporary=1: the change is kept until reboot or
-// `hostqos down` but is not written to the persistent state.
+// `hostqos down` but is not written to the persistent state. Link changes
+// and reload accept ?force=1: a change that takes away the shaping
+// admitted guarantees rely on is applied instead of refused. PATCH of a
+// link changes the fields given; PUT gives the whole link.
 // Errors come back as an ErrorBody with a 4xx/5xx status.
 package api
 

@@ -185,6 +185,32 @@ warning: class bulk: no rule uses it
 			out:   "removed link eth0\n",
 			calls: []string{"Links.Remove eth0"},
 		},
+		{
+			// docs/ddos.md's example: only the SYN limits are sent, so
+			// the link's rate (and what it enforces) stays.
+			name:   "link set sends only the flags given",
+			args:   []string{"link", "set", "eth0", "--syn-rate", "2000/s", "--syn-rate-per-source", "20/s"},
+			outHas: []string{"LINK  EGRESS RATE"},
+			calls:  []string{`Links.Set eth0 syn_rate=2000 syn_rate_per_source=20`},
+		},
+		{
+			name:   "link set clears with 0 and forces",
+			args:   []string{"link", "set", "eth0", "--egress-rate", "0", "--ingress-rate", "95mbit", "--reservable", "0.9", "--syn-rate", "0", "--force"},
+			outHas: []string{"LINK  EGRESS RATE"},
+			calls:  []string{`Links.Set eth0 egress_rate=null ingress_rate="95mbit" reservable=0.9 syn_rate=null (force)`},
+		},
+		{
+			name:   "link set refuses a bad rate before sending",
+			args:   []string{"link", "set", "eth0", "--egress-rate", "20tbit"},
+			errOut: "hostqos: flag --egress-rate = \"20tbit\": above 10tbit, the most a rate may be; give the real rate, at most 10tbit\n",
+			code:   exitFailure,
+		},
+		{
+			name:   "reload --force",
+			args:   []string{"reload", "--force"},
+			outHas: []string{"reloaded"},
+			calls:  []string{"Reload (force)"},
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := fc()

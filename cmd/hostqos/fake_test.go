@@ -51,8 +51,12 @@ func (f *fakeClient) record(name string, args []any, opts []api.ChangeOption) er
 			parts = append(parts, string(b))
 		}
 	}
-	if o := api.Options(opts...); o.Temporary {
+	o := api.Options(opts...)
+	if o.Temporary {
 		parts = append(parts, "(temporary)")
+	}
+	if o.Force {
+		parts = append(parts, "(force)")
 	}
 	f.calls = append(f.calls, strings.Join(parts, " "))
 	return f.err
@@ -90,8 +94,11 @@ type fakeLinks struct{ f *fakeClient }
 func (l fakeLinks) List(context.Context) ([]api.LinkStatus, error) {
 	return l.f.links, l.f.record("Links.List", nil, nil)
 }
-func (l fakeLinks) Set(_ context.Context, link policy.Link, opts ...api.ChangeOption) ([]api.LinkStatus, error) {
-	return l.f.links, l.f.record("Links.Set", []any{link}, opts)
+func (l fakeLinks) Set(_ context.Context, name string, f api.Fields, opts ...api.ChangeOption) ([]api.LinkStatus, error) {
+	return l.f.links, l.f.record("Links.Set", []any{name, f}, opts)
+}
+func (l fakeLinks) Replace(_ context.Context, link policy.Link, opts ...api.ChangeOption) ([]api.LinkStatus, error) {
+	return l.f.links, l.f.record("Links.Replace", []any{link}, opts)
 }
 func (l fakeLinks) Remove(_ context.Context, name string, opts ...api.ChangeOption) error {
 	return l.f.record("Links.Remove", []any{name}, opts)

@@ -33,19 +33,24 @@ type linkSetOptions struct {
 	rate, reservable string
 	synRate, synSrc  string
 	ingressRate      string
-	temp             bool
+	temp, force      bool
 }
 
 func newLinkSetCmd(f *factory) *cobra.Command {
 	o := &linkSetOptions{io: f.io, client: f.client}
 	set := &cobra.Command{
-		Use:   "set IFACE [--egress-rate RATE] [--ingress-rate RATE] [--reservable FRACTION] [--syn-rate N/s] [--syn-rate-per-source N/s]",
+		Use:   "set IFACE [--egress-rate RATE] [--ingress-rate RATE] [--reservable FRACTION] [--syn-rate N/s] [--syn-rate-per-source N/s] [--force]",
 		Short: "Manage an interface: classify and mark its egress, and shape it at RATE",
-		Long: `set makes IFACE a managed link. Its egress traffic is classified, marked and
-counted; with --egress-rate hostqos also builds an HTB tree at that rate, so
-priorities, guarantees (minbw) and ceilings (maxbw) take effect. Set the rate a
-little below the real bottleneck (e.g. 95 % of your uplink) so the queue forms
-here, where hostqos controls it. Without a rate the link is marked, not shaped.
+		Long: `set makes IFACE a managed link, or changes one. Its egress traffic is
+classified, marked and counted; with --egress-rate hostqos also builds an HTB
+tree at that rate, so priorities, guarantees (minbw) and ceilings (maxbw) take
+effect. Set the rate a little below the real bottleneck (e.g. 95 % of your
+uplink) so the queue forms here, where hostqos controls it. Without a rate the
+link is marked, not shaped.
+
+set changes only the flags given and keeps the link's other settings, as rule
+set and class set do; a flag given as 0 (or "") clears its setting: --egress-rate
+0 stops shaping.
 
 --ingress-rate is the link's download budget (received frames): set it a little
 below the downlink's bottleneck (e.g. 95 % of your downlink) and the classes'
@@ -61,62 +66,88 @@ bottleneck and a call is not stuck behind a download. See docs/receive.md.
 arriving on the link, in hostqos's XDP program: per source (an IPv4 address, an
 IPv6 /64) first, then for the link. Packets of established connections are never
 touched; clients protected with hostqos protect add bypass both. See docs/ddos.md.
-A set replaces all of the link's settings: give every flag you want to keep.`,
-		Example: "  hostqos link set eth0 --egress-rate 20mbit\n  hostqos link set eth0 --egress-rate 19mbit --ingress-rate 95mbit\n  hostqos link set wg0 --egress-rate 1gbit --reservable 0.9",
+
+A change that takes away shaping admitted guarantees rely on (the rate removed
+while minbw or reservations count on the link, or lowered under the scheduled
+qsockets' rates) is refused, naming what is admitted and what the link would
+reserve; --force applies it. A rate below the guarantees themselves is refused
+even with --force: lower them first.`,
+		Example: "  hostqos link set eth0 --egress-rate 20mbit\n  hostqos link set eth0 --egress-rate 19mbit --ingress-rate 95mbit\n  hostqos link set eth0 --syn-rate 2000/s   # keeps the rates\n  hostqos link set wg0 --egress-rate 1gbit --reservable 0.9",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.name = args[0]
-			return o.run()
+			fields, err := o.fields(cmd)
+			if err != nil {
+				return err
+			}
+			return o.run(fields)
 		},
 	}
-	set.Flags().StringVar(&o.rate, "egress-rate", "", "egress capacity to shape at, e.g. 20mbit (units: bit, kbit, mbit, gbit)")
-	set.Flags().StringVar(&o.ingressRate, "ingress-rate", "", "download budget shared by class priority, a little below the downlink's bottleneck, e.g. 95mbit")
-	set.Flags().StringVar(&o.reservable, "reservable", "", "fraction of the rate guarantees may claim (default 0.8)")
-	set.Flags().StringVar(&o.synRate, "syn-rate", "", "throttle pure TCP SYNs arriving on the link to N per second, e.g. 1000/s (XDP; established connections are never touched)")
-	set.Flags().StringVar(&o.synSrc, "syn-rate-per-source", "", "throttle pure TCP SYNs from each source (IPv4 address, IPv6 /64) to N per second, e.g. 20/s")
+	set.Flags().StringVar(&o.rate, "egress-rate", "", "egress capacity to shape at, e.g. 20mbit (units: bit, kbit, mbit, gbit); 0 stops shaping")
+	set.Flags().StringVar(&o.ingressRate, "ingress-rate", "", "download budget shared by class priority, a little below the downlink's bottleneck, e.g. 95mbit; 0 for none")
+	set.Flags().StringVar(&o.reservable, "reservable", "", "fraction of the rate guarantees may claim (default 0.8); 0 for the default")
+	set.Flags().StringVar(&o.synRate, "syn-rate", "", "throttle pure TCP SYNs arriving on the link to N per second, e.g. 1000/s (XDP; established connections are never touched); 0 for no limit")
+	set.Flags().StringVar(&o.synSrc, "syn-rate-per-source", "", "throttle pure TCP SYNs from each source (IPv4 address, IPv6 /64) to N per second, e.g. 20/s; 0 for no limit")
 	set.Flags().BoolVar(&o.temp, "temporary", false, "do not persist: forget the change when the daemon stops (a crash keeps it)")
+	set.Flags().BoolVar(&o.force, "force", false, "apply a change that takes away shaping admitted guarantees rely on (removes the rate under minbw or reservations, or lowers it under the scheduled qsockets' rates)")
 	return set
 }
 
-func (o *linkSetOptions) run() error {
-	l := policy.Link{Name: o.name}
-	if o.rate != "" {
-		r, err := policy.ParseRate(o.rate)
-		if err != nil {
-			return fmt.Errorf("flag --egress-rate = %q: %w", o.rate, err)
-		}
-		l.EgressRate = r
-	}
-	if o.ingressRate != "" {
-		r, err := policy.ParseRate(o.ingressRate)
-		if err != nil {
-			return fmt.Errorf("flag --ingress-rate = %q: %w", o.ingressRate, err)
-		}
-		l.IngressRate = r
-	}
-	if o.reservable != "" {
-		f, err := strconv.ParseFloat(o.reservable, 64)
-		if err != nil || f <= 0 || f > 1 {
-			return fmt.Errorf("flag --reservable = %q: want a fraction in (0, 1], e.g. 0.8", o.reservable)
-		}
-		l.Reservable = f
-	}
-	for _, f := range []struct {
-		flag, v string
-		dst     *int
-	}{{"--syn-rate", o.synRate, &l.SynRate}, {"--syn-rate-per-source", o.synSrc, &l.SynRatePerSource}} {
-		if f.v == "" {
+// fields checks every flag that was given and turns it into its JSON
+// field; a flag given as 0 or "" clears the field.
+func (o *linkSetOptions) fields(cmd *cobra.Command) (api.Fields, error) {
+	f := api.Fields{}
+	given := cmd.Flags().Changed
+	for _, r := range []struct{ flag, field, v string }{{"egress-rate", "egress_rate", o.rate}, {"ingress-rate", "ingress_rate", o.ingressRate}} {
+		if !given(r.flag) {
 			continue
 		}
-		n, err := strconv.Atoi(strings.TrimSuffix(f.v, "/s"))
-		if err != nil || n < 0 || n > policy.MaxSynRate {
-			return fmt.Errorf("flag %s = %q: want SYNs per second, 0 .. %d, e.g. 1000/s", f.flag, f.v, policy.MaxSynRate)
+		if r.v == "" || r.v == "0" {
+			f[r.field] = nil
+			continue
 		}
-		*f.dst = n
+		rate, err := policy.ParseRate(r.v)
+		if err != nil {
+			return nil, fmt.Errorf("flag --%s = %q: %w", r.flag, r.v, err)
+		}
+		f[r.field] = rate
 	}
+	if given("reservable") {
+		if o.reservable == "" || o.reservable == "0" {
+			f["reservable"] = nil
+		} else {
+			x, err := strconv.ParseFloat(o.reservable, 64)
+			if err != nil || x <= 0 || x > 1 {
+				return nil, fmt.Errorf("flag --reservable = %q: want a fraction in (0, 1], e.g. 0.8", o.reservable)
+			}
+			f["reservable"] = x
+		}
+	}
+	for _, s := range []struct{ flag, field, v string }{{"syn-rate", "syn_rate", o.synRate}, {"syn-rate-per-source", "syn_rate_per_source", o.synSrc}} {
+		if !given(s.flag) {
+			continue
+		}
+		if s.v == "" {
+			f[s.field] = nil
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSuffix(s.v, "/s"))
+		if err != nil || n < 0 || n > policy.MaxSynRate {
+			return nil, fmt.Errorf("flag --%s = %q: want SYNs per second, 0 .. %d, e.g. 1000/s", s.flag, s.v, policy.MaxSynRate)
+		}
+		if n == 0 {
+			f[s.field] = nil
+		} else {
+			f[s.field] = n
+		}
+	}
+	return f, nil
+}
+
+func (o *linkSetOptions) run(fields api.Fields) error {
 	c, cancel := apiCtx()
 	defer cancel()
-	ls, err := o.client().Links().Set(c, l, api.Temporary(o.temp))
+	ls, err := o.client().Links().Set(c, o.name, fields, api.Temporary(o.temp), api.Force(o.force))
 	if err != nil {
 		return err
 	}

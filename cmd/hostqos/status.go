@@ -77,22 +77,30 @@ func (o *statusOptions) run() error {
 type reloadOptions struct {
 	io     ioStreams
 	client func() apiClient
+	force  bool
 }
 
 func newReloadCmd(f *factory) *cobra.Command {
 	o := &reloadOptions{io: f.io, client: f.client}
-	return &cobra.Command{
-		Use:   "reload",
+	cmd := &cobra.Command{
+		Use:   "reload [--force]",
 		Short: "Re-read the config file; an invalid file changes nothing",
-		Args:  cobra.NoArgs,
-		RunE:  func(*cobra.Command, []string) error { return o.run() },
+		Long: `reload re-reads the config file under the changes made through the API. An
+invalid file changes nothing, and nor does one that takes away shaping admitted
+guarantees rely on (a link's egress_rate removed while minbw or reservations
+count on it, or lowered under the scheduled qsockets' rates): the refusal names
+what is admitted and what the link would reserve; --force applies it.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return o.run() },
 	}
+	cmd.Flags().BoolVar(&o.force, "force", false, "apply a file that takes away shaping admitted guarantees rely on")
+	return cmd
 }
 
 func (o *reloadOptions) run() error {
 	c, cancel := apiCtx()
 	defer cancel()
-	s, err := o.client().Reload(c)
+	s, err := o.client().Reload(c, api.Force(o.force))
 	if err != nil {
 		return err
 	}

@@ -182,7 +182,7 @@ func run(cfg daemon.Config) error {
 		select {
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
-				_ = d.Reload() // errors are logged; the running policy stays
+				_ = d.Reload(false) // errors are logged; the running policy stays
 				continue
 			}
 			cfg.Logger.Info("stopping", "signal", s.String())

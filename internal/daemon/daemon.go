@@ -298,8 +298,10 @@ func (d *Daemon) Stop() {
 	d.log.Info("hostqosd stopped; the datapath keeps enforcing the last policy")
 }
 
-// Reload re-reads the config file. An invalid file changes nothing.
-func (d *Daemon) Reload() error { return d.eng.Reload() }
+// Reload re-reads the config file. An invalid file changes nothing, nor
+// does one that takes away shaping admitted guarantees rely on, unless
+// force (see engine.Reload).
+func (d *Daemon) Reload(force bool) error { return d.eng.Reload(force) }
 
 // Down removes everything hostqos made in this network namespace (see
 // Teardown) and ends the daemon. The persistent state (the policy the admin

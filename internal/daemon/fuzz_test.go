@@ -21,6 +21,7 @@ var fuzzRoutes = []struct {
 	args  []string
 }{
 	{api.RouteSetLink, []string{"eth0"}},
+	{api.RoutePatchLink, []string{"eth0"}},
 	{api.RouteAddClass, nil},
 	{api.RouteSetClass, []string{"gold"}},
 	{api.RouteAddRule, nil},

@@ -313,8 +313,14 @@ func decode(r *http.Request, v any) error {
 	return engine.Decode(b, v)
 }
 
-func temporary(r *http.Request) bool {
-	v := r.URL.Query().Get("temporary")
+func temporary(r *http.Request) bool { return queryFlag(r, "temporary") }
+
+// force: ?force=1 applies a change that takes away shaping admitted
+// guarantees rely on (engine.LinkChange.Force).
+func force(r *http.Request) bool { return queryFlag(r, "force") }
+
+func queryFlag(r *http.Request, name string) bool {
+	v := r.URL.Query().Get(name)
 	return v == "1" || v == "true"
 }
 
@@ -323,6 +329,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteStatus, d.handleStatus)
 	mux.HandleFunc(api.RouteLinks, d.handleLinks)
 	mux.HandleFunc(api.RouteSetLink, mutating(d.handleSetLink))
+	mux.HandleFunc(api.RoutePatchLink, mutating(d.handlePatchLink))
 	mux.HandleFunc(api.RouteRemoveLink, mutating(d.handleRemoveLink))
 	mux.HandleFunc(api.RouteClasses, d.handleClasses)
 	mux.HandleFunc(api.RouteClass, d.handleClasses)
@@ -391,11 +398,28 @@ func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if err := d.eng.SetLink(r.Context(), *callerOf(r), r.PathValue("name"), l, temporary(r)); err != nil {
+	if err := d.eng.SetLink(r.Context(), *callerOf(r), r.PathValue("name"), l, linkChange(r)); err != nil {
 		writeErr(w, err)
 		return
 	}
 	d.handleLinks(w, r)
+}
+
+func (d *Daemon) handlePatchLink(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if _, err := d.eng.PatchLink(r.Context(), *callerOf(r), r.PathValue("name"), body, linkChange(r)); err != nil {
+		writeErr(w, err)
+		return
+	}
+	d.handleLinks(w, r)
+}
+
+func linkChange(r *http.Request) engine.LinkChange {
+	return engine.LinkChange{Temporary: temporary(r), Force: force(r)}
 }
 
 func (d *Daemon) handleRemoveLink(w http.ResponseWriter, r *http.Request) {
@@ -574,7 +598,7 @@ func (d *Daemon) handleStats(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request) {
-	if err := d.Reload(); err != nil {
+	if err := d.Reload(force(r)); err != nil {
 		writeErr(w, err)
 		return
 	}

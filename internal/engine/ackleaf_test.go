@@ -25,7 +25,7 @@ func ackLeaf(p shaper.Plan, slot uint16) (shaper.HTBClass, bool) {
 func TestDownloadLimitAckLeaves(t *testing.T) {
 	env := newEnv(t, "")
 	e := env.start(t)
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{}, false); err != nil {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{}, LinkChange{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := env.k.Trees[2]; ok {
@@ -60,7 +60,7 @@ func TestDownloadLimitAckLeaves(t *testing.T) {
 	}
 
 	// A link with an egress rate keeps its tree and gets the leaf too.
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 100e6}, false); err != nil {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 100e6}, LinkChange{}); err != nil {
 		t.Fatal(err)
 	}
 	tree = env.k.Trees[2]
@@ -69,7 +69,7 @@ func TestDownloadLimitAckLeaves(t *testing.T) {
 	}
 
 	// No download limit left: no leaf, and the unshaped link no tree.
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{}, false); err != nil {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{}, LinkChange{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.SetRule(ctx, root, "dl", []byte(`{"maxbw_in":"0"}`), false); err != nil {

@@ -482,6 +482,12 @@ func (e *Engine) counterReader() func(slot int) baseCounter {
 // nothing changes. An idempotency key in ctx (WithPendingKey) is recorded
 // in the same state write.
 func (e *Engine) change(ctx context.Context, source string, mutate func(persist, temp *overlay, eff *policy.Policy) error) error {
+	return e.changeWith(ctx, source, false, mutate)
+}
+
+// changeWith is change; force applies a change that takes away shaping
+// admitted guarantees rely on (checkShapingKept).
+func (e *Engine) changeWith(ctx context.Context, source string, force bool, mutate func(persist, temp *overlay, eff *policy.Policy) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	defer func() { e.commit = nil }() // the key is this change's only
@@ -490,21 +496,37 @@ func (e *Engine) change(ctx context.Context, source string, mutate func(persist,
 		return err
 	}
 	m := merge(e.base, persist, temp)
-	if err := checkPolicy(m.Policy, source); err != nil {
-		return err
-	}
-	if err := m.Policy.CheckCapacity(source, e.cfg.Loops); err != nil {
-		return err
-	}
-	if err := e.checkAppSlots(m.Policy); err != nil {
+	if err := e.admitLocked(m.Policy, source, force); err != nil {
 		return err
 	}
 	e.commit = pendingFrom(ctx)
 	return e.applyLocked(m, e.slots.clone(), persist, temp)
 }
 
-// Reload re-reads the config file. An invalid file changes nothing.
-func (e *Engine) Reload() error {
+// admitLocked checks a new effective policy as a whole before it replaces
+// the current one: valid and admitted (checkPolicy), within the
+// datapath's capacity and app slots, and, unless force, keeping the
+// shaping admitted guarantees rely on (checkShapingKept).
+func (e *Engine) admitLocked(p *policy.Policy, source string, force bool) error {
+	if err := checkPolicy(p, source); err != nil {
+		return err
+	}
+	if err := p.CheckCapacity(source, e.cfg.Loops); err != nil {
+		return err
+	}
+	if err := e.checkAppSlots(p); err != nil {
+		return err
+	}
+	if !force {
+		return e.checkShapingKept(e.eff.Policy, p, source)
+	}
+	return nil
+}
+
+// Reload re-reads the config file. An invalid file changes nothing, and
+// nor does one that takes away shaping admitted guarantees rely on,
+// unless force.
+func (e *Engine) Reload(force bool) error {
 	base, err := e.loadConfig()
 	if err != nil {
 		e.log.Error("reload: config rejected; keeping the running policy", "err", err)
@@ -513,15 +535,7 @@ func (e *Engine) Reload() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := merge(base, e.persist, e.temp)
-	if err := checkPolicy(m.Policy, e.cfg.ConfigPath); err != nil {
-		e.log.Error("reload: policy rejected; keeping the running policy", "err", err)
-		return err
-	}
-	if err := m.Policy.CheckCapacity(e.cfg.ConfigPath, e.cfg.Loops); err != nil {
-		e.log.Error("reload: policy rejected; keeping the running policy", "err", err)
-		return err
-	}
-	if err := e.checkAppSlots(m.Policy); err != nil {
+	if err := e.admitLocked(m.Policy, e.cfg.ConfigPath, force); err != nil {
 		e.log.Error("reload: policy rejected; keeping the running policy", "err", err)
 		return err
 	}

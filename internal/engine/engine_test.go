@@ -146,7 +146,7 @@ func TestRollbackWhenKernelFailsMidway(t *testing.T) {
 				// Only a link not attached yet is attached: the change
 				// also brings a new link.
 				env.k.Ifindexes["eth1"] = 3
-				if err := e.SetLink(ctx, root, "eth1", policy.Link{EgressRate: 10e6}, true); err == nil {
+				if err := e.SetLink(ctx, root, "eth1", policy.Link{EgressRate: 10e6}, LinkChange{Temporary: true}); err == nil {
 					t.Fatal("the link change succeeded")
 				}
 				delete(env.k.Ifindexes, "eth1")
@@ -244,7 +244,7 @@ func TestLayering(t *testing.T) {
 	if err := os.WriteFile(env.cfg.ConfigPath, []byte(shapedConfig+"\n[[rule]]\nname = \"n\"\nproto = \"tcp\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := e2.Reload(); err != nil {
+	if err := e2.Reload(false); err != nil {
 		t.Fatal(err)
 	}
 	if names := ruleNames(t, e2, root); names != "n:config" {
@@ -320,7 +320,7 @@ func TestAuthorization(t *testing.T) {
 		"add class":    second(e.AddClass(ctx, nobody, policy.NewClass(""), false)),
 		"set class":    second(e.SetClass(ctx, nobody, "gold", []byte(`{}`), false)),
 		"remove class": e.RemoveClass(ctx, nobody, "gold"),
-		"set link":     e.SetLink(ctx, nobody, "eth0", policy.Link{}, false),
+		"set link":     e.SetLink(ctx, nobody, "eth0", policy.Link{}, LinkChange{}),
 		"remove link":  e.RemoveLink(ctx, nobody, "eth0"),
 	} {
 		if !errors.As(err, &fb) || !strings.Contains(err.Error(), "needs root or membership of group hostqos") {
@@ -580,13 +580,13 @@ func TestAdmissionRefusals(t *testing.T) {
 	if _, err := e.AddRule(ctx, root, bad, false); !errors.As(err, &fes) || !strings.Contains(err.Error(), "no such class") {
 		t.Errorf("unknown class: %v", err)
 	}
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 2e6}, false); err == nil || !strings.Contains(err.Error(), "exceed reservable capacity") {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 2e6}, LinkChange{}); err == nil || !strings.Contains(err.Error(), "exceed reservable capacity") {
 		t.Errorf("link below its guarantees: %v", err)
 	}
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{Name: "eth1"}, false); err == nil || !strings.Contains(err.Error(), "differs from the interface in the path") || !strings.Contains(err.Error(), "links/eth1") {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{Name: "eth1"}, LinkChange{}); err == nil || !strings.Contains(err.Error(), "differs from the interface in the path") || !strings.Contains(err.Error(), "links/eth1") {
 		t.Errorf("link name mismatch: %v", err)
 	}
-	if err := e.SetLink(ctx, root, "nosuch0", policy.Link{}, false); err == nil || !strings.Contains(err.Error(), "no such interface") {
+	if err := e.SetLink(ctx, root, "nosuch0", policy.Link{}, LinkChange{}); err == nil || !strings.Contains(err.Error(), "no such interface") {
 		t.Errorf("missing interface: %v", err)
 	}
 	if _, err := e.SetClass(ctx, root, "nosuch", []byte(`{}`), false); !errors.As(err, new(*NotFoundError)) {
@@ -608,7 +608,7 @@ func TestAdmissionRefusals(t *testing.T) {
 	if err := os.WriteFile(env.cfg.ConfigPath, []byte("[[rule]]\nname = \"x\"\nmaxbw = \"1 donut\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Reload(); err == nil {
+	if err := e.Reload(false); err == nil {
 		t.Error("an invalid config was loaded")
 	}
 	if names := ruleNames(t, e, root); names != "a:config" {
@@ -616,10 +616,10 @@ func TestAdmissionRefusals(t *testing.T) {
 	}
 
 	// Links: a temporary set, then a persistent one replaces it.
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 50e6}, true); err != nil {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 50e6}, LinkChange{Temporary: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 40e6}, false); err != nil {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 40e6}, LinkChange{}); err != nil {
 		t.Fatal(err)
 	}
 	if ls := e.Links(); len(ls) != 1 || ls[0].EgressRate != 40e6 {
@@ -665,7 +665,7 @@ func TestRollbackReleasesNewLink(t *testing.T) {
 	e := env.start(t)
 	before := env.k.Snapshot()
 	env.k.FailNth("AttachLink", 1, errors.New("boom"))
-	if err := e.SetLink(ctx, root, "eth1", policy.Link{EgressRate: 10e6}, false); err == nil {
+	if err := e.SetLink(ctx, root, "eth1", policy.Link{EgressRate: 10e6}, LinkChange{}); err == nil {
 		t.Fatal("the change succeeded")
 	}
 	if after := env.k.Snapshot(); !reflect.DeepEqual(after, before) {
@@ -684,12 +684,12 @@ func TestFailedRuntimeWriteRestoresStateFile(t *testing.T) {
 	}
 	// A temporary rate on eth0: making a rate persistent drops it, so the
 	// next change writes both files.
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 20e6}, true); err != nil {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 20e6}, LinkChange{Temporary: true}); err != nil {
 		t.Fatal(err)
 	}
 	state := readPersisted(t, env.cfg.StatePath)
 	breakWrites(t, e.stTemp) // only the second write fails
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 30e6}, false); err == nil {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 30e6}, LinkChange{}); err == nil {
 		t.Fatal("the change succeeded")
 	}
 	if got := readPersisted(t, env.cfg.StatePath); !bytes.Equal(got, state) {

@@ -78,7 +78,7 @@ func TestChangeWritesOnlyWhatItTouches(t *testing.T) {
 	}
 
 	resetCalls(env.k)
-	if err := e.SetLink(ctx, root, "link7", policy.Link{EgressRate: 50e6}, false); err != nil {
+	if err := e.SetLink(ctx, root, "link7", policy.Link{EgressRate: 50e6}, LinkChange{}); err != nil {
 		t.Fatal(err)
 	}
 	if n, shaped := callCounts(env.k); n["Shape"] != 1 || len(shaped) != 1 || shaped[0] != "17" || n["ApplyRules"] != 0 || n["AttachLink"] != 0 {

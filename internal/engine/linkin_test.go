@@ -26,7 +26,7 @@ func TestLinkIngressRate(t *testing.T) {
 	if _, err := e.AddRule(ctx, root, b, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{IngressRate: 95e6}, false); err != nil {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{IngressRate: 95e6}, LinkChange{}); err != nil {
 		t.Fatal(err)
 	}
 	got := env.k.Rules
@@ -54,7 +54,7 @@ func TestLinkIngressRate(t *testing.T) {
 	}
 
 	before := env.k.Rules
-	err := e.SetLink(ctx, root, "eth0", policy.Link{IngressRate: 1000}, false)
+	err := e.SetLink(ctx, root, "eth0", policy.Link{IngressRate: 1000}, LinkChange{})
 	if err == nil || !strings.Contains(err.Error(), "ingress_rate") {
 		t.Errorf("ingress_rate 1000 bit/s: err %v, want the field named", err)
 	}
@@ -62,7 +62,7 @@ func TestLinkIngressRate(t *testing.T) {
 		t.Errorf("a refused rate changed the datapath: %+v", env.k.Rules.LinksIn)
 	}
 
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{}, false); err != nil {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{}, LinkChange{}); err != nil {
 		t.Fatal(err)
 	}
 	if len(env.k.Rules.LinksIn) != 0 {

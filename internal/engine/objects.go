@@ -174,47 +174,6 @@ func remove[T any](ctx context.Context, e *Engine, who Caller, k objKind[T], nam
 	return err
 }
 
-// SetLink manages a link (an interface that exists now) with the settings
-// of l; temporary: until the daemon stops.
-func (e *Engine) SetLink(ctx context.Context, who Caller, name string, l policy.Link, temporary bool) error {
-	if err := who.MayChange(); err != nil {
-		return err
-	}
-	if l.Name != "" && l.Name != name {
-		return &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", policy.Clip(name)), Field: "name", Value: policy.Clip(l.Name),
-			Reason: "differs from the interface in the path", Fix: "leave name out of the body, or send it to " + pathOf(api.RouteSetLink, policy.Clip(l.Name))}
-	}
-	l.Name = name
-	e.mu.Lock()
-	k := e.k
-	e.mu.Unlock()
-	if k == nil {
-		return errNotLoaded
-	}
-	if _, gone, err := k.LookupLink(name); err != nil {
-		return err
-	} else if gone {
-		return &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", policy.Clip(name)), Field: "name", Value: policy.Clip(name),
-			Reason: "no such interface in this network namespace", Fix: "check the name with `ip link`; to manage an interface that comes later (a VPN tunnel), add it to the config file"}
-	}
-	err := e.change(ctx, "api", func(persist, temp *overlay, _ *policy.Policy) error {
-		if temporary {
-			temp.Links[name] = &l
-			return nil
-		}
-		// A persistent set replaces a temporary override of the link:
-		// the rate asked for takes effect now and stays after a restart
-		// (leaving the override would make the set do nothing now).
-		persist.Links[name] = &l
-		delete(temp.Links, name)
-		return nil
-	})
-	if err == nil {
-		e.publishChange("link", "set", name, map[string]any{"egress_rate": l.EgressRate, "ingress_rate": l.IngressRate})
-	}
-	return err
-}
-
 // RemoveLink stops managing a link.
 func (e *Engine) RemoveLink(ctx context.Context, who Caller, name string) error {
 	if err := who.MayChange(); err != nil {

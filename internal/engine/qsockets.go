@@ -485,7 +485,7 @@ func (e *Engine) InitQSockLink(ctx context.Context, who Caller, req api.QSockIni
 		}
 		l.EgressRate = r
 	}
-	return e.SetLink(ctx, who, req.Link, l, false)
+	return e.SetLink(ctx, who, req.Link, l, LinkChange{})
 }
 
 func (e *Engine) toAPIQSock(id uint32, q datapath.QSock) api.QSocket {

@@ -61,7 +61,7 @@ func TestReservationAdmission(t *testing.T) {
 		t.Fatalf("reservations after a refusal: %d, want 2", len(rs))
 	}
 	// A change of the link that would break them is refused too.
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 9_000_000}, false); err == nil ||
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{EgressRate: 9_000_000}, LinkChange{}); err == nil ||
 		!strings.Contains(err.Error(), "guarantees 8mbit exceed reservable capacity 7.2mbit") {
 		t.Fatalf("link rate below the reservations: %v", err)
 	}

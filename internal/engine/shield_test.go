@@ -132,18 +132,18 @@ func TestSynLimitsOnLink(t *testing.T) {
 	env := newEnv(t, "")
 	e, sk := env.startShield(t)
 	ctx := context.Background()
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{SynRate: 1000, SynRatePerSource: 50}, false); err != nil {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{SynRate: 1000, SynRatePerSource: 50}, LinkChange{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := sk.XDP[2]; got != (datapath.SynLimits{Rate: 1000, PerSource: 50}) {
 		t.Fatalf("syn limits %+v", got)
 	}
-	err := e.SetLink(ctx, root, "eth0", policy.Link{SynRate: -1}, false)
+	err := e.SetLink(ctx, root, "eth0", policy.Link{SynRate: -1}, LinkChange{})
 	var fes policy.Errors
 	if !errors.As(err, &fes) || fes[0].Field != "syn_rate" {
 		t.Fatalf("negative syn_rate: %v", err)
 	}
-	if err := e.SetLink(ctx, root, "eth0", policy.Link{}, false); err != nil {
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{}, LinkChange{}); err != nil {
 		t.Fatal(err)
 	}
 	if len(sk.XDP) != 0 {

@@ -130,6 +130,13 @@ func (p *Policy) GuaranteedOn(link string) Rate {
 	return total
 }
 
+// GuaranteesOn is GuaranteedOn with the largest contributions written out
+// ("class voice 4mbit, reservation r 2mbit"), for messages.
+func (p *Policy) GuaranteesOn(link string) (Rate, string) {
+	cs, total := p.guaranteesOn(link)
+	return total, formatContributions(cs)
+}
+
 // Capacity is the total that guarantees may claim on the link:
 // ReservableShare × EgressRate, rounded to the nearest bit per second.
 // It is 0 for a link without an EgressRate.
