@@ -185,3 +185,104 @@ func TestRTChannelsAsNobody(t *testing.T) {
 		t.Errorf("root's channel beside nobody's: %v\n%s", err, out)
 	}
 }
+
+// TestLinkSetKeepsShaping: docs/ddos.md's `hostqos link set IFACE
+// --syn-rate 2000/s --syn-rate-per-source 20/s` on a shaped link with a
+// guaranteed reservation and a class minbw of 4 Mbit/s changes only the
+// SYN limits: the HTB tree (the link at 10 Mbit/s, voice's 4 Mbit/s, the
+// reservation's 2 Mbit/s leaf) stays as it was (it turned the link into
+// "mark only", exit 0). Taking the shaping away under those guarantees is
+// refused with the numbers, a rate cut under them too (forced or not: no
+// over-commit); --force removes the shaping.
+func TestLinkSetKeepsShaping(t *testing.T) {
+	parallel(t)
+	e := newEnv(t)
+	e.writeConfig(fmt.Sprintf(`
+[[link]]
+name = %q
+egress_rate = "10mbit"
+
+[[class]]
+name = "voice"
+minbw = "4mbit"
+
+[[reservation]]
+name = "rtp"
+proto = "udp"
+rport = "5004"
+service = "guaranteed"
+rate = "2mbit"
+burst = "16kb"
+`, e.iface()))
+	e.startDaemon()
+	tree := func() string {
+		out, err := e.client.Command("tc", "class", "show", "dev", e.iface()).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tc class show: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	enforced := func(what string) {
+		t.Helper()
+		tc := tree()
+		for _, want := range []*regexp.Regexp{
+			regexp.MustCompile(`class htb 4851:1 root rate 10Mbit ceil 10Mbit`),
+			regexp.MustCompile(`(?m)^class htb 4851:\S+ parent \S+ (leaf \S+ )?prio 0 rate 4Mbit`), // voice's general leaf
+			regexp.MustCompile(`(?m)^class htb 4851:\S+ parent \S+ (leaf \S+ )?prio 0 rate 2Mbit`), // the reservation's
+		} {
+			if !want.MatchString(tc) {
+				t.Errorf("%s: the HTB tree has no %s:\n%s", what, want, tc)
+			}
+		}
+		var ls []api.LinkStatus
+		e.hostqosJSON(&ls, "link", "list")
+		if len(ls) != 1 || ls[0].EgressRate != 10e6 {
+			t.Errorf("%s: links %+v, want %s at 10mbit", what, ls, e.iface())
+		}
+	}
+	enforced("before")
+	before := tree()
+
+	out := e.hostqos("link", "set", e.iface(), "--syn-rate", "2000/s", "--syn-rate-per-source", "20/s")
+	t.Logf("docs/ddos.md's example:\n%s", out)
+	enforced("after the SYN limits")
+	if after := tree(); after != before {
+		t.Errorf("the SYN limits changed the HTB tree:\nbefore\n%s\nafter\n%s", before, after)
+	}
+	var ls []api.LinkStatus
+	e.hostqosJSON(&ls, "link", "list")
+	if len(ls) != 1 || ls[0].SynRate != 2000 || ls[0].SynRatePerSource != 20 {
+		t.Errorf("links %+v, want the SYN limits set", ls)
+	}
+
+	refused := func(what string, want []string, args ...string) {
+		t.Helper()
+		out, err := e.hostqosErr(append([]string{"link", "set", e.iface()}, args...)...)
+		t.Logf("%s: %s", what, out)
+		if err == nil {
+			t.Errorf("%s: applied, want refused", what)
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: %q does not say %q", what, out, w)
+			}
+		}
+		enforced("after " + what)
+	}
+	refused("removing the rate", []string{"removing the shaping (egress_rate 10mbit) leaves guarantees 6mbit admitted on the link unenforced (class voice 4mbit, reservation rtp 2mbit): it would reserve 0", "--force"},
+		"--egress-rate", "0")
+	for _, force := range [][]string{nil, {"--force"}} {
+		refused("a rate cut under the guarantees "+strings.Join(force, ""), []string{"guarantees 6mbit exceed reservable capacity 5.6mbit (0.8 × 7mbit): class voice 4mbit, reservation rtp 2mbit"},
+			append([]string{"--egress-rate", "7mbit"}, force...)...)
+	}
+
+	out = e.hostqos("link", "set", e.iface(), "--egress-rate", "0", "--force")
+	t.Logf("forced:\n%s", out)
+	if tc := tree(); strings.Contains(tc, "class htb") {
+		t.Errorf("the forced removal left the HTB tree:\n%s", tc)
+	}
+	e.hostqosJSON(&ls, "link", "list")
+	if len(ls) != 1 || ls[0].EgressRate != 0 || ls[0].SynRate != 2000 {
+		t.Errorf("after the forced removal: %+v, want the link marked only, its SYN limits kept", ls)
+	}
+}

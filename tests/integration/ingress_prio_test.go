@@ -48,7 +48,7 @@ func TestDownloadPriority(t *testing.T) {
 		t.Fatalf("sysctl in the server: %v: %s", err, out)
 	}
 	e.startDaemon()
-	e.hostqos("link", "set", p.IfClient)
+	e.hostqos("link", "set", p.IfClient, "--ingress-rate", "0")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestDownloadPriority(t *testing.T) {
 
 	var without result
 	measured(t, "download priority", func(n int) (bool, string) {
-		e.hostqos("link", "set", p.IfClient)
+		e.hostqos("link", "set", p.IfClient, "--ingress-rate", "0")
 		without = run()
 		e.hostqos("link", "set", p.IfClient, "--ingress-rate", "19mbit")
 		time.Sleep(1500 * time.Millisecond) // the deep queue drains
@@ -100,7 +100,7 @@ func TestDownloadPriority(t *testing.T) {
 	// round trip its packets see now, not the 20 ms its receiving socket
 	// measured at the handshake and never again (with that it got 0.34 of
 	// its limit; the gain's range, at most 2×, cannot make up 5×).
-	e.hostqos("link", "set", p.IfClient)
+	e.hostqos("link", "set", p.IfClient, "--ingress-rate", "0")
 	lim := appCopy(e, "limapp")
 	e.hostqos("rule", "add", "lim", "--exe", lim, "--maxbw-in", "4mbit")
 	measured(t, "download limit behind a queue built after its handshake", func(n int) (bool, string) {

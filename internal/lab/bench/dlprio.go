@@ -51,7 +51,7 @@ func benchDownloadPriority(e *env, r *Report) error {
 		name string
 		set  []string
 	}{
-		{"no ingress_rate (counted only)", []string{"link", "set", p.clientIf}},
+		{"no ingress_rate (counted only)", []string{"link", "set", p.clientIf, "--ingress-rate", "0"}},
 		{fmt.Sprintf("ingress_rate %.0f Mbit/s", ingress/1e6), []string{"link", "set", p.clientIf, "--ingress-rate", fmt.Sprintf("%.0fmbit", ingress/1e6)}},
 	}
 	got := make([][2]stat, len(alts))
