@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -234,5 +236,42 @@ warning: class bulk: no rule uses it
 				t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(f.calls, "\n"), strings.Join(c.calls, "\n"))
 			}
 		})
+	}
+}
+
+// TestConfigCheckRefusesOverflowingMinBW: `hostqos config check` of two
+// classes at minbw 2⁶³−1 bit/s and one at 10mbit (whose sum wrapped to
+// 9.999998 Mbit/s and passed) fails naming each field, its value and the
+// bound.
+func TestConfigCheckRefusesOverflowingMinBW(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "hostqos.toml")
+	cfg := `
+[[link]]
+name = "eth0"
+egress_rate = "100mbit"
+[[class]]
+name = "a"
+minbw = "9223372036854775807bit"
+[[class]]
+name = "b"
+minbw = "9223372036854775807bit"
+[[class]]
+name = "c"
+minbw = "10mbit"
+`
+	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runFake(&fakeClient{}, "config", "check", file)
+	for _, want := range []string{
+		file + `:7: class "a": field minbw = "9223372036854775807bit": above 10tbit, the most a rate may be; give the real rate, at most 10tbit`,
+		file + `:10: class "b": field minbw = "9223372036854775807bit": above 10tbit`,
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("config check: stderr %q does not say %q", errOut, want)
+		}
+	}
+	if code == exitOK || strings.Contains(out, "ok") {
+		t.Errorf("config check: exit %d, stdout %q; want a failure", code, out)
 	}
 }

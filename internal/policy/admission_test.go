@@ -157,10 +157,8 @@ func TestAdmitSumsDoNotWrap(t *testing.T) {
 	const huge = Rate(1<<63 - 1)
 	p := DefaultPolicy()
 	p.Links = []Link{{Name: "eth0", EgressRate: 100_000_000}}
-	for _, c := range []Class{{Name: "a", DSCP: 10, Priority: 3, MinBW: huge}, {Name: "b", DSCP: 12, Priority: 3, MinBW: huge},
-		{Name: "c", DSCP: 14, Priority: 3, MinBW: 10_000_000}} {
-		p.Classes = append(p.Classes, c)
-	}
+	p.Classes = append(p.Classes, Class{Name: "a", DSCP: 10, Priority: 3, MinBW: huge}, Class{Name: "b", DSCP: 12, Priority: 3, MinBW: huge},
+		Class{Name: "c", DSCP: 14, Priority: 3, MinBW: 10_000_000})
 	err := p.Admit("x.toml")
 	if err == nil || !strings.Contains(err.Error(), "guarantees more than 18446744tbit exceed reservable capacity 80mbit") {
 		t.Errorf("Admit: %v, want the saturated sum refused", err)
