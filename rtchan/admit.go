@@ -99,6 +99,14 @@ func (e *AdmissionError) Error() string {
 		e.Channel, who, e.Response, e.Bound, e.Response-e.Bound)
 }
 
+// MaxBusyMessages bounds the messages of a channel Analyze examines in
+// one busy period. A busy period is long only when the utilization at the
+// channel's priority is within a hair of 1 (its length grows as
+// 1/(1 − U)): a set whose busy period is longer is refused as utilization
+// rather than searched for seconds, which a daemon admitting channels for
+// every local user cannot afford.
+const MaxBusyMessages = 1 << 14
+
 // Analyze runs the extended D_order test over a set of real-time channels
 // (best-effort specs are skipped). Channels get fixed priorities in order of
 // their local delay bound (ties keep the given order), each channel's
@@ -110,7 +118,9 @@ func (e *AdmissionError) Error() string {
 //	R_i  = max_q (w(q) - q·I_i), over q = 0.. until w(q) ≤ (q+1)·I_i
 //
 // The result lists every channel in input order. The error, if any, is an
-// *AdmissionError for the first failing channel in priority order.
+// *AdmissionError for the first failing channel in priority order. A
+// channel whose busy period holds more than MaxBusyMessages of its
+// messages fails as utilization.
 func (p Params) Analyze(specs []Spec) ([]ChannelBound, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -162,8 +172,12 @@ func (p Params) Analyze(specs []Spec) ([]ChannelBound, error) {
 			continue
 		}
 		var worst time.Duration
-		ok := true
+		ok, busy := true, false
 		for q := 0; ; q++ {
+			if q == MaxBusyMessages {
+				busy = true
+				break
+			}
 			w := it.st.Tw + time.Duration(q+1)*it.st.Ts
 			for _, h := range items[:prio] {
 				w += h.st.Ts
@@ -187,6 +201,10 @@ func (p Params) Analyze(specs []Spec) ([]ChannelBound, error) {
 			if w <= time.Duration(q+1)*it.imin {
 				break
 			}
+		}
+		if busy {
+			fail(0, "utilization")
+			continue
 		}
 		if !ok {
 			fail(worst, "delay")

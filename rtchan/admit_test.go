@@ -150,3 +150,26 @@ func TestHqrtSimCreateRunsAdmission(t *testing.T) {
 		t.Fatalf("after closing ch0: %v", err)
 	}
 }
+
+// TestAnalyzeBusyPeriodBounded: two channels whose utilization together
+// is within a nanosecond's worth of 1 (a channel of half the link beside
+// one of half the link less 1 ns per period) have a busy period of
+// millions of messages, which took the test seconds; past
+// MaxBusyMessages the set is refused as utilization. A gap of a
+// microsecond is still searched and admitted.
+func TestAnalyzeBusyPeriodBounded(t *testing.T) {
+	p := UDPParams(10_000_000)
+	ts := p.Service(1400).Ts
+	pair := func(gap time.Duration) []Spec {
+		return []Spec{{Name: "half", Mmax: 1400, Imin: 2 * ts, Bmax: 1, Delay: 20 * time.Millisecond},
+			{Name: "rest", Mmax: 1400, Imin: 2*ts + gap, Bmax: 1, Delay: 10 * time.Second}}
+	}
+	if _, err := p.Analyze(pair(time.Microsecond)); err != nil {
+		t.Errorf("a gap of 1 µs per period: %v, want admitted", err)
+	}
+	_, err := p.Analyze(pair(time.Nanosecond))
+	var ae *AdmissionError
+	if !errors.As(err, &ae) || ae.Reason != "utilization" || ae.Failing != "rest" || ae.Util < 0.9999 {
+		t.Errorf("a gap of 1 ns per period: %v (%+v), want refused as utilization of channel rest", err, ae)
+	}
+}
