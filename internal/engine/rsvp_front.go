@@ -530,9 +530,12 @@ func rsvpTspec(t api.Tspec) (rsvp.Tspec, error) {
 	if out.MaxPacket == 0 {
 		out.MaxPacket = uint32(policy.DefaultMaxUnit)
 	}
+	maxBps := uint64(policy.MaxRate) / 8
 	switch {
 	case t.Rate == 0:
 		return out, fmt.Errorf("tspec r: missing; give the token rate in bytes/s (r=125000 is 1 Mbit/s)")
+	case t.Rate > maxBps || t.Peak > maxBps || t.ServiceRate > maxBps:
+		return out, fmt.Errorf("tspec r = %d, p = %d, R = %d B/s: a rate is at most %d B/s (%s); give the flow's real rates", t.Rate, t.Peak, t.ServiceRate, maxBps, policy.MaxRate)
 	case t.Rate < uint64(policy.MinReservationRate)/8:
 		return out, fmt.Errorf("tspec r = %d B/s: below %d B/s (%s)", t.Rate, uint64(policy.MinReservationRate)/8, policy.MinReservationRate)
 	case t.Bucket == 0:
