@@ -39,17 +39,20 @@ check-generated: generate
 	@git diff --exit-code --stat -- $(GENERATED) bpf/include/vmlinux.h || { echo "check-generated: the committed BPF objects differ from what the sources generate; run make generate and commit the result"; exit 1; }
 	@test -z "$$(git ls-files --others --exclude-standard internal/datapath bpf)" || { echo "check-generated: uncommitted generated files:"; git ls-files --others --exclude-standard internal/datapath bpf; exit 1; }
 
+# The BPF C: the program files, the headers of their concerns and the ABI.
+BPF_C := internal/datapath/*.bpf.c internal/datapath/bpf/*.h bpf/include/hostqos.h
+
 # Format the Go code (gofmt) and the BPF C (clang-format, kernel style as
 # set in .clang-format).
 fmt:
 	scripts/install-deps.sh --bpf
 	gofmt -w api rtchan qsock cmd internal tests
-	clang-format -i internal/datapath/*.bpf.c bpf/include/hostqos.h
+	clang-format -i $(BPF_C)
 
 # The BPF C as `make fmt` leaves it (clang-format, installed by
 # install-deps.sh --bpf, which check-generated runs first in make test).
 check-format:
-	@clang-format --dry-run --Werror internal/datapath/*.bpf.c bpf/include/hostqos.h || { echo "check-format: the BPF C differs from clang-format's layout; run make fmt"; exit 1; }
+	@clang-format --dry-run --Werror $(BPF_C) || { echo "check-format: the BPF C differs from clang-format's layout; run make fmt"; exit 1; }
 
 # go vet, staticcheck (a tool of go.mod: `go mod download` installs it) and
 # gofmt; any finding fails.
