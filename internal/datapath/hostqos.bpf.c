@@ -300,17 +300,10 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 	if (!p)
 		return HQ_RES_NONE;
 	/* The flow key in full form, for the rules and hq_fkey. */
-	if (p->key.family == HQ_AF_INET) {
-		__builtin_memset(&key, 0, sizeof(key));
-		key.family = HQ_AF_INET;
-		key.proto = p->k4.proto;
-		key.sport = p->k4.sport;
-		key.dport = p->k4.dport;
-		key.src[0] = p->k4.saddr;
-		key.dst[0] = p->k4.daddr;
-	} else {
+	if (p->key.family == HQ_AF_INET)
+		flow_key_full(&key, &p->k4);
+	else
 		key = p->key;
-	}
 
 	clock_sync();
 	if (!f || f->gen != p->gen) {
@@ -409,7 +402,7 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 	if (c) {
 		__sync_fetch_and_add(&c->packets, 1);
 		__sync_fetch_and_add(&c->bytes, p->len);
-		if ((__u8)(res >> 48) == HQ_ACT_DROP)
+		if (res_action(res) == HQ_ACT_DROP)
 			__sync_fetch_and_add(&c->drops, 1);
 		c->last_ns = p->now;
 		c->rule = f->slot;
@@ -447,17 +440,7 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 	p.gen = *(volatile __u32 *)&hq_policy.gen;
 	p.now = coarse_ns();
 
-	/*
-	 * Two call sites: the verifier inlines a lookup only where the map is
-	 * known. The empty asm keeps clang from merging them into one call
-	 * on a map pointer chosen at run time.
-	 */
-	if (p.key.family == HQ_AF_INET) {
-		f = bpf_map_lookup_elem(&hq_flows4, &p.k4);
-	} else {
-		f = bpf_map_lookup_elem(&hq_flows6, &p.key);
-		asm volatile("" : "+r"(f));
-	}
+	f = flow_get(&p);
 	if (f && f->gen == p.gen) {
 		idx = f->cslot;
 		c = bpf_map_lookup_elem(&hq_fctr, &idx);
@@ -467,7 +450,7 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 			__sync_fetch_and_add(&c->bytes, p.len);
 			c->last_ns = p.now;
 			res = police_result(pack_result(f), p.len, p.now);
-			if ((__u8)(res >> 48) == HQ_ACT_DROP)
+			if (res_action(res) == HQ_ACT_DROP)
 				__sync_fetch_and_add(&c->drops, 1);
 			goto classified;
 		}
@@ -476,14 +459,14 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 	f = NULL;
 
 classified:
-	if ((__u8)(res >> 48) == HQ_ACT_QSOCK)
+	if (res_action(res) == HQ_ACT_QSOCK)
 		res = hq_qsock_result(skb, res, f, &p);
-	if ((__u8)(res >> 48) == HQ_ACT_RESV)
+	if (res_action(res) == HQ_ACT_RESV)
 		res = hq_resv_result(skb, res, p.gen, off);
-	classid = (__u32)res;
-	slot = (__u16)(res >> 32);
-	action = (__u8)(res >> 48);
-	dscp = (__s8)(res >> 56);
+	classid = res_classid(res);
+	slot = res_slot(res);
+	action = res_action(res);
+	dscp = res_dscp(res);
 
 	if (slot < HQ_MAX_RULES) {
 		if (st)
@@ -582,7 +565,7 @@ static __always_inline int ingress(struct __sk_buff *skb, __u32 off)
 		if (c && c->tag != f->tag)
 			c = NULL;
 	}
-	slot = (__u16)(res >> 32);
+	slot = res_slot(res);
 
 	if (slot < HQ_MAX_RULES)
 		drop = hq_in_limit(skb, slot, p.l4off, p.key.proto, f);
@@ -649,7 +632,6 @@ SEC("syscall")
 int hq_forget_flows(struct hq_forget *a)
 {
 	struct hq_forget_scan s = {};
-	struct hq_flow_key4 k4 = {};
 	struct hq_flow_key k = {};
 	struct hq_flow *f;
 	long n;
@@ -657,23 +639,13 @@ int hq_forget_flows(struct hq_forget *a)
 	s.gen = *(volatile __u32 *)&hq_policy.gen;
 	a->count = 0;
 	if (a->dport) {
-		if (a->family == HQ_AF_INET) {
-			k4.family = HQ_AF_INET;
-			k4.proto = a->proto;
-			k4.sport = a->sport;
-			k4.dport = a->dport;
-			k4.saddr = a->src[0];
-			k4.daddr = a->dst[0];
-			f = bpf_map_lookup_elem(&hq_flows4, &k4);
-		} else {
-			k.family = HQ_AF_INET6;
-			k.proto = a->proto;
-			k.sport = a->sport;
-			k.dport = a->dport;
-			__builtin_memcpy(k.src, a->src, sizeof(k.src));
-			__builtin_memcpy(k.dst, a->dst, sizeof(k.dst));
-			f = bpf_map_lookup_elem(&hq_flows6, &k);
-		}
+		k.family = a->family == HQ_AF_INET ? HQ_AF_INET : HQ_AF_INET6;
+		k.proto = a->proto;
+		k.sport = a->sport;
+		k.dport = a->dport;
+		__builtin_memcpy(k.src, a->src, sizeof(k.src));
+		__builtin_memcpy(k.dst, a->dst, sizeof(k.dst));
+		f = flow_lookup(&k);
 		if (f) {
 			forget_flow(f, s.gen);
 			a->count = 1;
@@ -715,16 +687,11 @@ int hq_iter_flows4(struct bpf_iter__bpf_map_elem *ctx)
 	struct seq_file *seq = ctx->meta->seq;
 	struct hq_flow_key4 *k4 = ctx->key;
 	struct hq_flow *v = ctx->value;
-	struct hq_flow_key k = {};
+	struct hq_flow_key k;
 
 	if (!k4 || !v)
 		return 0;
-	k.family = HQ_AF_INET;
-	k.proto = k4->proto;
-	k.sport = k4->sport;
-	k.dport = k4->dport;
-	k.src[0] = k4->saddr;
-	k.dst[0] = k4->daddr;
+	flow_key_full(&k, k4);
 	bpf_seq_write(seq, &k, sizeof(k));
 	bpf_seq_write(seq, v, sizeof(*v));
 	return 0;

@@ -80,20 +80,32 @@ struct {
 } hq_nf SEC(".maps");
 
 /*
- * The flow that owns counter slot idx under tag t, or NULL when the slot is
- * free or its flow has left the flow table (or moved to another slot).
+ * The flow of a parsed packet, NULL for none. Two call sites: the verifier
+ * inlines a lookup only where the map is known. The empty asm keeps clang
+ * from merging them into one call on a map pointer chosen at run time.
  */
-static __always_inline struct hq_flow *fctr_owner(__u32 idx, __u64 t)
+static __always_inline struct hq_flow *flow_get(struct hq_pkt *p)
+{
+	struct hq_flow *f;
+
+	if (p->key.family == HQ_AF_INET) {
+		f = bpf_map_lookup_elem(&hq_flows4, &p->k4);
+	} else {
+		f = bpf_map_lookup_elem(&hq_flows6, &p->key);
+		asm volatile("" : "+r"(f));
+	}
+	return f;
+}
+
+/*
+ * The flow of key k in full form, NULL for none: an IPv4 flow is looked up
+ * by its own, shorter key (struct hq_flow_key4).
+ */
+static __always_inline struct hq_flow *flow_lookup(const struct hq_flow_key *k)
 {
 	struct hq_flow_key4 k4;
-	struct hq_flow_key *k;
-	struct hq_flow *o;
+	struct hq_flow *f;
 
-	if (!t)
-		return NULL;
-	k = bpf_map_lookup_elem(&hq_fkey, &idx);
-	if (!k)
-		return NULL;
 	if (k->family == HQ_AF_INET) {
 		k4.family = HQ_AF_INET;
 		k4.proto = k->proto;
@@ -102,10 +114,41 @@ static __always_inline struct hq_flow *fctr_owner(__u32 idx, __u64 t)
 		k4.pad = 0;
 		k4.saddr = k->src[0];
 		k4.daddr = k->dst[0];
-		o = bpf_map_lookup_elem(&hq_flows4, &k4);
+		f = bpf_map_lookup_elem(&hq_flows4, &k4);
 	} else {
-		o = bpf_map_lookup_elem(&hq_flows6, k);
+		f = bpf_map_lookup_elem(&hq_flows6, k);
 	}
+	return f;
+}
+
+/* The full form of IPv4 key k4 (struct hq_flow_key). */
+static __always_inline void flow_key_full(struct hq_flow_key *k,
+					  const struct hq_flow_key4 *k4)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	k->family = HQ_AF_INET;
+	k->proto = k4->proto;
+	k->sport = k4->sport;
+	k->dport = k4->dport;
+	k->src[0] = k4->saddr;
+	k->dst[0] = k4->daddr;
+}
+
+/*
+ * The flow that owns counter slot idx under tag t, or NULL when the slot is
+ * free or its flow has left the flow table (or moved to another slot).
+ */
+static __always_inline struct hq_flow *fctr_owner(__u32 idx, __u64 t)
+{
+	struct hq_flow_key *k;
+	struct hq_flow *o;
+
+	if (!t)
+		return NULL;
+	k = bpf_map_lookup_elem(&hq_fkey, &idx);
+	if (!k)
+		return NULL;
+	o = flow_lookup(k);
 	if (!o || o->tag != t || o->cslot != idx)
 		return NULL;
 	return o;
@@ -198,19 +241,6 @@ fctr_alloc(__u64 now, const struct hq_flow_key *key, struct hq_flow *f)
 	if (r < 0)
 		return NULL;
 	return bpf_map_lookup_elem(&hq_fctr, &idx);
-}
-
-static __always_inline struct hq_flow *flow_get(struct hq_pkt *p)
-{
-	struct hq_flow *f;
-
-	if (p->key.family == HQ_AF_INET) {
-		f = bpf_map_lookup_elem(&hq_flows4, &p->k4);
-	} else {
-		f = bpf_map_lookup_elem(&hq_flows6, &p->key);
-		asm volatile("" : "+r"(f));
-	}
-	return f;
 }
 
 /* A scan's filter and result, on hq_forget_flows's stack. */

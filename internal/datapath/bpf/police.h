@@ -75,10 +75,9 @@ static __noinline int police(__u32 slot, __u32 len, __u64 coarse)
  */
 static __always_inline __u64 police_result(__u64 res, __u32 len, __u64 now)
 {
-	if ((__u8)(res >> 48) != HQ_ACT_POLICE)
+	if (res_action(res) != HQ_ACT_POLICE)
 		return res;
-	res &= ~(0xffULL << 48);
-	return res | ((__u64)police((__u16)(res >> 32), len, now) << 48);
+	return res_with_action(res, police(res_slot(res), len, now));
 }
 
 #endif /* HQ_BPF_POLICE_H */

@@ -346,7 +346,7 @@ __noinline __u64 hq_qsock_result(struct __sk_buff *skb, __u64 res,
 {
 	struct hq_qsock *q;
 	__u64 start, bytes, dt, now, len;
-	__u32 qid = (__u32)res, gen, classid;
+	__u32 qid = res_classid(res), gen, classid;
 
 	if (!skb || !p)
 		return HQ_RES_NONE;
@@ -362,8 +362,7 @@ __noinline __u64 hq_qsock_result(struct __sk_buff *skb, __u64 res,
 	classid = q->classid;
 	if (q->sched > HQ_SCHED_FIFO && p->key.proto != IPPROTO_TCP &&
 	    qsock_sched(skb, q, len, &classid))
-		return (__u64)HQ_SLOT_NONE << 32 | (__u64)HQ_ACT_DROP << 48 |
-		       (__u64)(__u8)-1 << 56;
+		return res_make(0, HQ_SLOT_NONE, HQ_ACT_DROP, -1);
 	__sync_fetch_and_add(&q->packets, 1);
 	__sync_fetch_and_add(&q->bytes, len);
 	if (!q->first_ns)
@@ -380,8 +379,7 @@ __noinline __u64 hq_qsock_result(struct __sk_buff *skb, __u64 res,
 				  : 0;
 	}
 	__sync_fetch_and_add(&q->win_bytes, len);
-	return (__u64)classid | (__u64)HQ_SLOT_NONE << 32 |
-	       (__u64)HQ_ACT_PASS << 48 | (__u64)(__u8)q->dscp << 56;
+	return res_make(classid, HQ_SLOT_NONE, HQ_ACT_PASS, q->dscp);
 }
 
 #endif /* HQ_BPF_QSOCK_H */

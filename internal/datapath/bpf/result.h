@@ -29,9 +29,45 @@ static __always_inline __u64 pack_result(const struct hq_flow *f)
 	return *(const __u64 *)&f->classid;
 }
 
-/* A result that matches no rule and passes (pack_result layout). */
-#define HQ_RES_NONE                                                            \
-	((__u64)HQ_SLOT_NONE << 32 | (__u64)HQ_ACT_PASS << 48 |                \
-	 (__u64)(__u8)-1 << 56)
+/* The HTB class (skb->priority; HQ_ACT_QSOCK: the qsocket id), 0 = none. */
+static __always_inline __u32 res_classid(__u64 res)
+{
+	return (__u32)res;
+}
+
+/* The matching rule's slot, HQ_SLOT_NONE when no rule matched. */
+static __always_inline __u32 res_slot(__u64 res)
+{
+	return (__u16)(res >> 32);
+}
+
+/* What to do with the packet (enum hq_action). */
+static __always_inline __u8 res_action(__u64 res)
+{
+	return (__u8)(res >> 48);
+}
+
+/* The DSCP to write, -1 to leave the packet's. */
+static __always_inline __s8 res_dscp(__u64 res)
+{
+	return (__s8)(res >> 56);
+}
+
+/* res with its action replaced by action (enum hq_action). */
+static __always_inline __u64 res_with_action(__u64 res, __u64 action)
+{
+	return (res & ~(0xffULL << 48)) | action << 48;
+}
+
+/* A result from its four fields (dscp -1: leave). */
+static __always_inline __u64 res_make(__u32 classid, __u16 slot, __u8 action,
+				      __s8 dscp)
+{
+	return (__u64)classid | (__u64)slot << 32 | (__u64)action << 48 |
+	       (__u64)(__u8)dscp << 56;
+}
+
+/* A result that matches no rule and passes. */
+#define HQ_RES_NONE res_make(0, HQ_SLOT_NONE, HQ_ACT_PASS, -1)
 
 #endif /* HQ_BPF_RESULT_H */

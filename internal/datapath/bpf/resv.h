@@ -166,11 +166,11 @@ __noinline __u64 hq_resv_result(struct __sk_buff *skb, __u64 res, __u32 gen,
 {
 	struct hq_resv_state *s;
 	struct hq_resv *rv;
-	__u32 slot = (__u16)(res >> 32), idx, id, segs;
+	__u32 slot = res_slot(res), idx, id, segs;
 	__u64 L;
 	__s64 t;
 
-	res &= ~(0xffULL << 48); /* HQ_ACT_PASS */
+	res = res_with_action(res, HQ_ACT_PASS);
 	if (slot >= HQ_MAX_RULES)
 		return res;
 	idx = (gen & 1) * HQ_MAX_RULES + slot;
@@ -188,8 +188,7 @@ __noinline __u64 hq_resv_result(struct __sk_buff *skb, __u64 res, __u32 gen,
 	if (resv_police(rv, s, t, L, segs) == HQ_CONFORM ||
 	    rv->service != HQ_SVC_CONTROLLED_LOAD)
 		return res;
-	return (res & (0xffffULL << 32)) | rv->demote_classid |
-	       ((__u64)(__u8)rv->demote_dscp << 56);
+	return res_make(rv->demote_classid, slot, HQ_ACT_PASS, rv->demote_dscp);
 }
 
 /* The reservation a rule slot names in the policy of generation gen. */

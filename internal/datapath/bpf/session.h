@@ -445,20 +445,8 @@ static __noinline void resv_bind_open(struct sock *sk, __u8 proto)
  */
 static __noinline void resv_flow_forget(const struct hq_flow_key *k)
 {
-	struct hq_flow_key4 k4 = {};
-	struct hq_flow *f;
+	struct hq_flow *f = flow_lookup(k);
 
-	if (k->family == HQ_AF_INET) {
-		k4.family = HQ_AF_INET;
-		k4.proto = k->proto;
-		k4.sport = k->sport;
-		k4.dport = k->dport;
-		k4.saddr = k->src[0];
-		k4.daddr = k->dst[0];
-		f = bpf_map_lookup_elem(&hq_flows4, &k4);
-	} else {
-		f = bpf_map_lookup_elem(&hq_flows6, k);
-	}
 	if (f) /* a past generation: never the current one */
 		f->gen = *(volatile __u32 *)&hq_policy.gen - 1;
 }
