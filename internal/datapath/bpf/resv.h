@@ -48,7 +48,8 @@ static __always_inline __s64 charge(__u64 c, __u64 q16)
 	return (__s64)((c * q16 + 0xffff) >> 16);
 }
 
-enum {
+/* resv_police()'s verdict. */
+enum hq_conformance {
 	HQ_CONFORM = 0,
 	HQ_NONCONFORM = 1,
 };
