@@ -18,9 +18,8 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
-	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
-	"github.com/hostqos/hostqos/internal/shaper"
 )
 
 // Config are the engine's settings.
@@ -73,10 +72,11 @@ type Engine struct {
 	temp    *overlay
 	slots   *slotTable
 	eff     merged
-	comp    *compiled
+	// desired is what the last sync derived and the kernel holds (nil
+	// before the first).
+	desired *derive.Desired
 	links   map[string]int // managed link name → ifindex currently set up
 	pushed  pushed         // what the pushes left in the kernel (see pushed)
-	missing []string       // managed links whose interface does not exist now
 	// lastLinkErr is the last error of setting up links again in Rescan,
 	// so that a lasting problem is logged once.
 	lastLinkErr string
@@ -111,16 +111,12 @@ type Engine struct {
 	// (see watchReservations).
 	resvBroken map[string]bool
 	// The XDP shield (shield.go): the API's drop list and protected
-	// clients (read on first use), whether they were pushed to this
-	// kernel, and the links carrying the XDP program.
-	shield       *shieldState
-	shieldPushed bool
-	xdp          map[string]int
-	resvW        resvWatch // the reservation poller's memory (Tick only)
-	// The qsocket scheduler (qsched.go): the rate the links were last
-	// planned with, and the links' schedulers the datapath has.
-	qschedPlanned uint64
-	qschedPushed  map[int]datapath.QSched
+	// clients (read on first use), the whole drop list last built, and the
+	// links carrying the XDP program.
+	shield *shieldState
+	blocks blockMemo
+	xdp    map[string]int
+	resvW  resvWatch // the reservation poller's memory (Tick only)
 }
 
 // New reads the config and the state files and validates them; it touches
@@ -201,7 +197,7 @@ func (e *Engine) Start(k Kernel) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.k = k
-	if err := e.applyLocked(e.eff, e.slots.clone(), nil, nil); err != nil {
+	if err := e.syncLocked("start", syncChange{}); err != nil {
 		e.k = nil
 		return err
 	}
@@ -223,7 +219,7 @@ func (e *Engine) Detach() {
 	defer e.mu.Unlock()
 	e.k = nil
 	e.links = map[string]int{}
-	e.xdp, e.shieldPushed = nil, false
+	e.xdp, e.pushed, e.desired = nil, pushed{}, nil
 }
 
 // Counts is the size of the effective policy.
@@ -234,126 +230,6 @@ func (e *Engine) Counts() (links, rules int) {
 }
 
 var errNotLoaded = errors.New("the datapath is not loaded (hostqos down?)")
-
-// applyLocked makes the kernel match m and, when persist and temp are
-// given, writes them as the state files and makes them current. On any
-// error it restores the previous kernel state and returns the error;
-// nothing of the change remains.
-func (e *Engine) applyLocked(m merged, slots *slotTable, persist, temp *overlay) error {
-	if e.k == nil {
-		return errNotLoaded
-	}
-	read := e.counterReader()
-	if err := slots.assign(expandReservations(e.withProtectedLocked(m.Policy)), read); err != nil {
-		return err
-	}
-	now, view := e.runtimePolicy(m.Policy) // quotas and schedules (quota.go)
-	comp, err := compileAll(e.withProtectedLocked(now), m.Runs, slots, e.k.CgroupRoot())
-	if err != nil {
-		return err
-	}
-	plans, ifindexes, missing, err := e.planLinks(now, comp)
-	if err != nil {
-		return err
-	}
-	if err := e.pushKernel(comp, plans, ifindexes); err != nil {
-		e.restoreKernel()
-		return err
-	}
-	if persist != nil {
-		keysP, keysT := e.recordKeyLocked(temp.differs(e.temp))
-		// Each file gets what differs from what it holds (a journal
-		// record, see journal.go), or nothing.
-		undo, err := e.stPersist.write(persist, slots, keysP)
-		if err != nil {
-			e.restoreKernel()
-			return err
-		}
-		if _, err := e.stTemp.write(temp, nil, keysT); err != nil {
-			// The state file already holds the change: put the previous
-			// one back, or a restart would bring the failed change back.
-			if undo != nil {
-				if rerr := undo(); rerr != nil {
-					e.log.Error("restore the state file after a failed change", "err", rerr)
-				}
-			}
-			e.restoreKernel()
-			return err
-		}
-		e.persist, e.temp, e.keysPersist, e.keysTemp = persist, temp, keysP, keysT
-	}
-	e.eff, e.comp, e.slots, e.missing = m, comp, slots, missing
-	e.times.view = view
-	e.startUsageLocked(read)
-	return nil
-}
-
-// restoreKernel puts the last applied policy back after a failed change.
-func (e *Engine) restoreKernel() {
-	if e.comp == nil {
-		return
-	}
-	now, _ := e.runtimePolicy(e.eff.Policy)
-	plans, idx, _, err := e.planLinks(now, e.comp)
-	if err == nil {
-		err = e.pushKernel(e.comp, plans, idx)
-	}
-	if err != nil {
-		e.log.Error("restore previous policy after a failed change", "err", err)
-	}
-}
-
-// linkPlan is the shaper plan of one managed link (nil Plan: mark only).
-type linkPlan struct {
-	name    string
-	ifindex int
-	plan    *shaper.Plan
-	syn     datapath.SynLimits // the link's SYN limits (XDP shield)
-}
-
-// planLinks builds the HTB plan of every managed link that exists now.
-// Interfaces come and go (VPN tunnels, hot-plugged NICs): a missing one is
-// reported in missing and managed once it appears (see Rescan). A link whose
-// lookup fails without proof that it is gone stays planned on the ifindex
-// it is set up on, so that applying the plan releases nothing.
-func (e *Engine) planLinks(p *policy.Policy, comp *compiled) ([]linkPlan, map[string]int, []string, error) {
-	var out []linkPlan
-	var missing []string
-	idx := map[string]int{}
-	comp.Datapath.LinksIn = nil
-	qsched := e.qschedRateLocked()
-	e.qschedPlanned = qsched
-	for _, l := range p.Links {
-		verdict, ifindex := e.judgeLink(l.Name)
-		if verdict == linkGone || ifindex == 0 { // unknown and not set up: nothing to keep
-			missing = append(missing, l.Name)
-			continue
-		}
-		lp := linkPlan{name: l.Name, ifindex: ifindex, syn: synLimits(l)}
-		if l.IngressRate > 0 {
-			comp.Datapath.LinksIn = append(comp.Datapath.LinksIn, datapath.LinkIn{Ifindex: ifindex, Rate: uint64(l.IngressRate)})
-		}
-		if l.EgressRate > 0 {
-			// shaper.Build names the link in its errors.
-			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate), QSched: qsched}, comp.Classes, comp.rulesOn(l.Name))
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			lp.plan = &plan
-		} else if len(comp.Acks) > 0 {
-			plan := shaper.PassThrough(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name})
-			lp.plan = &plan
-		}
-		if lp.plan != nil {
-			if err := lp.plan.AddAckLeaves(comp.Acks); err != nil {
-				return nil, nil, nil, err
-			}
-		}
-		out = append(out, lp)
-		idx[l.Name] = ifindex
-	}
-	return out, idx, missing, nil
-}
 
 // linksDamaged reports whether someone removed hostqos's HTB root or egress
 // classifier from a managed link; the next apply puts them back.
@@ -367,7 +243,7 @@ func (e *Engine) linksDamaged() bool {
 		if attached, err := e.k.LinkAttached(ifindex); err == nil && !attached {
 			damaged = true
 		}
-		if l.EgressRate > 0 || (e.comp != nil && len(e.comp.Acks) > 0) {
+		if l.EgressRate > 0 || (e.desired != nil && len(e.desired.Acks) > 0) {
 			if owned, err := e.k.Shaped(ifindex); err == nil && !owned {
 				damaged = true
 			}
@@ -389,76 +265,6 @@ func (e *Engine) linksChanged() bool {
 		}
 	}
 	return false
-}
-
-// pushKernel applies a compiled policy: shaper trees first (so that classes
-// exist before packets are steered into them), then the datapath rules,
-// then attachments; links no longer managed are released last.
-func (e *Engine) pushKernel(comp *compiled, plans []linkPlan, ifindexes map[string]int) error {
-	// Every link this push may set up counts as set up from here on, so
-	// that a failure midway and the restore that follows release a newly
-	// shaped or attached link instead of leaving it behind.
-	for name, ifindex := range ifindexes {
-		if _, ok := e.links[name]; !ok {
-			e.links[name] = ifindex
-		}
-	}
-	// Only what differs from what the pushes left is written (e.pushed).
-	for _, lp := range plans {
-		if e.pushed.planIs(lp.ifindex, lp.plan) {
-			continue
-		}
-		delete(e.pushed.plans, lp.ifindex)
-		if lp.plan != nil {
-			if err := e.k.Shape(*lp.plan); err != nil {
-				return err // the shaper names the link and its step
-			}
-		} else if owned, _ := e.k.Shaped(lp.ifindex); owned {
-			if err := e.k.Unshape(lp.ifindex); err != nil {
-				return err // the shaper names the link and its step
-			}
-		}
-		e.pushed.setPlan(lp.ifindex, lp.plan)
-	}
-	if !e.pushed.rulesAre(comp.Datapath) {
-		e.pushed.rules = nil
-		if err := e.k.ApplyRules(comp.Datapath); err != nil {
-			return fmt.Errorf("apply datapath rules: %w", err)
-		}
-		rules := comp.Datapath
-		e.pushed.rules = &rules
-	}
-	for _, lp := range plans {
-		if e.pushed.attached[lp.ifindex] {
-			continue
-		}
-		if err := e.k.AttachLink(lp.ifindex); err != nil {
-			return fmt.Errorf("link %s: %w", lp.name, err) // the datapath names its step
-		}
-		e.pushed.setAttached(lp.ifindex)
-	}
-	if err := e.pushShieldLocked(plans, ifindexes, false); err != nil {
-		return err
-	}
-	if err := e.pushQSchedsLocked(plans); err != nil {
-		return err
-	}
-	for name, ifindex := range e.links {
-		if _, still := ifindexes[name]; still {
-			continue
-		}
-		e.pushed.forgetLink(ifindex)
-		if err := e.k.DetachLink(ifindex); err != nil {
-			e.log.Warn("detach classifier", "link", name, "err", err)
-		}
-		if owned, _ := e.k.Shaped(ifindex); owned {
-			if err := e.k.Unshape(ifindex); err != nil {
-				e.log.Warn("remove HTB tree", "link", name, "err", err)
-			}
-		}
-	}
-	e.links = ifindexes
-	return nil
 }
 
 // counterReader returns a function that gives a rule slot's raw counters
@@ -500,7 +306,36 @@ func (e *Engine) changeWith(ctx context.Context, source string, force bool, muta
 		return err
 	}
 	e.commit = pendingFrom(ctx)
-	return e.applyLocked(m, e.slots.clone(), persist, temp)
+	return e.syncLocked("change", e.overlayChange(m, persist, temp))
+}
+
+// overlayChange is the sync of a change of the overlays: the effective
+// policy m, with persist and temp written to the state files (only what
+// differs from what each holds: a journal record, see journal.go) once the
+// kernel holds it.
+func (e *Engine) overlayChange(m merged, persist, temp *overlay) syncChange {
+	var keysP, keysT keyTable
+	return syncChange{m: &m,
+		save: func(slots *slotTable) error {
+			keysP, keysT = e.recordKeyLocked(temp.differs(e.temp))
+			undo, err := e.stPersist.write(persist, slots, keysP)
+			if err != nil {
+				return err
+			}
+			if _, err := e.stTemp.write(temp, nil, keysT); err != nil {
+				// The state file already holds the change: put the previous
+				// one back, or a restart would bring the failed change back.
+				if undo != nil {
+					if rerr := undo(); rerr != nil {
+						e.log.Error("restore the state file after a failed change", "err", rerr)
+					}
+				}
+				return err
+			}
+			return nil
+		},
+		commit: func() { e.persist, e.temp, e.keysPersist, e.keysTemp = persist, temp, keysP, keysT },
+	}
 }
 
 // admitLocked checks a new effective policy as a whole before it replaces
@@ -539,17 +374,13 @@ func (e *Engine) Reload(force bool) error {
 		e.log.Error("reload: policy rejected; keeping the running policy", "err", err)
 		return err
 	}
-	if err := e.applyLocked(m, e.slots.clone(), e.persist, e.temp); err != nil {
+	n := e.overlayChange(m, e.persist, e.temp)
+	n.base = base
+	if err := e.syncLocked("reload", n); err != nil {
 		e.log.Error("reload: apply failed; kept the running policy", "err", err)
 		return err
 	}
-	e.base = base
 	e.Publish(api.Event{Kind: EventPolicyLoaded, Message: "the config file was read again and applied", Fields: map[string]any{"config": e.cfg.ConfigPath}})
-	if plans, idx, _, err := e.planLinks(e.eff.Policy, e.comp); err == nil {
-		if err := e.pushShieldLocked(plans, idx, true); err != nil {
-			e.log.Error("reload: set the config file's drop list", "err", err)
-		}
-	}
 	e.log.Info("reloaded", "config", e.cfg.ConfigPath, "rules", len(m.Policy.Rules))
 	return nil
 }
@@ -566,15 +397,15 @@ func (e *Engine) Tick() {
 	e.Rescan()
 	e.watchReservations()
 	e.pollReservations()
-	e.tickQSched()
 	e.FlushEvents(false)
 }
 
 // Rescan repairs: it sets managed links up again when interfaces appeared,
 // vanished or were recreated, or someone removed hostqos's HTB root or
-// classifier; otherwise it recompiles the policy and pushes it when what
-// the app selectors resolve to has changed (new files for an exe glob,
-// units that started).
+// classifier; otherwise it derives again, which writes what changed of
+// what the app selectors resolve to (new files for an exe glob, units that
+// started), the qsocket scheduler's rate (closed sockets) and the runtime
+// view (a schedule that switched).
 func (e *Engine) Rescan() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -584,7 +415,7 @@ func (e *Engine) Rescan() {
 	if e.linksChanged() || e.linksDamaged() {
 		before := maps.Clone(e.links)
 		e.pushed.forget() // someone else changed the kernel: write it all
-		err := e.applyLocked(e.eff, e.slots.clone(), nil, nil)
+		err := e.syncLocked("repair", syncChange{})
 		if err == nil {
 			e.publish(linkEvents(before, e.links)...)
 		}
@@ -596,35 +427,20 @@ func (e *Engine) Rescan() {
 			if err != nil {
 				e.log.Warn("rescan: set up managed links again", "err", err)
 			} else {
-				e.log.Info("managed links set up again", "links", e.links, "missing", e.missing)
+				e.log.Info("managed links set up again", "links", e.links, "missing", e.desired.Missing)
 			}
 			e.lastLinkErr = msg
 		}
 		return
 	}
-	now, view := e.runtimePolicy(e.eff.Policy)
-	if view != e.times.view {
-		return // a quota or schedule changed the view: tickTimes applies it whole
-	}
-	comp, err := compileAll(e.withProtectedLocked(now), e.eff.Runs, e.slots, e.k.CgroupRoot())
-	if err != nil {
+	rules := e.pushed.rules
+	if err := e.syncLocked("rescan", syncChange{}); err != nil {
 		e.log.Warn("rescan", "err", err)
 		return
 	}
-	if e.comp != nil {
-		// The links' ingress budgets come with the links (planLinks).
-		comp.Datapath.LinksIn = e.comp.Datapath.LinksIn
+	if rules != nil && e.pushed.rules != rules {
+		e.log.Info("app selectors re-resolved; datapath updated")
 	}
-	if e.comp != nil && sameDatapath(comp.Datapath, e.comp.Datapath) {
-		e.comp.Warnings, e.comp.Resolved = comp.Warnings, comp.Resolved
-		return
-	}
-	if err := e.k.ApplyRules(comp.Datapath); err != nil {
-		e.log.Warn("rescan: apply datapath rules", "err", err)
-		return
-	}
-	e.comp = comp
-	e.log.Info("app selectors re-resolved; datapath updated")
 }
 
 // TagExistingSockets tags the sockets opened before the datapath was

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -66,3 +67,19 @@ var (
 	nobody = Caller{PID: 3, UID: 65534, GID: 65534}
 	alice  = Caller{PID: 4, UID: 1001, GID: 1001}
 )
+
+// deriveForTest derives m (no links, no shield) with a fresh slot table and
+// app selectors resolved under cgRoot.
+func deriveForTest(m merged, cgRoot string) (*derive.Desired, *slotTable, error) {
+	res := derive.NewSystemResolver(cgRoot)
+	defer res.Close()
+	in := derive.Input{Policy: m.Policy, Runs: m.Runs, Resolver: res}
+	x := derive.Expand(in)
+	slots := newSlotTable()
+	if err := slots.assign(x.Policy, x.ResvKeys, nil); err != nil {
+		return nil, nil, err
+	}
+	in.Slots = slots.view()
+	d, err := derive.Compile(in, x)
+	return d, slots, err
+}

@@ -40,15 +40,15 @@ func objectLabel(rule string) string {
 // in the compiled policy, with their class. Cheap enough for every tick:
 // no policy is expanded. Caller holds e.mu.
 func (e *Engine) objectRulesLocked() []objectRule {
-	if e.comp == nil {
+	if e.desired == nil {
 		return nil
 	}
 	classes := map[int]string{}
-	for _, c := range e.comp.Classes {
+	for _, c := range e.desired.Classes {
 		classes[c.Index] = c.Name
 	}
 	classOf := map[int]string{}
-	for _, r := range e.comp.Datapath.Rules {
+	for _, r := range e.desired.Datapath.Rules {
 		classOf[int(r.Slot)] = classes[int(r.ServiceClass)]
 	}
 	var out []objectRule

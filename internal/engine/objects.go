@@ -244,8 +244,8 @@ func (e *Engine) Rules(who Caller, name string) ([]api.RuleInfo, error) {
 		if s, ok := e.slots.Rules[ru.Name]; ok {
 			ri.Slot = s
 		}
-		if e.comp != nil {
-			ri.Resolved = e.comp.Resolved[ru.Name]
+		if e.desired != nil {
+			ri.Resolved = e.desired.Resolved[ru.Name]
 		}
 		e.quotaStatusLocked(ru, &ri)
 		out = append(out, ri)

@@ -19,6 +19,13 @@ type pushed struct {
 	plans    map[int]*shaper.Plan // by ifindex; absent = unknown
 	attached map[int]bool         // by ifindex; absent = unknown
 	rules    *datapath.Policy     // nil = unknown
+	// The XDP shield's drop list and protected clients (nil = unknown),
+	// the SYN limits of the links with the XDP program (by ifindex;
+	// absent = unknown), and the qsocket schedulers (nil = unknown).
+	blocks    *[]datapath.BlockEntry
+	protected *[]datapath.Protected
+	xdp       map[int]datapath.SynLimits
+	qscheds   *map[int]datapath.QSched
 }
 
 func (p *pushed) forget() { *p = pushed{} }
@@ -27,6 +34,7 @@ func (p *pushed) forget() { *p = pushed{} }
 func (p *pushed) forgetLink(ifindex int) {
 	delete(p.plans, ifindex)
 	delete(p.attached, ifindex)
+	delete(p.xdp, ifindex)
 }
 
 // planIs reports whether the link is known to hold plan (nil: unshaped).
@@ -43,6 +51,13 @@ func (p *pushed) setPlan(ifindex int, plan *shaper.Plan) {
 		p.plans = map[int]*shaper.Plan{}
 	}
 	p.plans[ifindex] = plan
+}
+
+func (p *pushed) setXDP(ifindex int, syn datapath.SynLimits) {
+	if p.xdp == nil {
+		p.xdp = map[int]datapath.SynLimits{}
+	}
+	p.xdp[ifindex] = syn
 }
 
 func (p *pushed) setAttached(ifindex int) {

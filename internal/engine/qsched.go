@@ -2,12 +2,9 @@ package engine
 
 import (
 	"fmt"
-	"maps"
-	"time"
 
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
-	"github.com/hostqos/hostqos/internal/shaper"
 	"github.com/hostqos/hostqos/internal/units"
 )
 
@@ -20,8 +17,8 @@ import (
 // datagram (send to the band of its slack, or drop if it cannot meet its
 // deadline) and never holds one. The sum is read from the datapath's
 // qsocket table each time the links are planned, so a restarted daemon
-// and a closed socket need no state of their own; Tick shrinks the class
-// when sockets closed.
+// and a closed socket need no state of their own; the rescan's sync shrinks
+// the class when sockets closed.
 
 // DefaultQSchedRate is the rate a scheduled qsocket that declares none is
 // admitted and served at (bit/s).
@@ -69,37 +66,6 @@ func (e *Engine) qschedRateLocked() uint64 {
 	return qschedRate(all, 0)
 }
 
-// pushQSchedsLocked gives the datapath the qsocket scheduler of every
-// shaped link of plans that has a qsched class (and takes it from the
-// others), when that differs from what it has.
-func (e *Engine) pushQSchedsLocked(plans []linkPlan) error {
-	qk, ok := e.k.(QSockKernel)
-	if !ok {
-		return nil
-	}
-	want := map[int]datapath.QSched{}
-	for _, lp := range plans {
-		if lp.plan == nil || lp.plan.Link.QSched == 0 {
-			continue
-		}
-		for _, c := range lp.plan.Classes {
-			if c.Minor == shaper.QSchedMinor {
-				want[lp.ifindex] = datapath.QSched{Rate: c.Rate, ClassID0: shaper.QSchedBandClassID(0),
-					Margin: time.Duration(shaper.QSchedMargin(*lp.plan))}
-			}
-		}
-	}
-	if maps.Equal(want, e.qschedPushed) || (len(want) == 0 && e.qschedPushed == nil) {
-		return nil
-	}
-	if err := qk.SetQScheds(want); err != nil {
-		e.qschedPushed = nil
-		return err // the datapath names its step
-	}
-	e.qschedPushed = want
-	return nil
-}
-
 // admitQSchedLocked checks that rate more (for a qsocket besides the
 // scheduled ones in all, without skip) fits in QSchedShare of every
 // shaped link.
@@ -124,48 +90,23 @@ func (e *Engine) admitQSchedLocked(all map[uint32]datapath.QSock, skip uint32, r
 // link l: QSchedShare of its egress rate.
 func qschedBound(l policy.Link) uint64 { return units.Mul(uint64(l.EgressRate), QSchedShare) / 100 }
 
-// reshapeQSchedLocked plans and pushes the links again after the
-// scheduled qsockets changed (only what differs is written).
+// reshapeQSchedLocked syncs after the scheduled qsockets changed (only
+// what differs is written: the links' qsched classes and schedulers).
 func (e *Engine) reshapeQSchedLocked() error {
-	if e.comp == nil {
+	if e.desired == nil {
 		return nil
 	}
-	now, _ := e.runtimePolicy(e.eff.Policy)
-	plans, idx, _, err := e.planLinks(now, e.comp)
-	if err != nil {
-		return err
-	}
-	return e.pushKernel(e.comp, plans, idx)
+	return e.syncLocked("qsocket change", syncChange{})
 }
 
-// undoQSchedLocked plans the links again after undo put the qsocket table
-// back, when a change of the scheduled qsockets failed to reach the
-// kernel.
+// undoQSchedLocked syncs again after undo put the qsocket table back, when
+// a change of the scheduled qsockets failed to reach the kernel.
 func (e *Engine) undoQSchedLocked(undo func() error) {
 	if err := undo(); err != nil {
 		e.log.Error("restore the qsocket table after a failed change", "err", err)
 	}
 	if err := e.reshapeQSchedLocked(); err != nil {
 		e.log.Error("restore the links' qsocket scheduler after a failed change", "err", err)
-	}
-}
-
-// tickQSched shrinks (or grows) the links' qsched classes when the
-// scheduled qsockets changed without the daemon (closed sockets).
-func (e *Engine) tickQSched() {
-	qsockMu.Lock()
-	defer qsockMu.Unlock()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.k == nil {
-		return
-	}
-	rate := e.qschedRateLocked()
-	if rate == e.qschedPlanned {
-		return
-	}
-	if err := e.reshapeQSchedLocked(); err != nil {
-		e.log.Warn("resize the links' qsocket scheduler", "err", err)
 	}
 }
 

@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -117,68 +117,19 @@ func (t *ruleTimes) reached(name string, q policy.QuotaSpec, now time.Time) bool
 	return u.PeriodStart.Equal(start) && u.Used >= q.Size
 }
 
-// runtimePolicy is p as it applies now: rules outside their schedule left
-// out, rules over their quota blocked or capped. key names that view, so
-// that Tick can tell when it changes. p itself is not changed.
-func (e *Engine) runtimePolicy(p *policy.Policy) (*policy.Policy, string) {
-	now := e.cfg.Now()
-	shaped := false
-	for _, l := range p.Links {
-		shaped = shaped || l.EgressRate > 0
-	}
-	var out *policy.Policy
-	var key []string
-	for i, r := range p.Rules {
-		if s, loc, ok := r.ScheduleOf(); ok && !s.Active(now, loc) {
-			key = append(key, r.Name+":off")
+// overQuota are the rules of p whose quota is used up in the period now
+// falls in (the derive applies their quota action).
+func (t *ruleTimes) overQuota(p *policy.Policy, now time.Time) map[string]bool {
+	var out map[string]bool
+	for _, r := range p.Rules {
+		if q, ok := r.QuotaOf(); ok && t.reached(r.Name, q, now) {
 			if out == nil {
-				out = withRules(p, p.Rules[:i])
+				out = map[string]bool{}
 			}
-			continue
-		}
-		if q, ok := r.QuotaOf(); ok && q.Action.Kind != policy.QuotaEvent && e.times.reached(r.Name, q, now) {
-			key = append(key, r.Name+":"+q.Action.String())
-			switch q.Action.Kind {
-			case policy.QuotaBlock:
-				r.Action = policy.ActionDrop
-			case policy.QuotaLimit:
-				if q.Direction != policy.DirOut { // received traffic: a download limit
-					if r.MaxBWIn == 0 || r.MaxBWIn > q.Action.Limit {
-						r.MaxBWIn = q.Action.Limit
-					}
-				}
-				if q.Direction == policy.DirIn {
-					break
-				}
-				if shaped {
-					if r.MaxBW == 0 || r.MaxBW > q.Action.Limit {
-						r.MaxBW = q.Action.Limit
-					}
-					r.MinBW = min(r.MinBW, r.MaxBW)
-				} else if r.Police == 0 || r.Police > q.Action.Limit {
-					r.Police = q.Action.Limit
-				}
-			}
-			if out == nil {
-				out = withRules(p, p.Rules[:i])
-			}
-		}
-		if out != nil {
-			out.Rules = append(out.Rules, r)
+			out[r.Name] = true
 		}
 	}
-	if out == nil {
-		return p, ""
-	}
-	return out, strings.Join(key, ",")
-}
-
-// withRules is a shallow copy of p (every other part shared) with a copy
-// of rules as its rules.
-func withRules(p *policy.Policy, rules []policy.Rule) *policy.Policy {
-	c := *p
-	c.Rules = append([]policy.Rule{}, rules...)
-	return &c
+	return out
 }
 
 // tickTimes counts quota usage, notices quota resets and schedule
@@ -303,8 +254,8 @@ func (e *Engine) tickTimesLocked() []api.Event {
 			delete(t.on, name)
 		}
 	}
-	if _, key := e.runtimePolicy(e.eff.Policy); key != t.view {
-		err := e.applyLocked(e.eff, e.slots.clone(), nil, nil)
+	if e.viewChangedLocked() {
+		err := e.syncLocked("quota or schedule change", syncChange{})
 		msg := ""
 		if err != nil {
 			msg = err.Error()
@@ -469,4 +420,11 @@ func (e *Engine) quotaStatusLocked(r policy.Rule, ri *api.RuleInfo) {
 		}
 		ri.Schedule = ss
 	}
+}
+
+// viewChangedLocked reports whether the runtime view (the rules that are
+// off or over their quota) differs from the one the kernel holds.
+func (e *Engine) viewChangedLocked() bool {
+	now := e.cfg.Now()
+	return derive.View(e.eff.Policy, now, e.times.overQuota(e.eff.Policy, now)) != e.times.view
 }

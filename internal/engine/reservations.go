@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/units"
 )
@@ -267,7 +268,7 @@ func (e *Engine) reservationsLocked(name string) ([]api.ReservationInfo, Kernel)
 // resvRuleName is the name of the rule that carries a reservation's
 // session selector in the compiled policy (":" keeps it apart from every
 // rule name a user can give).
-func resvRuleName(name string) string { return "resv:" + name }
+func resvRuleName(name string) string { return derive.ResvKey(name) }
 
 // tspecOf is a reservation's Tspec and Rspec in RFC 2210 units.
 func tspecOf(r policy.Reservation) api.Tspec {
@@ -301,7 +302,7 @@ func (e *Engine) watchReservations() {
 				}
 			}
 		}
-		for _, name := range e.missing {
+		for _, name := range e.missingLocked() {
 			now[r.Name+"\x00"+fmt.Sprintf("link %s has no interface now", name)] = true
 		}
 	}

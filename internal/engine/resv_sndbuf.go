@@ -70,8 +70,8 @@ func (e *Engine) sizeSendBuffers(k Kernel, binds []datapath.Binding) {
 	}
 	e.mu.Lock()
 	want := map[uint16]uint32{}
-	if e.comp != nil {
-		for _, r := range e.comp.Datapath.Reservations {
+	if e.desired != nil {
+		for _, r := range e.desired.Datapath.Reservations {
 			if r.SendBuffer > 0 {
 				want[r.ID] = r.SendBuffer
 			}

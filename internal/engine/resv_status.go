@@ -33,8 +33,8 @@ func (e *Engine) fillReservationStatus(k Kernel, who Caller, out []api.Reservati
 		links[n] = ifx
 	}
 	specs := map[uint16]shaper.RuleSpec{}
-	if e.comp != nil {
-		for _, rs := range e.comp.Rules {
+	if e.desired != nil {
+		for _, rs := range e.desired.Rules {
 			specs[rs.Slot] = rs
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -50,11 +51,7 @@ func TestUserRunEvaluatedAfterAdminRules(t *testing.T) {
 	if err := checkPolicy(m.Policy, "test"); err != nil {
 		t.Fatal(err)
 	}
-	slots := newSlotTable()
-	if err := slots.assign(m.Policy, nil); err != nil {
-		t.Fatal(err)
-	}
-	c, err := compile(m.Policy, m.Runs, slots, t.TempDir())
+	c, slots, err := deriveForTest(m, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +160,7 @@ func TestStatusHidesOtherUsersRuns(t *testing.T) {
 	runOverlay(d.temp, "mine", 65534, false)
 	runOverlay(d.temp, "other", 1001, false)
 	d.eff = merge(d.base, d.persist, d.temp)
-	d.comp = &compiled{Warnings: []string{
+	d.desired = &derive.Desired{Warnings: []string{
 		`rule "run-other": cgroup /hostqos/run-other does not exist; the rule matches nothing until it does`,
 		`rule "run-mine": cgroup /hostqos/run-mine does not exist; the rule matches nothing until it does`,
 	}}
@@ -225,11 +222,7 @@ func TestRunStaysUnderAdminCgroupRule(t *testing.T) {
 	unit.Proto, unit.Unit, unit.MaxBW = "", "user@65534.service", 1e6
 	persist.Rules["unit"] = &unit
 	m := merge(&policy.Policy{Classes: policy.DefaultClasses()}, persist, temp)
-	slots := newSlotTable()
-	if err := slots.assign(m.Policy, nil); err != nil {
-		t.Fatal(err)
-	}
-	c, err := compile(m.Policy, m.Runs, slots, cgRoot)
+	c, slots, err := deriveForTest(m, cgRoot)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -188,7 +189,7 @@ func (e *Engine) shieldKernel() ShieldKernel {
 	return sk
 }
 
-var errNoShield = errors.New("the XDP shield is not loaded (see the daemon's log); the drop list, SYN limits and protected clients are unavailable")
+var errNoShield = derive.ErrNoShield
 
 // blockEntries is the whole drop list: the config file's entries and the
 // API's (which cannot shadow the config file's).
@@ -207,94 +208,13 @@ func blockEntries(base *policy.Policy, s *shieldState) []datapath.BlockEntry {
 	return out
 }
 
-func protectedList(s *shieldState) []datapath.Protected {
-	out := make([]datapath.Protected, 0, len(s.Protected))
-	for ap := range s.Protected {
-		out = append(out, datapath.Protected{Addr: ap.Addr(), Port: ap.Port()})
-	}
-	return out
-}
-
-func synLimits(l policy.Link) datapath.SynLimits {
-	return datapath.SynLimits{Rate: uint32(l.SynRate), PerSource: uint32(l.SynRatePerSource)}
-}
-
-// needsXDP reports whether a managed link carries the XDP program: it
-// has SYN limits, or the drop list is not empty. Links that need neither
-// are left without one (an XDP program changes how a veth receives).
-func (e *Engine) needsXDP(syn datapath.SynLimits) bool {
-	if syn.Enabled() {
-		return true
-	}
-	if len(e.base.Blocks) > 0 {
-		return true
-	}
-	s, err := e.shieldLocked()
-	return err == nil && len(s.Blocks) > 0
-}
-
-// pushShieldLocked makes the kernel's shield match: the drop list and
-// protected clients when full is set (a shield change, the first push),
-// and the XDP program on the managed links that need it. Links no
-// longer managed lose it.
-func (e *Engine) pushShieldLocked(plans []linkPlan, ifindexes map[string]int, full bool) error {
-	sk := e.shieldKernel()
-	if sk == nil {
-		for _, lp := range plans {
-			if lp.syn.Enabled() {
-				return fmt.Errorf("link %s: SYN limits: %w", lp.name, errNoShield)
-			}
-		}
-		return nil
-	}
-	s, err := e.shieldLocked()
-	if err != nil {
-		return err
-	}
-	if full || !e.shieldPushed {
-		if err := sk.SetBlocks(blockEntries(e.base, s)); err != nil {
-			return err
-		}
-		if err := sk.SetProtected(protectedList(s)); err != nil {
-			return err
-		}
-		e.shieldPushed = true
-	}
-	if e.xdp == nil {
-		e.xdp = map[string]int{}
-	}
-	for _, lp := range plans {
-		if e.needsXDP(lp.syn) {
-			if err := sk.AttachXDP(lp.ifindex, lp.syn); err != nil {
-				return fmt.Errorf("link %s: %w", lp.name, err)
-			}
-			e.xdp[lp.name] = lp.ifindex
-		} else if ifindex, ok := e.xdp[lp.name]; ok {
-			if err := sk.DetachXDP(ifindex); err != nil {
-				return fmt.Errorf("link %s: %w", lp.name, err)
-			}
-			delete(e.xdp, lp.name)
-		}
-	}
-	for name, ifindex := range e.xdp {
-		if _, still := ifindexes[name]; still {
-			continue
-		}
-		if err := sk.DetachXDP(ifindex); err != nil {
-			e.log.Warn("detach XDP shield", "link", name, "err", err)
-		}
-		delete(e.xdp, name)
-	}
-	return nil
-}
-
 // shieldChange applies a change of the shield state: mutate works on a
-// copy; the result is pushed to the kernel and written, or nothing
-// changes (the kernel is put back on error).
+// copy; the result is synced (the protected clients' rules change with the
+// XDP entries, in the same sync) and written, or nothing changes.
 func (e *Engine) shieldChange(mutate func(s *shieldState) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.k == nil {
+	if e.k == nil || e.desired == nil {
 		return errNotLoaded
 	}
 	if e.shieldKernel() == nil {
@@ -304,41 +224,11 @@ func (e *Engine) shieldChange(mutate func(s *shieldState) error) error {
 	if err != nil {
 		return err
 	}
-	next := cur.clone()
-	if err := mutate(next); err != nil {
+	s := cur.clone()
+	if err := mutate(s); err != nil {
 		return err
 	}
-	apply := func(s *shieldState) error {
-		e.shield = s
-		// The protected clients' rules (protect_compile.go) change with
-		// the XDP entries, in the same transaction.
-		if err := e.applyLocked(e.eff, e.slots.clone(), nil, nil); err != nil {
-			return err
-		}
-		plans, idx, _, err := e.planLinks(e.eff.Policy, e.comp)
-		if err != nil {
-			return err
-		}
-		return e.pushShieldLocked(plans, idx, true)
-	}
-	if e.comp == nil {
-		return errNotLoaded
-	}
-	if err := apply(next); err == nil {
-		err = e.writeShield(next)
-		if err == nil {
-			return nil
-		}
-		if rerr := apply(cur); rerr != nil {
-			e.log.Error("restore the XDP shield after a failed change", "err", rerr)
-		}
-		return err
-	} else {
-		if rerr := apply(cur); rerr != nil {
-			e.log.Error("restore the XDP shield after a failed change", "err", rerr)
-		}
-		return err
-	}
+	return e.syncLocked("shield change", syncChange{shield: s, save: func(*slotTable) error { return e.writeShield(s) }})
 }
 
 func ttlDeadline(ttl int64, field string) (int64, error) {

@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
@@ -100,9 +101,7 @@ type merged struct {
 
 // runCgroup is where a run's process was moved from and to; compile keeps
 // it under the admin cgroup and unit rules of the cgroup it left.
-type runCgroup struct {
-	Rule, Cgroup, Origin string
-}
+type runCgroup = derive.Run
 
 // merge lays the persistent and temporary overlays over the config file's
 // policy. The base must already contain the default classes.
@@ -261,10 +260,11 @@ func (s *slotTable) clone() *slotTable {
 	return n
 }
 
-// assign gives slots to new rules and classes and frees those of vanished
-// ones. current reads the counter of a slot (for the baseline of a reused
-// slot); it may be nil.
-func (s *slotTable) assign(p *policy.Policy, current func(slot int) baseCounter) error {
+// assign gives slots to new rules and classes of p (an expansion's) and
+// ids to new reservation keys resv, and frees those of vanished ones.
+// current reads the counter of a slot (for the baseline of a reused slot);
+// it may be nil.
+func (s *slotTable) assign(p *policy.Policy, resv []string, current func(slot int) baseCounter) error {
 	rules := make([]string, 0, len(p.Rules))
 	var classes []string
 	for _, r := range p.Rules {
@@ -280,7 +280,7 @@ func (s *slotTable) assign(p *policy.Policy, current func(slot int) baseCounter)
 	if s.changed != nil {
 		ch = *s.changed
 	}
-	if err := allocate(s.Resv, resvKeys(p), datapath.MaxReservations-1, "reservation id", ch.resv, nil); err != nil {
+	if err := allocate(s.Resv, resv, datapath.MaxReservations-1, "reservation id", ch.resv, nil); err != nil {
 		return err
 	}
 	err := allocate(s.Rules, rules, datapath.MaxRules, "rule slot", ch.rules, func(slot int) {
@@ -297,6 +297,37 @@ func (s *slotTable) assign(p *policy.Policy, current func(slot int) baseCounter)
 		return err
 	}
 	return allocate(s.Classes, classes, maxClasses, "class index", ch.classes, nil)
+}
+
+// holds reports whether the table gives exactly p's rules and classes and
+// the keys resv their numbers, each in range and once: then assign would
+// change nothing (a rescan's sync needs no copy of the table).
+func (s *slotTable) holds(p *policy.Policy, resv []string) bool {
+	if len(s.Rules) != len(p.Rules) || len(s.Classes) != len(p.Classes) || len(s.Resv) != len(resv) {
+		return false
+	}
+	return holdsAll(s.Rules, len(p.Rules), func(i int) string { return p.Rules[i].Name }, datapath.MaxRules) &&
+		holdsAll(s.Classes, len(p.Classes), func(i int) string { return p.Classes[i].Name }, maxClasses) &&
+		holdsAll(s.Resv, len(resv), func(i int) string { return resv[i] }, datapath.MaxReservations-1)
+}
+
+// holdsAll reports whether m gives each of the n names a number below
+// limit that no other name has.
+func holdsAll(m map[string]int, n int, name func(int) string, limit int) bool {
+	used := make([]bool, limit)
+	for i := 0; i < n; i++ {
+		v, ok := m[name(i)]
+		if !ok || v < 0 || v >= limit || used[v] {
+			return false
+		}
+		used[v] = true
+	}
+	return true
+}
+
+// view is the table as the derive reads it (shared, not copied).
+func (s *slotTable) view() derive.Slots {
+	return derive.Slots{Rules: s.Rules, Classes: s.Classes, Resv: s.Resv}
 }
 
 // allocate keeps the numbers of the names that stay, frees those of names

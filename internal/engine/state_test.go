@@ -39,7 +39,7 @@ func TestMergeLayers(t *testing.T) {
 func TestSlotsStableAndBaselined(t *testing.T) {
 	s := newSlotTable()
 	p := &policy.Policy{Classes: policy.DefaultClasses(), Rules: []policy.Rule{rule("a"), rule("b")}}
-	if err := s.assign(p, nil); err != nil {
+	if err := s.assign(p, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	a, b := s.Rules["a"], s.Rules["b"]
@@ -49,7 +49,7 @@ func TestSlotsStableAndBaselined(t *testing.T) {
 	// Remove a, add c: b keeps its slot, c reuses a's with a baseline.
 	p.Rules = []policy.Rule{rule("b"), rule("c")}
 	counter := func(slot int) baseCounter { return baseCounter{Packets: uint64(100 + slot)} }
-	if err := s.assign(p, counter); err != nil {
+	if err := s.assign(p, nil, counter); err != nil {
 		t.Fatal(err)
 	}
 	if s.Rules["b"] != b {

@@ -168,7 +168,7 @@ func sub(a, b uint64) uint64 {
 // class's rules instead.
 func (s *sampler) classStats() ([]api.ClassStat, error) {
 	s.e.mu.Lock()
-	eff, comp, k := s.e.eff, s.e.comp, s.e.k
+	eff, comp, k := s.e.eff, s.e.desired, s.e.k
 	links := maps.Clone(s.e.links)
 	s.e.mu.Unlock()
 	if comp == nil || k == nil {

@@ -62,14 +62,14 @@ func (e *Engine) statusLocked(who Caller, st *api.Status) Kernel {
 	if w := e.historyWarning(); w != "" {
 		st.Warnings = append(st.Warnings, w)
 	}
-	if e.comp != nil {
-		for _, w := range e.comp.Warnings {
+	if e.desired != nil {
+		for _, w := range e.desired.Warnings {
 			if !mentionsRule(w, hidden) {
 				st.Warnings = append(st.Warnings, w)
 			}
 		}
 	}
-	for _, name := range e.missing {
+	for _, name := range e.missingLocked() {
 		if why, ok := e.lookupErr[name]; ok {
 			st.Warnings = append(st.Warnings, fmt.Sprintf("link %q: cannot tell whether the interface exists (%s); hostqos manages it once it can", name, why))
 			continue

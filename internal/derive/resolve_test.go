@@ -1,4 +1,4 @@
-package engine
+package derive
 
 import (
 	"errors"
@@ -35,9 +35,11 @@ func TestResolveExeSaysWhatItCannotResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := &compiled{Resolved: map[string][]string{}}
+	res := NewSystemResolver("")
+	defer res.Close()
+	c := &Desired{Resolved: map[string][]string{}}
 	var dr datapath.Rule
-	if err := resolveApp(&dr, policy.Rule{Name: "loop", Exe: loopA}, "", nil, c); err != nil {
+	if err := resolveApp(res, &dr, policy.Rule{Name: "loop", Exe: loopA}, nil, c); err != nil {
 		t.Fatal(err)
 	}
 	if len(dr.Exes) != 1 || dr.Exes[0] != never {
@@ -50,9 +52,9 @@ func TestResolveExeSaysWhatItCannotResolve(t *testing.T) {
 		t.Errorf("warnings %q do not name the unresolvable rule", w)
 	}
 
-	c = &compiled{Resolved: map[string][]string{}}
+	c = &Desired{Resolved: map[string][]string{}}
 	dr = datapath.Rule{}
-	if err := resolveApp(&dr, policy.Rule{Name: "glob", Exe: filepath.Join(dir, "*")}, "", nil, c); err != nil {
+	if err := resolveApp(res, &dr, policy.Rule{Name: "glob", Exe: filepath.Join(dir, "*")}, nil, c); err != nil {
 		t.Fatal(err)
 	}
 	if len(dr.Exes) != 1 || dr.Exes[0] != want {
@@ -62,9 +64,9 @@ func TestResolveExeSaysWhatItCannotResolve(t *testing.T) {
 		t.Errorf("glob notes %q", n)
 	}
 
-	c = &compiled{Resolved: map[string][]string{}}
+	c = &Desired{Resolved: map[string][]string{}}
 	dr = datapath.Rule{}
-	if err := resolveApp(&dr, policy.Rule{Name: "missing", Exe: filepath.Join(dir, "nope")}, "", nil, c); err != nil {
+	if err := resolveApp(res, &dr, policy.Rule{Name: "missing", Exe: filepath.Join(dir, "nope")}, nil, c); err != nil {
 		t.Fatal(err)
 	}
 	if n := strings.Join(c.Resolved["missing"], "; "); n != "exe: no such file yet" || len(c.Warnings) != 1 {
