@@ -36,3 +36,17 @@ func BenchmarkAddRule100x10k(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRescan100x10k is the idle cost of the rescan's sync (every
+// second): 100 shaped links and 10,000 rules, nothing changed.
+func BenchmarkRescan100x10k(b *testing.B) {
+	env := newEnv(b, scaleConfig(100, 10000))
+	for i := 0; i < 100; i++ {
+		env.k.Ifindexes[fmt.Sprintf("link%d", i)] = 10 + i
+	}
+	e := env.start(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		e.Rescan()
+	}
+}
