@@ -10,6 +10,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/metrics"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -60,7 +61,7 @@ func (d *Daemon) settings() policy.Settings {
 func (d *Daemon) startObservability() error {
 	s := d.settings()
 	rate, burst := s.Events()
-	d.eng.SetEventLimits(engine.EventLimits{Rate: rate, Burst: burst})
+	d.eng.SetEventLimits(events.Limits{Rate: rate, Burst: burst})
 	ho := engine.HistoryOptions{FlowIdle: s.Span("flow_idle"), MaxApps: s.Apps()}
 	var st *history.Store
 	if !d.cfg.NoHistory {

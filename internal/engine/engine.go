@@ -19,6 +19,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/derive"
+	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -104,9 +105,8 @@ type Engine struct {
 	flows   int
 	commit  *PendingKey
 
-	events *eventHub  // the event stream (events.go)
-	evlim  *evLimiter // what one user or remote party may publish (evlimit.go)
-	rt     rtRegistry // real-time channels admitted host-wide (rtchannels.go)
+	events *events.Stream // the event stream and its limits (publish.go)
+	rt     rtRegistry     // real-time channels admitted host-wide (rtchannels.go)
 	// resvBroken are the reservations' current problems, "name\x00why"
 	// (see watchReservations).
 	resvBroken map[string]bool
@@ -139,8 +139,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, links: map[string]int{}}
 	e.stats = newSampler(e)
-	e.events = newEventHub(DefaultEventRing, cfg.MaxSubscribersPerUser, cfg.MaxUserSubscribers, time.Now)
-	e.evlim = newEvLimiter(EventLimits{}, time.Now)
+	e.events = e.newEvents(events.Limits{}, time.Now)
 	var err error
 	if e.times, err = newRuleTimes(cfg.StatePath, cfg.Logger); err != nil {
 		return nil, err

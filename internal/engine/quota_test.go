@@ -9,6 +9,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
@@ -25,13 +26,13 @@ func (c *fakeClock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 // evRecorder reads the quota and schedule events of the engines it is
 // attached to from their event streams.
 type evRecorder struct {
-	sub *Subscription
+	sub *events.Subscription
 	got []api.Event
 }
 
 func (r *evRecorder) read() {
 	if r.sub != nil {
-		r.got = append(r.got, r.sub.take()...)
+		r.got = append(r.got, takeNow(r.sub)...)
 	}
 }
 
@@ -333,9 +334,9 @@ name = "eth0"
 		t.Fatal(err)
 	}
 	defer other.Close()
-	got := func(s *Subscription) []string {
+	got := func(s *events.Subscription) []string {
 		var out []string
-		for _, ev := range s.take() {
+		for _, ev := range takeNow(s) {
 			out = append(out, ev.Kind+" "+ev.Subject)
 		}
 		return out

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/rsvp"
 )
@@ -195,11 +196,11 @@ func (i *RSVPInstaller) RSVPUpcall(ev rsvp.Event) {
 		fields["reason"] = ev.Reason
 		msg += ": " + ev.Reason
 	}
-	i.E.publishLimited(hostPrincipal(rsvpParty(ev)), true, api.Event{Kind: "rsvp." + ev.Kind,
+	i.E.PublishBy(events.Host(rsvpParty(ev)), api.Event{Kind: "rsvp." + ev.Kind,
 		Subject: fmt.Sprintf("rsvp/%s:%d", ev.Key.Session.Dest, ev.Key.Session.Port), Message: msg, Fields: fields})
 }
 
-// rsvpParty is the remote party an upcall is charged to (evlimit.go): the
+// rsvpParty is the remote party an upcall is charged to (events.Host): the
 // node that reported an error or confirmed; for path state, the sender
 // that announced it; for reservation state, the receiver (the session's
 // destination) that asked for it.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/rsvp"
 )
 
@@ -18,7 +19,7 @@ type rsvpHop struct {
 	e   *Engine
 	env *testEnv
 	f   *RSVP
-	sub *Subscription
+	sub *events.Subscription
 }
 
 // rsvpNet is sender s (198.18.1.2) — router r (198.18.1.1 on eth0, the

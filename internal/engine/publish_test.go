@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -10,12 +11,92 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/rsvp"
 )
 
+// next reads one batch from s, failing the test when none comes soon.
+func next(t *testing.T, s *events.Subscription) []api.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	evs, err := s.Next(ctx)
+	if err != nil {
+		t.Fatalf("next events: %v", err)
+	}
+	return evs
+}
+
+// takeNow returns what s holds now (at most a batch), without waiting.
+func takeNow(s *events.Subscription) []api.Event {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	evs, _ := s.Next(ctx)
+	return evs
+}
+
+func kindsOf(evs []api.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Kind
+		if ev.Subject != "" {
+			out[i] += " " + ev.Subject
+		}
+	}
+	return out
+}
+
+func TestEventsInOrderFromPolicyChanges(t *testing.T) {
+	env := newEnv(t, "")
+	e := env.start(t)
+	s, err := e.Subscribe(root, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := e.AddRule(ctx, root, rule("a"), false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.SetRule(ctx, root, "a", []byte(`{"dscp":46}`), false); err != nil {
+		t.Fatal(err)
+	}
+	// A failed change publishes nothing.
+	env.k.FailNth("ApplyRules", 1, errors.New("injected"))
+	if _, err := e.AddRule(ctx, root, rule("b"), false); err == nil {
+		t.Fatal("add with a failing kernel succeeded")
+	}
+	if err := e.RemoveRule(ctx, root, "a"); err != nil {
+		t.Fatal(err)
+	}
+	got := kindsOf(next(t, s))
+	want := []string{"rule.added rule/a", "rule.modified rule/a", "rule.removed rule/a"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events = %q, want %q", got, want)
+	}
+}
+
+func TestEventsRestartedEngineResumesAbove(t *testing.T) {
+	env := newEnv(t, "")
+	e := env.start(t)
+	last := e.LastEventSeq()
+	// A restarted daemon (a new engine over the same state) numbers its
+	// events above the last one's.
+	e2 := env.start(t)
+	s, err := e2.Subscribe(root, &last, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	evs := next(t, s)
+	if evs[0].Kind != api.EventLost || evs[len(evs)-1].Kind != EventDaemonStarted || evs[len(evs)-1].Seq <= last {
+		t.Fatalf("resume across restart: %+v, want a lost marker then daemon.started above seq %d", evs, last)
+	}
+}
+
 // drain reads what s holds now.
-func drain(t *testing.T, s *Subscription) []api.Event {
+func drain(t *testing.T, s *events.Subscription) []api.Event {
 	t.Helper()
 	var out []api.Event
 	for {
@@ -62,7 +143,7 @@ func TestEventsCoalescedPerUserAndKind(t *testing.T) {
 	env := newEnv(t, "")
 	e := env.start(t)
 	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
-	e.evlim = newEvLimiter(EventLimits{Rate: 30, Burst: 60}, clock.now)
+	e.events = e.newEvents(events.Limits{Rate: 30, Burst: 60}, clock.now)
 	st, err := history.Open(filepath.Join(t.TempDir(), "history.db"), history.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -132,55 +213,6 @@ func TestEventsCoalescedPerUserAndKind(t *testing.T) {
 	}
 }
 
-// TestEventsRateLimitedPerUser: a user who spreads events over many kinds
-// meets the token bucket: Burst at once, then Rate a minute; what is over
-// is counted in each kind's summary, and nothing is lost.
-func TestEventsRateLimitedPerUser(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
-	l := newEvLimiter(EventLimits{Rate: 30, Burst: 60}, clock.now)
-	uid := uint32(65534)
-	p, ok := userPrincipal(api.Event{UID: &uid})
-	if !ok {
-		t.Fatal("an ordinary user's event is not limited")
-	}
-	total, shown := 0, 0
-	publish := func(kinds, each int) {
-		for k := 0; k < kinds; k++ {
-			for i := 0; i < each; i++ {
-				total++
-				if ok, due := l.admit(p, api.Event{Kind: fmt.Sprintf("k.%d", k), UID: &uid}); ok {
-					shown++
-				} else if len(due) > 0 {
-					t.Fatalf("summaries within the window: %v", due)
-				}
-			}
-		}
-	}
-	publish(20, 5) // 100 events at once, 5 of each of 20 kinds: the burst binds
-	if shown != 60 {
-		t.Errorf("100 events at once over 20 kinds: %d shown, want the burst of 60", shown)
-	}
-	clock.set(clock.now().Add(20 * time.Second)) // 10 more tokens at 30 a minute
-	publish(20, 1)
-	if shown != 70 {
-		t.Errorf("20 s later, 20 more: %d shown in all, want 70", shown)
-	}
-	clock.set(clock.now().Add(40 * time.Second))
-	var summed uint64
-	for _, ev := range l.roll(false) {
-		if ev.UID == nil || *ev.UID != uid || !strings.Contains(ev.Message, "by uid 65534") || !strings.Contains(ev.Message, "over the limit of 30 events a minute, 60 at once") {
-			t.Errorf("summary %+v", ev)
-		}
-		summed += coalesced(ev)
-	}
-	if summed+uint64(shown) != uint64(total) {
-		t.Errorf("%d shown + %d in summaries, want all %d", shown, summed, total)
-	}
-	if s := l.roll(false); len(s) != 0 {
-		t.Errorf("a second roll in the same window: %v", s)
-	}
-}
-
 // TestRSVPEventsLimitedPerRemoteHost: RSVP upcalls are charged to the
 // remote party (here the sender whose Path churns); one host's churn is
 // coalesced like a user's, and a flood from many (spoofed) addresses is
@@ -190,8 +222,8 @@ func TestRSVPEventsLimitedPerRemoteHost(t *testing.T) {
 	env := newEnv(t, "")
 	e := env.start(t)
 	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
-	e.evlim = newEvLimiter(EventLimits{Rate: 30, Burst: 60}, clock.now)
-	sub, err := e.Subscribe(root, nil, []string{"rsvp", EventSuppressed})
+	e.events = e.newEvents(events.Limits{Rate: 30, Burst: 60}, clock.now)
+	sub, err := e.Subscribe(root, nil, []string{"rsvp", events.Suppressed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,27 +260,8 @@ func TestRSVPEventsLimitedPerRemoteHost(t *testing.T) {
 		}
 	}
 	t.Logf("3000 spoofed senders: %d shown, %d summaries standing for %v", shown["rsvp.path"], n, summed)
-	if shown["rsvp.path"] > 60*remoteEventFactor || shown["rsvp.path"]+summed["rsvp.path"]+summed[EventSuppressed] != 3000 || n > maxEventSummaries+1 {
+	if shown["rsvp.path"] > 60*events.RemoteFactor || shown["rsvp.path"]+summed["rsvp.path"]+summed[events.Suppressed] != 3000 || n > events.MaxSummaries+1 {
 		t.Errorf("3000 senders: %d shown, %d summaries for %v; want at most %d shown (all remote hosts' burst), at most %d summaries, all counted",
-			shown["rsvp.path"], n, summed, 60*remoteEventFactor, maxEventSummaries+1)
-	}
-}
-
-// TestEventLimiterForgetsQuietPrincipals: a principal whose bucket is full
-// again at the end of a window is forgotten, so the table does not grow
-// with every user or host ever seen.
-func TestEventLimiterForgetsQuietPrincipals(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
-	l := newEvLimiter(EventLimits{Rate: 60, Burst: 10}, clock.now)
-	for i := 0; i < 1000; i++ {
-		l.admit(hostPrincipal(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})), api.Event{Kind: "rsvp.path"})
-	}
-	if len(l.who) > maxEventPrincipals+1 {
-		t.Errorf("%d principals tracked, want at most %d and the shared one", len(l.who), maxEventPrincipals)
-	}
-	clock.set(clock.now().Add(time.Minute))
-	l.roll(false)
-	if len(l.who) > 1 { // the shared one may still be drained
-		t.Errorf("after a quiet minute %d principals tracked, want those with a full bucket forgotten", len(l.who))
+			shown["rsvp.path"], n, summed, 60*events.RemoteFactor, events.MaxSummaries+1)
 	}
 }

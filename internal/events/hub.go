@@ -1,4 +1,4 @@
-package engine
+package events
 
 import (
 	"context"
@@ -10,34 +10,26 @@ import (
 	"github.com/hostqos/hostqos/api"
 )
 
-// The event stream: front doors and the engine publish events (Publish);
-// readers subscribe (Subscribe) and read them in order. Publishing never
-// waits for a reader: events go into a bounded ring of recent events, and
-// each reader reads the ring at its own pace from its own position. A
-// reader that falls more than the ring behind gets one api.EventLost
-// marker with the number it missed, then continues with the oldest event
-// still held. Each event is seen only by who may see its object (see
-// visible).
+// The ring and its readers. Publishing never waits for a reader: events
+// go into a bounded ring of recent events, and each reader reads the ring
+// at its own pace from its own position. A reader that falls more than
+// the ring behind gets one api.EventLost marker with the number it missed,
+// then continues with the oldest event still held. Each event is seen only
+// by who may see its object (see visible).
 
 // Default bounds of the event stream.
 const (
-	// DefaultEventRing is how many recent events the engine holds for
-	// readers and for resuming (?since=SEQ).
-	DefaultEventRing = 4096
-	// DefaultMaxSubscribersPerUser bounds the event streams one ordinary
-	// user may follow at once (root and group hostqos are not limited).
-	DefaultMaxSubscribersPerUser = 4
-	// DefaultMaxUserSubscribers bounds the event streams of all ordinary
-	// users together.
-	DefaultMaxUserSubscribers = 64
+	// DefaultRing is how many recent events the stream holds for readers
+	// and for resuming (?since=SEQ).
+	DefaultRing = 4096
+	// DefaultMaxPerUser bounds the event streams one ordinary user may
+	// follow at once (root and group hostqos are not limited).
+	DefaultMaxPerUser = 4
+	// DefaultMaxUsers bounds the event streams of all ordinary users
+	// together.
+	DefaultMaxUsers = 64
 	// maxEventBatch is the most events one Next returns.
 	maxEventBatch = 256
-)
-
-// Event kinds the engine publishes itself.
-const (
-	EventDaemonStarted = "daemon.started"
-	EventPolicyLoaded  = "policy.reloaded"
 )
 
 // eventHub holds the ring and the readers. Its lock is its own (never the
@@ -47,7 +39,7 @@ type eventHub struct {
 	ring    []api.Event // ring[i%len] holds seq first+i… ; len(ring) fixed
 	first   uint64      // seq of the oldest event held
 	next    uint64      // seq the next event gets
-	start   uint64      // seq of this engine's first event
+	start   uint64      // seq of this stream's first event
 	subs    map[*Subscription]struct{}
 	byUID   map[uint32]int // readers of ordinary users
 	users   int
@@ -62,38 +54,21 @@ type eventHub struct {
 // not reached).
 func newEventHub(ringSize, perUser, total int, now func() time.Time) *eventHub {
 	if ringSize <= 0 {
-		ringSize = DefaultEventRing
+		ringSize = DefaultRing
 	}
 	if perUser <= 0 {
-		perUser = DefaultMaxSubscribersPerUser
+		perUser = DefaultMaxPerUser
 	}
 	if total <= 0 {
-		total = DefaultMaxUserSubscribers
+		total = DefaultMaxUsers
 	}
 	s := uint64(now().UnixMicro())
 	return &eventHub{ring: make([]api.Event, ringSize), first: s, next: s, start: s,
 		subs: map[*Subscription]struct{}{}, byUID: map[uint32]int{}, perUser: perUser, total: total, now: now}
 }
 
-// Publish adds an event to the stream (its Seq and Time are set here) and
-// returns its seq. It never waits for a reader; it may be called with or
-// without the engine's lock held.
-// The event is also recorded in the history store, when there is one.
-// An event about an ordinary user's object is charged to that user
-// (evlimit.go): over the user's limits it is counted, not published (seq
-// 0), and a summary stands for it at the end of the minute.
-func (e *Engine) Publish(ev api.Event) uint64 {
-	p, limited := userPrincipal(ev)
-	return e.publishLimited(p, limited, ev)
-}
-
-// publishNow publishes ev as it is.
-func (e *Engine) publishNow(ev api.Event) uint64 {
-	seq := e.events.publish(ev)
-	e.recordEvent(ev)
-	return seq
-}
-
+// publish adds ev to the ring (its Seq and Time are set here), wakes the
+// readers and returns its seq.
 func (h *eventHub) publish(ev api.Event) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -115,30 +90,23 @@ func (h *eventHub) publish(ev api.Event) uint64 {
 // Subscription is one reader of the event stream.
 type Subscription struct {
 	h      *eventHub
-	who    Caller
+	who    Viewer
 	kinds  []string
 	pos    uint64 // seq of the next event to read
-	lostAt bool   // the reader resumed from before this engine's events
+	lostAt bool   // the reader resumed from before this stream's events
 	wake   chan struct{}
 	closed bool
 }
 
-// Subscribe opens a reader of the event stream for who: since (nil: from
-// the next event) resumes after that seq; kinds filters by kind (see
-// api.EventsOptions). An ordinary user may hold a bounded number of
-// readers (a *TooManyError beyond). Close it when done.
-func (e *Engine) Subscribe(who Caller, since *uint64, kinds []string) (*Subscription, error) {
-	return e.events.subscribe(who, since, kinds)
-}
-
-func (h *eventHub) subscribe(who Caller, since *uint64, kinds []string) (*Subscription, error) {
+// subscribe opens a reader for who (see Stream.Subscribe).
+func (h *eventHub) subscribe(who Viewer, since *uint64, kinds []string) (*Subscription, error) {
 	for _, k := range kinds {
 		if k == "" || len(k) > 64 || strings.ContainsAny(k, " \t\n") {
-			return nil, &BadRequestError{fmt.Errorf("event kind %q: want a kind or its prefix, e.g. reservation or reservation.admitted", clipKind(k))}
+			return nil, &KindError{fmt.Errorf("event kind %q: want a kind or its prefix, e.g. reservation or reservation.admitted", clipKind(k))}
 		}
 	}
 	if len(kinds) > 32 {
-		return nil, &BadRequestError{fmt.Errorf("event kinds: %d given, at most 32", len(kinds))}
+		return nil, &KindError{fmt.Errorf("event kinds: %d given, at most 32", len(kinds))}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -260,21 +228,14 @@ func (s *Subscription) wants(kind string) bool {
 // visible reports whether who may see ev: privileged callers see all;
 // ordinary users see public events (host policy) and those of their own
 // objects.
-func visible(who Caller, ev api.Event) bool {
+func visible(who Viewer, ev api.Event) bool {
 	return who.Privileged || ev.UID == nil || *ev.UID == who.UID
 }
 
-// LastEventSeq is the seq of the last event published (the first one's
-// minus one before any).
-func (e *Engine) LastEventSeq() uint64 {
-	e.events.mu.Lock()
-	defer e.events.mu.Unlock()
-	return e.events.next - 1
-}
-
-// publishChange publishes the event of a policy object changed through a
-// front door: kind "<what>.<verb>" (verb added, modified or removed).
-func (e *Engine) publishChange(what, verb, name string, fields map[string]any) {
-	e.Publish(api.Event{Kind: what + "." + verb, Subject: what + "/" + name,
-		Message: fmt.Sprintf("%s %q %s", what, name, verb), Fields: fields})
+// last is the seq of the last event published (the first one's minus one
+// before any).
+func (h *eventHub) last() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.next - 1
 }

@@ -1,4 +1,4 @@
-package engine
+package events
 
 import (
 	"fmt"
@@ -16,16 +16,16 @@ import (
 // ordinary user an event is about (its uid; root's events and host-policy
 // events are not limited) or the remote RSVP party whose message caused it.
 //
-// Each principal has a token bucket (EventLimits: Rate a minute, Burst at
+// Each principal has a token bucket (Limits: Rate a minute, Burst at
 // once), and may have at most eventKindBurst events of one kind published
 // one by one in a window (eventWindow); all remote parties together have
-// remoteEventFactor times one's bucket. An event over a bound is not
+// RemoteFactor times one's bucket. An event over a bound is not
 // published: it is counted under its principal and kind, and when the
 // window ends one event of that kind says how many there were, by whom,
 // why, and what the last one was (its field "coalesced" is the count).
 // Nothing is silently lost: beyond maxEventPrincipals principals the
 // others share one ("other users", "other hosts"), and beyond
-// maxEventSummaries summaries in a window one "events.suppressed" event
+// MaxSummaries summaries in a window one "events.suppressed" event
 // counts the rest.
 
 // Fixed bounds of the event limiter.
@@ -36,30 +36,31 @@ const (
 	// eventKindBurst is how many events of one kind one principal may
 	// have published one by one in a window.
 	eventKindBurst = 10
-	// remoteEventFactor: all remote parties together get this many times
-	// one principal's rate and burst.
-	remoteEventFactor = 4
+	// RemoteFactor: all remote parties together get this many times one
+	// principal's rate and burst.
+	RemoteFactor = 4
 	// maxEventPrincipals bounds the principals tracked at once.
 	maxEventPrincipals = 256
 	// maxEventKinds bounds the kinds one principal has counters for.
 	maxEventKinds = 32
-	// maxEventSummaries bounds the summaries of one window.
-	maxEventSummaries = 256
+	// MaxSummaries bounds the summaries of one window.
+	MaxSummaries = 256
 )
 
-// EventSuppressed is the kind of the event that counts, at the end of a
-// window, the held events beyond maxEventSummaries summaries.
-const EventSuppressed = "events.suppressed"
+// Suppressed is the kind of the event that counts, at the end of a
+// window, the held events beyond MaxSummaries summaries.
+const Suppressed = "events.suppressed"
 
-// EventLimits bound the events one principal may have published one by
-// one: Rate a minute on average, Burst at once (zero: the defaults,
+// Limits bound the events one principal may have published one by one:
+// Rate a minute on average, Burst at once (zero: the defaults,
 // policy.DefaultEventRate and DefaultEventBurst).
-type EventLimits struct {
+type Limits struct {
 	Rate, Burst int
 }
 
-// principal is who an event is charged to.
-type principal struct {
+// Principal is who an event is charged to (Host, or the ordinary user an
+// event is about; see Stream.Publish).
+type Principal struct {
 	uid    uint32
 	host   netip.Addr // a remote party; invalid: a user
 	remote bool
@@ -68,19 +69,20 @@ type principal struct {
 
 // userPrincipal is who an event is charged to: the ordinary user it is
 // about; ok is false for events that are not limited.
-func userPrincipal(ev api.Event) (principal, bool) {
+func userPrincipal(ev api.Event) (Principal, bool) {
 	if ev.UID == nil || *ev.UID == 0 {
-		return principal{}, false
+		return Principal{}, false
 	}
-	return principal{uid: *ev.UID}, true
+	return Principal{uid: *ev.UID}, true
 }
 
-// hostPrincipal is a remote party.
-func hostPrincipal(a netip.Addr) principal {
-	return principal{host: a.Unmap(), remote: true}
+// Host is a remote party (e.g. the RSVP node whose message caused an
+// event).
+func Host(a netip.Addr) Principal {
+	return Principal{host: a.Unmap(), remote: true}
 }
 
-func (p principal) String() string {
+func (p Principal) String() string {
 	switch {
 	case p.other && p.remote:
 		return "other remote hosts"
@@ -126,7 +128,7 @@ type evPrincipal struct {
 
 // heldKey names a summary: a principal's events of one kind.
 type heldKey struct {
-	p    principal
+	p    Principal
 	kind string
 }
 
@@ -146,26 +148,28 @@ type evLimiter struct {
 	mu     sync.Mutex
 	rate   float64 // tokens a second
 	burst  float64
-	lim    EventLimits
+	lim    Limits
 	now    func() time.Time
 	start  time.Time // of the window
-	who    map[principal]*evPrincipal
+	who    map[Principal]*evPrincipal
 	remote tokenBucket // all remote parties together
 	held   map[heldKey]*held
-	// overflow counts the held events beyond maxEventSummaries.
+	// overflow counts the held events beyond MaxSummaries.
 	overflow     uint64
-	overflowWho  map[principal]bool
+	overflowWho  map[Principal]bool
 	suppressed   uint64 // all events ever held (for metrics)
 	summariesOut uint64
 }
 
-func newEvLimiter(l EventLimits, now func() time.Time) *evLimiter {
-	lm := &evLimiter{now: now, start: now(), who: map[principal]*evPrincipal{}, held: map[heldKey]*held{}, overflowWho: map[principal]bool{}}
+func newEvLimiter(l Limits, now func() time.Time) *evLimiter {
+	lm := &evLimiter{now: now, start: now(), who: map[Principal]*evPrincipal{}, held: map[heldKey]*held{}, overflowWho: map[Principal]bool{}}
 	lm.set(l)
 	return lm
 }
 
-func (l *evLimiter) set(lim EventLimits) {
+func (l *evLimiter) set(lim Limits) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if lim.Rate <= 0 {
 		lim.Rate = policy.DefaultEventRate
 	}
@@ -175,26 +179,17 @@ func (l *evLimiter) set(lim EventLimits) {
 	l.lim, l.rate, l.burst = lim, float64(lim.Rate)/60, float64(lim.Burst)
 }
 
-// SetEventLimits sets the limits of what one ordinary user or one remote
-// RSVP party may have published one by one (hostqosd --event-rate,
-// --event-burst).
-func (e *Engine) SetEventLimits(l EventLimits) {
-	e.evlim.mu.Lock()
-	defer e.evlim.mu.Unlock()
-	e.evlim.set(l)
-}
-
 // admit decides whether ev, charged to p, is published now (show) or
 // counted; due are the summaries of a window that ended, to publish
 // first.
-func (l *evLimiter) admit(p principal, ev api.Event) (show bool, due []api.Event) {
+func (l *evLimiter) admit(p Principal, ev api.Event) (show bool, due []api.Event) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	due = l.rollLocked(now, false)
 	b := l.who[p]
 	if b == nil && len(l.who) >= maxEventPrincipals {
-		p = principal{remote: p.remote, other: true}
+		p = Principal{remote: p.remote, other: true}
 		b = l.who[p]
 	}
 	if b == nil {
@@ -204,7 +199,7 @@ func (l *evLimiter) admit(p principal, ev api.Event) (show bool, due []api.Event
 	n, known := b.shown[ev.Kind]
 	kindOK := n < eventKindBurst && (known || len(b.shown) < maxEventKinds)
 	rateOK := kindOK && b.take(now, l.rate, l.burst) &&
-		(!p.remote || l.remote.take(now, l.rate*remoteEventFactor, l.burst*remoteEventFactor))
+		(!p.remote || l.remote.take(now, l.rate*RemoteFactor, l.burst*RemoteFactor))
 	if rateOK {
 		b.shown[ev.Kind]++
 		return true, due
@@ -213,7 +208,7 @@ func (l *evLimiter) admit(p principal, ev api.Event) (show bool, due []api.Event
 	k := heldKey{p, ev.Kind}
 	h := l.held[k]
 	if h == nil {
-		if len(l.held) >= maxEventSummaries {
+		if len(l.held) >= MaxSummaries {
 			l.overflow++
 			l.overflowWho[p] = true
 			return false, due
@@ -259,9 +254,9 @@ func (l *evLimiter) rollLocked(now time.Time, force bool) []api.Event {
 		out = append(out, l.summary(k, l.held[k], span))
 	}
 	if l.overflow > 0 {
-		out = append(out, api.Event{Kind: EventSuppressed,
+		out = append(out, api.Event{Kind: Suppressed,
 			Message: fmt.Sprintf("%d more events of %d users or hosts over their limits in the last %v not shown one by one (more than %d kinds and principals over their limits at once)",
-				l.overflow, len(l.overflowWho), span, maxEventSummaries),
+				l.overflow, len(l.overflowWho), span, MaxSummaries),
 			Fields: map[string]any{"coalesced": l.overflow, "principals": len(l.overflowWho), "window_s": int(span / time.Second)}})
 	}
 	l.summariesOut += uint64(len(out))
@@ -289,7 +284,7 @@ func (l *evLimiter) summary(k heldKey, h *held, span time.Duration) api.Event {
 	if h.overRate {
 		why = append(why, fmt.Sprintf("over the limit of %d events a minute, %d at once, per user or host", l.lim.Rate, l.lim.Burst))
 		if k.p.remote {
-			why[len(why)-1] += fmt.Sprintf(" (all remote hosts together: %d times that)", remoteEventFactor)
+			why[len(why)-1] += fmt.Sprintf(" (all remote hosts together: %d times that)", RemoteFactor)
 		}
 	}
 	return api.Event{Kind: k.kind, Subject: h.subject, UID: h.uid,
@@ -309,40 +304,15 @@ func joinAnd(s []string) string {
 	return s[0] + " and " + s[1]
 }
 
-// EventLimitStats are the limiter's counters.
-type EventLimitStats struct {
+// LimitStats are the limiter's counters.
+type LimitStats struct {
 	Suppressed uint64 // events not published one by one
 	Summaries  uint64 // events published in their place
 }
 
-// EventLimitStats reads the limiter's counters.
-func (e *Engine) EventLimitStats() EventLimitStats {
-	e.evlim.mu.Lock()
-	defer e.evlim.mu.Unlock()
-	return EventLimitStats{Suppressed: e.evlim.suppressed, Summaries: e.evlim.summariesOut}
-}
-
-// publishLimited publishes ev charged to p (limited) or, without a
-// principal, as it is; first the summaries of a window that ended.
-func (e *Engine) publishLimited(p principal, limited bool, ev api.Event) uint64 {
-	show := true
-	var due []api.Event
-	if limited {
-		show, due = e.evlim.admit(p, ev)
-	}
-	for _, d := range due {
-		e.publishNow(d)
-	}
-	if !show {
-		return 0
-	}
-	return e.publishNow(ev)
-}
-
-// FlushEvents publishes the summaries of the window that ended (all of
-// them, with force: the daemon stops).
-func (e *Engine) FlushEvents(force bool) {
-	for _, d := range e.evlim.roll(force) {
-		e.publishNow(d)
-	}
+// stats reads the limiter's counters.
+func (l *evLimiter) stats() LimitStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return LimitStats{Suppressed: l.suppressed, Summaries: l.summariesOut}
 }
