@@ -554,7 +554,7 @@ func (d *Datapath) TagSocket(fd int, id Identity) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("tag socket fd %d: %w", fd, err)
+		return false, fmt.Errorf("tag a socket with its identity: %w", err)
 	}
 	return true, nil
 }
@@ -568,7 +568,7 @@ func (d *Datapath) IdentityOf(fd int) (id Identity, ok bool, err error) {
 		return Identity{}, false, nil
 	}
 	if err != nil {
-		return Identity{}, false, fmt.Errorf("read identity of socket fd %d: %w", fd, err)
+		return Identity{}, false, fmt.Errorf("read the identity of a socket: %w", err)
 	}
 	return identFromBPF(&v), true, nil
 }

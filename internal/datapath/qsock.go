@@ -170,12 +170,12 @@ func (d *Datapath) AttachQSock(fd int, id uint32, q QSock) error {
 		v = hostqosHqIdent{Uid: q.UID}
 	} else if err != nil {
 		atomic.StoreUint64(&e.Cookie, 0)
-		return fmt.Errorf("read identity of socket fd %d: %w", fd, err)
+		return fmt.Errorf("read identity of socket %d: %w", q.Cookie, err)
 	}
 	v.Qsock, v.Qcookie = id, q.Cookie
 	if err := d.objs.HqSkIdent.Update(int32(fd), &v, ebpf.UpdateAny); err != nil {
 		atomic.StoreUint64(&e.Cookie, 0)
-		return fmt.Errorf("tag socket fd %d as qsocket %d: %w", fd, id, err)
+		return fmt.Errorf("tag socket %d as qsocket %d: %w", q.Cookie, id, err)
 	}
 	d.forgetSocketFlows(fd)
 	return nil
@@ -241,7 +241,7 @@ func (d *Datapath) DetachQSock(fd int, id uint32, cookie uint64) error {
 		if err := d.objs.HqSkIdent.Lookup(int32(fd), &v); err == nil && v.Qsock == id {
 			v.Qsock, v.Qcookie = 0, 0
 			if err := d.objs.HqSkIdent.Update(int32(fd), &v, ebpf.UpdateExist); err != nil {
-				return fmt.Errorf("untag qsocket %d (socket fd %d): %w", id, fd, err)
+				return fmt.Errorf("untag qsocket %d (socket %d): %w", id, cookie, err)
 			}
 		}
 		d.forgetSocketFlows(fd)
@@ -261,7 +261,7 @@ func (d *Datapath) QSockOf(fd int) (id uint32, cookie uint64, err error) {
 		return 0, 0, nil
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("read identity of socket fd %d: %w", fd, err)
+		return 0, 0, fmt.Errorf("read the identity of a socket: %w", err)
 	}
 	return v.Qsock, v.Qcookie, nil
 }
@@ -325,7 +325,7 @@ func SocketCookie(fd int) (uint64, error) {
 	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_COOKIE,
 		uintptr(unsafe.Pointer(&c)), uintptr(unsafe.Pointer(&size)), 0)
 	if errno != 0 {
-		return 0, fmt.Errorf("read cookie of socket fd %d: %w", fd, errno)
+		return 0, fmt.Errorf("read the cookie of a socket: %w", errno)
 	}
 	return c, nil
 }
@@ -347,25 +347,32 @@ type SocketInfo struct {
 }
 
 // InspectSocket reads what SocketInfo holds of the socket behind fd. A
-// descriptor that is not a socket is an error wrapping unix.ENOTSOCK.
+// descriptor that is not a socket — another kind of file, or an O_PATH
+// descriptor of a socket file, which names the file but is no socket to
+// ask — is an error wrapping unix.ENOTSOCK. Errors never name fd: it is a
+// number of this process, meaningless to whoever passed the socket.
 func (d *Datapath) InspectSocket(fd int) (SocketInfo, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return SocketInfo{}, fmt.Errorf("inspect descriptor %d: %w", fd, err)
+		return SocketInfo{}, fmt.Errorf("inspect the descriptor passed: %w", err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return SocketInfo{}, fmt.Errorf("inspect descriptor %d: %w", fd, unix.ENOTSOCK)
+		return SocketInfo{}, fmt.Errorf("inspect the descriptor passed: %w", unix.ENOTSOCK)
 	}
 	si := SocketInfo{Owner: st.Uid}
 	var err error
 	if si.Family, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil {
-		return SocketInfo{}, fmt.Errorf("inspect socket %d: read its domain: %w", fd, err)
+		if errors.Is(err, unix.EBADF) || errors.Is(err, unix.ENOTSOCK) {
+			// Fstat worked, so the descriptor is open: an O_PATH one.
+			return SocketInfo{}, fmt.Errorf("inspect the descriptor passed: an O_PATH descriptor of a socket file: %w", unix.ENOTSOCK)
+		}
+		return SocketInfo{}, fmt.Errorf("inspect the socket passed: read its domain: %w", err)
 	}
 	if si.Type, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil {
-		return SocketInfo{}, fmt.Errorf("inspect socket %d: read its type: %w", fd, err)
+		return SocketInfo{}, fmt.Errorf("inspect the socket passed: read its type: %w", err)
 	}
 	if si.Protocol, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL); err != nil {
-		return SocketInfo{}, fmt.Errorf("inspect socket %d: read its protocol: %w", fd, err)
+		return SocketInfo{}, fmt.Errorf("inspect the socket passed: read its protocol: %w", err)
 	}
 	if si.Family != unix.AF_INET && si.Family != unix.AF_INET6 {
 		return si, nil
@@ -375,7 +382,7 @@ func (d *Datapath) InspectSocket(fd int) (SocketInfo, error) {
 	}
 	ns, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
 	if err != nil {
-		return SocketInfo{}, fmt.Errorf("inspect socket %d: read its network namespace: %w", fd, err)
+		return SocketInfo{}, fmt.Errorf("inspect socket %d: read its network namespace: %w", si.Cookie, err)
 	}
 	si.SameNetns = ns == d.netnsCookie
 	if si.QSock, si.QCookie, err = d.QSockOf(fd); err != nil {
@@ -414,14 +421,14 @@ func (d *Datapath) forgetSocketFlows(fd int) int {
 func socketFlows(fd int) ([]hostqosHqForget, error) {
 	proto, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
 	if err != nil {
-		return nil, fmt.Errorf("read protocol of socket fd %d: %w", fd, err)
+		return nil, fmt.Errorf("read the protocol of a socket: %w", err)
 	}
 	if proto != unix.IPPROTO_TCP && proto != unix.IPPROTO_UDP {
 		return nil, nil
 	}
 	sa, err := unix.Getsockname(fd)
 	if err != nil {
-		return nil, fmt.Errorf("read address of socket fd %d: %w", fd, err)
+		return nil, fmt.Errorf("read the address of a socket: %w", err)
 	}
 	local, ok := sockaddrAddrPort(sa)
 	if !ok || local.Port() == 0 {

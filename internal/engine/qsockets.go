@@ -218,7 +218,8 @@ func (e *Engine) className(classid uint32) string {
 func inspectQSock(qk QSockKernel, who Caller, fd int) (datapath.SocketInfo, error) {
 	si, err := qk.InspectSocket(fd)
 	if errors.Is(err, unix.ENOTSOCK) {
-		return si, &BadRequestError{Err: errors.New("the descriptor passed is not a socket")}
+		return si, &BadRequestError{Err: errors.New("the descriptor passed with the request (SCM_RIGHTS) is not a socket; " +
+			"pass the socket itself (the descriptor socket(2) or accept(2) returned), not an O_PATH descriptor of a socket file nor another kind of file")}
 	}
 	if err != nil {
 		return si, err

@@ -429,6 +429,8 @@ func attackerMain() int {
 		return eventFloodMain()
 	case "qsched": // admit_test.go
 		return qschedAttack(sock)
+	case "opath": // apilimits_test.go
+		return apiLimitsAttack(mode)
 	case "get":
 		var raw json.RawMessage
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
