@@ -84,9 +84,20 @@ type OutcomeUnknownError struct {
 }
 
 func (e *OutcomeUnknownError) Error() string {
-	return fmt.Sprintf("%s %s: outcome unknown: hostqosd did not answer within %s (last: %v); "+
+	what := fmt.Sprintf("hostqosd did not answer within %s", e.Waited.Round(time.Second))
+	if closedUnanswered(e.Last) {
+		what = "hostqosd closed the connection without an answer"
+	}
+	return fmt.Sprintf("%s %s: outcome unknown: %s (last: %v); "+
 		"re-run the same command with --idempotency-key %s to learn whether it was applied (it is applied at most once)",
-		e.Method, e.Path, e.Waited.Round(time.Second), e.Last, e.Key)
+		e.Method, e.Path, what, e.Last, e.Key)
+}
+
+// closedUnanswered reports whether err is a connection the daemon closed
+// (or reset) before it answered.
+func closedUnanswered(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 func (e *OutcomeUnknownError) Unwrap() error { return e.Last }
@@ -154,6 +165,10 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		if err != nil {
 			if isNoDaemon(err) {
 				return fmt.Errorf("connect to %s: %w (start it with: hostqosd, or systemctl start hostqosd)", c.Socket, ErrDaemonDown)
+			}
+			if closedUnanswered(err) {
+				// A read changes nothing: nothing is unknown, just unanswered.
+				return fmt.Errorf("call hostqosd %s %s: it closed the connection without an answer (%w): it was stopping, or could not answer at its connection limits; try again", method, path, err)
 			}
 			return fmt.Errorf("call hostqosd %s %s: %w", method, path, err)
 		}

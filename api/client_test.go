@@ -186,3 +186,26 @@ func TestDownNoWaitOnStaleSocket(t *testing.T) {
 		t.Errorf("Down = %v after %v, want ErrDaemonDown at once", err, time.Since(start))
 	}
 }
+
+// TestClosedWithoutAnswer: a connection the daemon closes without
+// answering is reported as such: for a read, with nothing "unknown" about
+// it; for a change sent once, as an unknown outcome that says the
+// connection was closed, not that the daemon took too long.
+func TestClosedWithoutAnswer(t *testing.T) {
+	sock := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hj, _ := w.(http.Hijacker)
+		c, _, _ := hj.Hijack()
+		c.Close()
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c := NewClient(sock)
+	err := c.Get(ctx, "/v1/rules", nil)
+	if err == nil || !strings.Contains(err.Error(), "closed the connection without an answer") || strings.Contains(err.Error(), "outcome unknown") {
+		t.Errorf("GET = %v, want: closed without an answer", err)
+	}
+	_, err = c.Runs().Start(ctx, RunRequest{Class: "bulk", DSCP: NoDSCP})
+	if err == nil || !strings.Contains(err.Error(), "closed the connection without an answer") || strings.Contains(err.Error(), "did not answer within") {
+		t.Errorf("run start = %v, want: outcome unknown, closed without an answer", err)
+	}
+}

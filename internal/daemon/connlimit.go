@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -51,7 +53,7 @@ type connLimiter struct {
 
 func newConnLimiter(ln net.Listener, perUser, total int, peerOf func(net.Conn) *peer, log *slog.Logger) *connLimiter {
 	return &connLimiter{Listener: ln, perUser: perUser, total: total, peerOf: peerOf, log: log,
-		byUID: map[uint32]int{}, answers: make(chan struct{}, 32)}
+		byUID: map[uint32]int{}, answers: make(chan struct{}, refuseAnswers)}
 }
 
 // apiConn is an accepted API connection and who is at the other end.
@@ -124,39 +126,60 @@ func (l *connLimiter) release(uid uint32) {
 	}
 }
 
-// refuse answers a refused connection with 503 and why, when few such
-// answers are under way; otherwise it just closes it. Either way the
-// connection holds no file descriptor for more than a moment.
+// How a refused connection is answered: at most refuseAnswers answers are
+// under way at once, each within refuseWait of the accept (the client's
+// request head of at most refuseHead bytes must come in that time), and
+// what follows the head is read, up to refuseDrain bytes, so that closing
+// does not reset the connection under the answer.
+const (
+	refuseAnswers = 32
+	refuseWait    = 2 * time.Second
+	refuseHead    = 16 << 10
+	refuseDrain   = 64 << 10
+)
+
+// refuse answers a refused connection with 503 and why, then closes it.
+// The connection holds a file descriptor for at most refuseWait.
+//
+// The answer is written after the request's head was read: an HTTP/1.1
+// client takes an answer only to a request it sent (Go's, for one, drops
+// an answer that comes before it registered its request), and the daemon
+// then reads what follows, so that the client reads the reason, not a
+// reset. When refuseAnswers such answers are under way, the answer is
+// written at once instead and the connection closed: most clients still
+// read it.
 func (l *connLimiter) refuse(c net.Conn, why string) {
 	select {
 	case l.answers <- struct{}{}:
 	default:
+		_ = c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+		_ = writeRefusal(c, why)
 		c.Close()
 		return
 	}
 	go func() {
 		defer func() { <-l.answers }()
 		defer c.Close()
-		body, _ := json.Marshal(api.ErrorBody{Error: why})
-		_ = c.SetDeadline(time.Now().Add(250 * time.Millisecond))
-		_, err := fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s\n", len(body)+1, body)
-		if err != nil {
+		_ = c.SetDeadline(time.Now().Add(refuseWait))
+		br := bufio.NewReaderSize(io.LimitReader(c, refuseHead+refuseDrain), 4096)
+		if _, err := http.ReadRequest(bufio.NewReader(io.LimitReader(br, refuseHead))); err != nil {
+			return // no request (or not HTTP) in time: nothing to answer
+		}
+		if err := writeRefusal(c, why); err != nil {
 			return
 		}
-		// Read what the client sent, so that closing does not reset the
-		// connection before it read the answer.
 		if uc, ok := c.(*net.UnixConn); ok {
 			_ = uc.CloseWrite()
 		}
-		buf := make([]byte, 4096)
-		for n := 0; n < 64<<10; {
-			k, err := c.Read(buf)
-			if err != nil {
-				return
-			}
-			n += k
-		}
+		_, _ = io.Copy(io.Discard, br) // until the client closes, refuseDrain, or the deadline
 	}()
+}
+
+// writeRefusal writes the 503 answer saying why to a refused connection.
+func writeRefusal(c net.Conn, why string) error {
+	body, _ := json.Marshal(api.ErrorBody{Error: why})
+	_, err := fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s\n", len(body)+1, body)
+	return err
 }
 
 // maxUserFlowAnswers is how many flow or app statistics answers of ordinary

@@ -1,10 +1,14 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,14 +20,20 @@ import (
 )
 
 // Tests of the API's answers to an ordinary user at its limits: a
-// descriptor that is not a socket. The user is nobody, running a
-// copy of this test binary (attackerMain) in the mode the test names.
+// descriptor that is not a socket, a connection beyond the per-user
+// limit. The user is nobody, running a copy of this test binary
+// (attackerMain) in the mode the test names.
 
 // apiLimitsAttack runs the modes of these tests (see attackerMain):
 //
 //	opath      ask for a qsocket with an O_PATH descriptor of a Unix socket
 //	           file (the daemon's own socket); print "STATUS code" and the
 //	           daemon's error text
+//	overlimit  hold as many API connections as nobody may (HQ_IT_CONNS,
+//	           each with a request answered and kept alive), then run
+//	           `hostqos run` (a change) and `hostqos rule list` (a read)
+//	           HQ_IT_TRIES times each; print each one's output after a
+//	           line "RUN" or "LIST"
 func apiLimitsAttack(mode string) int {
 	sock := os.Getenv("HQ_IT_SOCKET")
 	switch mode {
@@ -43,6 +53,33 @@ func apiLimitsAttack(mode string) int {
 			return 1
 		}
 		fmt.Printf("STATUS %d\n%s\n", ae.Status, ae.Error())
+		return 0
+	case "overlimit":
+		var n, tries int
+		fmt.Sscan(os.Getenv("HQ_IT_CONNS"), &n)
+		fmt.Sscan(os.Getenv("HQ_IT_TRIES"), &tries)
+		for i := 0; i < n; i++ {
+			c, err := net.Dial("unix", sock)
+			if err != nil {
+				fmt.Println("hold:", err)
+				return 1
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: hostqosd\r\n\r\n", api.Path(api.RouteStatus))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				fmt.Println("hold: answer", i, err)
+				return 1
+			}
+			resp.Body.Close()
+		}
+		hostqos := os.Getenv("HQ_IT_HOSTQOS")
+		for i := 0; i < tries; i++ {
+			for _, args := range [][]string{{"RUN", "run", "--class", "bulk", "--", "true"}, {"LIST", "rule", "list"}} {
+				out, _ := exec.Command(hostqos, append([]string{"--socket", sock}, args[1:]...)...).CombinedOutput()
+				fmt.Printf("%s\n%s\n", args[0], strings.TrimSpace(string(out)))
+			}
+		}
 		return 0
 	}
 	fmt.Fprintln(os.Stderr, "unknown attacker mode", mode)
@@ -80,5 +117,34 @@ func TestQSockNotASocket(t *testing.T) {
 	}
 	if m := fdNumber.FindString(out); m != "" || strings.Contains(out, "bad file descriptor") {
 		t.Errorf("the answer shows the daemon's descriptor (%q):\n%s", m, out)
+	}
+}
+
+// TestConnLimitAnswerReachesCLI: when nobody holds every API connection
+// the per-user limit allows, nobody's next `hostqos run` (a change) and
+// `hostqos rule list` (a read) print the daemon's 503 text, naming the
+// limit and its flag, every time; never "outcome unknown" nor a reset.
+func TestConnLimitAnswerReachesCLI(t *testing.T) {
+	parallel(t)
+	e := newEnv(t)
+	e.startDaemon()
+	openForNobody(t, e)
+	const tries = 10
+	out := e.runAttacker("overlimit", "HQ_IT_CONNS=16", fmt.Sprintf("HQ_IT_TRIES=%d", tries))
+	parts := regexp.MustCompile(`(?m)^(RUN|LIST)$`).Split(out, -1)
+	if len(parts) != 2*tries+1 {
+		t.Fatalf("attacker output: %d answers, want %d:\n%s", len(parts)-1, 2*tries, out)
+	}
+	bad := 0
+	for i, p := range parts[1:] {
+		what := []string{"hostqos run", "hostqos rule list"}[i%2]
+		if !strings.Contains(p, "too many API connections of uid 65534") || !strings.Contains(p, "--max-conns-per-user") ||
+			strings.Contains(p, "outcome unknown") {
+			bad++
+			t.Errorf("%s beyond the connection limit, try %d: want the daemon's 503 text, got:\n%s", what, i/2+1, strings.TrimSpace(p))
+		}
+	}
+	if bad == 0 {
+		t.Logf("every one of %d commands showed the daemon's answer, e.g.:\n%s", 2*tries, strings.TrimSpace(parts[1]))
 	}
 }

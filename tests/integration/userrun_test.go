@@ -429,7 +429,7 @@ func attackerMain() int {
 		return eventFloodMain()
 	case "qsched": // admit_test.go
 		return qschedAttack(sock)
-	case "opath": // apilimits_test.go
+	case "opath", "overlimit": // apilimits_test.go
 		return apiLimitsAttack(mode)
 	case "get":
 		var raw json.RawMessage
