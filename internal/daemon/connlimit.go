@@ -181,36 +181,3 @@ func writeRefusal(c net.Conn, why string) error {
 	_, err := fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s\n", len(body)+1, body)
 	return err
 }
-
-// maxUserFlowAnswers is how many flow or app statistics answers of ordinary
-// users are built and sent at once: each can hold a whole flow table while
-// its client reads (or does not). Root and group hostqos are not limited.
-const maxUserFlowAnswers = 2
-
-// flowAnswerWait is how long such a request waits for a place.
-var flowAnswerWait = 5 * time.Second
-
-// boundFlowAnswers wraps the statistics handler: an ordinary user's flows or
-// apps request waits (up to 5 s) for one of maxUserFlowAnswers places,
-// then gets 503.
-func boundFlowAnswers(h http.HandlerFunc) http.HandlerFunc {
-	places := make(chan struct{}, maxUserFlowAnswers)
-	return func(w http.ResponseWriter, r *http.Request) {
-		kind := r.PathValue("kind")
-		if callerOf(r).Privileged || (kind != "flows" && kind != "apps") {
-			h(w, r)
-			return
-		}
-		wait := time.NewTimer(flowAnswerWait)
-		defer wait.Stop()
-		select {
-		case places <- struct{}{}:
-			defer func() { <-places }()
-			h(w, r)
-		case <-wait.C:
-			writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Error: fmt.Sprintf(
-				"busy: %d flow statistics answers to ordinary users are under way (the limit); try again", maxUserFlowAnswers)})
-		case <-r.Context().Done():
-		}
-	}
-}

@@ -7,15 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/hostqos/hostqos/api"
 )
 
 // TestConnLimiter: an ordinary user's connections beyond the per-user limit,
@@ -155,43 +151,4 @@ func TestRefusedConnAnsweredAfterRequest(t *testing.T) {
 			t.Errorf("%s by a slow client beyond the limit: %d %s", method, resp.StatusCode, body)
 		}
 	}
-}
-
-// TestBoundFlowAnswers: ordinary users get at most maxUserFlowAnswers flow
-// answers at once (the next waits, then gets 503); root is not held back.
-func TestBoundFlowAnswers(t *testing.T) {
-	flowAnswerWait = 100 * time.Millisecond
-	release := make(chan struct{})
-	var inside atomic.Int32
-	h := boundFlowAnswers(func(w http.ResponseWriter, r *http.Request) { inside.Add(1); <-release })
-	mux := http.NewServeMux()
-	mux.HandleFunc(api.RouteStats, h)
-	call := func(p *peer) int {
-		r := httptest.NewRequest(http.MethodGet, routePath(api.RouteStats, "flows"), nil)
-		r = r.WithContext(context.WithValue(r.Context(), credKey{}, p))
-		w := httptest.NewRecorder()
-		mux.ServeHTTP(w, r)
-		return w.Code
-	}
-	user := &peer{UID: 1000}
-	var wg sync.WaitGroup
-	for i := 0; i < maxUserFlowAnswers; i++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); call(user) }()
-	}
-	time.Sleep(50 * time.Millisecond)
-	if code := call(user); code != http.StatusServiceUnavailable {
-		t.Errorf("flow answer beyond the limit: status %d, want 503", code)
-	}
-	rootDone := make(chan int)
-	go func() { rootDone <- call(&peer{Privileged: true}) }()
-	time.Sleep(50 * time.Millisecond)
-	if n := inside.Load(); n != maxUserFlowAnswers+1 {
-		t.Errorf("%d answers under way with root's, want %d: root was held back", n, maxUserFlowAnswers+1)
-	}
-	close(release)
-	if code := <-rootDone; code != http.StatusOK {
-		t.Errorf("root's flow answer: status %d", code)
-	}
-	wg.Wait()
 }

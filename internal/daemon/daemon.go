@@ -115,6 +115,9 @@ type Daemon struct {
 
 	srv  *http.Server
 	down chan struct{}
+	// large bounds the large answers to ordinary users (large.go); made
+	// by routes().
+	large *largeAnswers
 	// streamsEnd is closed when the server shuts down: event streams end
 	// (see events.go).
 	streamsEnd chan struct{}

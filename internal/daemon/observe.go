@@ -134,7 +134,7 @@ func (d *Daemon) handleHistory() http.HandlerFunc {
 			select {
 			case places <- struct{}{}:
 				defer func() { <-places }()
-			case <-time.After(flowAnswerWait):
+			case <-time.After(largeAnswerWait):
 				writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Error: fmt.Sprintf(
 					"busy: %d history answers to ordinary users are under way (the limit); try again", maxUserHistoryAnswers)})
 				return

@@ -136,14 +136,14 @@ func (d *Daemon) qsockRoutes(mux *http.ServeMux) {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"link": req.Link})
 	})
-	mux.HandleFunc(api.RouteQSockets, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(api.RouteQSockets, d.large.bound(func(w http.ResponseWriter, r *http.Request) {
 		out, err := d.eng.QSocks(*callerOf(r))
 		if err != nil {
 			writeErr(w, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, out)
-	})
+	}))
 	mux.HandleFunc(api.RouteQSockAttach, func(w http.ResponseWriter, r *http.Request) {
 		var p api.QSockParams
 		withFD(&p, func(w http.ResponseWriter, r *http.Request, fd int) {

@@ -326,6 +326,8 @@ func queryFlag(r *http.Request, name string) bool {
 
 func (d *Daemon) routes() http.Handler {
 	mux := http.NewServeMux()
+	d.large = newLargeAnswers(maxUserLargeAnswers)
+	large := d.large.bound
 	mux.HandleFunc(api.RouteStatus, d.handleStatus)
 	mux.HandleFunc(api.RouteLinks, d.handleLinks)
 	mux.HandleFunc(api.RouteSetLink, mutating(d.handleSetLink))
@@ -336,7 +338,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteAddClass, mutating(d.handleAddClass))
 	mux.HandleFunc(api.RouteSetClass, mutating(d.handleSetClass))
 	mux.HandleFunc(api.RouteRemoveClass, mutating(d.handleRemoveClass))
-	mux.HandleFunc(api.RouteRules, d.handleRules)
+	mux.HandleFunc(api.RouteRules, large(d.handleRules))
 	mux.HandleFunc(api.RouteRule, d.handleRules)
 	mux.HandleFunc(api.RouteAddRule, mutating(d.handleAddRule))
 	mux.HandleFunc(api.RouteSetRule, mutating(d.handleSetRule))
@@ -344,12 +346,12 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteRuns, d.handleRuns)
 	mux.HandleFunc(api.RouteStartRun, d.handleStartRun)
 	mux.HandleFunc(api.RouteEndRun, d.handleEndRun)
-	mux.HandleFunc(api.RouteStats, boundFlowAnswers(d.handleStats))
+	mux.HandleFunc(api.RouteStats, d.large.boundIf(largeStats, d.handleStats))
 	mux.HandleFunc(api.RouteHistory, d.handleHistory())
 	mux.HandleFunc(api.RouteReload, mutating(d.handleReload))
 	mux.HandleFunc(api.RouteDown, mutating(d.handleDown))
 	mux.HandleFunc(api.RouteEvents, d.handleEvents)
-	mux.HandleFunc(api.RouteReservations, d.handleReservations)
+	mux.HandleFunc(api.RouteReservations, large(d.handleReservations))
 	mux.HandleFunc(api.RouteReservation, d.handleReservations)
 	mux.HandleFunc(api.RouteAddReservation, mutating(d.handleAddReservation))
 	mux.HandleFunc(api.RouteSetReservation, mutating(d.handleSetReservation))
@@ -362,6 +364,14 @@ func (d *Daemon) routes() http.Handler {
 		writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})
 	return d.idempotent(mux)
+}
+
+// largeStats says whether a statistics request asks for a list that grows
+// with the flow table or the policy (flows, apps, rules), not with the
+// links or classes.
+func largeStats(r *http.Request) bool {
+	k := r.PathValue("kind")
+	return k != api.StatLinks && k != api.StatClasses
 }
 
 func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {

@@ -8,10 +8,10 @@ import (
 
 // The XDP shield's routes (docs/ddos.md): thin, over the engine.
 func (d *Daemon) shieldRoutes(mux *http.ServeMux) {
-	mux.HandleFunc(api.RouteBlocks, d.handleBlocks)
+	mux.HandleFunc(api.RouteBlocks, d.large.bound(d.handleBlocks))
 	mux.HandleFunc(api.RouteAddBlock, mutating(d.handleAddBlock))
 	mux.HandleFunc(api.RouteRemoveBlock, mutating(d.handleRemoveBlock))
-	mux.HandleFunc(api.RouteProtected, d.handleProtected)
+	mux.HandleFunc(api.RouteProtected, d.large.bound(d.handleProtected))
 	// Ordinary users may protect clients of their own servers: the
 	// engine decides.
 	mux.HandleFunc(api.RouteAddProtected, d.handleProtect)

@@ -39,6 +39,12 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 func writeList(w io.Writer, v reflect.Value) error {
 	cw := &countingWriter{w: w}
 	bw := bufio.NewWriterSize(cw, 32<<10)
+	defer func() {
+		// Also when the client went away before it read it all.
+		if cw.n > bigAnswer || v.Len() > bigList {
+			trimSoon()
+		}
+	}()
 	if _, err := bw.WriteString("["); err != nil {
 		return err
 	}
@@ -61,11 +67,7 @@ func writeList(w io.Writer, v reflect.Value) error {
 	if _, err := bw.WriteString("\n]\n"); err != nil {
 		return err
 	}
-	err := bw.Flush()
-	if cw.n > bigAnswer || v.Len() > bigList {
-		trimSoon()
-	}
-	return err
+	return bw.Flush()
 }
 
 // writeStats writes a statistics answer as compact JSON (the encoding of

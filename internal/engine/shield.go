@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -314,21 +315,26 @@ func (e *Engine) RemoveBlock(ctx context.Context, who Caller, prefix string) err
 }
 
 // Blocks lists the drop list with its counters (config entries first,
-// then the API's, each by prefix). Anyone may read it.
+// then the API's, each by prefix). Anyone may read it. The engine's lock
+// is held only to take the current shield state and config, which no
+// change alters in place (a change makes a new state, a reload a new
+// policy); the list is built after.
 func (e *Engine) Blocks() ([]api.BlockInfo, error) {
 	e.mu.Lock()
 	s, err := e.shieldLocked()
+	conf := e.base.Blocks
+	sk := e.shieldKernel()
+	e.mu.Unlock()
 	if err != nil {
-		e.mu.Unlock()
 		return nil, err
 	}
-	var out []api.BlockInfo
-	seen := map[netip.Prefix]bool{}
-	for _, b := range e.base.Blocks {
+	out := make([]api.BlockInfo, 0, len(conf)+len(s.Blocks))
+	seen := make(map[netip.Prefix]bool, len(conf))
+	for _, b := range conf {
 		out = append(out, api.BlockInfo{Block: b, Source: srcConfig})
 		seen[b.Prefix] = true
 	}
-	var more []api.BlockInfo
+	n := len(out)
 	for p, b := range s.Blocks {
 		if seen[p] {
 			continue
@@ -338,12 +344,9 @@ func (e *Engine) Blocks() ([]api.BlockInfo, error) {
 			t := time.Unix(b.Expires, 0).UTC()
 			bi.Expires = &t
 		}
-		more = append(more, bi)
+		out = append(out, bi)
 	}
-	sort.Slice(more, func(i, j int) bool { return more[i].Prefix.String() < more[j].Prefix.String() })
-	out = append(out, more...)
-	sk := e.shieldKernel()
-	e.mu.Unlock()
+	slices.SortFunc(out[n:], func(a, b api.BlockInfo) int { return comparePrefixes(a.Prefix, b.Prefix) })
 	if sk == nil {
 		return out, nil
 	}
@@ -351,15 +354,24 @@ func (e *Engine) Blocks() ([]api.BlockInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	byPrefix := make(map[netip.Prefix]datapath.BlockCounters, len(cs))
-	for _, c := range cs {
-		byPrefix[c.Prefix] = c
-	}
+	slices.SortFunc(cs, func(a, b datapath.BlockCounters) int { return comparePrefixes(a.Prefix, b.Prefix) })
 	for i := range out {
-		c := byPrefix[out[i].Prefix]
-		out[i].Packets, out[i].Bytes, out[i].Dropped = c.Packets, c.Bytes, c.Dropped
+		j, ok := slices.BinarySearchFunc(cs, out[i].Prefix, func(c datapath.BlockCounters, p netip.Prefix) int {
+			return comparePrefixes(c.Prefix, p)
+		})
+		if ok {
+			out[i].Packets, out[i].Bytes, out[i].Dropped = cs[j].Packets, cs[j].Bytes, cs[j].Dropped
+		}
 	}
 	return out, nil
+}
+
+// comparePrefixes orders prefixes by address (IPv4 first), then length.
+func comparePrefixes(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
 }
 
 // Protect protects a client (see api.ProtectRequest for who may).

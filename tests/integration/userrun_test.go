@@ -421,7 +421,7 @@ func TestRunRefusesChangedOrExitedProcess(t *testing.T) {
 func attackerMain() int {
 	sock := os.Getenv("HQ_IT_SOCKET")
 	switch mode := os.Getenv(attackerEnv); mode {
-	case "hang", "idle", "noread", "flows", "runs": // floods (apiflood_test.go)
+	case "hang", "idle", "noread", "flows", "runs", "blocks": // floods (apiflood_test.go)
 		return attackMain(mode)
 	case "rsvp-hold": // rsvp_remote_test.go
 		return rsvpHoldMain(sock)
