@@ -159,7 +159,13 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 		e := ld.entry("block", i, m)
 		var b Block
 		if s, ok := m["prefix"].(string); ok {
-			e.label(objectLabel("block", s, i))
+			// Labelled as validation labels it: by the prefix it parses
+			// to, or by its place.
+			if p, err := ParsePrefix(s); err == nil && p.IsValid() {
+				e.label(objectLabel("block", p.String(), i))
+			} else {
+				e.label(objectLabel("block", "", i))
+			}
 		}
 		e.fields(&b)
 		p.Blocks = append(p.Blocks, b)

@@ -157,6 +157,8 @@ func TestLoadErrors(t *testing.T) {
 			[]string{src + `:5: rule "web": field class = "gold": no such class`}},
 		{"over capacity", "[[link]]\nname = \"veth0\"\negress_rate = \"20mbit\"\n[[class]]\nname = \"voice\"\nminbw = \"2mbit\"\n[[rule]]\nname = \"upload\"\ncomm = \"rsync\"\nminbw = \"16mbit\"\n",
 			[]string{src + `:1: link "veth0": guarantees 18mbit exceed reservable capacity 16mbit (0.8 × 20mbit): rule upload 16mbit, class voice 2mbit; lower a minbw or raise egress_rate/reservable`}},
+		{"spaces around a prefix", "[[block]]\nprefix = \"1.2.3.4/32 \"\n",
+			[]string{src + `:2: block #1: field prefix = "1.2.3.4/32 ": has spaces around it; write "1.2.3.4/32"`}},
 		{"malformed rate", "[[link]]\nname = \"veth0\"\negress_rate = \"20 megabits\"\n",
 			[]string{src + `:3: link "veth0": field egress_rate = "20 megabits": unknown rate unit "megabits"`}},
 		{"burst in bits", "[[rule]]\nname = \"r\"\ncomm = \"x\"\npolice = \"1mbit\"\nburst = \"64kbit\"\n",

@@ -34,7 +34,10 @@ const maxSize = 1 << 40
 // "1.5mb" or "64kib". A plain number counts bytes. Fractions are rounded
 // to the nearest byte.
 func ParseSize(s string) (Size, error) {
-	in := strings.TrimSpace(s)
+	in, err := asWritten(s)
+	if err != nil {
+		return 0, err
+	}
 	if in == "" {
 		return 0, errors.New("empty size; write e.g. 64kb")
 	}

@@ -20,7 +20,7 @@ func TestParseSize(t *testing.T) {
 		{"1.5mb", 1572864, "1536kb"},
 		{"2m", 2 << 20, "2mb"},
 		{"1gb", 1 << 30, "1gb"},
-		{" 3000 b ", 3000, "3000b"},
+		{"3000 b", 3000, "3000b"},
 	} {
 		got, err := ParseSize(c.in)
 		if err != nil || got != c.want || got.String() != c.str {

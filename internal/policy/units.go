@@ -57,7 +57,10 @@ var (
 // bits per second is rounded to the nearest bit. A rate above MaxRate is
 // refused.
 func ParseRate(s string) (Rate, error) {
-	in := strings.TrimSpace(s)
+	in, err := asWritten(s)
+	if err != nil {
+		return 0, err
+	}
 	if in == "" {
 		return 0, errors.New("empty rate; write e.g. 10mbit")
 	}
@@ -261,7 +264,10 @@ var dscpCanonical = func() map[DSCP]string {
 // ParseDSCP parses a DSCP name (EF, VA, LE, AF11..AF43, CS0..CS7, and
 // DF/BE/default for 0; case-insensitive) or a number 0..63. "" is NoDSCP.
 func ParseDSCP(s string) (DSCP, error) {
-	in := strings.TrimSpace(s)
+	in, err := asWritten(s)
+	if err != nil {
+		return NoDSCP, err
+	}
 	if in == "" {
 		return NoDSCP, nil
 	}
@@ -341,7 +347,10 @@ func (d *DSCP) UnmarshalJSON(b []byte) error {
 // ParsePortRange parses "80" or "1000-2000" (inclusive). "" is the zero
 // value, meaning any port.
 func ParsePortRange(s string) (PortRange, error) {
-	in := strings.TrimSpace(s)
+	in, err := asWritten(s)
+	if err != nil {
+		return PortRange{}, err
+	}
 	if in == "" {
 		return PortRange{}, nil
 	}
@@ -432,12 +441,31 @@ func (p *PortRange) UnmarshalJSON(b []byte) error {
 
 const prefixHelp = "want e.g. 198.18.0.0/15 or 2001:db8::/32"
 
+// asWritten returns s when no white space surrounds it, else an error
+// saying how to write it. Every value (rate, size, DSCP, ports, prefix) is
+// taken exactly as written — a space between a number and its unit is
+// fine — so that what is stored, shown and named later (in a removal, a
+// path) is what was typed, and a stray space from a script is noticed.
+func asWritten(s string) (string, error) {
+	t := strings.TrimSpace(s)
+	switch {
+	case t == s:
+		return s, nil
+	case t == "":
+		return "", errors.New("is only spaces; write a value, or leave it out")
+	}
+	return "", fmt.Errorf("has spaces around it; write %q", t)
+}
+
 // ParsePrefix parses a CIDR prefix ("198.18.0.0/15", "2001:db8::/32"); a
 // bare address means a single host (/32 or /128). A prefix with host bits
 // set is rejected with the canonical form suggested, because it usually
 // means a typo in the address or the length. "" is the zero (unset) prefix.
 func ParsePrefix(s string) (netip.Prefix, error) {
-	in := strings.TrimSpace(s)
+	in, err := asWritten(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
 	if in == "" {
 		return netip.Prefix{}, nil
 	}

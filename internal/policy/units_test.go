@@ -26,7 +26,7 @@ func TestParseRate(t *testing.T) {
 		{"1kbps", 8_000, "8kbit"},
 		{"125bps", 1000, "1kbit"},
 		{"2tbit", 2_000_000_000_000, "2tbit"},
-		{" 20 mbit ", 20_000_000, "20mbit"},
+		{"20 mbit", 20_000_000, "20mbit"},
 		{"20mbit/s", 20_000_000, "20mbit"},
 		{"0", 0, "0"},
 		{"0bit", 0, "0"},
@@ -169,7 +169,7 @@ func TestParsePortRange(t *testing.T) {
 	}{
 		{"80", PortRange{80, 80}, "80"},
 		{"1000-2000", PortRange{1000, 2000}, "1000-2000"},
-		{" 1000 - 2000 ", PortRange{1000, 2000}, "1000-2000"},
+		{"1000 - 2000", PortRange{1000, 2000}, "1000-2000"},
 		{"65535", PortRange{65535, 65535}, "65535"},
 		{"5-5", PortRange{5, 5}, "5"},
 		{"", PortRange{}, ""},
@@ -216,7 +216,6 @@ func TestParsePrefix(t *testing.T) {
 		"2001:db8::/32":  "2001:db8::/32",
 		"198.18.0.7":     "198.18.0.7/32",
 		"2001:db8::1":    "2001:db8::1/128",
-		" 10.0.0.0/8 ":   "10.0.0.0/8",
 		"0.0.0.0/0":      "0.0.0.0/0",
 		"2001:DB8::/32":  "2001:db8::/32",
 		"198.18.0.1/32":  "198.18.0.1/32",
@@ -293,4 +292,33 @@ func FuzzParseDSCP(f *testing.F) {
 			t.Fatalf("ParseDSCP(%q) = %d; String %q parses to %d, %v", s, d, d.String(), back, err)
 		}
 	})
+}
+
+// TestValuesTakenAsWritten: a value with spaces around it is refused by
+// every parser, with the value to write instead (one convention for every
+// field: the API's, the config file's and the CLI's), and nothing is
+// taken from it.
+func TestValuesTakenAsWritten(t *testing.T) {
+	parsers := map[string]func(string) error{
+		"rate":   func(s string) error { _, err := ParseRate(s); return err },
+		"size":   func(s string) error { _, err := ParseSize(s); return err },
+		"dscp":   func(s string) error { _, err := ParseDSCP(s); return err },
+		"ports":  func(s string) error { _, err := ParsePortRange(s); return err },
+		"prefix": func(s string) error { _, err := ParsePrefix(s); return err },
+	}
+	for _, c := range []struct{ kind, in, want string }{
+		{"rate", " 20mbit", `has spaces around it; write "20mbit"`},
+		{"rate", "20 mbit\t", `has spaces around it; write "20 mbit"`},
+		{"size", "64kb ", `has spaces around it; write "64kb"`},
+		{"dscp", "EF ", `has spaces around it; write "EF"`},
+		{"ports", " 80", `has spaces around it; write "80"`},
+		{"prefix", "1.2.3.4/32 ", `has spaces around it; write "1.2.3.4/32"`},
+		{"prefix", " 2001:db8::/32", `has spaces around it; write "2001:db8::/32"`},
+		{"prefix", "  ", "is only spaces; write a value, or leave it out"},
+	} {
+		err := parsers[c.kind](c.in)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s %q: %v; want %q", c.kind, c.in, err, c.want)
+		}
+	}
 }
