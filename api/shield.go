@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"time"
 
@@ -26,6 +27,30 @@ type BlockRequest struct {
 	// TTLSeconds removes the entry after this long (0: never); the
 	// daemon keeps the deadline across restarts.
 	TTLSeconds int64 `json:"ttl_s,omitempty"`
+}
+
+// UnmarshalJSON decodes a block request strictly (as the daemon decodes
+// every body) and refuses maxbw_in given as 0: 0 is "no limit" for every
+// rate, so it would pass everything; leaving maxbw_in out drops everything
+// (see policy.ZeroBlockRateReason).
+func (b *BlockRequest) UnmarshalJSON(data []byte) error {
+	type plain BlockRequest
+	*b = BlockRequest{}
+	return policy.DecodeJSONObject(data, (*plain)(b), "block", map[string]func(json.RawMessage) error{
+		"maxbw_in": func(raw json.RawMessage) error {
+			if err := b.MaxBWIn.UnmarshalJSON(raw); err != nil || b.MaxBWIn != 0 || string(raw) == "null" {
+				return err
+			}
+			fe := &policy.FieldError{Object: "block", Field: "maxbw_in", Reason: policy.ZeroBlockRateReason, Fix: policy.ZeroBlockRateFix}
+			var s string
+			if json.Unmarshal(raw, &s) == nil {
+				fe.Value = policy.Clip(s)
+			} else {
+				fe.Value, fe.Literal = policy.Clip(string(raw)), true
+			}
+			return policy.Errors{fe}
+		},
+	})
 }
 
 // MaxTTLSeconds bounds a TTL (a year).

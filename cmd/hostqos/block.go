@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -82,6 +83,10 @@ func (o *blockAddOptions) run(cidr string) error {
 		r, err := policy.ParseRate(o.rate)
 		if err != nil {
 			return fmt.Errorf("flag --maxbw-in = %q: %w", o.rate, err)
+		}
+		if r == 0 {
+			return fmt.Errorf("flag --maxbw-in = %q: %s; %s", o.rate, policy.ZeroBlockRateReason,
+				strings.ReplaceAll(policy.ZeroBlockRateFix, "maxbw_in", "--maxbw-in"))
 		}
 		req.MaxBWIn = r
 	}

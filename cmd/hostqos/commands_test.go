@@ -170,6 +170,12 @@ warning: class bulk: no rule uses it
 			calls:  []string{"Status"},
 		},
 		{
+			name:   "block add --maxbw-in 0 is refused, not taken as drop",
+			args:   []string{"block", "add", "198.51.100.7/32", "--maxbw-in", "0bit"},
+			errOut: "hostqos: flag --maxbw-in = \"0bit\": 0 is no limit (as for every rate), which would pass everything from the prefix; leave --maxbw-in out to drop everything from the prefix, or quarantine at 8kbit or more, e.g. 1mbit\n",
+			code:   exitFailure,
+		},
+		{
 			name:  "rule set clears a field",
 			args:  []string{"rule", "set", "backup", "--maxbw", ""},
 			out:   "changed rule backup\n",

@@ -1,8 +1,11 @@
 package daemon
 
 import (
+	"context"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -48,4 +51,36 @@ func newTestDaemon(t *testing.T, dir string) *Daemon {
 		t.Fatal(err)
 	}
 	return &Daemon{log: log, eng: eng, down: make(chan struct{})}
+}
+
+// testKernel is the engine's fake kernel with qsockets and the XDP
+// shield: every route of the API has a kernel to act on.
+type testKernel struct {
+	*engine.FakeKernel
+	*engine.FakeQSockKernel
+	*engine.FakeShieldKernel
+}
+
+// startTestDaemon is a daemon over an engine started on a testKernel (link
+// eth0 known as ifindex 2), with its routes.
+func startTestDaemon(t *testing.T) (*Daemon, *testKernel, http.Handler) {
+	t.Helper()
+	dir := t.TempDir()
+	d := newTestDaemon(t, dir)
+	fk := engine.NewFakeKernel(dir)
+	fk.Ifindexes["eth0"] = 2
+	k := &testKernel{FakeKernel: fk, FakeQSockKernel: engine.NewFakeQSockKernel(fk), FakeShieldKernel: engine.NewFakeShieldKernel(fk)}
+	if err := d.eng.Start(k); err != nil {
+		t.Fatal(err)
+	}
+	return d, k, d.routes()
+}
+
+// serve sends h a request of route (path arguments args) as who, with body.
+func serve(h http.Handler, who *peer, route string, body string, args ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(routeMethod(route), routePath(route, args...), strings.NewReader(body))
+	r = r.WithContext(context.WithValue(r.Context(), credKey{}, who))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
 }

@@ -376,9 +376,9 @@ func comparePrefixes(a, b netip.Prefix) int {
 
 // Protect protects a client (see api.ProtectRequest for who may).
 func (e *Engine) Protect(ctx context.Context, who Caller, req api.ProtectRequest) (api.ProtectedInfo, error) {
-	if !req.Addr.IsValid() || req.Addr.Zone() != "" {
+	if msg, fix := policy.CheckProtectedAddr(req.Addr); msg != "" {
 		return api.ProtectedInfo{}, &policy.FieldError{Source: "api", Object: "protected client", Field: "addr", Value: policy.Clip(req.Addr.String()),
-			Reason: "not a valid IP address", Fix: "e.g. 198.51.100.7 or 2001:db8::7"}
+			Reason: msg, Fix: fix}
 	}
 	exp, err := ttlDeadline(req.TTLSeconds, "ttl_s")
 	if err != nil {

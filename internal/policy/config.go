@@ -168,6 +168,9 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 			}
 		}
 		e.fields(&b)
+		if v, ok := m["maxbw_in"]; ok && b.MaxBWIn == 0 && !ld.bad[e.obj+"\x00maxbw_in"] {
+			e.fail("maxbw_in", v, ZeroBlockRateReason, ZeroBlockRateFix)
+		}
 		p.Blocks = append(p.Blocks, b)
 	}
 	for i, m := range ld.tables(raw, "rule") {

@@ -47,6 +47,18 @@ var jsonValueDecoders = map[reflect.Type]func(raw json.RawMessage, dst reflect.V
 		dst.Set(reflect.ValueOf(p))
 		return nil
 	},
+	addrType: func(raw json.RawMessage, dst reflect.Value) error {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return errWant("an address string such as \"198.51.100.7\"")
+		}
+		a, err := ParseAddr(s)
+		if err != nil {
+			return err
+		}
+		dst.Set(reflect.ValueOf(a))
+		return nil
+	},
 }
 
 // Link has no UnmarshalJSON (api.LinkStatus embeds it, and would inherit
@@ -225,6 +237,7 @@ var (
 	dscpType   = reflect.TypeOf(DSCP(0))
 	portsType  = reflect.TypeOf(PortRange{})
 	prefixType = reflect.TypeOf(netip.Prefix{})
+	addrType   = reflect.TypeOf(netip.Addr{})
 )
 
 // wantOf describes, for users, the JSON a field of type t takes.

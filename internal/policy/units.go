@@ -488,6 +488,23 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	return p, checkPrefix(p)
 }
 
+// ParseAddr parses one IP address ("198.51.100.7", "2001:db8::7"),
+// without a zone. "" is the zero (unset) address.
+func ParseAddr(s string) (netip.Addr, error) {
+	in, err := asWritten(s)
+	if err != nil || in == "" {
+		return netip.Addr{}, err
+	}
+	a, err := netip.ParseAddr(in)
+	if err != nil {
+		return netip.Addr{}, errors.New("not a valid IP address (want e.g. 198.51.100.7 or 2001:db8::7)")
+	}
+	if a.Zone() != "" {
+		return netip.Addr{}, errors.New("addresses with a zone (%iface) are not supported; drop the zone")
+	}
+	return a, nil
+}
+
 // checkPrefix reports problems with a parsed prefix: host bits set or an
 // IPv4-mapped IPv6 address.
 func checkPrefix(p netip.Prefix) error {

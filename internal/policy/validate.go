@@ -538,7 +538,8 @@ func (v *validator) blocks(p *Policy) {
 
 // CheckBlock returns why a drop-list entry is not valid (and the fix), or
 // "": the prefix must be valid and written masked (198.18.0.0/16, not
-// 198.18.1.1/16), the quarantine rate 0 or MinBlockRate..MaxBlockRate.
+// 198.18.1.1/16), the quarantine rate unset (drop everything) or
+// MinBlockRate..MaxBlockRate.
 func CheckBlock(b Block) (msg, fix string) {
 	switch {
 	case !b.Prefix.IsValid() || b.Prefix.Addr().Zone() != "":
@@ -546,7 +547,40 @@ func CheckBlock(b Block) (msg, fix string) {
 	case b.Prefix != b.Prefix.Masked():
 		return "has bits set beyond the prefix length", "write " + b.Prefix.Masked().String()
 	case b.MaxBWIn != 0 && (b.MaxBWIn < MinBlockRate || b.MaxBWIn > MaxBlockRate):
-		return fmt.Sprintf("must be 0 (drop everything) or %s .. %s", MinBlockRate, MaxBlockRate), "e.g. 1mbit"
+		return fmt.Sprintf("must be %s .. %s, or left out to drop everything", MinBlockRate, MaxBlockRate), "e.g. 1mbit"
+	}
+	return "", ""
+}
+
+// A block's maxbw_in given as 0. Every rate field takes 0 as "no limit"
+// (a rule's or a class's maxbw, a rule's maxbw_in), which for a block
+// would pass everything; a block that drops everything has no maxbw_in.
+// So an explicit 0 is refused rather than read as either.
+const (
+	ZeroBlockRateReason = "0 is no limit (as for every rate), which would pass everything from the prefix"
+	ZeroBlockRateFix    = "leave maxbw_in out to drop everything from the prefix, or quarantine at 8kbit or more, e.g. 1mbit"
+)
+
+// CheckProtectedAddr returns why a cannot be a protected client (and the
+// fix), or "". A protected client is one host that sends this host SYNs
+// over a managed link: not the unspecified address, a broadcast or
+// multicast address (no TCP connection comes from one), nor a loopback
+// address (its traffic crosses no managed link, and the shield's XDP
+// program never sees it).
+func CheckProtectedAddr(a netip.Addr) (msg, fix string) {
+	fix = "name the client's own address, e.g. 198.51.100.7 or 2001:db8::7"
+	a = a.Unmap()
+	switch {
+	case !a.IsValid() || a.Zone() != "":
+		return "not a valid IP address", fix
+	case a.IsUnspecified():
+		return "the unspecified address is no client", fix
+	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "the broadcast address is no client", fix
+	case a.IsMulticast():
+		return "a multicast address opens no TCP connection", fix
+	case a.IsLoopback():
+		return "a loopback address never crosses a managed link (the host's own connections are not SYN-throttled)", fix
 	}
 	return "", ""
 }
