@@ -43,3 +43,22 @@ const (
 	RouteRSVPReserve       = "PUT /v1/rsvp/sessions/{name}/reservation"
 	RouteRemoveRSVPSession = "DELETE /v1/rsvp/sessions/{name}"
 )
+
+// Routes returns every route of the API: the table the daemon's tests
+// check against (each route registered, each fuzzed). A test of this
+// package fails when a Route constant is missing from it.
+func Routes() []string {
+	return []string{
+		RouteStatus,
+		RouteLinks, RouteSetLink, RoutePatchLink, RouteRemoveLink,
+		RouteClasses, RouteClass, RouteAddClass, RouteSetClass, RouteRemoveClass,
+		RouteRules, RouteRule, RouteAddRule, RouteSetRule, RouteRemoveRule,
+		RouteRuns, RouteStartRun, RouteEndRun,
+		RouteStats, RouteHistory, RouteReload, RouteDown, RouteEvents,
+		RouteReservations, RouteReservation, RouteAddReservation, RouteSetReservation, RouteRemoveReservation,
+		RouteRSVP, RouteRSVPSession, RouteAddRSVPSession, RouteRSVPSender, RouteRSVPReserve, RouteRemoveRSVPSession,
+		RouteQSockInit, RouteQSockets, RouteQSockAttach, RouteQSockChange, RouteQSockInfo, RouteQSockDetach,
+		RouteRTChannels, RouteRTChannel, RouteAdmitRTChannel, RouteCloseRTChannel,
+		RouteBlocks, RouteAddBlock, RouteRemoveBlock, RouteProtected, RouteAddProtected, RouteRemoveProtected,
+	}
+}

@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/policy"
 )
@@ -77,9 +79,12 @@ func startTestDaemon(t *testing.T) (*Daemon, *testKernel, http.Handler) {
 }
 
 // serve sends h a request of route (path arguments args) as who, with body.
+// The request's context ends after a second (which ends an event stream).
 func serve(h http.Handler, who *peer, route string, body string, args ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(routeMethod(route), routePath(route, args...), strings.NewReader(body))
-	r = r.WithContext(context.WithValue(r.Context(), credKey{}, who))
+	r := httptest.NewRequest(api.Method(route), api.Path(route, args...), strings.NewReader(body))
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	r = r.WithContext(context.WithValue(ctx, credKey{}, who))
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
-	"github.com/hostqos/hostqos/internal/engine"
 )
 
 // largeRoutes are the routes whose answers grow with the policy, the flow
@@ -37,19 +35,9 @@ var largeRoutes = []struct {
 func TestLargeAnswersBounded(t *testing.T) {
 	defer func(d time.Duration) { largeAnswerWait = d }(largeAnswerWait)
 	largeAnswerWait = 50 * time.Millisecond
-	dir := t.TempDir()
-	d := newTestDaemon(t, dir)
-	k := engine.NewFakeKernel(dir)
-	if err := d.eng.Start(k); err != nil {
-		t.Fatal(err)
-	}
-	h := d.routes()
+	d, _, h := startTestDaemon(t)
 	call := func(who *peer, route string, args ...string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(routeMethod(route), routePath(route, args...), nil)
-		r = r.WithContext(context.WithValue(r.Context(), credKey{}, who))
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w
+		return serve(h, who, route, "", args...)
 	}
 	root, user := &peer{UID: 0, Privileged: true}, &peer{UID: 1000}
 	for _, lr := range largeRoutes {
