@@ -25,6 +25,10 @@ type objKind[T any] struct {
 	// prepare fills what the input left unset (a class's DSCP and
 	// priority), as the config file does; may be nil.
 	prepare func(*T)
+	// admit is the kind's admission beyond the policy's, run under the
+	// engine's lock on the object as it would be stored (a reservation's
+	// M against the links' MTUs); may be nil.
+	admit func(e *Engine, obj T) error
 }
 
 var classKind = objKind[policy.Class]{
@@ -143,6 +147,41 @@ func set[T any](ctx context.Context, e *Engine, who Caller, k objKind[T], name s
 		e.publishChange(k.name, "modified", name, nil)
 	}
 	return out, err
+}
+
+// put adds obj, or replaces the object of its name whole (an upsert, for
+// in-process front doors that own their objects); created says which.
+// Validation and admission are add's and set's, in one change: a refusal
+// changes nothing. A replaced object keeps its layer as with set (one from
+// the config file is kept as an override; a temporary one stays
+// temporary); a new one goes to the temporary overlay when tmp.
+func put[T any](ctx context.Context, e *Engine, who Caller, k objKind[T], obj T, tmp bool) (out T, created bool, err error) {
+	if err := who.MayChange(); err != nil {
+		return obj, false, err
+	}
+	if k.prepare != nil {
+		k.prepare(&obj)
+	}
+	name := *k.nameOf(&obj)
+	err = e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
+		_, exists := k.find(eff, name)
+		if k.admit != nil {
+			if err := k.admit(e, obj); err != nil {
+				return err
+			}
+		}
+		ov := persist
+		if _, inTemp := k.layer(temp)[name]; tmp || inTemp {
+			ov = temp
+		}
+		k.layer(ov)[name] = &obj
+		created = !exists
+		return nil
+	})
+	if err != nil {
+		return obj, false, err
+	}
+	return obj, created, nil
 }
 
 // remove deletes an object from the overlays and, when the config file

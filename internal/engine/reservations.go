@@ -35,6 +35,7 @@ var reservationKind = objKind[policy.Reservation]{
 	layer:  func(o *overlay) map[string]*policy.Reservation { return o.Reservations },
 	blank:  func() policy.Reservation { return policy.NewReservation("") },
 	nameOf: func(r *policy.Reservation) *string { return &r.Name },
+	admit:  (*Engine).admitMTULocked,
 }
 
 // linkMTUer is a Kernel that knows the MTU of an interface.
@@ -59,6 +60,14 @@ func (f *FakeKernel) LinkMTU(ifindex int) (int, error) {
 		return m, nil
 	}
 	return 1500, nil
+}
+
+// admitMTULocked is checkMTULocked when there is a kernel to ask.
+func (e *Engine) admitMTULocked(r policy.Reservation) error {
+	if e.k == nil {
+		return nil
+	}
+	return e.checkMTULocked(r)
 }
 
 // checkMTULocked refuses a reservation whose maximum packet size M is
@@ -97,10 +106,8 @@ func (e *Engine) AddReservation(ctx context.Context, who Caller, r policy.Reserv
 		if _, ok := eff.Reservation(r.Name); ok && r.Name != "" {
 			return &ConflictError{What: "reservation", Name: r.Name}
 		}
-		if e.k != nil {
-			if err := e.checkMTULocked(r); err != nil {
-				return err
-			}
+		if err := e.admitMTULocked(r); err != nil {
+			return err
 		}
 		ov := persist
 		if temporary {
@@ -113,8 +120,7 @@ func (e *Engine) AddReservation(ctx context.Context, who Caller, r policy.Reserv
 		e.publishRefused(r.Name, err)
 		return r, err
 	}
-	e.Publish(api.Event{Kind: EventResvAdmitted, Subject: "reservation/" + r.Name,
-		Message: fmt.Sprintf("reservation %q admitted: %s %s", r.Name, r.Service, tspecText(r)), Fields: resvFields(r)})
+	e.publishAdmitted(r)
 	return r, nil
 }
 
@@ -135,10 +141,8 @@ func (e *Engine) SetReservation(ctx context.Context, who Caller, name string, pa
 			return err
 		}
 		n.Name = name
-		if e.k != nil {
-			if err := e.checkMTULocked(n); err != nil {
-				return err
-			}
+		if err := e.admitMTULocked(n); err != nil {
+			return err
 		}
 		ov := persist
 		if _, inTemp := temp.Reservations[name]; temporary || inTemp {
@@ -155,9 +159,40 @@ func (e *Engine) SetReservation(ctx context.Context, who Caller, name string, pa
 		}
 		return out, err
 	}
-	e.Publish(api.Event{Kind: EventResvModified, Subject: "reservation/" + name,
-		Message: fmt.Sprintf("reservation %q modified: %s %s", name, out.Service, tspecText(out)), Fields: resvFields(out)})
+	e.publishModified(out)
 	return out, nil
+}
+
+// PutReservation adds r, or replaces the reservation of its name whole
+// (every field as r has it, zero ones too): the upsert of in-process front
+// doors that own their reservations, such as RSVP signalling. created says
+// which. It is one change with AddReservation's and SetReservation's
+// validation, admission (rates, buffers, M against the MTUs) and events; a
+// refusal changes nothing and is published as reservation.refused. A
+// replaced reservation keeps its layer (a temporary one stays temporary).
+func (e *Engine) PutReservation(ctx context.Context, who Caller, r policy.Reservation, temporary bool) (policy.Reservation, bool, error) {
+	out, created, err := put(ctx, e, who, reservationKind, r, temporary)
+	switch {
+	case err != nil:
+		e.publishRefused(r.Name, err)
+	case created:
+		e.publishAdmitted(out)
+	default:
+		e.publishModified(out)
+	}
+	return out, created, err
+}
+
+// publishAdmitted publishes a reservation added.
+func (e *Engine) publishAdmitted(r policy.Reservation) {
+	e.Publish(api.Event{Kind: EventResvAdmitted, Subject: "reservation/" + r.Name,
+		Message: fmt.Sprintf("reservation %q admitted: %s %s", r.Name, r.Service, tspecText(r)), Fields: resvFields(r)})
+}
+
+// publishModified publishes a reservation changed.
+func (e *Engine) publishModified(r policy.Reservation) {
+	e.Publish(api.Event{Kind: EventResvModified, Subject: "reservation/" + r.Name,
+		Message: fmt.Sprintf("reservation %q modified: %s %s", r.Name, r.Service, tspecText(r)), Fields: resvFields(r)})
 }
 
 // RemoveReservation removes a reservation; its sockets stay open and go on
