@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -110,10 +109,11 @@ func (i *RSVPInstaller) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
 
-// Install adds the flow's reservation, or changes it when the flowspec
-// changed; a refusal leaves the previous state. Admission refusals become
-// RSVP admission errors (value 2, bandwidth unavailable; 3 when M is over
-// the MTU) carrying the engine's reason with its numbers.
+// Install adds the flow's reservation, or replaces it when the flowspec
+// changed (one change: PutReservation); a refusal leaves the previous
+// state. Admission refusals become RSVP admission errors (value 2,
+// bandwidth unavailable; 3 when M is refused) carrying the engine's reason
+// with its numbers.
 func (i *RSVPInstaller) Install(k rsvp.FlowKey, fs rsvp.Flowspec) error {
 	r, err := RSVPReservation(k, fs)
 	if err != nil {
@@ -122,28 +122,33 @@ func (i *RSVPInstaller) Install(k rsvp.FlowKey, fs rsvp.Flowspec) error {
 	r.Link = i.outLink(k.Session.Dest)
 	ctx, cancel := i.ctx()
 	defer cancel()
-	_, err = i.E.AddReservation(ctx, rsvpCaller, r, true)
-	var conflict *ConflictError
-	if errors.As(err, &conflict) {
-		var patch []byte
-		if patch, err = rsvpPatch(r); err == nil {
-			_, err = i.E.SetReservation(ctx, rsvpCaller, r.Name, patch, true)
+	if _, _, err := i.E.PutReservation(ctx, rsvpCaller, r, true); err != nil {
+		if v, refused := admissionValue(err); refused {
+			return &rsvp.AdmissionError{Value: v, Reason: err.Error()}
 		}
+		return fmt.Errorf("install reservation %s: %w", r.Name, err)
 	}
-	if err == nil {
-		return nil
+	return nil
+}
+
+// admissionValue is the RSVP admission error value (RFC 2210) of the
+// engine's refusal of a reservation: 3 (MTU too big) when its field
+// max_unit (M) is refused — above a managed link's MTU or above the
+// largest IP packet —, 2 (bandwidth unavailable) for any other refusal;
+// refused is false for failures that are not the request's (the kernel,
+// the state file).
+func admissionValue(err error) (v uint16, refused bool) {
+	fes := policy.AsErrors(err)
+	for _, fe := range fes {
+		if fe.Field == "max_unit" {
+			return 3, true
+		}
 	}
 	var bad *BadRequestError
-	var fe *policy.FieldError
-	var fes policy.Errors
-	if errors.As(err, &bad) || errors.As(err, &fe) || errors.As(err, &fes) {
-		v := uint16(2)
-		if strings.Contains(err.Error(), "max_unit") {
-			v = 3
-		}
-		return &rsvp.AdmissionError{Value: v, Reason: err.Error()}
+	if len(fes) > 0 || errors.As(err, &bad) {
+		return 2, true
 	}
-	return fmt.Errorf("install reservation %s: %w", r.Name, err)
+	return 0, false
 }
 
 // Remove removes the flow's reservation (if any).
@@ -151,18 +156,6 @@ func (i *RSVPInstaller) Remove(k rsvp.FlowKey) {
 	ctx, cancel := i.ctx()
 	defer cancel()
 	_ = i.E.RemoveReservation(ctx, rsvpCaller, RSVPReservationName(k))
-}
-
-// rsvpPatch is the Tspec and service of r as a patch: every field
-// written, zero ones too (an omitted field would keep its old value).
-func rsvpPatch(r policy.Reservation) ([]byte, error) {
-	m := map[string]any{"service": r.Service, "rate": r.Rate, "burst": r.Burst, "peak": r.Peak,
-		"min_unit": r.MinUnit, "max_unit": r.MaxUnit, "service_rate": r.ServiceRate, "slack_us": r.Slack, "link": r.Link}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("encode reservation %s: %w", r.Name, err)
-	}
-	return b, nil
 }
 
 // RSVPUpcall publishes a signalling upcall on the event stream as

@@ -136,3 +136,39 @@ egress_rate = "10mbit"
 		}
 	}
 }
+
+// A refusal's RSVP error value says why: 3 (MTU too big) when M is above
+// a managed link's MTU or above the largest IP packet, 2 (bandwidth
+// unavailable) otherwise, even when the reason mentions M; the engine's
+// reason goes with it.
+func TestRSVPAdmissionValues(t *testing.T) {
+	env := newEnv(t, resvConfig) // 8mbit reservable
+	e := env.start(t)
+	inst := &RSVPInstaller{E: e}
+	k := rsvp.FlowKey{Session: rsvp.Session{Dest: netip.MustParseAddr("198.18.2.2"), Proto: 17, Port: 5004},
+		Sender: rsvp.Filter{Src: netip.MustParseAddr("198.18.1.2"), Port: 4000}}
+	cl := func(rate, bucket float32, M uint32) rsvp.Flowspec {
+		return rsvp.Flowspec{Service: rsvp.ServiceCL, Tspec: rsvp.Tspec{Rate: rate, Bucket: bucket, Peak: float32(math.Inf(1)), MinUnit: 64, MaxPacket: M}}
+	}
+	env.k.MTUs = map[int]int{2: 1400}
+	for _, c := range []struct {
+		what string
+		fs   rsvp.Flowspec
+		v    uint16
+		says string
+	}{
+		{"M above the MTU", cl(125000, 3000, 1500), 3, "field max_unit = 1500: above the MTU 1400 of link eth0"},
+		{"M above the largest IP packet", cl(125000, 100000, 70000), 3, "field max_unit = 70000"},
+		{"over capacity", cl(1_250_000, 3000, 1400), 2, "exceed reservable capacity 8mbit"},
+		{"b below M", cl(125000, 1000, 1400), 2, "field burst = 1000: smaller than the maximum packet size M = 1400"},
+	} {
+		err := inst.Install(k, c.fs)
+		var ae *rsvp.AdmissionError
+		if !errors.As(err, &ae) || ae.Value != c.v || !strings.Contains(ae.Reason, c.says) {
+			t.Errorf("%s: %v (%+v), want value %d saying %q", c.what, err, ae, c.v, c.says)
+		}
+	}
+	if rs, _ := e.Reservations(root, ""); len(rs) != 0 {
+		t.Errorf("after refusals: %d reservations", len(rs))
+	}
+}
