@@ -22,6 +22,7 @@ import (
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/rsvp"
+	"github.com/hostqos/hostqos/internal/rsvpfront"
 )
 
 // What a route reads of a request, and so what the fuzzed bytes become.
@@ -196,7 +197,7 @@ func FuzzAPIBody(f *testing.F) {
 			a := netip.MustParseAddr("198.18.1.2")
 			return a, dst == a, nil
 		}
-		d.rsvp = &rsvpAgent{front: engine.NewRSVP(d.eng, engine.RSVPOptions{Refresh: time.Second, Local: local, MaxSessions: 4})}
+		d.rsvp = &rsvpAgent{front: rsvpfront.New(d.eng, rsvpfront.Options{Refresh: time.Second, Local: local, MaxSessions: 4})}
 		d.rsvp.front.SetSend(func([]rsvp.Out) {})
 		root := &peer{Privileged: true}
 		for _, s := range fuzzSetup {

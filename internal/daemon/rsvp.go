@@ -14,19 +14,20 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/rsvp"
+	"github.com/hostqos/hostqos/internal/rsvpfront"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
 // RSVP in the daemon: with [rsvp] enabled = true the daemon runs an RSVP
 // agent (internal/rsvp) on raw IP protocol 46 sockets; messages are
 // accepted only when they arrive on a managed link (others are dropped and
-// counted), malformed ones are counted and dropped. The engine's RSVP front
-// door keeps the API's sessions and installs what signalling asks for as
-// reservation objects (docs/rsvp.md).
+// counted), malformed ones are counted and dropped. The RSVP front door
+// (internal/rsvpfront) keeps the API's sessions and installs what
+// signalling asks for as the engine's reservation objects (docs/rsvp.md).
 
 // rsvpAgent is the daemon's running agent.
 type rsvpAgent struct {
-	front *engine.RSVP
+	front *rsvpfront.Front
 	agent *rsvp.Agent
 	stop  context.CancelFunc
 	done  chan struct{}
@@ -47,7 +48,7 @@ func (d *Daemon) startRSVP() error {
 	ra.refresh(d)
 	refresh := cfg.RefreshPeriod()
 	log := d.cfg.Logger.With("component", "rsvp")
-	ra.front = engine.NewRSVP(d.eng, engine.RSVPOptions{
+	ra.front = rsvpfront.New(d.eng, rsvpfront.Options{
 		Router: cfg.Router, Refresh: refresh, MaxSessions: cfg.SessionLimit(), StatePath: filepath.Join(d.cfg.StateDir, "rsvp.json"),
 		Local: rsvp.LocalFunc(ra.localAddrs), Route: shaper.RouteIfindex,
 		MaxPathsPerHop: cfg.PathsPerHop(), MaxPathsPerSource: cfg.PathsPerSource(), Log: log,
@@ -157,7 +158,7 @@ func (ra *rsvpAgent) localAddrs() []netip.Addr {
 
 // The RSVP routes: thin. Without the agent they answer that RSVP is off.
 
-func (d *Daemon) rsvpFront(w http.ResponseWriter) *engine.RSVP {
+func (d *Daemon) rsvpFront(w http.ResponseWriter) *rsvpfront.Front {
 	if d.rsvp == nil {
 		writeErr(w, &engine.BadRequestError{Err: fmt.Errorf("RSVP is not enabled on this host; set enabled = true in the config file's [rsvp] section and restart hostqosd")})
 		return nil

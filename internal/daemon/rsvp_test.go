@@ -15,6 +15,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/rsvp"
+	"github.com/hostqos/hostqos/internal/rsvpfront"
 )
 
 // The RSVP routes decode strictly, name the bad field, refuse ordinary
@@ -49,7 +50,7 @@ func TestRSVPRoutes(t *testing.T) {
 		a := netip.MustParseAddr("198.18.1.2")
 		return a, dst == a, nil
 	}
-	d.rsvp = &rsvpAgent{front: engine.NewRSVP(d.eng, engine.RSVPOptions{Refresh: time.Second, Local: local, MaxSessions: 2})}
+	d.rsvp = &rsvpAgent{front: rsvpfront.New(d.eng, rsvpfront.Options{Refresh: time.Second, Local: local, MaxSessions: 2})}
 	var sent []rsvp.Out
 	d.rsvp.front.SetSend(func(o []rsvp.Out) { sent = append(sent, o...) })
 	for _, c := range []struct {

@@ -13,7 +13,6 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/history"
-	"github.com/hostqos/hostqos/internal/rsvp"
 )
 
 // next reads one batch from s, failing the test when none comes soon.
@@ -228,15 +227,15 @@ func TestRSVPEventsLimitedPerRemoteHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	inst := &RSVPInstaller{E: e}
-	key := func(src string, port uint16) rsvp.FlowKey {
-		return rsvp.FlowKey{Session: rsvp.Session{Dest: netip.MustParseAddr("198.18.0.1"), Proto: 17, Port: 5004},
-			Sender: rsvp.Filter{Src: netip.MustParseAddr(src), Port: port}}
+	// An upcall of path state as the RSVP front door publishes it:
+	// charged to the sender (internal/rsvpfront).
+	upcall := func(kind, sender string) {
+		e.PublishBy(events.Host(netip.MustParseAddr(sender)), api.Event{Kind: "rsvp." + kind, Subject: "rsvp/198.18.0.1:5004",
+			Message: fmt.Sprintf("RSVP %s for 198.18.0.1:5004/17 from %s", kind, sender)})
 	}
-	ts := rsvp.Tspec{Rate: 125000, Bucket: 3000, Peak: 250000, MinUnit: 64, MaxPacket: 1500}
 	for i := 0; i < 1000; i++ { // a churn: path, timeout, path, …
-		inst.RSVPUpcall(rsvp.Event{Kind: "path", Key: key("198.18.0.2", uint16(i)), Tspec: &ts})
-		inst.RSVPUpcall(rsvp.Event{Kind: "path-timeout", Key: key("198.18.0.2", uint16(i))})
+		upcall("path", "198.18.0.2")
+		upcall("path-timeout", "198.18.0.2")
 	}
 	clock.set(clock.now().Add(time.Minute))
 	e.FlushEvents(false)
@@ -247,7 +246,7 @@ func TestRSVPEventsLimitedPerRemoteHost(t *testing.T) {
 	// 3000 Paths from 3000 addresses at once.
 	for i := 0; i < 3000; i++ {
 		src := netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)})
-		inst.RSVPUpcall(rsvp.Event{Kind: "path", Key: key(src.String(), 1), Tspec: &ts})
+		upcall("path", src.String())
 	}
 	clock.set(clock.now().Add(time.Minute))
 	e.FlushEvents(false)

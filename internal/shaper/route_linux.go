@@ -9,7 +9,7 @@ import (
 
 // RouteIfindex is the interface of the kernel's route toward dst, in the
 // network namespace of the calling thread: the link a signalled
-// reservation toward dst is admitted on (engine.RSVPOptions.Route). It
+// reservation toward dst is admitted on (rsvpfront.Options.Route). It
 // lives here, hostqos's netlink side, so that the daemon imports no
 // netlink.
 func RouteIfindex(dst netip.Addr) (int, error) {

@@ -1,4 +1,10 @@
-package engine
+// Package rsvpfront is the RSVP front door of the engine (docs/rsvp.md):
+// the sessions applications register through the API, kept across
+// restarts, and the installer that turns what RSVP signalling (the node of
+// internal/rsvp) asks for into the engine's reservation objects. It
+// reaches the engine only through its exported API: PutReservation and
+// RemoveReservation, LinkOfIfindex, and PublishBy for the upcalls.
+package rsvpfront
 
 import (
 	"context"
@@ -17,20 +23,22 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/atomicfile"
+	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/rsvp"
 )
 
-// RSVP is the engine's RSVP front door (RAPI-like): the sessions
+// Front is the engine's RSVP front door (RAPI-like): the sessions
 // applications registered through the API and the node that keeps every
 // session's soft state (docs/rsvp.md). The node reaches the host's policy
-// only through RSVPInstaller (reservation objects) and the event stream;
+// only through Installer (reservation objects) and the event stream;
 // the daemon runs the node on raw sockets (rsvp.Agent) and hands this
 // front door the agent's Send.
-type RSVP struct {
+type Front struct {
 	Node *rsvp.Node
-	inst *RSVPInstaller
-	opts RSVPOptions
+	inst *Installer
+	opts Options
 
 	mu       sync.Mutex // guards the fields below; never held while calling Node
 	send     func([]rsvp.Out)
@@ -39,8 +47,8 @@ type RSVP struct {
 	pending  chan rsvp.Session // sessions whose new senders to reserve for
 }
 
-// RSVPOptions configure the front door.
-type RSVPOptions struct {
+// Options configure the front door.
+type Options struct {
 	Router      bool
 	Refresh     time.Duration // R (rsvp.DefaultRefresh if 0)
 	MaxSessions int           // API sessions (policy.DefaultRSVPMaxSessions if 0)
@@ -72,15 +80,15 @@ type rsvpSession struct {
 	last    string
 }
 
-// NewRSVP makes the front door and its node over engine e.
-func NewRSVP(e *Engine, o RSVPOptions) *RSVP {
+// New makes the front door and its node over engine e.
+func New(e *engine.Engine, o Options) *Front {
 	if o.Refresh <= 0 {
 		o.Refresh = rsvp.DefaultRefresh
 	}
 	if o.MaxSessions <= 0 {
 		o.MaxSessions = policy.DefaultRSVPMaxSessions
 	}
-	f := &RSVP{inst: &RSVPInstaller{E: e, Route: o.Route}, opts: o, sessions: map[string]*rsvpSession{},
+	f := &Front{inst: &Installer{E: e, Route: o.Route}, opts: o, sessions: map[string]*rsvpSession{},
 		byKey: map[rsvp.Session]string{}, pending: make(chan rsvp.Session, 256)}
 	f.Node = rsvp.NewNode(rsvp.Config{Local: o.Local, Install: f.inst, Upcall: f.upcall, Refresh: o.Refresh, Router: o.Router,
 		MaxPerHop: o.MaxPathsPerHop, MaxPerSource: o.MaxPathsPerSource, Log: o.Log})
@@ -88,13 +96,13 @@ func NewRSVP(e *Engine, o RSVPOptions) *RSVP {
 }
 
 // SetSend sets how messages are sent (the agent's Send).
-func (f *RSVP) SetSend(send func([]rsvp.Out)) {
+func (f *Front) SetSend(send func([]rsvp.Out)) {
 	f.mu.Lock()
 	f.send = send
 	f.mu.Unlock()
 }
 
-func (f *RSVP) sendOut(outs []rsvp.Out) {
+func (f *Front) sendOut(outs []rsvp.Out) {
 	f.mu.Lock()
 	send := f.send
 	f.mu.Unlock()
@@ -105,7 +113,7 @@ func (f *RSVP) sendOut(outs []rsvp.Out) {
 
 // Run reserves for senders whose Path arrives after the receiver asked,
 // until ctx ends.
-func (f *RSVP) Run(ctx context.Context) {
+func (f *Front) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -123,8 +131,8 @@ func (f *RSVP) Run(ctx context.Context) {
 
 // upcall publishes a node's upcall and notes it on the session. It runs
 // under the node's lock: it must not call the node.
-func (f *RSVP) upcall(ev rsvp.Event) {
-	f.inst.RSVPUpcall(ev)
+func (f *Front) upcall(ev rsvp.Event) {
+	f.inst.publish(ev)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	name, ok := f.byKey[ev.Key.Session]
@@ -175,26 +183,26 @@ var rsvpNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 
 // AddSession registers a session: a unicast destination address and
 // port and a protocol. Nothing is sent yet.
-func (f *RSVP) AddSession(who Caller, req api.RSVPSessionRequest) (api.RSVPSession, error) {
+func (f *Front) AddSession(who engine.Caller, req api.RSVPSessionRequest) (api.RSVPSession, error) {
 	if err := who.MayChange(); err != nil {
 		return api.RSVPSession{}, err
 	}
 	key, err := rsvpSessionKey(req)
 	if err != nil {
-		return api.RSVPSession{}, &BadRequestError{Err: err}
+		return api.RSVPSession{}, &engine.BadRequestError{Err: err}
 	}
 	f.mu.Lock()
 	if _, ok := f.sessions[req.Name]; ok {
 		f.mu.Unlock()
-		return api.RSVPSession{}, &ConflictError{What: "rsvp session", Name: req.Name}
+		return api.RSVPSession{}, &engine.ConflictError{What: "rsvp session", Name: req.Name}
 	}
 	if other, ok := f.byKey[key]; ok {
 		f.mu.Unlock()
-		return api.RSVPSession{}, &BadRequestError{Err: fmt.Errorf("add rsvp session %q: session %q has the same destination %s and protocol %s; use it or remove it", req.Name, other, req.Dest, req.Proto)}
+		return api.RSVPSession{}, &engine.BadRequestError{Err: fmt.Errorf("add rsvp session %q: session %q has the same destination %s and protocol %s; use it or remove it", req.Name, other, req.Dest, req.Proto)}
 	}
 	if len(f.sessions) >= f.opts.MaxSessions {
 		f.mu.Unlock()
-		return api.RSVPSession{}, &TooManyError{Why: fmt.Sprintf("add rsvp session %q: %d sessions, the most this daemon keeps ([rsvp] max_sessions); remove one first", req.Name, f.opts.MaxSessions)}
+		return api.RSVPSession{}, &engine.TooManyError{Why: fmt.Sprintf("add rsvp session %q: %d sessions, the most this daemon keeps ([rsvp] max_sessions); remove one first", req.Name, f.opts.MaxSessions)}
 	}
 	f.sessions[req.Name] = &rsvpSession{name: req.Name, key: key}
 	f.byKey[key] = req.Name
@@ -237,13 +245,13 @@ func rsvpSessionKey(req api.RSVPSessionRequest) (rsvp.Session, error) {
 
 // Sender announces (or changes) this host as a sender of session name:
 // a Path now and every R toward the destination.
-func (f *RSVP) Sender(who Caller, name string, req api.RSVPSenderRequest) (api.RSVPSession, error) {
+func (f *Front) Sender(who engine.Caller, name string, req api.RSVPSenderRequest) (api.RSVPSession, error) {
 	if err := who.MayChange(); err != nil {
 		return api.RSVPSession{}, err
 	}
 	t, err := rsvpTspec(req.Tspec)
 	if err != nil {
-		return api.RSVPSession{}, &BadRequestError{Err: fmt.Errorf("rsvp sender %q: %w", name, err)}
+		return api.RSVPSession{}, &engine.BadRequestError{Err: fmt.Errorf("rsvp sender %q: %w", name, err)}
 	}
 	f.mu.Lock()
 	s, ok := f.sessions[name]
@@ -254,14 +262,14 @@ func (f *RSVP) Sender(who Caller, name string, req api.RSVPSenderRequest) (api.R
 	}
 	f.mu.Unlock()
 	if !ok {
-		return api.RSVPSession{}, &NotFoundError{What: "rsvp session", Name: name}
+		return api.RSVPSession{}, &engine.NotFoundError{What: "rsvp session", Name: name}
 	}
 	src, self, err := f.opts.Local(key.Dest)
 	if err != nil {
-		return api.RSVPSession{}, &BadRequestError{Err: fmt.Errorf("rsvp sender %q: %w", name, err)}
+		return api.RSVPSession{}, &engine.BadRequestError{Err: fmt.Errorf("rsvp sender %q: %w", name, err)}
 	}
 	if self {
-		return api.RSVPSession{}, &BadRequestError{Err: fmt.Errorf("rsvp sender %q: the destination %s is this host; announce the sender on the sending host", name, key.Dest)}
+		return api.RSVPSession{}, &engine.BadRequestError{Err: fmt.Errorf("rsvp sender %q: the destination %s is this host; announce the sender on the sending host", name, key.Dest)}
 	}
 	var outs []rsvp.Out
 	if old != nil && old.Port != req.Port {
@@ -270,7 +278,7 @@ func (f *RSVP) Sender(who Caller, name string, req api.RSVPSenderRequest) (api.R
 	o, err := f.Node.Sender(rsvp.FlowKey{Session: key, Sender: rsvp.Filter{Src: src, Port: req.Port}}, t, time.Now())
 	if err != nil {
 		f.sendOut(outs)
-		return api.RSVPSession{}, &BadRequestError{Err: fmt.Errorf("rsvp sender %q: %w", name, err)}
+		return api.RSVPSession{}, &engine.BadRequestError{Err: fmt.Errorf("rsvp sender %q: %w", name, err)}
 	}
 	f.mu.Lock()
 	var saveErr error
@@ -289,12 +297,12 @@ func (f *RSVP) Sender(who Caller, name string, req api.RSVPSenderRequest) (api.R
 
 // Reserve asks, as the receiver, for a reservation for every sender of
 // session name whose Path has arrived, and for senders that arrive later.
-func (f *RSVP) Reserve(who Caller, name string, req api.RSVPReserveRequest) (api.RSVPSession, error) {
+func (f *Front) Reserve(who engine.Caller, name string, req api.RSVPReserveRequest) (api.RSVPSession, error) {
 	if err := who.MayChange(); err != nil {
 		return api.RSVPSession{}, err
 	}
 	if _, _, err := rsvpFlowspec(req); err != nil {
-		return api.RSVPSession{}, &BadRequestError{Err: fmt.Errorf("rsvp reserve %q: %w", name, err)}
+		return api.RSVPSession{}, &engine.BadRequestError{Err: fmt.Errorf("rsvp reserve %q: %w", name, err)}
 	}
 	f.mu.Lock()
 	s, ok := f.sessions[name]
@@ -310,17 +318,17 @@ func (f *RSVP) Reserve(who Caller, name string, req api.RSVPReserveRequest) (api
 	}
 	f.mu.Unlock()
 	if !ok {
-		return api.RSVPSession{}, &NotFoundError{What: "rsvp session", Name: name}
+		return api.RSVPSession{}, &engine.NotFoundError{What: "rsvp session", Name: name}
 	}
 	if err := f.reserveNew(name, true); err != nil {
-		return api.RSVPSession{}, &BadRequestError{Err: fmt.Errorf("rsvp reserve %q: %w", name, err)}
+		return api.RSVPSession{}, &engine.BadRequestError{Err: fmt.Errorf("rsvp reserve %q: %w", name, err)}
 	}
 	return f.Session(who, name)
 }
 
 // reserveNew sends the session's reservation to its senders: all of them
 // (all) or those not yet reserved for.
-func (f *RSVP) reserveNew(name string, all bool) error {
+func (f *Front) reserveNew(name string, all bool) error {
 	f.mu.Lock()
 	s, ok := f.sessions[name]
 	var key rsvp.Session
@@ -358,7 +366,7 @@ func (f *RSVP) reserveNew(name string, all bool) error {
 
 // Remove tears the session down: PathTear for this host's sender,
 // ResvTear for its reservations; the session is forgotten.
-func (f *RSVP) Remove(who Caller, name string) error {
+func (f *Front) Remove(who engine.Caller, name string) error {
 	if err := who.MayChange(); err != nil {
 		return err
 	}
@@ -375,7 +383,7 @@ func (f *RSVP) Remove(who Caller, name string) error {
 	}
 	f.mu.Unlock()
 	if !ok {
-		return &NotFoundError{What: "rsvp session", Name: name}
+		return &engine.NotFoundError{What: "rsvp session", Name: name}
 	}
 	var outs []rsvp.Out
 	pg := f.Node.View(func(x rsvp.Session) bool { return x == s.key }, 0, 0)
@@ -395,7 +403,7 @@ func (f *RSVP) Remove(who Caller, name string) error {
 
 // Session reports one session of the API with its states (at most
 // api.MaxRSVPStates of each).
-func (f *RSVP) Session(_ Caller, name string) (api.RSVPSession, error) {
+func (f *Front) Session(_ engine.Caller, name string) (api.RSVPSession, error) {
 	f.mu.Lock()
 	s, ok := f.sessions[name]
 	var out api.RSVPSession
@@ -404,7 +412,7 @@ func (f *RSVP) Session(_ Caller, name string) (api.RSVPSession, error) {
 	}
 	f.mu.Unlock()
 	if !ok {
-		return api.RSVPSession{}, &NotFoundError{What: "rsvp session", Name: name}
+		return api.RSVPSession{}, &engine.NotFoundError{What: "rsvp session", Name: name}
 	}
 	pg := f.Node.View(func(x rsvp.Session) bool { return x == s.key }, 0, api.MaxRSVPStates)
 	out.Paths, out.Resvs = f.pathViews(pg.Paths), f.resvViews(pg.Resvs)
@@ -420,7 +428,7 @@ func (s *rsvpSession) view() api.RSVPSession {
 // Status reports the agent, the API's sessions and a page of the states:
 // q.Limit of each list (api.DefaultRSVPPage if 0) from q.Offset on, in the
 // order of session and sender.
-func (f *RSVP) Status(_ Caller, q api.RSVPListQuery) api.RSVPStatus {
+func (f *Front) Status(_ engine.Caller, q api.RSVPListQuery) api.RSVPStatus {
 	st := api.RSVPStatus{Enabled: true, Router: f.opts.Router, Refresh: f.opts.Refresh.String(), Lifetime: rsvp.Lifetime(f.opts.Refresh).String(),
 		MaxPeerRefresh: f.Node.MaxPeerRefresh().String()}
 	if f.opts.Counters != nil {
@@ -449,6 +457,17 @@ func (f *RSVP) Status(_ Caller, q api.RSVPListQuery) api.RSVPStatus {
 	return st
 }
 
+// protoName names a session's protocol (only UDP and TCP are reserved).
+func protoName(p uint8) string {
+	switch p {
+	case 6:
+		return "tcp"
+	case 17:
+		return "udp"
+	}
+	return fmt.Sprint(p)
+}
+
 func sessionText(s rsvp.Session) string {
 	return netip.AddrPortFrom(s.Dest, s.Port).String() + "/" + protoName(s.Proto)
 }
@@ -460,7 +479,7 @@ func expiresIn(t time.Time) float64 {
 	return math.Round(time.Until(t).Seconds()*1000) / 1000
 }
 
-func (f *RSVP) pathViews(ps []rsvp.PathView) []api.RSVPPath {
+func (f *Front) pathViews(ps []rsvp.PathView) []api.RSVPPath {
 	out := []api.RSVPPath{}
 	for _, p := range ps {
 		v := api.RSVPPath{Session: sessionText(p.Key.Session), Sender: netip.AddrPortFrom(p.Key.Sender.Src, p.Key.Sender.Port).String(),
@@ -481,7 +500,7 @@ func (f *RSVP) pathViews(ps []rsvp.PathView) []api.RSVPPath {
 	return out
 }
 
-func (f *RSVP) resvViews(rs []rsvp.ResvView) []api.RSVPResv {
+func (f *Front) resvViews(rs []rsvp.ResvView) []api.RSVPResv {
 	out := []api.RSVPResv{}
 	for _, r := range rs {
 		v := api.RSVPResv{Session: sessionText(r.Key.Session), Sender: netip.AddrPortFrom(r.Key.Sender.Src, r.Key.Sender.Port).String(),
@@ -497,7 +516,7 @@ func (f *RSVP) resvViews(rs []rsvp.ResvView) []api.RSVPResv {
 		case r.NextHop.IsValid():
 			v.Role = "router"
 			v.NextHop = r.NextHop.String()
-			v.Reservation = RSVPReservationName(r.Key)
+			v.Reservation = ReservationName(r.Key)
 			if src, _, err := f.opts.Local(r.Key.Session.Dest); err == nil && src == r.Key.Sender.Src {
 				v.Role = "sender"
 			}
@@ -593,36 +612,6 @@ func rsvpFlowspec(req api.RSVPReserveRequest) (rsvp.Flowspec, rsvp.Style, error)
 	return fs, style, fs.Validate()
 }
 
-// RSVPSettings are the config file's [rsvp] table as read at New.
-func (e *Engine) RSVPSettings() policy.RSVP {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.base.RSVP
-}
-
-// ManagedIfindexes are the interfaces of the managed links set up now.
-// linkOfIfindex is the managed link set up on ifindex, if any.
-func (e *Engine) linkOfIfindex(ifindex int) (string, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for name, i := range e.links {
-		if i == ifindex {
-			return name, true
-		}
-	}
-	return "", false
-}
-
-func (e *Engine) ManagedIfindexes() []int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]int, 0, len(e.links))
-	for _, i := range e.links {
-		out = append(out, i)
-	}
-	return out
-}
-
 // rsvpSaved is a session as the state file keeps it.
 type rsvpSaved struct {
 	Name    string                  `json:"name"`
@@ -633,7 +622,7 @@ type rsvpSaved struct {
 }
 
 // saveLocked writes the API's sessions (caller holds f.mu).
-func (f *RSVP) saveLocked() error {
+func (f *Front) saveLocked() error {
 	if f.opts.StatePath == "" {
 		return nil
 	}
@@ -647,14 +636,14 @@ func (f *RSVP) saveLocked() error {
 	if err != nil {
 		return fmt.Errorf("encode rsvp sessions: %w", err)
 	}
-	return writeFileAtomic(f.opts.StatePath, append(b, '\n'))
+	return atomicfile.Write(f.opts.StatePath, append(b, '\n'))
 }
 
 // Restore brings back the sessions of the state file after a restart: a
 // sender announces its Path again at once, a reservation is asked again
 // as soon as its senders' Paths arrive (soft state: peers that kept the
 // state within its lifetime see no gap). Call it after SetSend.
-func (f *RSVP) Restore() error {
+func (f *Front) Restore() error {
 	if f.opts.StatePath == "" {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package engine
+package rsvpfront
 
 import (
 	"context"
@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/rsvp"
 )
 
 // rsvpHop is one engine of rsvpNet with its front door.
 type rsvpHop struct {
-	e   *Engine
+	e   *engine.Engine
 	env *testEnv
-	f   *RSVP
+	f   *Front
 	sub *events.Subscription
 }
 
@@ -48,7 +49,7 @@ func newRSVPNet(t *testing.T) *rsvpNet {
 		}
 		e := env.start(t)
 		h := &rsvpHop{e: e, env: env}
-		h.f = NewRSVP(e, RSVPOptions{Router: router, Refresh: time.Second, Local: local})
+		h.f = New(e, Options{Router: router, Refresh: time.Second, Local: local})
 		h.f.SetSend(func(outs []rsvp.Out) { n.deliver(t, from, local, outs) })
 		sub, err := e.Subscribe(root, nil, []string{"rsvp"})
 		if err != nil {
@@ -157,7 +158,7 @@ func TestRSVPThreeHops(t *testing.T) {
 		t.Fatalf("confirmed by %v, want the sender", ev.Fields["node"])
 	}
 	k := rsvp.FlowKey{Session: rsvp.Session{Dest: rsD, Proto: 17, Port: 5004}, Sender: rsvp.Filter{Src: rsS, Port: 4000}}
-	name := RSVPReservationName(k)
+	name := ReservationName(k)
 	for _, h := range []*rsvpHop{n.s, n.r} {
 		if rs, err := h.e.Reservations(root, name); err != nil || len(rs) != 1 {
 			t.Fatalf("reservation %s: %v, %v", name, rs, err)
@@ -247,8 +248,8 @@ func TestRSVPSessionsRestored(t *testing.T) {
 	path := filepath.Join(env.dir, "state", "rsvp.json")
 	local := func(dst netip.Addr) (netip.Addr, bool, error) { return rsS, dst == rsS, nil }
 	var sent []rsvp.Out
-	mk := func() *RSVP {
-		f := NewRSVP(e, RSVPOptions{Refresh: time.Second, Local: local, StatePath: path})
+	mk := func() *Front {
+		f := New(e, Options{Refresh: time.Second, Local: local, StatePath: path})
 		f.SetSend(func(o []rsvp.Out) { sent = append(sent, o...) })
 		return f
 	}

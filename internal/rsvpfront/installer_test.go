@@ -1,13 +1,16 @@
-package engine
+package rsvpfront
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/rsvp"
 )
@@ -17,7 +20,7 @@ import (
 func TestRSVPInstaller(t *testing.T) {
 	env := newEnv(t, resvConfig) // 8mbit reservable
 	e := env.start(t)
-	inst := &RSVPInstaller{E: e}
+	inst := &Installer{E: e}
 	k := rsvp.FlowKey{Session: rsvp.Session{Dest: netip.MustParseAddr("198.18.2.2"), Proto: 17, Port: 5004},
 		Sender: rsvp.Filter{Src: netip.MustParseAddr("198.18.1.2"), Port: 4000}}
 	ts := rsvp.Tspec{Rate: 125000, Bucket: 3000, Peak: 250000, MinUnit: 64, MaxPacket: 1500}
@@ -25,11 +28,11 @@ func TestRSVPInstaller(t *testing.T) {
 	if err := inst.Install(k, fs); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := e.Reservations(root, RSVPReservationName(k))
+	rs, err := e.Reservations(root, ReservationName(k))
 	if err != nil || len(rs) != 1 {
 		t.Fatalf("reservations %v, %v", rs, err)
 	}
-	want, _ := RSVPReservation(k, fs)
+	want, _ := Reservation(k, fs)
 	if want.Rate != 1_000_000 || want.ServiceRate != 1_200_000 || want.Peak != 2_000_000 || want.Burst != 3000 ||
 		want.Service != policy.ServiceGuaranteed || want.Local.String() != "198.18.1.2/32" || want.RPort.From != 5004 {
 		t.Fatalf("mapped to %+v", want)
@@ -41,7 +44,7 @@ func TestRSVPInstaller(t *testing.T) {
 	if err := inst.Install(k, fs); err != nil {
 		t.Fatal(err)
 	}
-	if rs, _ := e.Reservations(root, RSVPReservationName(k)); len(rs) != 1 || rs[0].Reservation.Peak != 0 || rs[0].Reservation.ServiceRate != 2_000_000 {
+	if rs, _ := e.Reservations(root, ReservationName(k)); len(rs) != 1 || rs[0].Reservation.Peak != 0 || rs[0].Reservation.ServiceRate != 2_000_000 {
 		t.Fatalf("after the change: %+v", rs)
 	}
 	// Over capacity (8mbit): an admission error with the engine's numbers;
@@ -57,7 +60,7 @@ func TestRSVPInstaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	inst.RSVPUpcall(rsvp.Event{Kind: "resv-error", Key: k, Node: netip.MustParseAddr("198.18.1.1"), Code: 1, Value: 2, Flowspec: &fs})
+	inst.publish(rsvp.Event{Kind: "resv-error", Key: k, Node: netip.MustParseAddr("198.18.1.1"), Code: 1, Value: 2, Flowspec: &fs})
 	evs, err := sub.Next(context.Background())
 	if err != nil || len(evs) != 1 {
 		t.Fatalf("events %v, %v", evs, err)
@@ -88,7 +91,7 @@ egress_rate = "10mbit"
 	e := env.start(t)
 	D0, D1, Dx := netip.MustParseAddr("198.18.1.9"), netip.MustParseAddr("198.18.2.2"), netip.MustParseAddr("198.18.3.3")
 	routes := map[netip.Addr]int{D0: 2, D1: 3, Dx: 7} // 7: not managed
-	inst := &RSVPInstaller{E: e, Route: func(dst netip.Addr) (int, error) { return routes[dst], nil }}
+	inst := &Installer{E: e, Route: func(dst netip.Addr) (int, error) { return routes[dst], nil }}
 	key := func(dst netip.Addr, port uint16) rsvp.FlowKey {
 		return rsvp.FlowKey{Session: rsvp.Session{Dest: dst, Proto: 17, Port: 5004}, Sender: rsvp.Filter{Src: netip.MustParseAddr("198.18.1.2"), Port: port}}
 	}
@@ -111,7 +114,7 @@ egress_rate = "10mbit"
 	if err := inst.Install(key(D0, 4001), fs(6)); err != nil {
 		t.Fatalf("6mbit toward eth0 with 6mbit reserved toward eth1: %v (counted against every link?)", err)
 	}
-	rs, _ := e.Reservations(root, RSVPReservationName(key(D1, 4000)))
+	rs, _ := e.Reservations(root, ReservationName(key(D1, 4000)))
 	if len(rs) != 1 || rs[0].Reservation.Link != "eth1" {
 		t.Fatalf("reservation toward eth1: %+v", rs)
 	}
@@ -144,7 +147,7 @@ egress_rate = "10mbit"
 func TestRSVPAdmissionValues(t *testing.T) {
 	env := newEnv(t, resvConfig) // 8mbit reservable
 	e := env.start(t)
-	inst := &RSVPInstaller{E: e}
+	inst := &Installer{E: e}
 	k := rsvp.FlowKey{Session: rsvp.Session{Dest: netip.MustParseAddr("198.18.2.2"), Proto: 17, Port: 5004},
 		Sender: rsvp.Filter{Src: netip.MustParseAddr("198.18.1.2"), Port: 4000}}
 	cl := func(rate, bucket float32, M uint32) rsvp.Flowspec {
@@ -170,5 +173,47 @@ func TestRSVPAdmissionValues(t *testing.T) {
 	}
 	if rs, _ := e.Reservations(root, ""); len(rs) != 0 {
 		t.Errorf("after refusals: %d reservations", len(rs))
+	}
+}
+
+// Upcalls are charged to the remote party that caused them (the event
+// limits of remote hosts): path state to its sender, reservation state to
+// the receiver, an error or confirmation to the node that sent it; so one
+// sender over its limit holds back only its own upcalls.
+func TestRSVPUpcallsChargedToRemoteParty(t *testing.T) {
+	env := newEnv(t, "")
+	e := env.start(t)
+	e.SetEventLimits(events.Limits{Rate: 1, Burst: 2})
+	sub, err := e.Subscribe(root, nil, []string{"rsvp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	inst := &Installer{E: e}
+	A, B, D, N := netip.MustParseAddr("198.18.1.2"), netip.MustParseAddr("198.18.1.3"), netip.MustParseAddr("198.18.2.2"), netip.MustParseAddr("198.18.1.1")
+	k := func(sender netip.Addr) rsvp.FlowKey {
+		return rsvp.FlowKey{Session: rsvp.Session{Dest: D, Proto: 17, Port: 5004}, Sender: rsvp.Filter{Src: sender, Port: 4000}}
+	}
+	ts := rsvp.Tspec{Rate: 125000, Bucket: 3000, Peak: 250000, MinUnit: 64, MaxPacket: 1500}
+	for range 5 {
+		inst.publish(rsvp.Event{Kind: "path", Key: k(A), Tspec: &ts}) // A's 2, then held
+	}
+	inst.publish(rsvp.Event{Kind: "path-timeout", Key: k(A)})        // A's: held
+	inst.publish(rsvp.Event{Kind: "resv", Key: k(A)})                // D's
+	inst.publish(rsvp.Event{Kind: "resv-error", Key: k(A), Node: N}) // N's
+	inst.publish(rsvp.Event{Kind: "path", Key: k(B), Tspec: &ts})    // B's
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	evs, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range evs {
+		got = append(got, ev.Kind+" "+fmt.Sprint(ev.Fields["sender"]))
+	}
+	want := "[rsvp.path 198.18.1.2 rsvp.path 198.18.1.2 rsvp.resv 198.18.1.2 rsvp.resv-error 198.18.1.2 rsvp.path 198.18.1.3]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("shown %v\nwant %s", got, want)
 	}
 }

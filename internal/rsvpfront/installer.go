@@ -1,4 +1,4 @@
-package engine
+package rsvpfront
 
 import (
 	"context"
@@ -11,17 +11,18 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/rsvp"
 )
 
-// RSVPInstaller installs the reservations RSVP signalling asks for as the
+// Installer installs the reservations RSVP signalling asks for as the
 // engine's own reservation objects (temporary: signalling refreshes them,
 // so a restarted daemon does not keep them), so admission, policing,
 // binding and events are the host's; see docs/rsvp.md.
-type RSVPInstaller struct {
-	E       *Engine
+type Installer struct {
+	E       *engine.Engine
 	Timeout time.Duration // of one engine change (5 s if 0)
 	// Route finds the interface toward a session's destination: the
 	// reservation is admitted on (and gets its HTB leaf on) that link
@@ -31,7 +32,7 @@ type RSVPInstaller struct {
 
 // outLink is the managed link toward dst, "" when unknown or unmanaged
 // (then the reservation counts on every shaped link, as a local one).
-func (i *RSVPInstaller) outLink(dst netip.Addr) string {
+func (i *Installer) outLink(dst netip.Addr) string {
 	if i.Route == nil {
 		return ""
 	}
@@ -39,27 +40,27 @@ func (i *RSVPInstaller) outLink(dst netip.Addr) string {
 	if err != nil {
 		return ""
 	}
-	name, _ := i.E.linkOfIfindex(ifindex)
+	name, _ := i.E.LinkOfIfindex(ifindex)
 	return name
 }
 
 // rsvpCaller is signalling acting on the host's policy.
-var rsvpCaller = Caller{Privileged: true}
+var rsvpCaller = engine.Caller{Privileged: true}
 
-// RSVPReservationName is the reservation object of a signalled flow:
+// ReservationName is the reservation object of a signalled flow:
 // "rsvp-" and 16 hex digits of a hash of the session and sender.
-func RSVPReservationName(k rsvp.FlowKey) string {
+func ReservationName(k rsvp.FlowKey) string {
 	h := fnv.New64a()
 	fmt.Fprint(h, k.String())
 	return fmt.Sprintf("rsvp-%016x", h.Sum64())
 }
 
-// RSVPReservation maps a signalled flowspec onto a reservation: the
+// Reservation maps a signalled flowspec onto a reservation: the
 // sender's socket (protocol, local address and port) toward the session
 // (remote address and port); r, p, R from bytes/s to bit/s; an infinite
 // peak is no peak term.
-func RSVPReservation(k rsvp.FlowKey, fs rsvp.Flowspec) (policy.Reservation, error) {
-	r := policy.NewReservation(RSVPReservationName(k))
+func Reservation(k rsvp.FlowKey, fs rsvp.Flowspec) (policy.Reservation, error) {
+	r := policy.NewReservation(ReservationName(k))
 	switch k.Session.Proto {
 	case 17:
 		r.Proto = "udp"
@@ -101,7 +102,7 @@ func RSVPReservation(k rsvp.FlowKey, fs rsvp.Flowspec) (policy.Reservation, erro
 	return r, nil
 }
 
-func (i *RSVPInstaller) ctx() (context.Context, context.CancelFunc) {
+func (i *Installer) ctx() (context.Context, context.CancelFunc) {
 	d := i.Timeout
 	if d <= 0 {
 		d = 5 * time.Second
@@ -114,8 +115,8 @@ func (i *RSVPInstaller) ctx() (context.Context, context.CancelFunc) {
 // state. Admission refusals become RSVP admission errors (value 2,
 // bandwidth unavailable; 3 when M is refused) carrying the engine's reason
 // with its numbers.
-func (i *RSVPInstaller) Install(k rsvp.FlowKey, fs rsvp.Flowspec) error {
-	r, err := RSVPReservation(k, fs)
+func (i *Installer) Install(k rsvp.FlowKey, fs rsvp.Flowspec) error {
+	r, err := Reservation(k, fs)
 	if err != nil {
 		return &rsvp.AdmissionError{Value: 2, Reason: err.Error()}
 	}
@@ -144,7 +145,7 @@ func admissionValue(err error) (v uint16, refused bool) {
 			return 3, true
 		}
 	}
-	var bad *BadRequestError
+	var bad *engine.BadRequestError
 	if len(fes) > 0 || errors.As(err, &bad) {
 		return 2, true
 	}
@@ -152,17 +153,17 @@ func admissionValue(err error) (v uint16, refused bool) {
 }
 
 // Remove removes the flow's reservation (if any).
-func (i *RSVPInstaller) Remove(k rsvp.FlowKey) {
+func (i *Installer) Remove(k rsvp.FlowKey) {
 	ctx, cancel := i.ctx()
 	defer cancel()
-	_ = i.E.RemoveReservation(ctx, rsvpCaller, RSVPReservationName(k))
+	_ = i.E.RemoveReservation(ctx, rsvpCaller, ReservationName(k))
 }
 
-// RSVPUpcall publishes a signalling upcall on the event stream as
+// publish publishes a signalling upcall on the event stream as
 // "rsvp.<kind>" (rsvp.path, rsvp.resv, rsvp.resv-error, rsvp.confirm, …)
 // with subject "rsvp/<session>", so an application learns what the network
 // granted or refused.
-func (i *RSVPInstaller) RSVPUpcall(ev rsvp.Event) {
+func (i *Installer) publish(ev rsvp.Event) {
 	fields := map[string]any{"dest": ev.Key.Session.Dest.String(), "port": ev.Key.Session.Port,
 		"proto": ev.Key.Session.Proto, "sender": ev.Key.Sender.Src.String(), "sender_port": ev.Key.Sender.Port}
 	msg := fmt.Sprintf("RSVP %s for %s", ev.Kind, ev.Key)

@@ -1,4 +1,4 @@
-package engine
+package rsvpfront
 
 import (
 	"math"
@@ -29,7 +29,7 @@ func TestRSVPRatesBounded(t *testing.T) {
 		Sender: rsvp.Filter{Src: netip.MustParseAddr("198.18.0.1"), Port: 4000}}
 	for _, rate := range []float32{math.MaxFloat32, 2e12, float32(math.NaN()), -1} {
 		fs := rsvp.Flowspec{Service: rsvp.ServiceCL, Tspec: rsvp.Tspec{Rate: rate, Bucket: 3000, Peak: float32(math.Inf(1)), MinUnit: 64, MaxPacket: 1500}}
-		r, err := RSVPReservation(k, fs)
+		r, err := Reservation(k, fs)
 		if err != nil {
 			t.Fatal(err)
 		}
