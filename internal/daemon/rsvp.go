@@ -179,43 +179,6 @@ func (d *Daemon) handleRSVP(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, d.rsvp.front.Status(*callerOf(r), q))
 }
 
-// maxUserRSVPAnswers is how many RSVP listings (GET /v1/rsvp, a session's
-// states) of ordinary users are built and sent at once, as many as flow
-// statistics answers: each sorts the signalled states (up to 65,536 of
-// each kind) and can hold a page of 10,000 of them while its client reads,
-// or does not. Root and group hostqos are not limited. A page of 1,000 is
-// built in milliseconds, so a request waits for a place only
-// rsvpAnswerWait before it is answered 503.
-const maxUserRSVPAnswers = 2
-
-var rsvpAnswerWait = time.Second
-
-// boundRSVPAnswers returns a wrapper for the RSVP listings that share
-// maxUserRSVPAnswers places: an ordinary user's request waits
-// rsvpAnswerWait for a place, then gets 503.
-func boundRSVPAnswers() func(http.HandlerFunc) http.HandlerFunc {
-	places := make(chan struct{}, maxUserRSVPAnswers)
-	return func(h http.HandlerFunc) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			if callerOf(r).Privileged {
-				h(w, r)
-				return
-			}
-			wait := time.NewTimer(rsvpAnswerWait)
-			defer wait.Stop()
-			select {
-			case places <- struct{}{}:
-				defer func() { <-places }()
-				h(w, r)
-			case <-wait.C:
-				writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Error: fmt.Sprintf(
-					"busy: %d RSVP listings to ordinary users are under way (the limit); try again", maxUserRSVPAnswers)})
-			case <-r.Context().Done():
-			}
-		}
-	}
-}
-
 func (d *Daemon) handleRSVPSession(w http.ResponseWriter, r *http.Request) {
 	f := d.rsvpFront(w)
 	if f == nil {
@@ -298,9 +261,11 @@ func (d *Daemon) handleRemoveRSVPSession(w http.ResponseWriter, r *http.Request)
 
 // rsvpRoutes registers the RSVP routes.
 func (d *Daemon) rsvpRoutes(mux *http.ServeMux) {
-	bound := boundRSVPAnswers()
-	mux.HandleFunc(api.RouteRSVP, bound(d.handleRSVP))
-	mux.HandleFunc(api.RouteRSVPSession, bound(d.handleRSVPSession))
+	// A listing sorts the signalled states (up to 65,536 of each kind)
+	// and holds a page while its client reads, or does not: a large
+	// answer, bounded with the others (large.go).
+	mux.HandleFunc(api.RouteRSVP, d.large.bound(d.handleRSVP))
+	mux.HandleFunc(api.RouteRSVPSession, d.large.bound(d.handleRSVPSession))
 	mux.HandleFunc(api.RouteAddRSVPSession, mutating(d.handleAddRSVPSession))
 	mux.HandleFunc(api.RouteRSVPSender, mutating(d.handleRSVPSender))
 	mux.HandleFunc(api.RouteRSVPReserve, mutating(d.handleRSVPReserve))

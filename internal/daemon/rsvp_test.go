@@ -98,15 +98,15 @@ func TestRSVPRoutes(t *testing.T) {
 	}
 }
 
-// TestBoundRSVPAnswers: ordinary users get at most maxUserRSVPAnswers RSVP
+// TestBoundRSVPAnswers: ordinary users get at most maxUserLargeAnswers RSVP
 // listings at once, both routes together (the next waits, then gets 503);
 // root is not held back; a bad page is refused naming the parameter.
 func TestBoundRSVPAnswers(t *testing.T) {
-	defer func(w time.Duration) { rsvpAnswerWait = w }(rsvpAnswerWait)
-	rsvpAnswerWait = 100 * time.Millisecond
+	defer func(w time.Duration) { largeAnswerWait = w }(largeAnswerWait)
+	largeAnswerWait = 100 * time.Millisecond
 	release := make(chan struct{})
 	var inside atomic.Int32
-	bound := boundRSVPAnswers()
+	bound := newLargeAnswers(maxUserLargeAnswers).bound
 	held := func(w http.ResponseWriter, r *http.Request) { inside.Add(1); <-release }
 	mux := http.NewServeMux()
 	mux.HandleFunc(api.RouteRSVP, bound(held))
@@ -123,7 +123,7 @@ func TestBoundRSVPAnswers(t *testing.T) {
 	wg.Add(2)
 	go func() { defer wg.Done(); call(user, api.RouteRSVP) }()
 	go func() { defer wg.Done(); call(&peer{UID: 1001}, api.RouteRSVPSession, "rtp") }()
-	for inside.Load() != maxUserRSVPAnswers {
+	for inside.Load() != maxUserLargeAnswers {
 		time.Sleep(time.Millisecond)
 	}
 	for _, route := range []string{api.RouteRSVP, api.RouteRSVPSession} {
@@ -133,7 +133,7 @@ func TestBoundRSVPAnswers(t *testing.T) {
 	}
 	rootDone := make(chan int)
 	go func() { rootDone <- call(&peer{Privileged: true}, api.RouteRSVP) }()
-	for inside.Load() != maxUserRSVPAnswers+1 {
+	for inside.Load() != maxUserLargeAnswers+1 {
 		time.Sleep(time.Millisecond) // root's is under way beside the two
 	}
 	close(release)

@@ -459,7 +459,7 @@ func TestRSVPListingBoundedForNobody(t *testing.T) {
 		t.Fatalf("nobody's listings beyond the two held: %q; want 3 answers", probes)
 	}
 	for _, p := range probes {
-		if !strings.HasPrefix(p, "PROBE 503 ") || !strings.Contains(p, "busy: 2 RSVP listings") {
+		if !strings.HasPrefix(p, "PROBE 503 ") || !strings.Contains(p, "busy: 2 large answers") {
 			t.Errorf("nobody's listing beyond the two held: %s; want 503 busy", p)
 		}
 	}
