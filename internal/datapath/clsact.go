@@ -10,6 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/hostqos/hostqos/internal/datapath/pin"
 )
 
 // For kernels without TCX (before 6.6) the egress classifier is attached
@@ -51,7 +53,7 @@ func programFD(p *ebpf.Program, dir string) (fd int, id int, err error) {
 }
 
 func clsactMark(dir string, ifindex int) string {
-	return filepath.Join(dir, linksDir, clsactMarkPrefix+strconv.Itoa(ifindex))
+	return filepath.Join(dir, pin.LinksDir, clsactMarkPrefix+strconv.Itoa(ifindex))
 }
 
 // MarkClsactCreated records that hostqos added the clsact qdisc of ifindex.
@@ -78,7 +80,7 @@ func ClsactCreatedIn(bpffsDir string, ifindex int) bool {
 // ClsactLinks lists the ifindexes hostqos recorded clsact qdiscs for under
 // bpffsDir.
 func ClsactLinks(bpffsDir string) []int {
-	ents, _ := os.ReadDir(filepath.Join(bpffsDir, linksDir))
+	ents, _ := os.ReadDir(filepath.Join(bpffsDir, pin.LinksDir))
 	var out []int
 	for _, e := range ents {
 		if n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), clsactMarkPrefix)); err == nil && strings.HasPrefix(e.Name(), clsactMarkPrefix) {

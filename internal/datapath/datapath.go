@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -17,6 +15,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/datapath/pin"
 )
 
 // Limits of the datapath. They are defined once, in C (enum hq_limits in
@@ -37,14 +37,11 @@ const (
 )
 
 const (
-	stateMapName      = "hq_policy"
-	metaMapName       = "hq_meta"
-	linksDir          = "links"
-	sockCreateLink    = "sock_create"
-	tcxEgressPrefix   = "tcx_egress_"
-	bpfFSMagic        = 0xcafe4a11
-	defaultBPFFSMount = "/sys/fs/bpf"
-	DefaultBPFFSDir   = "/sys/fs/bpf/hostqos"
+	stateMapName    = "hq_policy"
+	metaMapName     = "hq_meta"
+	sockCreateLink  = "sock_create"
+	tcxEgressPrefix = "tcx_egress_"
+	DefaultBPFFSDir = pin.DefaultDir
 )
 
 // Datapath is a loaded (or adopted) set of hostqos BPF objects.
@@ -143,11 +140,8 @@ func Open(opts Options) (_ *Datapath, err error) {
 		}
 	}()
 
-	if d.mountedBPFFS, err = ensureBPFFS(d.log, dir); err != nil {
+	if d.mountedBPFFS, err = pin.Prepare(d.log, dir); err != nil {
 		return nil, err
-	}
-	if err := os.MkdirAll(filepath.Join(dir, linksDir), 0o700); err != nil {
-		return nil, fmt.Errorf("create pin directory %s: %w", dir, err)
 	}
 	cookie, err := NetnsCookie()
 	if err != nil {
@@ -259,7 +253,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 	ss.Flags |= unix.BPF_F_MMAPABLE
 	d.state, err = ebpf.NewMapWithOptions(ss, ebpf.MapOptions{PinPath: dir})
 	if err != nil {
-		return nil, incompatible(stateMapName, err)
+		return nil, pin.Incompatible(stateMapName, err)
 	}
 	size := int(ss.ValueSize+4095) &^ 4095
 	d.mem, err = unix.Mmap(d.state.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -318,19 +312,6 @@ func Open(opts Options) (_ *Datapath, err error) {
 	return d, nil
 }
 
-func incompatible(name string, err error) error {
-	if errors.Is(err, ebpf.ErrMapIncompatible) {
-		if name == "" {
-			return fmt.Errorf("adopt pinned maps: %w (the pinned state was made by another hostqos version; run `hostqos down` to remove it)", err)
-		}
-		return fmt.Errorf("adopt pinned map %s: %w (the pinned state was made by another hostqos version; run `hostqos down` to remove it)", name, err)
-	}
-	if name == "" {
-		return fmt.Errorf("load BPF objects: %w", err)
-	}
-	return fmt.Errorf("load map %s: %w", name, err)
-}
-
 // Adopted reports whether Open took over pinned state from a previous run.
 func (d *Datapath) Adopted() bool { return d.adopted }
 
@@ -342,18 +323,18 @@ func (d *Datapath) Dir() string { return d.dir }
 func (d *Datapath) FlowTableSize() int { return int(d.flowMax) }
 
 func (d *Datapath) attachSockCreate(cgroupPath string) error {
-	pin := filepath.Join(d.dir, linksDir, sockCreateLink)
-	l, err := link.LoadPinnedLink(pin, nil)
-	if err == nil {
+	path := filepath.Join(d.dir, pin.LinksDir, sockCreateLink)
+	l, err := pin.Open(path)
+	if err != nil {
+		return err
+	}
+	if l != nil {
 		if err := l.Update(d.objs.HqSockCreate); err != nil {
 			l.Close()
-			return fmt.Errorf("update sock_create program in pinned link %s: %w", pin, err)
+			return fmt.Errorf("update sock_create program in pinned link %s: %w", path, err)
 		}
 		d.sock = l
 		return nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("open pinned link %s: %w", pin, err)
 	}
 	if cgroupPath == "" {
 		return nil
@@ -366,9 +347,9 @@ func (d *Datapath) attachSockCreate(cgroupPath string) error {
 	if err != nil {
 		return fmt.Errorf("attach sock_create to cgroup %s: %w", cgroupPath, err)
 	}
-	if err := l.Pin(pin); err != nil {
+	if err := l.Pin(path); err != nil {
 		l.Close()
-		return fmt.Errorf("pin sock_create link %s: %w", pin, err)
+		return fmt.Errorf("pin sock_create link %s: %w", path, err)
 	}
 	d.sock = l
 	return nil
@@ -377,53 +358,35 @@ func (d *Datapath) attachSockCreate(cgroupPath string) error {
 // adoptTCX takes over the pinned TCX links of a previous run, swapping in
 // the freshly loaded program without detaching (no gap).
 func (d *Datapath) adoptTCX() error {
-	dir := filepath.Join(d.dir, linksDir)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("list pinned links in %s: %w", dir, err)
-	}
-	for _, e := range ents {
-		name := e.Name()
-		prefix, tcx, hook := tcxEgressPrefix, d.tcx, ebpf.AttachTCXEgress
-		if strings.HasPrefix(name, tcxIngressPrefix) {
-			prefix, tcx, hook = tcxIngressPrefix, d.tcxIn, ebpf.AttachTCXIngress
-		}
-		if !strings.HasPrefix(name, prefix) {
-			continue
-		}
-		ifindex, err := strconv.Atoi(strings.TrimPrefix(name, prefix))
+	for _, k := range []struct {
+		links pin.Links
+		tcx   map[int]link.Link
+		pick  func(int) (*ebpf.Program, error)
+	}{
+		{d.egressLinks(), d.tcx, d.egressProgram},
+		{d.ingressLinks(), d.tcxIn, d.ingressProgram},
+	} {
+		err := k.links.Adopt(d.log, func(ifindex int, path string, l link.Link) error {
+			prog, err := k.pick(ifindex)
+			if err != nil {
+				return err
+			}
+			if err := l.Update(prog); err != nil {
+				return fmt.Errorf("update program in pinned link %s: %w", path, err)
+			}
+			k.tcx[ifindex] = l
+			return nil
+		})
 		if err != nil {
-			continue
-		}
-		pin := filepath.Join(dir, name)
-		l, err := link.LoadPinnedLink(pin, nil)
-		if err != nil {
-			return fmt.Errorf("open pinned link %s: %w", pin, err)
-		}
-		info, err := l.Info()
-		if err != nil || info.TCX() == nil || int(info.TCX().Ifindex) != ifindex {
-			// The interface is gone (link defunct) or was replaced.
-			d.log.Info("dropping stale egress link", "ifindex", ifindex)
-			_ = l.Unpin()
-			l.Close()
-			continue
-		}
-		pick := d.egressProgram
-		if hook == ebpf.AttachTCXIngress {
-			pick = d.ingressProgram
-		}
-		prog, err := pick(ifindex)
-		if err != nil {
-			l.Close()
 			return err
 		}
-		if err := l.Update(prog); err != nil {
-			l.Close()
-			return fmt.Errorf("update program in pinned link %s: %w", pin, err)
-		}
-		tcx[ifindex] = l
 	}
 	return nil
+}
+
+// egressLinks are the pinned links of the TCX egress classifier.
+func (d *Datapath) egressLinks() pin.Links {
+	return pin.Links{Dir: d.dir, Prefix: tcxEgressPrefix, Type: link.TCXType, What: "egress"}
 }
 
 // egressProgram picks the classifier variant for the interface's link
@@ -459,7 +422,7 @@ func (d *Datapath) AttachLink(ifindex int) error {
 		}
 		// Someone detached our program from the hook: start afresh.
 		delete(d.tcx, ifindex)
-		_ = dropLink(l)
+		_ = pin.Drop(l)
 	}
 	prog, err := d.egressProgram(ifindex)
 	if err != nil {
@@ -474,10 +437,8 @@ func (d *Datapath) AttachLink(ifindex int) error {
 	if err != nil {
 		return fmt.Errorf("attach egress classifier to ifindex %d: %w", ifindex, err)
 	}
-	pin := filepath.Join(d.dir, linksDir, tcxEgressPrefix+strconv.Itoa(ifindex))
-	if err := l.Pin(pin); err != nil {
-		l.Close()
-		return fmt.Errorf("pin egress link %s: %w", pin, err)
+	if err := d.egressLinks().Pin(l, ifindex); err != nil {
+		return err
 	}
 	d.tcx[ifindex] = l
 	return d.attachIngress(ifindex)
@@ -520,29 +481,16 @@ func (d *Datapath) DetachLink(ifindex int) error {
 	defer d.mu.Unlock()
 	l, ok := d.tcx[ifindex]
 	if !ok {
-		pin := filepath.Join(d.dir, linksDir, tcxEgressPrefix+strconv.Itoa(ifindex))
 		var err error
-		l, err = link.LoadPinnedLink(pin, nil)
-		if errors.Is(err, os.ErrNotExist) {
-			return d.detachIngress(ifindex)
+		if l, err = d.egressLinks().Load(ifindex); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("open pinned link %s: %w", pin, err)
+		if l == nil {
+			return d.detachIngress(ifindex)
 		}
 	}
 	delete(d.tcx, ifindex)
-	return errors.Join(dropLink(l), d.detachIngress(ifindex))
-}
-
-func dropLink(l link.Link) error {
-	defer l.Close()
-	if err := l.Detach(); err != nil && !errors.Is(err, unix.ENOLINK) && !errors.Is(err, ebpf.ErrNotSupported) {
-		return fmt.Errorf("detach link: %w", err)
-	}
-	if err := l.Unpin(); err != nil {
-		return fmt.Errorf("unpin link: %w", err)
-	}
-	return nil
+	return errors.Join(pin.Drop(l), d.detachIngress(ifindex))
 }
 
 // TagSocket records id for the socket behind fd unless it already has one.
@@ -792,27 +740,27 @@ func Remove(bpffsDir string) error {
 	if err := unix.Statfs(dir, &st); err != nil {
 		return fmt.Errorf("statfs %s: %w", dir, err)
 	}
-	if uint32(st.Type) != bpfFSMagic {
+	if uint32(st.Type) != unix.BPF_FS_MAGIC {
 		return fmt.Errorf("remove %s: not on a BPF filesystem, refusing", dir)
 	}
-	ldir := filepath.Join(dir, linksDir)
+	ldir := filepath.Join(dir, pin.LinksDir)
 	ents, err := os.ReadDir(ldir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("list pinned links in %s: %w", ldir, err)
 	}
 	var errs []error
 	for _, e := range ents {
-		pin := filepath.Join(ldir, e.Name())
-		l, err := link.LoadPinnedLink(pin, nil)
+		path := filepath.Join(ldir, e.Name())
+		l, err := link.LoadPinnedLink(path, nil)
 		if err != nil {
 			// Not a link we can open: unpinning is all we can do.
-			if err := os.Remove(pin); err != nil {
-				errs = append(errs, fmt.Errorf("remove pin %s: %w", pin, err))
+			if err := os.Remove(path); err != nil {
+				errs = append(errs, fmt.Errorf("remove pin %s: %w", path, err))
 			}
 			continue
 		}
-		if err := dropLink(l); err != nil {
-			errs = append(errs, fmt.Errorf("remove link %s: %w", pin, err))
+		if err := pin.Drop(l); err != nil {
+			errs = append(errs, fmt.Errorf("remove link %s: %w", path, err))
 		}
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -824,46 +772,6 @@ func Remove(bpffsDir string) error {
 // MountedBPFFS is where Open mounted a BPF file system for the pins because
 // none was mounted there ("" if it did not): /sys/fs/bpf.
 func (d *Datapath) MountedBPFFS() string { return d.mountedBPFFS }
-
-// ensureBPFFS makes sure dir lives on a BPF filesystem, mounting one at
-// /sys/fs/bpf when dir is below it and nothing is mounted there yet (as
-// under `ip netns exec`, which mounts a fresh /sys). It returns where it
-// mounted one ("" if it did not).
-func ensureBPFFS(log *slog.Logger, dir string) (string, error) {
-	onBPF := func() (bool, error) {
-		p := dir
-		for {
-			var st unix.Statfs_t
-			err := unix.Statfs(p, &st)
-			if err == nil {
-				return uint32(st.Type) == bpfFSMagic, nil
-			}
-			if !errors.Is(err, unix.ENOENT) {
-				return false, fmt.Errorf("statfs %s: %w", p, err)
-			}
-			parent := filepath.Dir(p)
-			if parent == p {
-				return false, nil
-			}
-			p = parent
-		}
-	}
-	ok, err := onBPF()
-	if err != nil || ok {
-		return "", err
-	}
-	if dir != defaultBPFFSMount && !strings.HasPrefix(dir, defaultBPFFSMount+"/") {
-		return "", fmt.Errorf("use pin directory %s: not on a BPF filesystem (mount one with `mount -t bpf bpf <dir>`)", dir)
-	}
-	if err := os.MkdirAll(defaultBPFFSMount, 0o755); err != nil {
-		return "", fmt.Errorf("create %s: %w", defaultBPFFSMount, err)
-	}
-	if err := unix.Mount("bpf", defaultBPFFSMount, "bpf", 0, "mode=0700"); err != nil {
-		return "", fmt.Errorf("mount bpffs at %s: %w", defaultBPFFSMount, err)
-	}
-	log.Info("no bpffs was mounted; mounted one for the pins", "path", defaultBPFFSMount)
-	return defaultBPFFSMount, nil
-}
 
 // NetnsCookie returns the cookie of the calling thread's network namespace.
 func NetnsCookie() (uint64, error) {

@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
-	"strconv"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/hostqos/hostqos/internal/datapath/pin"
 )
 
 // The receive side: the TC ingress classifier (hq_tc_ingress) counts
@@ -136,7 +135,7 @@ func (d *Datapath) attachIngress(ifindex int) error {
 			return nil
 		}
 		delete(d.tcxIn, ifindex)
-		_ = dropLink(l)
+		_ = pin.Drop(l)
 	}
 	prog, err := d.ingressProgram(ifindex)
 	if err != nil {
@@ -151,10 +150,8 @@ func (d *Datapath) attachIngress(ifindex int) error {
 	if err != nil {
 		return fmt.Errorf("attach ingress classifier to ifindex %d: %w", ifindex, err)
 	}
-	pin := filepath.Join(d.dir, linksDir, tcxIngressPrefix+strconv.Itoa(ifindex))
-	if err := l.Pin(pin); err != nil {
-		l.Close()
-		return fmt.Errorf("pin ingress link %s: %w", pin, err)
+	if err := d.ingressLinks().Pin(l, ifindex); err != nil {
+		return err
 	}
 	d.tcxIn[ifindex] = l
 	return nil
@@ -165,18 +162,18 @@ func (d *Datapath) attachIngress(ifindex int) error {
 func (d *Datapath) detachIngress(ifindex int) error {
 	l, ok := d.tcxIn[ifindex]
 	if !ok {
-		pin := filepath.Join(d.dir, linksDir, tcxIngressPrefix+strconv.Itoa(ifindex))
 		var err error
-		l, err = link.LoadPinnedLink(pin, nil)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("open pinned link %s: %w", pin, err)
+		if l, err = d.ingressLinks().Load(ifindex); err != nil || l == nil {
+			return err
 		}
 	}
 	delete(d.tcxIn, ifindex)
-	return dropLink(l)
+	return pin.Drop(l)
+}
+
+// ingressLinks are the pinned links of the TCX ingress classifier.
+func (d *Datapath) ingressLinks() pin.Links {
+	return pin.Links{Dir: d.dir, Prefix: tcxIngressPrefix, Type: link.TCXType, What: "ingress"}
 }
 
 // IngressAttached reports whether this datapath's ingress classifier is

@@ -16,6 +16,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/datapath/pin"
 )
 
 // Loading the programs. The kernel's verifier takes most of a daemon's
@@ -232,7 +234,7 @@ func (d *Datapath) loadError(err error) error {
 		d.log.Error("BPF verifier rejected a program", "log", fmt.Sprintf("%+v", ve))
 		return fmt.Errorf("load BPF programs: %+v", ve)
 	}
-	return incompatible("", err)
+	return pin.Incompatible("", err)
 }
 
 // takeObjects moves the maps, variables and programs of coll into d.objs

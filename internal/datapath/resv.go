@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -9,13 +8,14 @@ import (
 	"math"
 	"math/bits"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/hostqos/hostqos/internal/datapath/pin"
 )
 
 // Service is a reservation's service (enum hq_service in
@@ -523,18 +523,18 @@ func (d *Datapath) attachSessionHooks(cgroupPath string) error {
 		{"sendmsg6", d.objs.HqSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
 		{"sock_release", d.objs.HqSockRelease, ebpf.AttachCgroupInetSockRelease},
 	} {
-		pin := filepath.Join(d.dir, linksDir, h.name)
-		l, err := link.LoadPinnedLink(pin, nil)
-		if err == nil {
+		path := filepath.Join(d.dir, pin.LinksDir, h.name)
+		l, err := pin.Open(path)
+		if err != nil {
+			return err
+		}
+		if l != nil {
 			if err := l.Update(h.prog); err != nil {
 				l.Close()
-				return fmt.Errorf("update %s program in pinned link %s: %w", h.name, pin, err)
+				return fmt.Errorf("update %s program in pinned link %s: %w", h.name, path, err)
 			}
 			d.hooks = append(d.hooks, l)
 			continue
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("open pinned link %s: %w", pin, err)
 		}
 		if cgroupPath == "" {
 			continue
@@ -543,9 +543,9 @@ func (d *Datapath) attachSessionHooks(cgroupPath string) error {
 		if err != nil {
 			return fmt.Errorf("attach %s to cgroup %s: %w", h.name, cgroupPath, err)
 		}
-		if err := l.Pin(pin); err != nil {
+		if err := l.Pin(path); err != nil {
 			l.Close()
-			return fmt.Errorf("pin %s link %s: %w", h.name, pin, err)
+			return fmt.Errorf("pin %s link %s: %w", h.name, path, err)
 		}
 		d.hooks = append(d.hooks, l)
 	}

@@ -7,16 +7,15 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/hostqos/hostqos/internal/datapath/pin"
 )
 
 // Limits of the XDP shield, defined once in C (enum hqx_limits in
@@ -117,11 +116,8 @@ func OpenShield(dir string, log *slog.Logger) (_ *Shield, err error) {
 			s.Close()
 		}
 	}()
-	if _, err := ensureBPFFS(s.log, s.dir); err != nil {
+	if _, err := pin.Prepare(s.log, s.dir); err != nil {
 		return nil, err
-	}
-	if err := os.MkdirAll(filepath.Join(s.dir, linksDir), 0o700); err != nil {
-		return nil, fmt.Errorf("create pin directory %s: %w", s.dir, err)
 	}
 	if s.ncpu, err = ebpf.PossibleCPU(); err != nil {
 		return nil, fmt.Errorf("count possible CPUs: %w", err)
@@ -136,7 +132,7 @@ func OpenShield(dir string, log *slog.Logger) (_ *Shield, err error) {
 			s.log.Error("BPF verifier rejected the XDP program", "log", fmt.Sprintf("%+v", ve))
 			return nil, fmt.Errorf("load XDP program: %+v", ve)
 		}
-		return nil, incompatible("", err)
+		return nil, pin.Incompatible("", err)
 	}
 	if err := s.readPinned(); err != nil {
 		return nil, err
@@ -213,36 +209,18 @@ func (s *Shield) adoptEntry(p netip.Prefix, e hqxdpHqxEntry) {
 // adoptXDP takes over the pinned XDP links of a previous run, swapping in
 // the freshly loaded program without a gap.
 func (s *Shield) adoptXDP() error {
-	dir := filepath.Join(s.dir, linksDir)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("list pinned links in %s: %w", dir, err)
-	}
-	for _, e := range ents {
-		name := e.Name()
-		ifindex, err := strconv.Atoi(strings.TrimPrefix(name, xdpLinkPrefix))
-		if !strings.HasPrefix(name, xdpLinkPrefix) || err != nil {
-			continue
-		}
-		pin := filepath.Join(dir, name)
-		l, err := link.LoadPinnedLink(pin, nil)
-		if err != nil {
-			return fmt.Errorf("open pinned link %s: %w", pin, err)
-		}
-		info, err := l.Info()
-		if err != nil || info.XDP() == nil || int(info.XDP().Ifindex) != ifindex {
-			s.log.Info("dropping stale XDP link", "ifindex", ifindex)
-			_ = l.Unpin()
-			l.Close()
-			continue
-		}
+	return s.links().Adopt(s.log, func(ifindex int, path string, l link.Link) error {
 		if err := l.Update(s.objs.HqxXdp); err != nil {
-			l.Close()
-			return fmt.Errorf("update XDP program in pinned link %s: %w", pin, err)
+			return fmt.Errorf("update XDP program in pinned link %s: %w", path, err)
 		}
 		s.xdp[ifindex] = l
-	}
-	return nil
+		return nil
+	})
+}
+
+// links are the shield's pinned XDP links.
+func (s *Shield) links() pin.Links {
+	return pin.Links{Dir: s.dir, Prefix: xdpLinkPrefix, Type: link.XDPType, What: "XDP"}
 }
 
 func key4(p netip.Prefix) hqxdpHqxKey4 {
@@ -478,7 +456,7 @@ func (s *Shield) AttachXDP(ifindex int, syn SynLimits) error {
 			return nil // attached, or the kernel cannot say: keep it
 		}
 		delete(s.xdp, ifindex)
-		_ = dropLink(l)
+		_ = pin.Drop(l)
 	}
 	if ifi, err := net.InterfaceByIndex(ifindex); err == nil && len(ifi.HardwareAddr) != 6 {
 		return fmt.Errorf("attach XDP shield to %s: not an Ethernet-like interface (the drop list and SYN limits need one)", ifi.Name)
@@ -490,10 +468,8 @@ func (s *Shield) AttachXDP(ifindex int, syn SynLimits) error {
 		}
 		return fmt.Errorf("attach XDP shield to ifindex %d: %w", ifindex, err)
 	}
-	pin := filepath.Join(s.dir, linksDir, xdpLinkPrefix+strconv.Itoa(ifindex))
-	if err := l.Pin(pin); err != nil {
-		l.Close()
-		return fmt.Errorf("pin XDP link %s: %w", pin, err)
+	if err := s.links().Pin(l, ifindex); err != nil {
+		return err
 	}
 	s.xdp[ifindex] = l
 	return nil
@@ -542,18 +518,13 @@ func (s *Shield) DetachXDP(ifindex int) error {
 	}
 	l, ok := s.xdp[ifindex]
 	if !ok {
-		pin := filepath.Join(s.dir, linksDir, xdpLinkPrefix+strconv.Itoa(ifindex))
 		var err error
-		l, err = link.LoadPinnedLink(pin, nil)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("open pinned link %s: %w", pin, err)
+		if l, err = s.links().Load(ifindex); err != nil || l == nil {
+			return err
 		}
 	}
 	delete(s.xdp, ifindex)
-	if err := dropLink(l); err != nil {
+	if err := pin.Drop(l); err != nil {
 		return fmt.Errorf("detach XDP shield from ifindex %d: %w", ifindex, err)
 	}
 	return nil
