@@ -34,7 +34,7 @@ generate:
 # Regenerate the BPF objects and their bindings with the pinned clang and
 # fail when they differ from the committed ones (make test runs this, so CI
 # does). The same clang gives byte-identical objects from any checkout.
-GENERATED := internal/datapath/hostqos_bpfel.o internal/datapath/hostqos_bpfel.go internal/datapath/hqxdp_bpfel.o internal/datapath/hqxdp_bpfel.go \
+GENERATED := internal/datapath/hostqos_bpfel.o internal/datapath/hostqos_bpfel.go internal/datapath/xdp/hqxdp_bpfel.o internal/datapath/xdp/hqxdp_bpfel.go \
 	internal/datapath/unitdscp_bpfel_test.o internal/datapath/unitdscp_bpfel_test.go \
 	internal/datapath/unitpolice_bpfel_test.o internal/datapath/unitpolice_bpfel_test.go \
 	internal/datapath/unitresv_bpfel_test.o internal/datapath/unitresv_bpfel_test.go
@@ -42,9 +42,10 @@ check-generated: generate
 	@git diff --exit-code --stat -- $(GENERATED) bpf/include/vmlinux.h || { echo "check-generated: the committed BPF objects differ from what the sources generate; run make generate and commit the result"; exit 1; }
 	@test -z "$$(git ls-files --others --exclude-standard internal/datapath bpf)" || { echo "check-generated: uncommitted generated files:"; git ls-files --others --exclude-standard internal/datapath bpf; exit 1; }
 
-# The BPF C: the program files, the headers of their concerns, the tests'
-# programs that run one header's helpers alone, and the ABI.
-BPF_C := internal/datapath/*.bpf.c internal/datapath/bpf/*.h internal/datapath/bpf/tests/*.bpf.c bpf/include/hostqos.h
+# The BPF C: the program files (the datapath's and the XDP shield's), the
+# headers of their concerns, the tests' programs that run one header's
+# helpers alone, and the ABI.
+BPF_C := internal/datapath/*.bpf.c internal/datapath/xdp/*.bpf.c internal/datapath/bpf/*.h internal/datapath/bpf/tests/*.bpf.c bpf/include/hostqos.h
 
 # Format the Go code (gofmt) and the BPF C (clang-format, kernel style as
 # set in .clang-format).

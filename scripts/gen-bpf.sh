@@ -19,4 +19,4 @@ fi
 for tool in clang-14 llvm-strip-14; do
 	command -v "$tool" >/dev/null || { echo "gen-bpf: $tool not found; run scripts/install-deps.sh --bpf" >&2; exit 1; }
 done
-go generate ./internal/datapath/
+go generate ./internal/datapath/...

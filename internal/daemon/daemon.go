@@ -23,6 +23,7 @@ import (
 
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/metrics"
@@ -104,7 +105,7 @@ type Daemon struct {
 
 	mu      sync.Mutex // guards dp, adopted, attach and mptcp
 	dp      *datapath.Datapath
-	shield  *datapath.Shield // XDP drop list and SYN limits; nil if it did not load
+	shield  *xdp.Shield // XDP drop list and SYN limits; nil if it did not load
 	adopted bool
 
 	// loops is the datapath's loop variant (set by New), attach how the
@@ -223,7 +224,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	// The XDP shield is optional: without it the daemon works, and the
 	// drop list and SYN limits are refused.
-	shield, err := datapath.OpenShield(dp.Dir(), d.cfg.Logger)
+	shield, err := xdp.OpenShield(dp.Dir(), d.cfg.Logger)
 	if err != nil {
 		d.log.Error("XDP shield not loaded; the drop list and SYN limits are unavailable", "err", err)
 		shield = nil

@@ -3,7 +3,9 @@
 // birth, and the TCX egress program that classifies, marks, counts, drops and
 // selects the HTB class of every packet on a managed link.
 //
-// It is the only package that imports cilium/ebpf.
+// With its sub-packages (pin: the pin directory shared with the XDP
+// shield; xdp: the shield) it is the only product package that imports
+// cilium/ebpf.
 package datapath
 
 import (

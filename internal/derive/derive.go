@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
@@ -76,7 +77,7 @@ type Shield struct {
 	// Blocks is the whole drop list (the config file's entries and the
 	// API's); the engine keeps it built (it can hold many entries) and
 	// the derive passes it on.
-	Blocks []datapath.BlockEntry
+	Blocks []xdp.BlockEntry
 	// Protected are the protected clients.
 	Protected []Protected
 }
@@ -110,8 +111,8 @@ type Desired struct {
 	Missing []string
 	// Blocks and Protected are the XDP shield's drop list and protected
 	// clients (nil without a shield).
-	Blocks    []datapath.BlockEntry
-	Protected []datapath.Protected
+	Blocks    []xdp.BlockEntry
+	Protected []xdp.Protected
 	// Classes, Rules and Acks are the shaper's inputs (what the links'
 	// plans were built from; status and stats read them).
 	Classes []shaper.ClassSpec
@@ -139,7 +140,7 @@ type Link struct {
 	Plan *shaper.Plan
 	// Syn are the link's SYN limits; XDP says whether it carries the XDP
 	// shield (SYN limits, or a drop list that is not empty).
-	Syn datapath.SynLimits
+	Syn xdp.SynLimits
 	XDP bool
 	// QSched is the qsocket scheduler of the link's qsched class (nil:
 	// none).

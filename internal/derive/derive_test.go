@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
@@ -353,7 +354,7 @@ func TestDeriveLinks(t *testing.T) {
 	if want := []datapath.LinkIn{{Ifindex: 2, Rate: 50e6}}; !reflect.DeepEqual(d.Datapath.LinksIn, want) {
 		t.Errorf("ingress budgets %v, want %v", d.Datapath.LinksIn, want)
 	}
-	in.Shield = &Shield{Blocks: []datapath.BlockEntry{{Prefix: netip.MustParsePrefix("203.0.113.0/24")}}}
+	in.Shield = &Shield{Blocks: []xdp.BlockEntry{{Prefix: netip.MustParsePrefix("203.0.113.0/24")}}}
 	d, err = Derive(in)
 	if err != nil {
 		t.Fatal(err)

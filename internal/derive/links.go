@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
@@ -22,9 +23,9 @@ var ErrNoShield = errors.New("the XDP shield is not loaded (see the daemon's log
 func planLinks(in *Input, p *policy.Policy, d *Desired) error {
 	if in.Shield != nil {
 		d.Blocks = in.Shield.Blocks
-		d.Protected = make([]datapath.Protected, 0, len(in.Shield.Protected))
+		d.Protected = make([]xdp.Protected, 0, len(in.Shield.Protected))
 		for _, pc := range in.Shield.Protected {
-			d.Protected = append(d.Protected, datapath.Protected{Addr: pc.Client.Addr(), Port: pc.Client.Port()})
+			d.Protected = append(d.Protected, xdp.Protected{Addr: pc.Client.Addr(), Port: pc.Client.Port()})
 		}
 	}
 	for _, l := range p.Links {
@@ -69,8 +70,8 @@ func planLinks(in *Input, p *policy.Policy, d *Desired) error {
 }
 
 // SynLimits are a link's SYN limits for the XDP shield.
-func SynLimits(l policy.Link) datapath.SynLimits {
-	return datapath.SynLimits{Rate: uint32(l.SynRate), PerSource: uint32(l.SynRatePerSource)}
+func SynLimits(l policy.Link) xdp.SynLimits {
+	return xdp.SynLimits{Rate: uint32(l.SynRate), PerSource: uint32(l.SynRatePerSource)}
 }
 
 // qschedOf is the qsocket scheduler of a plan's qsched class (nil: the

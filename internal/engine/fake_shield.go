@@ -3,7 +3,7 @@ package engine
 import (
 	"net/netip"
 
-	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 )
 
 // FakeShieldKernel is a FakeKernel with the XDP shield (ShieldKernel),
@@ -12,21 +12,21 @@ import (
 type FakeShieldKernel struct {
 	*FakeKernel
 	Blocks    map[netip.Prefix]uint64 // prefix → quarantine rate
-	Counters  map[netip.Prefix]datapath.BlockCounters
-	Protected map[datapath.Protected]bool
-	XDP       map[int]datapath.SynLimits // links with the program
-	Listeners map[uint16][]uint32        // port → uids listening
+	Counters  map[netip.Prefix]xdp.BlockCounters
+	Protected map[xdp.Protected]bool
+	XDP       map[int]xdp.SynLimits // links with the program
+	Listeners map[uint16][]uint32   // port → uids listening
 }
 
 // NewFakeShieldKernel wraps a fake kernel.
 func NewFakeShieldKernel(k *FakeKernel) *FakeShieldKernel {
-	return &FakeShieldKernel{FakeKernel: k, Blocks: map[netip.Prefix]uint64{}, Counters: map[netip.Prefix]datapath.BlockCounters{},
-		Protected: map[datapath.Protected]bool{}, XDP: map[int]datapath.SynLimits{}, Listeners: map[uint16][]uint32{}}
+	return &FakeShieldKernel{FakeKernel: k, Blocks: map[netip.Prefix]uint64{}, Counters: map[netip.Prefix]xdp.BlockCounters{},
+		Protected: map[xdp.Protected]bool{}, XDP: map[int]xdp.SynLimits{}, Listeners: map[uint16][]uint32{}}
 }
 
 var _ ShieldKernel = (*FakeShieldKernel)(nil)
 
-func (f *FakeShieldKernel) SetBlocks(entries []datapath.BlockEntry) error {
+func (f *FakeShieldKernel) SetBlocks(entries []xdp.BlockEntry) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("SetBlocks", len(entries)); err != nil {
@@ -39,10 +39,10 @@ func (f *FakeShieldKernel) SetBlocks(entries []datapath.BlockEntry) error {
 	return nil
 }
 
-func (f *FakeShieldKernel) BlockCounters() ([]datapath.BlockCounters, error) {
+func (f *FakeShieldKernel) BlockCounters() ([]xdp.BlockCounters, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []datapath.BlockCounters
+	var out []xdp.BlockCounters
 	for p := range f.Blocks {
 		c := f.Counters[p]
 		c.Prefix = p
@@ -51,20 +51,20 @@ func (f *FakeShieldKernel) BlockCounters() ([]datapath.BlockCounters, error) {
 	return out, nil
 }
 
-func (f *FakeShieldKernel) SetProtected(list []datapath.Protected) error {
+func (f *FakeShieldKernel) SetProtected(list []xdp.Protected) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("SetProtected", len(list)); err != nil {
 		return err
 	}
-	f.Protected = map[datapath.Protected]bool{}
+	f.Protected = map[xdp.Protected]bool{}
 	for _, p := range list {
 		f.Protected[p] = true
 	}
 	return nil
 }
 
-func (f *FakeShieldKernel) AttachXDP(ifindex int, syn datapath.SynLimits) error {
+func (f *FakeShieldKernel) AttachXDP(ifindex int, syn xdp.SynLimits) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("AttachXDP", ifindex); err != nil {
@@ -90,6 +90,6 @@ func (f *FakeShieldKernel) ListenerUIDs(port uint16) ([]uint32, error) {
 	return f.Listeners[port], nil
 }
 
-func (f *FakeShieldKernel) SynCounters(ifindex int) (datapath.SynCounters, error) {
-	return datapath.SynCounters{}, nil
+func (f *FakeShieldKernel) SynCounters(ifindex int) (xdp.SynCounters, error) {
+	return xdp.SynCounters{}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/hostqos/hostqos/internal/apps"
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
@@ -86,7 +87,7 @@ type SystemKernel struct {
 	Log    *slog.Logger // for the shaper; nil: slog.Default()
 	// Shield is the XDP program (drop list, SYN limits); nil when it did
 	// not load (the rest works without it).
-	Shield *datapath.Shield
+	Shield *xdp.Shield
 	// Attach is how the classifier is attached to links: AttachTCX, or
 	// AttachClsact (cls_bpf on clsact, for kernels before 6.6); "" = TCX.
 	Attach string

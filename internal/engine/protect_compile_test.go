@@ -8,6 +8,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -98,7 +99,7 @@ func TestProtectCompilesToClassRule(t *testing.T) {
 	if _, _, ok := protRule(t, e, env.k, "198.51.100.7:443"); ok {
 		t.Fatal("rule left after unprotect")
 	}
-	if sk.Protected[datapath.Protected{Addr: netip.MustParseAddr("198.51.100.7"), Port: 443}] {
+	if sk.Protected[xdp.Protected{Addr: netip.MustParseAddr("198.51.100.7"), Port: 443}] {
 		t.Fatal("XDP entry left after unprotect")
 	}
 	// Persisted: a restart compiles the remaining one again.

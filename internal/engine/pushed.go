@@ -4,6 +4,7 @@ import (
 	"reflect"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
@@ -22,9 +23,9 @@ type pushed struct {
 	// The XDP shield's drop list and protected clients (nil = unknown),
 	// the SYN limits of the links with the XDP program (by ifindex;
 	// absent = unknown), and the qsocket schedulers (nil = unknown).
-	blocks    *[]datapath.BlockEntry
-	protected *[]datapath.Protected
-	xdp       map[int]datapath.SynLimits
+	blocks    *[]xdp.BlockEntry
+	protected *[]xdp.Protected
+	xdp       map[int]xdp.SynLimits
 	qscheds   *map[int]datapath.QSched
 }
 
@@ -53,9 +54,9 @@ func (p *pushed) setPlan(ifindex int, plan *shaper.Plan) {
 	p.plans[ifindex] = plan
 }
 
-func (p *pushed) setXDP(ifindex int, syn datapath.SynLimits) {
+func (p *pushed) setXDP(ifindex int, syn xdp.SynLimits) {
 	if p.xdp == nil {
-		p.xdp = map[int]datapath.SynLimits{}
+		p.xdp = map[int]xdp.SynLimits{}
 	}
 	p.xdp[ifindex] = syn
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/atomicfile"
-	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
 )
@@ -35,16 +35,16 @@ import (
 // list and SYN limits are refused and managed links carry no XDP program.
 type ShieldKernel interface {
 	// SetBlocks makes the drop list exactly entries.
-	SetBlocks(entries []datapath.BlockEntry) error
-	BlockCounters() ([]datapath.BlockCounters, error)
+	SetBlocks(entries []xdp.BlockEntry) error
+	BlockCounters() ([]xdp.BlockCounters, error)
 	// SetProtected makes the protected clients exactly list.
-	SetProtected(list []datapath.Protected) error
+	SetProtected(list []xdp.Protected) error
 	// AttachXDP puts the shield on a link (idempotent) with its SYN
 	// limits; DetachXDP takes it off.
-	AttachXDP(ifindex int, syn datapath.SynLimits) error
+	AttachXDP(ifindex int, syn xdp.SynLimits) error
 	DetachXDP(ifindex int) error
 	// SynCounters reads a link's pure-SYN counters.
-	SynCounters(ifindex int) (datapath.SynCounters, error)
+	SynCounters(ifindex int) (xdp.SynCounters, error)
 	// ListenerUIDs are the owners of the listening TCP sockets (IPv4 and
 	// IPv6) on a local port, in the daemon's network namespace.
 	ListenerUIDs(port uint16) ([]uint32, error)
@@ -166,16 +166,16 @@ var errNoShield = derive.ErrNoShield
 
 // blockEntries is the whole drop list: the config file's entries and the
 // API's (which cannot shadow the config file's).
-func blockEntries(base *policy.Policy, s *shieldState) []datapath.BlockEntry {
-	out := make([]datapath.BlockEntry, 0, len(base.Blocks)+len(s.Blocks))
+func blockEntries(base *policy.Policy, s *shieldState) []xdp.BlockEntry {
+	out := make([]xdp.BlockEntry, 0, len(base.Blocks)+len(s.Blocks))
 	seen := map[netip.Prefix]bool{}
 	for _, b := range base.Blocks {
-		out = append(out, datapath.BlockEntry{Prefix: b.Prefix, Rate: uint64(b.MaxBWIn)})
+		out = append(out, xdp.BlockEntry{Prefix: b.Prefix, Rate: uint64(b.MaxBWIn)})
 		seen[b.Prefix] = true
 	}
 	for p, b := range s.Blocks {
 		if !seen[p] {
-			out = append(out, datapath.BlockEntry{Prefix: p, Rate: uint64(b.MaxBWIn)})
+			out = append(out, xdp.BlockEntry{Prefix: p, Rate: uint64(b.MaxBWIn)})
 		}
 	}
 	return out
@@ -245,7 +245,7 @@ func (e *Engine) AddBlock(ctx context.Context, who Caller, req api.BlockRequest)
 					n4++
 				}
 			}
-			if n4 >= datapath.MaxBlocks {
+			if n4 >= xdp.MaxBlocks {
 				return &TooManyError{Why: fmt.Sprintf("the drop list holds %d entries of this family, the most it can; remove some first", n4)}
 			}
 		}
@@ -326,9 +326,9 @@ func (e *Engine) Blocks() ([]api.BlockInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(cs, func(a, b datapath.BlockCounters) int { return comparePrefixes(a.Prefix, b.Prefix) })
+	slices.SortFunc(cs, func(a, b xdp.BlockCounters) int { return comparePrefixes(a.Prefix, b.Prefix) })
 	for i := range out {
-		j, ok := slices.BinarySearchFunc(cs, out[i].Prefix, func(c datapath.BlockCounters, p netip.Prefix) int {
+		j, ok := slices.BinarySearchFunc(cs, out[i].Prefix, func(c xdp.BlockCounters, p netip.Prefix) int {
 			return comparePrefixes(c.Prefix, p)
 		})
 		if ok {
@@ -375,7 +375,7 @@ func (e *Engine) Protect(ctx context.Context, who Caller, req api.ProtectRequest
 			return &ForbiddenError{Why: fmt.Sprintf("client %s is already protected by uid %d", key, old.UID)}
 		}
 		if _, ok := s.Protected[key]; !ok {
-			if len(s.Protected) >= datapath.MaxProtected {
+			if len(s.Protected) >= xdp.MaxProtected {
 				return &TooManyError{Why: fmt.Sprintf("%d clients are protected, the most the shield holds", len(s.Protected))}
 			}
 			if !who.Privileged {
@@ -570,16 +570,16 @@ func listenersIn(path string, port uint16) ([]uint32, error) {
 }
 
 // The SystemKernel's shield, when the XDP program loaded.
-func (k *SystemKernel) SetBlocks(entries []datapath.BlockEntry) error {
+func (k *SystemKernel) SetBlocks(entries []xdp.BlockEntry) error {
 	return k.Shield.SetBlocks(entries)
 }
-func (k *SystemKernel) BlockCounters() ([]datapath.BlockCounters, error) {
+func (k *SystemKernel) BlockCounters() ([]xdp.BlockCounters, error) {
 	return k.Shield.BlockCounters()
 }
-func (k *SystemKernel) SetProtected(list []datapath.Protected) error {
+func (k *SystemKernel) SetProtected(list []xdp.Protected) error {
 	return k.Shield.SetProtected(list)
 }
-func (k *SystemKernel) AttachXDP(ifindex int, syn datapath.SynLimits) error {
+func (k *SystemKernel) AttachXDP(ifindex int, syn xdp.SynLimits) error {
 	return k.Shield.AttachXDP(ifindex, syn)
 }
 func (k *SystemKernel) DetachXDP(ifindex int) error { return k.Shield.DetachXDP(ifindex) }
@@ -599,6 +599,6 @@ func (e *Engine) shieldLinkStatus(ls *api.LinkStatus, name string) {
 	}
 }
 
-func (k *SystemKernel) SynCounters(ifindex int) (datapath.SynCounters, error) {
+func (k *SystemKernel) SynCounters(ifindex int) (xdp.SynCounters, error) {
 	return k.Shield.SynCounters(ifindex)
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/hostqos/hostqos/api"
-	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -135,7 +135,7 @@ func TestSynLimitsOnLink(t *testing.T) {
 	if err := e.SetLink(ctx, root, "eth0", policy.Link{SynRate: 1000, SynRatePerSource: 50}, LinkChange{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := sk.XDP[2]; got != (datapath.SynLimits{Rate: 1000, PerSource: 50}) {
+	if got := sk.XDP[2]; got != (xdp.SynLimits{Rate: 1000, PerSource: 50}) {
 		t.Fatalf("syn limits %+v", got)
 	}
 	err := e.SetLink(ctx, root, "eth0", policy.Link{SynRate: -1}, LinkChange{})
@@ -175,7 +175,7 @@ func TestProtectWhoMay(t *testing.T) {
 	if _, err := e.Protect(ctx, root, api.ProtectRequest{Addr: netip.MustParseAddr("2001:db8::7")}); err != nil {
 		t.Fatal(err)
 	}
-	if !sk.Protected[datapath.Protected{Addr: client, Port: 8443}] || !sk.Protected[datapath.Protected{Addr: netip.MustParseAddr("2001:db8::7")}] {
+	if !sk.Protected[xdp.Protected{Addr: client, Port: 8443}] || !sk.Protected[xdp.Protected{Addr: netip.MustParseAddr("2001:db8::7")}] {
 		t.Fatalf("kernel protected %v", sk.Protected)
 	}
 	// Users see and end their own only.

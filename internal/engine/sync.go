@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
 )
@@ -181,7 +182,7 @@ func (e *Engine) shieldInput(base *policy.Policy, s *shieldState) *derive.Shield
 type blockMemo struct {
 	base   *policy.Policy
 	shield *shieldState
-	list   []datapath.BlockEntry
+	list   []xdp.BlockEntry
 }
 
 // reconcileLocked makes the kernel hold d, writing only what differs from
@@ -317,7 +318,7 @@ func (e *Engine) reconcileShieldLocked(d *derive.Desired) error {
 }
 
 // sameBlocks compares drop lists, the same list without a walk.
-func sameBlocks(a, b []datapath.BlockEntry) bool {
+func sameBlocks(a, b []xdp.BlockEntry) bool {
 	if len(a) != len(b) {
 		return false
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/traffic"
 )
 
@@ -75,19 +76,19 @@ func benchSYNFlood(e *env, r *Report) error {
 		return run(rx, "nft", "-f", nftFile)
 	}
 	nftDown := func() error { return run(rx, "nft", "delete", "table", "netdev", "hqsynbench") }
-	var sh *datapath.Shield
+	var sh *xdp.Shield
 	pins := filepath.Join("/sys/fs/bpf", fmt.Sprintf("hqbench-syn-%d", os.Getpid()))
 	xdpUp := func() error {
 		return rx.Do(func() error {
 			var err error
-			if sh, err = datapath.OpenShield(pins, e.log); err != nil {
+			if sh, err = xdp.OpenShield(pins, e.log); err != nil {
 				return err
 			}
 			ifi, err := net.InterfaceByName(rxIf)
 			if err != nil {
 				return err
 			}
-			return sh.AttachXDP(ifi.Index, datapath.SynLimits{Rate: linkRate, PerSource: srcRate})
+			return sh.AttachXDP(ifi.Index, xdp.SynLimits{Rate: linkRate, PerSource: srcRate})
 		})
 	}
 	xdpDown := func() error {

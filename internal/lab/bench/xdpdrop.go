@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/lab/xdpgen"
 	"github.com/hostqos/hostqos/internal/testbed"
 )
@@ -104,22 +105,22 @@ func benchXDPDrop(e *env, r *Report) error {
 		return strconv.ParseUint(string(m[1]), 10, 64)
 	}
 	// hostqos's XDP shield.
-	var sh *datapath.Shield
+	var sh *xdp.Shield
 	pins := filepath.Join("/sys/fs/bpf", fmt.Sprintf("hqbench-xdp-%d", os.Getpid()))
 	xdpUp := func(n int) error {
 		return rx.Do(func() error {
 			var err error
-			if sh, err = datapath.OpenShield(pins, e.log); err != nil {
+			if sh, err = xdp.OpenShield(pins, e.log); err != nil {
 				return err
 			}
-			es := []datapath.BlockEntry{{Prefix: matched}}
+			es := []xdp.BlockEntry{{Prefix: matched}}
 			for i := 0; i < n-1; i++ {
-				es = append(es, datapath.BlockEntry{Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)})
+				es = append(es, xdp.BlockEntry{Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)})
 			}
 			if err := sh.SetBlocks(es); err != nil {
 				return err
 			}
-			return sh.AttachXDP(rxIndex, datapath.SynLimits{})
+			return sh.AttachXDP(rxIndex, xdp.SynLimits{})
 		})
 	}
 	xdpDown := func() error {

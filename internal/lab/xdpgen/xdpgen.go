@@ -82,7 +82,7 @@ func NewSink(ifindex int) (*Generator, error) {
 }
 
 // Borrow is an injector that runs prog, an XDP program someone else owns
-// (the XDP shield's, datapath.Shield.XDPProgram), on live frames as if
+// (the XDP shield's, xdp.Shield.XDPProgram), on live frames as if
 // ifindex's driver had received them: what prog drops is counted as when
 // it is attached, what it passes enters the stack. Close leaves prog
 // loaded.

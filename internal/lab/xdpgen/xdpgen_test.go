@@ -7,15 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/testutil"
 )
 
 // openShield is an XDP shield pinned in the test's own directory.
-func openShield(t *testing.T) *datapath.Shield {
+func openShield(t *testing.T) *xdp.Shield {
 	t.Helper()
 	testutil.NeedRoot(t)
-	s, err := datapath.OpenShield(testutil.TempPinDir(t), nil)
+	s, err := xdp.OpenShield(testutil.TempPinDir(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,10 +31,10 @@ func TestGeneratorIntoShield(t *testing.T) {
 	p := testutil.NewPair(t)
 	src := testutil.PairA4.Addr()
 	listed := netip.PrefixFrom(src, 32)
-	if err := s.SetBlocks([]datapath.BlockEntry{{Prefix: listed}}); err != nil {
+	if err := s.SetBlocks([]xdp.BlockEntry{{Prefix: listed}}); err != nil {
 		t.Fatal(err)
 	}
-	p.B.MustDo(t, func() error { return s.AttachXDP(p.IndexB, datapath.SynLimits{}) })
+	p.B.MustDo(t, func() error { return s.AttachXDP(p.IndexB, xdp.SynLimits{}) })
 	frame := BuildFrame(FrameSpec{Src: src, Dst: testutil.PairB4.Addr(), Proto: 17, SPort: 40000, DPort: 5201, Payload: 22})
 	const n = 10_000
 	p.A.MustDo(t, func() error {
@@ -64,7 +64,7 @@ func TestInjector(t *testing.T) {
 	p := testutil.NewPair(t)
 	src := testutil.PairA4.Addr()
 	listed := netip.PrefixFrom(src, 32)
-	if err := s.SetBlocks([]datapath.BlockEntry{{Prefix: listed}}); err != nil {
+	if err := s.SetBlocks([]xdp.BlockEntry{{Prefix: listed}}); err != nil {
 		t.Fatal(err)
 	}
 	frame := BuildFrame(FrameSpec{Src: src, Dst: testutil.PairB4.Addr(), Proto: 17, SPort: 40000, DPort: 5201, Payload: 22})

@@ -1,4 +1,11 @@
-package datapath
+// Package xdp loads, pins, adopts and feeds hostqos's XDP shield: one XDP
+// program (hqxdp.bpf.c, its own bpf2go object) that drops or rate-limits
+// listed sources and throttles pure SYNs per link and per source, with
+// protected clients exempt. It pins its maps and links in the datapath's
+// pin directory (internal/datapath/pin), beside the datapath's, so a dead
+// daemon leaves it enforcing, a restarted one adopts it and `hostqos down`
+// removes it with the rest.
+package xdp
 
 import (
 	"encoding/binary"
@@ -107,7 +114,7 @@ func OpenShield(dir string, log *slog.Logger) (_ *Shield, err error) {
 		log = slog.Default()
 	}
 	if dir == "" {
-		dir = DefaultBPFFSDir
+		dir = pin.DefaultDir
 	}
 	s := &Shield{dir: filepath.Clean(dir), log: log.With("component", "shield"), xdp: map[int]link.Link{},
 		entries: map[netip.Prefix]shieldSlot{}, used: make([]bool, blockSlots), protect: map[Protected]bool{}}

@@ -1,7 +1,9 @@
-package datapath
+package xdp
 
 import (
+	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/hostqos/hostqos/internal/lab/xdpgen"
 	"github.com/hostqos/hostqos/internal/testutil"
 )
 
@@ -17,6 +20,9 @@ const (
 	xdpPass = 2
 	loIndex = 1 // test runs need an existing ingress interface
 )
+
+func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+func addr(s string) netip.Addr  { return netip.MustParseAddr(s) }
 
 func openShieldTest(t *testing.T) *Shield {
 	t.Helper()
@@ -31,7 +37,7 @@ func openShieldTest(t *testing.T) *Shield {
 
 // tcpFrame is a TCP frame with the given flags (0x02 SYN, 0x10 ACK).
 func tcpFrame(src, dst string, dport uint16, flags byte, payload int) []byte {
-	f := BuildFrame(FrameSpec{Src: addr(src), Dst: addr(dst), Proto: 6, SPort: 40000, DPort: dport, Payload: payload})
+	f := xdpgen.BuildFrame(xdpgen.FrameSpec{Src: addr(src), Dst: addr(dst), Proto: 6, SPort: 40000, DPort: dport, Payload: payload})
 	off := 14 + 20
 	if addr(src).Is6() {
 		off = 14 + 40
@@ -41,7 +47,7 @@ func tcpFrame(src, dst string, dport uint16, flags byte, payload int) []byte {
 }
 
 func udpFrame(src, dst string, payload int) []byte {
-	return BuildFrame(FrameSpec{Src: addr(src), Dst: addr(dst), Proto: 17, SPort: 1000, DPort: 2000, Payload: payload})
+	return xdpgen.BuildFrame(xdpgen.FrameSpec{Src: addr(src), Dst: addr(dst), Proto: 17, SPort: 1000, DPort: 2000, Payload: payload})
 }
 
 func TestShieldDropList(t *testing.T) {
@@ -299,5 +305,60 @@ func TestShieldAttachRefusesForeignXDP(t *testing.T) {
 	})
 	if got := s.XDPAttached(); len(got) != 0 {
 		t.Errorf("still attached to %v", got)
+	}
+}
+
+// TestShieldAdoptsPinnedXDP: a shield opened over the pins of a closed one
+// (a restarted daemon) takes over its XDP link and swaps its own program
+// into it, so the link never leaves the interface; a pinned XDP link
+// whose name gives another interface than its own is stale and dropped.
+func TestShieldAdoptsPinnedXDP(t *testing.T) {
+	s := openShieldTest(t)
+	p := testutil.NewPair(t)
+	p.B.MustDo(t, func() error { return s.AttachXDP(p.IndexB, SynLimits{}) })
+	s.Close() // as if killed: the pins stay
+
+	linkProg := func(s *Shield) (onLink, own ebpf.ProgramID) {
+		t.Helper()
+		s.mu.Lock()
+		l := s.xdp[p.IndexB]
+		s.mu.Unlock()
+		li, err := l.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pi, err := s.objs.HqxXdp.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := pi.ID()
+		return li.Program, id
+	}
+	s2, err := OpenShield(s.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s2.XDPAttached(); len(got) != 1 || got[0] != p.IndexB {
+		t.Fatalf("restarted shield attached to %v, want [%d]", got, p.IndexB)
+	}
+	if l, own := linkProg(s2); l != own {
+		t.Errorf("adopted link runs program %d, want the restarted shield's %d", l, own)
+	}
+	s2.Close()
+
+	stale := s2.links().Path(p.IndexB + 1000)
+	if err := os.Rename(s2.links().Path(p.IndexB), stale); err != nil {
+		t.Fatal(err)
+	}
+	s3, err := OpenShield(s.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s3.Close()
+	if got := s3.XDPAttached(); len(got) != 0 {
+		t.Errorf("a stale pin adopted: attached to %v", got)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale pin %s kept: %v", stale, err)
 	}
 }
