@@ -233,7 +233,12 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.shield = shield
 	d.mu.Unlock()
 	d.log.Info("classifier attachment", "attach", attach, "loops", d.loops)
-	if err := d.eng.Start(&engine.SystemKernel{DP: dp, CgRoot: d.cgRoot, Netns: d.netns, Log: d.cfg.Logger, Shield: shield, Attach: attach}); err != nil {
+	sys := &engine.SystemKernel{DP: dp, CgRoot: d.cgRoot, Netns: d.netns, Log: d.cfg.Logger, Shield: shield, Attach: attach}
+	h := engine.Host{Kernel: sys, QSockets: sys}
+	if shield != nil {
+		h.Shield = sys
+	}
+	if err := d.eng.Start(h); err != nil {
 		return fmt.Errorf("apply policy: %w", err)
 	}
 	if err := d.startObservability(); err != nil {

@@ -40,7 +40,7 @@ func TestEventStream(t *testing.T) {
 	dir := t.TempDir()
 	d := newTestDaemon(t, dir)
 	d.streamsEnd = make(chan struct{})
-	if err := d.eng.Start(engine.NewFakeKernel(dir)); err != nil {
+	if err := d.eng.Start(engine.Host{Kernel: engine.NewFakeKernel(dir)}); err != nil {
 		t.Fatal(err)
 	}
 	c, srv := serveAs(t, d, dir, &peer{Privileged: true})

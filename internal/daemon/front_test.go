@@ -42,7 +42,7 @@ func TestErrorCodes(t *testing.T) {
 func TestFrontDoor(t *testing.T) {
 	dir := t.TempDir()
 	d := newTestDaemon(t, dir)
-	if err := d.eng.Start(engine.NewFakeKernel(dir)); err != nil {
+	if err := d.eng.Start(engine.Host{Kernel: engine.NewFakeKernel(dir)}); err != nil {
 		t.Fatal(err)
 	}
 	h := d.routes()

@@ -72,7 +72,7 @@ func startTestDaemon(t *testing.T) (*Daemon, *testKernel, http.Handler) {
 	fk := engine.NewFakeKernel(dir)
 	fk.Ifindexes["eth0"] = 2
 	k := &testKernel{FakeKernel: fk, FakeQSockKernel: engine.NewFakeQSockKernel(fk), FakeShieldKernel: engine.NewFakeShieldKernel(fk)}
-	if err := d.eng.Start(k); err != nil {
+	if err := d.eng.Start(engine.Host{Kernel: fk, QSockets: k.FakeQSockKernel, Shield: k.FakeShieldKernel}); err != nil {
 		t.Fatal(err)
 	}
 	return d, k, d.routes()

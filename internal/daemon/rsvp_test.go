@@ -26,7 +26,7 @@ func TestRSVPRoutes(t *testing.T) {
 	d := newTestDaemon(t, dir)
 	k := engine.NewFakeKernel(dir)
 	k.Ifindexes["eth0"] = 2
-	if err := d.eng.Start(k); err != nil {
+	if err := d.eng.Start(engine.Host{Kernel: k}); err != nil {
 		t.Fatal(err)
 	}
 	h := d.routes()

@@ -83,6 +83,9 @@ type Engine struct {
 	lastLinkErr string
 	lookupErr   map[string]string // link → last lookup error, logged once
 	tagged      int
+	// The kernel's capabilities Start was given (Host); nil without k.
+	qk QSockKernel
+	sk ShieldKernel
 
 	stats *sampler
 	times *ruleTimes // quota usage and schedule state (quota.go)
@@ -191,13 +194,14 @@ func checkPolicy(p *policy.Policy, source string) error {
 	return p.Admit(source)
 }
 
-// Start makes the kernel match the policy read by New, through k.
-func (e *Engine) Start(k Kernel) error {
+// Start makes the kernel match the policy read by New, through h.
+func (e *Engine) Start(h Host) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.k = k
+	k := h.Kernel
+	e.k, e.qk, e.sk = k, h.QSockets, h.Shield
 	if err := e.syncLocked("start", syncChange{}); err != nil {
-		e.k = nil
+		e.k, e.qk, e.sk = nil, nil, nil
 		return err
 	}
 	e.primeReservations(k)
@@ -216,7 +220,7 @@ func (e *Engine) Start(k Kernel) error {
 func (e *Engine) Detach() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.k = nil
+	e.k, e.qk, e.sk = nil, nil, nil
 	e.links = map[string]int{}
 	e.xdp, e.pushed, e.desired = nil, pushed{}, nil
 }

@@ -277,7 +277,7 @@ func TestPersistenceAndAdoption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e2.Start(k2); err != nil {
+	if err := e2.Start(Host{Kernel: k2}); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := e2.Rules(root, "")

@@ -320,6 +320,9 @@ func (f *FakeKernel) TrackFlows(fn func(datapath.Flow, *datapath.FlowMemo) bool,
 	return nil
 }
 
+// LinkInLevels reads nothing: the fake has no ingress budgets.
+func (f *FakeKernel) LinkInLevels(ifindex int) ([]datapath.InLevel, error) { return nil, nil }
+
 func (f *FakeKernel) Stats() (datapath.Stats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -55,7 +55,7 @@ func (env *testEnv) start(t testing.TB) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Start(env.k); err != nil {
+	if err := e.Start(Host{Kernel: env.k}); err != nil {
 		t.Fatal(err)
 	}
 	return e

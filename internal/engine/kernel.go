@@ -16,6 +16,21 @@ import (
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
+// Host is what the engine drives: the kernel, and the capabilities a
+// kernel may lack, each nil when it does. Start takes it whole, so what a
+// kernel provides is in its type: nothing is discovered by type assertion,
+// and a kernel that lacks a method of a capability it is given does not
+// compile.
+type Host struct {
+	Kernel Kernel
+	// QSockets is the datapath's qsocket table; nil: qsocket requests are
+	// refused and links are planned without the qsocket scheduler.
+	QSockets QSockKernel
+	// Shield is the XDP shield; nil when it did not load: the drop list
+	// and SYN limits are refused and managed links carry no XDP program.
+	Shield ShieldKernel
+}
+
 // Kernel is everything the engine asks of the kernel. SystemKernel is the
 // real one (datapath, shaper, cgroups); FakeKernel records calls for unit
 // tests and fails on demand. Cgroup paths are relative to CgroupRoot.
@@ -55,6 +70,12 @@ type Kernel interface {
 	TrackFlows(fn func(datapath.Flow, *datapath.FlowMemo) bool, gone func(datapath.Flow, datapath.FlowMemo)) error
 	Stats() (datapath.Stats, error)
 	Generation() uint32
+	// LinkInLevels reads how a link's ingress budget is shared now
+	// (the link's status).
+	LinkInLevels(ifindex int) ([]datapath.InLevel, error)
+	// LinkMTU is the MTU of an interface of the daemon's network namespace
+	// (a reservation's M must fit it).
+	LinkMTU(ifindex int) (int, error)
 	// ReservationCounters reads the counters and sessions of the
 	// reservations of the applied policy, by id; Bindings lists the sockets
 	// bound to reservations; SessionRefusals returns the session refusals
@@ -66,6 +87,11 @@ type Kernel interface {
 	// namespace opened before the datapath was loaded, and returns how many
 	// it tagged.
 	TagExistingSockets() (int, error)
+	// SetSendBuffer sets SO_SNDBUF of the socket with cookie cookie of
+	// process pid to size and returns the value it had (doubled, as
+	// getsockopt reads it); apps.ErrSocketGone when it is gone
+	// (resv_sndbuf.go).
+	SetSendBuffer(pid uint32, cookie uint64, size int) (old int, err error)
 
 	// CgroupRoot is the cgroup2 mount point app selectors resolve against.
 	CgroupRoot() string
@@ -121,7 +147,6 @@ func (k *SystemKernel) RuleCounter(slot int) (datapath.Counters, error) {
 }
 func (k *SystemKernel) Flows(fn func(datapath.Flow) bool) error { return k.DP.Flows(fn) }
 
-// LinkInLevels reads how a link's ingress budget is shared (views.go).
 func (k *SystemKernel) LinkInLevels(ifindex int) ([]datapath.InLevel, error) {
 	return k.DP.LinkInLevels(ifindex)
 }

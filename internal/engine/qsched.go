@@ -54,11 +54,10 @@ func qschedRate(all map[uint32]datapath.QSock, skip uint32) uint64 {
 
 // qschedRateLocked reads the sum from the datapath (0 without qsockets).
 func (e *Engine) qschedRateLocked() uint64 {
-	qk, ok := e.k.(QSockKernel)
-	if !ok {
+	if e.qk == nil {
 		return 0
 	}
-	all, err := qk.QSocks()
+	all, err := e.qk.QSocks()
 	if err != nil {
 		e.log.Warn("read the qsocket table; links planned without the qsocket scheduler", "err", err)
 		return 0

@@ -26,7 +26,8 @@ import (
 // restarted daemon knows every open qsocket without a state file, and a
 // closed socket frees its entry in the kernel (sock_release).
 
-// QSockKernel is what qsockets need of the kernel, beside Kernel.
+// QSockKernel is what qsockets need of the kernel, beside Kernel
+// (Host.QSockets).
 type QSockKernel interface {
 	InspectSocket(fd int) (datapath.SocketInfo, error)
 	AttachQSock(fd int, id uint32, q datapath.QSock) error
@@ -83,13 +84,12 @@ var qsockMu sync.Mutex
 
 func (e *Engine) qsockKernel() (QSockKernel, error) {
 	e.mu.Lock()
-	k := e.k
+	k, qk := e.k, e.qk
 	e.mu.Unlock()
 	if k == nil {
 		return nil, errNotLoaded
 	}
-	qk, ok := k.(QSockKernel)
-	if !ok {
+	if qk == nil {
 		return nil, errors.New("this datapath has no qsocket support")
 	}
 	return qk, nil

@@ -20,7 +20,7 @@ func (env *testEnv) startQSock(t *testing.T) (*Engine, *FakeQSockKernel) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Start(qk); err != nil {
+	if err := e.Start(Host{Kernel: qk, QSockets: qk}); err != nil {
 		t.Fatal(err)
 	}
 	return e, qk

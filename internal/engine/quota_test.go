@@ -60,7 +60,7 @@ func startAt(t *testing.T, env *testEnv, clk *fakeClock, rec *evRecorder) *Engin
 		t.Fatal(err)
 	}
 	t.Cleanup(rec.sub.Close)
-	if err := e.Start(env.k); err != nil {
+	if err := e.Start(Host{Kernel: env.k}); err != nil {
 		t.Fatal(err)
 	}
 	return e

@@ -38,11 +38,6 @@ var reservationKind = objKind[policy.Reservation]{
 	admit:  (*Engine).admitMTULocked,
 }
 
-// linkMTUer is a Kernel that knows the MTU of an interface.
-type linkMTUer interface {
-	LinkMTU(ifindex int) (int, error)
-}
-
 // LinkMTU is the MTU of an interface of the daemon's network namespace.
 func (k *SystemKernel) LinkMTU(ifindex int) (int, error) {
 	ifc, err := net.InterfaceByIndex(ifindex)
@@ -74,13 +69,9 @@ func (e *Engine) admitMTULocked(r policy.Reservation) error {
 // above the MTU of a managed link: such a packet would be fragmented (or
 // never sent), so the Tspec could not be honoured. Caller holds e.mu.
 func (e *Engine) checkMTULocked(r policy.Reservation) error {
-	mk, ok := e.k.(linkMTUer)
-	if !ok {
-		return nil
-	}
 	M := r.EffMaxUnit()
 	for _, name := range sortedKeys(e.links) {
-		mtu, err := mk.LinkMTU(e.links[name])
+		mtu, err := e.k.LinkMTU(e.links[name])
 		if err != nil {
 			return err
 		}
@@ -273,9 +264,7 @@ func (e *Engine) reservationsLocked(name string) ([]api.ReservationInfo, Kernel)
 			}
 		}
 		if ifx, ok := e.links[l.Name]; ok && e.k != nil {
-			if mk, ok := e.k.(linkMTUer); ok {
-				la.MTU, _ = mk.LinkMTU(ifx)
-			}
+			la.MTU, _ = e.k.LinkMTU(ifx)
 		}
 		links = append(links, la)
 	}
@@ -330,11 +319,9 @@ func (e *Engine) watchReservations() {
 		if r.Service == policy.ServiceBestEffort {
 			continue
 		}
-		if mk, ok := e.k.(linkMTUer); ok {
-			for _, name := range sortedKeys(e.links) {
-				if mtu, err := mk.LinkMTU(e.links[name]); err == nil && uint64(r.EffMaxUnit()) > uint64(mtu) {
-					now[r.Name+"\x00"+fmt.Sprintf("M = %d is above the MTU %d of link %s", uint64(r.EffMaxUnit()), mtu, name)] = true
-				}
+		for _, name := range sortedKeys(e.links) {
+			if mtu, err := e.k.LinkMTU(e.links[name]); err == nil && uint64(r.EffMaxUnit()) > uint64(mtu) {
+				now[r.Name+"\x00"+fmt.Sprintf("M = %d is above the MTU %d of link %s", uint64(r.EffMaxUnit()), mtu, name)] = true
 			}
 		}
 		for _, name := range e.missingLocked() {

@@ -20,15 +20,6 @@ import (
 // while it stays open (the reservation was removed or changed), gives it
 // back the send buffer it had.
 
-// sendBufferSetter is a Kernel that can set the send buffer of a socket
-// another process holds.
-type sendBufferSetter interface {
-	// SetSendBuffer sets SO_SNDBUF of the socket with cookie cookie of
-	// process pid to size and returns the value it had (doubled, as
-	// getsockopt reads it); apps.ErrSocketGone when it is gone.
-	SetSendBuffer(pid uint32, cookie uint64, size int) (old int, err error)
-}
-
 // sizedSocket is a socket whose send buffer the poller set.
 type sizedSocket struct {
 	pid    uint32
@@ -64,10 +55,6 @@ func (f *FakeKernel) SetSendBuffer(pid uint32, cookie uint64, size int) (int, er
 // restores the send buffer of those that left their reservation. Called by
 // the poller without the engine lock (it talks to other processes).
 func (e *Engine) sizeSendBuffers(k Kernel, binds []datapath.Binding) {
-	ks, ok := k.(sendBufferSetter)
-	if !ok {
-		return
-	}
 	e.mu.Lock()
 	want := map[uint16]uint32{}
 	if e.desired != nil {
@@ -93,7 +80,7 @@ func (e *Engine) sizeSendBuffers(k Kernel, binds []datapath.Binding) {
 		if had && (prev.failed || prev.resv == b.Reservation && prev.size == size) {
 			continue
 		}
-		old, err := ks.SetSendBuffer(b.PID, b.Cookie, int(size))
+		old, err := k.SetSendBuffer(b.PID, b.Cookie, int(size))
 		if err != nil {
 			if !errors.Is(err, apps.ErrSocketGone) {
 				e.log.Warn("size the send buffer of a socket open before its reservation", "pid", b.PID, "err", err)
@@ -118,7 +105,7 @@ func (e *Engine) sizeSendBuffers(k Kernel, binds []datapath.Binding) {
 		// Unbound while open, or its reservation no longer asks for this
 		// size: the socket gets its own send buffer back (setsockopt
 		// takes half of what getsockopt read). A closed socket is gone.
-		if _, err := ks.SetSendBuffer(s.pid, c, s.old/2); err != nil && !errors.Is(err, apps.ErrSocketGone) {
+		if _, err := k.SetSendBuffer(s.pid, c, s.old/2); err != nil && !errors.Is(err, apps.ErrSocketGone) {
 			e.log.Warn("restore the send buffer of a socket that left its reservation", "pid", s.pid, "err", err)
 		}
 	}

@@ -30,9 +30,10 @@ import (
 // atomically on every change, so a restart (or a crash) keeps them and
 // their deadlines.
 
-// ShieldKernel is what the shield needs of the kernel, beside Kernel.
-// SystemKernel has it when the XDP program loaded; without it the drop
-// list and SYN limits are refused and managed links carry no XDP program.
+// ShieldKernel is what the shield needs of the kernel, beside Kernel
+// (Host.Shield). The daemon gives one when the XDP program loaded; without
+// it the drop list and SYN limits are refused and managed links carry no
+// XDP program.
 type ShieldKernel interface {
 	// SetBlocks makes the drop list exactly entries.
 	SetBlocks(entries []xdp.BlockEntry) error
@@ -155,11 +156,7 @@ func (e *Engine) shieldKernel() ShieldKernel {
 	if e.k == nil {
 		return nil
 	}
-	sk, _ := e.k.(ShieldKernel)
-	if sys, ok := e.k.(*SystemKernel); ok && sys.Shield == nil {
-		return nil
-	}
-	return sk
+	return e.sk
 }
 
 var errNoShield = derive.ErrNoShield

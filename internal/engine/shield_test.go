@@ -18,7 +18,7 @@ func (env *testEnv) startShield(t *testing.T) (*Engine, *FakeShieldKernel) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Start(sk); err != nil {
+	if err := e.Start(Host{Kernel: sk, Shield: sk}); err != nil {
 		t.Fatal(err)
 	}
 	return e, sk

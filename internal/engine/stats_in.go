@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
-	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/policy"
 )
@@ -111,17 +110,11 @@ func (s *sampler) linkStats() ([]api.LinkStat, error) {
 	return out, nil
 }
 
-// ingressLevels reads how a link's ingress budget is shared now, when the
-// kernel can tell (SystemKernel); nil otherwise.
+// ingressLevels reads how a link's ingress budget is shared now; nil when
+// the kernel cannot tell.
 func ingressLevels(k Kernel, ifindex int) []api.IngressLevel {
-	r, ok := k.(interface {
-		LinkInLevels(ifindex int) ([]datapath.InLevel, error)
-	})
-	if !ok {
-		return nil
-	}
-	ls, err := r.LinkInLevels(ifindex)
-	if err != nil {
+	ls, err := k.LinkInLevels(ifindex)
+	if err != nil || len(ls) == 0 {
 		return nil
 	}
 	out := make([]api.IngressLevel, 0, len(ls))

@@ -331,8 +331,7 @@ func sameBlocks(a, b []xdp.BlockEntry) bool {
 // reconcileQSchedsLocked gives the datapath the qsocket scheduler of every
 // link whose plan has a qsched class, and takes it from the others.
 func (e *Engine) reconcileQSchedsLocked(d *derive.Desired) error {
-	qk, ok := e.k.(QSockKernel)
-	if !ok {
+	if e.qk == nil {
 		return nil
 	}
 	want := map[int]datapath.QSched{}
@@ -345,7 +344,7 @@ func (e *Engine) reconcileQSchedsLocked(d *derive.Desired) error {
 		return nil
 	}
 	e.pushed.qscheds = nil
-	if err := qk.SetQScheds(want); err != nil {
+	if err := e.qk.SetQScheds(want); err != nil {
 		return err // the datapath names its step
 	}
 	e.pushed.qscheds = &want

@@ -35,7 +35,7 @@ func TestScrape(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := engine.NewFakeKernel(cg)
-	if err := e.Start(k); err != nil {
+	if err := e.Start(engine.Host{Kernel: k}); err != nil {
 		t.Fatal(err)
 	}
 	e.SetHistory(nil, engine.HistoryOptions{MaxApps: 1})

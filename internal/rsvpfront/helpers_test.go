@@ -49,7 +49,7 @@ func (env *testEnv) start(t testing.TB) *engine.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Start(env.k); err != nil {
+	if err := e.Start(engine.Host{Kernel: env.k}); err != nil {
 		t.Fatal(err)
 	}
 	return e

@@ -268,7 +268,7 @@ func benchScrape(e *env, r *Report) error {
 	// stands in for the kernel: what is timed is the engine's read path
 	// and the handler, and the fake gives it many apps' flows cheaply.
 	k := engine.NewFakeKernel(cg)
-	if err := eng.Start(k); err != nil {
+	if err := eng.Start(engine.Host{Kernel: k}); err != nil {
 		return err
 	}
 	eng.SetHistory(nil, engine.HistoryOptions{MaxApps: apps})
