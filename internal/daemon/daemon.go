@@ -26,6 +26,7 @@ import (
 	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/history"
+	"github.com/hostqos/hostqos/internal/host"
 	"github.com/hostqos/hostqos/internal/metrics"
 	"github.com/hostqos/hostqos/internal/policy"
 )
@@ -77,7 +78,7 @@ type Config struct {
 	// the policy state.
 	HistoryPath string
 	// Attach is how the classifier is attached to links: auto (TCX where
-	// the kernel has it, else clsact), tcx or clsact (engine.ResolveAttach).
+	// the kernel has it, else clsact), tcx or clsact (host.ResolveAttach).
 	Attach string
 	// Loops is the loop variant of the datapath: auto (bpf_loop where the
 	// kernel has it, else bounded), bpf_loop or bounded
@@ -202,7 +203,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 		}
 		d.cgRoot, d.cgOwn = root, own
 	}
-	attach, err := engine.ResolveAttach(d.cfg.Attach)
+	attach, err := host.ResolveAttach(d.cfg.Attach)
 	if err != nil {
 		return err
 	}
@@ -233,10 +234,10 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.shield = shield
 	d.mu.Unlock()
 	d.log.Info("classifier attachment", "attach", attach, "loops", d.loops)
-	sys := &engine.SystemKernel{DP: dp, CgRoot: d.cgRoot, Netns: d.netns, Log: d.cfg.Logger, Shield: shield, Attach: attach}
+	sys := &host.System{DP: dp, CgRoot: d.cgRoot, Netns: d.netns, Log: d.cfg.Logger, Attach: attach}
 	h := engine.Host{Kernel: sys, QSockets: sys}
 	if shield != nil {
-		h.Shield = sys
+		h.Shield = host.NewShield(shield)
 	}
 	if err := d.eng.Start(h); err != nil {
 		return fmt.Errorf("apply policy: %w", err)
@@ -399,7 +400,7 @@ func (d *Daemon) quotaLoop(ctx context.Context) {
 // programs and maps, our cgroups and the temporary state.
 func Teardown(cfg Config) error {
 	var errs []error
-	if err := engine.RemoveKernelState(cfg.BPFFSDir); err != nil {
+	if err := host.RemoveKernelState(cfg.BPFFSDir); err != nil {
 		errs = append(errs, err)
 	}
 	rt := runtimePath(cfg)

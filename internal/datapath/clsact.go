@@ -16,10 +16,11 @@ import (
 
 // For kernels without TCX (before 6.6) the egress classifier is attached
 // as a cls_bpf filter on a clsact qdisc (internal/shaper does the netlink
-// part; the engine's SystemKernel picks the path). The datapath gives the
-// program for a link and remembers, in its pin directory, on which links
-// hostqos added the clsact qdisc itself (a directory per link, so that
-// `hostqos down` removes the qdisc only there, and only when it is empty).
+// part; the kernel adapter, internal/host, picks the path). The datapath
+// gives the program for a link and remembers, in its pin directory, on
+// which links hostqos added the clsact qdisc itself (a directory per link,
+// so that `hostqos down` removes the qdisc only there, and only when it is
+// empty).
 
 const clsactMarkPrefix = "clsact_created_"
 

@@ -1,18 +1,7 @@
 package engine
 
 import (
-	"errors"
-	"fmt"
-	"log/slog"
-	"net"
-	"os"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/hostqos/hostqos/internal/apps"
-	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
-	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
@@ -31,9 +20,10 @@ type Host struct {
 	Shield ShieldKernel
 }
 
-// Kernel is everything the engine asks of the kernel. SystemKernel is the
-// real one (datapath, shaper, cgroups); FakeKernel records calls for unit
-// tests and fails on demand. Cgroup paths are relative to CgroupRoot.
+// Kernel is everything the engine asks of the kernel. host.System is the
+// real one (datapath, shaper, cgroups; package internal/host); FakeKernel
+// records calls for unit tests and fails on demand. Cgroup paths are
+// relative to CgroupRoot.
 type Kernel interface {
 	// ApplyRules makes the datapath's rules those of p (one generation).
 	ApplyRules(p datapath.Policy) error
@@ -102,171 +92,4 @@ type Kernel interface {
 	CgroupOf(pid int) (string, error)
 	MovePID(path string, pid int) error
 	Populated(path string) (bool, error)
-}
-
-// SystemKernel is the Kernel of a running hostqosd: a loaded datapath,
-// netlink for HTB, and the cgroup2 file system.
-type SystemKernel struct {
-	DP     *datapath.Datapath
-	CgRoot string
-	Netns  uint64       // the network namespace whose sockets are tagged
-	Log    *slog.Logger // for the shaper; nil: slog.Default()
-	// Shield is the XDP program (drop list, SYN limits); nil when it did
-	// not load (the rest works without it).
-	Shield *xdp.Shield
-	// Attach is how the classifier is attached to links: AttachTCX, or
-	// AttachClsact (cls_bpf on clsact, for kernels before 6.6); "" = TCX.
-	Attach string
-}
-
-func (k *SystemKernel) shaperLog() shaper.Option {
-	if k.Log == nil {
-		return shaper.WithLogger(slog.Default())
-	}
-	return shaper.WithLogger(k.Log)
-}
-
-var _ Kernel = (*SystemKernel)(nil)
-
-func (k *SystemKernel) ApplyRules(p datapath.Policy) error { return k.DP.Apply(p) }
-func (k *SystemKernel) Shape(plan shaper.Plan) error       { return shaper.Apply(plan, k.shaperLog()) }
-func (k *SystemKernel) Unshape(ifindex int) error          { return shaper.Remove(ifindex, k.shaperLog()) }
-func (k *SystemKernel) Shaped(ifindex int) (bool, error)   { return shaper.Owned(ifindex) }
-func (k *SystemKernel) ClassStats(ifindex int) ([]shaper.ClassStats, error) {
-	return shaper.Stats(ifindex)
-}
-func (k *SystemKernel) AttachLink(ifindex int) error              { return k.attachLink(ifindex) }
-func (k *SystemKernel) DetachLink(ifindex int) error              { return k.detachLink(ifindex) }
-func (k *SystemKernel) LinkAttached(ifindex int) (bool, error)    { return k.linkAttached(ifindex) }
-func (k *SystemKernel) LookupLink(name string) (int, bool, error) { return LookupLink(name) }
-func (k *SystemKernel) RuleCounters() ([]datapath.Counters, error) {
-	return k.DP.UsedRuleCounters()
-}
-func (k *SystemKernel) RuleCounter(slot int) (datapath.Counters, error) {
-	return k.DP.RuleCounter(slot)
-}
-func (k *SystemKernel) Flows(fn func(datapath.Flow) bool) error { return k.DP.Flows(fn) }
-
-func (k *SystemKernel) LinkInLevels(ifindex int) ([]datapath.InLevel, error) {
-	return k.DP.LinkInLevels(ifindex)
-}
-func (k *SystemKernel) TrackFlows(fn func(datapath.Flow, *datapath.FlowMemo) bool, gone func(datapath.Flow, datapath.FlowMemo)) error {
-	return k.DP.TrackFlows(fn, gone)
-}
-func (k *SystemKernel) Stats() (datapath.Stats, error)   { return k.DP.Stats() }
-func (k *SystemKernel) Generation() uint32               { return k.DP.Generation() }
-func (k *SystemKernel) CgroupRoot() string               { return k.CgRoot }
-func (k *SystemKernel) CreateCgroup(path string) error   { return cgroups.Create(k.CgRoot, path) }
-func (k *SystemKernel) RemoveCgroup(path string) error   { return cgroups.RemoveTree(k.CgRoot, path) }
-func (k *SystemKernel) CgroupOf(pid int) (string, error) { return cgroups.OfPID(pid) }
-func (k *SystemKernel) MovePID(path string, pid int) error {
-	return cgroups.MovePID(k.CgRoot, path, pid)
-}
-func (k *SystemKernel) Populated(path string) (bool, error) { return cgroups.Populated(k.CgRoot, path) }
-
-// TagExistingSockets gives an identity to inet sockets that were opened
-// before the datapath was loaded (sockets born later are tagged by the
-// sock_create program). It borrows each socket with pidfd_getfd, so the
-// owning process is not disturbed. Sockets of other network namespaces are
-// left alone. Flows of tagged sockets are classified again.
-func (k *SystemKernel) TagExistingSockets() (int, error) {
-	pids, err := apps.PIDs()
-	if err != nil {
-		return 0, err
-	}
-	self := os.Getpid()
-	tagged := 0
-	for _, pid := range pids {
-		if pid == self {
-			continue
-		}
-		if ns, err := apps.NetnsOf(pid); err != nil || ns != k.Netns {
-			continue
-		}
-		fds, err := apps.SocketFDs(pid)
-		if err != nil || len(fds) == 0 {
-			continue
-		}
-		id, err := datapath.IdentityForPID(pid, k.CgRoot)
-		if err != nil {
-			continue
-		}
-		pidfd, err := unix.PidfdOpen(pid, 0)
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			if k.tagOne(pidfd, fd, id) {
-				tagged++
-			}
-		}
-		unix.Close(pidfd)
-	}
-	if tagged > 0 {
-		// Flows of these sockets were classified without an identity.
-		k.DP.Reevaluate()
-	}
-	return tagged, nil
-}
-
-func (k *SystemKernel) tagOne(pidfd, fd int, id datapath.Identity) bool {
-	local, err := unix.PidfdGetfd(pidfd, fd, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(local)
-	dom, err := unix.GetsockoptInt(local, unix.SOL_SOCKET, unix.SO_DOMAIN)
-	if err != nil || (dom != unix.AF_INET && dom != unix.AF_INET6) {
-		return false
-	}
-	ok, err := k.DP.TagSocket(local, id)
-	return err == nil && ok
-}
-
-// LookupLink asks the kernel for the ifindex of name (SIOCGIFINDEX in the
-// calling thread's network namespace). Unlike net.InterfaceByName, whose
-// every failure looks alike, it tells "no such interface" (gone) from
-// "could not ask" (err).
-func LookupLink(name string) (ifindex int, gone bool, err error) {
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return 0, true, nil // longer than IFNAMSIZ: no interface can have it
-	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return 0, false, fmt.Errorf("look up interface %s: open socket: %w", name, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); err != nil {
-		if errors.Is(err, unix.ENODEV) {
-			return 0, true, nil
-		}
-		return 0, false, fmt.Errorf("look up interface %s: %w", name, err)
-	}
-	return int(ifr.Uint32()), false, nil
-}
-
-// RemoveKernelState removes what hostqos made in the kernel of this
-// network namespace without a running engine: every HTB root of hostqos's
-// on any interface, and the pinned programs and maps under bpffsDir.
-func RemoveKernelState(bpffsDir string) error {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return fmt.Errorf("list interfaces: %w", err)
-	}
-	var errs []error
-	if err := removeClsactFilters(bpffsDir, ifs); err != nil {
-		errs = append(errs, err)
-	}
-	for _, ifi := range ifs {
-		if owned, _ := shaper.Owned(ifi.Index); owned {
-			if err := shaper.Remove(ifi.Index); err != nil {
-				errs = append(errs, err) // the shaper names the link
-			}
-		}
-	}
-	if err := datapath.Remove(bpffsDir); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
 }

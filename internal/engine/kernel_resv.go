@@ -7,14 +7,6 @@ import (
 	"github.com/hostqos/hostqos/internal/datapath"
 )
 
-func (k *SystemKernel) ReservationCounters() (map[uint16]datapath.ResvCounters, error) {
-	return k.DP.ReservationCounters()
-}
-func (k *SystemKernel) Bindings() ([]datapath.Binding, error) { return k.DP.Bindings() }
-func (k *SystemKernel) SessionRefusals(since uint64) ([]datapath.Refusal, uint64, error) {
-	return k.DP.SessionRefusals(since)
-}
-
 func (f *FakeKernel) ReservationCounters() (map[uint16]datapath.ResvCounters, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

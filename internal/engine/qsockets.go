@@ -38,26 +38,6 @@ type QSockKernel interface {
 	SetQScheds(ls map[int]datapath.QSched) error
 }
 
-var _ QSockKernel = (*SystemKernel)(nil)
-
-func (k *SystemKernel) InspectSocket(fd int) (datapath.SocketInfo, error) {
-	return k.DP.InspectSocket(fd)
-}
-func (k *SystemKernel) AttachQSock(fd int, id uint32, q datapath.QSock) error {
-	return k.DP.AttachQSock(fd, id, q)
-}
-func (k *SystemKernel) ChangeQSock(id uint32, q datapath.QSock) error { return k.DP.ChangeQSock(id, q) }
-func (k *SystemKernel) DetachQSock(fd int, id uint32, cookie uint64) error {
-	return k.DP.DetachQSock(fd, id, cookie)
-}
-func (k *SystemKernel) ReadQSock(id uint32) (datapath.QSockCounters, error) {
-	return k.DP.ReadQSock(id)
-}
-func (k *SystemKernel) QSocks() (map[uint32]datapath.QSock, error) { return k.DP.QSocks() }
-func (k *SystemKernel) SetQScheds(ls map[int]datapath.QSched) error {
-	return k.DP.SetQScheds(ls)
-}
-
 // Default limits of ordinary users' qsockets (hostqosd
 // --max-qsocks-per-user, --max-user-qsocks).
 const (

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/derive"
@@ -36,15 +35,6 @@ var reservationKind = objKind[policy.Reservation]{
 	blank:  func() policy.Reservation { return policy.NewReservation("") },
 	nameOf: func(r *policy.Reservation) *string { return &r.Name },
 	admit:  (*Engine).admitMTULocked,
-}
-
-// LinkMTU is the MTU of an interface of the daemon's network namespace.
-func (k *SystemKernel) LinkMTU(ifindex int) (int, error) {
-	ifc, err := net.InterfaceByIndex(ifindex)
-	if err != nil {
-		return 0, fmt.Errorf("read MTU of interface %d: %w", ifindex, err)
-	}
-	return ifc.MTU, nil
 }
 
 // LinkMTU is the MTU of the fake interface (MTUs, else 1500).

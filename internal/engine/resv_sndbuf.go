@@ -29,11 +29,6 @@ type sizedSocket struct {
 	failed bool   // the poller could not set it; not retried
 }
 
-// SetSendBuffer sets the send buffer of a socket of another process.
-func (k *SystemKernel) SetSendBuffer(pid uint32, cookie uint64, size int) (int, error) {
-	return apps.SetSendBuffer(int(pid), cookie, size)
-}
-
 // SetSendBuffer sets SendBuffers[cookie] to 2 × size (the kernel's
 // doubling) and returns what it was.
 func (f *FakeKernel) SetSendBuffer(pid uint32, cookie uint64, size int) (int, error) {

@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"bufio"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +11,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hostqos/hostqos/api"
@@ -514,75 +511,6 @@ func (e *Engine) ExpireShield() {
 	e.log.Info("drop-list entries expired", "entries", gone)
 }
 
-// ListenerUIDs reads /proc/self/net/tcp and tcp6 (the daemon's network
-// namespace) for the owners of listening sockets on port.
-func (k *SystemKernel) ListenerUIDs(port uint16) ([]uint32, error) {
-	var out []uint32
-	for _, f := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
-		uids, err := listenersIn(f, port)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, uids...)
-	}
-	return out, nil
-}
-
-// listenersIn parses one /proc/net/tcp table: "sl local_address
-// rem_address st ... uid ..."; state 0A is LISTEN.
-func listenersIn(path string, port uint16) ([]uint32, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read listening sockets: %w", err)
-	}
-	defer f.Close()
-	var out []uint32
-	sc := bufio.NewScanner(f)
-	sc.Scan() // header
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 8 || fs[3] != "0A" {
-			continue
-		}
-		_, ph, ok := strings.Cut(fs[1], ":")
-		if !ok {
-			continue
-		}
-		pb, err := hex.DecodeString(ph)
-		if err != nil || len(pb) != 2 || uint16(pb[0])<<8|uint16(pb[1]) != port {
-			continue
-		}
-		uid, err := strconv.ParseUint(fs[7], 10, 32)
-		if err == nil {
-			out = append(out, uint32(uid))
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return out, nil
-}
-
-// The SystemKernel's shield, when the XDP program loaded.
-func (k *SystemKernel) SetBlocks(entries []xdp.BlockEntry) error {
-	return k.Shield.SetBlocks(entries)
-}
-func (k *SystemKernel) BlockCounters() ([]xdp.BlockCounters, error) {
-	return k.Shield.BlockCounters()
-}
-func (k *SystemKernel) SetProtected(list []xdp.Protected) error {
-	return k.Shield.SetProtected(list)
-}
-func (k *SystemKernel) AttachXDP(ifindex int, syn xdp.SynLimits) error {
-	return k.Shield.AttachXDP(ifindex, syn)
-}
-func (k *SystemKernel) DetachXDP(ifindex int) error { return k.Shield.DetachXDP(ifindex) }
-
-var _ ShieldKernel = (*SystemKernel)(nil)
-
 // shieldLinkStatus adds the XDP shield's state of a link to its status.
 func (e *Engine) shieldLinkStatus(ls *api.LinkStatus, name string) {
 	ifindex, ok := e.xdp[name]
@@ -594,8 +522,4 @@ func (e *Engine) shieldLinkStatus(ls *api.LinkStatus, name string) {
 	if c, err := sk.SynCounters(ifindex); err == nil {
 		ls.SynSeen, ls.SynDropped = c.Seen, c.Dropped
 	}
-}
-
-func (k *SystemKernel) SynCounters(ifindex int) (xdp.SynCounters, error) {
-	return k.Shield.SynCounters(ifindex)
 }

@@ -1,4 +1,4 @@
-package engine
+package host
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
-// How the classifier is attached to a link (SystemKernel.Attach, hostqosd
+// How the classifier is attached to a link (System.Attach, hostqosd
 // --attach): TCX links (Linux 6.6 and later), or a cls_bpf filter in
 // direct-action mode on a clsact qdisc (any kernel hostqos supports).
 const (
@@ -41,7 +41,7 @@ func ResolveAttach(flag string) (string, error) {
 
 // clsactHooks are the directions the classifier is attached to, with the
 // datapath's program for each.
-func (k *SystemKernel) clsactHooks() []struct {
+func (k *System) clsactHooks() []struct {
 	dir  shaper.Direction
 	prog func(int) (int, int, error)
 } {
@@ -51,7 +51,7 @@ func (k *SystemKernel) clsactHooks() []struct {
 	}{{shaper.Egress, k.DP.EgressProgramFD}, {shaper.Ingress, k.DP.IngressProgramFD}}
 }
 
-func (k *SystemKernel) attachLink(ifindex int) error {
+func (k *System) attachLink(ifindex int) error {
 	if k.Attach != AttachClsact {
 		return k.DP.AttachLink(ifindex)
 	}
@@ -73,7 +73,7 @@ func (k *SystemKernel) attachLink(ifindex int) error {
 	return nil
 }
 
-func (k *SystemKernel) linkAttached(ifindex int) (bool, error) {
+func (k *System) linkAttached(ifindex int) (bool, error) {
 	if k.Attach != AttachClsact {
 		return k.DP.LinkAttached(ifindex)
 	}
@@ -95,7 +95,7 @@ func (k *SystemKernel) linkAttached(ifindex int) (bool, error) {
 	return true, nil
 }
 
-func (k *SystemKernel) detachLink(ifindex int) error {
+func (k *System) detachLink(ifindex int) error {
 	if k.Attach != AttachClsact {
 		return k.DP.DetachLink(ifindex)
 	}
