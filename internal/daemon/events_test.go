@@ -11,6 +11,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 )
 
 // serveAs serves d's API on a Unix socket in dir with short server
@@ -40,7 +41,7 @@ func TestEventStream(t *testing.T) {
 	dir := t.TempDir()
 	d := newTestDaemon(t, dir)
 	d.streamsEnd = make(chan struct{})
-	if err := d.eng.Start(engine.Host{Kernel: engine.NewFakeKernel(dir)}); err != nil {
+	if err := d.eng.Start(engine.Host{Kernel: fakehost.NewFakeKernel(dir)}); err != nil {
 		t.Fatal(err)
 	}
 	c, srv := serveAs(t, d, dir, &peer{Privileged: true})

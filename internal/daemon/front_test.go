@@ -10,6 +10,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -42,7 +43,7 @@ func TestErrorCodes(t *testing.T) {
 func TestFrontDoor(t *testing.T) {
 	dir := t.TempDir()
 	d := newTestDaemon(t, dir)
-	if err := d.eng.Start(engine.Host{Kernel: engine.NewFakeKernel(dir)}); err != nil {
+	if err := d.eng.Start(engine.Host{Kernel: fakehost.NewFakeKernel(dir)}); err != nil {
 		t.Fatal(err)
 	}
 	h := d.routes()

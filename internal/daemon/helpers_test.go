@@ -13,6 +13,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -58,9 +59,9 @@ func newTestDaemon(t *testing.T, dir string) *Daemon {
 // testKernel is the engine's fake kernel with qsockets and the XDP
 // shield: every route of the API has a kernel to act on.
 type testKernel struct {
-	*engine.FakeKernel
-	*engine.FakeQSockKernel
-	*engine.FakeShieldKernel
+	*fakehost.FakeKernel
+	*fakehost.FakeQSockKernel
+	*fakehost.FakeShieldKernel
 }
 
 // startTestDaemon is a daemon over an engine started on a testKernel (link
@@ -69,9 +70,9 @@ func startTestDaemon(t *testing.T) (*Daemon, *testKernel, http.Handler) {
 	t.Helper()
 	dir := t.TempDir()
 	d := newTestDaemon(t, dir)
-	fk := engine.NewFakeKernel(dir)
+	fk := fakehost.NewFakeKernel(dir)
 	fk.Ifindexes["eth0"] = 2
-	k := &testKernel{FakeKernel: fk, FakeQSockKernel: engine.NewFakeQSockKernel(fk), FakeShieldKernel: engine.NewFakeShieldKernel(fk)}
+	k := &testKernel{FakeKernel: fk, FakeQSockKernel: fakehost.NewFakeQSockKernel(fk), FakeShieldKernel: fakehost.NewFakeShieldKernel(fk)}
 	if err := d.eng.Start(engine.Host{Kernel: fk, QSockets: k.FakeQSockKernel, Shield: k.FakeShieldKernel}); err != nil {
 		t.Fatal(err)
 	}

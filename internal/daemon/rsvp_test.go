@@ -14,6 +14,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/rsvp"
 	"github.com/hostqos/hostqos/internal/rsvpfront"
 )
@@ -24,7 +25,7 @@ import (
 func TestRSVPRoutes(t *testing.T) {
 	dir := t.TempDir()
 	d := newTestDaemon(t, dir)
-	k := engine.NewFakeKernel(dir)
+	k := fakehost.NewFakeKernel(dir)
 	k.Ifindexes["eth0"] = 2
 	if err := d.eng.Start(engine.Host{Kernel: k}); err != nil {
 		t.Fatal(err)

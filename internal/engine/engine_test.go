@@ -16,6 +16,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -271,7 +272,7 @@ func TestPersistenceAndAdoption(t *testing.T) {
 	rules := env.k.Rules
 	before, _ := e.Rules(root, "")
 
-	k2 := NewFakeKernel(env.k.Root)
+	k2 := fakehost.NewFakeKernel(env.k.Root)
 	k2.Ifindexes["eth0"] = 2
 	e2, err := New(env.cfg)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/hostqos/hostqos/internal/derive"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -15,12 +16,19 @@ func rule(name string) policy.Rule {
 	return policy.Rule{Name: name, Proto: "udp", DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP}
 }
 
+// The fakes are what the engine asks of a kernel and of its capabilities.
+var (
+	_ Kernel       = (*fakehost.FakeKernel)(nil)
+	_ QSockKernel  = (*fakehost.FakeQSockKernel)(nil)
+	_ ShieldKernel = (*fakehost.FakeShieldKernel)(nil)
+)
+
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // testEnv is an engine over a state directory and a fake kernel.
 type testEnv struct {
 	dir string
-	k   *FakeKernel
+	k   *fakehost.FakeKernel
 	cfg Config
 }
 
@@ -42,7 +50,7 @@ func newEnv(t testing.TB, config string) *testEnv {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	k := NewFakeKernel(root)
+	k := fakehost.NewFakeKernel(root)
 	k.Ifindexes["eth0"] = 2
 	return &testEnv{dir: dir, k: k, cfg: cfg}
 }

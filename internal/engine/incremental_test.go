@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
@@ -36,9 +37,9 @@ func manyLinksEnv(t *testing.T) (*testEnv, *Engine) {
 
 // callCounts counts the recorded kernel calls that change something, by
 // operation, and the ifindexes Shape was called for.
-func callCounts(k *FakeKernel) (map[string]int, []string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
+func callCounts(k *fakehost.FakeKernel) (map[string]int, []string) {
+	k.Lock()
+	defer k.Unlock()
 	n := map[string]int{}
 	var shaped []string
 	for _, c := range k.Calls {
@@ -51,9 +52,9 @@ func callCounts(k *FakeKernel) (map[string]int, []string) {
 	return n, shaped
 }
 
-func resetCalls(k *FakeKernel) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
+func resetCalls(k *fakehost.FakeKernel) {
+	k.Lock()
+	defer k.Unlock()
 	k.Calls = nil
 }
 

@@ -233,12 +233,12 @@ func TestJournalSlotsAfterRandomChanges(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	var rules, classes []string
 	for i := 0; i < 300; i++ {
-		env.k.mu.Lock()
+		env.k.Lock()
 		env.k.Counters = make([]datapath.Counters, 64)
 		for j := range env.k.Counters {
 			env.k.Counters[j].Packets = uint64(i*100 + j)
 		}
-		env.k.mu.Unlock()
+		env.k.Unlock()
 		var err error
 		switch op := rng.IntN(4); {
 		case op == 0 && len(rules) > 0:

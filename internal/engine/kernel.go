@@ -21,9 +21,9 @@ type Host struct {
 }
 
 // Kernel is everything the engine asks of the kernel. host.System is the
-// real one (datapath, shaper, cgroups; package internal/host); FakeKernel
-// records calls for unit tests and fails on demand. Cgroup paths are
-// relative to CgroupRoot.
+// real one (datapath, shaper, cgroups; package internal/host);
+// fakehost.FakeKernel (internal/host/fakehost) records calls for unit tests
+// and fails on demand. Cgroup paths are relative to CgroupRoot.
 type Kernel interface {
 	// ApplyRules makes the datapath's rules those of p (one generation).
 	ApplyRules(p datapath.Policy) error

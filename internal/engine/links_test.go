@@ -6,12 +6,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
 // linkEngine is an engine with one managed link "eth9", set up on ifindex
 // 7, over kernel k.
-func linkEngine(k *FakeKernel) *Engine {
+func linkEngine(k *fakehost.FakeKernel) *Engine {
 	p := &policy.Policy{Links: []policy.Link{{Name: "eth9"}}, Classes: policy.DefaultClasses()}
 	return &Engine{log: quiet, k: k, eff: merged{Policy: p}, links: map[string]int{"eth9": 7}}
 }
@@ -21,7 +22,7 @@ func linkEngine(k *FakeKernel) *Engine {
 // neither counts as a change nor drops the link from the plan, so a rescan
 // detaches nothing and removes no HTB tree. Only proof (gone) does.
 func TestLookupFailureKeepsLink(t *testing.T) {
-	emfile := NewFakeKernel(t.TempDir())
+	emfile := fakehost.NewFakeKernel(t.TempDir())
 	emfile.LookupErrs["eth9"] = fmt.Errorf("look up interface eth9: open socket: %w", unix.EMFILE)
 	e := linkEngine(emfile)
 	if e.linksChanged() {
@@ -31,7 +32,7 @@ func TestLookupFailureKeepsLink(t *testing.T) {
 		t.Errorf("failed lookup: ifindexes %v; want eth9 kept on ifindex 7", idx)
 	}
 
-	gone := NewFakeKernel(t.TempDir())
+	gone := fakehost.NewFakeKernel(t.TempDir())
 	e = linkEngine(gone)
 	if !e.linksChanged() {
 		t.Error("an interface that is gone is no change")
@@ -40,7 +41,7 @@ func TestLookupFailureKeepsLink(t *testing.T) {
 		t.Errorf("gone interface: ifindexes %v; want none (missing)", idx)
 	}
 
-	recreated := NewFakeKernel(t.TempDir())
+	recreated := fakehost.NewFakeKernel(t.TempDir())
 	recreated.Ifindexes["eth9"] = 8
 	e = linkEngine(recreated)
 	if !e.linksChanged() {

@@ -9,12 +9,13 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/datapath/xdp"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
 // protRule finds the compiled rule of a protected client and its index in
 // evaluation order.
-func protRule(t *testing.T, e *Engine, k *FakeKernel, ap string) (datapath.Rule, int, bool) {
+func protRule(t *testing.T, e *Engine, k *fakehost.FakeKernel, ap string) (datapath.Rule, int, bool) {
 	t.Helper()
 	e.mu.Lock()
 	slot, ok := e.slots.Rules[protRuleName(netip.MustParseAddrPort(ap))]
@@ -30,7 +31,7 @@ func protRule(t *testing.T, e *Engine, k *FakeKernel, ap string) (datapath.Rule,
 	return datapath.Rule{}, -1, false
 }
 
-func ruleIndex(t *testing.T, e *Engine, k *FakeKernel, name string) int {
+func ruleIndex(t *testing.T, e *Engine, k *fakehost.FakeKernel, name string) int {
 	t.Helper()
 	e.mu.Lock()
 	slot, ok := e.slots.Rules[name]

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
@@ -24,7 +25,7 @@ user_allowed = true
 
 // qschedClass is the rate of the qsched class of the fake kernel's eth0
 // tree (0: none).
-func qschedClass(t *testing.T, k *FakeQSockKernel) uint64 {
+func qschedClass(t *testing.T, k *fakehost.FakeQSockKernel) uint64 {
 	t.Helper()
 	for _, c := range k.Snapshot().Trees[2].Classes {
 		if c.Minor == shaper.QSchedMinor {

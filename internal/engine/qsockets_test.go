@@ -9,13 +9,14 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
-func (env *testEnv) startQSock(t *testing.T) (*Engine, *FakeQSockKernel) {
+func (env *testEnv) startQSock(t *testing.T) (*Engine, *fakehost.FakeQSockKernel) {
 	t.Helper()
-	qk := NewFakeQSockKernel(env.k)
+	qk := fakehost.NewFakeQSockKernel(env.k)
 	e, err := New(env.cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/events"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
@@ -67,7 +68,7 @@ func startAt(t *testing.T, env *testEnv, clk *fakeClock, rec *evRecorder) *Engin
 }
 
 // dpRule is the datapath rule of slot, if the datapath has it.
-func dpRule(k *FakeKernel, slot int) (datapath.Rule, bool) {
+func dpRule(k *fakehost.FakeKernel, slot int) (datapath.Rule, bool) {
 	for _, r := range k.Snapshot().Rules.Rules {
 		if int(r.Slot) == slot {
 			return r, true

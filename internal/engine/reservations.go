@@ -37,16 +37,6 @@ var reservationKind = objKind[policy.Reservation]{
 	admit:  (*Engine).admitMTULocked,
 }
 
-// LinkMTU is the MTU of the fake interface (MTUs, else 1500).
-func (f *FakeKernel) LinkMTU(ifindex int) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if m, ok := f.MTUs[ifindex]; ok {
-		return m, nil
-	}
-	return 1500, nil
-}
-
 // admitMTULocked is checkMTULocked when there is a kernel to ask.
 func (e *Engine) admitMTULocked(r policy.Reservation) error {
 	if e.k == nil {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/hostqos/hostqos/internal/apps"
 	"github.com/hostqos/hostqos/internal/datapath"
@@ -27,22 +26,6 @@ type sizedSocket struct {
 	size   uint32 // what it was given (setsockopt's value)
 	old    int    // what it had (getsockopt's value); 0: unknown
 	failed bool   // the poller could not set it; not retried
-}
-
-// SetSendBuffer sets SendBuffers[cookie] to 2 × size (the kernel's
-// doubling) and returns what it was.
-func (f *FakeKernel) SetSendBuffer(pid uint32, cookie uint64, size int) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("SetSendBuffer", fmt.Sprintf("%d %d", cookie, size)); err != nil {
-		return 0, err
-	}
-	old, ok := f.SendBuffers[cookie]
-	if !ok {
-		return 0, apps.ErrSocketGone
-	}
-	f.SendBuffers[cookie] = 2 * size
-	return old, nil
 }
 
 // sizeSendBuffers gives the bound sockets of guaranteed reservations

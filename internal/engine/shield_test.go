@@ -8,12 +8,13 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath/xdp"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
-func (env *testEnv) startShield(t *testing.T) (*Engine, *FakeShieldKernel) {
+func (env *testEnv) startShield(t *testing.T) (*Engine, *fakehost.FakeShieldKernel) {
 	t.Helper()
-	sk := NewFakeShieldKernel(env.k)
+	sk := fakehost.NewFakeShieldKernel(env.k)
 	e, err := New(env.cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 )
 
 // TestScrape: a scrape carries the rules' counters with their direction,
@@ -34,7 +35,7 @@ func TestScrape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := engine.NewFakeKernel(cg)
+	k := fakehost.NewFakeKernel(cg)
 	if err := e.Start(engine.Host{Kernel: k}); err != nil {
 		t.Fatal(err)
 	}

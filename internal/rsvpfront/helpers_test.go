@@ -8,12 +8,13 @@ import (
 	"testing"
 
 	"github.com/hostqos/hostqos/internal/engine"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 )
 
 // testEnv is an engine over a state directory and a fake kernel.
 type testEnv struct {
 	dir string
-	k   *engine.FakeKernel
+	k   *fakehost.FakeKernel
 	cfg engine.Config
 }
 
@@ -36,7 +37,7 @@ func newEnv(t testing.TB, config string) *testEnv {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	k := engine.NewFakeKernel(root)
+	k := fakehost.NewFakeKernel(root)
 	k.Ifindexes["eth0"] = 2
 	return &testEnv{dir: dir, k: k, cfg: cfg}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/history"
+	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/metrics"
 	"github.com/hostqos/hostqos/internal/testbed"
@@ -264,10 +265,10 @@ func benchScrape(e *env, r *Report) error {
 	if err != nil {
 		return err
 	}
-	// The engine's unit-test fake kernel (exported by internal/engine)
+	// The engine's unit-test fake kernel (internal/host/fakehost)
 	// stands in for the kernel: what is timed is the engine's read path
 	// and the handler, and the fake gives it many apps' flows cheaply.
-	k := engine.NewFakeKernel(cg)
+	k := fakehost.NewFakeKernel(cg)
 	if err := eng.Start(engine.Host{Kernel: k}); err != nil {
 		return err
 	}

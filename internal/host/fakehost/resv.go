@@ -1,11 +1,16 @@
-package engine
+package fakehost
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 
+	"github.com/hostqos/hostqos/internal/apps"
 	"github.com/hostqos/hostqos/internal/datapath"
 )
+
+// The reservations' readers, and the send buffers of other processes'
+// sockets.
 
 func (f *FakeKernel) ReservationCounters() (map[uint16]datapath.ResvCounters, error) {
 	f.mu.Lock()
@@ -44,4 +49,30 @@ func (f *FakeKernel) SessionRefusals(since uint64) ([]datapath.Refusal, uint64, 
 		last = max(last, r.Seq)
 	}
 	return out, last, nil
+}
+
+// LinkMTU is the MTU of the fake interface (MTUs, else 1500).
+func (f *FakeKernel) LinkMTU(ifindex int) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m, ok := f.MTUs[ifindex]; ok {
+		return m, nil
+	}
+	return 1500, nil
+}
+
+// SetSendBuffer sets SendBuffers[cookie] to 2 × size (the kernel's
+// doubling) and returns what it was.
+func (f *FakeKernel) SetSendBuffer(pid uint32, cookie uint64, size int) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("SetSendBuffer", fmt.Sprintf("%d %d", cookie, size)); err != nil {
+		return 0, err
+	}
+	old, ok := f.SendBuffers[cookie]
+	if !ok {
+		return 0, apps.ErrSocketGone
+	}
+	f.SendBuffers[cookie] = 2 * size
+	return old, nil
 }

@@ -1,4 +1,12 @@
-package engine
+// Package fakehost is the kernel in memory, for unit tests of the engine
+// and of what runs over it: FakeKernel is the engine's Kernel,
+// FakeQSockKernel and FakeShieldKernel add its qsocket and shield
+// capabilities. They record every call, keep what a real kernel would hold
+// and fail on demand. The real kernel is package host; the engine's test
+// files check at compile time that these fakes are what the engine asks
+// (this package imports no engine, so that the engine's own tests can
+// import it).
+package fakehost
 
 import (
 	"fmt"
@@ -10,7 +18,7 @@ import (
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
-// FakeKernel is a Kernel in memory for tests: it records every call,
+// FakeKernel is the engine's Kernel in memory: it records every call,
 // keeps what a real kernel would hold (rules, HTB trees, attachments,
 // cgroups), and fails on demand.
 type FakeKernel struct {
@@ -51,7 +59,7 @@ type FakeKernel struct {
 	MTUs map[int]int
 	// SendBuffers are the sockets' SO_SNDBUF as getsockopt reads them
 	// (doubled), by cookie; a cookie without one is a socket that is gone
-	// (resv_sndbuf.go).
+	// (SetSendBuffer).
 	SendBuffers map[uint64]int
 
 	fail  map[string]failure
@@ -84,8 +92,6 @@ func NewFakeKernel(root string) *FakeKernel {
 	}
 }
 
-var _ Kernel = (*FakeKernel)(nil)
-
 // FailNth makes the nth call (1: the next) of operation op (the method's
 // name, e.g. "AttachLink") from now on fail with err.
 func (f *FakeKernel) FailNth(op string, n int, err error) {
@@ -93,6 +99,11 @@ func (f *FakeKernel) FailNth(op string, n int, err error) {
 	defer f.mu.Unlock()
 	f.fail[op] = failure{nth: n, err: err}
 }
+
+// Lock and Unlock hold the fake's lock, for a test that changes the
+// fake's fields while an engine may be reading them.
+func (f *FakeKernel) Lock()   { f.mu.Lock() }
+func (f *FakeKernel) Unlock() { f.mu.Unlock() }
 
 // call records a call and returns the failure planned for it.
 func (f *FakeKernel) call(op string, arg any) error {

@@ -1,4 +1,4 @@
-package engine
+package fakehost
 
 import (
 	"net/netip"
@@ -6,9 +6,9 @@ import (
 	"github.com/hostqos/hostqos/internal/datapath/xdp"
 )
 
-// FakeShieldKernel is a FakeKernel with the XDP shield (ShieldKernel),
-// in memory, failing on demand like the FakeKernel (ops "SetBlocks",
-// "SetProtected", "AttachXDP", "DetachXDP").
+// FakeShieldKernel is a FakeKernel with the XDP shield (the engine's
+// ShieldKernel, its Host.Shield), in memory, failing on demand like the
+// FakeKernel (ops "SetBlocks", "SetProtected", "AttachXDP", "DetachXDP").
 type FakeShieldKernel struct {
 	*FakeKernel
 	Blocks    map[netip.Prefix]uint64 // prefix → quarantine rate
@@ -23,8 +23,6 @@ func NewFakeShieldKernel(k *FakeKernel) *FakeShieldKernel {
 	return &FakeShieldKernel{FakeKernel: k, Blocks: map[netip.Prefix]uint64{}, Counters: map[netip.Prefix]xdp.BlockCounters{},
 		Protected: map[xdp.Protected]bool{}, XDP: map[int]xdp.SynLimits{}, Listeners: map[uint16][]uint32{}}
 }
-
-var _ ShieldKernel = (*FakeShieldKernel)(nil)
 
 func (f *FakeShieldKernel) SetBlocks(entries []xdp.BlockEntry) error {
 	f.mu.Lock()

@@ -1,4 +1,4 @@
-package engine
+package fakehost
 
 import (
 	"golang.org/x/sys/unix"
@@ -6,10 +6,11 @@ import (
 	"github.com/hostqos/hostqos/internal/datapath"
 )
 
-// FakeQSockKernel is a FakeKernel with qsockets (QSockKernel), in memory:
-// Sockets are the descriptors the tests pass (what InspectSocket reads),
-// Table the datapath's qsocket table. It fails on demand like the
-// FakeKernel (op "AttachQSock", "ChangeQSock", "DetachQSock").
+// FakeQSockKernel is a FakeKernel with qsockets (the engine's
+// QSockKernel, its Host.QSockets), in memory: Sockets are the descriptors
+// the tests pass (what InspectSocket reads), Table the datapath's qsocket
+// table. It fails on demand like the FakeKernel (op "AttachQSock",
+// "ChangeQSock", "DetachQSock").
 type FakeQSockKernel struct {
 	*FakeKernel
 	Sockets  map[int]*datapath.SocketInfo
@@ -24,8 +25,6 @@ func NewFakeQSockKernel(k *FakeKernel) *FakeQSockKernel {
 	return &FakeQSockKernel{FakeKernel: k, Sockets: map[int]*datapath.SocketInfo{},
 		Table: map[uint32]datapath.QSock{}, Counters: map[uint32]datapath.QSockCounters{}}
 }
-
-var _ QSockKernel = (*FakeQSockKernel)(nil)
 
 // Socket adds descriptor fd: an open UDP/IPv4 socket of owner in the
 // datapath's namespace with cookie.
