@@ -22,10 +22,13 @@ func goList(t *testing.T, args ...string) []string {
 
 // TestDependencies keeps the dependency rules of docs/architecture.md
 // true: hostqosd and the public rtchan package link no plotting, no
-// terminal UI and no lab or test code (benchmarks, packet generators, the
-// seed's evaluation), the CLI links neither cilium/ebpf nor netlink, and
-// the daemon and the engine import neither themselves (the kernel-facing
-// packages, datapath and shaper, do).
+// terminal UI and no lab, test or fake code (benchmarks, packet
+// generators, the seed's evaluation, the fake kernels), the CLI links
+// neither cilium/ebpf nor netlink, the daemon and the engine import
+// neither themselves, the engine does not import the kernel adapter it
+// drives (internal/host: the engine defines the interfaces, the daemon
+// wires them), and only the kernel-facing packages (datapath, shaper,
+// host) and the lab and test helpers import the kernel libraries.
 func TestDependencies(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command")
@@ -33,7 +36,7 @@ func TestDependencies(t *testing.T) {
 	tooling := func(p string) bool {
 		return strings.HasPrefix(p, "gonum.org/") || strings.HasPrefix(p, "github.com/gdamore/tcell") ||
 			p == "github.com/hostqos/hostqos/internal/plot" || strings.HasPrefix(p, "github.com/hostqos/hostqos/internal/lab") ||
-			strings.HasPrefix(p, "github.com/hostqos/hostqos/internal/test")
+			strings.HasPrefix(p, "github.com/hostqos/hostqos/internal/test") || p == "github.com/hostqos/hostqos/internal/host/fakehost"
 	}
 	for name, dir := range map[string]string{"hostqosd": ".", "rtchan": "../../rtchan"} {
 		for _, dep := range goList(t, "-deps", dir) {
@@ -50,11 +53,28 @@ func TestDependencies(t *testing.T) {
 			t.Errorf("the CLI links %s", dep)
 		}
 	}
+	const mod = "github.com/hostqos/hostqos/"
 	for _, line := range goList(t, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "../../internal/daemon", "../../internal/engine") {
 		f := strings.Fields(line)
 		for _, imp := range f[1:] {
-			if kernel(imp) || tooling(imp) {
+			if kernel(imp) || tooling(imp) || f[0] == mod+"internal/engine" && strings.HasPrefix(imp, mod+"internal/host") {
 				t.Errorf("%s imports %s", f[0], imp)
+			}
+		}
+	}
+	kernelFacing := func(p string) bool {
+		for _, k := range []string{"internal/datapath", "internal/shaper", "internal/host", "internal/lab", "internal/testbed", "internal/testutil"} {
+			if p == mod+k || strings.HasPrefix(p, mod+k+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, line := range goList(t, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "../../...") {
+		f := strings.Fields(line)
+		for _, imp := range f[1:] {
+			if kernel(imp) && !kernelFacing(f[0]) {
+				t.Errorf("%s imports %s; only the kernel-facing packages (datapath, shaper, host) and the lab and test helpers may", f[0], imp)
 			}
 		}
 	}
