@@ -276,10 +276,60 @@ func randSuffix() (string, error) {
 
 func markerPath(nsName string) string { return filepath.Join(MarkerDir, nsName+".pid") }
 
+// netnsDir is where named network namespaces are mounted.
+const netnsDir = "/run/netns"
+
+var netnsDirOnce sync.Once
+var netnsDirErr error
+
+// prepareNetnsDir makes /run/netns a shared mount of its own, as
+// iproute2's `ip netns` does the first time it runs when it is not one. If
+// `ip netns exec` did that after a namespace was mounted there, its bind
+// mount of the directory would hide that namespace's mount: the file could
+// then be neither unmounted nor removed (EBUSY) and the namespace would
+// outlive its test. So the testbed does it first, once per process.
+func prepareNetnsDir() error {
+	netnsDirOnce.Do(func() {
+		if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+			netnsDirErr = fmt.Errorf("create %s: %w", netnsDir, err)
+			return
+		}
+		if isMountPoint(netnsDir) {
+			return
+		}
+		if err := unix.Mount(netnsDir, netnsDir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			netnsDirErr = fmt.Errorf("bind-mount %s onto itself: %w", netnsDir, err)
+			return
+		}
+		if err := unix.Mount("", netnsDir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+			netnsDirErr = fmt.Errorf("make %s a shared mount: %w", netnsDir, err)
+		}
+	})
+	return netnsDirErr
+}
+
+// isMountPoint reports whether dir is a mount point (its mount id differs
+// from its parent's, read from /proc/self/mountinfo).
+func isMountPoint(dir string) bool {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
 // create makes the node's namespace, its marker, loopback and sysctls.
 func (n *Node) create() error {
 	if err := os.MkdirAll(MarkerDir, 0o755); err != nil {
 		return fmt.Errorf("create marker directory %s: %w", MarkerDir, err)
+	}
+	if err := prepareNetnsDir(); err != nil {
+		return err
 	}
 	if err := os.WriteFile(markerPath(n.NetnsName), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return fmt.Errorf("write marker for namespace %s: %w", n.NetnsName, err)
