@@ -21,7 +21,7 @@ import (
 // Any route whose answer grows with the policy, the flow table or users'
 // activity takes a place: wrap its handler with d.large.bound (or
 // d.large.boundIf for some requests of a route) where routes() registers
-// it. History queries have their own places (handleHistory): they cost
+// it; a named object's listing is marked large in objectRoutesOf. History queries have their own places (handleHistory): they cost
 // reads of the database, not memory.
 const maxUserLargeAnswers = 2
 

@@ -303,6 +303,19 @@ func mutating(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// readBody reads a request body of at most maxBody bytes; a longer one is
+// a tooLarge (413).
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return nil, &badRequest{Err: fmt.Errorf("read request body: %w", err)}
+	}
+	if len(b) > maxBody {
+		return nil, &tooLarge{limit: maxBody}
+	}
+	return b, nil
+}
+
 // decode reads a request body (at most maxBody bytes) and decodes it, as
 // one JSON object, strictly (see engine.Decode).
 func decode(r *http.Request, v any) error {
@@ -327,22 +340,10 @@ func queryFlag(r *http.Request, name string) bool {
 func (d *Daemon) routes() http.Handler {
 	mux := http.NewServeMux()
 	d.large = newLargeAnswers(maxUserLargeAnswers)
-	large := d.large.bound
 	mux.HandleFunc(api.RouteStatus, d.handleStatus)
-	mux.HandleFunc(api.RouteLinks, d.handleLinks)
-	mux.HandleFunc(api.RouteSetLink, mutating(d.handleSetLink))
-	mux.HandleFunc(api.RoutePatchLink, mutating(d.handlePatchLink))
-	mux.HandleFunc(api.RouteRemoveLink, mutating(d.handleRemoveLink))
-	mux.HandleFunc(api.RouteClasses, d.handleClasses)
-	mux.HandleFunc(api.RouteClass, d.handleClasses)
-	mux.HandleFunc(api.RouteAddClass, mutating(d.handleAddClass))
-	mux.HandleFunc(api.RouteSetClass, mutating(d.handleSetClass))
-	mux.HandleFunc(api.RouteRemoveClass, mutating(d.handleRemoveClass))
-	mux.HandleFunc(api.RouteRules, large(d.handleRules))
-	mux.HandleFunc(api.RouteRule, d.handleRules)
-	mux.HandleFunc(api.RouteAddRule, mutating(d.handleAddRule))
-	mux.HandleFunc(api.RouteSetRule, mutating(d.handleSetRule))
-	mux.HandleFunc(api.RouteRemoveRule, mutating(d.handleRemoveRule))
+	for _, o := range objectRoutesOf(d.eng) {
+		o.register(mux, d.large)
+	}
 	mux.HandleFunc(api.RouteRuns, d.handleRuns)
 	mux.HandleFunc(api.RouteStartRun, d.handleStartRun)
 	mux.HandleFunc(api.RouteEndRun, d.handleEndRun)
@@ -351,13 +352,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteReload, mutating(d.handleReload))
 	mux.HandleFunc(api.RouteDown, mutating(d.handleDown))
 	mux.HandleFunc(api.RouteEvents, d.handleEvents)
-	mux.HandleFunc(api.RouteReservations, large(d.handleReservations))
-	mux.HandleFunc(api.RouteReservation, d.handleReservations)
-	mux.HandleFunc(api.RouteAddReservation, mutating(d.handleAddReservation))
-	mux.HandleFunc(api.RouteSetReservation, mutating(d.handleSetReservation))
-	mux.HandleFunc(api.RouteRemoveReservation, mutating(d.handleRemoveReservation))
 	d.qsockRoutes(mux)
-	d.shieldRoutes(mux)
 	d.rsvpRoutes(mux)
 	d.rtRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -396,164 +391,6 @@ func (d *Daemon) statusFor(who *peer) api.Status {
 	d.eng.Status(*who, &st)
 	st.Datapath.Loops, st.Datapath.Attach, st.Datapath.MPTCPIdentity = d.loops, attach, mptcp
 	return st
-}
-
-func (d *Daemon) handleLinks(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, d.eng.Links()) // never under the engine's lock: the client may not read
-}
-
-func (d *Daemon) handleSetLink(w http.ResponseWriter, r *http.Request) {
-	var l policy.Link
-	if err := decode(r, &l); err != nil {
-		writeErr(w, err)
-		return
-	}
-	if err := d.eng.SetLink(r.Context(), *callerOf(r), r.PathValue("name"), l, linkChange(r)); err != nil {
-		writeErr(w, err)
-		return
-	}
-	d.handleLinks(w, r)
-}
-
-func (d *Daemon) handlePatchLink(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(r)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	if _, err := d.eng.PatchLink(r.Context(), *callerOf(r), r.PathValue("name"), body, linkChange(r)); err != nil {
-		writeErr(w, err)
-		return
-	}
-	d.handleLinks(w, r)
-}
-
-func linkChange(r *http.Request) engine.LinkChange {
-	return engine.LinkChange{Temporary: temporary(r), Force: force(r)}
-}
-
-func (d *Daemon) handleRemoveLink(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if err := d.eng.RemoveLink(r.Context(), *callerOf(r), name); err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"removed": name})
-}
-
-func (d *Daemon) handleClasses(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	out, err := d.eng.Classes(name)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	if name != "" {
-		writeJSON(w, http.StatusOK, out[0])
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (d *Daemon) handleAddClass(w http.ResponseWriter, r *http.Request) {
-	c := policy.NewClass("")
-	if err := decode(r, &c); err != nil {
-		writeErr(w, err)
-		return
-	}
-	out, err := d.eng.AddClass(r.Context(), *callerOf(r), c, temporary(r))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, out)
-}
-
-func (d *Daemon) handleSetClass(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(r)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	out, err := d.eng.SetClass(r.Context(), *callerOf(r), r.PathValue("name"), body, temporary(r))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (d *Daemon) handleRemoveClass(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if err := d.eng.RemoveClass(r.Context(), *callerOf(r), name); err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"removed": name})
-}
-
-func (d *Daemon) handleAddRule(w http.ResponseWriter, r *http.Request) {
-	ru := policy.NewRule("")
-	if err := decode(r, &ru); err != nil {
-		writeErr(w, err)
-		return
-	}
-	out, err := d.eng.AddRule(r.Context(), *callerOf(r), ru, temporary(r))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, out)
-}
-
-func (d *Daemon) handleSetRule(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(r)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	out, err := d.eng.SetRule(r.Context(), *callerOf(r), r.PathValue("name"), body, temporary(r))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (d *Daemon) handleRemoveRule(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if err := d.eng.RemoveRule(r.Context(), *callerOf(r), name); err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"removed": name})
-}
-
-// readBody reads a request body of at most maxBody bytes; a longer one is
-// a tooLarge (413).
-func readBody(r *http.Request) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil {
-		return nil, &badRequest{Err: fmt.Errorf("read request body: %w", err)}
-	}
-	if len(b) > maxBody {
-		return nil, &tooLarge{limit: maxBody}
-	}
-	return b, nil
-}
-
-func (d *Daemon) handleRules(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	out, err := d.eng.Rules(*callerOf(r), name)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	if name != "" {
-		writeJSON(w, http.StatusOK, out[0])
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 func (d *Daemon) handleRuns(w http.ResponseWriter, r *http.Request) {

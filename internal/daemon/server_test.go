@@ -33,15 +33,13 @@ func (w *stuckWriter) Write(p []byte) (int, error) {
 // and changes go on.
 func TestNoWriteUnderLock(t *testing.T) {
 	d := newTestDaemon(t, t.TempDir())
-	for route, h := range map[string]http.HandlerFunc{
-		api.RouteLinks: d.handleLinks, api.RouteClasses: d.handleClasses,
-		api.RouteRules: d.handleRules, api.RouteRuns: d.handleRuns,
-	} {
+	h := d.routes()
+	for _, route := range []string{api.RouteLinks, api.RouteClasses, api.RouteRules, api.RouteRuns} {
 		w := &stuckWriter{h: http.Header{}, writing: make(chan struct{}, 1), release: make(chan struct{})}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			h(w, httptest.NewRequest(routeMethod(route), routePath(route), nil))
+			h.ServeHTTP(w, httptest.NewRequest(routeMethod(route), routePath(route), nil))
 		}()
 		select {
 		case <-w.writing:
