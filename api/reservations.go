@@ -102,41 +102,23 @@ type ReservationsAPI interface {
 }
 
 // Reservations returns the client for reservations.
-func (c *Client) Reservations() ReservationsAPI { return &resvClient{c} }
-
-type resvClient struct{ c *Client }
-
-// List returns every reservation with its figures.
-func (r *resvClient) List(ctx context.Context) ([]ReservationInfo, error) {
-	var out []ReservationInfo
-	err := r.c.call(ctx, RouteReservations, nil, nil, &out, nil)
-	return out, err
+func (c *Client) Reservations() ReservationsAPI {
+	return resvClient{objectClient[ReservationInfo]{c, objectRoutes{list: RouteReservations, show: RouteReservation,
+		add: RouteAddReservation, patch: RouteSetReservation, remove: RouteRemoveReservation}}}
 }
 
-// Get returns one reservation with its figures.
-func (r *resvClient) Get(ctx context.Context, name string) (ReservationInfo, error) {
-	var out ReservationInfo
-	err := r.c.call(ctx, RouteReservation, []string{name}, nil, &out, nil)
-	return out, err
-}
+// resvClient is the client of reservations: its changes answer with the
+// reservation's admission figures.
+type resvClient struct{ objectClient[ReservationInfo] }
 
 // Add asks for a reservation; admission control refuses it (an *Error
 // naming the numbers) or admits it.
-func (r *resvClient) Add(ctx context.Context, resv policy.Reservation, opts ...ChangeOption) (ReservationInfo, error) {
-	var out ReservationInfo
-	err := r.c.call(ctx, RouteAddReservation, nil, resv, &out, opts)
-	return out, err
+func (r resvClient) Add(ctx context.Context, resv policy.Reservation, opts ...ChangeOption) (ReservationInfo, error) {
+	return add[ReservationInfo](ctx, r.objectClient, resv, opts)
 }
 
 // Set changes the fields given of reservation name (nil clears a field);
 // admission runs again.
-func (r *resvClient) Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) (ReservationInfo, error) {
-	var out ReservationInfo
-	err := r.c.call(ctx, RouteSetReservation, []string{name}, f, &out, opts)
-	return out, err
-}
-
-// Remove removes a reservation.
-func (r *resvClient) Remove(ctx context.Context, name string, opts ...ChangeOption) error {
-	return r.c.call(ctx, RouteRemoveReservation, []string{name}, nil, nil, opts)
+func (r resvClient) Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) (ReservationInfo, error) {
+	return patch[ReservationInfo](ctx, r.objectClient, name, f, opts)
 }

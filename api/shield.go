@@ -108,44 +108,44 @@ type ShieldAPI interface {
 }
 
 // Shield returns the client for the XDP shield.
-func (c *Client) Shield() ShieldAPI { return &shieldClient{c} }
-
-type shieldClient struct{ c *Client }
-
-// Blocks lists the drop list with its counters.
-func (s *shieldClient) Blocks(ctx context.Context) ([]BlockInfo, error) {
-	var out []BlockInfo
-	err := s.c.call(ctx, RouteBlocks, nil, nil, &out, nil)
-	return out, err
+func (c *Client) Shield() ShieldAPI {
+	return shieldClient{
+		blocks:    objectClient[BlockInfo]{c, objectRoutes{list: RouteBlocks, add: RouteAddBlock, remove: RouteRemoveBlock}},
+		protected: objectClient[ProtectedInfo]{c, objectRoutes{list: RouteProtected, add: RouteAddProtected, remove: RouteRemoveProtected}},
+	}
 }
 
+// shieldClient is the client of the XDP shield: its drop list and its
+// protected clients.
+type shieldClient struct {
+	blocks    objectClient[BlockInfo]
+	protected objectClient[ProtectedInfo]
+}
+
+// Blocks lists the drop list with its counters.
+func (s shieldClient) Blocks(ctx context.Context) ([]BlockInfo, error) { return s.blocks.List(ctx) }
+
 // Block adds or replaces a drop-list entry.
-func (s *shieldClient) Block(ctx context.Context, req BlockRequest, opts ...ChangeOption) (BlockInfo, error) {
-	var out BlockInfo
-	err := s.c.call(ctx, RouteAddBlock, nil, req, &out, opts)
-	return out, err
+func (s shieldClient) Block(ctx context.Context, req BlockRequest, opts ...ChangeOption) (BlockInfo, error) {
+	return add[BlockInfo](ctx, s.blocks, req, opts)
 }
 
 // Unblock removes a drop-list entry added through the API.
-func (s *shieldClient) Unblock(ctx context.Context, prefix netip.Prefix, opts ...ChangeOption) error {
-	return s.c.call(ctx, RouteRemoveBlock, []string{prefix.String()}, nil, nil, opts)
+func (s shieldClient) Unblock(ctx context.Context, prefix netip.Prefix, opts ...ChangeOption) error {
+	return s.blocks.Remove(ctx, prefix.String(), opts...)
 }
 
 // Protected lists the protected clients.
-func (s *shieldClient) Protected(ctx context.Context) ([]ProtectedInfo, error) {
-	var out []ProtectedInfo
-	err := s.c.call(ctx, RouteProtected, nil, nil, &out, nil)
-	return out, err
+func (s shieldClient) Protected(ctx context.Context) ([]ProtectedInfo, error) {
+	return s.protected.List(ctx)
 }
 
 // Protect protects a client.
-func (s *shieldClient) Protect(ctx context.Context, req ProtectRequest, opts ...ChangeOption) (ProtectedInfo, error) {
-	var out ProtectedInfo
-	err := s.c.call(ctx, RouteAddProtected, nil, req, &out, opts)
-	return out, err
+func (s shieldClient) Protect(ctx context.Context, req ProtectRequest, opts ...ChangeOption) (ProtectedInfo, error) {
+	return add[ProtectedInfo](ctx, s.protected, req, opts)
 }
 
 // Unprotect ends a client's protection.
-func (s *shieldClient) Unprotect(ctx context.Context, addr netip.Addr, port uint16, opts ...ChangeOption) error {
-	return s.c.call(ctx, RouteRemoveProtected, []string{ProtectedKey(addr, port)}, nil, nil, opts)
+func (s shieldClient) Unprotect(ctx context.Context, addr netip.Addr, port uint16, opts ...ChangeOption) error {
+	return s.protected.Remove(ctx, ProtectedKey(addr, port), opts...)
 }

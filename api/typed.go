@@ -167,24 +167,29 @@ type (
 		Replace(ctx context.Context, link policy.Link, opts ...ChangeOption) ([]LinkStatus, error)
 		Remove(ctx context.Context, name string, opts ...ChangeOption) error
 	}
+	// PolicyObjectsAPI manages one kind of named policy object (classes,
+	// rules): T as it is added, Info as it is listed.
+	PolicyObjectsAPI[T, Info any] interface {
+		// List returns the objects (rules in evaluation order).
+		List(ctx context.Context) ([]Info, error)
+		// Get returns one object (a rule with what its selectors
+		// resolve to).
+		Get(ctx context.Context, name string) (Info, error)
+		// Add adds an object given whole.
+		Add(ctx context.Context, obj T, opts ...ChangeOption) error
+		// AddFields adds object name with the fields given; the daemon
+		// fills in the others' defaults.
+		AddFields(ctx context.Context, name string, f Fields, opts ...ChangeOption) error
+		// Set changes the fields given of object name (nil clears a
+		// field).
+		Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) error
+		// Remove removes an object.
+		Remove(ctx context.Context, name string, opts ...ChangeOption) error
+	}
 	// ClassesAPI manages service classes.
-	ClassesAPI interface {
-		List(ctx context.Context) ([]ClassInfo, error)
-		Get(ctx context.Context, name string) (ClassInfo, error)
-		Add(ctx context.Context, class policy.Class, opts ...ChangeOption) error
-		AddFields(ctx context.Context, name string, f Fields, opts ...ChangeOption) error
-		Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) error
-		Remove(ctx context.Context, name string, opts ...ChangeOption) error
-	}
+	ClassesAPI = PolicyObjectsAPI[policy.Class, ClassInfo]
 	// RulesAPI manages rules.
-	RulesAPI interface {
-		List(ctx context.Context) ([]RuleInfo, error)
-		Get(ctx context.Context, name string) (RuleInfo, error)
-		Add(ctx context.Context, rule policy.Rule, opts ...ChangeOption) error
-		AddFields(ctx context.Context, name string, f Fields, opts ...ChangeOption) error
-		Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) error
-		Remove(ctx context.Context, name string, opts ...ChangeOption) error
-	}
+	RulesAPI = PolicyObjectsAPI[policy.Rule, RuleInfo]
 	// RunsAPI starts, lists and ends runs.
 	RunsAPI interface {
 		List(ctx context.Context) ([]Run, error)
@@ -202,13 +207,22 @@ type (
 )
 
 // Links returns the client for managed links.
-func (c *Client) Links() LinksAPI { return &linksClient{c} }
+func (c *Client) Links() LinksAPI {
+	return linksClient{objectClient[LinkStatus]{c, objectRoutes{
+		list: RouteLinks, put: RouteSetLink, patch: RoutePatchLink, remove: RouteRemoveLink}}}
+}
 
 // Classes returns the client for service classes.
-func (c *Client) Classes() ClassesAPI { return &classesClient{c} }
+func (c *Client) Classes() ClassesAPI {
+	return policyClient[policy.Class, ClassInfo]{objectClient[ClassInfo]{c, objectRoutes{
+		list: RouteClasses, show: RouteClass, add: RouteAddClass, patch: RouteSetClass, remove: RouteRemoveClass}}}
+}
 
 // Rules returns the client for rules.
-func (c *Client) Rules() RulesAPI { return &rulesClient{c} }
+func (c *Client) Rules() RulesAPI {
+	return policyClient[policy.Rule, RuleInfo]{objectClient[RuleInfo]{c, objectRoutes{
+		list: RouteRules, show: RouteRule, add: RouteAddRule, patch: RouteSetRule, remove: RouteRemoveRule}}}
+}
 
 // Runs returns the client for runs (programs started by hostqos run).
 func (c *Client) Runs() RunsAPI { return &runsClient{c} }
@@ -216,109 +230,29 @@ func (c *Client) Runs() RunsAPI { return &runsClient{c} }
 // Stats returns the client for the live counters.
 func (c *Client) Stats() StatsAPI { return &statsClient{c} }
 
-type linksClient struct{ c *Client }
+// linksClient is the client of managed links: its changes answer with
+// every managed link.
+type linksClient struct{ o objectClient[LinkStatus] }
 
 // List returns the managed links.
-func (l *linksClient) List(ctx context.Context) ([]LinkStatus, error) {
-	var ls []LinkStatus
-	err := l.c.call(ctx, RouteLinks, nil, nil, &ls, nil)
-	return ls, err
-}
+func (l linksClient) List(ctx context.Context) ([]LinkStatus, error) { return l.o.List(ctx) }
 
 // Set changes the fields given of link name (nil clears a field) and
 // keeps the others, or manages the link with them; it returns the
 // managed links.
-func (l *linksClient) Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) ([]LinkStatus, error) {
-	var ls []LinkStatus
-	err := l.c.call(ctx, RoutePatchLink, []string{name}, f, &ls, opts)
-	return ls, err
+func (l linksClient) Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) ([]LinkStatus, error) {
+	return patch[[]LinkStatus](ctx, l.o, name, f, opts)
 }
 
 // Replace manages the link with all of link's settings (a field left out
 // takes its default) and returns the managed links.
-func (l *linksClient) Replace(ctx context.Context, link policy.Link, opts ...ChangeOption) ([]LinkStatus, error) {
-	var ls []LinkStatus
-	err := l.c.call(ctx, RouteSetLink, []string{link.Name}, link, &ls, opts)
-	return ls, err
+func (l linksClient) Replace(ctx context.Context, link policy.Link, opts ...ChangeOption) ([]LinkStatus, error) {
+	return callFor[[]LinkStatus](ctx, l.o.c, l.o.routes.put, []string{link.Name}, link, opts)
 }
 
 // Remove stops managing the link.
-func (l *linksClient) Remove(ctx context.Context, name string, opts ...ChangeOption) error {
-	return l.c.call(ctx, RouteRemoveLink, []string{name}, nil, nil, opts)
-}
-
-type classesClient struct{ c *Client }
-
-// List returns the classes.
-func (k *classesClient) List(ctx context.Context) ([]ClassInfo, error) {
-	var cs []ClassInfo
-	err := k.c.call(ctx, RouteClasses, nil, nil, &cs, nil)
-	return cs, err
-}
-
-// Get returns one class.
-func (k *classesClient) Get(ctx context.Context, name string) (ClassInfo, error) {
-	var ci ClassInfo
-	err := k.c.call(ctx, RouteClass, []string{name}, nil, &ci, nil)
-	return ci, err
-}
-
-// Add adds a class given whole.
-func (k *classesClient) Add(ctx context.Context, class policy.Class, opts ...ChangeOption) error {
-	return k.c.call(ctx, RouteAddClass, nil, class, nil, opts)
-}
-
-// AddFields adds class name with the fields given; the daemon fills in
-// the others' defaults.
-func (k *classesClient) AddFields(ctx context.Context, name string, f Fields, opts ...ChangeOption) error {
-	return k.c.call(ctx, RouteAddClass, nil, withName(name, f), nil, opts)
-}
-
-// Set changes the fields given of class name (nil clears a field).
-func (k *classesClient) Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) error {
-	return k.c.call(ctx, RouteSetClass, []string{name}, f, nil, opts)
-}
-
-// Remove removes a class.
-func (k *classesClient) Remove(ctx context.Context, name string, opts ...ChangeOption) error {
-	return k.c.call(ctx, RouteRemoveClass, []string{name}, nil, nil, opts)
-}
-
-type rulesClient struct{ c *Client }
-
-// List returns the rules in evaluation order.
-func (r *rulesClient) List(ctx context.Context) ([]RuleInfo, error) {
-	var rs []RuleInfo
-	err := r.c.call(ctx, RouteRules, nil, nil, &rs, nil)
-	return rs, err
-}
-
-// Get returns one rule and what its selectors resolve to.
-func (r *rulesClient) Get(ctx context.Context, name string) (RuleInfo, error) {
-	var ri RuleInfo
-	err := r.c.call(ctx, RouteRule, []string{name}, nil, &ri, nil)
-	return ri, err
-}
-
-// Add adds a rule given whole.
-func (r *rulesClient) Add(ctx context.Context, rule policy.Rule, opts ...ChangeOption) error {
-	return r.c.call(ctx, RouteAddRule, nil, rule, nil, opts)
-}
-
-// AddFields adds rule name with the fields given; the others keep their
-// defaults.
-func (r *rulesClient) AddFields(ctx context.Context, name string, f Fields, opts ...ChangeOption) error {
-	return r.c.call(ctx, RouteAddRule, nil, withName(name, f), nil, opts)
-}
-
-// Set changes the fields given of rule name (nil clears a field).
-func (r *rulesClient) Set(ctx context.Context, name string, f Fields, opts ...ChangeOption) error {
-	return r.c.call(ctx, RouteSetRule, []string{name}, f, nil, opts)
-}
-
-// Remove removes a rule.
-func (r *rulesClient) Remove(ctx context.Context, name string, opts ...ChangeOption) error {
-	return r.c.call(ctx, RouteRemoveRule, []string{name}, nil, nil, opts)
+func (l linksClient) Remove(ctx context.Context, name string, opts ...ChangeOption) error {
+	return l.o.Remove(ctx, name, opts...)
 }
 
 type runsClient struct{ c *Client }

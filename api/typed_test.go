@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/netip"
 	"testing"
 
 	"github.com/hostqos/hostqos/internal/policy"
@@ -111,5 +112,47 @@ func TestTypedClientRequests(t *testing.T) {
 	check("Down", err, "POST", "/v1/down", "")
 	if msg != "removed it all" {
 		t.Errorf("Down = %q", msg)
+	}
+
+	answer = `{"class":{"name":"gold","dscp":"AF21"},"source":"api"}`
+	ci, err := c.Classes().Get(ctx, "gold")
+	check("Classes().Get", err, "GET", "/v1/classes/gold", "")
+	if ci.Class.Name != "gold" || ci.Source != "api" {
+		t.Errorf("Classes().Get decoded %+v", ci)
+	}
+	answer = `[{"name":"eth0","egress_rate":"10mbit"}]`
+	ls, err := c.Links().Set(ctx, "eth0", Fields{"egress_rate": "10mbit"})
+	check("Links().Set", err, "PATCH", "/v1/links/eth0", `{"egress_rate":"10mbit"}`)
+	if len(ls) != 1 || ls[0].Link.EgressRate != 10e6 {
+		t.Errorf("Links().Set decoded %+v", ls)
+	}
+	answer = `{"reservation":{"name":"rtp","service":"guaranteed"},"admission":{"reserved":"2mbit"}}`
+	ri, err := c.Reservations().Set(ctx, "rtp", Fields{"rate": "2mbit"}, Temporary(true))
+	check("Reservations().Set", err, "PATCH", "/v1/reservations/rtp?temporary=1", `{"rate":"2mbit"}`)
+	if ri.Reservation.Name != "rtp" || ri.Admission.Reserved != 2e6 {
+		t.Errorf("Reservations().Set decoded %+v", ri)
+	}
+	ri, err = c.Reservations().Add(ctx, policy.NewReservation("rtp"))
+	check("Reservations().Add", err, "POST", "/v1/reservations", "")
+	if ri.Reservation.Name != "rtp" {
+		t.Errorf("Reservations().Add decoded %+v", ri)
+	}
+	_, err = c.Reservations().Get(ctx, "rtp")
+	check("Reservations().Get", err, "GET", "/v1/reservations/rtp", "")
+	answer = `{"prefix":"203.0.113.0/24","source":"api","dropped":3}`
+	bi, err := c.Shield().Block(ctx, BlockRequest{Prefix: netip.MustParsePrefix("203.0.113.0/24")})
+	check("Shield().Block", err, "POST", "/v1/blocks", `{"prefix":"203.0.113.0/24"}`)
+	if bi.Dropped != 3 {
+		t.Errorf("Shield().Block decoded %+v", bi)
+	}
+	err = c.Shield().Unblock(ctx, netip.MustParsePrefix("203.0.113.0/24"))
+	check("Shield().Unblock", err, "DELETE", "/v1/blocks/203.0.113.0%2F24", "")
+	err = c.Shield().Unprotect(ctx, netip.MustParseAddr("2001:db8::1"), 443)
+	check("Shield().Unprotect", err, "DELETE", "/v1/protected/%5B2001:db8::1%5D:443", "")
+	answer = `[{"addr":"198.51.100.7","port":443,"uid":0,"class":"interactive"}]`
+	ps, err := c.Shield().Protected(ctx)
+	check("Shield().Protected", err, "GET", "/v1/protected", "")
+	if len(ps) != 1 || ps[0].Port != 443 {
+		t.Errorf("Shield().Protected decoded %+v", ps)
 	}
 }

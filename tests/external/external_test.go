@@ -42,6 +42,9 @@ import (
 func main() {
 	c := api.NewClient(api.DefaultSocket)
 	_ = c.Rules() // the typed client
+	var classes api.ClassesAPI = c.Classes() // the interfaces programs name
+	var resvs api.ReservationsAPI = c.Reservations()
+	_, _ = classes, resvs
 	r := api.NewRule("web")
 	r.Proto, r.MaxBW, r.DSCP = "tcp", 10e6, 34
 	spec := rtchan.Spec{Name: "video", Mmax: 1200, Rmax: 1000, Bmax: 4}
