@@ -8,6 +8,10 @@ const DefaultClassName = "default"
 // Normalize replaces it. A validated policy never contains it.
 const NoPriority = -1
 
+// MaxPriority is the lowest scheduling priority a class may have (0 is
+// the highest): HTB has eight.
+const MaxPriority = 7
+
 // defaultCustomPriority is the priority of a class that does not set one
 // and is not a built-in: the same as class default.
 const defaultCustomPriority = 2

@@ -210,8 +210,8 @@ func (v *validator) classes(p *Policy) {
 		}
 		if c.Priority == NoPriority {
 			v.add(obj, "priority", "", "missing", "use 0 (highest) .. 7 (lowest)")
-		} else if c.Priority < 0 || c.Priority > 7 {
-			v.addNum(obj, "priority", strconv.Itoa(c.Priority), "out of range", "use 0 (highest) .. 7 (lowest)")
+		} else if c.Priority < 0 || c.Priority > MaxPriority {
+			v.addNum(obj, "priority", strconv.Itoa(c.Priority), "out of range", fmt.Sprintf("use 0 (highest) .. %d (lowest)", MaxPriority))
 		}
 		if c.MaxBW != 0 && c.MinBW > c.MaxBW {
 			v.add(obj, "minbw", c.MinBW.String(), "greater than maxbw "+c.MaxBW.String(), "a guarantee cannot exceed the ceiling")
