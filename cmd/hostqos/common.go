@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -183,20 +184,67 @@ type changeAPI interface {
 	Set(ctx context.Context, name string, f api.Fields, opts ...api.ChangeOption) error
 }
 
-// sendChange sends the fields given as flags: to add NAME (fields not
-// given left out) or to change it (a field given as nil is cleared).
-func sendChange(w io.Writer, to changeAPI, kind, name string, add, temp bool, fields api.Fields) error {
-	cx, cancel := apiCtx()
-	defer cancel()
-	verb, send := "changed", to.Set
-	if add {
-		verb, send = "added", to.AddFields
+// objectChange is `KIND add NAME` or `KIND set NAME` of an object whose
+// flags are a flag table (rules, classes): it sends the fields given as
+// flags, to add NAME (fields not given left out) or to change it (a field
+// given as nil is cleared).
+type objectChange struct {
+	kind  string // what the output names: "rule", "class"
+	add   bool
+	table func() fieldFlags
+	temp  string // what --temporary keeps from being persisted
+	to    func(apiClient) changeAPI
+	// check looks at the fields given before they are sent: it may fill
+	// in defaults, or refuse (nil: none).
+	check func(api.Fields) error
+}
+
+// objectChangeOptions are those of an objectChange command.
+type objectChangeOptions struct {
+	io     ioStreams
+	client func() apiClient
+	flags  changeFlags
+	name   string
+}
+
+// changeCmd makes cmd (its use, help and examples given) the command of
+// c: one argument, NAME, and c's flag table.
+func changeCmd(f *factory, cmd *cobra.Command, c objectChange) *cobra.Command {
+	o := &objectChangeOptions{io: f.io, client: f.client}
+	cmd.Args = cobra.ExactArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		o.name = args[0]
+		p := o.flags.fields(cmd)
+		if c.check != nil {
+			if err := c.check(p); err != nil {
+				return err
+			}
+		}
+		cx, cancel := apiCtx()
+		defer cancel()
+		to := c.to(o.client())
+		verb, send := "changed", to.Set
+		if c.add {
+			verb, send = "added", to.AddFields
+		}
+		if err := send(cx, o.name, p, api.Temporary(o.flags.temp)); err != nil {
+			return err
+		}
+		fmt.Fprintf(o.io.Out, "%s %s %s\n", verb, c.kind, o.name)
+		return nil
 	}
-	if err := send(cx, name, fields, api.Temporary(temp)); err != nil {
-		return err
+	o.flags.register(cmd, c.table(), c.temp)
+	return cmd
+}
+
+// someField refuses to send no field at all, saying why.
+func someField(why string) func(api.Fields) error {
+	return func(p api.Fields) error {
+		if len(p) == 0 {
+			return errors.New(why)
+		}
+		return nil
 	}
-	fmt.Fprintf(w, "%s %s %s\n", verb, kind, name)
-	return nil
 }
 
 // jsonMarshal encodes v as JSON.

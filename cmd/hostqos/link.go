@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -27,13 +28,42 @@ func newLinkCmd(f *factory) *cobra.Command {
 
 // linkSetOptions are those of `hostqos link set`.
 type linkSetOptions struct {
-	io               ioStreams
-	client           func() apiClient
-	name             string
-	rate, reservable string
-	synRate, synSrc  string
-	ingressRate      string
-	temp, force      bool
+	io     ioStreams
+	client func() apiClient
+	name   string
+	flags  changeFlags
+	force  bool
+}
+
+// linkFlags is the flag table of link set; a flag given as 0 (or "")
+// clears its setting.
+func linkFlags() fieldFlags {
+	synRate := func() *parsed[int] {
+		return value("N/s", func(v string) (int, error) {
+			n, err := strconv.Atoi(strings.TrimSuffix(v, "/s"))
+			if err != nil || n < 0 || n > policy.MaxSynRate {
+				return 0, fmt.Errorf("want SYNs per second, 0 .. %d, e.g. 1000/s", policy.MaxSynRate)
+			}
+			return n, nil
+		}).zeroClears()
+	}
+	return fieldFlags{
+		{"egress-rate", "egress_rate", "egress capacity to shape at, e.g. 20mbit (units: bit, kbit, mbit, gbit); 0 stops shaping", rateValue().zeroClears()},
+		{"ingress-rate", "ingress_rate", "download budget shared by class priority, a little below the downlink's bottleneck, e.g. 95mbit; 0 for none", rateValue().zeroClears()},
+		{"reservable", "reservable", "fraction of the rate guarantees may claim (default 0.8); 0 for the default",
+			value("fraction", func(v string) (float64, error) {
+				if v == "0" {
+					return 0, nil // the default
+				}
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil || x <= 0 || x > 1 {
+					return 0, errors.New("want a fraction in (0, 1], e.g. 0.8")
+				}
+				return x, nil
+			}).zeroClears()},
+		{"syn-rate", "syn_rate", "throttle pure TCP SYNs arriving on the link to N per second, e.g. 1000/s (XDP; established connections are never touched); 0 for no limit", synRate()},
+		{"syn-rate-per-source", "syn_rate_per_source", "throttle pure TCP SYNs from each source (IPv4 address, IPv6 /64) to N per second, e.g. 20/s; 0 for no limit", synRate()},
+	}
 }
 
 func newLinkSetCmd(f *factory) *cobra.Command {
@@ -76,78 +106,18 @@ even with --force: lower them first.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.name = args[0]
-			fields, err := o.fields(cmd)
-			if err != nil {
-				return err
-			}
-			return o.run(fields)
+			return o.run(o.flags.fields(cmd))
 		},
 	}
-	set.Flags().StringVar(&o.rate, "egress-rate", "", "egress capacity to shape at, e.g. 20mbit (units: bit, kbit, mbit, gbit); 0 stops shaping")
-	set.Flags().StringVar(&o.ingressRate, "ingress-rate", "", "download budget shared by class priority, a little below the downlink's bottleneck, e.g. 95mbit; 0 for none")
-	set.Flags().StringVar(&o.reservable, "reservable", "", "fraction of the rate guarantees may claim (default 0.8); 0 for the default")
-	set.Flags().StringVar(&o.synRate, "syn-rate", "", "throttle pure TCP SYNs arriving on the link to N per second, e.g. 1000/s (XDP; established connections are never touched); 0 for no limit")
-	set.Flags().StringVar(&o.synSrc, "syn-rate-per-source", "", "throttle pure TCP SYNs from each source (IPv4 address, IPv6 /64) to N per second, e.g. 20/s; 0 for no limit")
-	set.Flags().BoolVar(&o.temp, "temporary", false, "do not persist: forget the change when the daemon stops (a crash keeps it)")
+	o.flags.register(set, linkFlags(), "change")
 	set.Flags().BoolVar(&o.force, "force", false, "apply a change that takes away shaping admitted guarantees rely on (removes the rate under minbw or reservations, or lowers it under the scheduled qsockets' rates)")
 	return set
-}
-
-// fields checks every flag that was given and turns it into its JSON
-// field; a flag given as 0 or "" clears the field.
-func (o *linkSetOptions) fields(cmd *cobra.Command) (api.Fields, error) {
-	f := api.Fields{}
-	given := cmd.Flags().Changed
-	for _, r := range []struct{ flag, field, v string }{{"egress-rate", "egress_rate", o.rate}, {"ingress-rate", "ingress_rate", o.ingressRate}} {
-		if !given(r.flag) {
-			continue
-		}
-		if r.v == "" || r.v == "0" {
-			f[r.field] = nil
-			continue
-		}
-		rate, err := policy.ParseRate(r.v)
-		if err != nil {
-			return nil, fmt.Errorf("flag --%s = %q: %w", r.flag, r.v, err)
-		}
-		f[r.field] = rate
-	}
-	if given("reservable") {
-		if o.reservable == "" || o.reservable == "0" {
-			f["reservable"] = nil
-		} else {
-			x, err := strconv.ParseFloat(o.reservable, 64)
-			if err != nil || x <= 0 || x > 1 {
-				return nil, fmt.Errorf("flag --reservable = %q: want a fraction in (0, 1], e.g. 0.8", o.reservable)
-			}
-			f["reservable"] = x
-		}
-	}
-	for _, s := range []struct{ flag, field, v string }{{"syn-rate", "syn_rate", o.synRate}, {"syn-rate-per-source", "syn_rate_per_source", o.synSrc}} {
-		if !given(s.flag) {
-			continue
-		}
-		if s.v == "" {
-			f[s.field] = nil
-			continue
-		}
-		n, err := strconv.Atoi(strings.TrimSuffix(s.v, "/s"))
-		if err != nil || n < 0 || n > policy.MaxSynRate {
-			return nil, fmt.Errorf("flag --%s = %q: want SYNs per second, 0 .. %d, e.g. 1000/s", s.flag, s.v, policy.MaxSynRate)
-		}
-		if n == 0 {
-			f[s.field] = nil
-		} else {
-			f[s.field] = n
-		}
-	}
-	return f, nil
 }
 
 func (o *linkSetOptions) run(fields api.Fields) error {
 	c, cancel := apiCtx()
 	defer cancel()
-	ls, err := o.client().Links().Set(c, o.name, fields, api.Temporary(o.temp), api.Force(o.force))
+	ls, err := o.client().Links().Set(c, o.name, fields, api.Temporary(o.flags.temp), api.Force(o.force))
 	if err != nil {
 		return err
 	}

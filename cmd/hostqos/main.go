@@ -72,6 +72,7 @@ default /run/hostqos/hostqosd.sock).`,
 	root.SetIn(f.io.In)
 	root.SetOut(f.io.Out)
 	root.SetErr(f.io.Err)
+	root.SetFlagErrorFunc(fieldFlagError)
 	f.addGlobalFlags(root)
 	root.AddCommand(
 		newStatusCmd(f), newReloadCmd(f), newDownCmd(f), newVersionCmd(f),

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -13,135 +15,20 @@ import (
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
-// sessionFlags are the per-session admission flags of rules and
-// reservations.
-type sessionFlags struct {
-	max, maxbw, minbw string
-}
-
-func (f *sessionFlags) register(cmd *cobra.Command) {
-	fl := cmd.Flags()
-	fl.StringVar(&f.max, "max-sessions", "", "per-session admission: at most N sessions (sockets) at once; the next connect() fails with EPERM (0: any)")
-	fl.StringVar(&f.maxbw, "per-session-maxbw", "", "per-session admission: each session's ceiling, e.g. 200kbit (needs --max-sessions)")
-	fl.StringVar(&f.minbw, "per-session-minbw", "", "per-session admission: each session's guarantee, e.g. 100kbit; N × it is admission-controlled (needs --max-sessions)")
-}
-
-// patch adds the session flags given to p.
-func (f *sessionFlags) patch(cmd *cobra.Command, p api.Fields) error {
-	if cmd.Flags().Changed("max-sessions") {
-		switch n, err := strconv.Atoi(f.max); {
-		case f.max == "":
-			p["max_sessions"] = nil
-		case err != nil || n < 0 || n > policy.MaxSessions:
-			return fmt.Errorf("flag --max-sessions = %q: want 0 … %d (0: any)", f.max, policy.MaxSessions)
-		default:
-			p["max_sessions"] = n
-		}
-	}
-	for _, x := range []struct{ flag, field, v string }{
-		{"per-session-maxbw", "per_session_maxbw", f.maxbw}, {"per-session-minbw", "per_session_minbw", f.minbw}} {
-		if !cmd.Flags().Changed(x.flag) {
-			continue
-		}
-		if x.v == "" {
-			p[x.field] = nil
-			continue
-		}
-		r, err := policy.ParseRate(x.v)
-		if err != nil {
-			return fmt.Errorf("flag --%s = %q: %w", x.flag, x.v, err)
-		}
-		p[x.field] = r
-	}
-	return nil
-}
-
-// resvFlags are the flags of resv add and resv set.
-type resvFlags struct {
-	sel                                    ruleFlags // the selector flags only
-	service, rate, burst, peak, minU, maxU string
-	serviceRate, slack, dscp               string
-	sessions                               sessionFlags
-	temp                                   bool
-}
-
-func (f *resvFlags) register(cmd *cobra.Command) {
-	fl := cmd.Flags()
-	fl.StringVar(&f.sel.exe, "exe", "", "session selector: executable path or glob")
-	fl.StringVar(&f.sel.comm, "comm", "", "session selector: process command name (at most 15 bytes)")
-	fl.StringVar(&f.sel.cgroup, "cgroup", "", "session selector: cgroup v2 path (and below)")
-	fl.StringVar(&f.sel.unit, "unit", "", "session selector: systemd unit")
-	fl.StringVar(&f.sel.user, "user", "", "session selector: user name or uid owning the process")
-	fl.StringVar(&f.sel.proto, "proto", "", "session selector: tcp, udp or icmp")
-	fl.StringVar(&f.sel.local, "local", "", "session selector: local address or CIDR")
-	fl.StringVar(&f.sel.remote, "remote", "", "session selector: remote address or CIDR")
-	fl.StringVar(&f.sel.lport, "lport", "", "session selector: local port or range (needs --proto tcp|udp)")
-	fl.StringVar(&f.sel.rport, "rport", "", "session selector: remote port or range (needs --proto tcp|udp)")
-	fl.StringVar(&f.service, "service", "", "guaranteed (excess shaped to R, never dropped on the host), controlled-load (excess sent as best effort) or best-effort (counted only)")
-	fl.StringVar(&f.rate, "rate", "", "Tspec token rate r, e.g. 2mbit or 250000bps (RFC 2210 counts bytes/s)")
-	fl.StringVar(&f.burst, "burst", "", "Tspec bucket depth b in bytes, e.g. 16kb (at least M)")
-	fl.StringVar(&f.peak, "peak", "", "Tspec peak rate p ≥ r (default: no peak term)")
-	fl.StringVar(&f.minU, "min-unit", "", "Tspec minimum policed unit m in bytes: smaller packets are charged as m (default 64)")
-	fl.StringVar(&f.maxU, "max-unit", "", "Tspec maximum packet size M in bytes (IP packet; default 1500; at most the links' MTU)")
-	fl.StringVar(&f.serviceRate, "service-rate", "", "Rspec service rate R ≥ r of guaranteed service (default r)")
-	fl.StringVar(&f.slack, "slack", "", "Rspec slack term S in microseconds (guaranteed service)")
-	fl.StringVar(&f.dscp, "dscp", "", "DSCP of conformant packets (default: EF for guaranteed, the interactive class's for controlled load)")
-	fl.BoolVar(&f.temp, "temporary", false, "do not persist: forget the reservation when the daemon stops (a crash keeps it)")
-	f.sessions.register(cmd)
-}
-
-// patch turns the flags given into the reservation's JSON fields.
-func (f *resvFlags) patch(cmd *cobra.Command) (api.Fields, error) {
-	p := api.Fields{}
-	var firstErr error
-	field := func(flag, name, v string, conv func(string) (any, error)) {
-		if firstErr != nil || !cmd.Flags().Changed(flag) {
-			return
-		}
-		if v == "" {
-			p[name] = nil
-			return
-		}
-		x, err := conv(v)
-		if err != nil {
-			firstErr = fmt.Errorf("flag --%s = %q: %w", flag, v, err)
-			return
-		}
-		p[name] = x
-	}
-	s := &f.sel
-	field("exe", "exe", s.exe, check(func(v string) bool { return strings.HasPrefix(v, "/") }, "want an absolute path or glob, e.g. /usr/bin/curl"))
-	field("comm", "comm", s.comm, check(func(v string) bool { return len(v) <= 15 }, "command names have at most 15 bytes (the kernel truncates them)"))
-	field("cgroup", "cgroup", s.cgroup, check(func(v string) bool { return strings.HasPrefix(v, "/") }, "want a path below the cgroup2 root starting with /"))
-	field("unit", "unit", s.unit, asIs)
-	field("user", "user", s.user, asIs)
-	field("proto", "proto", s.proto, oneOf("tcp", "udp", "icmp"))
-	field("local", "local", s.local, parsed(policy.ParsePrefix))
-	field("remote", "remote", s.remote, parsed(policy.ParsePrefix))
-	field("lport", "lport", s.lport, parsed(policy.ParsePortRange))
-	field("rport", "rport", s.rport, parsed(policy.ParsePortRange))
-	field("service", "service", f.service, oneOf(string(policy.ServiceGuaranteed), string(policy.ServiceControlledLoad), string(policy.ServiceBestEffort)))
-	field("rate", "rate", f.rate, parsed(policy.ParseRate))
-	field("burst", "burst", f.burst, parsed(policy.ParseSize))
-	field("peak", "peak", f.peak, parsed(policy.ParseRate))
-	field("min-unit", "min_unit", f.minU, parsed(policy.ParseSize))
-	field("max-unit", "max_unit", f.maxU, parsed(policy.ParseSize))
-	field("service-rate", "service_rate", f.serviceRate, parsed(policy.ParseRate))
-	field("slack", "slack_us", f.slack, func(v string) (any, error) {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("want microseconds ≥ 0")
-		}
-		return n, nil
-	})
-	field("dscp", "dscp", f.dscp, parsed(policy.ParseDSCP))
-	if firstErr == nil {
-		firstErr = f.sessions.patch(cmd, p)
-	}
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	return p, nil
+// resvFlags is the flag table of resv add and resv set.
+func resvFlags() fieldFlags {
+	return slices.Concat(selectorFlags("session", "session"), fieldFlags{
+		{"service", "service", "guaranteed (excess shaped to R, never dropped on the host), controlled-load (excess sent as best effort) or best-effort (counted only)",
+			enumValue(string(policy.ServiceGuaranteed), string(policy.ServiceControlledLoad), string(policy.ServiceBestEffort))},
+		{"rate", "rate", "Tspec token rate r, e.g. 2mbit or 250000bps (RFC 2210 counts bytes/s)", rateValue()},
+		{"burst", "burst", "Tspec bucket depth b in bytes, e.g. 16kb (at least M)", sizeValue()},
+		{"peak", "peak", "Tspec peak rate p ≥ r (default: no peak term)", rateValue()},
+		{"min-unit", "min_unit", "Tspec minimum policed unit m in bytes: smaller packets are charged as m (default 64)", sizeValue()},
+		{"max-unit", "max_unit", "Tspec maximum packet size M in bytes (IP packet; default 1500; at most the links' MTU)", sizeValue()},
+		{"service-rate", "service_rate", "Rspec service rate R ≥ r of guaranteed service (default r)", rateValue()},
+		{"slack", "slack_us", "Rspec slack term S in microseconds (guaranteed service)", intValue(0, math.MaxInt, "want microseconds ≥ 0")},
+		{"dscp", "dscp", "DSCP of conformant packets (default: EF for guaranteed, the interactive class's for controlled load)", dscpValue()},
+	}, sessionFlags())
 }
 
 // resvKinds are the event kinds `resv watch` follows.
@@ -188,7 +75,7 @@ See docs/reservations.md.`,
 type resvChangeOptions struct {
 	io     ioStreams
 	client func() apiClient
-	flags  resvFlags
+	flags  changeFlags
 }
 
 func newResvChangeCmd(f *factory, add bool) *cobra.Command {
@@ -206,13 +93,11 @@ func newResvChangeCmd(f *factory, add bool) *cobra.Command {
 		c.Example = "  hostqos resv set rtp --rate 3mbit --burst 24kb"
 	}
 	c.RunE = func(cmd *cobra.Command, args []string) error {
-		p, err := o.flags.patch(cmd)
-		if err != nil {
-			return err
-		}
+		p := o.flags.fields(cmd)
 		cx, cancel := apiCtx()
 		defer cancel()
 		var ri api.ReservationInfo
+		var err error
 		if add {
 			p["name"] = args[0]
 			var r policy.Reservation
@@ -237,7 +122,7 @@ func newResvChangeCmd(f *factory, add bool) *cobra.Command {
 			ri.Reservation.Service, ri.Admission.Reserved, ri.Admission.BufferPackets, ri.Admission.BufferSize)
 		return nil
 	}
-	o.flags.register(c)
+	o.flags.register(c, resvFlags(), "reservation")
 	return c
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -16,135 +15,36 @@ import (
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
-// ruleFlags are the selector and property flags of rule add/set.
-type ruleFlags struct {
-	exe, comm, cgroup, unit, user                 string
-	proto, local, remote, lport, rport, dscpIn    string
-	class, dscp, maxbw, minbw, action, precedence string
-	police, burst                                 string
-	sessions                                      sessionFlags
-	quota, quotaPeriod, quotaDir, quotaReset      string
-	quotaAction, schedule, timezone               string
-	maxbwIn                                       string
-	temp                                          bool
-}
-
-func (f *ruleFlags) register(cmd *cobra.Command) {
-	fl := cmd.Flags()
-	fl.StringVar(&f.exe, "exe", "", "app selector: executable path or glob (e.g. /usr/bin/restic, /opt/zoom/*)")
-	fl.StringVar(&f.comm, "comm", "", "app selector: process command name (as in ps -o comm, at most 15 bytes)")
-	fl.StringVar(&f.cgroup, "cgroup", "", "app selector: cgroup v2 path, e.g. /system.slice/nginx.service (and below)")
-	fl.StringVar(&f.unit, "unit", "", "app selector: systemd unit, e.g. nginx.service")
-	fl.StringVar(&f.user, "user", "", "app selector: user name or uid owning the process")
-	fl.StringVar(&f.proto, "proto", "", "flow selector: tcp, udp or icmp")
-	fl.StringVar(&f.local, "local", "", "flow selector: local address or CIDR (IPv4 or IPv6)")
-	fl.StringVar(&f.remote, "remote", "", "flow selector: remote address or CIDR (IPv4 or IPv6)")
-	fl.StringVar(&f.lport, "lport", "", "flow selector: local port or range N-M (needs --proto tcp|udp)")
-	fl.StringVar(&f.rport, "rport", "", "flow selector: remote port or range N-M (needs --proto tcp|udp)")
-	fl.StringVar(&f.dscpIn, "dscp-in", "", "flow selector: DSCP the packet already carries")
-	fl.StringVar(&f.class, "class", "", "property: service class (default: default)")
-	fl.StringVar(&f.dscp, "dscp", "", "property: DSCP to mark, overriding the class's (name or 0-63)")
-	fl.StringVar(&f.maxbw, "maxbw", "", "property: ceiling for all matching traffic together, e.g. 20mbit")
-	fl.StringVar(&f.minbw, "minbw", "", "property: guaranteed rate (admission-controlled), e.g. 5mbit")
-	fl.StringVar(&f.police, "police", "", "property: drop what exceeds this rate at once, no queueing (all matching traffic together), e.g. 5mbit")
-	fl.StringVar(&f.burst, "burst", "", "property: --police bucket depth in bytes, e.g. 64kb (default: 10 ms at the rate, at least 64kb)")
-	fl.StringVar(&f.maxbwIn, "maxbw-in", "", "property: download limit for all matching flows together (what the apps receive), e.g. 50mbit: TCP senders are slowed by the receive window (on a LAN by paced ACKs), excess UDP is dropped")
-	fl.StringVar(&f.action, "action", "", "property: pass (default), drop, or observe (count only)")
-	fl.StringVar(&f.precedence, "precedence", "", "evaluation order: higher first (0-65535); ties go to the most specific rule")
-	fl.StringVar(&f.quota, "quota", "", "quota: volume per period, e.g. 5gb (see --quota-action)")
-	fl.StringVar(&f.quotaPeriod, "quota-period", "", "quota: day (default), week (from Monday) or month (from the 1st)")
-	fl.StringVar(&f.quotaDir, "quota-direction", "", "quota: which traffic counts: out (sent, default), in (received) or both")
-	fl.StringVar(&f.quotaReset, "quota-reset", "", "quota: time of day a period starts, HH:MM (default 00:00, in --timezone)")
-	fl.StringVar(&f.quotaAction, "quota-action", "", "quota: when used up, until the reset: event (default), block, or \"limit RATE\" (e.g. \"limit 1mbit\")")
-	fl.StringVar(&f.schedule, "schedule", "", "active only in these windows, e.g. \"Mon-Fri 09:00-18:00, Sat 10:00-14:00\" (default: always)")
-	fl.StringVar(&f.timezone, "timezone", "", "IANA time zone of --schedule and --quota-reset, e.g. Europe/Berlin (default: the host's)")
-	fl.BoolVar(&f.temp, "temporary", false, "do not persist: forget the rule when the daemon stops (a crash keeps it)")
-	f.sessions.register(cmd)
-}
-
-// patch checks every flag that was given and turns it into its JSON field
-// (rates, DSCPs and ports in canonical form); "" clears a field on rule set.
-func (f *ruleFlags) patch(cmd *cobra.Command) (api.Fields, error) {
-	p := api.Fields{}
-	var firstErr error
-	field := func(flag, name, v string, conv func(string) (any, error)) {
-		if firstErr != nil || !cmd.Flags().Changed(flag) {
-			return
-		}
-		if v == "" {
-			p[name] = nil
-			return
-		}
-		x, err := conv(v)
-		if err != nil {
-			firstErr = fmt.Errorf("flag --%s = %q: %w", flag, v, err)
-			return
-		}
-		p[name] = x
-	}
-	field("exe", "exe", f.exe, check(func(v string) bool { return strings.HasPrefix(v, "/") }, "want an absolute path or glob, e.g. /usr/bin/curl"))
-	field("comm", "comm", f.comm, check(func(v string) bool { return len(v) <= 15 }, "command names have at most 15 bytes (the kernel truncates them)"))
-	field("cgroup", "cgroup", f.cgroup, check(func(v string) bool { return strings.HasPrefix(v, "/") }, "want a path below the cgroup2 root starting with /, e.g. /system.slice/nginx.service"))
-	field("unit", "unit", f.unit, asIs)
-	field("user", "user", f.user, asIs)
-	field("proto", "proto", f.proto, oneOf("tcp", "udp", "icmp"))
-	field("local", "local", f.local, parsed(policy.ParsePrefix))
-	field("remote", "remote", f.remote, parsed(policy.ParsePrefix))
-	field("lport", "lport", f.lport, parsed(policy.ParsePortRange))
-	field("rport", "rport", f.rport, parsed(policy.ParsePortRange))
-	field("dscp-in", "dscp_in", f.dscpIn, parsed(policy.ParseDSCP))
-	field("class", "class", f.class, asIs)
-	field("dscp", "dscp", f.dscp, parsed(policy.ParseDSCP))
-	field("maxbw", "maxbw", f.maxbw, parsed(policy.ParseRate))
-	field("minbw", "minbw", f.minbw, parsed(policy.ParseRate))
-	field("police", "police", f.police, parsed(policy.ParseRate))
-	field("burst", "burst", f.burst, parsed(policy.ParseSize))
-	field("maxbw-in", "maxbw_in", f.maxbwIn, parsed(policy.ParseRate))
-	field("action", "action", f.action, oneOf("pass", "drop", "observe"))
-	field("quota", "quota", f.quota, parsed(policy.ParseSize))
-	field("quota-period", "quota_period", f.quotaPeriod, oneOf(policy.PeriodDay, policy.PeriodWeek, policy.PeriodMonth))
-	field("quota-direction", "quota_direction", f.quotaDir, asIs) // the daemon says why in and both are refused
-	field("quota-reset", "quota_reset", f.quotaReset, check(func(v string) bool { _, err := policy.ParseClock(v, false); return err == nil }, "want a time of day HH:MM, e.g. 06:00"))
-	field("quota-action", "quota_action", f.quotaAction, parsed(func(v string) (string, error) {
-		a, err := policy.ParseQuotaAction(v)
-		return a.String(), err
-	}))
-	field("schedule", "schedule", f.schedule, parsed(func(v string) (string, error) { _, err := policy.ParseSchedule(v); return v, err }))
-	field("timezone", "timezone", f.timezone, parsed(func(v string) (string, error) { _, err := policy.Location(v); return v, err }))
-	field("precedence", "precedence", f.precedence, func(v string) (any, error) {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 65535 {
-			return nil, fmt.Errorf("want 0 … 65535 (higher is evaluated first)")
-		}
-		return n, nil
-	})
-	if firstErr == nil {
-		firstErr = f.sessions.patch(cmd, p)
-	}
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	return p, nil
-}
-
-// Flag converters: the value to send, or why the flag is wrong.
-func asIs(v string) (any, error) { return v, nil }
-
-func parsed[T any](parse func(string) (T, error)) func(string) (any, error) {
-	return func(v string) (any, error) { return parse(v) }
-}
-
-func check(ok func(string) bool, want string) func(string) (any, error) {
-	return func(v string) (any, error) {
-		if !ok(v) {
-			return nil, errors.New(want)
-		}
-		return v, nil
-	}
-}
-
-func oneOf(choices ...string) func(string) (any, error) {
-	return check(func(v string) bool { return slices.Contains(choices, v) }, "want "+strings.Join(choices, ", "))
+// ruleFlags is the flag table of rule add and rule set: selectors and
+// properties.
+func ruleFlags() fieldFlags {
+	return slices.Concat(selectorFlags("app", "flow"), fieldFlags{
+		{"dscp-in", "dscp_in", "flow selector: DSCP the packet already carries", dscpValue()},
+		{"class", "class", "property: service class (default: default)", textValue("class")},
+		{"dscp", "dscp", "property: DSCP to mark, overriding the class's (name or 0-63)", dscpValue()},
+		{"maxbw", "maxbw", "property: ceiling for all matching traffic together, e.g. 20mbit", rateValue()},
+		{"minbw", "minbw", "property: guaranteed rate (admission-controlled), e.g. 5mbit", rateValue()},
+		{"police", "police", "property: drop what exceeds this rate at once, no queueing (all matching traffic together), e.g. 5mbit", rateValue()},
+		{"burst", "burst", "property: --police bucket depth in bytes, e.g. 64kb (default: 10 ms at the rate, at least 64kb)", sizeValue()},
+		{"maxbw-in", "maxbw_in", "property: download limit for all matching flows together (what the apps receive), e.g. 50mbit: TCP senders are slowed by the receive window (on a LAN by paced ACKs), excess UDP is dropped", rateValue()},
+		{"action", "action", "property: pass (default), drop, or observe (count only)",
+			enumValue(string(policy.ActionPass), string(policy.ActionDrop), string(policy.ActionObserve))},
+		{"precedence", "precedence", fmt.Sprintf("evaluation order: higher first (0-%d); ties go to the most specific rule", policy.MaxPrecedence),
+			intValue(0, policy.MaxPrecedence, fmt.Sprintf("want 0 … %d (higher is evaluated first)", policy.MaxPrecedence))},
+		{"quota", "quota", "quota: volume per period, e.g. 5gb (see --quota-action)", sizeValue()},
+		{"quota-period", "quota_period", "quota: day (default), week (from Monday) or month (from the 1st)",
+			enumValue(policy.PeriodDay, policy.PeriodWeek, policy.PeriodMonth)},
+		// Any direction is sent: the daemon says why in and both are refused.
+		{"quota-direction", "quota_direction", "quota: which traffic counts: out (sent, default), in (received) or both", textValue("out|in|both")},
+		{"quota-reset", "quota_reset", "quota: time of day a period starts, HH:MM (default 00:00, in --timezone)",
+			checkedValue("HH:MM", func(v string) bool { _, err := policy.ParseClock(v, false); return err == nil }, "want a time of day HH:MM, e.g. 06:00")},
+		{"quota-action", "quota_action", "quota: when used up, until the reset: event (default), block, or \"limit RATE\" (e.g. \"limit 1mbit\")",
+			value("action", func(v string) (string, error) { a, err := policy.ParseQuotaAction(v); return a.String(), err })},
+		{"schedule", "schedule", "active only in these windows, e.g. \"Mon-Fri 09:00-18:00, Sat 10:00-14:00\" (default: always)",
+			checkedBy("windows", policy.ParseSchedule)},
+		{"timezone", "timezone", "IANA time zone of --schedule and --quota-reset, e.g. Europe/Berlin (default: the host's)",
+			checkedBy("zone", policy.Location)},
+	}, sessionFlags())
 }
 
 func newRuleCmd(f *factory) *cobra.Command {
@@ -181,17 +81,18 @@ programs started later and static binaries are covered, UDP included.`,
 	return rule
 }
 
-// ruleChangeOptions are those of rule add and rule set.
-type ruleChangeOptions struct {
-	io     ioStreams
-	client func() apiClient
-	flags  ruleFlags
-	name   string
+// ruleChange is rule add (add) or rule set.
+func ruleChange(add bool) objectChange {
+	c := objectChange{kind: "rule", add: add, table: ruleFlags, temp: "rule",
+		to: func(c apiClient) changeAPI { return c.Rules() }}
+	if !add {
+		c.check = someField("nothing to change: give at least one selector or property flag (see hostqos rule set --help)")
+	}
+	return c
 }
 
 func newRuleAddCmd(f *factory) *cobra.Command {
-	o := &ruleChangeOptions{io: f.io, client: f.client}
-	add := &cobra.Command{
+	return changeCmd(f, &cobra.Command{
 		Use:   "add NAME [selectors] [properties]",
 		Short: "Add a rule",
 		Example: `  hostqos rule add zoom --exe /opt/zoom/zoom --class voice
@@ -200,41 +101,15 @@ func newRuleAddCmd(f *factory) *cobra.Command {
   hostqos rule add https --proto tcp --rport 443 --minbw 5mbit
   hostqos rule add stream --proto udp --rport 9000 --police 20mbit --burst 32kb
   hostqos rule add block-dns --proto udp --rport 53 --remote 198.18.0.0/15 --action drop`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.name = args[0]
-			p, err := o.flags.patch(cmd)
-			if err != nil {
-				return err
-			}
-			return sendChange(o.io.Out, o.client().Rules(), "rule", o.name, true, o.flags.temp, p)
-		},
-	}
-	o.flags.register(add)
-	return add
+	}, ruleChange(true))
 }
 
 func newRuleSetCmd(f *factory) *cobra.Command {
-	o := &ruleChangeOptions{io: f.io, client: f.client}
-	set := &cobra.Command{
+	return changeCmd(f, &cobra.Command{
 		Use:     "set NAME [selectors] [properties]",
 		Short:   "Change a rule; only the flags given change (give a flag as \"\" to clear it)",
 		Example: "  hostqos rule set backup --maxbw 50mbit\n  hostqos rule set backup --maxbw \"\"",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.name = args[0]
-			p, err := o.flags.patch(cmd)
-			if err != nil {
-				return err
-			}
-			if len(p) == 0 {
-				return fmt.Errorf("nothing to change: give at least one selector or property flag (see hostqos rule set --help)")
-			}
-			return sendChange(o.io.Out, o.client().Rules(), "rule", o.name, false, o.flags.temp, p)
-		},
-	}
-	o.flags.register(set)
-	return set
+	}, ruleChange(false))
 }
 
 // selectors renders a rule's selectors compactly.

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/policy"
+)
+
+// Flags that set an object's fields (rule, class, reservation, link): each
+// command that changes an object has one table of them, a row per flag
+// ({flag, JSON field, help, value}). A value is parsed and checked when the
+// command line is parsed, so a bad one is refused before anything is sent,
+// naming the flag and the value; a flag that is not given leaves its field
+// as it is, and one given as "" (where its value says so, also as 0)
+// clears it.
+
+// fieldFlag is one row of an object's flag table: --flag sets the JSON
+// field json.
+type fieldFlag struct {
+	flag, json, help string
+	value            fieldValue
+}
+
+// fieldValue is the value of a fieldFlag.
+type fieldValue interface {
+	pflag.Value
+	// field is what to send once the flag was given: the parsed value, or
+	// nil to clear the field.
+	field() any
+	// choices are the values to complete (nil: none).
+	choices() []string
+}
+
+// fieldFlags is an object's flag table.
+type fieldFlags []fieldFlag
+
+// register adds the table's flags to cmd, each with its completions.
+func (t fieldFlags) register(cmd *cobra.Command) {
+	for _, f := range t {
+		cmd.Flags().Var(f.value, f.flag, f.help)
+		if c := f.value.choices(); c != nil {
+			_ = cmd.RegisterFlagCompletionFunc(f.flag, cobra.FixedCompletions(c, cobra.ShellCompDirectiveNoFileComp))
+		}
+	}
+}
+
+// fields returns the fields of the flags given on cmd's command line.
+func (t fieldFlags) fields(cmd *cobra.Command) api.Fields {
+	out := api.Fields{}
+	for _, f := range t {
+		if cmd.Flags().Changed(f.flag) {
+			out[f.json] = f.value.field()
+		}
+	}
+	return out
+}
+
+// changeFlags are the flags of a command that adds or changes an object:
+// its flag table and --temporary.
+type changeFlags struct {
+	table fieldFlags
+	temp  bool
+}
+
+// register adds table and --temporary to cmd; what names what --temporary
+// keeps from being persisted.
+func (c *changeFlags) register(cmd *cobra.Command, table fieldFlags, what string) {
+	c.table = table
+	table.register(cmd)
+	cmd.Flags().BoolVar(&c.temp, "temporary", false, "do not persist: forget the "+what+" when the daemon stops (a crash keeps it)")
+}
+
+// fields returns the fields of the flags given on cmd's command line.
+func (c *changeFlags) fields(cmd *cobra.Command) api.Fields { return c.table.fields(cmd) }
+
+// fieldFlagError words a fieldValue's refusal as the CLI words every
+// refused flag, `flag --NAME = "VALUE": why`; other flag errors pass as
+// they are. It is the root command's FlagErrorFunc.
+func fieldFlagError(_ *cobra.Command, err error) error {
+	var ive *pflag.InvalidValueError
+	if errors.As(err, &ive) {
+		if _, ok := ive.GetFlag().Value.(fieldValue); ok {
+			return fmt.Errorf("flag --%s = %q: %w", ive.GetFlag().Name, ive.GetValue(), errors.Unwrap(ive))
+		}
+	}
+	return err
+}
+
+// How a value given to a flag clears its field.
+const (
+	clearEmpty = 1 << iota // "" clears
+	clearZero              // a value that parses as zero clears ("0": none)
+)
+
+// parsed is a flag value read by parse; its field is the parsed value.
+type parsed[T comparable] struct {
+	typ    string // names the value in usage messages
+	parse  func(string) (T, error)
+	clears int // clearEmpty, clearZero
+	values []string
+
+	raw string
+	v   *T // nil: clear the field
+}
+
+func (p *parsed[T]) String() string { return p.raw }
+
+// Type names the value in usage messages.
+func (p *parsed[T]) Type() string { return p.typ }
+
+// Set parses and checks v.
+func (p *parsed[T]) Set(v string) error {
+	p.raw = v
+	if v == "" && p.clears&clearEmpty != 0 {
+		p.v = nil
+		return nil
+	}
+	x, err := p.parse(v)
+	if err != nil {
+		return err
+	}
+	var zero T
+	if x == zero && p.clears&clearZero != 0 {
+		p.v = nil
+		return nil
+	}
+	p.v = &x
+	return nil
+}
+
+func (p *parsed[T]) field() any {
+	if p.v == nil {
+		return nil
+	}
+	return *p.v
+}
+
+func (p *parsed[T]) choices() []string { return p.values }
+
+// zeroClears makes 0 clear the field too (a rate or limit of "none").
+func (p *parsed[T]) zeroClears() *parsed[T] { p.clears |= clearZero; return p }
+
+// noClear makes "" a value like any other, parsed.
+func (p *parsed[T]) noClear() *parsed[T] { p.clears = 0; return p }
+
+func value[T comparable](typ string, parse func(string) (T, error)) *parsed[T] {
+	return &parsed[T]{typ: typ, parse: parse, clears: clearEmpty}
+}
+
+// The values of the flag tables.
+
+func rateValue() *parsed[policy.Rate]       { return value("rate", policy.ParseRate) }
+func sizeValue() *parsed[policy.Size]       { return value("size", policy.ParseSize) }
+func dscpValue() *parsed[policy.DSCP]       { return value("dscp", policy.ParseDSCP) }
+func portsValue() *parsed[policy.PortRange] { return value("N[-M]", policy.ParsePortRange) }
+
+func prefixValue() *parsed[netip.Prefix] { return value("cidr", policy.ParsePrefix) }
+
+// textValue is any string.
+func textValue(typ string) *parsed[string] {
+	return value(typ, func(v string) (string, error) { return v, nil })
+}
+
+// checkedValue is a string that ok accepts; want says what is wanted.
+func checkedValue(typ string, ok func(string) bool, want string) *parsed[string] {
+	return value(typ, func(v string) (string, error) {
+		if !ok(v) {
+			return "", errors.New(want)
+		}
+		return v, nil
+	})
+}
+
+// enumValue is one of choices, which it completes.
+func enumValue(choices ...string) *parsed[string] {
+	p := checkedValue(strings.Join(choices, "|"), func(v string) bool { return slices.Contains(choices, v) },
+		"want "+strings.Join(choices, ", "))
+	p.values = choices
+	return p
+}
+
+// boolValue is true or false (as strconv.ParseBool reads them).
+func boolValue() *parsed[bool] {
+	p := value("true|false", func(v string) (bool, error) {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, errors.New("want true or false")
+		}
+		return b, nil
+	})
+	p.values = []string{"true", "false"}
+	return p
+}
+
+// intValue is a whole number from lo to hi; want says what is wanted.
+func intValue(lo, hi int, want string) *parsed[int] {
+	return value("N", func(v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			return 0, errors.New(want)
+		}
+		return n, nil
+	})
+}
+
+// absPath is an absolute path (or glob), e.g. of an executable or a cgroup.
+func absPath(want string) *parsed[string] {
+	return checkedValue("path", func(v string) bool { return strings.HasPrefix(v, "/") }, want)
+}
+
+// checkedBy is a string that parse accepts, sent as it was given.
+func checkedBy[T any](typ string, parse func(string) (T, error)) *parsed[string] {
+	return value(typ, func(v string) (string, error) {
+		_, err := parse(v)
+		return v, err
+	})
+}
+
+// selectorFlags are the selectors of a rule (app and flow selectors) and
+// of a reservation's session; app and flow say which they are in help.
+func selectorFlags(app, flow string) fieldFlags {
+	return fieldFlags{
+		{"exe", "exe", app + " selector: executable path or glob (e.g. /usr/bin/restic, /opt/zoom/*)",
+			absPath("want an absolute path or glob, e.g. /usr/bin/curl")},
+		{"comm", "comm", fmt.Sprintf("%s selector: process command name (as in ps -o comm, at most %d bytes)", app, policy.MaxCommLen),
+			checkedValue("name", func(v string) bool { return len(v) <= policy.MaxCommLen },
+				fmt.Sprintf("command names have at most %d bytes (the kernel truncates them)", policy.MaxCommLen))},
+		{"cgroup", "cgroup", app + " selector: cgroup v2 path, e.g. /system.slice/nginx.service (and below)",
+			absPath("want a path below the cgroup2 root starting with /, e.g. /system.slice/nginx.service")},
+		{"unit", "unit", app + " selector: systemd unit, e.g. nginx.service", textValue("unit")},
+		{"user", "user", app + " selector: user name or uid owning the process", textValue("user")},
+		{"proto", "proto", flow + " selector: tcp, udp or icmp", enumValue("tcp", "udp", "icmp")},
+		{"local", "local", flow + " selector: local address or CIDR (IPv4 or IPv6)", prefixValue()},
+		{"remote", "remote", flow + " selector: remote address or CIDR (IPv4 or IPv6)", prefixValue()},
+		{"lport", "lport", flow + " selector: local port or range N-M (needs --proto tcp|udp)", portsValue()},
+		{"rport", "rport", flow + " selector: remote port or range N-M (needs --proto tcp|udp)", portsValue()},
+	}
+}
+
+// sessionFlags are the per-session admission flags of rules and
+// reservations.
+func sessionFlags() fieldFlags {
+	return fieldFlags{
+		{"max-sessions", "max_sessions", "per-session admission: at most N sessions (sockets) at once; the next connect() fails with EPERM (0: any)",
+			intValue(0, policy.MaxSessions, fmt.Sprintf("want 0 … %d (0: any)", policy.MaxSessions))},
+		{"per-session-maxbw", "per_session_maxbw", "per-session admission: each session's ceiling, e.g. 200kbit (needs --max-sessions)", rateValue()},
+		{"per-session-minbw", "per_session_minbw", "per-session admission: each session's guarantee, e.g. 100kbit; N × it is admission-controlled (needs --max-sessions)", rateValue()},
+	}
+}
