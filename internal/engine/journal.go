@@ -99,8 +99,22 @@ func openStore(path string) (*stateStore, *persisted, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	s := &stateStore{path: path, epoch: epoch, ov: p.Overlay, slots: p.Slots, keys: p.Keys, records: records, snapSize: snapSize}
+	s := &stateStore{path: path, epoch: epoch, ov: p.Overlay, keys: p.Keys, records: records, snapSize: snapSize}
+	s.hold(p.Slots)
 	return s, p, nil
+}
+
+// hold records that the file holds slots. A table made from what the file
+// held (slotTable.clone) then names only the entries it changed, and the
+// next write diffs only those: the table gets an id of its own as its
+// base, unless it already has one and changed nothing since (its content
+// is then its base's). Only the id is kept, never the table it was made
+// from, so no chain of earlier tables stays alive.
+func (s *stateStore) hold(slots *slotTable) {
+	s.slots = slots
+	if slots != nil && (slots.base == 0 || slots.changed.size() > 0) {
+		slots.base, slots.changed = slotTableIDs.Add(1), slotChanges{}
+	}
 }
 
 // ready prepares the journal for appending, at start: a journal with
@@ -153,7 +167,8 @@ func (s *stateStore) write(ov *overlay, slots *slotTable, keys keyTable) (undo f
 		s.truncate(off)
 		return nil, fmt.Errorf("write state %s: %w", journalPath(s.path), err)
 	}
-	s.ov, s.slots, s.keys = ov, slots, keys
+	s.ov, s.keys = ov, keys
+	s.hold(slots)
 	s.answered = nil
 	for k, v := range keys {
 		if prevKeys[k] != v {
@@ -161,7 +176,7 @@ func (s *stateStore) write(ov *overlay, slots *slotTable, keys keyTable) (undo f
 		}
 	}
 	return func() error {
-		s.ov, s.slots, s.keys, s.answered = prevOv, prevSlots, prevKeys, prevAnswered
+		s.ov, s.slots, s.keys, s.answered = prevOv, prevSlots, prevKeys, prevAnswered // prevSlots keeps its base
 		if err := s.truncate(off); err != nil {
 			// The record stays: a restart must not bring it back, so
 			// the journal is folded into a snapshot of the old state.
@@ -210,7 +225,8 @@ func (s *stateStore) compact(ov *overlay, slots *slotTable, keys keyTable) error
 	if err != nil {
 		return err
 	}
-	s.epoch, s.snapSize, s.ov, s.slots, s.keys, s.answered = epoch, n, ov, slots, keys, nil
+	s.epoch, s.snapSize, s.ov, s.keys, s.answered = epoch, n, ov, keys, nil
+	s.hold(slots)
 	if s.f != nil {
 		s.f.Close()
 		s.f = nil
@@ -262,8 +278,9 @@ func (s *stateStore) diff(ov *overlay, slots *slotTable, keys keyTable) ([]journ
 	if ns == nil {
 		ns = &slotTable{}
 	}
-	if ch := ns.changed; ch != nil && ns.from != nil && ns.from == s.slots {
-		// A clone of what the file holds: only what assign changed.
+	if ns.base != 0 && s.slots != nil && ns.base == s.slots.base {
+		// Made from what the file holds: only what assign changed.
+		ch := ns.changed
 		diffKeys(jSlotRule, os.Rules, ns.Rules, ch.rules, add)
 		diffKeys(jSlotClass, os.Classes, ns.Classes, ch.classes, add)
 		diffKeys(jSlotResv, os.Resv, ns.Resv, ch.resv, add)

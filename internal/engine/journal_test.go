@@ -273,3 +273,48 @@ func TestJournalSlotsAfterRandomChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestJournalRecordsSlotsOfApplyWithoutWrite: slots handed out by an
+// apply that writes no state file (the start gives a rule new in the
+// config file its slot) are in the next change's record, which holds only
+// the entries changed since what the file holds; a restart finds them.
+func TestJournalRecordsSlotsOfApplyWithoutWrite(t *testing.T) {
+	env := newEnv(t, shapedConfig)
+	e := env.start(t)
+	if _, err := e.AddRule(ctx, root, rule("x"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(env.cfg.ConfigPath, []byte(shapedConfig+"\n[[rule]]\nname = \"b\"\nproto = \"tcp\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e2 := env.start(t)
+	e2.mu.Lock() // a repair (Rescan): one more apply without a write
+	e2.pushed.forget()
+	err := e2.syncLocked("rescan", syncChange{})
+	e2.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e2.AddRule(ctx, root, rule("y"), false); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(readFile(t, journalPath(env.cfg.StatePath)))), "\n")
+	r, err := decodeRecord([]byte(lines[len(lines)-1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, op := range r.Ops {
+		if op.Kind == jSlotRule {
+			got = append(got, op.Name)
+		}
+	}
+	slices.Sort(got)
+	if strings.Join(got, " ") != "b y" {
+		t.Errorf("rule slots in the change's record: %v, want those of b (given by the start) and y", got)
+	}
+	want := maps.Clone(e2.slots.Rules)
+	if e3 := env.start(t); !maps.Equal(e3.slots.Rules, want) {
+		t.Errorf("rule slots after a restart: %v, want %v", e3.slots.Rules, want)
+	}
+}

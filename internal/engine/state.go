@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/derive"
@@ -219,19 +220,41 @@ type slotTable struct {
 	// session limit, less one ("resv:NAME" or "rule:NAME" → id-1), stable
 	// for their life (see resvIDs).
 	Resv map[string]int `json:"resv,omitempty"`
-	// from is the table this one was cloned from, and changed what
-	// assign changed since (nil: not a clone): the state journal diffs
-	// only those entries when from is what the file holds
-	// (stateStore.diff), not 10,000 slots on every change.
-	from    *slotTable
-	changed *slotChanges
+	// base identifies the table whose content changed is counted from
+	// (0: unknown), and changed are the entries assign changed since:
+	// the state journal diffs only those when base is what the file
+	// holds (stateStore.diff), not 10,000 slots on every change. An id,
+	// not a pointer: a table must not keep the tables before it alive,
+	// or memory would grow with every change (see stateStore.hold).
+	base    uint64
+	changed slotChanges
 }
 
-// slotChanges are the entries of a cloned slotTable that may differ from
-// its origin's.
+// slotTableIDs numbers the contents of slot tables that state files hold
+// (slotTable.base), unique across the process's state stores.
+var slotTableIDs atomic.Uint64
+
+// slotChanges are the entries of a slotTable that may differ from its
+// base's (nil maps: not recorded, the table has no base).
 type slotChanges struct {
 	rules, classes, resv map[string]bool
 	baselines            map[int]bool
+}
+
+// clone copies the sets, making them if they are nil.
+func (c slotChanges) clone() slotChanges {
+	return slotChanges{rules: cloneSet(c.rules), classes: cloneSet(c.classes), resv: cloneSet(c.resv), baselines: cloneSet(c.baselines)}
+}
+
+func (c slotChanges) size() int {
+	return len(c.rules) + len(c.classes) + len(c.resv) + len(c.baselines)
+}
+
+func cloneSet[K comparable](m map[K]bool) map[K]bool {
+	if m == nil {
+		return map[K]bool{}
+	}
+	return maps.Clone(m)
 }
 
 type baseCounter struct {
@@ -251,11 +274,19 @@ func newSlotTable() *slotTable {
 	return &slotTable{Rules: map[string]int{}, Classes: map[string]int{}, Baselines: map[int]baseCounter{}}
 }
 
+// clone copies the table for a change to be prepared on. The copy carries
+// what changed since the base of s (see stateStore.diff), unless that is
+// more than the table holds (applies that write no state file, like the
+// protected clients' rules, changed many entries): then its next write
+// compares every entry, which costs no more, and no set grows with
+// changes that are never written.
 func (s *slotTable) clone() *slotTable {
-	n := &slotTable{Rules: maps.Clone(s.Rules), Classes: maps.Clone(s.Classes), Baselines: maps.Clone(s.Baselines), Resv: maps.Clone(s.Resv),
-		from: s, changed: &slotChanges{rules: map[string]bool{}, classes: map[string]bool{}, resv: map[string]bool{}, baselines: map[int]bool{}}}
+	n := &slotTable{Rules: maps.Clone(s.Rules), Classes: maps.Clone(s.Classes), Baselines: maps.Clone(s.Baselines), Resv: maps.Clone(s.Resv)}
 	if n.Baselines == nil {
 		n.Baselines = map[int]baseCounter{}
+	}
+	if s.base != 0 && s.changed.size() <= len(n.Rules)+len(n.Classes)+len(n.Resv)+len(n.Baselines) {
+		n.base, n.changed = s.base, s.changed.clone()
 	}
 	return n
 }
@@ -276,10 +307,7 @@ func (s *slotTable) assign(p *policy.Policy, resv []string, current func(slot in
 	if s.Resv == nil {
 		s.Resv = map[string]int{}
 	}
-	var ch slotChanges // nil maps: not recorded
-	if s.changed != nil {
-		ch = *s.changed
-	}
+	ch := s.changed // nil maps: not recorded
 	if err := allocate(s.Resv, resv, datapath.MaxReservations-1, "reservation id", ch.resv, nil); err != nil {
 		return err
 	}
