@@ -15,11 +15,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
 	"runtime"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hostqos/hostqos/api"
@@ -176,10 +178,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, evSuppressed, e.EventLimitStats().Suppressed)
 }
 
-// Handler serves the metrics of src at any path.
+// Handler serves the metrics of src at any path, with the daemon's own
+// memory and CPU: the Go runtime's (go_*, among them the live heap,
+// go_gc_heap_live_bytes) and the process's (process_*: resident memory,
+// CPU time, descriptors), a fixed set of series.
 func Handler(src Source) http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{src})
+	reg.MustRegister(collector{src},
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		// A scrape that cannot be answered whole fails (Prometheus
 		// marks the target down) rather than serving part of it.

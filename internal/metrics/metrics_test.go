@@ -78,6 +78,9 @@ func TestScrape(t *testing.T) {
 		`hostqos_app_bytes_total{app="other",direction="out",uid="1000"} 2000`,
 		`hostqos_datapath_loaded 1`,
 		`hostqos_build_info{goversion="`,
+		"go_gc_heap_live_bytes ",
+		"go_memstats_heap_alloc_bytes ",
+		"process_resident_memory_bytes ",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("scrape lacks %s", want)
