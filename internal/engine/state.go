@@ -359,7 +359,12 @@ func (s *slotTable) view() derive.Slots {
 }
 
 // allocate keeps the numbers of the names that stay, frees those of names
-// gone, and gives each new name the lowest free number below limit. The
+// gone, and gives each new name the lowest free number below limit that
+// this call did not free, or, when only those are left, the lowest of
+// them. A number is never handed from one name to another in one change
+// unless it must: what the kernel holds under it (a rule slot's policer,
+// download limit and counters) is written before the new policy takes
+// over from the old one, whose flows still use the number meanwhile. The
 // names it adds or removes are set in changed (if not nil).
 func allocate(m map[string]int, names []string, limit int, what string, changed map[string]bool, assigned func(int)) error {
 	// Numbers in use by the names that stay; a name of m not among names
@@ -372,38 +377,50 @@ func allocate(m map[string]int, names []string, limit int, what string, changed 
 			found++
 		}
 	}
+	var freed []bool // numbers this call freed
 	if found < len(m) {
 		keep := make(map[string]bool, len(names))
 		for _, n := range names {
 			keep[n] = true
 		}
-		for n := range m {
+		freed = make([]bool, limit)
+		for n, v := range m {
 			if !keep[n] {
 				delete(m, n)
+				if v >= 0 && v < limit && !used[v] {
+					freed[v] = true
+				}
 				if changed != nil {
 					changed[n] = true
 				}
 			}
 		}
 	}
-	next := 0
+	next, again := 0, 0 // the lowest candidates: not freed now, and any
 	for _, n := range names {
 		if _, ok := m[n]; ok {
 			continue
 		}
-		for next < limit && used[next] {
+		for next < limit && (used[next] || freed != nil && freed[next]) {
 			next++
 		}
-		if next >= limit {
+		v := next
+		if v >= limit {
+			for again < limit && used[again] {
+				again++
+			}
+			v = again
+		}
+		if v >= limit {
 			return fmt.Errorf("assign %s for %q: all %d in use", what, n, limit)
 		}
-		m[n] = next
-		used[next] = true
+		m[n] = v
+		used[v] = true
 		if changed != nil {
 			changed[n] = true
 		}
 		if assigned != nil {
-			assigned(next)
+			assigned(v)
 		}
 	}
 	return nil

@@ -46,7 +46,8 @@ func TestSlotsStableAndBaselined(t *testing.T) {
 	if a == b {
 		t.Fatalf("slots collide: %d", a)
 	}
-	// Remove a, add c: b keeps its slot, c reuses a's with a baseline.
+	// Remove a and add c in one change: c gets a slot of its own, not
+	// the one a's flows use until the new policy takes over.
 	p.Rules = []policy.Rule{rule("b"), rule("c")}
 	counter := func(slot int) baseCounter { return baseCounter{Packets: uint64(100 + slot)} }
 	if err := s.assign(p, nil, counter); err != nil {
@@ -55,8 +56,22 @@ func TestSlotsStableAndBaselined(t *testing.T) {
 	if s.Rules["b"] != b {
 		t.Fatalf("b moved from %d to %d", b, s.Rules["b"])
 	}
-	if s.Rules["c"] != a || s.Baselines[a].Packets != uint64(100+a) {
-		t.Fatalf("c = %d baseline %+v, want slot %d baselined", s.Rules["c"], s.Baselines[a], a)
+	if c := s.Rules["c"]; c == a || c == b {
+		t.Fatalf("c got slot %d in the change that removed a (slot %d)", c, a)
+	}
+	// A later change reuses a's slot, with a baseline.
+	p.Rules = append(p.Rules, rule("d"))
+	if err := s.assign(p, nil, counter); err != nil {
+		t.Fatal(err)
+	}
+	if s.Rules["d"] != a || s.Baselines[a].Packets != uint64(100+a) {
+		t.Fatalf("d = %d baseline %+v, want slot %d baselined", s.Rules["d"], s.Baselines[a], a)
+	}
+	// With every other number taken, a number freed by the change is
+	// handed out again rather than refused.
+	m := map[string]int{"x": 0, "y": 1}
+	if err := allocate(m, []string{"y", "z"}, 2, "number", nil, nil); err != nil || m["z"] != 0 {
+		t.Fatalf("allocate with only the freed number left: %v, z = %d", err, m["z"])
 	}
 	if len(s.Classes) != len(policy.DefaultClasses()) {
 		t.Fatalf("classes = %v", s.Classes)
