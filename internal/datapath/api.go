@@ -161,10 +161,13 @@ type FlowKey struct {
 // Flow is one entry of the flow table.
 type Flow struct {
 	Key      FlowKey
-	RuleSlot int    // -1 = no rule matched
-	PID      uint32 // owning process (tgid) at socket birth, 0 = unknown/forwarded
-	Comm     string
-	UID      uint32
+	RuleSlot int // -1 = no rule matched
+	// Gen is the policy generation RuleSlot was found under, or an
+	// earlier one (never a later one): the rule that held the slot then.
+	Gen  uint32
+	PID  uint32 // owning process (tgid) at socket birth, 0 = unknown/forwarded
+	Comm string
+	UID  uint32
 	Counters
 	FirstSeenNS uint64 // bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC, tick resolution) at first packet
 	LastSeenNS  uint64 // same clock, at the latest packet

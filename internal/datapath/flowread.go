@@ -134,6 +134,7 @@ type flowRec struct {
 	key     FlowKey
 	ref     FlowRef
 	rule    int
+	gen     uint32 // the entry's policy generation
 	pid     uint32
 	uid     uint32
 	comm    string
@@ -148,9 +149,10 @@ type flowRec struct {
 type FlowReader struct {
 	d  *Datapath
 	mu sync.Mutex
-	// Scan state.
+	// Scan state: the cursor and the policy generation at the scan.
 	scanned bool
 	cursor  uint64
+	gen     uint32
 	recs    []flowRec
 	index   map[FlowKey]int // built on first Lookup after a scan
 	comms   map[[16]int8]string
@@ -162,11 +164,13 @@ func (d *Datapath) NewFlowReader() *FlowReader {
 	return &FlowReader{d: d, comms: map[[16]int8]string{}}
 }
 
-// refresh rescans the table when the allocation cursor moved since the
-// last scan. Called with r.mu held.
+// refresh rescans the table when the allocation cursor moved or the
+// policy changed since the last scan: a flow classified again since the
+// scan then was classified under the scan's policy (see flow). Called with
+// r.mu held.
 func (r *FlowReader) refresh(force bool) error {
-	cur := r.d.flowCursor()
-	if r.scanned && !force && cur == r.cursor {
+	cur, gen := r.d.flowCursor(), r.d.Generation()
+	if r.scanned && !force && cur == r.cursor && gen == r.gen {
 		return nil
 	}
 	// A new slice: the trackers' memos move over from the old one
@@ -183,7 +187,7 @@ func (r *FlowReader) refresh(force bool) error {
 	// slots out in order), which the CPU's prefetcher rewards.
 	slices.SortFunc(recs, bySlot)
 	r.carry(r.recs, recs)
-	r.recs, r.cursor, r.scanned, r.index = recs, cur, true, nil
+	r.recs, r.cursor, r.gen, r.scanned, r.index = recs, cur, gen, true, nil
 	if len(r.comms) > 4096 {
 		r.comms = map[[16]int8]string{}
 	}
@@ -210,6 +214,7 @@ func (r *FlowReader) rec(k *hostqosHqFlowKey, v *hostqosHqFlow) flowRec {
 			baseLast: v.BaseLastNs,
 		},
 		rule:    -1,
+		gen:     v.Gen,
 		pid:     v.Tgid,
 		uid:     v.Uid,
 		comm:    comm,
@@ -221,10 +226,11 @@ func (r *FlowReader) rec(k *hostqosHqFlowKey, v *hostqosHqFlow) flowRec {
 	return fr
 }
 
-// flow completes a record with its live counters into *f.
-func (m *fctrMem) flow(fr *flowRec, f *Flow) {
+// flow completes a record of a scan made at policy generation gen with
+// its live counters into *f.
+func (m *fctrMem) flow(fr *flowRec, gen uint32, f *Flow) {
 	f.Key = fr.key
-	f.RuleSlot = fr.rule
+	f.RuleSlot, f.Gen = fr.rule, fr.gen
 	f.PID, f.UID, f.Comm = fr.pid, fr.uid, fr.comm
 	f.FirstSeenNS = fr.firstNS
 	f.Ref = fr.ref
@@ -237,8 +243,9 @@ func (m *fctrMem) flow(fr *flowRec, f *Flow) {
 	}
 	f.Counters, f.LastSeenNS = c.Counters, c.LastSeenNS
 	if ok && c.RuleSlot != fr.rule {
-		// Re-evaluated under a newer policy since the scan.
-		f.RuleSlot = c.RuleSlot
+		// Classified again since the scan: under the scan's policy, as
+		// a newer one would have been scanned anew (refresh).
+		f.RuleSlot, f.Gen = c.RuleSlot, gen
 	}
 }
 
@@ -261,7 +268,7 @@ func (r *FlowReader) Flows(fn func(Flow) bool) error {
 	m := r.d.fctr.Load()
 	var f Flow
 	for i := range r.recs {
-		m.flow(&r.recs[i], &f)
+		m.flow(&r.recs[i], r.gen, &f)
 		if !fn(f) {
 			return nil
 		}
@@ -287,7 +294,7 @@ func (r *FlowReader) Lookup(k FlowKey) (Flow, bool, error) {
 		return Flow{}, false, nil
 	}
 	var f Flow
-	r.d.fctr.Load().flow(&r.recs[i], &f)
+	r.d.fctr.Load().flow(&r.recs[i], r.gen, &f)
 	return f, true, nil
 }
 
@@ -318,10 +325,11 @@ func (d *Datapath) Flows(fn func(Flow) bool) error {
 func (d *Datapath) flowsScanOnly(fn func(Flow) bool) error {
 	r := d.NewFlowReader()
 	m := d.fctr.Load()
+	gen := d.Generation()
 	return d.scanFlows(func(k *hostqosHqFlowKey, v *hostqosHqFlow) bool {
 		fr := r.rec(k, v)
 		var f Flow
-		m.flow(&fr, &f)
+		m.flow(&fr, gen, &f)
 		return fn(f)
 	})
 }

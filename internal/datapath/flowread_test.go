@@ -36,7 +36,7 @@ func TestFlowReaderFollowsTable(t *testing.T) {
 	}
 	run(0, 2)
 	got := count()
-	if len(got) != 1 || got[20000].Packets != 2 || got[20000].RuleSlot != 7 || got[20000].Ref.Tag == 0 {
+	if len(got) != 1 || got[20000].Packets != 2 || got[20000].RuleSlot != 7 || got[20000].Ref.Tag == 0 || got[20000].Gen != d.Generation() {
 		t.Fatalf("after 2 packets: %+v", got)
 	}
 	cur := d.flowCursor()
@@ -63,11 +63,23 @@ func TestFlowReaderFollowsTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(0, 1)
-	if f := count()[20000]; f.RuleSlot != 9 || f.Packets != 6 {
-		t.Errorf("after policy change: %+v", f)
+	if f := count()[20000]; f.RuleSlot != 9 || f.Packets != 6 || f.Gen != d.Generation() {
+		t.Errorf("after policy change: %+v (generation now %d)", f, d.Generation())
+	}
+	// The flow that sent nothing since keeps the rule slot and the
+	// generation it was classified at: the slot's rule then.
+	if f := count()[20001]; f.RuleSlot != 7 || f.Gen != d.Generation()-1 {
+		t.Errorf("a flow of the previous policy: %+v (generation now %d)", f, d.Generation())
+	}
+	// Classified again after the reader's last scan (no flow came, the
+	// policy stayed): the new slot, of the scan's generation.
+	cur = d.flowCursor()
+	run(1, 1)
+	if f := count()[20001]; d.flowCursor() != cur || f.RuleSlot != 9 || f.Gen != d.Generation() {
+		t.Errorf("a flow classified again since the scan: %+v (generation now %d, cursor moved %v)", f, d.Generation(), d.flowCursor() != cur)
 	}
 	r := d.NewFlowReader()
-	if f, ok, err := r.Lookup(got[20001].Key); err != nil || !ok || f.Packets != 1 {
+	if f, ok, err := r.Lookup(got[20001].Key); err != nil || !ok || f.Packets != 2 {
 		t.Errorf("Lookup: %+v ok=%v err=%v", f, ok, err)
 	}
 }

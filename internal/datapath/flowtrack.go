@@ -118,14 +118,14 @@ func (r *FlowReader) Track(fn func(Flow, *FlowMemo) bool, gone func(Flow, FlowMe
 	var f Flow
 	for i := range r.recs {
 		fr := &r.recs[i]
-		m.flow(fr, &f)
+		m.flow(fr, r.gen, &f)
 		if !fn(f, &fr.memo) {
 			return nil
 		}
 	}
 	for i := range r.gone {
 		fr := &r.gone[i]
-		gone(Flow{Key: fr.key, RuleSlot: fr.rule, PID: fr.pid, Comm: fr.comm, UID: fr.uid,
+		gone(Flow{Key: fr.key, RuleSlot: fr.rule, Gen: fr.gen, PID: fr.pid, Comm: fr.comm, UID: fr.uid,
 			Counters: fr.memo.Counters, FirstSeenNS: fr.firstNS, LastSeenNS: fr.memo.LastSeenNS}, fr.memo)
 	}
 	clear(r.gone)

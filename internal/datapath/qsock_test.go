@@ -289,4 +289,27 @@ func TestQSockForgetsOnlyItsFlows(t *testing.T) {
 	// A socket that has sent nothing has no flows.
 	fd, _ = mk(unix.AF_INET, unix.SOCK_DGRAM, nil, nil)
 	check("fresh", nil, d.forgetSocketFlows(fd), 0)
+
+	// A flow of a past generation keeps its own: it is classified again
+	// anyway, and its generation tells which policy its cached rule slot
+	// is of (a later rule may hold the slot now).
+	fd, port = mk(unix.AF_INET, unix.SOCK_DGRAM, &unix.SockaddrInet4{Addr: a4.As4()}, sockaddr(ap(b4, 9004)))
+	var src, dst [4]uint32
+	putAddrWords(&src, a4)
+	putAddrWords(&dst, b4)
+	k4 := hostqosHqFlowKey4{Family: famIPv4, Proto: 17, Sport: port, Dport: 9004, Saddr: src[0], Daddr: dst[0]}
+	old := hostqosHqFlow{Gen: gen - 3, Slot: 5}
+	if err := d.objs.HqFlows4.Put(&k4, &old); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.forgetSocketFlows(fd); n != 1 {
+		t.Errorf("past generation: %d flows classified again, want 1", n)
+	}
+	var v hostqosHqFlow
+	if err := d.objs.HqFlows4.Lookup(&k4, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Gen != gen-3 || v.Slot != 5 {
+		t.Errorf("a flow of generation %d (now %d) forgotten: generation %d, slot %d; want it unchanged", gen-3, gen, v.Gen, v.Slot)
+	}
 }

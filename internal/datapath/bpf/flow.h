@@ -253,10 +253,17 @@ struct hq_forget_scan {
 	__u8 any;
 };
 
-/* A past generation: the flow is evaluated again by its next packet. */
+/*
+ * A past generation: the flow is evaluated again by its next packet. Only a
+ * flow of the current generation gen is moved back; one of a past
+ * generation already is, and keeps the generation its cached rule slot was
+ * found at (the daemon names a flow's rule only if the slot has not changed
+ * hands since).
+ */
 static __always_inline void forget_flow(struct hq_flow *f, __u32 gen)
 {
-	f->gen = gen - 1;
+	if (f->gen == gen)
+		f->gen = gen - 1;
 }
 
 static long forget4_cb(struct bpf_map *map, struct hq_flow_key4 *k,

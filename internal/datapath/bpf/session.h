@@ -448,7 +448,7 @@ static __noinline void resv_flow_forget(const struct hq_flow_key *k)
 	struct hq_flow *f = flow_lookup(k);
 
 	if (f) /* a past generation: never the current one */
-		f->gen = *(volatile __u32 *)&hq_policy.gen - 1;
+		forget_flow(f, *(volatile __u32 *)&hq_policy.gen);
 }
 
 #endif /* HQ_BPF_SESSION_H */
