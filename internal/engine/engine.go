@@ -200,6 +200,11 @@ func (e *Engine) Start(h Host) error {
 	defer e.mu.Unlock()
 	k := h.Kernel
 	e.k, e.qk, e.sk = k, h.QSockets, h.Shield
+	// A new datapath starts its policy generations from zero: the slot
+	// handovers recorded under an earlier one mean nothing to it.
+	if s := e.slots.clone(); s.forgetHandoversAfter(k.Generation()) {
+		e.slots = s
+	}
 	if err := e.syncLocked("start", syncChange{}); err != nil {
 		e.k, e.qk, e.sk = nil, nil, nil
 		return err

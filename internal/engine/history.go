@@ -207,16 +207,13 @@ func (e *Engine) readSample(r *recorder) (history.Sample, bool) {
 		}
 	}
 	classOf := map[string]string{}
-	names := map[int]string{}
 	for _, rule := range eff.Policy.Rules {
 		classOf[rule.Name] = rule.EffectiveClass()
-		if slot, ok := slots.Rules[rule.Name]; ok {
-			names[slot] = rule.Name
-		}
 	}
 	for _, o := range objs {
-		classOf[o.label], names[o.slot] = o.class, o.label
+		classOf[o.label] = o.class
 	}
+	names := newSlotOwners(eff.Policy.Rules, slots, objs)
 	ended := r.walk(k, names, classOf, sm.Time)
 	sm.Flows = ended
 	r.mu.Lock()
@@ -256,7 +253,7 @@ func monoNow() uint64 {
 
 // walk reads the flow table once: it adds each flow's new traffic to its
 // app's counters and returns the flows that ended since the last walk.
-func (r *recorder) walk(k Kernel, ruleNames map[int]string, classOf map[string]string, now time.Time) []history.Flow {
+func (r *recorder) walk(k Kernel, ruleNames slotOwners, classOf map[string]string, now time.Time) []history.Flow {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	mono := monoNow()
@@ -360,7 +357,7 @@ func unitOf(cgroup string) string {
 	return ""
 }
 
-func (r *recorder) flowRecord(k Kernel, f datapath.Flow, ruleNames map[int]string, classOf map[string]string, wall func(uint64) time.Time) history.Flow {
+func (r *recorder) flowRecord(k Kernel, f datapath.Flow, ruleNames slotOwners, classOf map[string]string, wall func(uint64) time.Time) history.Flow {
 	rec := history.Flow{Proto: protoName(f.Key.Proto), Local: addrPort(f.Key.Local), Remote: addrPort(f.Key.Remote),
 		FirstNS: f.FirstSeenNS, PID: f.PID, Comm: f.Comm, UID: f.UID,
 		Start: wall(f.FirstSeenNS), End: wall(f.LastSeenNS),
@@ -369,8 +366,7 @@ func (r *recorder) flowRecord(k Kernel, f datapath.Flow, ruleNames map[int]strin
 		p := r.proc(k, f.PID)
 		rec.Exe, rec.Cgroup, rec.Unit = p.exe, p.cgroup, p.unit
 	}
-	if f.RuleSlot >= 0 {
-		rec.Rule = ruleNames[f.RuleSlot]
+	if rec.Rule = ruleNames.of(f); rec.Rule != "" {
 		rec.Class = classOf[rec.Rule]
 	}
 	return rec

@@ -228,6 +228,9 @@ type slotTable struct {
 	// or memory would grow with every change (see stateStore.hold).
 	base    uint64
 	changed slotChanges
+	// handed are the rule slots the last assign gave a new owner, to be
+	// stamped with the generation the push makes (stampHandover).
+	handed []int
 }
 
 // slotTableIDs numbers the contents of slot tables that state files hold
@@ -257,6 +260,9 @@ func cloneSet[K comparable](m map[K]bool) map[K]bool {
 	return maps.Clone(m)
 }
 
+// baseCounter is what a rule slot held when it was handed to its current
+// owner: its counters, and the datapath's policy generation from which the
+// owner has it.
 type baseCounter struct {
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
@@ -265,6 +271,11 @@ type baseCounter struct {
 	RxPackets uint64 `json:"rx_packets,omitempty"`
 	RxBytes   uint64 `json:"rx_bytes,omitempty"`
 	RxDrops   uint64 `json:"rx_drops,omitempty"`
+	// Gen is the first policy generation in which the slot is the current
+	// owner's (0: older than any the datapath remembers): a flow the
+	// datapath classified at an earlier generation was classified under
+	// an earlier owner (slotOwners).
+	Gen uint32 `json:"gen,omitempty"`
 }
 
 // maxClasses bounds service class indexes (the shaper's class-id scheme).
@@ -308,6 +319,7 @@ func (s *slotTable) assign(p *policy.Policy, resv []string, current func(slot in
 		s.Resv = map[string]int{}
 	}
 	ch := s.changed // nil maps: not recorded
+	s.handed = nil
 	if err := allocate(s.Resv, resv, datapath.MaxReservations-1, "reservation id", ch.resv, nil); err != nil {
 		return err
 	}
@@ -320,6 +332,7 @@ func (s *slotTable) assign(p *policy.Policy, resv []string, current func(slot in
 		} else {
 			delete(s.Baselines, slot)
 		}
+		s.handed = append(s.handed, slot)
 	})
 	if err != nil {
 		return err
@@ -356,6 +369,45 @@ func holdsAll(m map[string]int, n int, name func(int) string, limit int) bool {
 // view is the table as the derive reads it (shared, not copied).
 func (s *slotTable) view() derive.Slots {
 	return derive.Slots{Rules: s.Rules, Classes: s.Classes, Resv: s.Resv}
+}
+
+// stampHandover records gen, the policy generation the datapath has now
+// that the last assign's policy is pushed, as the one from which the
+// slots it handed out are their new owners'.
+func (s *slotTable) stampHandover(gen uint32) {
+	for _, slot := range s.handed {
+		b := s.Baselines[slot]
+		b.Gen = gen
+		s.Baselines[slot] = b
+		if s.changed.baselines != nil {
+			s.changed.baselines[slot] = true
+		}
+	}
+	s.handed = nil
+}
+
+// forgetHandoversAfter drops every handover generation when one is beyond
+// gen, the datapath's: such a datapath was made anew (a reboot, hostqos
+// down), its flow table holds no flow of an earlier owner of any slot, and
+// its generations start again from zero. It reports whether it did.
+func (s *slotTable) forgetHandoversAfter(gen uint32) bool {
+	stale := false
+	for _, b := range s.Baselines {
+		stale = stale || b.Gen > gen
+	}
+	if !stale {
+		return false
+	}
+	for slot, b := range s.Baselines {
+		if b.Gen != 0 {
+			b.Gen = 0
+			s.Baselines[slot] = b
+			if s.changed.baselines != nil {
+				s.changed.baselines[slot] = true
+			}
+		}
+	}
+	return true
 }
 
 // allocate keeps the numbers of the names that stay, frees those of names

@@ -13,6 +13,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/apps"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
@@ -252,15 +253,7 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 		s.mu.Unlock()
 		time.Sleep(flowProbe)
 	}
-	names := map[int]string{}
-	for _, r := range eff.Policy.Rules {
-		if slot, ok := slots.Rules[r.Name]; ok {
-			names[slot] = r.Name
-		}
-	}
-	for _, o := range objs {
-		names[o.slot] = o.label
-	}
+	names := newSlotOwners(eff.Policy.Rules, slots, objs)
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	mono := uint64(ts.Nano())
@@ -281,9 +274,7 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 			Counter: api.Counter{Packets: f.Packets, Bytes: f.Bytes, Drops: f.Drops},
 			In:      api.Counter{Packets: f.RxPackets, Bytes: f.RxBytes, Drops: f.RxDrops},
 		}
-		if f.RuleSlot >= 0 {
-			fs.Rule = names[f.RuleSlot]
-		}
+		fs.Rule = names.of(f)
 		if mono > f.FirstSeenNS && f.FirstSeenNS > 0 {
 			fs.AgeSec = float64(mono-f.FirstSeenNS) / 1e9
 		}
@@ -306,6 +297,44 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 	s.dropFlowBaseLater()
 	sort.Slice(out, func(i, j int) bool { return out[i].Bytes+out[i].In.Bytes > out[j].Bytes+out[j].In.Bytes })
 	return out, nil
+}
+
+// slotOwners are the rules of the rule slots as the views name them
+// (rules by name, the engine's object rules by their label), each with the
+// policy generation from which it holds its slot.
+type slotOwners map[int]slotOwner
+
+type slotOwner struct {
+	name  string
+	since uint32 // baseCounter.Gen
+}
+
+func newSlotOwners(rules []policy.Rule, slots *slotTable, objs []objectRule) slotOwners {
+	o := make(slotOwners, len(rules)+len(objs))
+	for _, r := range rules {
+		if slot, ok := slots.Rules[r.Name]; ok {
+			o[slot] = slotOwner{name: r.Name, since: slots.Baselines[slot].Gen}
+		}
+	}
+	for _, ob := range objs {
+		o[ob.slot] = slotOwner{name: ob.label, since: slots.Baselines[ob.slot].Gen}
+	}
+	return o
+}
+
+// of names the rule flow f was classified under: "" for none, and for a
+// flow classified before its slot was handed to the rule that holds it now
+// (its own rule was removed since; its next packet classifies it again).
+// A slot's new owner never gets the flows counted under an earlier one.
+func (o slotOwners) of(f datapath.Flow) string {
+	if f.RuleSlot < 0 {
+		return ""
+	}
+	w, ok := o[f.RuleSlot]
+	if !ok || f.Gen < w.since {
+		return ""
+	}
+	return w.name
 }
 
 // rateBase is a flow's counters as the base of its rates. The readings

@@ -52,6 +52,10 @@ func (e *Engine) syncLocked(reason string, n syncChange) error {
 		e.restoreLocked(reason)
 		return err
 	}
+	// A slot handed to a new rule is the new rule's from the generation
+	// the push made; the views name no flow classified before it after
+	// the new owner (slotOwners).
+	slots.stampHandover(e.k.Generation())
 	if n.save != nil {
 		if err := n.save(slots); err != nil {
 			e.restoreLocked(reason)

@@ -34,7 +34,8 @@ type FakeKernel struct {
 	// links with the classifier on.
 	Trees    map[int]shaper.Plan
 	Attached map[int]bool
-	// Counters are the rule counters; FlowTable the flows; ClassCounters
+	// Counters are the rule counters; FlowTable the flows (one without
+	// a Gen was classified under the policy applied last); ClassCounters
 	// the HTB class counters by ifindex.
 	Counters      []datapath.Counters
 	FlowTable     []datapath.Flow
@@ -273,9 +274,21 @@ func (f *FakeKernel) RuleCounter(slot int) (datapath.Counters, error) {
 	return datapath.Counters{}, nil
 }
 
+// flowsLocked copies FlowTable, giving the flows without a generation
+// the current one.
+func (f *FakeKernel) flowsLocked() []datapath.Flow {
+	flows := slices.Clone(f.FlowTable)
+	for i := range flows {
+		if flows[i].Gen == 0 {
+			flows[i].Gen = f.Gen
+		}
+	}
+	return flows
+}
+
 func (f *FakeKernel) Flows(fn func(datapath.Flow) bool) error {
 	f.mu.Lock()
-	flows := slices.Clone(f.FlowTable)
+	flows := f.flowsLocked()
 	err := f.call("Flows", "")
 	f.mu.Unlock()
 	if err != nil {
@@ -293,7 +306,7 @@ func (f *FakeKernel) Flows(fn func(datapath.Flow) bool) error {
 // time), then reports the tracked flows no longer in it.
 func (f *FakeKernel) TrackFlows(fn func(datapath.Flow, *datapath.FlowMemo) bool, gone func(datapath.Flow, datapath.FlowMemo)) error {
 	f.mu.Lock()
-	flows := slices.Clone(f.FlowTable)
+	flows := f.flowsLocked()
 	err := f.call("TrackFlows", "")
 	if f.memos == nil {
 		f.memos = map[fakeTrackID]*fakeTracked{}
