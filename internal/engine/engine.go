@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/events"
@@ -69,10 +71,10 @@ type Engine struct {
 	mu      sync.Mutex // serialises changes
 	k       Kernel     // nil before Start and after Detach
 	base    *policy.Policy
-	persist *overlay
-	temp    *overlay
-	slots   *slotTable
-	eff     merged
+	persist *store.Overlay
+	temp    *store.Overlay
+	slots   *store.Slots
+	eff     store.Merged
 	// desired is what the last sync derived and the kernel holds (nil
 	// before the first).
 	desired *derive.Desired
@@ -97,10 +99,10 @@ type Engine struct {
 
 	// Idempotency keys (see keys.go): those recorded in the state file and
 	// in the runtime file, and the keyed change being applied.
-	keysPersist, keysTemp keyTable
-	keysMem               keyTable // keys of changes without a state write (RecordAnswer)
+	keysPersist, keysTemp store.Keys
+	keysMem               store.Keys // keys of changes without a state write (RecordAnswer)
 	// The state and runtime files (snapshot and journal, journal.go).
-	stPersist, stTemp *stateStore
+	stPersist, stTemp *store.File
 
 	// The last count of the flow table for status (flowCount).
 	flowsMu sync.Mutex
@@ -150,19 +152,19 @@ func New(cfg Config) (*Engine, error) {
 	if e.base, err = e.loadConfig(); err != nil {
 		return nil, err
 	}
-	var ps, rt *persisted
-	if e.stPersist, ps, err = openStore(cfg.StatePath); err != nil {
+	var ps, rt *store.Persisted
+	if e.stPersist, ps, err = store.Open(cfg.StatePath); err != nil {
 		return nil, err
 	}
-	if e.stTemp, rt, err = openStore(cfg.RuntimePath); err != nil {
+	if e.stTemp, rt, err = store.Open(cfg.RuntimePath); err != nil {
 		return nil, err
 	}
 	e.persist, e.temp, e.keysPersist, e.keysTemp = ps.Overlay, rt.Overlay, ps.Keys, rt.Keys
-	e.slots = newSlotTable()
+	e.slots = store.NewSlots()
 	if ps.Slots != nil {
 		e.slots = ps.Slots
 	}
-	e.eff = merge(e.base, e.persist, e.temp)
+	e.eff = store.Merge(e.base, e.persist, e.temp)
 	if err := checkPolicy(e.eff.Policy, "state"); err != nil {
 		return nil, fmt.Errorf("validate policy (config %s with changes in %s): %w", cfg.ConfigPath, cfg.StatePath, err)
 	}
@@ -202,7 +204,7 @@ func (e *Engine) Start(h Host) error {
 	e.k, e.qk, e.sk = k, h.QSockets, h.Shield
 	// A new datapath starts its policy generations from zero: the slot
 	// handovers recorded under an earlier one mean nothing to it.
-	if s := e.slots.clone(); s.forgetHandoversAfter(k.Generation()) {
+	if s := e.slots.Clone(); s.ForgetHandoversAfter(k.Generation()) {
 		e.slots = s
 	}
 	if err := e.syncLocked("start", syncChange{}); err != nil {
@@ -210,8 +212,8 @@ func (e *Engine) Start(h Host) error {
 		return err
 	}
 	e.primeReservations(k)
-	for _, st := range []*stateStore{e.stPersist, e.stTemp} {
-		if err := st.ready(); err != nil {
+	for _, st := range []*store.File{e.stPersist, e.stTemp} {
+		if err := st.Ready(); err != nil {
 			e.log.Warn("compact state journal; the next change writes the state file whole", "err", err)
 		}
 	}
@@ -277,17 +279,17 @@ func (e *Engine) linksChanged() bool {
 
 // counterReader returns a function that gives a rule slot's raw counters
 // (the baseline of a reused slot), reading only that slot.
-func (e *Engine) counterReader() func(slot int) baseCounter {
-	return func(slot int) baseCounter {
+func (e *Engine) counterReader() func(slot int) store.BaseCounter {
+	return func(slot int) store.BaseCounter {
 		if e.k == nil {
-			return baseCounter{}
+			return store.BaseCounter{}
 		}
 		c, err := e.k.RuleCounter(slot)
 		if err != nil {
 			e.log.Warn("read counters of a reused rule slot; its counters start from the slot's", "slot", slot, "err", err)
-			return baseCounter{}
+			return store.BaseCounter{}
 		}
-		return baseCounter{Packets: c.Packets, Bytes: c.Bytes, Drops: c.Drops, RxPackets: c.RxPackets, RxBytes: c.RxBytes, RxDrops: c.RxDrops}
+		return store.BaseCounter{Packets: c.Packets, Bytes: c.Bytes, Drops: c.Drops, RxPackets: c.RxPackets, RxBytes: c.RxBytes, RxDrops: c.RxDrops}
 	}
 }
 
@@ -295,21 +297,21 @@ func (e *Engine) counterReader() func(slot int) baseCounter {
 // on copies; the result is validated, admitted, applied and persisted, or
 // nothing changes. An idempotency key in ctx (WithPendingKey) is recorded
 // in the same state write.
-func (e *Engine) change(ctx context.Context, source string, mutate func(persist, temp *overlay, eff *policy.Policy) error) error {
+func (e *Engine) change(ctx context.Context, source string, mutate func(persist, temp *store.Overlay, eff *policy.Policy) error) error {
 	return e.changeWith(ctx, source, false, mutate)
 }
 
 // changeWith is change; force applies a change that takes away shaping
 // admitted guarantees rely on (checkShapingKept).
-func (e *Engine) changeWith(ctx context.Context, source string, force bool, mutate func(persist, temp *overlay, eff *policy.Policy) error) error {
+func (e *Engine) changeWith(ctx context.Context, source string, force bool, mutate func(persist, temp *store.Overlay, eff *policy.Policy) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	defer func() { e.commit = nil }() // the key is this change's only
-	persist, temp := e.persist.clone(), e.temp.clone()
+	persist, temp := e.persist.Clone(), e.temp.Clone()
 	if err := mutate(persist, temp, e.eff.Policy); err != nil {
 		return err
 	}
-	m := merge(e.base, persist, temp)
+	m := store.Merge(e.base, persist, temp)
 	if err := e.admitLocked(m.Policy, source, force); err != nil {
 		return err
 	}
@@ -321,16 +323,16 @@ func (e *Engine) changeWith(ctx context.Context, source string, force bool, muta
 // policy m, with persist and temp written to the state files (only what
 // differs from what each holds: a journal record, see journal.go) once the
 // kernel holds it.
-func (e *Engine) overlayChange(m merged, persist, temp *overlay) syncChange {
-	var keysP, keysT keyTable
+func (e *Engine) overlayChange(m store.Merged, persist, temp *store.Overlay) syncChange {
+	var keysP, keysT store.Keys
 	return syncChange{m: &m,
-		save: func(slots *slotTable) error {
-			keysP, keysT = e.recordKeyLocked(temp.differs(e.temp))
-			undo, err := e.stPersist.write(persist, slots, keysP)
+		save: func(slots *store.Slots) error {
+			keysP, keysT = e.recordKeyLocked(temp.Differs(e.temp))
+			undo, err := e.stPersist.Write(persist, slots, keysP)
 			if err != nil {
 				return err
 			}
-			if _, err := e.stTemp.write(temp, nil, keysT); err != nil {
+			if _, err := e.stTemp.Write(temp, nil, keysT); err != nil {
 				// The state file already holds the change: put the previous
 				// one back, or a restart would bring the failed change back.
 				if undo != nil {
@@ -377,7 +379,7 @@ func (e *Engine) Reload(force bool) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	m := merge(base, e.persist, e.temp)
+	m := store.Merge(base, e.persist, e.temp)
 	if err := e.admitLocked(m.Policy, e.cfg.ConfigPath, force); err != nil {
 		e.log.Error("reload: policy rejected; keeping the running policy", "err", err)
 		return err
@@ -479,7 +481,7 @@ func (e *Engine) DropTemporary() {
 	if e.temp == nil {
 		return
 	}
-	keep := newOverlay()
+	keep := store.NewOverlay()
 	for id, run := range e.temp.Runs {
 		keep.Runs[id] = run
 		if r, ok := e.temp.Rules[run.Rule]; ok {
@@ -488,7 +490,7 @@ func (e *Engine) DropTemporary() {
 	}
 	// The running engine keeps them; the file (and the next change's
 	// record) holds only what stays.
-	if err := e.stTemp.compact(keep, nil, e.keysTemp); err != nil {
+	if err := e.stTemp.Compact(keep, nil, e.keysTemp); err != nil {
 		e.log.Warn("forget temporary changes", "err", err)
 	}
 }
@@ -498,7 +500,7 @@ func (e *Engine) DropTemporary() {
 // at cgRoot), so that removing hostqos's cgroups leaves programs where they
 // were. It is for `hostqos down` without a running engine.
 func ReleaseRuns(runtimePath, cgRoot string) {
-	temp, _, err := readState(runtimePath)
+	temp, _, err := store.ReadState(runtimePath)
 	if err == nil {
 		releaseRuns(cgRoot, temp.Runs)
 	}

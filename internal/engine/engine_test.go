@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/api"
@@ -69,18 +71,16 @@ func readFile(t *testing.T, path string) []byte {
 // readPersisted is what a state file holds: its snapshot and its journal.
 func readPersisted(t *testing.T, path string) []byte {
 	t.Helper()
-	return append(readFile(t, path), readFile(t, journalPath(path))...)
+	return append(readFile(t, path), readFile(t, store.JournalPath(path))...)
 }
 
 // breakWrites makes the next writes of a state file fail (its journal
 // closed under it; the store then compacts into a directory that is a
 // file now).
-func breakWrites(t *testing.T, st *stateStore) {
+func breakWrites(t *testing.T, st *store.File) {
 	t.Helper()
-	dir := filepath.Dir(st.path)
-	if st.f != nil {
-		st.f.Close()
-	}
+	dir := filepath.Dir(st.Path())
+	st.Close()
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -697,7 +697,7 @@ func TestFailedRuntimeWriteRestoresStateFile(t *testing.T) {
 		t.Errorf("state file after the failed change:\n%s\nwant\n%s", got, state)
 	}
 	// A restart has the state before the failed change.
-	p, _, _, _, err := readStateJournal(env.cfg.StatePath)
+	p, err := store.Read(env.cfg.StatePath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -78,16 +80,19 @@ var (
 
 // deriveForTest derives m (no links, no shield) with a fresh slot table and
 // app selectors resolved under cgRoot.
-func deriveForTest(m merged, cgRoot string) (*derive.Desired, *slotTable, error) {
+func deriveForTest(m store.Merged, cgRoot string) (*derive.Desired, *store.Slots, error) {
 	res := derive.NewSystemResolver(cgRoot)
 	defer res.Close()
 	in := derive.Input{Policy: m.Policy, Runs: m.Runs, Resolver: res}
 	x := derive.Expand(in)
-	slots := newSlotTable()
-	if err := slots.assign(x.Policy, x.ResvKeys, nil); err != nil {
+	slots := store.NewSlots()
+	if err := slots.Assign(x.Policy, x.ResvKeys, nil); err != nil {
 		return nil, nil, err
 	}
-	in.Slots = slots.view()
+	in.Slots = slots.View()
 	d, err := derive.Compile(in, x)
 	return d, slots, err
 }
+
+// testKey is a well-formed idempotency key.
+const testKey = "0123456789abcdef0123456789abcdef"

@@ -168,7 +168,7 @@ func (e *Engine) readSample(r *recorder) (history.Sample, bool) {
 	}
 	owners := map[string]int64{}
 	for _, run := range e.temp.Runs {
-		if run.ordinary() {
+		if run.Ordinary() {
 			owners[run.Rule] = int64(run.UID)
 		}
 	}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -9,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hostqos/hostqos/internal/store"
 
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -45,7 +46,7 @@ func TestJournalSurvivesCrash(t *testing.T) {
 	if got := readFile(t, env.cfg.StatePath); string(got) != string(snap) {
 		t.Error("a change rewrote the snapshot; want a journal record")
 	}
-	journal := string(readFile(t, journalPath(env.cfg.StatePath)))
+	journal := string(readFile(t, store.JournalPath(env.cfg.StatePath)))
 	// y, z, y removed, cfg hidden, the temporary rule's slot (the rule
 	// itself goes to the runtime file).
 	if n := strings.Count(journal, "\n"); n != 5 {
@@ -54,7 +55,7 @@ func TestJournalSurvivesCrash(t *testing.T) {
 	wantSlots, wantRules := e.slots.Rules, ruleNames(t, e, root)
 
 	// A crash: the engine is not stopped; a record was being appended.
-	f, err := os.OpenFile(journalPath(env.cfg.StatePath), os.O_APPEND|os.O_WRONLY, 0)
+	f, err := os.OpenFile(store.JournalPath(env.cfg.StatePath), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestJournalSurvivesCrash(t *testing.T) {
 		}
 	}
 	e2.mu.Unlock()
-	if b := readFile(t, journalPath(env.cfg.StatePath)); len(b) != 0 {
+	if b := readFile(t, store.JournalPath(env.cfg.StatePath)); len(b) != 0 {
 		t.Errorf("journal after start: %q, want it folded into the snapshot", b)
 	}
 
@@ -83,18 +84,18 @@ func TestJournalSurvivesCrash(t *testing.T) {
 	if _, err := e2.AddRule(ctx, root, rule("d"), false); err != nil {
 		t.Fatal(err)
 	}
-	old := readFile(t, journalPath(env.cfg.StatePath))
+	old := readFile(t, store.JournalPath(env.cfg.StatePath))
 	e2.mu.Lock()
-	persist, slots, keys := e2.persist.clone(), e2.slots, e2.keysPersist
+	persist, slots, keys := e2.persist.Clone(), e2.slots, e2.keysPersist
 	e2.mu.Unlock()
 	delete(persist.Rules, "d")
-	if _, err := writeSnapshot(env.cfg.StatePath, persist, slots, keys, 12345); err != nil {
+	if _, err := store.WriteSnapshot(env.cfg.StatePath, persist, slots, keys, 12345); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(journalPath(env.cfg.StatePath), old, 0o644); err != nil {
+	if err := os.WriteFile(store.JournalPath(env.cfg.StatePath), old, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if p, _, _, _, err := readStateJournal(env.cfg.StatePath); err != nil {
+	if p, err := store.Read(env.cfg.StatePath); err != nil {
 		t.Fatal(err)
 	} else if _, ok := p.Overlay.Rules["d"]; ok {
 		t.Error("a journal of an older snapshot was replayed")
@@ -103,7 +104,7 @@ func TestJournalSurvivesCrash(t *testing.T) {
 	// A damaged record before the last one.
 	lines := strings.SplitAfter(journal, "\n")
 	bad := lines[0][:12] + "X" + lines[0][13:] + lines[1]
-	if err := os.WriteFile(journalPath(env.cfg.StatePath), []byte(bad), 0o644); err != nil {
+	if err := os.WriteFile(store.JournalPath(env.cfg.StatePath), []byte(bad), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(env.cfg.StatePath, snap, 0o644); err != nil {
@@ -123,7 +124,7 @@ func TestJournalCompacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.mu.Lock()
-	e.stPersist.records = journalMaxRecords
+	e.stPersist.CompactNext()
 	e.mu.Unlock()
 	before := readFile(t, env.cfg.StatePath)
 	r := rule("second")
@@ -134,34 +135,15 @@ func TestJournalCompacts(t *testing.T) {
 	if got := readFile(t, env.cfg.StatePath); string(got) == string(before) || !strings.Contains(string(got), `"second"`) {
 		t.Error("the change past the bound did not write a new snapshot")
 	}
-	if b := readFile(t, journalPath(env.cfg.StatePath)); len(b) != 0 {
+	if b := readFile(t, store.JournalPath(env.cfg.StatePath)); len(b) != 0 {
 		t.Errorf("journal after compaction: %q", b)
 	}
-	p, _, _, _, err := readStateJournal(env.cfg.StatePath)
+	p, err := store.Read(env.cfg.StatePath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := p.Overlay.Rules["second"]; got == nil || got.Class != "voice" {
 		t.Errorf("rule second after compaction: %+v", got)
-	}
-}
-
-// TestJournalOverSparseSnapshot replays records over a snapshot whose
-// slot table left out its empty maps (a daemon restarted after a rule
-// add whose slot had a baseline panicked here).
-func TestJournalOverSparseSnapshot(t *testing.T) {
-	p := &persisted{Overlay: newOverlay(), Slots: &slotTable{}}
-	r := journalRecord{Ops: []journalOp{
-		{Kind: jBaseline, Name: "3", Value: json.RawMessage(`{"packets":1,"bytes":2,"drops":0}`)},
-		{Kind: jSlotRule, Name: "r", Value: json.RawMessage(`3`)},
-		{Kind: jSlotClass, Name: "bulk", Value: json.RawMessage(`1`)},
-		{Kind: jSlotResv, Name: "resv:x", Value: json.RawMessage(`0`)},
-	}}
-	if err := p.apply(r); err != nil {
-		t.Fatal(err)
-	}
-	if p.Slots.Baselines[3].Bytes != 2 || p.Slots.Rules["r"] != 3 || p.Slots.Classes["bulk"] != 1 || p.Slots.Resv["resv:x"] != 0 {
-		t.Errorf("slots after replay: %+v", p.Slots)
 	}
 }
 
@@ -178,16 +160,16 @@ func TestJournalRecordOfOneRule(t *testing.T) {
 	if _, err := e.AddRule(ctx, root, rule("first"), false); err != nil {
 		t.Fatal(err)
 	}
-	lastRecord := func() journalRecord {
+	lastRecord := func() store.Record {
 		t.Helper()
-		lines := strings.Split(strings.TrimSpace(string(readFile(t, journalPath(env.cfg.StatePath)))), "\n")
-		r, err := decodeRecord([]byte(lines[len(lines)-1]))
+		lines := strings.Split(strings.TrimSpace(string(readFile(t, store.JournalPath(env.cfg.StatePath)))), "\n")
+		r, err := store.DecodeRecord([]byte(lines[len(lines)-1]))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	kinds := func(r journalRecord) string {
+	kinds := func(r store.Record) string {
 		var out []string
 		for _, op := range r.Ops {
 			out = append(out, op.Kind+":"+op.Name)
@@ -198,18 +180,18 @@ func TestJournalRecordOfOneRule(t *testing.T) {
 	if _, err := e.AddRule(ctx, root, rule("second"), false); err != nil {
 		t.Fatal(err)
 	}
-	if e.stPersist.slots != e.slots {
+	if e.stPersist.Slots() != e.slots {
 		t.Error("the state file's slot table is not the engine's: every change would diff all 10,000 slots")
 	}
 	slot := e.slots.Rules["second"]
-	want := fmt.Sprintf("%s:%d %s:second %s:second", jBaseline, slot, jRules, jSlotRule)
+	want := fmt.Sprintf("%s:%d %s:second %s:second", store.KindBaseline, slot, store.KindRules, store.KindSlotRule)
 	if got := kinds(lastRecord()); got != want {
 		t.Errorf("record of a rule added to 10,000: %s, want %s", got, want)
 	}
 	if err := e.RemoveRule(ctx, root, "first"); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := kinds(lastRecord()), fmt.Sprintf("%s:first %s:first", jRules, jSlotRule); got != want {
+	if got, want := kinds(lastRecord()), fmt.Sprintf("%s:first %s:first", store.KindRules, store.KindSlotRule); got != want {
 		t.Errorf("record of a rule removed: %s, want %s", got, want)
 	}
 	wantSlots := maps.Clone(e.slots.Rules)
@@ -298,14 +280,14 @@ func TestJournalRecordsSlotsOfApplyWithoutWrite(t *testing.T) {
 	if _, err := e2.AddRule(ctx, root, rule("y"), false); err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(readFile(t, journalPath(env.cfg.StatePath)))), "\n")
-	r, err := decodeRecord([]byte(lines[len(lines)-1]))
+	lines := strings.Split(strings.TrimSpace(string(readFile(t, store.JournalPath(env.cfg.StatePath)))), "\n")
+	r, err := store.DecodeRecord([]byte(lines[len(lines)-1]))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for _, op := range r.Ops {
-		if op.Kind == jSlotRule {
+		if op.Kind == store.KindSlotRule {
 			got = append(got, op.Name)
 		}
 	}

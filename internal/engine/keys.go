@@ -3,88 +3,29 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"regexp"
-	"sort"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/store"
 )
 
 // Idempotency keys make a retried change safe. A front door gives a keyed
 // change to the engine with WithPendingKey; the engine records key →
 // (request fingerprint, answer) in the same atomic state write as the
-// change itself, so after a crash either both are there or neither.
-// Failed changes are not recorded. The front door replays recorded
-// answers (LookupKey) and records the answer it sent (RecordAnswer).
+// change itself (the store's key tables), so after a crash either both are
+// there or neither. Failed changes are not recorded. The front door
+// replays recorded answers (LookupKey) and records the answer it sent
+// (RecordAnswer).
 
-// Limits of the key table, per state file.
-const (
-	maxKeys = 1024
-	keyTTL  = 24 * time.Hour
-	// MaxKeptAnswer bounds a recorded answer; larger ones are not kept (a
-	// replay then says "applied").
-	MaxKeptAnswer = 64 << 10
-)
+// KeyEntry is a change recorded under an idempotency key.
+type KeyEntry = store.KeyEntry
 
-// keyRE is the format of an idempotency key.
-var keyRE = regexp.MustCompile(`^[A-Za-z0-9_-]{16,64}$`)
+// MaxKeptAnswer bounds a recorded answer; larger ones are not kept (a
+// replay then says "applied").
+const MaxKeptAnswer = store.MaxKeptAnswer
 
 // ValidKey reports whether key is a well-formed idempotency key: 16 to 64
 // of A-Z a-z 0-9 _ -.
-func ValidKey(key string) bool { return keyRE.MatchString(key) }
-
-// KeyEntry is a change recorded under an idempotency key.
-type KeyEntry struct {
-	Fingerprint string `json:"fingerprint"` // of the request: caller, method, path, body
-	At          int64  `json:"at_unix"`
-	// Status and Body are the answer; Status 0 means the change was
-	// applied but its answer was not kept (the daemon stopped before
-	// sending it, or it was too large).
-	Status int             `json:"status,omitempty"`
-	Body   json.RawMessage `json:"body,omitempty"`
-}
-
-// keyTable maps idempotency keys to recorded changes.
-type keyTable map[string]*KeyEntry
-
-// with returns a copy of t with key added, dropping entries older than
-// keyTTL and the oldest beyond maxKeys.
-func (t keyTable) with(key string, e *KeyEntry, now time.Time) keyTable {
-	n := keyTable{}
-	for k, v := range t {
-		if now.Sub(time.Unix(v.At, 0)) < keyTTL {
-			n[k] = v
-		}
-	}
-	n[key] = e
-	if len(n) > maxKeys {
-		keys := make([]string, 0, len(n))
-		for k := range n {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool { return n[keys[i]].At < n[keys[j]].At })
-		for _, k := range keys[:len(n)-maxKeys] {
-			if k != key {
-				delete(n, k)
-			}
-		}
-	}
-	return n
-}
-
-// check validates a table read from a state file.
-func (t keyTable) check() error {
-	if len(t) > 4*maxKeys {
-		return fmt.Errorf("%d idempotency keys, more than this daemon ever keeps", len(t))
-	}
-	for k, e := range t {
-		if !keyRE.MatchString(k) || e == nil {
-			return fmt.Errorf("idempotency key %q malformed", policy.Clip(k))
-		}
-	}
-	return nil
-}
+func ValidKey(key string) bool { return store.ValidKey(key) }
 
 // PendingKey is a keyed request on its way through a change: the change
 // records it with the state write.
@@ -133,7 +74,7 @@ func (e *Engine) RecordAnswer(pk *PendingKey, status int, body []byte) {
 	ent := pk.entry
 	if ent == nil {
 		ent = &KeyEntry{Fingerprint: pk.fingerprint, At: time.Now().Unix()}
-		e.keysMem = e.keysMem.with(pk.key, ent, time.Now())
+		e.keysMem = e.keysMem.With(pk.key, ent, time.Now())
 	}
 	if len(body) <= MaxKeptAnswer {
 		ent.Status, ent.Body = status, json.RawMessage(body)
@@ -144,7 +85,7 @@ func (e *Engine) RecordAnswer(pk *PendingKey, status int, body []byte) {
 // table of the file that holds the change: the runtime file when the
 // temporary overlay changes (it is written last, so the key there means
 // both files were written), else the state file.
-func (e *Engine) recordKeyLocked(tempChanged bool) (keysP, keysT keyTable) {
+func (e *Engine) recordKeyLocked(tempChanged bool) (keysP, keysT store.Keys) {
 	keysP, keysT = e.keysPersist, e.keysTemp
 	pk := e.commit
 	if pk == nil {
@@ -152,9 +93,9 @@ func (e *Engine) recordKeyLocked(tempChanged bool) (keysP, keysT keyTable) {
 	}
 	pk.entry = &KeyEntry{Fingerprint: pk.fingerprint, At: time.Now().Unix()}
 	if tempChanged {
-		keysT = keysT.with(pk.key, pk.entry, time.Now())
+		keysT = keysT.With(pk.key, pk.entry, time.Now())
 	} else {
-		keysP = keysP.with(pk.key, pk.entry, time.Now())
+		keysP = keysP.With(pk.key, pk.entry, time.Now())
 	}
 	return
 }

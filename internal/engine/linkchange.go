@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/units"
@@ -70,7 +72,7 @@ func (e *Engine) changeLink(ctx context.Context, who Caller, name string, o Link
 		return out, &policy.FieldError{Source: "api", Object: fmt.Sprintf("link %q", policy.Clip(name)), Field: "name", Value: policy.Clip(name),
 			Reason: "no such interface in this network namespace", Fix: "check the name with `ip link`; to manage an interface that comes later (a VPN tunnel), add it to the config file"}
 	}
-	err := e.changeWith(ctx, "api", o.Force, func(persist, temp *overlay, eff *policy.Policy) error {
+	err := e.changeWith(ctx, "api", o.Force, func(persist, temp *store.Overlay, eff *policy.Policy) error {
 		cur, ok := eff.Link(name)
 		if !ok {
 			cur = policy.Link{Name: name}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/host/fakehost"
@@ -14,7 +16,7 @@ import (
 // 7, over kernel k.
 func linkEngine(k *fakehost.FakeKernel) *Engine {
 	p := &policy.Policy{Links: []policy.Link{{Name: "eth9"}}, Classes: policy.DefaultClasses()}
-	return &Engine{log: quiet, k: k, eff: merged{Policy: p}, links: map[string]int{"eth9": 7}}
+	return &Engine{log: quiet, k: k, eff: store.Merged{Policy: p}, links: map[string]int{"eth9": 7}}
 }
 
 // TestLookupFailureKeepsLink: a lookup that fails without saying that the

@@ -94,24 +94,3 @@ func TestMemoryBoundedOverChanges(t *testing.T) {
 		t.Errorf("the live heap grew by %.1f MB over %d policy changes, more than the bounded tables (event ring, idempotency keys) allow (%.0f MB): something keeps memory per change", float64(grown)/1e6, changes, float64(bound)/1e6)
 	}
 }
-
-// TestSlotChangesBounded: a slot table carries the entries changed since
-// what the state file holds only while they are fewer than its own: a
-// churn of rules that no state write records (the protected clients'
-// rules change without one) grows nothing per change.
-func TestSlotChangesBounded(t *testing.T) {
-	s := newSlotTable()
-	(&stateStore{}).hold(s)
-	p := &policy.Policy{Classes: policy.DefaultClasses()}
-	for i := range 1000 {
-		n := s.clone()
-		p.Rules = []policy.Rule{rule(fmt.Sprintf("prot:198.18.0.%d:%d", i%250, 1000+i))}
-		if err := n.assign(p, nil, nil); err != nil {
-			t.Fatal(err)
-		}
-		s = n
-	}
-	if n := s.changed.size(); n > 2*(len(s.Rules)+len(s.Classes)) {
-		t.Errorf("after 1,000 changes never written the table carries %d changed entries; it holds %d rules and %d classes", n, len(s.Rules), len(s.Classes))
-	}
-}

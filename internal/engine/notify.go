@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 )
@@ -115,7 +117,7 @@ func (e *Engine) scanApps() {
 // links no longer set up.
 func linkEvents(before, after map[string]int) []api.Event {
 	var evs []api.Event
-	for _, name := range sortedKeys(after) {
+	for _, name := range store.SortedKeys(after) {
 		if _, was := before[name]; !was {
 			evs = append(evs, api.Event{Kind: EventLinkUp, Subject: "link/" + name,
 				Message: fmt.Sprintf("link %s appeared (ifindex %d); hostqos manages it", name, after[name]), Fields: map[string]any{"ifindex": after[name]}})
@@ -125,7 +127,7 @@ func linkEvents(before, after map[string]int) []api.Event {
 				Fields:  map[string]any{"ifindex": after[name], "previous_ifindex": before[name]}})
 		}
 	}
-	for _, name := range sortedKeys(before) {
+	for _, name := range store.SortedKeys(before) {
 		if _, still := after[name]; !still {
 			evs = append(evs, api.Event{Kind: EventLinkDown, Subject: "link/" + name,
 				Message: fmt.Sprintf("link %s is gone (was ifindex %d); hostqos manages it again when it appears", name, before[name]),

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
 )
@@ -18,10 +20,10 @@ import (
 type objKind[T any] struct {
 	name      string
 	find      func(*policy.Policy, string) (T, bool)
-	layer     func(*overlay) map[string]*T
+	layer     func(*store.Overlay) map[string]*T
 	blank     func() T
 	nameOf    func(*T) *string
-	canRemove func(temp *overlay, name string) error
+	canRemove func(temp *store.Overlay, name string) error
 	// prepare fills what the input left unset (a class's DSCP and
 	// priority), as the config file does; may be nil.
 	prepare func(*T)
@@ -34,7 +36,7 @@ type objKind[T any] struct {
 var classKind = objKind[policy.Class]{
 	name:    "class",
 	find:    (*policy.Policy).Class,
-	layer:   func(o *overlay) map[string]*policy.Class { return o.Classes },
+	layer:   func(o *store.Overlay) map[string]*policy.Class { return o.Classes },
 	blank:   func() policy.Class { return policy.NewClass("") },
 	nameOf:  func(c *policy.Class) *string { return &c.Name },
 	prepare: (*policy.Class).FillDefaults,
@@ -43,10 +45,10 @@ var classKind = objKind[policy.Class]{
 var ruleKind = objKind[policy.Rule]{
 	name:   "rule",
 	find:   (*policy.Policy).Rule,
-	layer:  func(o *overlay) map[string]*policy.Rule { return o.Rules },
+	layer:  func(o *store.Overlay) map[string]*policy.Rule { return o.Rules },
 	blank:  func() policy.Rule { return policy.NewRule("") },
 	nameOf: func(r *policy.Rule) *string { return &r.Name },
-	canRemove: func(temp *overlay, name string) error {
+	canRemove: func(temp *store.Overlay, name string) error {
 		for _, run := range temp.Runs {
 			if run.Rule == name {
 				return &BadRequestError{fmt.Errorf("rule %q belongs to a running `hostqos run` (pid %d); it goes away when the program ends", name, run.PID)}
@@ -97,7 +99,7 @@ func add[T any](ctx context.Context, e *Engine, who Caller, k objKind[T], obj T,
 		k.prepare(&obj)
 	}
 	name := *k.nameOf(&obj)
-	err := e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
+	err := e.change(ctx, "api", func(persist, temp *store.Overlay, eff *policy.Policy) error {
 		if _, ok := k.find(eff, name); ok && name != "" {
 			return &ConflictError{What: k.name, Name: name}
 		}
@@ -122,7 +124,7 @@ func set[T any](ctx context.Context, e *Engine, who Caller, k objKind[T], name s
 	if err := who.MayChange(); err != nil {
 		return out, err
 	}
-	err := e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
+	err := e.change(ctx, "api", func(persist, temp *store.Overlay, eff *policy.Policy) error {
 		cur, ok := k.find(eff, name)
 		if !ok {
 			return &NotFoundError{What: k.name, Name: name}
@@ -163,7 +165,7 @@ func put[T any](ctx context.Context, e *Engine, who Caller, k objKind[T], obj T,
 		k.prepare(&obj)
 	}
 	name := *k.nameOf(&obj)
-	err = e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
+	err = e.change(ctx, "api", func(persist, temp *store.Overlay, eff *policy.Policy) error {
 		_, exists := k.find(eff, name)
 		if k.admit != nil {
 			if err := k.admit(e, obj); err != nil {
@@ -190,7 +192,7 @@ func remove[T any](ctx context.Context, e *Engine, who Caller, k objKind[T], nam
 	if err := who.MayChange(); err != nil {
 		return err
 	}
-	err := e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
+	err := e.change(ctx, "api", func(persist, temp *store.Overlay, eff *policy.Policy) error {
 		if _, ok := k.find(eff, name); !ok {
 			return &NotFoundError{What: k.name, Name: name}
 		}
@@ -218,7 +220,7 @@ func (e *Engine) RemoveLink(ctx context.Context, who Caller, name string) error 
 	if err := who.MayChange(); err != nil {
 		return err
 	}
-	err := e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
+	err := e.change(ctx, "api", func(persist, temp *store.Overlay, eff *policy.Policy) error {
 		if !hasLink(eff, name) {
 			return &NotFoundError{What: "link", Name: name}
 		}

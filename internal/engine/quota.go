@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/derive"
@@ -335,7 +337,7 @@ func (e *Engine) QuotaWake() <-chan struct{} { return e.times.wake }
 // applyLocked read them before the push (read), so that what the rule
 // sends before the next reading counts too; then it has the quotas read
 // soon. Called with e.mu held after a successful apply.
-func (e *Engine) startUsageLocked(read func(slot int) baseCounter) {
+func (e *Engine) startUsageLocked(read func(slot int) store.BaseCounter) {
 	t := e.times
 	now := e.cfg.Now()
 	added := false

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -31,7 +33,7 @@ const (
 var reservationKind = objKind[policy.Reservation]{
 	name:   "reservation",
 	find:   (*policy.Policy).Reservation,
-	layer:  func(o *overlay) map[string]*policy.Reservation { return o.Reservations },
+	layer:  func(o *store.Overlay) map[string]*policy.Reservation { return o.Reservations },
 	blank:  func() policy.Reservation { return policy.NewReservation("") },
 	nameOf: func(r *policy.Reservation) *string { return &r.Name },
 	admit:  (*Engine).admitMTULocked,
@@ -50,7 +52,7 @@ func (e *Engine) admitMTULocked(r policy.Reservation) error {
 // never sent), so the Tspec could not be honoured. Caller holds e.mu.
 func (e *Engine) checkMTULocked(r policy.Reservation) error {
 	M := r.EffMaxUnit()
-	for _, name := range sortedKeys(e.links) {
+	for _, name := range store.SortedKeys(e.links) {
 		mtu, err := e.k.LinkMTU(e.links[name])
 		if err != nil {
 			return err
@@ -73,7 +75,7 @@ func (e *Engine) AddReservation(ctx context.Context, who Caller, r policy.Reserv
 	if err := who.MayChange(); err != nil {
 		return r, err
 	}
-	err := e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
+	err := e.change(ctx, "api", func(persist, temp *store.Overlay, eff *policy.Policy) error {
 		if _, ok := eff.Reservation(r.Name); ok && r.Name != "" {
 			return &ConflictError{What: "reservation", Name: r.Name}
 		}
@@ -102,7 +104,7 @@ func (e *Engine) SetReservation(ctx context.Context, who Caller, name string, pa
 		return policy.Reservation{}, err
 	}
 	var out policy.Reservation
-	err := e.change(ctx, "api", func(persist, temp *overlay, eff *policy.Policy) error {
+	err := e.change(ctx, "api", func(persist, temp *store.Overlay, eff *policy.Policy) error {
 		cur, ok := eff.Reservation(name)
 		if !ok {
 			return &NotFoundError{What: "reservation", Name: name}
@@ -299,7 +301,7 @@ func (e *Engine) watchReservations() {
 		if r.Service == policy.ServiceBestEffort {
 			continue
 		}
-		for _, name := range sortedKeys(e.links) {
+		for _, name := range store.SortedKeys(e.links) {
 			if mtu, err := e.k.LinkMTU(e.links[name]); err == nil && uint64(r.EffMaxUnit()) > uint64(mtu) {
 				now[r.Name+"\x00"+fmt.Sprintf("M = %d is above the MTU %d of link %s", uint64(r.EffMaxUnit()), mtu, name)] = true
 			}
@@ -308,14 +310,14 @@ func (e *Engine) watchReservations() {
 			now[r.Name+"\x00"+fmt.Sprintf("link %s has no interface now", name)] = true
 		}
 	}
-	for _, k := range sortedKeys(now) {
+	for _, k := range store.SortedKeys(now) {
 		if !e.resvBroken[k] {
 			name, why, _ := cutNUL(k)
 			e.Publish(api.Event{Kind: EventResvBroken, Subject: "reservation/" + name,
 				Message: fmt.Sprintf("reservation %q cannot be honoured: %s", name, why), Fields: map[string]any{"why": why}})
 		}
 	}
-	for _, k := range sortedKeys(e.resvBroken) {
+	for _, k := range store.SortedKeys(e.resvBroken) {
 		if !now[k] {
 			name, why, _ := cutNUL(k)
 			e.Publish(api.Event{Kind: EventResvRestored, Subject: "reservation/" + name,

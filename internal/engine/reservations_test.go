@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -104,7 +106,7 @@ func TestReservationRollbackAndPersistence(t *testing.T) {
 	// kernel is not written (changes write only what they change): the
 	// failure is the state write's, after the kernel took the change.
 	state := readFile(t, env.cfg.StatePath)
-	journal := readFile(t, journalPath(env.cfg.StatePath))
+	journal := readFile(t, store.JournalPath(env.cfg.StatePath))
 	stateDir := filepath.Dir(env.cfg.StatePath)
 	breakWrites(t, e.stPersist)
 	if _, err := e.AddReservation(ctx, root, testResv("b", policy.ServiceGuaranteed, 1_000_000), false); err == nil {
@@ -122,7 +124,7 @@ func TestReservationRollbackAndPersistence(t *testing.T) {
 	if err := os.WriteFile(env.cfg.StatePath, state, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(journalPath(env.cfg.StatePath), journal, 0o644); err != nil {
+	if err := os.WriteFile(store.JournalPath(env.cfg.StatePath), journal, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.AddReservation(ctx, root, testResv("t", policy.ServiceBestEffort, 1_000_000), true); err != nil {

@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
@@ -45,11 +47,6 @@ func CheckRunLimits(perUser, total int) error {
 }
 
 func sameDatapath(a, b datapath.Policy) bool { return reflect.DeepEqual(a, b) }
-
-// ordinary reports whether the run was started by an ordinary user (not
-// root, not group hostqos). State of an older daemon has no Admin field:
-// then only uid 0 counts as admin, which errs on the safe side.
-func (r *runState) ordinary() bool { return !r.Admin && r.UID != 0 }
 
 // hasApp reports whether a rule uses an app selector, i.e. one of the
 // datapath's MaxAppRules slots.
@@ -89,10 +86,10 @@ func (e *Engine) checkAppSlots(p *policy.Policy) error {
 // admitUserRun applies the limits on ordinary users' runs to a new run of
 // uid: runs per user, runs of all ordinary users, and the app-selector
 // slots, of which admin rules may always use MaxAppRules − MaxUserRuns.
-func (e *Engine) admitUserRun(temp *overlay, eff *policy.Policy, uid uint32) error {
+func (e *Engine) admitUserRun(temp *store.Overlay, eff *policy.Policy, uid uint32) error {
 	mine, users := 0, 0
 	for _, run := range temp.Runs {
-		if !run.ordinary() {
+		if !run.Ordinary() {
 			continue
 		}
 		users++
@@ -193,12 +190,12 @@ func (e *Engine) StartRun(ctx context.Context, who Caller, req api.RunRequest, t
 	if err := k.CreateCgroup(cg); err != nil {
 		return nil, err
 	}
-	run := &runState{ID: id, PID: pid, UID: who.UID, Admin: who.Privileged, Cgroup: cg, Origin: origin, Rule: rule.Name, Cmd: req.Cmd, Since: time.Now().Unix()}
+	run := &store.Run{ID: id, PID: pid, UID: who.UID, Admin: who.Privileged, Cgroup: cg, Origin: origin, Rule: rule.Name, Cmd: req.Cmd, Since: time.Now().Unix()}
 	// A run is not recorded under the request's idempotency key in the
 	// state files: it is one process's, which a restarted daemon cannot
 	// answer for again (the front door keeps its answer in memory).
-	err = e.change(context.Background(), "api", func(_, temp *overlay, eff *policy.Policy) error {
-		if run.ordinary() {
+	err = e.change(context.Background(), "api", func(_, temp *store.Overlay, eff *policy.Policy) error {
+		if run.Ordinary() {
 			if err := e.admitUserRun(temp, eff, who.UID); err != nil {
 				return err
 			}
@@ -265,7 +262,7 @@ func (e *Engine) Runs(who Caller) []*api.Run {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	out := []*api.Run{}
-	for _, id := range sortedKeys(e.temp.Runs) {
+	for _, id := range store.SortedKeys(e.temp.Runs) {
 		if run := e.temp.Runs[id]; who.Privileged || run.UID == who.UID {
 			out = append(out, toAPIRun(run))
 		}
@@ -292,7 +289,7 @@ func (e *Engine) EndRun(who Caller, id string) error {
 func (e *Engine) endRun(id string) error {
 	var cg string
 	var uid uint32
-	err := e.change(context.Background(), "api", func(_, temp *overlay, _ *policy.Policy) error {
+	err := e.change(context.Background(), "api", func(_, temp *store.Overlay, _ *policy.Policy) error {
 		run, ok := temp.Runs[id]
 		if !ok {
 			return &NotFoundError{What: "run", Name: id}
@@ -350,13 +347,13 @@ func (e *Engine) ReapRuns() {
 	}
 }
 
-func toAPIRun(r *runState) *api.Run {
+func toAPIRun(r *store.Run) *api.Run {
 	return &api.Run{ID: r.ID, PID: r.PID, UID: r.UID, Cgroup: r.Cgroup, Rule: r.Rule, Cmd: r.Cmd, Since: time.Unix(r.Since, 0)}
 }
 
 // releaseRuns moves the processes of every run back to the cgroup they
 // came from, so that removing our cgroups leaves programs where they were.
-func releaseRuns(cgRoot string, runs map[string]*runState) {
+func releaseRuns(cgRoot string, runs map[string]*store.Run) {
 	for _, run := range runs {
 		origin := run.Origin
 		if origin == "" {

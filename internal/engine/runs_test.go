@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
@@ -17,13 +19,13 @@ import (
 )
 
 // runOverlay adds a run of uid (admin or not) with its rule to temp.
-func runOverlay(temp *overlay, id string, uid uint32, admin bool) {
+func runOverlay(temp *store.Overlay, id string, uid uint32, admin bool) {
 	r := policy.Rule{Name: "run-" + id, Cgroup: "/hostqos/run-" + id, Class: "bulk", DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP}
 	if admin {
 		r.Precedence = runPrecedence
 	}
 	temp.Rules[r.Name] = &r
-	temp.Runs[id] = &runState{ID: id, UID: uid, Admin: admin, Cgroup: r.Cgroup, Rule: r.Name}
+	temp.Runs[id] = &store.Run{ID: id, UID: uid, Admin: admin, Cgroup: r.Cgroup, Rule: r.Name}
 }
 
 // TestUserRunEvaluatedAfterAdminRules: an ordinary user's run rule comes
@@ -40,14 +42,14 @@ func TestUserRunEvaluatedAfterAdminRules(t *testing.T) {
 	catchAll := rule("catch-all")
 	catchAll.Proto, catchAll.Remote = "", netip.MustParsePrefix("0.0.0.0/0")
 	base := &policy.Policy{Classes: policy.DefaultClasses(), Rules: []policy.Rule{block, ef, limit, catchAll}}
-	persist, temp := newOverlay(), newOverlay()
+	persist, temp := store.NewOverlay(), store.NewOverlay()
 	sneaky := rule("sneaky") // an admin rule sent with user_run set
 	sneaky.UserRun = true
 	persist.Rules["sneaky"] = &sneaky
 	runOverlay(temp, "u1", 65534, false)
 	runOverlay(temp, "r1", 0, true)
 	runOverlay(temp, "g1", 1000, true) // group hostqos
-	m := merge(base, persist, temp)
+	m := store.Merge(base, persist, temp)
 	if err := checkPolicy(m.Policy, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +79,7 @@ func TestUserRunEvaluatedAfterAdminRules(t *testing.T) {
 func TestAdmitUserRun(t *testing.T) {
 	d := &Engine{cfg: Config{MaxRunsPerUser: 2, MaxUserRuns: 3}}
 	eff := &policy.Policy{Classes: policy.DefaultClasses()}
-	temp := newOverlay()
+	temp := store.NewOverlay()
 	runOverlay(temp, "a", 65534, false)
 	if err := d.admitUserRun(temp, eff, 65534); err != nil {
 		t.Fatalf("second run of a user: %v", err)
@@ -100,7 +102,7 @@ func TestAdmitUserRun(t *testing.T) {
 	// App-selector slots: admin rules fill all but one; one user run fits,
 	// the next does not.
 	d.cfg = Config{MaxRunsPerUser: 4, MaxUserRuns: 32}
-	temp = newOverlay()
+	temp = store.NewOverlay()
 	for i := range datapath.MaxAppRules - 1 {
 		r := rule(fmt.Sprintf("exe%d", i))
 		r.Exe = fmt.Sprintf("/usr/bin/x%d", i)
@@ -139,7 +141,7 @@ func TestCheckRunLimits(t *testing.T) {
 // TestHiddenRules: an ordinary user does not see the rules of other
 // users' runs (issue 7, item 12); a privileged caller sees all.
 func TestHiddenRules(t *testing.T) {
-	d := &Engine{temp: newOverlay()}
+	d := &Engine{temp: store.NewOverlay()}
 	runOverlay(d.temp, "mine", 65534, false)
 	runOverlay(d.temp, "other", 1001, false)
 	runOverlay(d.temp, "root", 0, true)
@@ -156,10 +158,10 @@ func TestHiddenRules(t *testing.T) {
 // their own runs and carries no warning about another user's run rule
 // (issue 7, item 12); root sees all.
 func TestStatusHidesOtherUsersRuns(t *testing.T) {
-	d := &Engine{temp: newOverlay(), persist: newOverlay(), base: policy.DefaultPolicy()}
+	d := &Engine{temp: store.NewOverlay(), persist: store.NewOverlay(), base: policy.DefaultPolicy()}
 	runOverlay(d.temp, "mine", 65534, false)
 	runOverlay(d.temp, "other", 1001, false)
-	d.eff = merge(d.base, d.persist, d.temp)
+	d.eff = store.Merge(d.base, d.persist, d.temp)
 	d.desired = &derive.Desired{Warnings: []string{
 		`rule "run-other": cgroup /hostqos/run-other does not exist; the rule matches nothing until it does`,
 		`rule "run-mine": cgroup /hostqos/run-mine does not exist; the rule matches nothing until it does`,
@@ -203,7 +205,7 @@ func TestRunStaysUnderAdminCgroupRule(t *testing.T) {
 		}
 		ids[p] = ref.ID
 	}
-	temp := newOverlay()
+	temp := store.NewOverlay()
 	runOverlay(temp, "u1", 65534, false)
 	temp.Runs["u1"].Origin = "/user.slice/user-65534.slice/user@65534.service/app.slice/x.scope"
 	runOverlay(temp, "u2", 65534, false)
@@ -214,14 +216,14 @@ func TestRunStaysUnderAdminCgroupRule(t *testing.T) {
 	temp.Runs["r1"].Origin = "/user.slice"
 	// A run's rule naming a cgroup its own origin lies in gets nothing.
 	temp.Rules["run-u2"].Cgroup = "/system.slice"
-	persist := newOverlay()
+	persist := store.NewOverlay()
 	users := rule("users")
 	users.Proto, users.Cgroup, users.Action = "", "/user.slice/", policy.ActionDrop
 	persist.Rules["users"] = &users
 	unit := rule("unit")
 	unit.Proto, unit.Unit, unit.MaxBW = "", "user@65534.service", 1e6
 	persist.Rules["unit"] = &unit
-	m := merge(&policy.Policy{Classes: policy.DefaultClasses()}, persist, temp)
+	m := store.Merge(&policy.Policy{Classes: policy.DefaultClasses()}, persist, temp)
 	c, slots, err := deriveForTest(m, cgRoot)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/atomicfile"
 	"github.com/hostqos/hostqos/internal/datapath/xdp"
@@ -195,7 +197,7 @@ func (e *Engine) shieldChange(mutate func(s *shieldState) error) error {
 	if err := mutate(s); err != nil {
 		return err
 	}
-	return e.syncLocked("shield change", syncChange{shield: s, save: func(*slotTable) error { return e.writeShield(s) }})
+	return e.syncLocked("shield change", syncChange{shield: s, save: func(*store.Slots) error { return e.writeShield(s) }})
 }
 
 func ttlDeadline(ttl int64, field string) (int64, error) {
@@ -249,7 +251,7 @@ func (e *Engine) AddBlock(ctx context.Context, who Caller, req api.BlockRequest)
 	if err != nil {
 		return api.BlockInfo{}, err
 	}
-	info := api.BlockInfo{Block: b, Source: srcAPI}
+	info := api.BlockInfo{Block: b, Source: store.SrcAPI}
 	if exp != 0 {
 		t := time.Unix(exp, 0).UTC()
 		info.Expires = &t
@@ -297,7 +299,7 @@ func (e *Engine) Blocks() ([]api.BlockInfo, error) {
 	out := make([]api.BlockInfo, 0, len(conf)+len(s.Blocks))
 	seen := make(map[netip.Prefix]bool, len(conf))
 	for _, b := range conf {
-		out = append(out, api.BlockInfo{Block: b, Source: srcConfig})
+		out = append(out, api.BlockInfo{Block: b, Source: store.SrcConfig})
 		seen[b.Prefix] = true
 	}
 	n := len(out)
@@ -305,7 +307,7 @@ func (e *Engine) Blocks() ([]api.BlockInfo, error) {
 		if seen[p] {
 			continue
 		}
-		bi := api.BlockInfo{Block: policy.Block{Prefix: p, MaxBWIn: b.MaxBWIn}, Source: srcAPI}
+		bi := api.BlockInfo{Block: policy.Block{Prefix: p, MaxBWIn: b.MaxBWIn}, Source: store.SrcAPI}
 		if b.Expires != 0 {
 			t := time.Unix(b.Expires, 0).UTC()
 			bi.Expires = &t

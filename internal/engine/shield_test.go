@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/host/fakehost"
@@ -48,7 +50,7 @@ func TestBlocksAddListRemovePersist(t *testing.T) {
 		t.Fatalf("quarantine not pushed: %v", sk.Blocks)
 	}
 	bs, err := e.Blocks()
-	if err != nil || len(bs) != 2 || bs[0].Source != srcConfig || bs[1].Source != srcAPI || bs[1].Expires == nil {
+	if err != nil || len(bs) != 2 || bs[0].Source != store.SrcConfig || bs[1].Source != store.SrcAPI || bs[1].Expires == nil {
 		t.Fatalf("blocks %+v, %v", bs, err)
 	}
 	// Bad input changes nothing and names the field.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/api"
@@ -306,10 +308,10 @@ type slotOwners map[int]slotOwner
 
 type slotOwner struct {
 	name  string
-	since uint32 // baseCounter.Gen
+	since uint32 // store.BaseCounter.Gen
 }
 
-func newSlotOwners(rules []policy.Rule, slots *slotTable, objs []objectRule) slotOwners {
+func newSlotOwners(rules []policy.Rule, slots *store.Slots, objs []objectRule) slotOwners {
 	o := make(slotOwners, len(rules)+len(objs))
 	for _, r := range rules {
 		if slot, ok := slots.Rules[r.Name]; ok {

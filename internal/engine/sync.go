@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/hostqos/hostqos/internal/store"
+
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/derive"
@@ -26,13 +28,13 @@ import (
 // syncChange are the parts of the engine's state a trigger changes; nil parts
 // keep the committed ones.
 type syncChange struct {
-	m      *merged        // the effective policy
+	m      *store.Merged  // the effective policy
 	base   *policy.Policy // the config file's policy (a reload)
 	shield *shieldState   // the XDP shield's state
 	// save persists the change, with the slot table the derive gave,
 	// once the kernel holds it (an error puts the kernel back); commit
 	// then makes the trigger's own state current.
-	save   func(slots *slotTable) error
+	save   func(slots *store.Slots) error
 	commit func()
 }
 
@@ -55,7 +57,7 @@ func (e *Engine) syncLocked(reason string, n syncChange) error {
 	// A slot handed to a new rule is the new rule's from the generation
 	// the push made; the views name no flow classified before it after
 	// the new owner (slotOwners).
-	slots.stampHandover(e.k.Generation())
+	slots.StampHandover(e.k.Generation())
 	if n.save != nil {
 		if err := n.save(slots); err != nil {
 			e.restoreLocked(reason)
@@ -76,7 +78,7 @@ func (e *Engine) syncLocked(reason string, n syncChange) error {
 
 // engineState is what a derive starts from.
 type engineState struct {
-	m      merged
+	m      store.Merged
 	base   *policy.Policy
 	shield *shieldState
 }
@@ -115,7 +117,7 @@ func (e *Engine) restoreLocked(reason string) {
 // interfaces, the qsocket scheduler's rate, the used-up quotas), gives the
 // expansion's keys their slots (on a copy of the slot table, with the
 // counters of reused slots as their baselines) and derives.
-func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *slotTable, error) {
+func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *store.Slots, error) {
 	in := derive.Input{
 		Policy:     st.m.Policy,
 		Runs:       st.m.Runs,
@@ -139,13 +141,13 @@ func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *slotTable, erro
 	in.Resolver = res
 	x := derive.Expand(in)
 	slots := e.slots
-	if !slots.holds(x.Policy, x.ResvKeys) {
-		slots = e.slots.clone()
-		if err := slots.assign(x.Policy, x.ResvKeys, e.counterReader()); err != nil {
+	if !slots.Holds(x.Policy, x.ResvKeys) {
+		slots = e.slots.Clone()
+		if err := slots.Assign(x.Policy, x.ResvKeys, e.counterReader()); err != nil {
 			return nil, nil, err
 		}
 	}
-	in.Slots = slots.view()
+	in.Slots = slots.View()
 	d, err := derive.Compile(in, x)
 	if err != nil {
 		return nil, nil, err

@@ -1,4 +1,4 @@
-package engine
+package store
 
 import (
 	"bytes"
@@ -38,15 +38,15 @@ import (
 // journalMaxRecords bounds the journal before it is compacted.
 const journalMaxRecords = 4096
 
-// journalRecord is one change to a state file.
-type journalRecord struct {
-	Epoch uint64      `json:"epoch"`
-	Ops   []journalOp `json:"ops"`
+// Record is one change to a state file (one line of its journal).
+type Record struct {
+	Epoch uint64 `json:"epoch"`
+	Ops   []Op   `json:"ops"`
 }
 
-// journalOp sets (Value present; "null" is an overlay tombstone) or
+// Op sets (Value present; "null" is an overlay tombstone) or
 // deletes (Value absent) one entry of kind Kind named Name.
-type journalOp struct {
+type Op struct {
 	Kind  string          `json:"k"`
 	Name  string          `json:"n"`
 	Value json.RawMessage `json:"v,omitempty"`
@@ -54,29 +54,30 @@ type journalOp struct {
 
 // Kinds of journal entries.
 const (
-	jLinks     = "links"
-	jClasses   = "classes"
-	jRules     = "rules"
-	jRuns      = "runs"
-	jResv      = "reservations"
-	jSlotRule  = "slot.rules"
-	jSlotClass = "slot.classes"
-	jSlotResv  = "slot.resv"
-	jBaseline  = "baseline"
-	jKey       = "key"
+	KindLinks        = "links"
+	KindClasses      = "classes"
+	KindRules        = "rules"
+	KindRuns         = "runs"
+	KindReservations = "reservations"
+	KindSlotRule     = "slot.rules"
+	KindSlotClass    = "slot.classes"
+	KindSlotResv     = "slot.resv"
+	KindBaseline     = "baseline"
+	KindKey          = "key"
 )
 
-func journalPath(path string) string { return path + ".journal" }
+// JournalPath is the journal beside the snapshot at path.
+func JournalPath(path string) string { return path + ".journal" }
 
-// stateStore writes one state file as snapshot + journal and remembers
+// File writes one state file as snapshot + journal and remembers
 // what the file holds, to write only the difference.
-type stateStore struct {
+type File struct {
 	path  string
 	epoch uint64 // of the snapshot on disk; 0: none (or written before journals)
 	// What the file holds now (as read or last written).
-	ov    *overlay
-	slots *slotTable
-	keys  keyTable
+	ov    *Overlay
+	slots *Slots
+	keys  Keys
 	// The journal: open for appending (nil: not yet), its size in bytes
 	// and records, and whether a failed append could not be undone (the
 	// next write compacts).
@@ -93,57 +94,77 @@ type stateStore struct {
 	answered []string
 }
 
-// openStore reads the state file at path (snapshot and journal).
-func openStore(path string) (*stateStore, *persisted, error) {
+// Open reads the state file at path (snapshot and journal).
+func Open(path string) (*File, *Persisted, error) {
 	p, epoch, records, snapSize, err := readStateJournal(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	s := &stateStore{path: path, epoch: epoch, ov: p.Overlay, keys: p.Keys, records: records, snapSize: snapSize}
-	s.hold(p.Slots)
+	s := &File{path: path, epoch: epoch, ov: p.Overlay, keys: p.Keys, records: records, snapSize: snapSize}
+	s.Hold(p.Slots)
 	return s, p, nil
 }
 
-// hold records that the file holds slots. A table made from what the file
-// held (slotTable.clone) then names only the entries it changed, and the
+// Path is the snapshot's path (the journal is JournalPath of it).
+func (s *File) Path() string { return s.path }
+
+// Close closes the journal; the next write folds it into a new snapshot.
+func (s *File) Close() error {
+	if s.f == nil {
+		return nil
+	}
+	err := s.f.Close()
+	s.f = nil
+	return err
+}
+
+// Slots is the slot table the file holds.
+func (s *File) Slots() *Slots { return s.slots }
+
+// CompactNext makes the next write fold the journal into a new snapshot,
+// as if the journal were full.
+func (s *File) CompactNext() { s.records = journalMaxRecords }
+
+// Hold records that the file holds slots. A table made from what the file
+// held (Slots.Clone) then names only the entries it changed, and the
 // next write diffs only those: the table gets an id of its own as its
 // base, unless it already has one and changed nothing since (its content
 // is then its base's). Only the id is kept, never the table it was made
 // from, so no chain of earlier tables stays alive.
-func (s *stateStore) hold(slots *slotTable) {
+func (s *File) Hold(slots *Slots) {
 	s.slots = slots
 	if slots != nil && (slots.base == 0 || slots.changed.size() > 0) {
 		slots.base, slots.changed = slotTableIDs.Add(1), slotChanges{}
 	}
 }
 
-// ready prepares the journal for appending, at start: a journal with
+// Ready prepares the journal for appending, at start: a journal with
 // content (records, or a record cut short by a crash) is folded into a new
 // snapshot; otherwise an existing snapshot is continued by an empty
 // journal; a state file that does not exist yet is written whole by the
 // first change.
-func (s *stateStore) ready() error {
-	fi, err := os.Stat(journalPath(s.path))
+func (s *File) Ready() error {
+	fi, err := os.Stat(JournalPath(s.path))
 	switch {
 	case err == nil && fi.Size() > 0:
-		return s.compact(s.ov, s.slots, s.keys)
+		return s.Compact(s.ov, s.slots, s.keys)
 	case s.epoch == 0:
 		return nil
 	}
-	f, err := os.OpenFile(journalPath(s.path), os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(JournalPath(s.path), os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("open state journal %s: %w", journalPath(s.path), err)
+		return fmt.Errorf("open state journal %s: %w", JournalPath(s.path), err)
 	}
 	s.f, s.size, s.records, s.broken = f, 0, 0, false
 	return nil
 }
 
-// write makes the file hold ov, slots and keys: one journal record with
+// Write makes the file hold ov, slots and keys: one journal record with
 // what differs, or a new snapshot when there is none yet or the journal
 // is due for compaction. A write that changes nothing writes nothing. The
 // returned undo puts the file back as it was (for a change that failed
 // after this write); it is nil when nothing was written.
-func (s *stateStore) write(ov *overlay, slots *slotTable, keys keyTable) (undo func() error, err error) {
+func (s *File) Write(ov *Overlay, slots *Slots, keys Keys) (undo func() error, err error) {
 	ops, err := s.diff(ov, slots, keys)
 	if err != nil {
 		return nil, err
@@ -153,22 +174,22 @@ func (s *stateStore) write(ov *overlay, slots *slotTable, keys keyTable) (undo f
 	}
 	prevOv, prevSlots, prevKeys, prevAnswered := s.ov, s.slots, s.keys, s.answered
 	if s.f == nil || s.epoch == 0 || s.broken || s.records >= journalMaxRecords || s.size > max(s.snapSize, 1<<20) {
-		if err := s.compact(ov, slots, keys); err != nil {
+		if err := s.Compact(ov, slots, keys); err != nil {
 			return nil, err
 		}
-		return func() error { return s.compact(prevOv, prevSlots, prevKeys) }, nil
+		return func() error { return s.Compact(prevOv, prevSlots, prevKeys) }, nil
 	}
-	line, err := encodeRecord(journalRecord{Epoch: s.epoch, Ops: ops})
+	line, err := encodeRecord(Record{Epoch: s.epoch, Ops: ops})
 	if err != nil {
 		return nil, err
 	}
 	off := s.size
 	if err := s.appendLine(line); err != nil {
 		s.truncate(off)
-		return nil, fmt.Errorf("write state %s: %w", journalPath(s.path), err)
+		return nil, fmt.Errorf("write state %s: %w", JournalPath(s.path), err)
 	}
 	s.ov, s.keys = ov, keys
-	s.hold(slots)
+	s.Hold(slots)
 	s.answered = nil
 	for k, v := range keys {
 		if prevKeys[k] != v {
@@ -180,13 +201,13 @@ func (s *stateStore) write(ov *overlay, slots *slotTable, keys keyTable) (undo f
 		if err := s.truncate(off); err != nil {
 			// The record stays: a restart must not bring it back, so
 			// the journal is folded into a snapshot of the old state.
-			return s.compact(prevOv, prevSlots, prevKeys)
+			return s.Compact(prevOv, prevSlots, prevKeys)
 		}
 		return nil
 	}, nil
 }
 
-func (s *stateStore) appendLine(line []byte) error {
+func (s *File) appendLine(line []byte) error {
 	if _, err := s.f.Write(line); err != nil {
 		return err
 	}
@@ -201,14 +222,14 @@ func (s *stateStore) appendLine(line []byte) error {
 // truncate cuts the journal back to off bytes (a failed or undone
 // append); on failure the journal is marked broken so that the next write
 // compacts.
-func (s *stateStore) truncate(off int64) error {
+func (s *File) truncate(off int64) error {
 	err := s.f.Truncate(off)
 	if err == nil {
 		err = s.f.Sync()
 	}
 	if err != nil {
 		s.broken = true
-		return fmt.Errorf("truncate state journal %s: %w", journalPath(s.path), err)
+		return fmt.Errorf("truncate state journal %s: %w", JournalPath(s.path), err)
 	}
 	if off < s.size {
 		s.records--
@@ -217,21 +238,21 @@ func (s *stateStore) truncate(off int64) error {
 	return nil
 }
 
-// compact writes the whole state as a new snapshot (a new epoch) and
+// Compact writes the whole state as a new snapshot (a new epoch) and
 // starts an empty journal.
-func (s *stateStore) compact(ov *overlay, slots *slotTable, keys keyTable) error {
+func (s *File) Compact(ov *Overlay, slots *Slots, keys Keys) error {
 	epoch := rand.Uint64() | 1
-	n, err := writeSnapshot(s.path, ov, slots, keys, epoch)
+	n, err := WriteSnapshot(s.path, ov, slots, keys, epoch)
 	if err != nil {
 		return err
 	}
 	s.epoch, s.snapSize, s.ov, s.keys, s.answered = epoch, n, ov, keys, nil
-	s.hold(slots)
+	s.Hold(slots)
 	if s.f != nil {
 		s.f.Close()
 		s.f = nil
 	}
-	f, err := os.OpenFile(journalPath(s.path), os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(JournalPath(s.path), os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		// The snapshot holds everything; the next write tries again.
 		return nil
@@ -242,15 +263,15 @@ func (s *stateStore) compact(ov *overlay, slots *slotTable, keys keyTable) error
 
 // diff lists what differs between the file's state and the new one.
 // Overlay entries are compared by pointer: a change replaces an entry, it
-// never writes through one (see overlay.clone).
-func (s *stateStore) diff(ov *overlay, slots *slotTable, keys keyTable) ([]journalOp, error) {
-	var ops []journalOp
+// never writes through one (see Overlay.clone).
+func (s *File) diff(ov *Overlay, slots *Slots, keys Keys) ([]Op, error) {
+	var ops []Op
 	var err error
 	add := func(kind, name string, v any, del bool) {
 		if err != nil {
 			return
 		}
-		op := journalOp{Kind: kind, Name: name}
+		op := Op{Kind: kind, Name: name}
 		if !del {
 			if op.Value, err = json.Marshal(v); err != nil {
 				err = fmt.Errorf("encode state: %w", err)
@@ -261,40 +282,40 @@ func (s *stateStore) diff(ov *overlay, slots *slotTable, keys keyTable) ([]journ
 	}
 	old := s.ov
 	if old == nil {
-		old = newOverlay()
+		old = NewOverlay()
 	}
 	if ov == nil {
-		ov = newOverlay()
+		ov = NewOverlay()
 	}
-	diffVals(jLinks, old.Links, ov.Links, add)
-	diffVals(jClasses, old.Classes, ov.Classes, add)
-	diffVals(jRules, old.Rules, ov.Rules, add)
-	diffVals(jRuns, old.Runs, ov.Runs, add)
-	diffVals(jResv, old.Reservations, ov.Reservations, add)
+	diffVals(KindLinks, old.Links, ov.Links, add)
+	diffVals(KindClasses, old.Classes, ov.Classes, add)
+	diffVals(KindRules, old.Rules, ov.Rules, add)
+	diffVals(KindRuns, old.Runs, ov.Runs, add)
+	diffVals(KindReservations, old.Reservations, ov.Reservations, add)
 	os, ns := s.slots, slots
 	if os == nil {
-		os = &slotTable{}
+		os = &Slots{}
 	}
 	if ns == nil {
-		ns = &slotTable{}
+		ns = &Slots{}
 	}
 	if ns.base != 0 && s.slots != nil && ns.base == s.slots.base {
 		// Made from what the file holds: only what assign changed.
 		ch := ns.changed
-		diffKeys(jSlotRule, os.Rules, ns.Rules, ch.rules, add)
-		diffKeys(jSlotClass, os.Classes, ns.Classes, ch.classes, add)
-		diffKeys(jSlotResv, os.Resv, ns.Resv, ch.resv, add)
-		diffKeys(jBaseline, os.Baselines, ns.Baselines, ch.baselines, add)
+		diffKeys(KindSlotRule, os.Rules, ns.Rules, ch.rules, add)
+		diffKeys(KindSlotClass, os.Classes, ns.Classes, ch.classes, add)
+		diffKeys(KindSlotResv, os.Resv, ns.Resv, ch.resv, add)
+		diffKeys(KindBaseline, os.Baselines, ns.Baselines, ch.baselines, add)
 	} else {
-		diffVals(jSlotRule, os.Rules, ns.Rules, add)
-		diffVals(jSlotClass, os.Classes, ns.Classes, add)
-		diffVals(jSlotResv, os.Resv, ns.Resv, add)
-		diffVals(jBaseline, os.Baselines, ns.Baselines, add)
+		diffVals(KindSlotRule, os.Rules, ns.Rules, add)
+		diffVals(KindSlotClass, os.Classes, ns.Classes, add)
+		diffVals(KindSlotResv, os.Resv, ns.Resv, add)
+		diffVals(KindBaseline, os.Baselines, ns.Baselines, add)
 	}
-	diffVals(jKey, s.keys, keys, add)
+	diffVals(KindKey, s.keys, keys, add)
 	for _, k := range s.answered {
 		if e, ok := keys[k]; ok && e == s.keys[k] {
-			add(jKey, k, e, false)
+			add(KindKey, k, e, false)
 		}
 	}
 	return ops, err
@@ -331,7 +352,7 @@ func diffKeys[K comparable, V comparable](kind string, old, cur map[K]V, keys ma
 	}
 }
 
-func encodeRecord(r journalRecord) ([]byte, error) {
+func encodeRecord(r Record) ([]byte, error) {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encode state: %w", err)
@@ -341,9 +362,9 @@ func encodeRecord(r journalRecord) ([]byte, error) {
 	return append(line, '\n'), nil
 }
 
-// decodeRecord checks and decodes one journal line (without its newline).
-func decodeRecord(line []byte) (journalRecord, error) {
-	var r journalRecord
+// DecodeRecord checks and decodes one journal line (without its newline).
+func DecodeRecord(line []byte) (Record, error) {
+	var r Record
 	sum, data, ok := bytes.Cut(line, []byte(" "))
 	if !ok || len(sum) != 8 {
 		return r, errors.New("no checksum")
@@ -360,10 +381,10 @@ func decodeRecord(line []byte) (journalRecord, error) {
 	return r, nil
 }
 
-// apply lays a journal record over a persisted state.
-func (p *persisted) apply(r journalRecord) error {
+// apply lays a journal record over a Persisted state.
+func (p *Persisted) apply(r Record) error {
 	if p.Slots == nil {
-		p.Slots = newSlotTable()
+		p.Slots = NewSlots()
 	}
 	// A snapshot leaves out the maps it had nothing in (omitempty): give
 	// the record somewhere to write.
@@ -374,36 +395,36 @@ func (p *persisted) apply(r journalRecord) error {
 		p.Slots.Classes = map[string]int{}
 	}
 	if p.Slots.Baselines == nil {
-		p.Slots.Baselines = map[int]baseCounter{}
+		p.Slots.Baselines = map[int]BaseCounter{}
 	}
 	if p.Slots.Resv == nil {
 		p.Slots.Resv = map[string]int{}
 	}
 	if p.Keys == nil {
-		p.Keys = keyTable{}
+		p.Keys = Keys{}
 	}
 	for _, op := range r.Ops {
 		var err error
 		switch op.Kind {
-		case jLinks:
+		case KindLinks:
 			err = applyOp(p.Overlay.Links, op)
-		case jClasses:
+		case KindClasses:
 			err = applyOp(p.Overlay.Classes, op)
-		case jRules:
+		case KindRules:
 			err = applyOp(p.Overlay.Rules, op)
-		case jRuns:
+		case KindRuns:
 			err = applyOp(p.Overlay.Runs, op)
-		case jResv:
+		case KindReservations:
 			err = applyOp(p.Overlay.Reservations, op)
-		case jKey:
+		case KindKey:
 			err = applyOp(p.Keys, op)
-		case jSlotRule:
+		case KindSlotRule:
 			err = applyVal(p.Slots.Rules, op)
-		case jSlotClass:
+		case KindSlotClass:
 			err = applyVal(p.Slots.Classes, op)
-		case jSlotResv:
+		case KindSlotResv:
 			err = applyVal(p.Slots.Resv, op)
-		case jBaseline:
+		case KindBaseline:
 			slot, perr := strconv.Atoi(op.Name)
 			if perr != nil {
 				return fmt.Errorf("baseline of slot %q: not a number", policy.Clip(op.Name))
@@ -412,7 +433,7 @@ func (p *persisted) apply(r journalRecord) error {
 				delete(p.Slots.Baselines, slot)
 				continue
 			}
-			var v baseCounter
+			var v BaseCounter
 			if err = strictJSON(op.Value, &v); err == nil {
 				p.Slots.Baselines[slot] = v
 			}
@@ -426,7 +447,7 @@ func (p *persisted) apply(r journalRecord) error {
 	return nil
 }
 
-func applyOp[T any](m map[string]*T, op journalOp) error {
+func applyOp[T any](m map[string]*T, op Op) error {
 	if op.Value == nil {
 		delete(m, op.Name)
 		return nil
@@ -443,7 +464,7 @@ func applyOp[T any](m map[string]*T, op journalOp) error {
 	return nil
 }
 
-func applyVal[V any](m map[string]V, op journalOp) error {
+func applyVal[V any](m map[string]V, op Op) error {
 	if op.Value == nil {
 		delete(m, op.Name)
 		return nil
@@ -465,8 +486,8 @@ func strictJSON(data []byte, v any) error {
 // readStateJournal reads a state file's snapshot and replays its journal:
 // the state, the snapshot's epoch, the journal's records of that epoch and
 // the snapshot's size.
-func readStateJournal(path string) (*persisted, uint64, int, int64, error) {
-	p, err := readStateFile(path)
+func readStateJournal(path string) (*Persisted, uint64, int, int64, error) {
+	p, err := readSnapshot(path)
 	if err != nil {
 		return nil, 0, 0, 0, err
 	}
@@ -477,12 +498,12 @@ func readStateJournal(path string) (*persisted, uint64, int, int64, error) {
 	if p.Journal == 0 {
 		return p, 0, 0, snapSize, nil // no journal continues this snapshot
 	}
-	data, err := os.ReadFile(journalPath(path))
+	data, err := os.ReadFile(JournalPath(path))
 	if errors.Is(err, fs.ErrNotExist) {
 		return p, p.Journal, 0, snapSize, nil
 	}
 	if err != nil {
-		return nil, 0, 0, 0, fmt.Errorf("read state %s: %w", journalPath(path), err)
+		return nil, 0, 0, 0, fmt.Errorf("read state %s: %w", JournalPath(path), err)
 	}
 	const fix = "move it away to start from the state file alone"
 	records := 0
@@ -493,35 +514,35 @@ func readStateJournal(path string) (*persisted, uint64, int, int64, error) {
 		}
 		line := rest[:i]
 		rest = rest[i+1:]
-		r, err := decodeRecord(line)
+		r, err := DecodeRecord(line)
 		if err != nil {
 			if len(rest) == 0 {
 				break // the last record, cut short by a crash
 			}
-			return nil, 0, 0, 0, fmt.Errorf("read state %s: record %d: %w (%s)", journalPath(path), n, err, fix)
+			return nil, 0, 0, 0, fmt.Errorf("read state %s: record %d: %w (%s)", JournalPath(path), n, err, fix)
 		}
 		if r.Epoch != p.Journal {
 			continue // of an older snapshot (a compaction was cut short)
 		}
 		if err := p.apply(r); err != nil {
-			return nil, 0, 0, 0, fmt.Errorf("read state %s: record %d: %w (%s)", journalPath(path), n, err, fix)
+			return nil, 0, 0, 0, fmt.Errorf("read state %s: record %d: %w (%s)", JournalPath(path), n, err, fix)
 		}
 		records++
 	}
 	if p.Slots != nil {
 		if err := p.Slots.check(); err != nil {
-			return nil, 0, 0, 0, fmt.Errorf("read state %s: %w; %s", journalPath(path), err, fix)
+			return nil, 0, 0, 0, fmt.Errorf("read state %s: %w; %s", JournalPath(path), err, fix)
 		}
 	}
 	if err := p.Keys.check(); err != nil {
-		return nil, 0, 0, 0, fmt.Errorf("read state %s: %w; %s", journalPath(path), err, fix)
+		return nil, 0, 0, 0, fmt.Errorf("read state %s: %w; %s", JournalPath(path), err, fix)
 	}
 	return p, p.Journal, records, snapSize, nil
 }
 
-// writeSnapshot writes a whole state file with the journal epoch that
-// continues it, atomically (see writeState); it returns its size.
-func writeSnapshot(path string, ov *overlay, slots *slotTable, keys keyTable, epoch uint64) (int64, error) {
+// WriteSnapshot writes a whole state file with the journal epoch that
+// continues it, atomically (see WriteState); it returns its size.
+func WriteSnapshot(path string, ov *Overlay, slots *Slots, keys Keys, epoch uint64) (int64, error) {
 	if err := writeStateEpoch(path, ov, slots, keys, epoch); err != nil {
 		return 0, err
 	}

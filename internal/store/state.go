@@ -1,4 +1,12 @@
-package engine
+// Package store is hostqosd's persisted desired state: the overlays of
+// changes made through the API (persistent) and of temporary changes and
+// runs (a runtime file that survives a crash, not a reboot) laid over the
+// config file (Merge), the stable numbers the derive gives rules, classes
+// and reservations (Slots), the idempotency keys of keyed changes (Keys),
+// and their files: each a snapshot plus an append-only journal (File), so
+// persisting a change costs what the change is, not the policy. It knows
+// nothing of the kernel; the engine decides when to write.
+package store
 
 import (
 	"bytes"
@@ -18,21 +26,21 @@ import (
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
-// overlay holds changes made through the API on top of the config file. A
+// Overlay holds changes made through the API on top of the config file. A
 // nil entry is a tombstone: the object of that name from the config file is
 // removed.
-type overlay struct {
+type Overlay struct {
 	Links   map[string]*policy.Link  `json:"links,omitempty"`
 	Classes map[string]*policy.Class `json:"classes,omitempty"`
 	Rules   map[string]*policy.Rule  `json:"rules,omitempty"`
-	Runs    map[string]*runState     `json:"runs,omitempty"`
+	Runs    map[string]*Run          `json:"runs,omitempty"`
 	// Reservations (see reservations.go).
 	Reservations map[string]*policy.Reservation `json:"reservations,omitempty"`
 }
 
-// runState is an active `hostqos run`, kept in the temporary overlay so a
+// Run is an active `hostqos run`, kept in the temporary Overlay so a
 // restarted daemon keeps the program under its policy.
-type runState struct {
+type Run struct {
 	ID     string `json:"id"`
 	PID    int    `json:"pid"`
 	UID    uint32 `json:"uid"`
@@ -44,30 +52,35 @@ type runState struct {
 	Since  int64  `json:"since_unix"`
 }
 
-func newOverlay() *overlay {
-	return &overlay{
+// Ordinary reports whether the run was started by an ordinary user (not
+// root, not group hostqos). State of an older daemon has no Admin field:
+// then only uid 0 counts as admin, which errs on the safe side.
+func (r *Run) Ordinary() bool { return !r.Admin && r.UID != 0 }
+
+func NewOverlay() *Overlay {
+	return &Overlay{
 		Links:   map[string]*policy.Link{},
 		Classes: map[string]*policy.Class{},
 		Rules:   map[string]*policy.Rule{},
-		Runs:    map[string]*runState{},
+		Runs:    map[string]*Run{},
 
 		Reservations: map[string]*policy.Reservation{},
 	}
 }
 
-// clone copies the overlay's maps so a change can be prepared and
+// Clone copies the Overlay's maps so a change can be prepared and
 // dropped. The objects are shared: a change replaces an entry with a new
 // object and never writes through an entry's pointer, which is also how
 // the state journal finds what a change changed (by pointer, see
-// stateStore.diff).
-func (o *overlay) clone() *overlay {
-	return &overlay{Links: maps.Clone(o.Links), Classes: maps.Clone(o.Classes), Rules: maps.Clone(o.Rules), Runs: maps.Clone(o.Runs),
+// File.diff).
+func (o *Overlay) Clone() *Overlay {
+	return &Overlay{Links: maps.Clone(o.Links), Classes: maps.Clone(o.Classes), Rules: maps.Clone(o.Rules), Runs: maps.Clone(o.Runs),
 		Reservations: maps.Clone(o.Reservations)}
 }
 
-// differs reports whether o and n hold other entries (by pointer, see
+// Differs reports whether o and n hold other entries (by pointer, see
 // clone).
-func (o *overlay) differs(n *overlay) bool {
+func (o *Overlay) Differs(n *Overlay) bool {
 	return !ptrMapsEqual(o.Links, n.Links) || !ptrMapsEqual(o.Classes, n.Classes) || !ptrMapsEqual(o.Rules, n.Rules) ||
 		!ptrMapsEqual(o.Runs, n.Runs) || !ptrMapsEqual(o.Reservations, n.Reservations)
 }
@@ -86,53 +99,52 @@ func ptrMapsEqual[T any](a, b map[string]*T) bool {
 
 // Sources of objects, as shown by the API.
 const (
-	srcDefault = "default"
-	srcConfig  = "config"
-	srcAPI     = "api"
-	srcTemp    = "temporary"
-	srcRun     = "run"
+	SrcDefault = "default"
+	SrcConfig  = "config"
+	SrcAPI     = "api"
+	SrcTemp    = "temporary"
+	SrcRun     = "run"
 )
 
-// merged is the effective policy with where each object came from.
-type merged struct {
+// Merged is the effective policy with where each object came from.
+type Merged struct {
 	Policy  *policy.Policy
 	Sources map[string]string // "rule/NAME", "class/NAME", "link/NAME" → source
-	Runs    []runCgroup       // the runs' cgroups and origins, sorted by rule
+	// Runs are where each run's process was moved from and to, sorted by
+	// rule (the derive keeps it under the admin cgroup and unit rules of
+	// the cgroup it left).
+	Runs []derive.Run
 }
 
-// runCgroup is where a run's process was moved from and to; compile keeps
-// it under the admin cgroup and unit rules of the cgroup it left.
-type runCgroup = derive.Run
-
-// merge lays the persistent and temporary overlays over the config file's
+// Merge lays the persistent and temporary overlays over the config file's
 // policy. The base must already contain the default classes.
-func merge(base *policy.Policy, persist, temp *overlay) merged {
+func Merge(base *policy.Policy, persist, temp *Overlay) Merged {
 	n := len(base.Links) + len(base.Classes) + len(base.Rules) + len(base.Reservations) + len(persist.Rules) + len(temp.Rules)
-	m := merged{Policy: &policy.Policy{}, Sources: make(map[string]string, n)}
+	m := Merged{Policy: &policy.Policy{}, Sources: make(map[string]string, n)}
 	defaults := map[string]bool{}
 	for _, c := range policy.DefaultClasses() {
 		defaults[c.Name] = true
 	}
 	m.Policy.Links = layer(m.Sources, "link/", base.Links, func(l policy.Link) string { return l.Name },
-		func(string) string { return srcConfig }, persist.Links, temp.Links, nil)
+		func(string) string { return SrcConfig }, persist.Links, temp.Links, nil)
 	m.Policy.Classes = layer(m.Sources, "class/", base.Classes, func(c policy.Class) string { return c.Name },
 		func(name string) string {
 			if defaults[name] {
-				return srcDefault
+				return SrcDefault
 			}
-			return srcConfig
+			return SrcConfig
 		}, persist.Classes, temp.Classes, nil)
 	m.Policy.Rules = layer(m.Sources, "rule/", base.Rules, func(r policy.Rule) string { return r.Name },
-		func(string) string { return srcConfig }, persist.Rules, temp.Rules,
+		func(string) string { return SrcConfig }, persist.Rules, temp.Rules,
 		func(r *policy.Rule, temporary bool) { r.Temporary = temporary })
 	m.Policy.Reservations = layer(m.Sources, "reservation/", base.Reservations, func(r policy.Reservation) string { return r.Name },
-		func(string) string { return srcConfig }, persist.Reservations, temp.Reservations,
+		func(string) string { return SrcConfig }, persist.Reservations, temp.Reservations,
 		func(r *policy.Reservation, temporary bool) { r.Temporary = temporary })
 	userRun := map[string]bool{}
 	for _, run := range temp.Runs {
-		m.Sources["rule/"+run.Rule] = srcRun
-		userRun[run.Rule] = run.ordinary()
-		m.Runs = append(m.Runs, runCgroup{Rule: run.Rule, Cgroup: run.Cgroup, Origin: run.Origin})
+		m.Sources["rule/"+run.Rule] = SrcRun
+		userRun[run.Rule] = run.Ordinary()
+		m.Runs = append(m.Runs, derive.Run{Rule: run.Rule, Cgroup: run.Cgroup, Origin: run.Origin})
 	}
 	sort.Slice(m.Runs, func(i, j int) bool { return m.Runs[i].Rule < m.Runs[j].Rule })
 	// Only the daemon says which rules are ordinary users' runs.
@@ -143,13 +155,13 @@ func merge(base *policy.Policy, persist, temp *overlay) merged {
 }
 
 // layer merges one kind of object: the base list, then the persistent and
-// the temporary overlay (a nil entry removes the object). Objects keep the
+// the temporary Overlay (a nil entry removes the object). Objects keep the
 // base's order; new ones follow in name order. sources records where each
 // object came from; mark, if set, tells an object whether it is temporary.
 func layer[T any](sources map[string]string, prefix string, base []T, name func(T) string,
 	baseSource func(string) string, persist, temp map[string]*T, mark func(*T, bool)) []T {
 	// One copy of each object into out, by position; a removed object
-	// keeps its slot (and gets it back if a later overlay adds it again)
+	// keeps its slot (and gets it back if a later Overlay adds it again)
 	// until the end. Runs on every change over the whole policy.
 	n := len(base) + len(persist) + len(temp)
 	out := make([]T, 0, n)
@@ -171,8 +183,8 @@ func layer[T any](sources map[string]string, prefix string, base []T, name func(
 	for _, ov := range []struct {
 		m   map[string]*T
 		src string
-	}{{persist, srcAPI}, {temp, srcTemp}} {
-		for _, nm := range sortedKeys(ov.m) {
+	}{{persist, SrcAPI}, {temp, SrcTemp}} {
+		for _, nm := range SortedKeys(ov.m) {
 			v := ov.m[nm]
 			if v == nil {
 				if i, ok := pos[nm]; ok {
@@ -182,7 +194,7 @@ func layer[T any](sources map[string]string, prefix string, base []T, name func(
 			}
 			c := *v
 			if mark != nil {
-				mark(&c, ov.src == srcTemp)
+				mark(&c, ov.src == SrcTemp)
 			}
 			put(nm, &c, ov.src)
 		}
@@ -199,7 +211,7 @@ func layer[T any](sources map[string]string, prefix string, base []T, name func(
 	return kept
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+func SortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -208,14 +220,14 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// slotTable gives every rule a stable slot in the datapath's counter array
+// Slots gives every rule a stable slot in the datapath's counter array
 // and every class a stable index, so counters survive restarts and edits.
 // Baselines hold a slot's counter value when it was handed to its current
 // owner, so a reused slot starts from zero.
-type slotTable struct {
+type Slots struct {
 	Rules     map[string]int      `json:"rules"`
 	Classes   map[string]int      `json:"classes"`
-	Baselines map[int]baseCounter `json:"baselines,omitempty"`
+	Baselines map[int]BaseCounter `json:"baselines,omitempty"`
 	// Resv are the datapath ids of reservations and of rules with a
 	// session limit, less one ("resv:NAME" or "rule:NAME" → id-1), stable
 	// for their life (see resvIDs).
@@ -223,9 +235,9 @@ type slotTable struct {
 	// base identifies the table whose content changed is counted from
 	// (0: unknown), and changed are the entries assign changed since:
 	// the state journal diffs only those when base is what the file
-	// holds (stateStore.diff), not 10,000 slots on every change. An id,
+	// Holds (File.diff), not 10,000 slots on every change. An id,
 	// not a pointer: a table must not keep the tables before it alive,
-	// or memory would grow with every change (see stateStore.hold).
+	// or memory would grow with every change (see File.hold).
 	base    uint64
 	changed slotChanges
 	// handed are the rule slots the last assign gave a new owner, to be
@@ -234,17 +246,17 @@ type slotTable struct {
 }
 
 // slotTableIDs numbers the contents of slot tables that state files hold
-// (slotTable.base), unique across the process's state stores.
+// (Slots.base), unique across the process's state stores.
 var slotTableIDs atomic.Uint64
 
-// slotChanges are the entries of a slotTable that may differ from its
+// slotChanges are the entries of a Slots that may differ from its
 // base's (nil maps: not recorded, the table has no base).
 type slotChanges struct {
 	rules, classes, resv map[string]bool
 	baselines            map[int]bool
 }
 
-// clone copies the sets, making them if they are nil.
+// Clone copies the sets, making them if they are nil.
 func (c slotChanges) clone() slotChanges {
 	return slotChanges{rules: cloneSet(c.rules), classes: cloneSet(c.classes), resv: cloneSet(c.resv), baselines: cloneSet(c.baselines)}
 }
@@ -260,10 +272,10 @@ func cloneSet[K comparable](m map[K]bool) map[K]bool {
 	return maps.Clone(m)
 }
 
-// baseCounter is what a rule slot held when it was handed to its current
+// BaseCounter is what a rule slot held when it was handed to its current
 // owner: its counters, and the datapath's policy generation from which the
 // owner has it.
-type baseCounter struct {
+type BaseCounter struct {
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
 	Drops   uint64 `json:"drops"`
@@ -281,20 +293,20 @@ type baseCounter struct {
 // maxClasses bounds service class indexes (the shaper's class-id scheme).
 const maxClasses = shaper.ClassIndexes
 
-func newSlotTable() *slotTable {
-	return &slotTable{Rules: map[string]int{}, Classes: map[string]int{}, Baselines: map[int]baseCounter{}}
+func NewSlots() *Slots {
+	return &Slots{Rules: map[string]int{}, Classes: map[string]int{}, Baselines: map[int]BaseCounter{}}
 }
 
-// clone copies the table for a change to be prepared on. The copy carries
-// what changed since the base of s (see stateStore.diff), unless that is
+// Clone copies the table for a change to be prepared on. The copy carries
+// what changed since the base of s (see File.diff), unless that is
 // more than the table holds (applies that write no state file, like the
 // protected clients' rules, changed many entries): then its next write
 // compares every entry, which costs no more, and no set grows with
 // changes that are never written.
-func (s *slotTable) clone() *slotTable {
-	n := &slotTable{Rules: maps.Clone(s.Rules), Classes: maps.Clone(s.Classes), Baselines: maps.Clone(s.Baselines), Resv: maps.Clone(s.Resv)}
+func (s *Slots) Clone() *Slots {
+	n := &Slots{Rules: maps.Clone(s.Rules), Classes: maps.Clone(s.Classes), Baselines: maps.Clone(s.Baselines), Resv: maps.Clone(s.Resv)}
 	if n.Baselines == nil {
-		n.Baselines = map[int]baseCounter{}
+		n.Baselines = map[int]BaseCounter{}
 	}
 	if s.base != 0 && s.changed.size() <= len(n.Rules)+len(n.Classes)+len(n.Resv)+len(n.Baselines) {
 		n.base, n.changed = s.base, s.changed.clone()
@@ -302,11 +314,11 @@ func (s *slotTable) clone() *slotTable {
 	return n
 }
 
-// assign gives slots to new rules and classes of p (an expansion's) and
+// Assign gives slots to new rules and classes of p (an expansion's) and
 // ids to new reservation keys resv, and frees those of vanished ones.
 // current reads the counter of a slot (for the baseline of a reused slot);
 // it may be nil.
-func (s *slotTable) assign(p *policy.Policy, resv []string, current func(slot int) baseCounter) error {
+func (s *Slots) Assign(p *policy.Policy, resv []string, current func(slot int) BaseCounter) error {
 	rules := make([]string, 0, len(p.Rules))
 	var classes []string
 	for _, r := range p.Rules {
@@ -340,10 +352,10 @@ func (s *slotTable) assign(p *policy.Policy, resv []string, current func(slot in
 	return allocate(s.Classes, classes, maxClasses, "class index", ch.classes, nil)
 }
 
-// holds reports whether the table gives exactly p's rules and classes and
+// Holds reports whether the table gives exactly p's rules and classes and
 // the keys resv their numbers, each in range and once: then assign would
 // change nothing (a rescan's sync needs no copy of the table).
-func (s *slotTable) holds(p *policy.Policy, resv []string) bool {
+func (s *Slots) Holds(p *policy.Policy, resv []string) bool {
 	if len(s.Rules) != len(p.Rules) || len(s.Classes) != len(p.Classes) || len(s.Resv) != len(resv) {
 		return false
 	}
@@ -366,15 +378,15 @@ func holdsAll(m map[string]int, n int, name func(int) string, limit int) bool {
 	return true
 }
 
-// view is the table as the derive reads it (shared, not copied).
-func (s *slotTable) view() derive.Slots {
+// View is the table as the derive reads it (shared, not copied).
+func (s *Slots) View() derive.Slots {
 	return derive.Slots{Rules: s.Rules, Classes: s.Classes, Resv: s.Resv}
 }
 
-// stampHandover records gen, the policy generation the datapath has now
+// StampHandover records gen, the policy generation the datapath has now
 // that the last assign's policy is pushed, as the one from which the
 // slots it handed out are their new owners'.
-func (s *slotTable) stampHandover(gen uint32) {
+func (s *Slots) StampHandover(gen uint32) {
 	for _, slot := range s.handed {
 		b := s.Baselines[slot]
 		b.Gen = gen
@@ -386,11 +398,11 @@ func (s *slotTable) stampHandover(gen uint32) {
 	s.handed = nil
 }
 
-// forgetHandoversAfter drops every handover generation when one is beyond
+// ForgetHandoversAfter drops every handover generation when one is beyond
 // gen, the datapath's: such a datapath was made anew (a reboot, hostqos
 // down), its flow table holds no flow of an earlier owner of any slot, and
 // its generations start again from zero. It reports whether it did.
-func (s *slotTable) forgetHandoversAfter(gen uint32) bool {
+func (s *Slots) ForgetHandoversAfter(gen uint32) bool {
 	stale := false
 	for _, b := range s.Baselines {
 		stale = stale || b.Gen > gen
@@ -482,23 +494,30 @@ func allocate(m map[string]int, names []string, limit int, what string, changed 
 // writes.
 const stateVersion = 1
 
-// persisted is the content of one state file.
-type persisted struct {
-	Version int        `json:"version"`
-	Overlay *overlay   `json:"overlay"`
-	Slots   *slotTable `json:"slots,omitempty"`
+// Persisted is the content of one state file.
+type Persisted struct {
+	Version int      `json:"version"`
+	Overlay *Overlay `json:"overlay"`
+	Slots   *Slots   `json:"slots,omitempty"`
 	// Keys are the idempotency keys of the changes this file holds: a
 	// change and its key are written in the same atomic write (see
 	// idempotency.go).
-	Keys keyTable `json:"idempotency_keys,omitempty"`
+	Keys Keys `json:"idempotency_keys,omitempty"`
 	// Journal is the epoch of the journal records that continue this
 	// snapshot (see journal.go); 0: none.
 	Journal uint64 `json:"journal,omitempty"`
 }
 
-// readState reads a state file and its journal; a missing file is an
+// Read reads a state file: its snapshot with its journal laid over it; a
+// missing file is an empty state.
+func Read(path string) (*Persisted, error) {
+	p, _, _, _, err := readStateJournal(path)
+	return p, err
+}
+
+// ReadState reads a state file and its journal; a missing file is an
 // empty state.
-func readState(path string) (*overlay, *slotTable, error) {
+func ReadState(path string) (*Overlay, *Slots, error) {
 	p, _, _, _, err := readStateJournal(path)
 	if err != nil {
 		return nil, nil, err
@@ -506,12 +525,12 @@ func readState(path string) (*overlay, *slotTable, error) {
 	return p.Overlay, p.Slots, nil
 }
 
-// readStateFile reads a whole state file and checks it: its version, and
+// readSnapshot reads a state file (its snapshot, not its journal) and checks it: its version, and
 // slot numbers within their ranges. A missing file is an empty state.
-func readStateFile(path string) (*persisted, error) {
+func readSnapshot(path string) (*Persisted, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &persisted{Version: stateVersion, Overlay: newOverlay()}, nil
+		return &Persisted{Version: stateVersion, Overlay: NewOverlay()}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read state %s: %w", path, err)
@@ -530,14 +549,14 @@ func readStateFile(path string) (*persisted, error) {
 		}
 		return nil, fmt.Errorf("read state %s: %s; this hostqosd reads version %d only (written by another hostqos release?); %s, or run the hostqosd that wrote it", path, v, stateVersion, fix)
 	}
-	p := persisted{Overlay: newOverlay()} // maps the file leaves out stay empty
+	p := Persisted{Overlay: NewOverlay()} // maps the file leaves out stay empty
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
 		return nil, fmt.Errorf("parse state %s: %w (%s)", path, describeStateError(err), fix)
 	}
 	if p.Overlay == nil {
-		p.Overlay = newOverlay()
+		p.Overlay = NewOverlay()
 	}
 	if p.Slots != nil {
 		if err := p.Slots.check(); err != nil {
@@ -561,14 +580,14 @@ func describeStateError(err error) error {
 }
 
 // check reports slot numbers out of range or shared, printing them whole.
-func (s *slotTable) check() error {
+func (s *Slots) check() error {
 	for _, t := range []struct {
 		what  string
 		m     map[string]int
 		limit int
 	}{{"rule slot", s.Rules, datapath.MaxRules}, {"class index", s.Classes, maxClasses}, {"reservation id", s.Resv, datapath.MaxReservations - 1}} {
 		owner := map[int]string{}
-		for _, name := range sortedKeys(t.m) {
+		for _, name := range SortedKeys(t.m) {
 			v := t.m[name]
 			if v < 0 || v >= t.limit {
 				return fmt.Errorf("%s %d of %q out of range 0..%d", t.what, v, policy.Clip(name), t.limit-1)
@@ -587,17 +606,17 @@ func (s *slotTable) check() error {
 	return nil
 }
 
-// writeState replaces a state file atomically, continued by no journal
+// WriteState replaces a state file atomically, continued by no journal
 // (see writeStateEpoch).
-func writeState(path string, ov *overlay, slots *slotTable, keys keyTable) error {
+func WriteState(path string, ov *Overlay, slots *Slots, keys Keys) error {
 	return writeStateEpoch(path, ov, slots, keys, 0)
 }
 
 // writeStateEpoch replaces a state file atomically: write a temporary file
 // in the same directory, fsync it, rename it over the old one, fsync the
 // dir. epoch names the journal records that continue it (0: none).
-func writeStateEpoch(path string, ov *overlay, slots *slotTable, keys keyTable, epoch uint64) error {
-	data, err := json.Marshal(persisted{Version: stateVersion, Overlay: ov, Slots: slots, Keys: keys, Journal: epoch})
+func writeStateEpoch(path string, ov *Overlay, slots *Slots, keys Keys, epoch uint64) error {
+	data, err := json.Marshal(Persisted{Version: stateVersion, Overlay: ov, Slots: slots, Keys: keys, Journal: epoch})
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}

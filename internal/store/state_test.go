@@ -1,6 +1,7 @@
-package engine
+package store
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -13,14 +14,14 @@ func TestMergeLayers(t *testing.T) {
 		Classes: policy.DefaultClasses(),
 		Rules:   []policy.Rule{rule("a"), rule("b")},
 	}
-	persist, temp := newOverlay(), newOverlay()
+	persist, temp := NewOverlay(), NewOverlay()
 	persist.Rules["b"] = nil // removed through the API
 	c := rule("c")
 	persist.Rules["c"] = &c
 	a2 := rule("a")
 	a2.Class = "voice"
 	temp.Rules["a"] = &a2 // temporarily changed
-	m := merge(base, persist, temp)
+	m := Merge(base, persist, temp)
 	var names []string
 	for _, r := range m.Policy.Rules {
 		names = append(names, r.Name)
@@ -31,15 +32,15 @@ func TestMergeLayers(t *testing.T) {
 	if m.Policy.Rules[0].Class != "voice" || !m.Policy.Rules[0].Temporary {
 		t.Fatalf("temporary overlay not applied: %+v", m.Policy.Rules[0])
 	}
-	if m.Sources["rule/a"] != srcTemp || m.Sources["rule/c"] != srcAPI || m.Sources["link/eth0"] != srcConfig {
+	if m.Sources["rule/a"] != SrcTemp || m.Sources["rule/c"] != SrcAPI || m.Sources["link/eth0"] != SrcConfig {
 		t.Fatalf("sources = %v", m.Sources)
 	}
 }
 
 func TestSlotsStableAndBaselined(t *testing.T) {
-	s := newSlotTable()
+	s := NewSlots()
 	p := &policy.Policy{Classes: policy.DefaultClasses(), Rules: []policy.Rule{rule("a"), rule("b")}}
-	if err := s.assign(p, nil, nil); err != nil {
+	if err := s.Assign(p, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	a, b := s.Rules["a"], s.Rules["b"]
@@ -49,8 +50,8 @@ func TestSlotsStableAndBaselined(t *testing.T) {
 	// Remove a and add c in one change: c gets a slot of its own, not
 	// the one a's flows use until the new policy takes over.
 	p.Rules = []policy.Rule{rule("b"), rule("c")}
-	counter := func(slot int) baseCounter { return baseCounter{Packets: uint64(100 + slot)} }
-	if err := s.assign(p, nil, counter); err != nil {
+	counter := func(slot int) BaseCounter { return BaseCounter{Packets: uint64(100 + slot)} }
+	if err := s.Assign(p, nil, counter); err != nil {
 		t.Fatal(err)
 	}
 	if s.Rules["b"] != b {
@@ -61,7 +62,7 @@ func TestSlotsStableAndBaselined(t *testing.T) {
 	}
 	// A later change reuses a's slot, with a baseline.
 	p.Rules = append(p.Rules, rule("d"))
-	if err := s.assign(p, nil, counter); err != nil {
+	if err := s.Assign(p, nil, counter); err != nil {
 		t.Fatal(err)
 	}
 	if s.Rules["d"] != a || s.Baselines[a].Packets != uint64(100+a) {
@@ -81,17 +82,17 @@ func TestSlotsStableAndBaselined(t *testing.T) {
 func TestStateRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.json")
-	ov := newOverlay()
+	ov := NewOverlay()
 	r := rule("x")
 	r.MaxBW = 10e6
 	ov.Rules["x"] = &r
 	ov.Rules["gone"] = nil
-	slots := newSlotTable()
+	slots := NewSlots()
 	slots.Rules["x"] = 7
-	if err := writeState(path, ov, slots, nil); err != nil {
+	if err := WriteState(path, ov, slots, nil); err != nil {
 		t.Fatal(err)
 	}
-	got, gs, err := readState(path)
+	got, gs, err := ReadState(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,32 @@ func TestStateRoundTrip(t *testing.T) {
 	if gs.Rules["x"] != 7 {
 		t.Fatalf("slots = %+v", gs)
 	}
-	if _, _, err := readState(filepath.Join(dir, "missing.json")); err != nil {
+	if _, _, err := ReadState(filepath.Join(dir, "missing.json")); err != nil {
 		t.Fatalf("missing state must be empty, got %v", err)
+	}
+}
+
+func rule(name string) policy.Rule {
+	return policy.Rule{Name: name, Proto: "udp", DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP}
+}
+
+// TestSlotChangesBounded: a slot table carries the entries changed since
+// what the state file holds only while they are fewer than its own: a
+// churn of rules that no state write records (the protected clients'
+// rules change without one) grows nothing per change.
+func TestSlotChangesBounded(t *testing.T) {
+	s := NewSlots()
+	(&File{}).Hold(s)
+	p := &policy.Policy{Classes: policy.DefaultClasses()}
+	for i := range 1000 {
+		n := s.Clone()
+		p.Rules = []policy.Rule{rule(fmt.Sprintf("prot:198.18.0.%d:%d", i%250, 1000+i))}
+		if err := n.Assign(p, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		s = n
+	}
+	if n := s.changed.size(); n > 2*(len(s.Rules)+len(s.Classes)) {
+		t.Errorf("after 1,000 changes never written the table carries %d changed entries; it holds %d rules and %d classes", n, len(s.Rules), len(s.Classes))
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package store
 
 import (
 	"fmt"
@@ -15,9 +15,9 @@ const testKey = "0123456789abcdef0123456789abcdef"
 // than keyTTL; the newest key always stays.
 func TestKeyTableBound(t *testing.T) {
 	now := time.Now()
-	var tab keyTable
+	var tab Keys
 	for i := 0; i < maxKeys+10; i++ {
-		tab = tab.with(fmt.Sprintf("%032d", i), &KeyEntry{At: now.Unix() - int64(maxKeys+10-i)}, now)
+		tab = tab.With(fmt.Sprintf("%032d", i), &KeyEntry{At: now.Unix() - int64(maxKeys+10-i)}, now)
 	}
 	if len(tab) != maxKeys {
 		t.Errorf("%d keys kept, want %d", len(tab), maxKeys)
@@ -25,7 +25,7 @@ func TestKeyTableBound(t *testing.T) {
 	if _, ok := tab[fmt.Sprintf("%032d", 0)]; ok {
 		t.Error("the oldest key was kept")
 	}
-	tab = tab.with(testKey, &KeyEntry{At: now.Unix()}, now.Add(25*time.Hour))
+	tab = tab.With(testKey, &KeyEntry{At: now.Unix()}, now.Add(25*time.Hour))
 	if len(tab) != 1 || tab[testKey] == nil {
 		t.Errorf("after 25 h: %d keys", len(tab))
 	}
@@ -52,7 +52,7 @@ func TestReadStateChecks(t *testing.T) {
 		if err := os.WriteFile(path, []byte(c.content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err := readStateFile(path)
+		_, err := readSnapshot(path)
 		if err == nil {
 			t.Errorf("%s: accepted", name)
 			continue
