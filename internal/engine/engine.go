@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -119,9 +120,12 @@ type Engine struct {
 	// clients (read on first use), the whole drop list last built, and the
 	// links carrying the XDP program.
 	shield *shieldState
-	blocks blockMemo
-	xdp    map[string]int
-	resvW  resvWatch // the reservation poller's memory (Tick only)
+	// rtSaved are the real-time channels the runtime file held at start
+	// (RestoreRTChannels takes their owners again).
+	rtSaved map[uint64]*store.RTChannel
+	blocks  blockMemo
+	xdp     map[string]int
+	resvW   resvWatch // the reservation poller's memory (Tick only)
 }
 
 // New reads the config and the state files and validates them; it touches
@@ -146,20 +150,26 @@ func New(cfg Config) (*Engine, error) {
 	e.stats = newSampler(e)
 	e.events = e.newEvents(events.Limits{}, time.Now)
 	var err error
-	if e.times, err = newRuleTimes(cfg.StatePath, cfg.Logger); err != nil {
-		return nil, err
-	}
 	if e.base, err = e.loadConfig(); err != nil {
 		return nil, err
 	}
 	var ps, rt *store.Persisted
-	if e.stPersist, ps, err = store.Open(cfg.StatePath); err != nil {
+	if e.stPersist, ps, err = store.Open(cfg.StatePath, legacyPersist(cfg)); err != nil {
 		return nil, err
 	}
-	if e.stTemp, rt, err = store.Open(cfg.RuntimePath); err != nil {
+	if e.stTemp, rt, err = store.Open(cfg.RuntimePath, legacyRuntime(cfg)); err != nil {
 		return nil, err
+	}
+	for _, w := range append(ps.Warnings, rt.Warnings...) {
+		e.log.Warn(w)
 	}
 	e.persist, e.temp, e.keysPersist, e.keysTemp = ps.Overlay, rt.Overlay, ps.Keys, rt.Keys
+	e.shield = ps.Shield
+	if e.shield == nil {
+		e.shield = store.NewShield()
+	}
+	e.times = newRuleTimes(ps.Quota, e.saveQuotaLocked)
+	e.rtSaved = rt.RTChannels
 	e.slots = store.NewSlots()
 	if ps.Slots != nil {
 		e.slots = ps.Slots
@@ -172,6 +182,24 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("validate policy (config %s with changes in %s): %w", cfg.ConfigPath, cfg.StatePath, err)
 	}
 	return e, nil
+}
+
+// legacyPersist and legacyRuntime name the files in which daemons before
+// state version 2 kept the sections of the state files (store.Legacy):
+// the shield's entries and quota usage beside the state file, real-time
+// channels beside the runtime file.
+func legacyPersist(cfg Config) store.Legacy {
+	if cfg.StatePath == "" {
+		return store.Legacy{}
+	}
+	return store.Legacy{Shield: cfg.StatePath + ".shield", Quota: filepath.Join(filepath.Dir(cfg.StatePath), "quota.json")}
+}
+
+func legacyRuntime(cfg Config) store.Legacy {
+	if cfg.RuntimePath == "" {
+		return store.Legacy{}
+	}
+	return store.Legacy{RT: filepath.Join(filepath.Dir(cfg.RuntimePath), "rtchannels.json")}
 }
 
 // loadConfig reads the policy file. A missing default file means "no
@@ -328,11 +356,15 @@ func (e *Engine) overlayChange(m store.Merged, persist, temp *store.Overlay) syn
 	return syncChange{m: &m,
 		save: func(slots *store.Slots) error {
 			keysP, keysT = e.recordKeyLocked(temp.Differs(e.temp))
-			undo, err := e.stPersist.Write(persist, slots, keysP)
+			sp := e.stPersist.Holds()
+			sp.Overlay, sp.Slots, sp.Keys = persist, slots, keysP
+			undo, err := e.stPersist.Write(sp)
 			if err != nil {
 				return err
 			}
-			if _, err := e.stTemp.Write(temp, nil, keysT); err != nil {
+			st := e.stTemp.Holds()
+			st.Overlay, st.Keys = temp, keysT
+			if _, err := e.stTemp.Write(st); err != nil {
 				// The state file already holds the change: put the previous
 				// one back, or a restart would bring the failed change back.
 				if undo != nil {
@@ -490,7 +522,9 @@ func (e *Engine) DropTemporary() {
 	}
 	// The running engine keeps them; the file (and the next change's
 	// record) holds only what stays.
-	if err := e.stTemp.Compact(keep, nil, e.keysTemp); err != nil {
+	st := e.stTemp.Holds()
+	st.Overlay, st.Keys = keep, e.keysTemp
+	if err := e.stTemp.Compact(st); err != nil {
 		e.log.Warn("forget temporary changes", "err", err)
 	}
 }

@@ -89,7 +89,7 @@ func TestJournalSurvivesCrash(t *testing.T) {
 	persist, slots, keys := e2.persist.Clone(), e2.slots, e2.keysPersist
 	e2.mu.Unlock()
 	delete(persist.Rules, "d")
-	if _, err := store.WriteSnapshot(env.cfg.StatePath, persist, slots, keys, 12345); err != nil {
+	if _, err := store.WriteSnapshot(env.cfg.StatePath, store.State{Overlay: persist, Slots: slots, Keys: keys}, 12345); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(store.JournalPath(env.cfg.StatePath), old, 0o644); err != nil {

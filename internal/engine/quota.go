@@ -1,13 +1,7 @@
 package engine
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/hostqos/hostqos/internal/store"
@@ -26,28 +20,22 @@ import (
 // a shaped link, else a policer) until the quota's next reset. Tick (and
 // CheckQuotas between ticks, see QuotaCheckIn) counts each quota's usage
 // from the rule's byte counter, notices resets and schedule switches,
-// publishes events, and pushes the datapath again when the view changed. Usage is kept in quota.json beside the state file.
+// publishes events, and syncs when the view changed. Usage is a section of
+// the persistent state file.
 
 // quotaSaveEvery is how often usage that grew is written (a crash loses at
 // most this much counting); a reached quota or a reset is written at once.
 const quotaSaveEvery = 5 * time.Second
 
-// quotaUsage is one rule's quota usage in its current period.
-type quotaUsage struct {
-	PeriodStart time.Time `json:"period_start"`
-	Used        uint64    `json:"used_bytes"`
-	// Slot and Counter are the rule's counter slot and its raw byte
-	// counter at the last reading; usage grows by the counter's increase.
-	Slot      int       `json:"slot"`
-	Counter   uint64    `json:"counter"`
-	Direction string    `json:"direction,omitempty"` // what Counter counts ("": out)
-	ReachedAt time.Time `json:"reached_at,omitzero"`
-}
+// quotaUsage is one rule's quota usage in its current period (a section
+// of the persistent state file).
+type quotaUsage = store.QuotaUsage
 
 // ruleTimes is the engine's quota and schedule state.
 type ruleTimes struct {
-	path    string
-	usage   map[string]*quotaUsage // by rule name
+	// usage is each rule's quota usage, by rule name; write persists it.
+	usage   map[string]*quotaUsage
+	write   func(map[string]*quotaUsage) error
 	dirty   bool
 	savedAt time.Time
 	view    string          // runtime view last applied (runtimePolicy's key)
@@ -60,52 +48,39 @@ type ruleTimes struct {
 	wake chan struct{} // QuotaWake
 }
 
-// quotaFile is the content of quota.json.
-type quotaFile struct {
-	Version int                    `json:"version"`
-	Usage   map[string]*quotaUsage `json:"usage"`
-}
-
-// newRuleTimes reads the quota usage kept beside the state file. A file
-// that cannot be parsed (or of another version) is moved aside to
-// quota.json.bad and quotas count from zero: usage is worth less than a
-// daemon that starts.
-func newRuleTimes(statePath string, log *slog.Logger) (*ruleTimes, error) {
-	t := &ruleTimes{path: filepath.Join(filepath.Dir(statePath), "quota.json"), usage: map[string]*quotaUsage{}, on: map[string]bool{},
+// newRuleTimes starts from the usage the state file holds; write
+// persists usage.
+func newRuleTimes(usage map[string]*quotaUsage, write func(map[string]*quotaUsage) error) *ruleTimes {
+	t := &ruleTimes{usage: map[string]*quotaUsage{}, write: write, on: map[string]bool{},
 		pace: map[string]quotaPace{}, due: quotaCheckMax, wake: make(chan struct{}, 1)}
-	data, err := os.ReadFile(t.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return t, nil
+	for name, u := range usage {
+		c := *u
+		t.usage[name] = &c // usage grows in place; the file keeps what it holds
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read quota usage %s: %w", t.path, err)
-	}
-	var f quotaFile
-	if err := json.Unmarshal(data, &f); err != nil || f.Version != 1 {
-		bad := t.path + ".bad"
-		rerr := os.Rename(t.path, bad)
-		log.Warn("quota usage file unreadable; quotas count from zero", "path", t.path, "moved_to", bad, "err", err, "version", f.Version, "move_err", rerr)
-		return t, nil
-	}
-	for name, u := range f.Usage {
-		if u != nil {
-			t.usage[name] = u
-		}
-	}
-	return t, nil
+	return t
 }
 
-// save writes the usage atomically.
+// save persists the usage.
 func (t *ruleTimes) save(now time.Time) error {
-	data, err := json.MarshalIndent(quotaFile{Version: 1, Usage: t.usage}, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode quota usage: %w", err)
-	}
-	if err := writeFileAtomic(t.path, append(data, '\n')); err != nil {
+	if err := t.write(t.usage); err != nil {
 		return err
 	}
 	t.dirty, t.savedAt = false, now
 	return nil
+}
+
+// saveQuotaLocked writes quota usage into the persistent state file: a
+// copy, since usage grows in place and the file compares what it holds
+// with what it is given.
+func (e *Engine) saveQuotaLocked(usage map[string]*quotaUsage) error {
+	st := e.stPersist.Holds()
+	st.Quota = make(map[string]*quotaUsage, len(usage))
+	for name, u := range usage {
+		c := *u
+		st.Quota[name] = &c
+	}
+	_, err := e.stPersist.Write(st)
+	return err
 }
 
 // reached reports whether rule name's quota q is used up in the period

@@ -1,12 +1,9 @@
 package engine
 
 import (
-	"encoding/json"
+	"cmp"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/store"
 	"github.com/hostqos/hostqos/rtchan"
 )
 
@@ -408,34 +406,27 @@ func (r *rtRegistry) releaseLocked(e *Engine, c *rtChannel, why string) {
 	e.log.Info("real-time channel released", "channel", c.ch.ID, "pid", c.ch.PID, "link", c.ch.Link, "why", why)
 }
 
-// Channels are kept in a runtime file beside RuntimePath (they belong to
-// running processes: they survive a daemon crash or restart, not a reboot).
-// A restarted daemon takes each owner again with RestoreRTChannels, which
-// drops those whose process has gone (or whose PID is now another's: the
-// owner's start time is kept with it).
-
-type rtSaved struct {
-	Channel api.RTChannel `json:"channel"`
-	Start   uint64        `json:"start"` // the owner's start time (clock ticks after boot)
-}
-
-func (e *Engine) rtPath() string {
-	return filepath.Join(filepath.Dir(e.cfg.RuntimePath), "rtchannels.json")
-}
+// Channels are a section of the runtime state file (they belong to
+// running processes: they survive a daemon crash or restart, not a
+// reboot). A restarted daemon takes each owner again with
+// RestoreRTChannels, which drops those whose process has gone (or whose
+// PID is now another's: the owner's start time is kept with it).
 
 // saveLocked writes the channels; a failure is logged (the channels stay
-// admitted: losing them on a crash is the lesser harm than refusing).
+// admitted: losing them on a crash is the lesser harm than refusing). The
+// registry's lock is taken before the engine's (rtParams), so taking the
+// engine's here keeps that order.
 func (r *rtRegistry) saveLocked(e *Engine) {
-	out := []rtSaved{}
-	for _, c := range r.sortedLocked() {
-		out = append(out, rtSaved{Channel: c.ch, Start: c.owner.Start()})
+	saved := make(map[uint64]*store.RTChannel, len(r.chans))
+	for id, c := range r.chans {
+		saved[id] = &store.RTChannel{Channel: c.ch, Start: c.owner.Start()}
 	}
-	b, err := json.Marshal(out)
-	if err == nil {
-		err = writeFileAtomic(e.rtPath(), b)
-	}
-	if err != nil {
-		e.log.Warn("save real-time channels", "path", e.rtPath(), "err", err)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := e.stTemp.Holds()
+	st.RT = saved
+	if _, err := e.stTemp.Write(st); err != nil {
+		e.log.Warn("save real-time channels", "err", err)
 	}
 }
 
@@ -443,19 +434,14 @@ func (r *rtRegistry) saveLocked(e *Engine) {
 // of pid if it is the process that started at start, or an error when it
 // has gone. Channels whose owner is gone are released.
 func (e *Engine) RestoreRTChannels(open func(pid int, start uint64) (RTOwner, error)) error {
-	b, err := os.ReadFile(e.rtPath())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read real-time channels: %w", err)
-	}
-	var saved []rtSaved
-	if err := json.Unmarshal(b, &saved); err != nil {
-		return fmt.Errorf("read real-time channels %s: %w", e.rtPath(), err)
-	}
 	r := e.rtReg()
 	defer r.mu.Unlock()
+	saved := make([]*store.RTChannel, 0, len(e.rtSaved))
+	for _, s := range e.rtSaved {
+		saved = append(saved, s)
+	}
+	slices.SortFunc(saved, func(a, b *store.RTChannel) int { return cmp.Compare(a.Channel.ID, b.Channel.ID) })
+	e.rtSaved = nil
 	for _, s := range saved {
 		r.next = max(r.next, s.Channel.ID) // ids of released ones are not given again
 		if len(r.chans) >= DefaultMaxRTChannels {

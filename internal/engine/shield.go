@@ -2,12 +2,8 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/netip"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,7 +12,6 @@ import (
 	"github.com/hostqos/hostqos/internal/store"
 
 	"github.com/hostqos/hostqos/api"
-	"github.com/hostqos/hostqos/internal/atomicfile"
 	"github.com/hostqos/hostqos/internal/datapath/xdp"
 	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -25,9 +20,8 @@ import (
 // The XDP shield (docs/ddos.md): the drop list (the config file's
 // [[block]] entries and those added through the API, with optional TTLs),
 // SYN limits of managed links, and protected clients. The API's entries
-// are kept in their own state file (StatePath + ".shield"), written
-// atomically on every change, so a restart (or a crash) keeps them and
-// their deadlines.
+// are a section of the persistent state file, written with every change,
+// so a restart (or a crash) keeps them and their deadlines.
 
 // ShieldKernel is what the shield needs of the kernel, beside Kernel
 // (Host.Shield). The daemon gives one when the XDP program loaded; without
@@ -54,100 +48,21 @@ type ShieldKernel interface {
 // have at a time.
 const MaxProtectedPerUser = 256
 
-const shieldStateVersion = 1
+// The shield's state is a section of the persistent state file
+// (store.Shield): its entries and their deadlines.
+type (
+	shieldState = store.Shield
+	blockRec    = store.Block
+	protRec     = store.Protected
+)
 
-// shieldState is the API's part of the shield, as persisted.
-type shieldState struct {
-	Version   int                         `json:"version"`
-	Blocks    map[netip.Prefix]*blockRec  `json:"blocks,omitempty"`
-	Protected map[netip.AddrPort]*protRec `json:"protected,omitempty"`
-}
-
-type blockRec struct {
-	MaxBWIn policy.Rate `json:"maxbw_in,omitempty"`
-	Expires int64       `json:"expires_unix,omitempty"` // 0: never
-}
-
-type protRec struct {
-	UID     uint32 `json:"uid"`
-	Expires int64  `json:"expires_unix,omitempty"`
-	// Class its flows go into (protect_compile.go); Admin: protected by
-	// root or group hostqos (its rule precedes the admin's rules).
-	Class string `json:"class,omitempty"`
-	Admin bool   `json:"admin,omitempty"`
-}
-
-func newShieldState() *shieldState {
-	return &shieldState{Version: shieldStateVersion, Blocks: map[netip.Prefix]*blockRec{}, Protected: map[netip.AddrPort]*protRec{}}
-}
-
-func (s *shieldState) clone() *shieldState {
-	n := newShieldState()
-	for k, v := range s.Blocks {
-		c := *v
-		n.Blocks[k] = &c
-	}
-	for k, v := range s.Protected {
-		c := *v
-		n.Protected[k] = &c
-	}
-	return n
-}
-
-func (e *Engine) shieldPath() string {
-	if e.cfg.StatePath == "" {
-		return ""
-	}
-	return e.cfg.StatePath + ".shield"
-}
-
-// shieldLocked returns the shield state, reading its file on first use.
-func (e *Engine) shieldLocked() (*shieldState, error) {
-	if e.shield != nil {
-		return e.shield, nil
-	}
-	s := newShieldState()
-	path := e.shieldPath()
-	if path != "" {
-		data, err := os.ReadFile(path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-		case err != nil:
-			return nil, fmt.Errorf("read shield state %s: %w", path, err)
-		default:
-			if err := json.Unmarshal(data, s); err != nil {
-				return nil, fmt.Errorf("parse shield state %s: %w (move it away to start with an empty drop list)", path, err)
-			}
-			if s.Version != shieldStateVersion {
-				return nil, fmt.Errorf("read shield state %s: version %d, this hostqosd reads version %d (move it away to start with an empty drop list)", path, s.Version, shieldStateVersion)
-			}
-			if s.Blocks == nil {
-				s.Blocks = map[netip.Prefix]*blockRec{}
-			}
-			if s.Protected == nil {
-				s.Protected = map[netip.AddrPort]*protRec{}
-			}
-		}
-	}
-	e.shield = s
-	return s, nil
-}
-
+// writeShield writes the shield's state into the persistent state file
+// (one journal record with the entries that changed).
 func (e *Engine) writeShield(s *shieldState) error {
-	path := e.shieldPath()
-	if path == "" {
-		return nil
-	}
-	data, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode shield state: %w", err)
-	}
-	return writeFileAtomic(path, append(data, '\n'))
-}
-
-// writeFileAtomic replaces path whole (atomicfile.Write).
-func writeFileAtomic(path string, data []byte) error {
-	return atomicfile.Write(path, data)
+	st := e.stPersist.Holds()
+	st.Shield = s
+	_, err := e.stPersist.Write(st)
+	return err
 }
 
 // shieldKernel is the kernel's shield, or nil.
@@ -189,11 +104,7 @@ func (e *Engine) shieldChange(mutate func(s *shieldState) error) error {
 	if e.shieldKernel() == nil {
 		return errNoShield
 	}
-	cur, err := e.shieldLocked()
-	if err != nil {
-		return err
-	}
-	s := cur.clone()
+	s := e.shield.Clone()
 	if err := mutate(s); err != nil {
 		return err
 	}
@@ -289,13 +200,10 @@ func (e *Engine) RemoveBlock(ctx context.Context, who Caller, prefix string) err
 // policy); the list is built after.
 func (e *Engine) Blocks() ([]api.BlockInfo, error) {
 	e.mu.Lock()
-	s, err := e.shieldLocked()
+	s := e.shield
 	conf := e.base.Blocks
 	sk := e.shieldKernel()
 	e.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
 	out := make([]api.BlockInfo, 0, len(conf)+len(s.Blocks))
 	seen := make(map[netip.Prefix]bool, len(conf))
 	for _, b := range conf {
@@ -446,10 +354,7 @@ func (e *Engine) Unprotect(ctx context.Context, who Caller, client string) error
 func (e *Engine) Protected(who Caller) ([]api.ProtectedInfo, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s, err := e.shieldLocked()
-	if err != nil {
-		return nil, err
-	}
+	s := e.shield
 	out := []api.ProtectedInfo{}
 	for ap, p := range s.Protected {
 		if !who.Privileged && p.UID != who.UID {
@@ -476,22 +381,19 @@ func (e *Engine) Protected(who Caller) ([]api.ProtectedInfo, error) {
 func (e *Engine) ExpireShield() {
 	now := time.Now().Unix()
 	e.mu.Lock()
-	s, err := e.shieldLocked()
 	due := false
-	if err == nil {
-		for _, b := range s.Blocks {
-			due = due || (b.Expires != 0 && b.Expires <= now)
-		}
-		for _, p := range s.Protected {
-			due = due || (p.Expires != 0 && p.Expires <= now)
-		}
+	for _, b := range e.shield.Blocks {
+		due = due || (b.Expires != 0 && b.Expires <= now)
+	}
+	for _, p := range e.shield.Protected {
+		due = due || (p.Expires != 0 && p.Expires <= now)
 	}
 	e.mu.Unlock()
 	if !due {
 		return
 	}
 	var gone []string
-	err = e.shieldChange(func(s *shieldState) error {
+	err := e.shieldChange(func(s *shieldState) error {
 		for p, b := range s.Blocks {
 			if b.Expires != 0 && b.Expires <= now {
 				delete(s.Blocks, p)

@@ -127,14 +127,7 @@ func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *store.Slots, er
 	}
 	in.OverQuota = e.times.overQuota(st.m.Policy, in.Now)
 	if e.shieldKernel() != nil {
-		s := st.shield
-		if s == nil {
-			var err error
-			if s, err = e.shieldLocked(); err != nil {
-				return nil, nil, err
-			}
-		}
-		in.Shield = e.shieldInput(st.base, s)
+		in.Shield = e.shieldInput(st.base, st.shield)
 	}
 	res := derive.NewSystemResolver(e.k.CgroupRoot())
 	defer res.Close()

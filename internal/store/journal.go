@@ -74,10 +74,8 @@ func JournalPath(path string) string { return path + ".journal" }
 type File struct {
 	path  string
 	epoch uint64 // of the snapshot on disk; 0: none (or written before journals)
-	// What the file holds now (as read or last written).
-	ov    *Overlay
-	slots *Slots
-	keys  Keys
+	// cur is what the file holds now (as read or last written).
+	cur State
 	// The journal: open for appending (nil: not yet), its size in bytes
 	// and records, and whether a failed append could not be undone (the
 	// next write compacts).
@@ -92,18 +90,61 @@ type File struct {
 	// are recorded after the write (RecordAnswer), so the next record
 	// carries them again.
 	answered []string
+	// migrate: the sections were taken from legacy files, which the next
+	// compaction (Ready) writes into the snapshot; legacy are those files,
+	// removed once the snapshot holds what they held.
+	migrate bool
+	legacy  []string
 }
 
-// Open reads the state file at path (snapshot and journal).
-func Open(path string) (*File, *Persisted, error) {
+// State is what a state file holds. Overlay entries are compared by
+// pointer (a change replaces an entry, it never writes through one); the
+// sections' entries by value.
+type State struct {
+	Overlay *Overlay
+	Slots   *Slots // the persistent file's; nil in the runtime file
+	Keys    Keys
+	// The sections (sections.go): the persistent file's shield and quota
+	// usage, the runtime file's real-time channels.
+	Shield *Shield
+	Quota  map[string]*QuotaUsage
+	RT     map[uint64]*RTChannel
+}
+
+// State is what p holds.
+func (p *Persisted) State() State {
+	return State{Overlay: p.Overlay, Slots: p.Slots, Keys: p.Keys, Shield: p.Shield, Quota: p.Quota, RT: p.RTChannels}
+}
+
+// Open reads the state file at path (snapshot and journal). A file written
+// before state version 2 takes the sections from the legacy files that
+// exist (Ready writes them into the snapshot and removes those files).
+func Open(path string, legacy Legacy) (*File, *Persisted, error) {
 	p, epoch, records, snapSize, err := readStateJournal(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	s := &File{path: path, epoch: epoch, ov: p.Overlay, keys: p.Keys, records: records, snapSize: snapSize}
+	s := &File{path: path, epoch: epoch, records: records, snapSize: snapSize}
+	if p.Version < stateVersion {
+		if s.legacy, err = p.takeLegacy(legacy); err != nil {
+			return nil, nil, err
+		}
+		s.migrate = len(s.legacy) > 0
+	} else {
+		for _, f := range legacy.files() {
+			if _, err := os.Stat(f); err == nil {
+				s.legacy = append(s.legacy, f) // left by a migration cut short
+			}
+		}
+	}
+	s.cur = p.State()
 	s.Hold(p.Slots)
 	return s, p, nil
 }
+
+// Holds is what the file holds now. A writer of one part of the state
+// (a section) writes Holds with that part replaced.
+func (s *File) Holds() State { return s.cur }
 
 // Path is the snapshot's path (the journal is JournalPath of it).
 func (s *File) Path() string { return s.path }
@@ -119,7 +160,7 @@ func (s *File) Close() error {
 }
 
 // Slots is the slot table the file holds.
-func (s *File) Slots() *Slots { return s.slots }
+func (s *File) Slots() *Slots { return s.cur.Slots }
 
 // CompactNext makes the next write fold the journal into a new snapshot,
 // as if the journal were full.
@@ -132,7 +173,7 @@ func (s *File) CompactNext() { s.records = journalMaxRecords }
 // is then its base's). Only the id is kept, never the table it was made
 // from, so no chain of earlier tables stays alive.
 func (s *File) Hold(slots *Slots) {
-	s.slots = slots
+	s.cur.Slots = slots
 	if slots != nil && (slots.base == 0 || slots.changed.size() > 0) {
 		slots.base, slots.changed = slotTableIDs.Add(1), slotChanges{}
 	}
@@ -140,15 +181,22 @@ func (s *File) Hold(slots *Slots) {
 
 // Ready prepares the journal for appending, at start: a journal with
 // content (records, or a record cut short by a crash) is folded into a new
-// snapshot; otherwise an existing snapshot is continued by an empty
-// journal; a state file that does not exist yet is written whole by the
-// first change.
+// snapshot, as are sections taken from legacy files (which are removed
+// then); otherwise an existing snapshot is continued by an empty journal;
+// a state file that does not exist yet is written whole by the first
+// change.
 func (s *File) Ready() error {
-	fi, err := os.Stat(JournalPath(s.path))
-	switch {
-	case err == nil && fi.Size() > 0:
-		return s.Compact(s.ov, s.slots, s.keys)
-	case s.epoch == 0:
+	if fi, err := os.Stat(JournalPath(s.path)); s.migrate || (err == nil && fi.Size() > 0) {
+		if err := s.Compact(s.cur); err != nil {
+			return err
+		}
+		s.migrate = false
+		return s.removeLegacy()
+	}
+	if err := s.removeLegacy(); err != nil {
+		return err
+	}
+	if s.epoch == 0 {
 		return nil
 	}
 	f, err := os.OpenFile(JournalPath(s.path), os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -164,20 +212,20 @@ func (s *File) Ready() error {
 // is due for compaction. A write that changes nothing writes nothing. The
 // returned undo puts the file back as it was (for a change that failed
 // after this write); it is nil when nothing was written.
-func (s *File) Write(ov *Overlay, slots *Slots, keys Keys) (undo func() error, err error) {
-	ops, err := s.diff(ov, slots, keys)
+func (s *File) Write(st State) (undo func() error, err error) {
+	ops, err := s.diff(st)
 	if err != nil {
 		return nil, err
 	}
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	prevOv, prevSlots, prevKeys, prevAnswered := s.ov, s.slots, s.keys, s.answered
+	prev, prevAnswered := s.cur, s.answered
 	if s.f == nil || s.epoch == 0 || s.broken || s.records >= journalMaxRecords || s.size > max(s.snapSize, 1<<20) {
-		if err := s.Compact(ov, slots, keys); err != nil {
+		if err := s.Compact(st); err != nil {
 			return nil, err
 		}
-		return func() error { return s.Compact(prevOv, prevSlots, prevKeys) }, nil
+		return func() error { return s.Compact(prev) }, nil
 	}
 	line, err := encodeRecord(Record{Epoch: s.epoch, Ops: ops})
 	if err != nil {
@@ -188,20 +236,20 @@ func (s *File) Write(ov *Overlay, slots *Slots, keys Keys) (undo func() error, e
 		s.truncate(off)
 		return nil, fmt.Errorf("write state %s: %w", JournalPath(s.path), err)
 	}
-	s.ov, s.keys = ov, keys
-	s.Hold(slots)
+	s.cur = st
+	s.Hold(st.Slots)
 	s.answered = nil
-	for k, v := range keys {
-		if prevKeys[k] != v {
+	for k, v := range st.Keys {
+		if prev.Keys[k] != v {
 			s.answered = append(s.answered, k) // new: answered after this write
 		}
 	}
 	return func() error {
-		s.ov, s.slots, s.keys, s.answered = prevOv, prevSlots, prevKeys, prevAnswered // prevSlots keeps its base
+		s.cur, s.answered = prev, prevAnswered // prev.Slots keeps its base
 		if err := s.truncate(off); err != nil {
 			// The record stays: a restart must not bring it back, so
 			// the journal is folded into a snapshot of the old state.
-			return s.Compact(prevOv, prevSlots, prevKeys)
+			return s.Compact(prev)
 		}
 		return nil
 	}, nil
@@ -238,16 +286,31 @@ func (s *File) truncate(off int64) error {
 	return nil
 }
 
+// removeLegacy removes the legacy files whose content the snapshot holds.
+func (s *File) removeLegacy() error {
+	if s.migrate {
+		return nil // not written yet
+	}
+	var errs []error
+	for _, f := range s.legacy {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove %s (the state file holds what it held): %w", f, err))
+		}
+	}
+	s.legacy = nil
+	return errors.Join(errs...)
+}
+
 // Compact writes the whole state as a new snapshot (a new epoch) and
 // starts an empty journal.
-func (s *File) Compact(ov *Overlay, slots *Slots, keys Keys) error {
+func (s *File) Compact(st State) error {
 	epoch := rand.Uint64() | 1
-	n, err := WriteSnapshot(s.path, ov, slots, keys, epoch)
+	n, err := WriteSnapshot(s.path, st, epoch)
 	if err != nil {
 		return err
 	}
-	s.epoch, s.snapSize, s.ov, s.keys, s.answered = epoch, n, ov, keys, nil
-	s.Hold(slots)
+	s.epoch, s.snapSize, s.cur, s.answered = epoch, n, st, nil
+	s.Hold(st.Slots)
 	if s.f != nil {
 		s.f.Close()
 		s.f = nil
@@ -264,7 +327,7 @@ func (s *File) Compact(ov *Overlay, slots *Slots, keys Keys) error {
 // diff lists what differs between the file's state and the new one.
 // Overlay entries are compared by pointer: a change replaces an entry, it
 // never writes through one (see Overlay.clone).
-func (s *File) diff(ov *Overlay, slots *Slots, keys Keys) ([]Op, error) {
+func (s *File) diff(st State) ([]Op, error) {
 	var ops []Op
 	var err error
 	add := func(kind, name string, v any, del bool) {
@@ -280,7 +343,7 @@ func (s *File) diff(ov *Overlay, slots *Slots, keys Keys) ([]Op, error) {
 		}
 		ops = append(ops, op)
 	}
-	old := s.ov
+	old, ov := s.cur.Overlay, st.Overlay
 	if old == nil {
 		old = NewOverlay()
 	}
@@ -292,14 +355,14 @@ func (s *File) diff(ov *Overlay, slots *Slots, keys Keys) ([]Op, error) {
 	diffVals(KindRules, old.Rules, ov.Rules, add)
 	diffVals(KindRuns, old.Runs, ov.Runs, add)
 	diffVals(KindReservations, old.Reservations, ov.Reservations, add)
-	os, ns := s.slots, slots
+	os, ns := s.cur.Slots, st.Slots
 	if os == nil {
 		os = &Slots{}
 	}
 	if ns == nil {
 		ns = &Slots{}
 	}
-	if ns.base != 0 && s.slots != nil && ns.base == s.slots.base {
+	if ns.base != 0 && s.cur.Slots != nil && ns.base == s.cur.Slots.base {
 		// Made from what the file holds: only what assign changed.
 		ch := ns.changed
 		diffKeys(KindSlotRule, os.Rules, ns.Rules, ch.rules, add)
@@ -312,12 +375,13 @@ func (s *File) diff(ov *Overlay, slots *Slots, keys Keys) ([]Op, error) {
 		diffVals(KindSlotResv, os.Resv, ns.Resv, add)
 		diffVals(KindBaseline, os.Baselines, ns.Baselines, add)
 	}
-	diffVals(KindKey, s.keys, keys, add)
+	diffVals(KindKey, s.cur.Keys, st.Keys, add)
 	for _, k := range s.answered {
-		if e, ok := keys[k]; ok && e == s.keys[k] {
+		if e, ok := st.Keys[k]; ok && e == s.cur.Keys[k] {
 			add(KindKey, k, e, false)
 		}
 	}
+	diffSections(s.cur, st, add)
 	return ops, err
 }
 
@@ -404,6 +468,12 @@ func (p *Persisted) apply(r Record) error {
 		p.Keys = Keys{}
 	}
 	for _, op := range r.Ops {
+		if ok, err := p.applySection(op); ok {
+			if err != nil {
+				return fmt.Errorf("%s %q: %w", op.Kind, policy.Clip(op.Name), err)
+			}
+			continue
+		}
 		var err error
 		switch op.Kind {
 		case KindLinks:
@@ -542,8 +612,8 @@ func readStateJournal(path string) (*Persisted, uint64, int, int64, error) {
 
 // WriteSnapshot writes a whole state file with the journal epoch that
 // continues it, atomically (see WriteState); it returns its size.
-func WriteSnapshot(path string, ov *Overlay, slots *Slots, keys Keys, epoch uint64) (int64, error) {
-	if err := writeStateEpoch(path, ov, slots, keys, epoch); err != nil {
+func WriteSnapshot(path string, st State, epoch uint64) (int64, error) {
+	if err := writeStateEpoch(path, st, epoch); err != nil {
 		return 0, err
 	}
 	fi, err := os.Stat(path)

@@ -37,7 +37,7 @@ func TestKeyTableBound(t *testing.T) {
 func TestReadStateChecks(t *testing.T) {
 	dir := t.TempDir()
 	for name, c := range map[string]struct{ content, want string }{
-		"version":    {`{"version": 999, "overlay": {}}`, "version 999; this hostqosd reads version 1 only"},
+		"version":    {`{"version": 999, "overlay": {}}`, "version 999; this hostqosd reads versions 1 to 2"},
 		"no version": {`{"overlay": {}}`, "no version"},
 		"rule slot":  {`{"version": 1, "overlay": {}, "slots": {"rules": {"r": 70000}, "classes": {}}}`, `rule slot 70000 of "r" out of range 0..16383`},
 		"neg slot":   {`{"version": 1, "overlay": {}, "slots": {"rules": {"r": -1}, "classes": {}}}`, `rule slot -1 of "r" out of range`},

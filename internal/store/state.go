@@ -490,9 +490,10 @@ func allocate(m map[string]int, names []string, limit int, what string, changed 
 	return nil
 }
 
-// stateVersion is the format of the state files this daemon reads and
-// writes.
-const stateVersion = 1
+// stateVersion is the format of the state files this daemon writes; it
+// reads version 1 too (whose sections were files of their own, see
+// Legacy).
+const stateVersion = 2
 
 // Persisted is the content of one state file.
 type Persisted struct {
@@ -506,6 +507,13 @@ type Persisted struct {
 	// Journal is the epoch of the journal records that continue this
 	// snapshot (see journal.go); 0: none.
 	Journal uint64 `json:"journal,omitempty"`
+	// The sections (sections.go).
+	Shield     *Shield                `json:"shield,omitempty"`
+	Quota      map[string]*QuotaUsage `json:"quota,omitempty"`
+	RTChannels map[uint64]*RTChannel  `json:"rtchannels,omitempty"`
+	// Warnings are what reading it found and set aside (a legacy file
+	// that could not be read), for the log.
+	Warnings []string `json:"-"`
 }
 
 // Read reads a state file: its snapshot with its journal laid over it; a
@@ -530,7 +538,7 @@ func ReadState(path string) (*Overlay, *Slots, error) {
 func readSnapshot(path string) (*Persisted, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &Persisted{Version: stateVersion, Overlay: NewOverlay()}, nil
+		return &Persisted{Overlay: NewOverlay()}, nil // version 0: no file yet
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read state %s: %w", path, err)
@@ -542,12 +550,12 @@ func readSnapshot(path string) (*Persisted, error) {
 	if err := json.Unmarshal(data, &head); err != nil {
 		return nil, fmt.Errorf("parse state %s: %w (%s)", path, describeStateError(err), fix)
 	}
-	if head.Version == nil || *head.Version != stateVersion {
+	if head.Version == nil || *head.Version < 1 || *head.Version > stateVersion {
 		v := "no version"
 		if head.Version != nil {
 			v = fmt.Sprintf("version %d", *head.Version)
 		}
-		return nil, fmt.Errorf("read state %s: %s; this hostqosd reads version %d only (written by another hostqos release?); %s, or run the hostqosd that wrote it", path, v, stateVersion, fix)
+		return nil, fmt.Errorf("read state %s: %s; this hostqosd reads versions 1 to %d (written by a later hostqos release?); %s, or run the hostqosd that wrote it", path, v, stateVersion, fix)
 	}
 	p := Persisted{Overlay: NewOverlay()} // maps the file leaves out stay empty
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -557,6 +565,9 @@ func readSnapshot(path string) (*Persisted, error) {
 	}
 	if p.Overlay == nil {
 		p.Overlay = NewOverlay()
+	}
+	if p.Shield != nil {
+		p.shield()
 	}
 	if p.Slots != nil {
 		if err := p.Slots.check(); err != nil {
@@ -608,15 +619,16 @@ func (s *Slots) check() error {
 
 // WriteState replaces a state file atomically, continued by no journal
 // (see writeStateEpoch).
-func WriteState(path string, ov *Overlay, slots *Slots, keys Keys) error {
-	return writeStateEpoch(path, ov, slots, keys, 0)
+func WriteState(path string, st State) error {
+	return writeStateEpoch(path, st, 0)
 }
 
 // writeStateEpoch replaces a state file atomically: write a temporary file
 // in the same directory, fsync it, rename it over the old one, fsync the
 // dir. epoch names the journal records that continue it (0: none).
-func writeStateEpoch(path string, ov *Overlay, slots *Slots, keys Keys, epoch uint64) error {
-	data, err := json.Marshal(Persisted{Version: stateVersion, Overlay: ov, Slots: slots, Keys: keys, Journal: epoch})
+func writeStateEpoch(path string, st State, epoch uint64) error {
+	data, err := json.Marshal(Persisted{Version: stateVersion, Overlay: st.Overlay, Slots: st.Slots, Keys: st.Keys, Journal: epoch,
+		Shield: st.Shield, Quota: st.Quota, RTChannels: st.RT})
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}

@@ -89,7 +89,7 @@ func TestStateRoundTrip(t *testing.T) {
 	ov.Rules["gone"] = nil
 	slots := NewSlots()
 	slots.Rules["x"] = 7
-	if err := WriteState(path, ov, slots, nil); err != nil {
+	if err := WriteState(path, State{Overlay: ov, Slots: slots}); err != nil {
 		t.Fatal(err)
 	}
 	got, gs, err := ReadState(path)
