@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// The qsocket routes (issue 13, docs/qsockets.md). Attach, change, info
+// The qsocket routes (docs/qsockets.md). Attach, change, info
 // and detach act on a socket the client passes with the request: one
 // descriptor in an SCM_RIGHTS message on the first bytes of the request,
 // on a connection used for that one request (FDRequest).

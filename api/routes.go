@@ -29,13 +29,13 @@ const (
 	// RouteEvents streams events, one JSON object (Event) per line, for as
 	// long as the client reads; ?since=SEQ resumes, ?kind=K[,K] filters.
 	RouteEvents = "GET /v1/events"
-	// Reservations (issue 11).
+	// Reservations.
 	RouteReservations      = "GET /v1/reservations"
 	RouteReservation       = "GET /v1/reservations/{name}"
 	RouteAddReservation    = "POST /v1/reservations"
 	RouteSetReservation    = "PATCH /v1/reservations/{name}"
 	RouteRemoveReservation = "DELETE /v1/reservations/{name}"
-	// RSVP signalling (issue 12).
+	// RSVP signalling.
 	RouteRSVP              = "GET /v1/rsvp"
 	RouteRSVPSession       = "GET /v1/rsvp/sessions/{name}"
 	RouteAddRSVPSession    = "POST /v1/rsvp/sessions"

@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// RSVP signalling (issue 12): the application's side of RSVP (RAPI-like).
+// RSVP signalling: the application's side of RSVP (RAPI-like).
 // A session names a destination (address, port, protocol); on the sender
 // host `Sender` announces a Tspec (Path messages toward the destination),
 // on the receiver host `Reserve` asks every hop back to the senders for a

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// The real-time channel routes (issue 13 item 5, docs/rtchan.md "Host-wide
+// The real-time channel routes (docs/rtchan.md "Host-wide
 // admission"): the daemon admits every channel on the host with the rtchan
 // D_order test, so that processes together never over-commit a link.
 const (

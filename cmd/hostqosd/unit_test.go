@@ -10,7 +10,7 @@ import (
 )
 
 // maxUnitExposure is the highest `systemd-analyze security` exposure the
-// packaged unit may have (issue 9, item 7).
+// packaged unit may have.
 const maxUnitExposure = 4.0
 
 var exposureRE = regexp.MustCompile(`Overall exposure level for [^:]+: ([0-9]+\.[0-9]+)`)

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestRunTargetCheck: the process a run moves is checked through a pidfd
-// (issue 7, item 8): alive, and every uid the caller's.
+// TestRunTargetCheck: the process a run moves is checked through a
+// pidfd: alive, and every uid the caller's.
 func TestRunTargetCheck(t *testing.T) {
 	uid := uint32(os.Getuid())
 	// The caller's own process, through the connection's peer pidfd.

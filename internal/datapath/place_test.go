@@ -45,7 +45,7 @@ func moved(slots []uint16, pos, prev []uint32) int {
 	return n
 }
 
-// TestPlaceRulesAddOne (issue 9, item 3): adding a rule to a policy of
+// TestPlaceRulesAddOne: adding a rule to a policy of
 // 10,000 leaves almost every rule where it was, wherever the new rule
 // goes (first, between two, last), also for 200 additions in a row at the
 // same place; removing a rule moves none.
@@ -145,7 +145,7 @@ func TestPlaceRulesReorderAndFull(t *testing.T) {
 	checkPlaced(t, p, MaxRules, MaxRules)
 }
 
-// TestAddRuleWritesFewEntries (issue 9, item 3): with 10,000 flow rules,
+// TestAddRuleWritesFewEntries: with 10,000 flow rules,
 // adding one before all of them (the case that used to renumber every
 // rule) changes only a handful of the buffer's entries: rules, search
 // entries and chain nodes.

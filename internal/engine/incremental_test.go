@@ -58,7 +58,7 @@ func resetCalls(k *fakehost.FakeKernel) {
 	k.Calls = nil
 }
 
-// TestChangeWritesOnlyWhatItTouches (issue 9, item 3): with 100 managed
+// TestChangeWritesOnlyWhatItTouches: with 100 managed
 // links, a change re-applies only the links and the datapath rules it
 // changes: a rule without bandwidth writes the rules and no link; a link's
 // new rate re-shapes that link alone; a rule with its own ceiling

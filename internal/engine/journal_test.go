@@ -147,7 +147,7 @@ func TestJournalCompacts(t *testing.T) {
 	}
 }
 
-// TestJournalRecordOfOneRule (issue 9, item 3): over a config of 10,000
+// TestJournalRecordOfOneRule: over a config of 10,000
 // rules, adding, then removing a rule journals only that rule, its slot
 // and its slot's baseline (the slot table is not diffed whole), and an
 // engine started over the files (a crash) has the same slots and rules.

@@ -13,7 +13,7 @@ import (
 	"github.com/hostqos/hostqos/internal/units"
 )
 
-// Reservations are a front door of the engine (issue 11): a reservation is
+// Reservations are a front door of the engine: a reservation is
 // a policy object (policy.Reservation) kept in the overlays like rules and
 // persisted with them; admission control is policy.Admit (reserved rates
 // and buffers per link) plus the MTU check here, which needs the kernel.

@@ -15,7 +15,7 @@ import (
 	"github.com/hostqos/hostqos/rtchan"
 )
 
-// Real-time channels admitted host-wide (issue 13 item 5, docs/rtchan.md
+// Real-time channels admitted host-wide (docs/rtchan.md
 // "Host-wide admission"). A process using the rtchan library asks the
 // daemon before it establishes a channel; the engine runs rtchan's D_order
 // test (Params.Admit, the library's own arithmetic) over every channel on

@@ -29,8 +29,8 @@ func runOverlay(temp *store.Overlay, id string, uid uint32, admin bool) {
 }
 
 // TestUserRunEvaluatedAfterAdminRules: an ordinary user's run rule comes
-// after every admin rule in the datapath's first-match order (issue 7,
-// item 2), an admin's run keeps its place ahead of ordinary rules, and
+// after every admin rule in the datapath's first-match order, an admin's
+// run keeps its place ahead of ordinary rules, and
 // the API cannot make a rule "user_run".
 func TestUserRunEvaluatedAfterAdminRules(t *testing.T) {
 	block := rule("block")
@@ -139,7 +139,7 @@ func TestCheckRunLimits(t *testing.T) {
 }
 
 // TestHiddenRules: an ordinary user does not see the rules of other
-// users' runs (issue 7, item 12); a privileged caller sees all.
+// users' runs; a privileged caller sees all.
 func TestHiddenRules(t *testing.T) {
 	d := &Engine{temp: store.NewOverlay()}
 	runOverlay(d.temp, "mine", 65534, false)
@@ -155,8 +155,8 @@ func TestHiddenRules(t *testing.T) {
 }
 
 // TestStatusHidesOtherUsersRuns: an ordinary user's status counts only
-// their own runs and carries no warning about another user's run rule
-// (issue 7, item 12); root sees all.
+// their own runs and carries no warning about another user's run rule;
+// root sees all.
 func TestStatusHidesOtherUsersRuns(t *testing.T) {
 	d := &Engine{temp: store.NewOverlay(), persist: store.NewOverlay(), base: policy.DefaultPolicy()}
 	runOverlay(d.temp, "mine", 65534, false)
@@ -185,7 +185,7 @@ func TestStatusHidesOtherUsersRuns(t *testing.T) {
 // TestRunStaysUnderAdminCgroupRule: a run takes its process out of its
 // cgroup, but an admin rule on that cgroup (or a unit above it) still
 // matches the run's cgroup, also of a run started inside that run; a run
-// from elsewhere and a run's own rule are left alone (issue 7, item 2).
+// from elsewhere and a run's own rule are left alone.
 func TestRunStaysUnderAdminCgroupRule(t *testing.T) {
 	cgRoot := t.TempDir()
 	ids := map[string]uint64{}

@@ -74,7 +74,7 @@ func TestOrderedRules(t *testing.T) {
 }
 
 // TestUserRunTier: the rule of an ordinary user's run comes after every
-// admin rule, whatever the precedences (issue 7, item 2); among
+// admin rule, whatever the precedences; among
 // themselves the usual order holds.
 func TestUserRunTier(t *testing.T) {
 	mk := func(name string, prec int, user bool, mod func(*Rule)) Rule {

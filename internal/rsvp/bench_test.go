@@ -91,7 +91,7 @@ func BenchmarkRouterRefresh10k(b *testing.B) {
 // Reserve until the reservation is installed on the sender (reported as
 // reserve-to-active), then RemoveReservation until it is gone on the
 // router and the sender (remove-to-gone). The installers are in-memory:
-// the engine's own install time (issue 11's Table IV) comes on top.
+// the engine's own install time (the RSVP QoS Manager's Table IV) comes on top.
 func BenchmarkReserveAcrossRouter(b *testing.B) {
 	snd, rtr, rcv := threeNodes(b, time.Second)
 	sess := Session{Dest: rcv.addr, Proto: 17, Port: 5004}

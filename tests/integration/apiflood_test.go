@@ -500,7 +500,7 @@ func TestStatFlowsMemory(t *testing.T) {
 	t.Logf("daemon RSS: %d KiB before, %d KiB at most while answering, %d KiB after (%s)", before, peak, last, rssParts(e.d.PID()))
 }
 
-// TestFloodRuns (issue 7, item 6): an ordinary user keeping 64 `hostqos
+// TestFloodRuns: an ordinary user keeping 64 `hostqos
 // run`s going at once gets 4 (--max-runs-per-user) and the rest refused;
 // meanwhile root's status answers, enforcement holds, and root's app rules
 // (--exe, --user) are accepted: user runs never take the slots admin rules

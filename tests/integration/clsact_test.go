@@ -14,7 +14,7 @@ import (
 	"github.com/hostqos/hostqos/internal/testutil"
 )
 
-// TestClsactFallback (issue 9, item 5): with --attach clsact (the path of
+// TestClsactFallback: with --attach clsact (the path of
 // kernels without TCX) the classifier is a cls_bpf filter beside a foreign
 // one on the foreign clsact; it marks and counts only the matching flow;
 // a daemon killed with -9 and started again (on the bounded datapath of

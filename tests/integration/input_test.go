@@ -39,7 +39,7 @@ func (e *env) call(method, path, body string) (int, string) {
 	return ae.Status, ae.Error()
 }
 
-// TestAPIRejectsBadInput (issue 7, items 9, 11, 3): unknown fields, null
+// TestAPIRejectsBadInput: unknown fields, null
 // bodies, over-long values and bodies are precise 4xx errors that change
 // nothing and echo no unbounded value; a class added without a priority
 // gets the default one.
@@ -96,7 +96,7 @@ func TestAPIRejectsBadInput(t *testing.T) {
 	}
 }
 
-// TestPersistentLinkSetOverTemporary (issue 7, item 10): a persistent
+// TestPersistentLinkSetOverTemporary: a persistent
 // `link set` while a temporary override exists takes effect at once and
 // stays after a restart.
 func TestPersistentLinkSetOverTemporary(t *testing.T) {
@@ -164,7 +164,7 @@ func keyedAdd(t *testing.T, socket, key, body string) (int, bool) {
 	return resp.StatusCode, resp.Header.Get(api.IdempotentReplayHeader) == "true"
 }
 
-// TestIdempotentChange (issue 7, item 13): a change whose answer was lost
+// TestIdempotentChange: a change whose answer was lost
 // (connection dropped; daemon killed with -9 after applying it) is
 // answered, when sent again with its key, with the recorded success: no
 // 409, applied once, also across a restart.

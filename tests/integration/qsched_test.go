@@ -19,7 +19,7 @@ import (
 	"github.com/hostqos/hostqos/qsock"
 )
 
-// TestQSockScheduling (issue 13): the host-wide schedulers, end to end —
+// TestQSockScheduling: the host-wide schedulers, end to end —
 // the real daemon, the Go library, real datagrams through a 10 Mbit/s
 // link saturated by a best-effort bulk transfer.
 //   - EDF: the same bursty stream of messages with deadlines 5–60 ms

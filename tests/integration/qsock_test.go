@@ -18,7 +18,7 @@ import (
 	"github.com/hostqos/hostqos/qsock"
 )
 
-// TestQSockets (issue 13): the application API end to end.
+// TestQSockets: the application API end to end.
 //   - A C program compiled against the installed header and library
 //     (`make install PREFIX=…`, `pkg-config --cflags --libs hostqos`)
 //     creates a qsocket in class interactive: its packets leave with AF41

@@ -13,7 +13,7 @@ import (
 	"github.com/hostqos/hostqos/rtchan"
 )
 
-// TestRTChannelsHostWide (issue 13 item 5): two real processes ask
+// TestRTChannelsHostWide: two real processes ask
 // hostqosd for real-time channels that together exceed the link. The
 // first is admitted and listed with its owner and bound figures; the
 // second is refused with the failing bound; when the first process is

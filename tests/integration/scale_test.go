@@ -40,7 +40,7 @@ func scaleConfig(t *testing.T, e *env, exes, flows int, last string) string {
 	return path
 }
 
-// TestTenThousandRules (issue 9, item 1): a config of 10,000 rules (1,000
+// TestTenThousandRules: a config of 10,000 rules (1,000
 // by executable, 9,000 by flow) passes `hostqos config check` and runs in
 // the daemon, whose classifier finds the last rule for a UDP flow; a config
 // over the limit is refused by both, with the same message.

@@ -19,7 +19,7 @@ import (
 // cgroupLayouts runs test once with the daemon in each cgroup layout (in
 // a private mount namespace, whatever the host has): pure cgroup v2 at
 // /sys/fs/cgroup, and the hybrid layout with cgroup2 at
-// /sys/fs/cgroup/unified (issue 9, item 4). The test's own processes stay
+// /sys/fs/cgroup/unified. The test's own processes stay
 // in the host's view: the hierarchy is the same.
 func cgroupLayouts(t *testing.T, test func(t *testing.T, e *env)) {
 	for _, l := range []struct {

@@ -36,7 +36,7 @@ func unitCapabilities(t *testing.T) []string {
 	return caps
 }
 
-// TestDaemonWithUnitCapabilities (issue 9, item 7): hostqosd started with
+// TestDaemonWithUnitCapabilities: hostqosd started with
 // only the capabilities the systemd unit leaves it (bounding set, nothing
 // inheritable or ambient) and no_new_privs, as the unit starts it, still
 // does what needs each of them: unit, user and command selectors (cgroup

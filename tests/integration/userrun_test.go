@@ -63,7 +63,7 @@ func (e *env) userHostqos(uid int, args ...string) (string, error) {
 	return string(out), err
 }
 
-// TestUserRunCannotBypassAdminRules (issue 7, item 2): a program nobody
+// TestUserRunCannotBypassAdminRules: a program nobody
 // runs under `hostqos run --class bulk` is still dropped by the admin's
 // drop rule (precedence 1000), still policed by the admin's limit and
 // still marked with the admin's DSCP; only traffic no admin rule claims
@@ -124,7 +124,7 @@ func TestUserRunCannotBypassAdminRules(t *testing.T) {
 	allDSCP(t, sn, unix.IPPROTO_UDP, 7304, 10, 20)     // unclaimed traffic: the run's class (bulk, AF11)
 }
 
-// TestUserRunStaysUnderAdminCgroupRule (issue 7, item 2): `hostqos run`
+// TestUserRunStaysUnderAdminCgroupRule: `hostqos run`
 // moves nobody's process out of its cgroup into hostqos's, yet the
 // admin's rules on the cgroup it came from still drop and mark its
 // traffic; only traffic no admin rule claims gets the run's class. In
@@ -205,7 +205,7 @@ func (e *env) waitRuns(n int) {
 	})
 }
 
-// TestUserRunLimits (issue 7, item 6): one ordinary user may have 4 runs
+// TestUserRunLimits: one ordinary user may have 4 runs
 // at once (hostqosd --max-runs-per-user); the fifth is refused with a
 // message naming the limit; another user's run and the admin's app rules
 // are not blocked by them.
@@ -235,7 +235,7 @@ func TestUserRunLimits(t *testing.T) {
 	}
 }
 
-// TestUserSeesOnlyOwnRuns (issue 7, item 12): nobody sees their own run,
+// TestUserSeesOnlyOwnRuns: nobody sees their own run,
 // not root's or another user's, in GET /v1/runs, rule list/show and stat
 // rules; root sees all.
 func TestUserSeesOnlyOwnRuns(t *testing.T) {
@@ -332,7 +332,7 @@ func (e *env) attacker() string {
 	return dst
 }
 
-// TestRunRefusesChangedOrExitedProcess (issue 7, item 8): the daemon acts
+// TestRunRefusesChangedOrExitedProcess: the daemon acts
 // on the process as it is when the request is handled, not as it was at
 // connect time. An attacker (nobody) connects, hands the connection to a
 // child and execs a setuid-root program; the child then asks for a run of
