@@ -260,6 +260,13 @@ func (e *Engine) Detach() {
 	e.xdp, e.pushed, e.desired = nil, pushed{}, nil
 }
 
+// Settings are the daemon settings of the config file read at New.
+func (e *Engine) Settings() policy.Settings {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.base.Settings
+}
+
 // Counts is the size of the effective policy.
 func (e *Engine) Counts() (links, rules int) {
 	e.mu.Lock()

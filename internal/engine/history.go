@@ -372,13 +372,6 @@ func (r *recorder) flowRecord(k Kernel, f datapath.Flow, ruleNames slotOwners, c
 	return rec
 }
 
-// Settings are the daemon settings of the config file read at New.
-func (e *Engine) Settings() policy.Settings {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.base.Settings
-}
-
 // AppCounters are an app's cumulative counters since the daemon started.
 type AppCounters struct {
 	Name string
@@ -405,26 +398,6 @@ func (e *Engine) AppTotals() []AppCounters {
 		}
 		return out[i].UID < out[j].UID
 	})
-	return out
-}
-
-// LinkCounters are a managed link's interface counters (both directions)
-// with its reservation figures.
-type LinkCounters struct {
-	Name string
-	history.Counters
-	Reserved, Reservable uint64 // bit/s
-}
-
-// LinkTotals reads the managed links' interface counters.
-func (e *Engine) LinkTotals() []LinkCounters {
-	ls := e.Links()
-	dev := readNetDev()
-	out := make([]LinkCounters, 0, len(ls))
-	for _, l := range ls {
-		lc := LinkCounters{Name: l.Name, Counters: dev[l.Name], Reserved: uint64(l.Reserved), Reservable: uint64(l.Reservable)}
-		out = append(out, lc)
-	}
 	return out
 }
 

@@ -1,5 +1,12 @@
 package engine
 
+import (
+	"fmt"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/store"
+)
+
 // linkVerdict is what a lookup of a managed link means for the engine.
 type linkVerdict int
 
@@ -33,4 +40,35 @@ func (e *Engine) judgeLink(name string) (linkVerdict, int) {
 		return linkGone, 0
 	}
 	return linkPresent, ifindex
+}
+
+// Kinds of the link events.
+const (
+	EventLinkUp   = "link.up"
+	EventLinkDown = "link.down"
+)
+
+// linkEvents are the link.up / link.down events of a repair that set
+// managed links up again: links set up now that were not before, and
+// links no longer set up.
+func linkEvents(before, after map[string]int) []api.Event {
+	var evs []api.Event
+	for _, name := range store.SortedKeys(after) {
+		if _, was := before[name]; !was {
+			evs = append(evs, api.Event{Kind: EventLinkUp, Subject: "link/" + name,
+				Message: fmt.Sprintf("link %s appeared (ifindex %d); hostqos manages it", name, after[name]), Fields: map[string]any{"ifindex": after[name]}})
+		} else if before[name] != after[name] {
+			evs = append(evs, api.Event{Kind: EventLinkUp, Subject: "link/" + name,
+				Message: fmt.Sprintf("link %s was recreated (ifindex %d, was %d); hostqos manages it again", name, after[name], before[name]),
+				Fields:  map[string]any{"ifindex": after[name], "previous_ifindex": before[name]}})
+		}
+	}
+	for _, name := range store.SortedKeys(before) {
+		if _, still := after[name]; !still {
+			evs = append(evs, api.Event{Kind: EventLinkDown, Subject: "link/" + name,
+				Message: fmt.Sprintf("link %s is gone (was ifindex %d); hostqos manages it again when it appears", name, before[name]),
+				Fields:  map[string]any{"previous_ifindex": before[name]}})
+		}
+	}
+	return evs
 }

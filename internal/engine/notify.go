@@ -5,34 +5,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hostqos/hostqos/internal/store"
-
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 )
 
-// Kinds of the events of quotas, schedules, apps and links.
-const (
-	EventQuotaReached = "quota.reached"
-	EventQuotaReset   = "quota.reset"
-	EventScheduleOn   = "schedule.on"
-	EventScheduleOff  = "schedule.off"
-)
-
-// publish hands events to the event stream and the log.
-func (e *Engine) publish(evs ...api.Event) {
-	for _, ev := range evs {
-		e.Publish(ev)
-		e.log.Info("event", "kind", ev.Kind, "subject", ev.Subject, "message", ev.Message)
-	}
-}
-
-// Kinds of the app and link events.
-const (
-	EventAppSeen  = "app.seen"
-	EventLinkUp   = "link.up"
-	EventLinkDown = "link.down"
-)
+// The kind of the event of a new app.
+const EventAppSeen = "app.seen"
 
 // New apps are looked for in the flow table every appScanEvery; the
 // engine remembers at most maxAppsSeen apps (then it forgets them all and
@@ -110,29 +88,4 @@ func (e *Engine) scanApps() {
 		evs = append(evs, ev)
 	}
 	e.publish(evs...)
-}
-
-// linkEvents are the link.up / link.down events of a repair that set
-// managed links up again: links set up now that were not before, and
-// links no longer set up.
-func linkEvents(before, after map[string]int) []api.Event {
-	var evs []api.Event
-	for _, name := range store.SortedKeys(after) {
-		if _, was := before[name]; !was {
-			evs = append(evs, api.Event{Kind: EventLinkUp, Subject: "link/" + name,
-				Message: fmt.Sprintf("link %s appeared (ifindex %d); hostqos manages it", name, after[name]), Fields: map[string]any{"ifindex": after[name]}})
-		} else if before[name] != after[name] {
-			evs = append(evs, api.Event{Kind: EventLinkUp, Subject: "link/" + name,
-				Message: fmt.Sprintf("link %s was recreated (ifindex %d, was %d); hostqos manages it again", name, after[name], before[name]),
-				Fields:  map[string]any{"ifindex": after[name], "previous_ifindex": before[name]}})
-		}
-	}
-	for _, name := range store.SortedKeys(before) {
-		if _, still := after[name]; !still {
-			evs = append(evs, api.Event{Kind: EventLinkDown, Subject: "link/" + name,
-				Message: fmt.Sprintf("link %s is gone (was ifindex %d); hostqos manages it again when it appears", name, before[name]),
-				Fields:  map[string]any{"previous_ifindex": before[name]}})
-		}
-	}
-	return evs
 }

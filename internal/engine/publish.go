@@ -20,6 +20,22 @@ const (
 	EventPolicyLoaded  = "policy.reloaded"
 )
 
+// Kinds of the events of quotas and schedules.
+const (
+	EventQuotaReached = "quota.reached"
+	EventQuotaReset   = "quota.reset"
+	EventScheduleOn   = "schedule.on"
+	EventScheduleOff  = "schedule.off"
+)
+
+// publish hands events to the event stream and the log.
+func (e *Engine) publish(evs ...api.Event) {
+	for _, ev := range evs {
+		e.Publish(ev)
+		e.log.Info("event", "kind", ev.Kind, "subject", ev.Subject, "message", ev.Message)
+	}
+}
+
 // newEvents makes the engine's event stream on the clock now; what it
 // publishes is also recorded in the history store, when there is one.
 func (e *Engine) newEvents(lim events.Limits, now func() time.Time) *events.Stream {

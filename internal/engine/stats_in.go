@@ -109,17 +109,3 @@ func (s *sampler) linkStats() ([]api.LinkStat, error) {
 	}
 	return out, nil
 }
-
-// ingressLevels reads how a link's ingress budget is shared now; nil when
-// the kernel cannot tell.
-func ingressLevels(k Kernel, ifindex int) []api.IngressLevel {
-	ls, err := k.LinkInLevels(ifindex)
-	if err != nil || len(ls) == 0 {
-		return nil
-	}
-	out := make([]api.IngressLevel, 0, len(ls))
-	for _, l := range ls {
-		out = append(out, api.IngressLevel{Priority: l.Priority, Avail: l.Avail, Used: l.Used, Flows: l.Flows})
-	}
-	return out
-}

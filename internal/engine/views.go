@@ -7,6 +7,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/history"
 )
 
 // Status fills in what the engine knows of st (the datapath, links,
@@ -154,4 +155,38 @@ func (e *Engine) Stats(who Caller, kind string, st *api.Stats) error {
 		err = &NotFoundError{What: "stat kind", Name: kind}
 	}
 	return err
+}
+
+// ingressLevels reads how a link's ingress budget is shared now; nil when
+// the kernel cannot tell.
+func ingressLevels(k Kernel, ifindex int) []api.IngressLevel {
+	ls, err := k.LinkInLevels(ifindex)
+	if err != nil || len(ls) == 0 {
+		return nil
+	}
+	out := make([]api.IngressLevel, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, api.IngressLevel{Priority: l.Priority, Avail: l.Avail, Used: l.Used, Flows: l.Flows})
+	}
+	return out
+}
+
+// LinkCounters are a managed link's interface counters (both directions)
+// with its reservation figures.
+type LinkCounters struct {
+	Name string
+	history.Counters
+	Reserved, Reservable uint64 // bit/s
+}
+
+// LinkTotals reads the managed links' interface counters.
+func (e *Engine) LinkTotals() []LinkCounters {
+	ls := e.Links()
+	dev := readNetDev()
+	out := make([]LinkCounters, 0, len(ls))
+	for _, l := range ls {
+		lc := LinkCounters{Name: l.Name, Counters: dev[l.Name], Reserved: uint64(l.Reserved), Reservable: uint64(l.Reservable)}
+		out = append(out, lc)
+	}
+	return out
 }
