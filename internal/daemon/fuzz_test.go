@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/api"
-	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/history"
+	"github.com/hostqos/hostqos/internal/observe"
 	"github.com/hostqos/hostqos/internal/rsvp"
 	"github.com/hostqos/hostqos/internal/rsvpfront"
 )
@@ -191,7 +191,7 @@ func FuzzAPIBody(f *testing.F) {
 	f.Cleanup(func() { hist.Close() })
 	f.Fuzz(func(t *testing.T, route uint8, input []byte) {
 		d, k, h := startTestDaemon(t)
-		d.eng.SetHistory(hist, engine.HistoryOptions{})
+		d.eng.SetHistory(hist, observe.HistoryOptions{})
 		// RSVP's front door without sockets: what it sends is dropped.
 		local := func(dst netip.Addr) (netip.Addr, bool, error) {
 			a := netip.MustParseAddr("198.18.1.2")

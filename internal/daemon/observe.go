@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
-	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/metrics"
+	"github.com/hostqos/hostqos/internal/observe"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -62,7 +62,7 @@ func (d *Daemon) startObservability() error {
 	s := d.settings()
 	rate, burst := s.Events()
 	d.eng.SetEventLimits(events.Limits{Rate: rate, Burst: burst})
-	ho := engine.HistoryOptions{FlowIdle: s.Span("flow_idle"), MaxApps: s.Apps()}
+	ho := observe.HistoryOptions{FlowIdle: s.Span("flow_idle"), MaxApps: s.Apps()}
 	var st *history.Store
 	if !d.cfg.NoHistory {
 		var err error

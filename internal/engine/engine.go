@@ -23,6 +23,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/events"
+	"github.com/hostqos/hostqos/internal/observe"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -90,13 +91,10 @@ type Engine struct {
 	qk QSockKernel
 	sk ShieldKernel
 
-	stats *sampler
+	// obs samples rates, answers the statistics, watches for new apps
+	// and records the history (package observe, reading observed).
+	obs   *observe.Observer
 	times *ruleTimes // quota usage and schedule state (quota.go)
-	apps  appWatch   // apps seen in the flow table (notify.go)
-
-	// The history recorder (SetHistory); nil: no history.
-	histMu sync.Mutex
-	hist   *recorder
 
 	// Idempotency keys (see keys.go): those recorded in the state file and
 	// in the runtime file, and the keyed change being applied.
@@ -147,7 +145,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Now = time.Now
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, links: map[string]int{}}
-	e.stats = newSampler(e)
+	e.obs = observe.New(observed{e}, cfg.Now)
 	e.events = e.newEvents(events.Limits{}, time.Now)
 	var err error
 	if e.base, err = e.loadConfig(); err != nil {
@@ -437,10 +435,10 @@ func (e *Engine) Reload(force bool) error {
 // Tick is the periodic work: sampling counters for rates, reaping finished
 // runs, and repairing (Rescan).
 func (e *Engine) Tick() {
-	e.stats.sample()
-	e.recordHistory()
+	e.obs.Sample()
+	e.obs.RecordHistory()
 	e.tickTimes()
-	e.scanApps()
+	e.publish(e.obs.ScanApps()...)
 	e.ReapRuns()
 	e.ExpireShield()
 	e.Rescan()

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hostqos/hostqos/internal/store"
 
 	"github.com/hostqos/hostqos/internal/derive"
@@ -26,6 +28,13 @@ var (
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// monoNow is CLOCK_MONOTONIC, the clock of the datapath's flow times.
+func monoNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
 
 // testEnv is an engine over a state directory and a fake kernel.
 type testEnv struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/history"
+	"github.com/hostqos/hostqos/internal/observe"
 )
 
 func flowAt(port uint16, pid, uid uint32, bytes uint64, firstNS, lastNS uint64) datapath.Flow {
@@ -35,7 +36,7 @@ func TestHistoryRecordsAppsAndEndedFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	e.SetHistory(st, HistoryOptions{FlowIdle: 2 * time.Second})
+	e.SetHistory(st, observe.HistoryOptions{FlowIdle: 2 * time.Second})
 	mono := monoNow()
 	busy := flowAt(4000, 4242, 1001, 1000, mono-uint64(time.Minute), mono)
 	env.k.FlowTable = []datapath.Flow{busy}
@@ -103,7 +104,7 @@ func TestHistoryRecordsAppsAndEndedFlows(t *testing.T) {
 func TestMaxAppsAggregatesOthers(t *testing.T) {
 	env := newEnv(t, "")
 	e := env.start(t)
-	e.SetHistory(nil, HistoryOptions{MaxApps: 1})
+	e.SetHistory(nil, observe.HistoryOptions{MaxApps: 1})
 	mono := monoNow()
 	env.k.FlowTable = nil
 	e.Tick()
@@ -116,23 +117,7 @@ func TestMaxAppsAggregatesOthers(t *testing.T) {
 	for _, c := range e.AppTotals() {
 		got[c.Name] += c.BytesOut
 	}
-	if len(got) != 2 || got[OtherApp] == 0 {
-		t.Errorf("apps = %v, want one named and %q", got, OtherApp)
-	}
-}
-
-func TestParseNetDev(t *testing.T) {
-	data := []byte(`Inter-|   Receive                                                |  Transmit
- face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
-    lo:    1000      10    0    0    0     0          0         0     1000      10    0    0    0     0       0          0
-  eth0: 123456    789    1    2    0     0          0         0   654321     987    0    3    0     0       0          0
-`)
-	got := parseNetDev(data)["eth0"]
-	want := history.Counters{BytesIn: 123456, PacketsIn: 789, DropsIn: 2, BytesOut: 654321, PacketsOut: 987, DropsOut: 3}
-	if got != want {
-		t.Errorf("eth0 = %+v, want %+v", got, want)
-	}
-	if unitOf("/system.slice/nginx.service/worker") != "nginx.service" || unitOf("/user.slice") != "" {
-		t.Error("unitOf")
+	if len(got) != 2 || got[observe.OtherApp] == 0 {
+		t.Errorf("apps = %v, want one named and %q", got, observe.OtherApp)
 	}
 }

@@ -69,9 +69,3 @@ func (e *Engine) objectRulesLocked() []objectRule {
 	sort.Slice(out, func(i, j int) bool { return out[i].label < out[j].label })
 	return out
 }
-
-// visibleTo reports whether a caller who may only see uid's objects (-1:
-// everything) sees the object's rule.
-func (o objectRule) visibleTo(uid int64) bool {
-	return uid < 0 || o.owner < 0 || o.owner == uid
-}

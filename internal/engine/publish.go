@@ -40,7 +40,7 @@ func (e *Engine) publish(evs ...api.Event) {
 // publishes is also recorded in the history store, when there is one.
 func (e *Engine) newEvents(lim events.Limits, now func() time.Time) *events.Stream {
 	return events.New(events.Config{MaxPerUser: e.cfg.MaxSubscribersPerUser, MaxUsers: e.cfg.MaxUserSubscribers,
-		Limits: lim, Now: now, Record: e.recordEvent})
+		Limits: lim, Now: now, Record: e.obs.RecordEvent})
 }
 
 // Publish adds an event to the stream (its Seq and Time are set there) and

@@ -13,6 +13,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/history"
+	"github.com/hostqos/hostqos/internal/observe"
 )
 
 // next reads one batch from s, failing the test when none comes soon.
@@ -148,7 +149,7 @@ func TestEventsCoalescedPerUserAndKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	e.SetHistory(st, HistoryOptions{})
+	e.SetHistory(st, observe.HistoryOptions{})
 	subRoot, err := e.Subscribe(root, nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/host/fakehost"
+	"github.com/hostqos/hostqos/internal/observe"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
@@ -357,9 +358,9 @@ name = "eth0"
 		t.Fatalf("interface back: events %v", g)
 	}
 	env.k.FlowTable = append(env.k.FlowTable, datapath.Flow{PID: 999998, Comm: "curl", UID: 1002})
-	clk.set(clk.now().Add(appScanEvery))
+	clk.set(clk.now().Add(observe.AppScanEvery))
 	e.Tick()
-	clk.set(clk.now().Add(appScanEvery))
+	clk.set(clk.now().Add(observe.AppScanEvery))
 	e.Tick()
 	if g := got(sub); len(g) != 1 || g[0] != "app.seen app/curl" {
 		t.Fatalf("new app: events %v", g)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/observe"
 )
 
 // Event kinds of sockets and sessions.
@@ -133,8 +134,8 @@ func (e *Engine) publishBinding(kind, verb string, b datapath.Binding, names map
 	uid := b.UID
 	subj := subjectOf(names[b.Reservation])
 	e.Publish(api.Event{Kind: kind, Subject: subj, UID: &uid,
-		Message: fmt.Sprintf("%s socket of pid %d (%s) to %s %s %s", protoName(b.Key.Proto), b.PID, b.Comm, b.Key.Remote, verb, subj),
-		Fields:  map[string]any{"pid": b.PID, "comm": b.Comm, "proto": protoName(b.Key.Proto), "local": b.Key.Local.String(), "remote": b.Key.Remote.String(), "cookie": b.Cookie}})
+		Message: fmt.Sprintf("%s socket of pid %d (%s) to %s %s %s", observe.ProtoName(b.Key.Proto), b.PID, b.Comm, b.Key.Remote, verb, subj),
+		Fields:  map[string]any{"pid": b.PID, "comm": b.Comm, "proto": observe.ProtoName(b.Key.Proto), "local": b.Key.Local.String(), "remote": b.Key.Remote.String(), "cookie": b.Cookie}})
 }
 
 // subjectOf turns "resv:NAME" / "rule:NAME" into an event subject.

@@ -7,6 +7,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/apps"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/observe"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
@@ -99,7 +100,7 @@ func (e *Engine) fillReservationStatus(k Kernel, who Caller, out []api.Reservati
 
 // boundSocket is a binding as the API shows it.
 func boundSocket(b datapath.Binding) api.BoundSocket {
-	bs := api.BoundSocket{PID: b.PID, UID: b.UID, Comm: b.Comm, Proto: protoName(b.Key.Proto), Session: b.Session}
+	bs := api.BoundSocket{PID: b.PID, UID: b.UID, Comm: b.Comm, Proto: observe.ProtoName(b.Key.Proto), Session: b.Session}
 	if b.Key.Local.Port() != 0 || b.Key.Local.Addr().IsValid() && !b.Key.Local.Addr().IsUnspecified() {
 		bs.Local = b.Key.Local.String()
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/derive"
+	"github.com/hostqos/hostqos/internal/observe"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -159,6 +160,7 @@ func TestHiddenRules(t *testing.T) {
 // root sees all.
 func TestStatusHidesOtherUsersRuns(t *testing.T) {
 	d := &Engine{temp: store.NewOverlay(), persist: store.NewOverlay(), base: policy.DefaultPolicy()}
+	d.obs = observe.New(observed{d}, nil)
 	runOverlay(d.temp, "mine", 65534, false)
 	runOverlay(d.temp, "other", 1001, false)
 	d.eff = store.Merge(d.base, d.persist, d.temp)

@@ -12,6 +12,7 @@ import (
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/host/fakehost"
+	"github.com/hostqos/hostqos/internal/observe"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -31,7 +32,7 @@ func TestRemovedRulesFlowNotNamedAfterNewOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hs.Close()
-	e.SetHistory(hs, HistoryOptions{FlowIdle: time.Hour})
+	e.SetHistory(hs, observe.HistoryOptions{FlowIdle: time.Hour})
 
 	top := rule("top-hostqos")
 	top.Proto, top.RPort = "tcp", policy.PortRange{From: 7000, To: 7000}

@@ -8,6 +8,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/history"
+	"github.com/hostqos/hostqos/internal/observe"
 )
 
 // Status fills in what the engine knows of st (the datapath, links,
@@ -60,7 +61,7 @@ func (e *Engine) statusLocked(who Caller, st *api.Status) Kernel {
 	st.Counts.Rules = len(e.eff.Policy.Rules) - len(hidden)
 	st.Counts.Runs = len(e.temp.Runs) - len(hidden) // a hidden rule is another user's run
 	st.Warnings = append(st.Warnings, e.eff.Policy.Warnings()...)
-	if w := e.historyWarning(); w != "" {
+	if w := e.obs.HistoryWarning(); w != "" {
 		st.Warnings = append(st.Warnings, w)
 	}
 	if e.desired != nil {
@@ -142,15 +143,15 @@ func (e *Engine) Stats(who Caller, kind string, st *api.Stats) error {
 		e.mu.Lock()
 		hidden := e.hiddenRulesLocked(who)
 		e.mu.Unlock()
-		st.Rules, err = e.stats.ruleStats(hidden, uid)
+		st.Rules, err = e.obs.RuleStats(hidden, uid)
 	case "classes":
-		st.Classes, err = e.stats.classStats()
+		st.Classes, err = e.obs.ClassStats()
 	case "apps":
-		st.Apps, err = e.stats.appStats(uid)
+		st.Apps, err = e.obs.AppStats(uid)
 	case "flows":
-		st.Flows, err = e.stats.flowStats(uid)
+		st.Flows, err = e.obs.FlowStats(uid)
 	case "links":
-		st.Links, err = e.stats.linkStats()
+		st.Links, err = e.obs.LinkStats()
 	default:
 		err = &NotFoundError{What: "stat kind", Name: kind}
 	}
@@ -182,7 +183,7 @@ type LinkCounters struct {
 // LinkTotals reads the managed links' interface counters.
 func (e *Engine) LinkTotals() []LinkCounters {
 	ls := e.Links()
-	dev := readNetDev()
+	dev := observe.ReadNetDev()
 	out := make([]LinkCounters, 0, len(ls))
 	for _, l := range ls {
 		lc := LinkCounters{Name: l.Name, Counters: dev[l.Name], Reserved: uint64(l.Reserved), Reservable: uint64(l.Reservable)}

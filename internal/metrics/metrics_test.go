@@ -14,6 +14,7 @@ import (
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/host/fakehost"
+	"github.com/hostqos/hostqos/internal/observe"
 )
 
 // TestScrape: a scrape carries the rules' counters with their direction,
@@ -39,7 +40,7 @@ func TestScrape(t *testing.T) {
 	if err := e.Start(engine.Host{Kernel: k}); err != nil {
 		t.Fatal(err)
 	}
-	e.SetHistory(nil, engine.HistoryOptions{MaxApps: 1})
+	e.SetHistory(nil, observe.HistoryOptions{MaxApps: 1})
 	e.Tick()
 	slot := -1
 	for _, r := range k.Rules.Rules {

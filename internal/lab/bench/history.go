@@ -21,6 +21,7 @@ import (
 	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/lab"
 	"github.com/hostqos/hostqos/internal/metrics"
+	"github.com/hostqos/hostqos/internal/observe"
 	"github.com/hostqos/hostqos/internal/testbed"
 )
 
@@ -272,7 +273,7 @@ func benchScrape(e *env, r *Report) error {
 	if err := eng.Start(engine.Host{Kernel: k}); err != nil {
 		return err
 	}
-	eng.SetHistory(nil, engine.HistoryOptions{MaxApps: apps})
+	eng.SetHistory(nil, observe.HistoryOptions{MaxApps: apps})
 	eng.Tick() // baseline
 	for i := 0; i < apps; i++ {
 		k.FlowTable = append(k.FlowTable, datapath.Flow{

@@ -1,4 +1,4 @@
-package engine
+package observe
 
 import (
 	"bufio"
@@ -23,7 +23,7 @@ import (
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
-// HistoryOptions configure what the engine records in the history store.
+// HistoryOptions configure what the observer records in the history store.
 type HistoryOptions struct {
 	// FlowIdle is how long a flow may go without a packet before it is
 	// recorded as ended (NetFlow's inactive timeout; config flow_idle).
@@ -75,64 +75,58 @@ type procInfo struct {
 	exe, cgroup, unit string
 }
 
-// SetHistory makes the engine record a sample in st at every Tick.
-func (e *Engine) SetHistory(st *history.Store, o HistoryOptions) {
+// SetHistory makes RecordHistory record a sample in st (nil: keep the
+// apps' totals only, for metrics).
+func (o *Observer) SetHistory(st *history.Store, opt HistoryOptions) {
 	var none policy.Settings
-	if o.FlowIdle == 0 {
-		o.FlowIdle = none.Span("flow_idle")
+	if opt.FlowIdle == 0 {
+		opt.FlowIdle = none.Span("flow_idle")
 	}
-	if o.MaxApps == 0 {
-		o.MaxApps = none.Apps()
+	if opt.MaxApps == 0 {
+		opt.MaxApps = none.Apps()
 	}
-	r := &recorder{store: st, opt: o,
+	r := &recorder{store: st, opt: opt,
 		appTotal: map[appKey]*history.Counters{}, procs: map[uint32]procInfo{}}
-	e.histMu.Lock()
-	e.hist = r
-	e.histMu.Unlock()
+	o.histMu.Lock()
+	o.hist = r
+	o.histMu.Unlock()
 }
 
-func (e *Engine) recorder() *recorder {
-	e.histMu.Lock()
-	defer e.histMu.Unlock()
-	return e.hist
+func (o *Observer) recorder() *recorder {
+	o.histMu.Lock()
+	defer o.histMu.Unlock()
+	return o.hist
 }
 
-// RecordEvent records an event in the history store (when there is one);
-// it never blocks.
-func (e *Engine) RecordEvent(ev history.Event) {
-	if r := e.recorder(); r != nil && r.store != nil {
-		r.store.RecordEvent(ev)
+// RecordEvent records a published event in the history store (when there
+// is one); it never blocks.
+func (o *Observer) RecordEvent(ev api.Event) {
+	r := o.recorder()
+	if r == nil || r.store == nil {
+		return
 	}
-}
-
-// recordEvent records a published event in the history store.
-func (e *Engine) recordEvent(ev api.Event) {
 	owner := int64(-1)
 	if ev.UID != nil {
 		owner = int64(*ev.UID)
 	}
-	e.RecordEvent(history.Event{Time: time.Now(), Kind: ev.Kind, Subject: ev.Subject, Message: ev.Message, Fields: ev.Fields, Owner: owner})
+	r.store.RecordEvent(history.Event{Time: time.Now(), Kind: ev.Kind, Subject: ev.Subject, Message: ev.Message, Fields: ev.Fields, Owner: owner})
 }
 
-// History answers a history query as who may see it: an ordinary user
-// sees the links, classes and admin rules, and only their own apps, runs
-// and flows.
-func (e *Engine) History(ctx context.Context, who Caller, q api.HistoryQuery) (api.History, error) {
-	r := e.recorder()
+// History answers a history query as a caller who may only see uid's apps,
+// runs and flows (uid < 0: everything) may see it; ErrNoHistory without a
+// history store, a *history.QueryError for a query that is not one.
+func (o *Observer) History(ctx context.Context, q api.HistoryQuery, uid int64) (api.History, error) {
+	r := o.recorder()
 	if r == nil || r.store == nil {
-		return api.History{}, errNoHistory
+		return api.History{}, ErrNoHistory
 	}
-	h, err := r.store.Query(ctx, q, who.MayOnlySeeOwn())
-	if qe, ok := err.(*history.QueryError); ok {
-		return h, &BadRequestError{Err: qe}
-	}
-	return h, err
+	return r.store.Query(ctx, q, uid)
 }
 
-// historyWarning is status's warning while the history store is out of
+// HistoryWarning is status's warning while the history store is out of
 // room and not recording ("" while it records).
-func (e *Engine) historyWarning() string {
-	r := e.recorder()
+func (o *Observer) HistoryWarning() string {
+	r := o.recorder()
 	if r == nil || r.store == nil {
 		return ""
 	}
@@ -143,45 +137,41 @@ func (e *Engine) historyWarning() string {
 	return fmt.Sprintf("history is not recording (%d samples and events not recorded): %s; enforcement and policy changes are not affected", st.Refused, st.WhyNot)
 }
 
-var errNoHistory = errors.New("hostqosd keeps no history: its history store did not open (see its log)")
+// ErrNoHistory is History's error without a history store.
+var ErrNoHistory = errors.New("hostqosd keeps no history: its history store did not open (see its log)")
 
-// recordHistory reads every counter once and hands the sample to the
-// store (which writes it off the engine's lock, without blocking).
-func (e *Engine) recordHistory() {
-	r := e.recorder()
+// RecordHistory reads every counter once and hands the sample to the
+// store (which writes it off the engine's lock, without blocking); the
+// engine's Tick, every second.
+func (o *Observer) RecordHistory() {
+	r := o.recorder()
 	if r == nil {
 		return
 	}
-	sm, ok := e.readSample(r)
+	sm, ok := o.readSample(r)
 	if ok && r.store != nil {
 		r.store.Record(sm)
 	}
 }
 
 // readSample reads the sample of this tick.
-func (e *Engine) readSample(r *recorder) (history.Sample, bool) {
-	e.mu.Lock()
-	k, eff, slots := e.k, e.eff, e.slots
-	linkNames := make([]string, 0, len(e.links))
-	for name := range e.links {
-		linkNames = append(linkNames, name)
-	}
-	owners := map[string]int64{}
-	for _, run := range e.temp.Runs {
-		if run.Ordinary() {
-			owners[run.Rule] = int64(run.UID)
-		}
-	}
-	objs := e.objectRulesLocked()
-	for _, o := range objs {
-		owners[o.label] = o.owner
-	}
-	e.mu.Unlock()
+func (o *Observer) readSample(r *recorder) (history.Sample, bool) {
+	lv, rv := o.src.LinkView(), o.src.RuleView()
+	k := rv.Kernel
 	if k == nil {
 		return history.Sample{}, false
 	}
+	linkNames := make([]string, 0, len(lv.Up))
+	for name := range lv.Up {
+		linkNames = append(linkNames, name)
+	}
+	owners := make(map[string]int64, len(rv.Rules))
+	classOf := make(map[string]string, len(rv.Rules))
+	for _, rule := range rv.Rules {
+		owners[rule.Name], classOf[rule.Name] = rule.Owner, rule.Class
+	}
 	sm := history.Sample{Time: time.Now()}
-	if rs, err := e.stats.ruleStats(nil, -1); err == nil {
+	if rs, err := o.s.ruleStats(rv, nil, -1); err == nil {
 		for _, rule := range rs {
 			owner, ok := owners[rule.Rule]
 			if !ok {
@@ -192,28 +182,21 @@ func (e *Engine) readSample(r *recorder) (history.Sample, bool) {
 					BytesIn: rule.In.Bytes, PacketsIn: rule.In.Packets, DropsIn: rule.In.Drops}})
 		}
 	}
-	if cs, err := e.stats.classStats(); err == nil {
+	if cs, err := o.s.classStats(lv, rv); err == nil {
 		for _, c := range classTotals(cs) {
 			sm.Series = append(sm.Series, history.Series{Kind: history.KindClasses, Name: c.Class, Owner: -1,
 				Counters: history.Counters{BytesOut: c.Bytes, PacketsOut: c.Packets, DropsOut: c.Drops,
 					BytesIn: c.In.Bytes, PacketsIn: c.In.Packets, DropsIn: c.In.Drops}})
 		}
 	}
-	dev := readNetDev()
+	dev := ReadNetDev()
 	sort.Strings(linkNames)
 	for _, name := range linkNames {
 		if c, ok := dev[name]; ok {
 			sm.Series = append(sm.Series, history.Series{Kind: history.KindLinks, Name: name, Owner: -1, Counters: c})
 		}
 	}
-	classOf := map[string]string{}
-	for _, rule := range eff.Policy.Rules {
-		classOf[rule.Name] = rule.EffectiveClass()
-	}
-	for _, o := range objs {
-		classOf[o.label] = o.class
-	}
-	names := newSlotOwners(eff.Policy.Rules, slots, objs)
+	names := newSlotOwners(rv.Rules)
 	ended := r.walk(k, names, classOf, sm.Time)
 	sm.Flows = ended
 	r.mu.Lock()
@@ -358,7 +341,7 @@ func unitOf(cgroup string) string {
 }
 
 func (r *recorder) flowRecord(k Kernel, f datapath.Flow, ruleNames slotOwners, classOf map[string]string, wall func(uint64) time.Time) history.Flow {
-	rec := history.Flow{Proto: protoName(f.Key.Proto), Local: addrPort(f.Key.Local), Remote: addrPort(f.Key.Remote),
+	rec := history.Flow{Proto: ProtoName(f.Key.Proto), Local: addrPort(f.Key.Local), Remote: addrPort(f.Key.Remote),
 		FirstNS: f.FirstSeenNS, PID: f.PID, Comm: f.Comm, UID: f.UID,
 		Start: wall(f.FirstSeenNS), End: wall(f.LastSeenNS),
 		Counters: flowCounters(f.Counters)}
@@ -381,8 +364,8 @@ type AppCounters struct {
 
 // AppTotals are the apps' cumulative counters (for metrics); nil without
 // history recording.
-func (e *Engine) AppTotals() []AppCounters {
-	r := e.recorder()
+func (o *Observer) AppTotals() []AppCounters {
+	r := o.recorder()
 	if r == nil {
 		return nil
 	}
@@ -401,9 +384,9 @@ func (e *Engine) AppTotals() []AppCounters {
 	return out
 }
 
-// readNetDev reads the interface counters of the calling thread's network
+// ReadNetDev reads the interface counters of the calling thread's network
 // namespace (/proc/net/dev): received → in, transmitted → out.
-func readNetDev() map[string]history.Counters {
+func ReadNetDev() map[string]history.Counters {
 	data, err := os.ReadFile("/proc/thread-self/net/dev")
 	if err != nil {
 		return nil

@@ -1,28 +1,23 @@
-package engine
+package observe
 
 import (
 	"fmt"
-	"maps"
 	"net/netip"
 	"sort"
 	"sync"
 	"time"
-
-	"github.com/hostqos/hostqos/internal/store"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/apps"
 	"github.com/hostqos/hostqos/internal/datapath"
-	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
 // sampler keeps the previous reading of every counter so the API can show
 // current rates next to the cumulative counts.
 type sampler struct {
-	e  *Engine
 	mu sync.Mutex
 
 	ruleAt   time.Time
@@ -44,8 +39,8 @@ type sampler struct {
 	in inRates // the received side of classes and links (stats_in.go)
 }
 
-func newSampler(e *Engine) *sampler {
-	return &sampler{e: e, ruleRate: map[int][2]float64{}, ruleRateIn: map[int][2]float64{}, classPrev: map[[2]int]shaper.ClassStats{},
+func newSampler() *sampler {
+	return &sampler{ruleRate: map[int][2]float64{}, ruleRateIn: map[int][2]float64{}, classPrev: map[[2]int]shaper.ClassStats{},
 		classRate: map[[2]int][2]float64{}, exeCache: map[uint32]string{}}
 }
 
@@ -57,11 +52,8 @@ func rate(now, prev uint64, dt float64) float64 {
 }
 
 // sample reads rule and class counters and updates their rates.
-func (s *sampler) sample() {
-	s.e.mu.Lock()
-	dp := s.e.k
-	links := maps.Clone(s.e.links)
-	s.e.mu.Unlock()
+func (s *sampler) sample(v LinkView) {
+	dp := v.Kernel
 	if dp == nil {
 		return
 	}
@@ -83,7 +75,7 @@ func (s *sampler) sample() {
 	}
 	s.sampleIn(now, dp)
 	seen := map[[2]int]bool{}
-	for _, ifindex := range links {
+	for _, ifindex := range v.Up {
 		st, err := dp.ClassStats(ifindex)
 		if err != nil {
 			continue
@@ -108,12 +100,10 @@ func (s *sampler) sample() {
 }
 
 // ruleStats are the rules' counters and rates, without the rules in hidden
-// (other users' runs, for an ordinary caller).
-func (s *sampler) ruleStats(hidden map[string]bool, uid int64) ([]api.RuleStat, error) {
-	s.e.mu.Lock()
-	dp, eff, slots := s.e.k, s.e.eff, s.e.slots
-	objs := s.e.objectRulesLocked()
-	s.e.mu.Unlock()
+// (other users' runs, for an ordinary caller) and the objects' rules uid
+// may not see.
+func (s *sampler) ruleStats(v RuleView, hidden map[string]bool, uid int64) ([]api.RuleStat, error) {
+	dp := v.Kernel
 	if dp == nil {
 		return nil, fmt.Errorf("read rule counters: datapath not loaded")
 	}
@@ -124,31 +114,13 @@ func (s *sampler) ruleStats(hidden map[string]bool, uid int64) ([]api.RuleStat, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []api.RuleStat
-	for _, r := range eff.Policy.Rules {
-		slot, ok := slots.Rules[r.Name]
-		if !ok || slot >= len(cs) || hidden[r.Name] {
+	for _, r := range v.Rules {
+		if r.Slot >= len(cs) || !r.Object && hidden[r.Name] || r.Object && !visibleTo(r.Owner, uid) {
 			continue
 		}
-		b := slots.Baselines[slot]
-		c := cs[slot]
-		rr, ri := s.ruleRate[slot], s.ruleRateIn[slot]
-		out = append(out, api.RuleStat{Rule: r.Name, Class: r.EffectiveClass(), Counter: api.Counter{
-			Packets: sub(c.Packets, b.Packets), Bytes: sub(c.Bytes, b.Bytes), Drops: sub(c.Drops, b.Drops),
-			RateBps: rr[0], PktRate: rr[1],
-		}, In: api.Counter{
-			Packets: sub(c.RxPackets, b.RxPackets), Bytes: sub(c.RxBytes, b.RxBytes), Drops: sub(c.RxDrops, b.RxDrops),
-			RateBps: ri[0], PktRate: ri[1],
-		}})
-	}
-	// The rules made for reservations and protected clients, under the
-	// object's name (object_rules.go).
-	for _, o := range objs {
-		if o.slot >= len(cs) || !o.visibleTo(uid) {
-			continue
-		}
-		b, c := slots.Baselines[o.slot], cs[o.slot]
-		rr, ri := s.ruleRate[o.slot], s.ruleRateIn[o.slot]
-		out = append(out, api.RuleStat{Rule: o.label, Class: o.class, Counter: api.Counter{
+		b, c := r.Base, cs[r.Slot]
+		rr, ri := s.ruleRate[r.Slot], s.ruleRateIn[r.Slot]
+		out = append(out, api.RuleStat{Rule: r.Name, Class: r.Class, Counter: api.Counter{
 			Packets: sub(c.Packets, b.Packets), Bytes: sub(c.Bytes, b.Bytes), Drops: sub(c.Drops, b.Drops),
 			RateBps: rr[0], PktRate: rr[1],
 		}, In: api.Counter{
@@ -157,6 +129,12 @@ func (s *sampler) ruleStats(hidden map[string]bool, uid int64) ([]api.RuleStat, 
 		}})
 	}
 	return out, nil
+}
+
+// visibleTo reports whether a caller who may only see uid's objects (-1:
+// everything) sees the rule of an object of owner (-1: everyone's).
+func visibleTo(owner, uid int64) bool {
+	return uid < 0 || owner < 0 || owner == uid
 }
 
 func sub(a, b uint64) uint64 {
@@ -168,25 +146,22 @@ func sub(a, b uint64) uint64 {
 
 // classStats are, per managed link, what each
 // class's HTB subtree carried. Links without shaping report the sum of the
-// class's rules instead.
-func (s *sampler) classStats() ([]api.ClassStat, error) {
-	s.e.mu.Lock()
-	eff, comp, k := s.e.eff, s.e.desired, s.e.k
-	links := maps.Clone(s.e.links)
-	s.e.mu.Unlock()
-	if comp == nil || k == nil {
+// class's rules instead. rv gives the rules of the classes' IN.
+func (s *sampler) classStats(v LinkView, rv RuleView) ([]api.ClassStat, error) {
+	k := v.Kernel
+	if v.Classes == nil || k == nil {
 		return nil, nil
 	}
 	var in map[string]api.Counter
-	if rs, err := s.ruleStats(nil, -1); err == nil {
+	if rs, err := s.ruleStats(rv, nil, -1); err == nil {
 		in = s.classIn(rs, k)
 	}
 	// Each class's HTB leaves: its general leaf and its rules' own leaves,
 	// as the compiled policy gave them to the shaper.
 	leaves := map[string][]int{}
-	for _, c := range comp.Classes {
+	for _, c := range v.Classes {
 		leaves[c.Name] = append(leaves[c.Name], int(shaper.ClassLeafMinor(c.Index)))
-		for _, r := range comp.Rules {
+		for _, r := range v.ClassRules {
 			if r.Class == c.Index {
 				leaves[c.Name] = append(leaves[c.Name], int(shaper.RuleLeafMinor(r.Slot)))
 			}
@@ -195,13 +170,13 @@ func (s *sampler) classStats() ([]api.ClassStat, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []api.ClassStat
-	for _, l := range eff.Policy.Links {
-		ifindex, ok := links[l.Name]
+	for _, name := range v.Order {
+		ifindex, ok := v.Up[name]
 		if !ok {
 			continue
 		}
-		for _, c := range comp.Classes {
-			row := api.ClassStat{Class: c.Name, Link: l.Name, In: in[c.Name]}
+		for _, c := range v.Classes {
+			row := api.ClassStat{Class: c.Name, Link: name, In: in[c.Name]}
 			for _, m := range leaves[c.Name] {
 				k := [2]int{ifindex, m}
 				st, ok := s.classPrev[k]
@@ -233,11 +208,8 @@ const (
 
 // flowStats are the flows with their rates; uid >= 0 limits the answer to that
 // user's flows.
-func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
-	s.e.mu.Lock()
-	dp, eff, slots := s.e.k, s.e.eff, s.e.slots
-	objs := s.e.objectRulesLocked()
-	s.e.mu.Unlock()
+func (s *sampler) flowStats(v RuleView, uid int64) ([]api.FlowStat, error) {
+	dp := v.Kernel
 	if dp == nil {
 		return nil, fmt.Errorf("read flows: datapath not loaded")
 	}
@@ -255,7 +227,7 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 		s.mu.Unlock()
 		time.Sleep(flowProbe)
 	}
-	names := newSlotOwners(eff.Policy.Rules, slots, objs)
+	names := newSlotOwners(v.Rules)
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	mono := uint64(ts.Nano())
@@ -271,7 +243,7 @@ func (s *sampler) flowStats(uid int64) ([]api.FlowStat, error) {
 			return true
 		}
 		fs := api.FlowStat{
-			Proto: protoName(f.Key.Proto), Local: addrPort(f.Key.Local), Remote: addrPort(f.Key.Remote),
+			Proto: ProtoName(f.Key.Proto), Local: addrPort(f.Key.Local), Remote: addrPort(f.Key.Remote),
 			PID: f.PID, Comm: f.Comm, UID: f.UID, Exe: s.exe(f.PID),
 			Counter: api.Counter{Packets: f.Packets, Bytes: f.Bytes, Drops: f.Drops},
 			In:      api.Counter{Packets: f.RxPackets, Bytes: f.RxBytes, Drops: f.RxDrops},
@@ -308,18 +280,13 @@ type slotOwners map[int]slotOwner
 
 type slotOwner struct {
 	name  string
-	since uint32 // store.BaseCounter.Gen
+	since uint32 // Rule.Since
 }
 
-func newSlotOwners(rules []policy.Rule, slots *store.Slots, objs []objectRule) slotOwners {
-	o := make(slotOwners, len(rules)+len(objs))
+func newSlotOwners(rules []Rule) slotOwners {
+	o := make(slotOwners, len(rules))
 	for _, r := range rules {
-		if slot, ok := slots.Rules[r.Name]; ok {
-			o[slot] = slotOwner{name: r.Name, since: slots.Baselines[slot].Gen}
-		}
-	}
-	for _, ob := range objs {
-		o[ob.slot] = slotOwner{name: ob.label, since: slots.Baselines[ob.slot].Gen}
+		o[r.Slot] = slotOwner{name: r.Name, since: r.Since}
 	}
 	return o
 }
@@ -371,8 +338,8 @@ func (s *sampler) dropFlowBaseLater() {
 }
 
 // appStats aggregates flows by owning process.
-func (s *sampler) appStats(uid int64) ([]api.AppStat, error) {
-	flows, err := s.flowStats(uid)
+func (s *sampler) appStats(v RuleView, uid int64) ([]api.AppStat, error) {
+	flows, err := s.flowStats(v, uid)
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +403,9 @@ func (s *sampler) exe(pid uint32) string {
 	return e
 }
 
-func protoName(p uint8) string {
+// ProtoName names an IP protocol as the views do ("tcp", "udp", …, or
+// its number).
+func ProtoName(p uint8) string {
 	switch p {
 	case unix.IPPROTO_TCP:
 		return "tcp"

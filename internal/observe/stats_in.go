@@ -1,8 +1,7 @@
-package engine
+package observe
 
 import (
 	"fmt"
-	"maps"
 	"sort"
 	"time"
 
@@ -72,11 +71,9 @@ func (s *sampler) classIn(rs []api.RuleStat, k Kernel) map[string]api.Counter {
 // linkStats are the managed links' interface counters, both directions,
 // with rates since the previous call (at most one reading per second
 // counts as the base).
-func (s *sampler) linkStats() ([]api.LinkStat, error) {
-	s.e.mu.Lock()
-	links := maps.Clone(s.e.links)
-	s.e.mu.Unlock()
-	dev := readNetDev()
+func (s *sampler) linkStats(v LinkView) ([]api.LinkStat, error) {
+	links := v.Up
+	dev := ReadNetDev()
 	if dev == nil {
 		return nil, fmt.Errorf("read interface counters: /proc/thread-self/net/dev unreadable")
 	}

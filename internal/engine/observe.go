@@ -1,0 +1,102 @@
+package engine
+
+import (
+	"context"
+	"maps"
+
+	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/history"
+	"github.com/hostqos/hostqos/internal/observe"
+)
+
+// The observation side (rates, statistics, the app watch, the history
+// recorder) is package observe. It reads the engine through observed, one
+// snapshot under e.mu at a time, and the kernel after e.mu is released.
+
+// observed is the engine as the observer reads it (observe.Source).
+type observed struct{ e *Engine }
+
+var _ observe.Source = observed{}
+
+// LinkView is the kernel, the managed links set up and the classes of the
+// last derive.
+func (v observed) LinkView() observe.LinkView {
+	e := v.e
+	e.mu.Lock()
+	k, eff, d := e.k, e.eff, e.desired
+	up := maps.Clone(e.links)
+	e.mu.Unlock()
+	lv := observe.LinkView{Kernel: k, Up: up, Order: make([]string, 0, len(eff.Policy.Links))}
+	for _, l := range eff.Policy.Links {
+		lv.Order = append(lv.Order, l.Name)
+	}
+	if d != nil {
+		lv.Classes, lv.ClassRules = d.Classes, d.Rules
+	}
+	return lv
+}
+
+// RuleView is the kernel and the rules that hold a slot: the effective
+// policy's and those made for objects (object_rules.go), with their slot's
+// baseline and handover generation. The policy and the slot table are read
+// after the lock is released: a change replaces them, never writes them.
+func (v observed) RuleView() observe.RuleView {
+	e := v.e
+	e.mu.Lock()
+	k, eff, slots := e.k, e.eff, e.slots
+	if k == nil {
+		e.mu.Unlock()
+		return observe.RuleView{}
+	}
+	objs := e.objectRulesLocked()
+	runOwner := map[string]int64{}
+	for _, run := range e.temp.Runs {
+		if run.Ordinary() {
+			runOwner[run.Rule] = int64(run.UID)
+		}
+	}
+	e.mu.Unlock()
+	rules := make([]observe.Rule, 0, len(eff.Policy.Rules)+len(objs))
+	add := func(r observe.Rule) {
+		b := slots.Baselines[r.Slot]
+		r.Base = datapath.Counters{Packets: b.Packets, Bytes: b.Bytes, Drops: b.Drops,
+			RxPackets: b.RxPackets, RxBytes: b.RxBytes, RxDrops: b.RxDrops}
+		r.Since = b.Gen
+		rules = append(rules, r)
+	}
+	for _, r := range eff.Policy.Rules {
+		slot, ok := slots.Rules[r.Name]
+		if !ok {
+			continue
+		}
+		owner, ok := runOwner[r.Name]
+		if !ok {
+			owner = -1
+		}
+		add(observe.Rule{Name: r.Name, Class: r.EffectiveClass(), Slot: slot, Owner: owner})
+	}
+	for _, o := range objs {
+		add(observe.Rule{Name: o.label, Class: o.class, Slot: o.slot, Owner: o.owner, Object: true})
+	}
+	return observe.RuleView{Kernel: k, Rules: rules}
+}
+
+// SetHistory makes the engine record a sample in st at every Tick (nil:
+// keep the apps' totals only, for metrics).
+func (e *Engine) SetHistory(st *history.Store, o observe.HistoryOptions) { e.obs.SetHistory(st, o) }
+
+// History answers a history query as who may see it: an ordinary user
+// sees the links, classes and admin rules, and only their own apps, runs
+// and flows.
+func (e *Engine) History(ctx context.Context, who Caller, q api.HistoryQuery) (api.History, error) {
+	h, err := e.obs.History(ctx, q, who.MayOnlySeeOwn())
+	if qe, ok := err.(*history.QueryError); ok {
+		return h, &BadRequestError{Err: qe}
+	}
+	return h, err
+}
+
+// AppTotals are the apps' cumulative counters (for metrics); nil without
+// history recording.
+func (e *Engine) AppTotals() []observe.AppCounters { return e.obs.AppTotals() }
