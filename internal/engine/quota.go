@@ -14,7 +14,7 @@ import (
 
 // Quotas and schedules change what a rule does over time without changing
 // the rule: the engine lays a runtime view over the effective policy before
-// compiling it (runtimePolicy). A rule outside its schedule's windows is
+// compiling it (the derive's runtime view). A rule outside its schedule's windows is
 // left out of the datapath (its traffic falls to the next rule); a rule
 // whose quota is used up is blocked (action drop) or capped (a ceiling on
 // a shaped link, else a policer) until the quota's next reset. Tick (and
@@ -38,7 +38,7 @@ type ruleTimes struct {
 	write   func(map[string]*quotaUsage) error
 	dirty   bool
 	savedAt time.Time
-	view    string          // runtime view last applied (runtimePolicy's key)
+	view    string          // runtime view last applied (derive.Desired.View)
 	on      map[string]bool // schedule state last seen, by rule
 	lastErr string          // last error of applying a changed view, logged once
 	// pace is each quota's usage at the previous reading; due is how soon
@@ -309,7 +309,7 @@ func (e *Engine) QuotaWake() <-chan struct{} { return e.times.wake }
 
 // startUsageLocked starts counting the quotas that have no usage yet (a
 // rule that was added or got a quota) from the counters of their slots as
-// applyLocked read them before the push (read), so that what the rule
+// the sync read them before the push (read), so that what the rule
 // sends before the next reading counts too; then it has the quotas read
 // soon. Called with e.mu held after a successful apply.
 func (e *Engine) startUsageLocked(read func(slot int) store.BaseCounter) {
