@@ -1,16 +1,14 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hostqos/hostqos/internal/lab"
 )
 
 // daemonMemory is what the daemon's metrics say of its memory.
@@ -24,48 +22,12 @@ type daemonMemory struct {
 // the client namespace).
 func (e *env) scrapeMemory(t *testing.T) daemonMemory {
 	t.Helper()
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
-			err = e.client.Do(func() error {
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		}}}
-	defer hc.CloseIdleConnections()
-	resp, err := hc.Get("http://" + metricsAddr + "/metrics")
+	v, err := lab.ScrapeMetrics(context.Background(), e.client, metricsAddr,
+		"go_gc_heap_live_bytes", "go_gc_duration_seconds_count", "process_resident_memory_bytes")
 	if err != nil {
-		t.Fatalf("scrape the daemon's metrics: %v", err)
+		t.Fatalf("the daemon's metrics lack its memory: %v", err)
 	}
-	defer resp.Body.Close()
-	var m daemonMemory
-	found := map[string]bool{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(val, 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "go_gc_heap_live_bytes":
-			m.live = v
-		case "go_gc_duration_seconds_count":
-			m.gcs = v
-		case "process_resident_memory_bytes":
-			m.rss = v
-		default:
-			continue
-		}
-		found[name] = true
-	}
-	if len(found) != 3 {
-		t.Fatalf("the daemon's metrics lack its memory (found %v)", found)
-	}
+	m := daemonMemory{live: v["go_gc_heap_live_bytes"], gcs: v["go_gc_duration_seconds_count"], rss: v["process_resident_memory_bytes"]}
 	return m
 }
 

@@ -1,12 +1,8 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -161,49 +157,11 @@ func settledMem(ctx context.Context, d *lab.Daemon, node *testbed.Node, addr str
 // addr in node's namespace, and its RSS.
 func scrapeMem(ctx context.Context, d *lab.Daemon, node *testbed.Node, addr string) (daemonMem, error) {
 	var m daemonMem
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, a string) (c net.Conn, err error) {
-			err = node.Do(func() error {
-				c, err = (&net.Dialer{}).DialContext(ctx, network, a)
-				return err
-			})
-			return c, err
-		}}}
-	defer hc.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	v, err := lab.ScrapeMetrics(ctx, node, addr, "go_gc_heap_live_bytes", "go_gc_duration_seconds_count")
 	if err != nil {
 		return m, err
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return m, fmt.Errorf("scrape the daemon's metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	found := 0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(val, 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "go_gc_heap_live_bytes":
-			m.live = uint64(v)
-		case "go_gc_duration_seconds_count":
-			m.gcs = v
-		default:
-			continue
-		}
-		found++
-	}
-	if found != 2 {
-		return m, fmt.Errorf("scrape the daemon's metrics: no go_gc_heap_live_bytes and go_gc_duration_seconds_count")
-	}
+	m.live, m.gcs = uint64(v["go_gc_heap_live_bytes"]), v["go_gc_duration_seconds_count"]
 	if m.rss, err = procRSS(d.PID()); err != nil {
 		return m, err
 	}
