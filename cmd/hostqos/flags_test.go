@@ -40,7 +40,7 @@ func TestBadFlagsNameFlagAndValue(t *testing.T) {
 		{[]string{"tool", "udp-send", "--to", "198.18.0.2:7", "--rate", "1mbit", "--pps", "5"}, []string{"--pps", "given together"}},
 		{[]string{"tool", "video", "--to", "198.18.0.2:7", "--max-payload", "10"}, []string{"--max-payload", "10"}},
 		{[]string{"tool", "pareto", "--to", "198.18.0.2:7", "--k", "4mbit", "--cap", "2mbit"}, []string{"--cap", "2mbit", "below k 4mbit"}},
-		{[]string{"tool", "fct", "--to", "198.18.0.2:7", "--size", "20g"}, []string{"--size", "20g", "17g"}},
+		{[]string{"tool", "fct", "--to", "198.18.0.2:7", "--size", "20GiB"}, []string{"--size", "20GiB", "16GiB"}},
 		{[]string{"tool", "udp-sink", "--listen", "nowhere"}, []string{"--listen", "nowhere", "host:port"}},
 		{[]string{"tool", "video", "--to", "198.18.0.2:7", "--fps", "0"}, []string{"--fps", "0", "default (25)"}},
 		{[]string{"tool", "video", "--to", "198.18.0.2:7", "--i-size", "0"}, []string{"--i-size", "0"}},

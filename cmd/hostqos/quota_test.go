@@ -23,7 +23,7 @@ func TestRuleQuotaScheduleOutput(t *testing.T) {
 		Schedule: &api.ScheduleStatus{Active: false, NextChange: &next}}
 	c := &fakeClient{rules: []api.RuleInfo{ri}}
 	out, _, code := runFake(c, "rule", "list")
-	if code != 0 || !strings.Contains(out, "quota 5mb/day → limit 1mbit") || !strings.Contains(out, "schedule Mon-Fri 09:00-18:00 (off now)") {
+	if code != 0 || !strings.Contains(out, "quota 5MiB/day → limit 1mbit") || !strings.Contains(out, "schedule Mon-Fri 09:00-18:00 (off now)") {
 		t.Errorf("rule list:\n%s", out)
 	}
 	out, _, code = runFake(c, "rule", "show", "dl")
@@ -33,17 +33,17 @@ func TestRuleQuotaScheduleOutput(t *testing.T) {
 	}
 
 	c = &fakeClient{}
-	if _, _, code := runFake(c, "rule", "add", "q", "--comm", "wget", "--quota", "5gb", "--quota-period", "week", "--quota-reset", "06:30",
+	if _, _, code := runFake(c, "rule", "add", "q", "--comm", "wget", "--quota", "5GiB", "--quota-period", "week", "--quota-reset", "06:30",
 		"--quota-action", "limit  2mbit", "--schedule", "Sat-Sun", "--timezone", "Europe/Berlin"); code != 0 {
 		t.Fatalf("rule add with quota and schedule: exit %d", code)
 	}
-	want := `Rules.AddFields q comm="wget" quota="5gb" quota_action="limit 2mbit" quota_period="week" quota_reset="06:30" schedule="Sat-Sun" timezone="Europe/Berlin"`
+	want := `Rules.AddFields q comm="wget" quota="5GiB" quota_action="limit 2mbit" quota_period="week" quota_reset="06:30" schedule="Sat-Sun" timezone="Europe/Berlin"`
 	if len(c.calls) != 1 || c.calls[0] != want {
 		t.Errorf("calls %q\nwant %q", c.calls, want)
 	}
 	for _, bad := range [][]string{{"--quota-period", "year"}, {"--quota-reset", "25:00"}, {"--quota-action", "throttle"}, {"--schedule", "Mon 9-10"}, {"--timezone", "Mars/Base"}} {
 		c = &fakeClient{}
-		if _, errOut, code := runFake(c, append([]string{"rule", "add", "q", "--comm", "wget", "--quota", "1gb"}, bad...)...); code == 0 || len(c.calls) != 0 || !strings.Contains(errOut, bad[0]) {
+		if _, errOut, code := runFake(c, append([]string{"rule", "add", "q", "--comm", "wget", "--quota", "1GiB"}, bad...)...); code == 0 || len(c.calls) != 0 || !strings.Contains(errOut, bad[0]) {
 			t.Errorf("%v: exit %d, calls %v, stderr %q", bad, code, c.calls, errOut)
 		}
 	}

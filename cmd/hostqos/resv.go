@@ -20,8 +20,8 @@ func resvFlags() fieldFlags {
 	return slices.Concat(selectorFlags("session", "session"), fieldFlags{
 		{"service", "service", "guaranteed (excess shaped to R, never dropped on the host), controlled-load (excess sent as best effort) or best-effort (counted only)",
 			enumValue(string(policy.ServiceGuaranteed), string(policy.ServiceControlledLoad), string(policy.ServiceBestEffort))},
-		{"rate", "rate", "Tspec token rate r, e.g. 2mbit or 250000bps (RFC 2210 counts bytes/s)", rateValue()},
-		{"burst", "burst", "Tspec bucket depth b in bytes, e.g. 16kb (at least M)", sizeValue()},
+		{"rate", "rate", "Tspec token rate r, e.g. 2mbit or 250kB/s (RFC 2210 counts bytes/s)", rateValue()},
+		{"burst", "burst", "Tspec bucket depth b in bytes, e.g. 16KiB (at least M)", sizeValue()},
 		{"peak", "peak", "Tspec peak rate p ≥ r (default: no peak term)", rateValue()},
 		{"min-unit", "min_unit", "Tspec minimum policed unit m in bytes: smaller packets are charged as m (default 64)", sizeValue()},
 		{"max-unit", "max_unit", "Tspec maximum packet size M in bytes (IP packet; default 1500; at most the links' MTU)", sizeValue()},
@@ -83,14 +83,14 @@ func newResvChangeCmd(f *factory, add bool) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "add NAME --service S [selectors] --rate r --burst b [--peak p] [--min-unit m] [--max-unit M] [--service-rate R] [--slack S]",
 		Short: "Ask for a reservation (admission-controlled)",
-		Example: `  hostqos resv add rtp --service guaranteed --proto udp --rport 5004 --rate 2mbit --burst 16kb --max-unit 1400
-  hostqos resv add video --service controlled-load --exe /usr/bin/ffmpeg --rate 4mbit --burst 64kb --peak 10mbit
-  hostqos resv add calls --service controlled-load --proto tcp --rport 5060 --rate 2mbit --burst 16kb --max-sessions 20 --per-session-minbw 100kbit`,
+		Example: `  hostqos resv add rtp --service guaranteed --proto udp --rport 5004 --rate 2mbit --burst 16KiB --max-unit 1400
+  hostqos resv add video --service controlled-load --exe /usr/bin/ffmpeg --rate 4mbit --burst 64KiB --peak 10mbit
+  hostqos resv add calls --service controlled-load --proto tcp --rport 5060 --rate 2mbit --burst 16KiB --max-sessions 20 --per-session-minbw 100kbit`,
 		Args: cobra.ExactArgs(1),
 	}
 	if !add {
 		c.Use, c.Short = "set NAME [flags]", "Change a reservation; only the flags given change (admission runs again)"
-		c.Example = "  hostqos resv set rtp --rate 3mbit --burst 24kb"
+		c.Example = "  hostqos resv set rtp --rate 3mbit --burst 24KiB"
 	}
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		p := o.flags.fields(cmd)

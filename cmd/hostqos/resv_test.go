@@ -11,13 +11,13 @@ import (
 func TestResvCommands(t *testing.T) {
 	c := &fakeClient{}
 	out, errOut, code := runFake(c, "resv", "add", "rtp", "--service", "guaranteed", "--proto", "udp", "--rport", "5004",
-		"--rate", "250000bps", "--burst", "16kb", "--peak", "10mbit", "--max-unit", "1400", "--service-rate", "3mbit", "--slack", "500",
+		"--rate", "250kB/s", "--burst", "16KiB", "--peak", "10mbit", "--max-unit", "1400", "--service-rate", "3mbit", "--slack", "500",
 		"--max-sessions", "3", "--per-session-minbw", "100kbit", "--temporary")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	want := `Reservations.Add {"name":"rtp","proto":"udp","rport":"5004","service":"guaranteed","rate":"2mbit","burst":"16kb","peak":"10mbit",` +
-		`"max_unit":"1400b","service_rate":"3mbit","slack_us":500,"max_sessions":3,"per_session_minbw":"100kbit"} (temporary)`
+	want := `Reservations.Add {"name":"rtp","proto":"udp","rport":"5004","service":"guaranteed","rate":"2mbit","burst":"16KiB","peak":"10mbit",` +
+		`"max_unit":"1400B","service_rate":"3mbit","slack_us":500,"max_sessions":3,"per_session_minbw":"100kbit"} (temporary)`
 	if c.calls[0] != want {
 		t.Fatalf("call\n%s\nwant\n%s", c.calls[0], want)
 	}
@@ -48,7 +48,7 @@ func TestResvCommands(t *testing.T) {
 		}
 	}
 	out, _, _ = runFake(c, "resv", "list")
-	if !strings.Contains(out, "rtp          guaranteed  proto=udp  r=2mbit b=16000b  2mbit     1/3") {
+	if !strings.Contains(out, "rtp          guaranteed  proto=udp  r=2mbit b=16kB  2mbit     1/3") {
 		t.Errorf("list:\n%s", out)
 	}
 	c.calls = nil

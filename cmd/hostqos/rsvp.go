@@ -37,7 +37,7 @@ and nothing stays installed anywhere. What arrives is published as events
 (hostqos rsvp watch): rsvp.path, rsvp.resv, rsvp.resv-error, rsvp.confirm, …
 
 Rates (r, p, R) are bytes/s without a unit (RFC 2210 units), or any rate with
-one (2mbit, 250kbps); sizes (b, m, M) are bytes. Changes need root or group
+one (2mbit, 250kB/s); sizes (b, m, M) are bytes. Changes need root or group
 hostqos. See docs/rsvp.md.`,
 	}
 	session := &cobra.Command{Use: "session", Short: "Manage RSVP sessions (add; list, show and remove are hostqos rsvp list|show|remove)"}
@@ -98,7 +98,7 @@ func newRSVPSenderCmd(f *factory) *cobra.Command {
 Tspec (RFC 2210 token bucket): token rate r, bucket depth b, peak rate p (no
 peak limit if left out), minimum policed unit m (64) and maximum packet size M
 (1500). The Path carries it hop by hop to the receiver, which may then reserve.`,
-		Example: "  hostqos rsvp sender rtp --tspec r=250000,b=3000,M=1500 --sport 4000\n  hostqos rsvp sender rtp --tspec r=2mbit,b=16kb,p=4mbit",
+		Example: "  hostqos rsvp sender rtp --tspec r=250000,b=3000,M=1500 --sport 4000\n  hostqos rsvp sender rtp --tspec r=2mbit,b=16KiB,p=4mbit",
 		Args:    cobra.ExactArgs(1),
 	}
 	c.Flags().StringVar(&tspec, "tspec", "", "the Tspec: r=RATE,b=BYTES[,p=RATE,m=BYTES,M=BYTES]; a rate without a unit is bytes/s")
@@ -132,7 +132,7 @@ service rate R ≥ r, default r, and slack S in µs) or controlled-load (Tspec).
 Each RSVP router and the sender host admit it on their outgoing link; the
 answer comes as events: rsvp.confirm (with --confirm) when the sender host
 installed it, rsvp.resv-error naming the refusing node and the flowspec.`,
-		Example: "  hostqos rsvp reserve rtp --service guaranteed --flowspec r=250000,b=3000,R=275000 --confirm\n  hostqos rsvp reserve rtp --service controlled-load --flowspec r=2mbit,b=16kb",
+		Example: "  hostqos rsvp reserve rtp --service guaranteed --flowspec r=250000,b=3000,R=275000 --confirm\n  hostqos rsvp reserve rtp --service controlled-load --flowspec r=2mbit,b=16KiB",
 		Args:    cobra.ExactArgs(1),
 	}
 	c.Flags().StringVar(&service, "service", "", "guaranteed or controlled-load")

@@ -25,13 +25,13 @@ func ruleFlags() fieldFlags {
 		{"maxbw", "maxbw", "property: ceiling for all matching traffic together, e.g. 20mbit", rateValue()},
 		{"minbw", "minbw", "property: guaranteed rate (admission-controlled), e.g. 5mbit", rateValue()},
 		{"police", "police", "property: drop what exceeds this rate at once, no queueing (all matching traffic together), e.g. 5mbit", rateValue()},
-		{"burst", "burst", "property: --police bucket depth in bytes, e.g. 64kb (default: 10 ms at the rate, at least 64kb)", sizeValue()},
+		{"burst", "burst", "property: --police bucket depth in bytes, e.g. 64KiB (default: 10 ms at the rate, at least 64KiB)", sizeValue()},
 		{"maxbw-in", "maxbw_in", "property: download limit for all matching flows together (what the apps receive), e.g. 50mbit: TCP senders are slowed by the receive window (on a LAN by paced ACKs), excess UDP is dropped", rateValue()},
 		{"action", "action", "property: pass (default), drop, or observe (count only)",
 			enumValue(string(policy.ActionPass), string(policy.ActionDrop), string(policy.ActionObserve))},
 		{"precedence", "precedence", fmt.Sprintf("evaluation order: higher first (0-%d); ties go to the most specific rule", policy.MaxPrecedence),
 			intValue(0, policy.MaxPrecedence, fmt.Sprintf("want 0 … %d (higher is evaluated first)", policy.MaxPrecedence))},
-		{"quota", "quota", "quota: volume per period, e.g. 5gb (see --quota-action)", sizeValue()},
+		{"quota", "quota", "quota: volume per period, e.g. 5GiB (see --quota-action)", sizeValue()},
 		{"quota-period", "quota_period", "quota: day (default), week (from Monday) or month (from the 1st)",
 			enumValue(policy.PeriodDay, policy.PeriodWeek, policy.PeriodMonth)},
 		// Any direction is sent: the daemon says why in and both are refused.
@@ -99,7 +99,7 @@ func newRuleAddCmd(f *factory) *cobra.Command {
   hostqos rule add backup --exe /usr/bin/restic --maxbw 20mbit
   hostqos rule add steam --exe '/opt/steam/*' --maxbw-in 50mbit
   hostqos rule add https --proto tcp --rport 443 --minbw 5mbit
-  hostqos rule add stream --proto udp --rport 9000 --police 20mbit --burst 32kb
+  hostqos rule add stream --proto udp --rport 9000 --police 20mbit --burst 32KiB
   hostqos rule add block-dns --proto udp --rport 53 --remote 198.18.0.0/15 --action drop`,
 	}, ruleChange(true))
 }

@@ -489,12 +489,12 @@ func fctCmd(t *toolOptions) *cobra.Command {
 the sink sends the bytes (a download); up: this side sends them and the sink
 acknowledges. The completion time runs from the start of the TCP handshake to the
 last byte (down) or the acknowledgement (up); p50/p90/p99 are reported.`,
-		Example: `  hostqos tool fct --to 198.18.2.2:5002 --count 200 --size 50k --concurrency 4 --dscp AF41`,
+		Example: `  hostqos tool fct --to 198.18.2.2:5002 --count 200 --size 50KiB --concurrency 4 --dscp AF41`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			psz, err := policy.ParseSize(size)
 			if err != nil {
-				return flagErr("size", size, err.Error(), "use bytes like 1500, 10k, 2m or 1g (k = 1024, as everywhere in hostqos)")
+				return flagErr("size", size, err.Error(), "use bytes like 1500, 10KiB, 2MiB or 50kB (KiB, MiB, GiB count 1024s; kB, MB, GB 1000s, as everywhere in hostqos)")
 			}
 			d, err := parseDSCPFlag(dscp)
 			if err != nil {
@@ -511,7 +511,7 @@ last byte (down) or the acknowledgement (up); p50/p90/p99 are reported.`,
 	f.StringVar(&to, "to", "", "tcp-sink host:port (required)")
 	f.StringVar(&from, "from", "", "local IP address to connect from (optional)")
 	f.IntVar(&count, "count", 100, "number of transfers")
-	f.StringVar(&size, "size", "10k", "bytes per transfer (1500, 10k, 2m; k = 1024)")
+	f.StringVar(&size, "size", "10KiB", "bytes per transfer (1500, 10KiB, 2MiB, 50kB)")
 	f.IntVar(&conc, "concurrency", 1, "transfers in flight at once")
 	f.StringVar(&direction, "direction", traffic.FCTDown, "down (sink sends) or up (we send)")
 	f.StringVar(&dscp, "dscp", "", "DSCP to mark (default: leave unmarked)")

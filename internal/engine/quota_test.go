@@ -157,7 +157,7 @@ egress_rate = "100mbit"
 [[rule]]
 name = "dl"
 comm = "wget"
-quota = "5mb"
+quota = "5MiB"
 quota_action = "limit 1mbit"
 quota_reset = "06:00"
 timezone = "UTC"
@@ -254,7 +254,7 @@ name = "eth0"
 [[rule]]
 name = "dl"
 comm = "wget"
-quota = "1kb"
+quota = "1KiB"
 quota_action = "`+c.action+`"
 `)
 		clk := &fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
@@ -411,7 +411,7 @@ egress_rate = "100mbit"
 [[rule]]
 name = "dl"
 comm = "wget"
-quota = "1mb"
+quota = "1MiB"
 quota_direction = "`+dir+`"
 quota_action = "limit 2mbit"
 `)
@@ -462,7 +462,7 @@ name = "eth0"
 [[rule]]
 name = "dl"
 comm = "wget"
-quota = "5mb"
+quota = "5MiB"
 quota_action = "limit 2mbit"
 `)
 	clk := &fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}

@@ -424,11 +424,11 @@ func decodeTOMLSize(_ string, v any, dst reflect.Value) (string, string) {
 		dst.SetUint(uint64(sz))
 	case int64:
 		if t < 0 || t > maxSize {
-			return "out of range", "write a size from 0 to 1tb, e.g. \"64kb\""
+			return "out of range", "write a size from 0 to 1TiB, e.g. \"64KiB\""
 		}
 		dst.SetUint(uint64(t))
 	default:
-		return "want a size such as \"64kb\" or a number of bytes, got " + tomlType(v), ""
+		return "want a size such as \"64KiB\" or a number of bytes, got " + tomlType(v), ""
 	}
 	return "", ""
 }

@@ -68,7 +68,7 @@ name = "flood"
 proto = "udp"
 rport = "9000"
 police = "5mbit"
-burst = "32kb"
+burst = "32KiB"
 
 [[rule]]
 name = "flood-default-burst"
@@ -108,7 +108,7 @@ func TestLoadGood(t *testing.T) {
 	if f, _ := p.Rule("flood"); f.Police != 5_000_000 || f.Burst != 32<<10 || f.PoliceBurst() != 32<<10 {
 		t.Errorf("flood = %+v", f)
 	}
-	// Default burst: 10 ms at the rate (125000 bytes at 100mbit), at least 64kb.
+	// Default burst: 10 ms at the rate (125000 bytes at 100mbit), at least 64KiB.
 	if f, _ := p.Rule("flood-default-burst"); f.Burst != 0 || f.PoliceBurst() != 125_000 {
 		t.Errorf("flood-default-burst = %+v, burst %v", f, f.PoliceBurst())
 	}
@@ -166,7 +166,7 @@ func TestLoadErrors(t *testing.T) {
 		{"malformed rate", "[[link]]\nname = \"veth0\"\negress_rate = \"20 megabits\"\n",
 			[]string{src + `:3: link "veth0": field egress_rate = "20 megabits": unknown rate unit "megabits"`}},
 		{"burst in bits", "[[rule]]\nname = \"r\"\ncomm = \"x\"\npolice = \"1mbit\"\nburst = \"64kbit\"\n",
-			[]string{src + `:5: rule "r": field burst = "64kbit": unknown size unit "kbit"; that is a rate unit, a size counts bytes`}},
+			[]string{src + `:5: rule "r": field burst = "64kbit": unknown size unit "kbit": that is a rate unit, a size counts bytes`}},
 		{"burst negative", "[[rule]]\nname = \"r\"\ncomm = \"x\"\npolice = \"1mbit\"\nburst = -1\n",
 			[]string{src + `:5: rule "r": field burst = -1: out of range`}},
 		{"rate without unit", "[[rule]]\nname = \"r\"\ncomm = \"x\"\nmaxbw = 20000000\n",

@@ -27,7 +27,7 @@ var tomlSamples = map[reflect.Type]struct {
 	reflect.TypeOf(false):       {`true`, true},
 	reflect.TypeOf(Service("")): {`"guaranteed"`, ServiceGuaranteed},
 	rateType:                    {`"1.5mbit"`, Rate(1_500_000)},
-	sizeType:                    {`"64kb"`, Size(64 << 10)},
+	sizeType:                    {`"64KiB"`, Size(64 << 10)},
 	dscpType:                    {`"AF41"`, DSCP(34)},
 	portsType:                   {`"1000-2000"`, PortRange{1000, 2000}},
 	prefixType:                  {`"198.18.0.0/15"`, netip.MustParsePrefix("198.18.0.0/15")},

@@ -69,7 +69,7 @@ func FuzzLoad(f *testing.F) {
 
 // FuzzParseSize: no panic, at most 1 TiB, and String round-trips.
 func FuzzParseSize(f *testing.F) {
-	for _, s := range []string{"1500", "1500b", "64kb", "64k", "1.5mb", "64kib", "1gb", "1024gb", "1025gb", "0", "", "1mbit", ".5k", "1e3"} {
+	for _, s := range []string{"1500", "1500b", "64kb", "64k", "1.5mb", "64kib", "1gb", "1024gb", "1025gb", "0", "", "1mbit", ".5k", "1e3", "64KiB", "64kB", "1.5MiB", "5GB", "1TiB"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

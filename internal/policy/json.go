@@ -246,7 +246,7 @@ func wantOf(t reflect.Type) string {
 	case rateType:
 		return "a rate such as \"10mbit\" or a whole number of bits/s"
 	case sizeType:
-		return "a size such as \"64kb\" or a whole number of bytes"
+		return "a size such as \"64KiB\" or a whole number of bytes"
 	case dscpType:
 		return "a DSCP name such as \"EF\" or a number 0..63"
 	case portsType:

@@ -280,7 +280,7 @@ func (v *validator) quotaSchedule(obj string, r Rule) {
 		for _, f := range []struct{ name, val string }{{"quota_period", r.QuotaPeriod}, {"quota_direction", r.QuotaDirection},
 			{"quota_reset", r.QuotaReset}, {"quota_action", r.QuotaAction}} {
 			if f.val != "" {
-				v.add(obj, f.name, f.val, "set without quota", "add quota = SIZE (e.g. \"5gb\") or remove "+f.name)
+				v.add(obj, f.name, f.val, "set without quota", "add quota = SIZE (e.g. \"5GiB\") or remove "+f.name)
 			}
 		}
 		return

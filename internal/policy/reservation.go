@@ -61,7 +61,7 @@ const (
 // Reservation is a resource reservation: a session selector (the same
 // selectors as a rule; any of them wildcard), a traffic specification
 // (Tspec, RFC 2210) and a service. Rates are written in any rate unit
-// (RFC 2210 counts bytes/s: "125000bps" is r = 125000 bytes/s, the same as
+// (RFC 2210 counts bytes/s: "125kB/s" is r = 125000 bytes/s, the same as
 // "1mbit"); sizes in bytes.
 type Reservation struct {
 	Name string `json:"name" toml:"name"`
@@ -249,7 +249,7 @@ func (v *validator) tspec(obj string, r Reservation) {
 	m, M := r.EffMinUnit(), r.EffMaxUnit()
 	switch {
 	case r.Rate == 0:
-		v.add(obj, "rate", "", "missing", "give the token rate r, e.g. rate = \"1mbit\" (or \"125000bps\": RFC 2210 counts bytes/s)")
+		v.add(obj, "rate", "", "missing", "give the token rate r, e.g. rate = \"1mbit\" (or \"125kB/s\": RFC 2210 counts bytes/s)")
 	case r.Rate < MinReservationRate:
 		v.add(obj, "rate", r.Rate.String(), "below "+MinReservationRate.String(), "reserve at least "+MinReservationRate.String())
 	}
@@ -264,7 +264,7 @@ func (v *validator) tspec(obj string, r Reservation) {
 	}
 	switch {
 	case r.Burst == 0:
-		v.add(obj, "burst", "", "missing", fmt.Sprintf("give the bucket depth b, at least one packet of M = %d bytes, e.g. burst = \"16kb\"", M))
+		v.add(obj, "burst", "", "missing", fmt.Sprintf("give the bucket depth b, at least one packet of M = %d bytes, e.g. burst = \"16KiB\"", M))
 	case r.Burst < M:
 		v.addNum(obj, "burst", strconv.FormatUint(uint64(r.Burst), 10), fmt.Sprintf("smaller than the maximum packet size M = %d: such a packet could never conform", M),
 			fmt.Sprintf("use at least %d, or lower max_unit", M))

@@ -135,15 +135,15 @@ func TestReservationConfigRoundTrip(t *testing.T) {
 [[link]]
 name = "eth0"
 egress_rate = "10mbit"
-resv_buffer = "1mb"
+resv_buffer = "1MiB"
 
 [[reservation]]
 name = "rtp"
 proto = "udp"
 rport = "5004"
 service = "guaranteed"
-rate = "125000bps"
-burst = "16kb"
+rate = "125kB/s"
+burst = "16KiB"
 peak = "10mbit"
 max_unit = 1400
 service_rate = "2mbit"
@@ -169,7 +169,7 @@ max_sessions = 3
 	if r2, _ := q.Reservation("rtp"); r2 != r {
 		t.Fatalf("round trip: %+v, want %+v", r2, r)
 	}
-	if _, err := Load([]byte("[[reservation]]\nname = \"x\"\nproto = \"udp\"\nservice = \"guaranteed\"\nrate = \"1mbit\"\nburst = \"16kb\"\nbogus = 1\n"), "t"); err == nil ||
+	if _, err := Load([]byte("[[reservation]]\nname = \"x\"\nproto = \"udp\"\nservice = \"guaranteed\"\nrate = \"1mbit\"\nburst = \"16KiB\"\nbogus = 1\n"), "t"); err == nil ||
 		!strings.Contains(err.Error(), "bogus") {
 		t.Fatalf("unknown key: %v", err)
 	}

@@ -30,14 +30,14 @@ type Settings struct {
 	// HistoryMaxFlows bounds the flow records kept.
 	HistoryMaxFlows int `toml:"history_max_flows" json:"history_max_flows,omitempty"`
 	// HistoryMaxEvents and HistoryMaxEventBytes bound the events kept
-	// (rows; their bytes, a size such as "64mb").
+	// (rows; their bytes, a size such as "64MiB").
 	HistoryMaxEvents     int    `toml:"history_max_events" json:"history_max_events,omitempty"`
 	HistoryMaxEventBytes string `toml:"history_max_event_bytes" json:"history_max_event_bytes,omitempty"`
 	// HistoryMaxBytes is the history database's budget: at it, history
-	// stops recording until retention frees room ("4gb").
+	// stops recording until retention frees room ("4GiB").
 	HistoryMaxBytes string `toml:"history_max_bytes" json:"history_max_bytes,omitempty"`
 	// HistoryMinFree is the free space history leaves on its file system
-	// for the policy state ("64mb"): below it, history stops recording.
+	// for the policy state ("64MiB"): below it, history stops recording.
 	HistoryMinFree string `toml:"history_min_free" json:"history_min_free,omitempty"`
 	// EventRate and EventBurst bound the events one ordinary user or one
 	// remote RSVP party may have published one by one: on average
@@ -198,7 +198,7 @@ func (s Settings) Validate(source string) error {
 		if err != nil || int64(n) < lim[0] || int64(n) > lim[1] {
 			errs = append(errs, &FieldError{Source: source, Field: key, Value: Clip(str),
 				Reason: fmt.Sprintf("want a size from %s to %s", Size(lim[0]), Size(lim[1])),
-				Fix:    "write e.g. " + Size(SizeDefaults[key]).String() + " (b, kb, mb or gb)"})
+				Fix:    "write e.g. " + Size(SizeDefaults[key]).String() + " (B, KiB, MiB, GiB; or kB, MB, GB in 1000s)"})
 		}
 	}
 	for _, c := range []struct {

@@ -34,7 +34,7 @@ func TestSettingsLoad(t *testing.T) {
 // TestSettingsHistoryBounds: the history's caps and the event limits load
 // with their defaults, and a value out of range names its key and range.
 func TestSettingsHistoryBounds(t *testing.T) {
-	p, err := Load([]byte("history_max_events = 5000\nhistory_max_bytes = \"1gb\"\nevent_rate = 6\n"), "t.toml")
+	p, err := Load([]byte("history_max_events = 5000\nhistory_max_bytes = \"1GiB\"\nevent_rate = 6\n"), "t.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,11 +48,11 @@ func TestSettingsHistoryBounds(t *testing.T) {
 	if r, b := none.Events(); none.MaxEventRecords() != DefaultHistoryMaxEvents || r != 30 || b != 60 {
 		t.Errorf("defaults: %d events, rate %d, burst %d", none.MaxEventRecords(), r, b)
 	}
-	_, err = Load([]byte("history_max_events = 10\nhistory_min_free = \"1kb\"\nhistory_max_bytes = \"lots\"\nevent_burst = 100000\n"), "t.toml")
+	_, err = Load([]byte("history_max_events = 10\nhistory_min_free = \"1KiB\"\nhistory_max_bytes = \"lots\"\nevent_burst = 100000\n"), "t.toml")
 	for _, want := range []string{
 		"t.toml:1: field history_max_events = 10: want 1000 … 100000000",
-		`t.toml:2: field history_min_free = "1kb": want a size from 1mb to 1024gb`,
-		`t.toml:3: field history_max_bytes = "lots": want a size from 16mb to 1024gb`,
+		`t.toml:2: field history_min_free = "1KiB": want a size from 1MiB to 1TiB; write e.g. 64MiB`,
+		`t.toml:3: field history_max_bytes = "lots": want a size from 16MiB to 1TiB; write e.g. 4GiB`,
 		"t.toml:4: field event_burst = 100000: want 1 … 10000",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {

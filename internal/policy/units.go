@@ -13,27 +13,43 @@ import (
 	"github.com/hostqos/hostqos/internal/units"
 )
 
-// Rate units. Suffixes are case-insensitive. The "bit" family counts bits
-// per second; the "bps" family follows tc(8) and counts BYTES per second
-// (1mbps = 8mbit). Multipliers are decimal (k = 1000), as in tc.
-var rateUnits = []struct {
+// Units of rates and sizes: one convention everywhere.
+//
+// The SI prefixes k, M, G and T are powers of 1000, in rates and in sizes;
+// the IEC prefixes Ki, Mi, Gi and Ti (sizes only) are powers of 1024. A rate
+// counts bits ("20mbit", "20Mbit/s") or bytes ("2.5MB/s", the B upper
+// case) per second; a size counts bytes ("64KiB", "64kB", "1500"). The
+// spellings that have two readings are refused with both of them named:
+// "mbps" is megabits per second in most tools but megabytes per second in
+// tc(8); "Mb/s" mixes bits and bytes; a size "64kb" or "64k" was 65,536
+// bytes in tc and in earlier hostqos but 64,000 under SI.
+
+// bitUnits are the bit-rate units (case-insensitive, "/s" optional).
+var bitUnits = []struct {
 	suffix string
 	mult   uint64 // bits per second per unit
 }{
-	// Longest suffixes first so "kbit" is not taken for "bit".
-	{"kbit", 1_000},
-	{"mbit", 1_000_000},
-	{"gbit", 1_000_000_000},
-	{"tbit", 1_000_000_000_000},
-	{"kbps", 8 * 1_000},
-	{"mbps", 8 * 1_000_000},
-	{"gbps", 8 * 1_000_000_000},
-	{"tbps", 8 * 1_000_000_000_000},
-	{"bit", 1},
-	{"bps", 8},
+	{"bit", 1}, {"kbit", 1_000}, {"mbit", 1_000_000}, {"gbit", 1_000_000_000}, {"tbit", 1_000_000_000_000},
 }
 
-const rateUnitHelp = "units: bit, kbit, mbit, gbit, tbit (bits/s) or bps, kbps, mbps, gbps, tbps (BYTES/s, as in tc)"
+// siMult is the multiplier of an SI prefix letter (either case; "" is 1).
+func siMult(prefix string) (uint64, bool) {
+	switch strings.ToLower(prefix) {
+	case "":
+		return 1, true
+	case "k":
+		return 1_000, true
+	case "m":
+		return 1_000_000, true
+	case "g":
+		return 1_000_000_000, true
+	case "t":
+		return 1_000_000_000_000, true
+	}
+	return 0, false
+}
+
+const rateUnitHelp = "units: bit, kbit, mbit, gbit, tbit (bits/s; \"/s\" optional, e.g. 20Mbit/s) or B/s, kB/s, MB/s, GB/s, TB/s (bytes/s); k, M, G, T are powers of 1000"
 
 // MaxRate is the highest rate any rate field takes (10tbit, units.MaxRate):
 // ParseRate and the JSON decoding refuse more, so sums of rates stay far
@@ -48,14 +64,15 @@ var (
 	errRateTooHigh    = errors.New(rateTooHighReason + "; " + rateTooHighFix)
 )
 
-// ParseRate parses a bit rate such as "10mbit", "1.5mbit", "128kbit",
-// "1gbit" or "500bit". Units are case-insensitive; bit/kbit/mbit/gbit/tbit
-// are bits per second and bps/kbps/mbps/gbps/tbps are bytes per second (tc
-// convention: "1mbps" = 8mbit). Multipliers are powers of 1000. A number
-// without a unit is rejected because it is ambiguous, except "0", which means
-// "not set". Fractions are exact; a result that is not a whole number of
-// bits per second is rounded to the nearest bit. A rate above MaxRate is
-// refused.
+// ParseRate parses a rate: bits per second ("10mbit", "1.5Mbit/s",
+// "128kbit", "500bit") or bytes per second ("2.5MB/s", "250kB/s", "B/s"
+// with an upper-case B). Bit units are case-insensitive; k, M, G, T are
+// powers of 1000. The spellings with two readings ("mbps", "Mbps", "kbps",
+// "Mb/s", "10M", "10mb") are refused with an error naming both readings
+// and what to write, and so is a number without a unit, except "0", which
+// means "not set". Fractions are exact; a result that is not a whole
+// number of bits per second is rounded to the nearest bit. A rate above
+// MaxRate is refused.
 func ParseRate(s string) (Rate, error) {
 	in, err := asWritten(s)
 	if err != nil {
@@ -71,26 +88,12 @@ func ParseRate(s string) (Rate, error) {
 	if err != nil {
 		return 0, err
 	}
-	unit = strings.TrimSuffix(unit, "/s")
 	if unit == "" {
 		return 0, fmt.Errorf("%s has no unit; add one, e.g. %sbit, %skbit or %smbit (%s)", in, num, num, num, rateUnitHelp)
 	}
-	var mult uint64
-	for _, u := range rateUnits {
-		if unit == u.suffix {
-			mult = u.mult
-			break
-		}
-	}
-	if mult == 0 {
-		hint := ""
-		switch unit {
-		case "k", "m", "g", "t", "kb", "mb", "gb", "tb":
-			hint = fmt.Sprintf("; %q is ambiguous: write %s%sbit for bits/s or %s%sbps for bytes/s", unit, num, unit[:1], num, unit[:1])
-		case "b":
-			hint = fmt.Sprintf("; write %sbit for bits/s or %sbps for bytes/s", num, num)
-		}
-		return 0, fmt.Errorf("unknown rate unit %q%s (%s)", unit, hint, rateUnitHelp)
+	mult, err := rateMult(num, unit)
+	if err != nil {
+		return 0, err
 	}
 	v, err := mulDecimal(num, mult)
 	if errors.Is(err, errTooLarge) || v > uint64(MaxRate) {
@@ -102,18 +105,68 @@ func ParseRate(s string) (Rate, error) {
 	return Rate(v), nil
 }
 
+// rateMult is the bits per second of one unit (as written), or why the
+// unit is refused.
+func rateMult(num, unit string) (uint64, error) {
+	lower := strings.ToLower(unit)
+	bare := strings.TrimSuffix(lower, "/s")
+	for _, u := range bitUnits {
+		if bare == u.suffix {
+			return u.mult, nil
+		}
+	}
+	// Bytes per second: an SI prefix, then B (upper case), then /s.
+	if p, ok := strings.CutSuffix(unit, "B/s"); ok {
+		if m, ok := siMult(p); ok {
+			return 8 * m, nil
+		}
+	}
+	prefix := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(bare, "ps"), "b"), "it")
+	mult, known := siMult(prefix)
+	name := map[string]string{"": "", "k": "kilo", "m": "mega", "g": "giga", "t": "tera"}[strings.ToLower(prefix)]
+	up := strings.ToUpper(prefix)
+	if up == "K" {
+		up = "k"
+	}
+	both := func(why string) error {
+		bits, bytes := num+strings.ToLower(prefix)+"bit", num+up+"B/s"
+		equal := ""
+		if v, err := mulDecimal(num, units.Mul(mult, 8)); err == nil && v <= uint64(MaxRate) {
+			equal = fmt.Sprintf(" (%s = %s)", bytes, Rate(v))
+		}
+		return fmt.Errorf("%s%s is ambiguous: %s; write %s for %sbits per second or %s for %sbytes per second%s",
+			num, unit, why, bits, name, bytes, name, equal)
+	}
+	switch {
+	case !known:
+	case strings.HasSuffix(lower, "bps"):
+		return 0, both("most tools read it as " + name + "bits per second, tc(8) as " + name + "bytes per second")
+	case strings.HasSuffix(unit, "B"):
+		return 0, fmt.Errorf("%s%s is a size, not a rate; write %s%sB/s for %sbytes per second or %s%sbit for %sbits per second", num, unit, num, up, name, num, strings.ToLower(prefix), name)
+	case bare == strings.ToLower(prefix) || bare == strings.ToLower(prefix)+"b":
+		return 0, both("it may mean " + name + "bits or " + name + "bytes per second")
+	}
+	if strings.Contains(lower, "ib") {
+		return 0, fmt.Errorf("unknown rate unit %q: rates count in powers of 1000; write e.g. %sMB/s (bytes/s) or %smbit (%s)", unit, num, num, rateUnitHelp)
+	}
+	if strings.HasSuffix(bare, "bits") {
+		return 0, fmt.Errorf("unknown rate unit %q; write %s%s (%s)", unit, num, strings.TrimSuffix(bare, "s"), rateUnitHelp)
+	}
+	return 0, fmt.Errorf("unknown rate unit %q (%s)", unit, rateUnitHelp)
+}
+
 // errTooLarge: a quantity does not fit in 64 bits.
 var errTooLarge = errors.New("too large")
 
-// splitQuantity splits "1.5 mbit" into its number ("1.5") and its unit in
-// lower case ("mbit"). Without a leading number it says why, naming what
+// splitQuantity splits "1.5 Mbit" into its number ("1.5") and its unit as
+// written ("Mbit"). Without a leading number it says why, naming what
 // (a rate, a size) and what to write instead.
 func splitQuantity(in, what, write string) (num, unit string, err error) {
 	i := 0
 	for i < len(in) && (in[i] >= '0' && in[i] <= '9' || in[i] == '.') {
 		i++
 	}
-	num, unit = in[:i], strings.ToLower(strings.TrimSpace(in[i:]))
+	num, unit = in[:i], strings.TrimSpace(in[i:])
 	if num == "" {
 		if strings.HasPrefix(in, "-") {
 			return "", "", fmt.Errorf("a %s cannot be negative", what)

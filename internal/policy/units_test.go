@@ -22,9 +22,13 @@ func TestParseRate(t *testing.T) {
 		{"1.5mbit", 1_500_000, "1.5mbit"},
 		{".5mbit", 500_000, "500kbit"},
 		{"1.234567mbit", 1_234_567, "1.234567mbit"},
-		{"1mbps", 8_000_000, "8mbit"},
-		{"1kbps", 8_000, "8kbit"},
-		{"125bps", 1000, "1kbit"},
+		{"1MB/s", 8_000_000, "8mbit"},
+		{"1kB/s", 8_000, "8kbit"},
+		{"1KB/s", 8_000, "8kbit"},
+		{"125B/s", 1000, "1kbit"},
+		{"2.5MB/s", 20_000_000, "20mbit"},
+		{"20Mbit/s", 20_000_000, "20mbit"},
+		{"1 Gbit/s", 1_000_000_000, "1gbit"},
 		{"2tbit", 2_000_000_000_000, "2tbit"},
 		{"20 mbit", 20_000_000, "20mbit"},
 		{"20mbit/s", 20_000_000, "20mbit"},
@@ -49,6 +53,17 @@ func TestParseRate(t *testing.T) {
 		{"", "empty"},
 		{"10M", "ambiguous"},
 		{"10mb", "ambiguous"},
+		// The spellings with two readings name both and what to write.
+		{"19mbps", "19mbps is ambiguous: most tools read it as megabits per second, tc(8) as megabytes per second; write 19mbit for megabits per second or 19MB/s for megabytes per second (19MB/s = 152mbit)"},
+		{"19Mbps", "write 19mbit for megabits per second or 19MB/s for megabytes per second"},
+		{"64kbps", "write 64kbit for kilobits per second or 64kB/s for kilobytes per second (64kB/s = 512kbit)"},
+		{"1gbps", "write 1gbit for gigabits per second or 1GB/s for gigabytes per second (1GB/s = 8gbit)"},
+		{"125bps", "write 125bit for bits per second or 125B/s for bytes per second"},
+		{"10Mb/s", "it may mean megabits or megabytes per second; write 10mbit"},
+		{"10mb/s", "ambiguous"},
+		{"10MB", "is a size, not a rate; write 10MB/s for megabytes per second or 10mbit"},
+		{"10MiB/s", "rates count in powers of 1000"},
+		{"2mbits", `unknown rate unit "mbits"; write 2mbit`},
 		{"10furlong", "unknown rate unit"},
 		{"-5mbit", "negative"},
 		{"mbit", "not a rate"},
@@ -57,7 +72,7 @@ func TestParseRate(t *testing.T) {
 		{"18446744073709551615kbit", "above 10tbit"},
 		{"10.000000000001tbit", "above 10tbit, the most a rate may be; give the real rate, at most 10tbit"},
 		{"9223372036854775807bit", "above 10tbit"},
-		{"2tbps", "above 10tbit"},
+		{"2TB/s", "above 10tbit"},
 	}
 	if r, err := ParseRate("10tbit"); err != nil || r != MaxRate {
 		t.Errorf("ParseRate(10tbit) = %d, %v; want MaxRate", r, err)
@@ -251,8 +266,8 @@ func TestParsePrefix(t *testing.T) {
 // FuzzParseRate checks that ParseRate never panics and that String
 // round-trips. Without -fuzz it runs the seed corpus as a normal test.
 func FuzzParseRate(f *testing.F) {
-	for _, s := range []string{"10mbit", "1.5mbit", "128kbit", "1gbit", "500bit", "1mbps", "0", "10", ".", "1.", ".5kbit",
-		"18446744073709551615bit", "18446744073709551616bit", "1.99999999999999999999999gbit", "9tbps", "1e3kbit", "½mbit"} {
+	for _, s := range []string{"10mbit", "1.5mbit", "128kbit", "1gbit", "500bit", "1MB/s", "0", "10", ".", "1.", ".5kbit",
+		"18446744073709551615bit", "18446744073709551616bit", "1.99999999999999999999999gbit", "9TB/s", "1e3kbit", "½mbit"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

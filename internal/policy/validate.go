@@ -394,7 +394,7 @@ func (v *validator) ruleProperties(obj string, r Rule, p *Policy) {
 		v.add(obj, "burst", r.Burst.String(), "set without police", "add police = RATE or remove burst")
 	case r.Burst != 0 && r.Burst < MinPoliceBurst:
 		v.add(obj, "burst", r.Burst.String(), "smaller than one full-size Ethernet frame ("+MinPoliceBurst.String()+"): nothing that size would ever pass",
-			"use at least "+MinPoliceBurst.String()+"; 64kb or more for TCP (segmentation offload sends up to 64kb at once)")
+			"use at least "+MinPoliceBurst.String()+"; 64KiB or more for TCP (segmentation offload sends up to 64KiB at once)")
 	case r.Burst > MaxPoliceBurst:
 		v.add(obj, "burst", r.Burst.String(), "larger than "+MaxPoliceBurst.String(), "use at most "+MaxPoliceBurst.String())
 	}

@@ -219,7 +219,7 @@ func (cfg *FCTConfig) normalize() error {
 		return fieldErr("count", cfg.Count, "out of range", fmt.Sprintf("use 1..%d transfers", MaxTransfers))
 	}
 	if cfg.Size == 0 || cfg.Size > MaxTransfer {
-		return fieldErr("size", cfg.Size, "out of range", "use 1 byte up to 17g per transfer")
+		return fieldErr("size", cfg.Size, "out of range", "use 1 byte up to 16GiB per transfer")
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1

@@ -212,7 +212,7 @@ proto = "udp"
 rport = "5004"
 service = "guaranteed"
 rate = "2mbit"
-burst = "16kb"
+burst = "16KiB"
 `, e.iface()))
 	e.startDaemon()
 	tree := func() string {

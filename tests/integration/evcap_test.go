@@ -184,7 +184,7 @@ func fileBytes(path string) int64 {
 func TestEventFloodBoundedAsNobody(t *testing.T) {
 	parallel(t)
 	e := newEnv(t)
-	e.d.ExtraArgs = []string{"--history-max-events", "1000", "--history-max-event-bytes", "1mb", "--history-max-bytes", "16mb"}
+	e.d.ExtraArgs = []string{"--history-max-events", "1000", "--history-max-event-bytes", "1MiB", "--history-max-bytes", "16MiB"}
 	e.startDaemon()
 	e.hostqos("link", "set", e.iface(), "--egress-rate", "10mbit")
 	openVoiceForNobody(e)
@@ -254,7 +254,7 @@ func TestPolicyChangesWithHistoryOutOfRoom(t *testing.T) {
 	e := newEnv(t)
 	state := filepath.Join(e.dir, "state")
 	testutil.SmallFSAt(t, state, 64<<20)
-	e.d.ExtraArgs = []string{"--history-min-free", "16mb"}
+	e.d.ExtraArgs = []string{"--history-min-free", "16MiB"}
 	e.startDaemon()
 	e.hostqos("link", "set", e.iface(), "--egress-rate", "10mbit")
 	openVoiceForNobody(e)
@@ -299,7 +299,7 @@ func TestHistoryOnItsOwnFullDisk(t *testing.T) {
 	parallel(t)
 	e := newEnv(t)
 	disk := testutil.SmallFS(t, 8<<20)
-	e.d.ExtraArgs = []string{"--history-db", filepath.Join(disk, "history.db"), "--history-min-free", "1mb"}
+	e.d.ExtraArgs = []string{"--history-db", filepath.Join(disk, "history.db"), "--history-min-free", "1MiB"}
 	e.startDaemon()
 	testutil.Fill(t, disk, 0)
 	e.hostqos("link", "set", e.iface(), "--egress-rate", "10mbit")

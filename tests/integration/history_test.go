@@ -64,7 +64,7 @@ maxbw = "40mbit"
 	down := serverV4.Addr().String() + ":7402"
 	e.tcpSink(down, 40*time.Second, 0)
 	const downSize = 8 << 20
-	fct, fctOut := e.start(app, "tool", "fct", "--to", down, "--count", "1", "--size", "8m", "--direction", "down")
+	fct, fctOut := e.start(app, "tool", "fct", "--to", down, "--count", "1", "--size", "8MiB", "--direction", "down")
 	e.runApp(app, "tool", "tcp-send", "--to", to, "--duration", "10s")
 	if err := fct.Wait(); err != nil {
 		t.Fatalf("the app's download: %v\n%s", err, fctOut)

@@ -23,7 +23,7 @@ func TestPoliceLimitsUDP(t *testing.T) {
 		payload = 1000
 		finMax  = 3 // end-of-flow markers the sender adds, which the policer may drop too
 	)
-	e.hostqos("rule", "add", "flood", "--proto", "udp", "--rport", "7200-7299", "--police", "5mbit", "--burst", "16kb")
+	e.hostqos("rule", "add", "flood", "--proto", "udp", "--rport", "7200-7299", "--police", "5mbit", "--burst", "16KiB")
 	for i, fam := range []struct {
 		name string
 		addr netip.Addr

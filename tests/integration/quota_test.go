@@ -21,7 +21,7 @@ func TestQuotaLimitsApp(t *testing.T) {
 	e.startDaemon()
 	app := e.app("quota-app")
 	e.hostqos("link", "set", e.iface(), "--egress-rate", "200mbit")
-	e.hostqos("rule", "add", "dl", "--exe", app, "--quota", "5mb", "--quota-action", "limit 1mbit")
+	e.hostqos("rule", "add", "dl", "--exe", app, "--quota", "5MiB", "--quota-action", "limit 1mbit")
 
 	// Full speed until the quota is used up; the sink ends after 6 s,
 	// cutting what is still queued.

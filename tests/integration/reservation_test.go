@@ -100,12 +100,12 @@ func TestReservations(t *testing.T) {
 	// Admission: over the reservable capacity (16mbit), over the buffer
 	// pool (4 MiB): refused with the numbers, nothing changed.
 	out, err := e.hostqosErr("resv", "add", "big", "--service", "guaranteed", "--proto", "udp", "--rport", "9",
-		"--rate", "10mbit", "--burst", "16kb", "--service-rate", "17mbit")
+		"--rate", "10mbit", "--burst", "16KiB", "--service-rate", "17mbit")
 	if err == nil || !strings.Contains(out, "guarantees 17mbit exceed reservable capacity 16mbit (0.8 × 20mbit): reservation big 17mbit") {
 		t.Fatalf("over capacity: %v\n%s", err, out)
 	}
 	out, err = e.hostqosErr("resv", "add", "deep", "--service", "controlled-load", "--proto", "udp", "--rport", "9",
-		"--rate", "1mbit", "--burst", "4mb")
+		"--rate", "1mbit", "--burst", "4MiB")
 	if err == nil || !strings.Contains(out, "reservation buffers 134217728 B exceed the buffer pool 4194304 B") {
 		t.Fatalf("over the buffer pool: %v\n%s", err, out)
 	}
@@ -117,7 +117,7 @@ func TestReservations(t *testing.T) {
 	log.wait(t, "reservation.refused", "reservation/big", "17mbit")
 
 	// Before the socket: bound at connect.
-	e.hostqos("resv", "add", "pre", "--service", "guaranteed", "--proto", "udp", "--rport", "5004", "--rate", "1mbit", "--burst", "16kb")
+	e.hostqos("resv", "add", "pre", "--service", "guaranteed", "--proto", "udp", "--rport", "5004", "--rate", "1mbit", "--burst", "16KiB")
 	log.wait(t, "reservation.admitted", "reservation/pre", "")
 	var fd int
 	mustDo(t, e.client.Do, func() error {
@@ -162,7 +162,7 @@ func TestReservations(t *testing.T) {
 		}
 	}()
 	time.Sleep(200 * time.Millisecond)
-	e.hostqos("resv", "add", "open", "--service", "controlled-load", "--proto", "udp", "--rport", "5006", "--rate", "1mbit", "--burst", "16kb")
+	e.hostqos("resv", "add", "open", "--service", "controlled-load", "--proto", "udp", "--rport", "5006", "--rate", "1mbit", "--burst", "16KiB")
 	added := time.Now()
 	eventually(t, 5*time.Second, "bound while open", func() (bool, string) {
 		ss := e.resvSockets("open")
@@ -185,7 +185,7 @@ func TestReservations(t *testing.T) {
 	sink := &sessionSink{got: map[string]*atomic.Int64{}}
 	go sink.serve(ln)
 	e.hostqos("resv", "add", "calls", "--service", "guaranteed", "--proto", "tcp", "--rport", "7000",
-		"--rate", "1mbit", "--burst", "16kb", "--max-sessions", "3", "--per-session-minbw", "100kbit")
+		"--rate", "1mbit", "--burst", "16KiB", "--max-sessions", "3", "--per-session-minbw", "100kbit")
 	dial := func() (net.Conn, error) {
 		var c net.Conn
 		err := e.client.Do(func() error {

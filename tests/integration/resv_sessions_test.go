@@ -178,7 +178,7 @@ func checkOpenSocketSendBuffer(t *testing.T, e *env) {
 	}
 	own := sndbuf(early)
 	e.hostqos("resv", "add", "late", "--service", "guaranteed", "--proto", "udp", "--rport", fmt.Sprint(port),
-		"--rate", "1mbit", "--burst", "16kb")
+		"--rate", "1mbit", "--burst", "16KiB")
 	_, _ = unix.Write(early, []byte("x"))
 	fresh := e.clientUDP(port)
 	ref := sndbuf(fresh)

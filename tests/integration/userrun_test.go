@@ -76,7 +76,7 @@ func TestUserRunCannotBypassAdminRules(t *testing.T) {
 	e.hostqos("link", "set", e.iface())
 	srv := serverV4.Addr().String()
 	e.hostqos("rule", "add", "block", "--remote", srv+"/32", "--proto", "udp", "--rport", "7301", "--action", "drop", "--precedence", "1000")
-	e.hostqos("rule", "add", "cap", "--remote", srv+"/32", "--proto", "udp", "--rport", "7302", "--police", "1mbit", "--burst", "16kb")
+	e.hostqos("rule", "add", "cap", "--remote", srv+"/32", "--proto", "udp", "--rport", "7302", "--police", "1mbit", "--burst", "16KiB")
 	e.hostqos("rule", "add", "ef", "--proto", "udp", "--rport", "7303", "--dscp", "EF")
 
 	sn, err := testutil.StartReceiver(e.server, e.server.Iface("client"))

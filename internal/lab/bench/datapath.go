@@ -21,7 +21,7 @@ func benchDatapath(e *env, r *Report) error {
 	r.setup("BPF_PROG_TEST_RUN of the TCX egress classifier on a 64-byte-payload IPv4/TCP frame that hits an existing flow entry (the steady state of a flow); %d repetitions per measurement (the kernel's average), best of 3 per measurement, %d rounds per size, sizes interleaved", repeat, rounds)
 	r.setup("policy: 10 rules, the packet matches the last (remote 198.18.0.0/15 → DSCP EF, HTB classid, counters); flow table pre-filled to 10 / 10k / 100k entries")
 	r.setup("the repeats reuse one skb: after the first run the DSCP already has its value, so the DSCP write and checksum fix-up (a few ns) are not in the figure")
-	r.setup("policing: the same at 100k flows with a policer on the matching rule (100 gbit, 1gb bucket: every packet conforms, so each run takes the whole path: policer lookup, conformance test on the tick-resolution time, compare-and-swap charge)")
+	r.setup("policing: the same at 100k flows with a policer on the matching rule (100 gbit, 1 GiB bucket: every packet conforms, so each run takes the whole path: policer lookup, conformance test on the tick-resolution time, compare-and-swap charge)")
 	const policed = -100_000 // key of the policed measurements
 	empty := []float64{}
 	cls := map[int][]float64{}

@@ -41,9 +41,9 @@ const (
 	tctCongestedTimeout = 15 * time.Second
 )
 
-// tctSizes are the payloads (k = 1024, as everywhere in hostqos; the seed's
-// "50 kbytes … 5 mbytes").
-var tctSizes = []string{"50k", "100k", "200k", "500k", "1m", "2m", "5m"}
+// tctSizes are the payloads (KiB and MiB: 1024s; the seed's "50 kbytes …
+// 5 mbytes").
+var tctSizes = []string{"50KiB", "100KiB", "200KiB", "500KiB", "1MiB", "2MiB", "5MiB"}
 
 // TCTSetup is what the qpod-tct scenario ran.
 type TCTSetup struct {
@@ -212,7 +212,7 @@ func (r *runner) tctRuns(tb *testbed.Testbed, app string, count int, congested b
 	// page faults and cold caches.
 	if !congested {
 		a, err := r.startApp(tb.Node("client"), "tcp-app", app, "tool", "fct", "--to", sink.Addr().String(), "--direction", traffic.FCTUp,
-			"--count", "5", "--size", "1m", "-o", "json")
+			"--count", "5", "--size", "1MiB", "-o", "json")
 		if err != nil {
 			return nil, err
 		}
