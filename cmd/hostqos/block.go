@@ -39,9 +39,10 @@ func newBlockCmd(f *factory) *cobra.Command {
 }
 
 type blockAddOptions struct {
-	io        ioStreams
-	client    func() apiClient
-	ttl, rate string
+	io     ioStreams
+	client func() apiClient
+	rate   string
+	ttl    time.Duration
 }
 
 func newBlockAddCmd(f *factory) *cobra.Command {
@@ -65,7 +66,7 @@ daemon dies; hostqos down removes them.`,
 			return o.run(args[0])
 		},
 	}
-	c.Flags().StringVar(&o.ttl, "ttl", "", "remove the entry after this long, e.g. 30m, 24h (default: never)")
+	ttlFlag(c, &o.ttl, "remove the entry after this long, e.g. 30m, 24h or 7d (default: never)")
 	c.Flags().StringVar(&o.rate, "maxbw-in", "", "quarantine: pass the prefix's packets at most at RATE, e.g. 1mbit (default: drop all)")
 	return c
 }
@@ -90,9 +91,7 @@ func (o *blockAddOptions) run(cidr string) error {
 		}
 		req.MaxBWIn = r
 	}
-	if req.TTLSeconds, err = parseTTL(o.ttl); err != nil {
-		return err
-	}
+	req.TTLSeconds = int64(o.ttl / time.Second)
 	cx, cancel := apiCtx()
 	defer cancel()
 	bi, err := o.client().Shield().Block(cx, req)
@@ -103,16 +102,11 @@ func (o *blockAddOptions) run(cidr string) error {
 	return nil
 }
 
-// parseTTL reads --ttl: a Go duration of at least a second ("" = none).
-func parseTTL(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < time.Second || d > api.MaxTTLSeconds*time.Second {
-		return 0, fmt.Errorf("flag --ttl = %q: want a duration from 1s to %dh, e.g. 30m or 24h", s, api.MaxTTLSeconds/3600)
-	}
-	return int64(d / time.Second), nil
+// ttlFlag adds --ttl: a duration from a second to api.MaxTTLSeconds (0,
+// the default: never).
+func ttlFlag(c *cobra.Command, p *time.Duration, help string) {
+	durationFlag(c.Flags(), p, "ttl", "", 0, help).
+		within(time.Second, api.MaxTTLSeconds*time.Second, fmt.Sprintf("want a duration from 1s to %dh, e.g. 30m or 24h", api.MaxTTLSeconds/3600))
 }
 
 func printBlocks(w io.Writer, bs []api.BlockInfo) {
@@ -167,7 +161,7 @@ type protectAddOptions struct {
 	io     ioStreams
 	client func() apiClient
 	port   uint16
-	ttl    string
+	ttl    time.Duration
 	class  string
 }
 
@@ -196,13 +190,9 @@ protection is evaluated before the admin's ordinary rules.`,
 			if err != nil {
 				return fmt.Errorf("argument ADDR = %q: not an IP address", args[0])
 			}
-			ttl, err := parseTTL(o.ttl)
-			if err != nil {
-				return err
-			}
 			cx, cancel := apiCtx()
 			defer cancel()
-			pi, err := o.client().Shield().Protect(cx, api.ProtectRequest{Addr: a, Port: o.port, TTLSeconds: ttl, Class: o.class})
+			pi, err := o.client().Shield().Protect(cx, api.ProtectRequest{Addr: a, Port: o.port, TTLSeconds: int64(o.ttl / time.Second), Class: o.class})
 			if err != nil {
 				return err
 			}
@@ -211,7 +201,7 @@ protection is evaluated before the admin's ordinary rules.`,
 		},
 	}
 	c.Flags().Uint16Var(&o.port, "port", 0, "the local TCP port the client connects to (default: every port; root or group hostqos only)")
-	c.Flags().StringVar(&o.ttl, "ttl", "", "end the protection after this long, e.g. 1h (default: never)")
+	ttlFlag(c, &o.ttl, "end the protection after this long, e.g. 1h (default: never)")
 	c.Flags().StringVar(&o.class, "class", "", "the class the client's flows go into (default: interactive)")
 	return c
 }

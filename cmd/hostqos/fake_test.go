@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -85,7 +86,28 @@ func (h fakeHistory) Get(_ context.Context, q api.HistoryQuery) (api.History, er
 	out.Kind, out.Since, out.Until = q.Kind, q.Since, q.Until
 	return out, h.f.record("History.Get", []any{q.Kind, q.Name, q.Since.UTC().Format(time.RFC3339), q.Until.UTC().Format(time.RFC3339), q.Step.String()}, nil)
 }
-func (f *fakeClient) Shield() api.ShieldAPI { return nil }
+func (f *fakeClient) Shield() api.ShieldAPI { return fakeShield{f} }
+
+type fakeShield struct{ f *fakeClient }
+
+func (s fakeShield) Blocks(context.Context) ([]api.BlockInfo, error) {
+	return nil, s.f.record("Shield.Blocks", nil, nil)
+}
+func (s fakeShield) Block(_ context.Context, req api.BlockRequest, opts ...api.ChangeOption) (api.BlockInfo, error) {
+	return api.BlockInfo{Block: policy.Block{Prefix: req.Prefix, MaxBWIn: req.MaxBWIn}}, s.f.record("Shield.Block", []any{req}, opts)
+}
+func (s fakeShield) Unblock(_ context.Context, p netip.Prefix, opts ...api.ChangeOption) error {
+	return s.f.record("Shield.Unblock", []any{p.String()}, opts)
+}
+func (s fakeShield) Protected(context.Context) ([]api.ProtectedInfo, error) {
+	return nil, s.f.record("Shield.Protected", nil, nil)
+}
+func (s fakeShield) Protect(_ context.Context, req api.ProtectRequest, opts ...api.ChangeOption) (api.ProtectedInfo, error) {
+	return api.ProtectedInfo{Addr: req.Addr, Port: req.Port, Class: req.Class}, s.f.record("Shield.Protect", []any{req}, opts)
+}
+func (s fakeShield) Unprotect(_ context.Context, a netip.Addr, port uint16, opts ...api.ChangeOption) error {
+	return s.f.record("Shield.Unprotect", []any{a.String(), port}, opts)
+}
 
 func (f *fakeClient) QSockets() api.QSocketsAPI { return nil }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -88,7 +89,8 @@ func (c *changeFlags) fields(cmd *cobra.Command) api.Fields { return c.table.fie
 func fieldFlagError(_ *cobra.Command, err error) error {
 	var ive *pflag.InvalidValueError
 	if errors.As(err, &ive) {
-		if _, ok := ive.GetFlag().Value.(fieldValue); ok {
+		switch ive.GetFlag().Value.(type) {
+		case fieldValue, *durationValue:
 			return fmt.Errorf("flag --%s = %q: %w", ive.GetFlag().Name, ive.GetValue(), errors.Unwrap(ive))
 		}
 	}
@@ -224,6 +226,55 @@ func checkedBy[T any](typ string, parse func(string) (T, error)) *parsed[string]
 		return v, err
 	})
 }
+
+// durationValue is the value of every duration flag of the CLI: Go's and
+// systemd's forms alike (policy.ParseDuration: "1s", "500ms", "2h 30min",
+// "7d", a plain number of seconds), checked against its bounds when the
+// command line is parsed.
+type durationValue struct {
+	p        *time.Duration
+	min, max time.Duration // max 0: no bound
+	zero     bool          // 0 is taken below min ("0: once", "0: never")
+	want     string        // what is wanted, when out of bounds
+}
+
+func (d *durationValue) String() string { return policy.FormatSpan(*d.p) }
+
+// Type names the value in usage messages (and tells refuseExplicitZero a
+// duration).
+func (d *durationValue) Type() string { return "duration" }
+
+// Set parses v and checks its bounds.
+func (d *durationValue) Set(v string) error {
+	x, err := policy.ParseDuration(v)
+	if err != nil {
+		return err
+	}
+	if !(x == 0 && d.zero) && (x < d.min || d.max > 0 && x > d.max) {
+		return errors.New(d.want)
+	}
+	*d.p = x
+	return nil
+}
+
+// durationFlag adds a duration flag (short may be "") of default def to
+// fs; the value's bounds are set on what it returns.
+func durationFlag(fs *pflag.FlagSet, p *time.Duration, name, short string, def time.Duration, help string) *durationValue {
+	*p = def
+	d := &durationValue{p: p}
+	fs.VarP(d, name, short, help)
+	return d
+}
+
+// within bounds the duration to [min, max] (max 0: no bound); want says
+// what is wanted.
+func (d *durationValue) within(min, max time.Duration, want string) *durationValue {
+	d.min, d.max, d.want = min, max, want
+	return d
+}
+
+// orZero takes 0 too, below the bounds.
+func (d *durationValue) orZero() *durationValue { d.zero = true; return d }
 
 // selectorFlags are the selectors of a rule (app and flow selectors) and
 // of a reservation's session; app and flow say which they are in help.

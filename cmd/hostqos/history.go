@@ -28,7 +28,7 @@ type historyOptions struct {
 	now          func() time.Time
 	output       string
 	since, until string
-	step         string
+	step         time.Duration
 	limit        int
 	out          string // plot: the file
 	q            api.HistoryQuery
@@ -46,7 +46,7 @@ func parseTime(s string, now time.Time) (time.Time, error) {
 			return t, nil
 		}
 	}
-	if d, err := policy.ParseSpan(s); err == nil {
+	if d, err := policy.ParseDuration(s); err == nil {
 		return now.Add(-d), nil
 	}
 	return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-11-22T18:00:00Z), a date and time (2026-11-22 18:00), or a duration ago (2h, 30m, 7d)", s)
@@ -83,11 +83,7 @@ func (o *historyOptions) parse(args []string, kinds []string) error {
 	if !o.q.Since.Before(o.q.Until) {
 		return fmt.Errorf("flag --since = %q: not before --until (%s)", o.since, o.q.Until.Format(time.RFC3339))
 	}
-	if o.step != "" {
-		if o.q.Step, err = policy.ParseSpan(o.step); err != nil || o.q.Step < time.Second {
-			return fmt.Errorf("flag --step = %q: want a duration of at least 1s, e.g. 10s, 5m, 1h", o.step)
-		}
-	}
+	o.q.Step = o.step
 	if o.limit < 0 {
 		return fmt.Errorf("flag --limit = %d: want 0 (the daemon's maximum) or more", o.limit)
 	}
@@ -98,7 +94,8 @@ func (o *historyOptions) addRangeFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&o.since, "since", "1h", "start: RFC 3339, a date (and time), or a duration ago (2h, 7d)")
 	fl.StringVar(&o.until, "until", "", "end: as --since (default now)")
-	fl.StringVar(&o.step, "step", "", "width of a point, e.g. 10s, 5m, 1h (default: the finest the range allows, at most 2000 points)")
+	durationFlag(fl, &o.step, "step", "", 0, "width of a point, e.g. 10s, 5min, 1h (default: the finest the range allows, at most 2000 points)").
+		within(time.Second, 0, "want a duration of at least 1s, e.g. 10s, 5min, 1h")
 	fl.IntVar(&o.limit, "limit", 0, "at most this many series or flow records (0: the daemon's maximum)")
 }
 

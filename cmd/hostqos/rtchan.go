@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/internal/cliflag"
-	"github.com/hostqos/hostqos/internal/lab/rtchanlab"
-	"github.com/hostqos/hostqos/rtchan"
 	"github.com/spf13/cobra"
+
+	"github.com/hostqos/hostqos/internal/lab/rtchanlab"
+	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/rtchan"
 )
 
 func newRtchanCmd(f *factory) *cobra.Command {
@@ -210,11 +212,11 @@ func parseChannelFlag(s string) (rtchan.Spec, error) {
 		spec.BestEffort = true
 		return spec, nil
 	}
-	if spec.Imin, err = time.ParseDuration(f[3]); err != nil {
-		return bad("imin is not a duration")
+	if spec.Imin, err = policy.ParseDuration(f[3]); err != nil {
+		return bad("imin: " + err.Error())
 	}
-	if spec.Delay, err = time.ParseDuration(f[4]); err != nil {
-		return bad("delay is not a duration")
+	if spec.Delay, err = policy.ParseDuration(f[4]); err != nil {
+		return bad("delay: " + err.Error())
 	}
 	return spec, nil
 }

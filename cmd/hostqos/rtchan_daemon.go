@@ -135,10 +135,10 @@ bound and exits 1. Programs use the rtchan library (UDPHost.UseDaemon) instead.`
 	fl.StringVar(&req.Name, "name", "", "a name for the channel in listings")
 	fl.StringVar(&req.Link, "link", "", "the managed link the channel sends on (required)")
 	fl.IntVar(&req.MessageBytes, "message-bytes", 0, "the largest message, in bytes (Mmax)")
-	fl.DurationVar(&req.Period, "period", 0, "the least time between messages (Imin = 1/Rmax)")
+	durationFlag(fl, &req.Period, "period", "", 0, "the least time between messages (Imin = 1/Rmax)")
 	fl.IntVar(&req.Burst, "burst", 1, "the most messages sent back to back (Bmax)")
-	fl.DurationVar(&req.Delay, "delay", 0, "the end-to-end delay bound of a message")
-	fl.DurationVar(&hold, "for", 0, "hold the channel this long, then close it (0: until interrupted)")
+	durationFlag(fl, &req.Delay, "delay", "", 0, "the end-to-end delay bound of a message")
+	durationFlag(fl, &hold, "for", "", 0, "hold the channel this long, then close it (0: until interrupted)")
 	cliflag.AddOutput(fl, &output)
 	return c
 }

@@ -21,7 +21,7 @@ type statOptions struct {
 	client   func() apiClient
 	output   cliflag.Output
 	kind     string
-	interval float64
+	interval time.Duration
 	count    int
 	limit    int
 }
@@ -42,7 +42,8 @@ under "in". Classes show their egress queues on each link (OUT) beside what
 the class received on all managed links (IN: its rules' IN, and for class
 default what no rule matched; the receive side is counted per rule, not per
 link). Links show the interface's own counters, every frame it carried. With
--i it repeats every SECONDS until interrupted.
+-i it repeats every DURATION (1s, 500ms, 2m; a plain number is seconds) until
+interrupted.
 Ordinary users see only their own processes' apps and flows.`,
 		Example:   "  hostqos stat\n  hostqos stat flows -i 1\n  hostqos stat apps -o json",
 		Args:      cobra.MaximumNArgs(1),
@@ -57,7 +58,8 @@ Ordinary users see only their own processes' apps and flows.`,
 	}
 	st.AddCommand(newStatHistoryCmd(f))
 	cliflag.AddOutput(st.Flags(), &o.output)
-	st.Flags().Float64VarP(&o.interval, "interval", "i", 0, "repeat every SECONDS (0: once)")
+	durationFlag(st.Flags(), &o.interval, "interval", "i", 0, "repeat every DURATION, e.g. 1s or 500ms (a plain number is seconds; 0: once)").
+		within(minRefresh, 0, "want 0 (once) or at least 200ms, e.g. 1s").orZero()
 	st.Flags().IntVarP(&o.count, "count", "c", 0, "with -i: stop after this many reports (0: until interrupted)")
 	st.Flags().IntVar(&o.limit, "limit", 50, "show at most this many rows of flows/apps in a table (0: all)")
 	return st
@@ -68,9 +70,6 @@ func (o *statOptions) run() error {
 	case api.StatRules, api.StatClasses, api.StatApps, api.StatFlows, api.StatLinks:
 	default:
 		return fmt.Errorf("argument %q: want rules, classes, apps, flows or links", o.kind)
-	}
-	if o.interval < 0 || (o.interval > 0 && o.interval < 0.2) {
-		return fmt.Errorf("flag --interval = %v: want 0 (once) or at least 0.2 seconds", o.interval)
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt)
@@ -99,7 +98,7 @@ func (o *statOptions) run() error {
 		select {
 		case <-stop:
 			return nil
-		case <-time.After(time.Duration(o.interval * float64(time.Second))):
+		case <-time.After(o.interval):
 		}
 	}
 }

@@ -189,7 +189,7 @@ of voice), a 60-byte IPv4 packet, 78 bytes on Ethernet with FCS, 31.2 kbit/s.`,
 	f.IntVar(&size, "size", 0, "UDP payload bytes, 32..65507 (default 1200, or 32 with g729)")
 	f.StringVar(&rate, "rate", "", "bit rate over whole IP packets, e.g. 10mbit, 128kbit")
 	f.Float64Var(&pps, "pps", 0, "packet rate in packets/s (instead of --rate)")
-	f.DurationVar(&dur, "duration", 10*time.Second, "how long to send")
+	durationFlag(f, &dur, "duration", "", 10*time.Second, "how long to send")
 	f.Uint64Var(&count, "count", 0, "stop after this many packets (0 = no limit)")
 	f.StringVar(&dscp, "dscp", "", "DSCP to mark: EF, AF41, AF11, CS1, CS0 or 0..63 (default: leave unmarked)")
 	f.Uint32Var(&flow, "flow", 0, "flow id carried in every packet")
@@ -230,9 +230,9 @@ traffic, whichever comes first.`,
 	}
 	f := c.Flags()
 	f.StringVar(&listen, "listen", "", "host:port to listen on (required; port 0 picks one)")
-	f.DurationVar(&dur, "duration", 60*time.Second, "longest run")
+	durationFlag(f, &dur, "duration", "", 60*time.Second, "longest run")
 	f.IntVar(&flows, "flows", 0, "stop once this many flows sent their end marker (0 = run for --duration)")
-	f.DurationVar(&idle, "idle", 0, "stop after this long without packets once traffic started (0 = off)")
+	durationFlag(f, &idle, "idle", "", 0, "stop after this long without packets once traffic started (0 = off)")
 	return c
 }
 
@@ -262,7 +262,7 @@ the round trip into its forward and return halves.`,
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", "", "host:port to listen on (required)")
-	c.Flags().DurationVar(&dur, "duration", 60*time.Second, "how long to serve")
+	durationFlag(c.Flags(), &dur, "duration", "", 60*time.Second, "how long to serve")
 	return c
 }
 
@@ -303,11 +303,11 @@ flow with one-way latency.`,
 	f.StringVar(&from, "from", "", "local IP address to send from (optional)")
 	f.IntVar(&calls, "calls", 1, "number of calls")
 	f.StringVar(&mode, "mode", traffic.VoiceEcho, "echo (round trip via an echo server) or oneway (to a udp-sink)")
-	f.DurationVar(&dur, "duration", 10*time.Second, "call length")
+	durationFlag(f, &dur, "duration", "", 10*time.Second, "call length")
 	f.StringVar(&dscp, "dscp", "", "DSCP to mark, e.g. EF (default: leave unmarked)")
 	f.IntVar(&size, "size", 0, "UDP payload bytes per packet (default 32, G.729)")
 	f.Float64Var(&pps, "pps", 0, "packets per second per call (default 50, G.729)")
-	f.DurationVar(&drain, "drain", 0, "longest wait for the last echoes; ends once all are back (default 500ms)")
+	durationFlag(f, &drain, "drain", "", 0, "longest wait for the last echoes; ends once all are back (default 500ms)")
 	return c
 }
 
@@ -339,7 +339,7 @@ reports what the kernel accepted.`,
 	f.StringVar(&to, "to", "", "tcp-sink host:port (required)")
 	f.StringVar(&from, "from", "", "local IP address to connect from (optional)")
 	f.IntVar(&streams, "streams", 1, "parallel TCP connections")
-	f.DurationVar(&dur, "duration", 10*time.Second, "how long to send")
+	durationFlag(f, &dur, "duration", "", 10*time.Second, "how long to send")
 	f.StringVar(&dscp, "dscp", "", "DSCP to mark (default: leave unmarked)")
 	return c
 }
@@ -374,7 +374,7 @@ received from the first to the last byte), and serve the short transfers of
 	f := c.Flags()
 	f.StringVar(&listen, "listen", "", "host:port to listen on (required)")
 	f.IntVar(&streams, "streams", 0, "stop once this many bulk streams closed (0 = run for --duration)")
-	f.DurationVar(&dur, "duration", 60*time.Second, "longest run")
+	durationFlag(f, &dur, "duration", "", 60*time.Second, "longest run")
 	return c
 }
 
@@ -423,10 +423,10 @@ an interval is silent with probability p (on/off). --seed makes runs repeatable.
 	f.StringVar(&k, "k", "", "Pareto scale = smallest on-rate, e.g. 40mbit (required)")
 	f.Float64Var(&alpha, "alpha", 1.05, "Pareto shape")
 	f.StringVar(&capRate, "cap", "", "largest rate, normally the bottleneck link rate (required)")
-	f.DurationVar(&interval, "interval", 2*time.Second, "aggregation interval: each drawn rate is held this long")
+	durationFlag(f, &interval, "interval", "", 2*time.Second, "aggregation interval: each drawn rate is held this long")
 	f.Float64Var(&offProb, "off-prob", 0, "probability that an interval is silent")
 	f.IntVar(&size, "size", 1200, "UDP payload bytes")
-	f.DurationVar(&dur, "duration", 20*time.Second, "how long to send")
+	durationFlag(f, &dur, "duration", "", 20*time.Second, "how long to send")
 	f.Uint64Var(&seed, "seed", 1, "random seed (same seed, same trace)")
 	f.StringVar(&dscp, "dscp", "", "DSCP to mark (default: leave unmarked)")
 	f.Uint32Var(&flow, "flow", 0, "flow id")
@@ -471,7 +471,7 @@ send time to its last fragment).`,
 	f.IntVar(&pSize, "p-size", 12000, "P-frame bytes")
 	f.IntVar(&bSize, "b-size", 5000, "B-frame bytes")
 	f.IntVar(&maxPayload, "max-payload", 1400, "largest UDP payload per datagram, header included")
-	f.DurationVar(&dur, "duration", 10*time.Second, "how long to send")
+	durationFlag(f, &dur, "duration", "", 10*time.Second, "how long to send")
 	f.StringVar(&dscp, "dscp", "", "DSCP to mark (default: leave unmarked)")
 	f.Uint32Var(&flow, "flow", 0, "flow id")
 	return c
@@ -515,7 +515,7 @@ last byte (down) or the acknowledgement (up); p50/p90/p99 are reported.`,
 	f.IntVar(&conc, "concurrency", 1, "transfers in flight at once")
 	f.StringVar(&direction, "direction", traffic.FCTDown, "down (sink sends) or up (we send)")
 	f.StringVar(&dscp, "dscp", "", "DSCP to mark (default: leave unmarked)")
-	f.DurationVar(&timeout, "timeout", 10*time.Second, "per-transfer timeout")
-	f.DurationVar(&dur, "duration", 0, "bound on the whole run (default count × timeout, at most 24h)")
+	durationFlag(f, &timeout, "timeout", "", 10*time.Second, "per-transfer timeout")
+	durationFlag(f, &dur, "duration", "", 0, "bound on the whole run (default count × timeout, at most 24h)")
 	return c
 }

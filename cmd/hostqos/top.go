@@ -28,6 +28,9 @@ type topOptions struct {
 	interval time.Duration
 }
 
+// minRefresh is the shortest refresh of stat -i and top --interval.
+const minRefresh = 200 * time.Millisecond
+
 // Sort orders of top (--sort and the s key, in this order).
 var topSorts = []string{"rate", "bytes", "drops", "flows", "name"}
 
@@ -60,16 +63,14 @@ When standard output is not a terminal, top prints 'hostqos stat apps' once.`,
 	}
 	c.Flags().StringVar(&o.sort, "sort", "rate", "order apps by "+strings.Join(topSorts, ", "))
 	c.Flags().StringVar(&o.filter, "filter", "", "show only apps whose command, exe, pid, uid or rule contains TEXT")
-	c.Flags().DurationVar(&o.interval, "interval", time.Second, "refresh interval (at least 200ms)")
+	durationFlag(c.Flags(), &o.interval, "interval", "", time.Second, "refresh interval, e.g. 2s (at least 200ms)").
+		within(minRefresh, 0, "want at least 200ms, e.g. 1s")
 	return c
 }
 
 func (o *topOptions) run() error {
 	if !contains(topSorts, o.sort) {
 		return fmt.Errorf("flag --sort = %q: want %s", o.sort, strings.Join(topSorts, ", "))
-	}
-	if o.interval < 200*time.Millisecond {
-		return fmt.Errorf("flag --interval = %v: want at least 200ms", o.interval)
 	}
 	if f, ok := o.io.Out.(*os.File); !ok || !term.IsTerminal(int(f.Fd())) {
 		c, cancel := apiCtx()

@@ -52,7 +52,7 @@ func (r RSVP) RefreshPeriod() time.Duration {
 	if r.Refresh == "" {
 		return DefaultRSVPRefresh
 	}
-	d, _ := time.ParseDuration(r.Refresh)
+	d, _ := ParseDuration(r.Refresh)
 	return d
 }
 
@@ -84,7 +84,7 @@ func (r RSVP) PathsPerSource() int {
 func (r RSVP) Validate(source string) error {
 	var errs Errors
 	if r.Refresh != "" {
-		d, err := time.ParseDuration(r.Refresh)
+		d, err := ParseDuration(r.Refresh)
 		if err != nil || d < MinRSVPRefresh || d > MaxRSVPRefresh {
 			errs = append(errs, &FieldError{Source: source, Object: "rsvp", Field: "refresh", Value: Clip(r.Refresh),
 				Reason: fmt.Sprintf("want a duration from %s to %s", MinRSVPRefresh, FormatSpan(MaxRSVPRefresh)),

@@ -5,7 +5,6 @@ import (
 	"net"
 	"reflect"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -106,7 +105,7 @@ func (s Settings) Span(key string) time.Duration {
 	if str == "" {
 		return SpanDefaults[key]
 	}
-	d, _ := ParseSpan(str)
+	d, _ := ParseDuration(str)
 	return d
 }
 
@@ -173,11 +172,15 @@ func (s Settings) Validate(source string) error {
 			continue
 		}
 		lim := SpanLimits[key]
-		d, err := ParseSpan(str)
+		d, err := ParseDuration(str)
 		if err != nil || d < lim[0] || d > lim[1] {
-			errs = append(errs, &FieldError{Source: source, Field: key, Value: Clip(str),
+			fe := &FieldError{Source: source, Field: key, Value: Clip(str),
 				Reason: fmt.Sprintf("want a duration from %s to %s", FormatSpan(lim[0]), FormatSpan(lim[1])),
-				Fix:    "write e.g. " + FormatSpan(SpanDefaults[key]) + " (s, m, h or d)"})
+				Fix:    "write e.g. " + FormatSpan(SpanDefaults[key]) + " (s, min, h, d, w; e.g. 2h 30min)"}
+			if err != nil {
+				fe.Reason = err.Error()
+			}
+			errs = append(errs, fe)
 		}
 	}
 	if s.MaxApps != 0 && (s.MaxApps < 1 || s.MaxApps > MaxMaxApps) {
@@ -225,39 +228,6 @@ func (s Settings) Validate(source string) error {
 	}
 	errs.sortByLine()
 	return errs
-}
-
-// ParseSpan reads a duration: Go's form ("90s", "1h30m") or whole days
-// ("30d").
-func ParseSpan(s string) (time.Duration, error) {
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		days, err := strconv.ParseUint(n, 10, 32)
-		if err != nil || days > 100000 {
-			return 0, fmt.Errorf("%q: want a duration such as 90s, 2h or 30d", Clip(s))
-		}
-		return time.Duration(days) * day, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%q: want a duration such as 90s, 2h or 30d", Clip(s))
-	}
-	return d, nil
-}
-
-// FormatSpan writes a duration the way ParseSpan reads it: whole days as
-// "30d", otherwise the shortest of Go's form ("1h", "90s").
-func FormatSpan(d time.Duration) string {
-	if d >= day && d%day == 0 {
-		return strconv.FormatInt(int64(d/day), 10) + "d"
-	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // settingsKeys are the top-level keys of the config file that are

@@ -25,8 +25,8 @@ func TestSettingsLoad(t *testing.T) {
 		if got := FormatSpan(d); got != want {
 			t.Errorf("FormatSpan(%v) = %q, want %q", d, got, want)
 		}
-		if back, err := ParseSpan(want); err != nil || back != d {
-			t.Errorf("ParseSpan(%q) = %v, %v", want, back, err)
+		if back, err := ParseDuration(want); err != nil || back != d {
+			t.Errorf("ParseDuration(%q) = %v, %v", want, back, err)
 		}
 	}
 }
