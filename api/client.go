@@ -139,6 +139,31 @@ func (e *Error) Error() string {
 	return e.Body.Error
 }
 
+// Class is what kind of refusal the answer is (ErrInvalid, ErrAdmission,
+// …): the daemon's word for it, or, from a daemon that does not say, the
+// class of its status code.
+func (e *Error) Class() string {
+	if e.Body.Class != "" {
+		return e.Body.Class
+	}
+	return ClassOfStatus(e.Status)
+}
+
+// ClassOfStatus is the error class an HTTP status code stands for.
+func ClassOfStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return ErrInvalid
+	case http.StatusForbidden, http.StatusUnauthorized:
+		return ErrForbidden
+	case http.StatusNotFound:
+		return ErrNotFound
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return ErrLimit
+	}
+	return ErrInternal
+}
+
 // ErrDaemonDown reports that nothing listens on the socket.
 var ErrDaemonDown = errors.New("hostqosd is not running")
 

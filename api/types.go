@@ -38,9 +38,35 @@ const SocketEnv = "HOSTQOS_SOCKET"
 // ErrorBody is the body of every error response.
 type ErrorBody struct {
 	Error string `json:"error"`
+	// Class is what kind of refusal it is (ErrInvalid, ErrAdmission, …);
+	// a daemon that does not say is read by the status code (see
+	// Error.Class).
+	Class string `json:"class,omitempty"`
 	// Fields lists every invalid field when the request failed validation.
 	Fields []*policy.FieldError `json:"fields,omitempty"`
 }
+
+// The classes of an error answer (ErrorBody.Class): what went wrong, for a
+// program (the CLI's exit codes) to tell apart without reading the text.
+const (
+	// ErrInvalid: the request or the policy it makes is invalid, or
+	// conflicts with what exists (400, 409, 413, 422); nothing changed.
+	ErrInvalid = "invalid"
+	// ErrAdmission: admission control refused it — guarantees (minbw,
+	// reservations, per-session guarantees, real-time channels) that do
+	// not fit, or a change that takes away the shaping they rely on
+	// (400, 429); nothing changed.
+	ErrAdmission = "admission"
+	// ErrForbidden: the caller may not do this (403).
+	ErrForbidden = "forbidden"
+	// ErrNotFound: no such object (404).
+	ErrNotFound = "not_found"
+	// ErrLimit: a bound on what one user or the host may hold is reached,
+	// or the daemon is busy; try again later (429, 503).
+	ErrLimit = "limit"
+	// ErrInternal: the daemon failed (500).
+	ErrInternal = "internal"
+)
 
 // Status is the answer to GET /v1/status.
 type Status struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -14,25 +15,39 @@ import (
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
-// TestErrorCodes: each of the engine's refusals has its status code.
+// TestErrorCodes: each of the engine's refusals has its status code and
+// its class (what the CLI's exit code is made from).
 func TestErrorCodes(t *testing.T) {
+	adm := &policy.AdmissionError{Errors: policy.Errors{&policy.FieldError{Object: `link "eth0"`, Reason: "guarantees 30mbit exceed reservable capacity 16mbit"}}}
 	for _, c := range []struct {
-		err  error
-		code int
+		err   error
+		code  int
+		class string
 	}{
-		{&engine.NotFoundError{What: "rule", Name: "x"}, 404},
-		{&engine.ForbiddenError{Why: "no"}, 403},
-		{&engine.ConflictError{What: "rule", Name: "x"}, 409},
-		{&engine.BadRequestError{Err: errors.New("bad")}, 400},
-		{&engine.TooManyError{Why: "many"}, 429},
-		{&policy.FieldError{Field: "maxbw"}, 400},
-		{policy.Errors{&policy.FieldError{Field: "a"}, &policy.FieldError{Field: "b"}}, 400},
-		{&tooLarge{limit: maxBody}, 413},
-		{errors.New("kernel said no"), 500},
+		{&engine.NotFoundError{What: "rule", Name: "x"}, 404, api.ErrNotFound},
+		{&engine.ForbiddenError{Why: "no"}, 403, api.ErrForbidden},
+		{&engine.ConflictError{What: "rule", Name: "x"}, 409, api.ErrInvalid},
+		{&engine.BadRequestError{Err: errors.New("bad")}, 400, api.ErrInvalid},
+		{&engine.TooManyError{Why: "many"}, 429, api.ErrLimit},
+		{&engine.TooManyError{Why: "delay bound cannot be met", Admission: true}, 429, api.ErrAdmission},
+		{&policy.FieldError{Field: "maxbw"}, 400, api.ErrInvalid},
+		{policy.Errors{&policy.FieldError{Field: "a"}, &policy.FieldError{Field: "b"}}, 400, api.ErrInvalid},
+		{fmt.Errorf("apply: %w", adm), 400, api.ErrAdmission},
+		{&tooLarge{limit: maxBody}, 413, api.ErrInvalid},
+		{errors.New("kernel said no"), 500, api.ErrInternal},
 	} {
-		if code, _ := answer(t, c.err); code != c.code {
-			t.Errorf("%T: %d, want %d", c.err, code, c.code)
+		rec := httptest.NewRecorder()
+		writeErr(rec, c.err)
+		var body api.ErrorBody
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatal(err)
 		}
+		if rec.Code != c.code || body.Class != c.class {
+			t.Errorf("%T: %d %q, want %d %q", c.err, rec.Code, body.Class, c.code, c.class)
+		}
+	}
+	if _, msg := answer(t, adm); !strings.Contains(msg, "refused by admission control: 1 problem(s); nothing was changed\nlink \"eth0\": guarantees 30mbit") {
+		t.Errorf("admission refusal reads %q", msg)
 	}
 }
 

@@ -200,6 +200,10 @@ type (
 )
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
+	if e, ok := v.(api.ErrorBody); ok && e.Class == "" {
+		e.Class = api.ClassOfStatus(code) // every error answer says its class
+		v = e
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.Len() > 0 {
@@ -250,6 +254,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	var fe *policy.FieldError
 	var fes policy.Errors
+	var ae *policy.AdmissionError
 	var nf *engine.NotFoundError
 	var fb *engine.ForbiddenError
 	var cf *engine.ConflictError
@@ -257,6 +262,10 @@ func writeErr(w http.ResponseWriter, err error) {
 	var tm *engine.TooManyError
 	var tl *tooLarge
 	switch {
+	case errors.As(err, &ae):
+		code, body.Class = http.StatusBadRequest, api.ErrAdmission
+		body.Fields = boundFieldErrors(ae.Errors)
+		body.Error = fmt.Sprintf("refused by admission control: %d problem(s); nothing was changed", len(ae.Errors))
 	case errors.As(err, &fes):
 		code = http.StatusBadRequest
 		body.Fields = boundFieldErrors(fes)
@@ -275,6 +284,9 @@ func writeErr(w http.ResponseWriter, err error) {
 		code = http.StatusBadRequest
 	case errors.As(err, &tm):
 		code = http.StatusTooManyRequests
+		if tm.Admission {
+			body.Class = api.ErrAdmission
+		}
 	case errors.As(err, &tl):
 		code = http.StatusRequestEntityTooLarge
 	}

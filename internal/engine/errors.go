@@ -36,7 +36,13 @@ type BadRequestError struct{ Err error }
 func (e *BadRequestError) Error() string { return e.Err.Error() }
 func (e *BadRequestError) Unwrap() error { return e.Err }
 
-// TooManyError is a request refused because a limit is reached.
-type TooManyError struct{ Why string }
+// TooManyError is a request refused because a limit is reached: a bound
+// on what one user or the host may hold, or, when Admission, what
+// admission control admits (a real-time channel set whose delay bounds
+// cannot all be met).
+type TooManyError struct {
+	Why       string
+	Admission bool
+}
 
 func (e *TooManyError) Error() string { return e.Why }

@@ -146,7 +146,7 @@ func (e *Engine) checkShapingKept(prev, next *policy.Policy, source string) erro
 		}
 	}
 	if len(errs) > 0 {
-		return errs
+		return &policy.AdmissionError{Errors: errs}
 	}
 	return nil
 }

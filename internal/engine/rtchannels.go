@@ -196,7 +196,7 @@ func (r *rtRegistry) admitUserRTLocked(e *Engine, who Caller, p rtchan.Params, l
 		}
 	}
 	if limit := e.maxUserRTUtil(); mine > limit {
-		return &TooManyError{Why: fmt.Sprintf("refuse real-time channel on link %s: uid %d's channels on it would take %.4f of its real-time utilization together (this one %.4f), over the %g an ordinary user may (hostqosd --max-user-rt-utilization); ask for a longer period or smaller messages, close one of your channels, or ask the admin to raise --max-user-rt-utilization",
+		return &TooManyError{Admission: true, Why: fmt.Sprintf("refuse real-time channel on link %s: uid %d's channels on it would take %.4f of its real-time utilization together (this one %.4f), over the %g an ordinary user may (hostqosd --max-user-rt-utilization); ask for a longer period or smaller messages, close one of your channels, or ask the admin to raise --max-user-rt-utilization",
 			link, who.UID, mine, rtUtil(p, spec), limit)}
 	}
 	return nil
@@ -217,10 +217,10 @@ func (r *rtRegistry) rtRefusal(ae *rtchan.AdmissionError, req api.RTChannelReque
 		}
 	}
 	if ae.Reason == "utilization" {
-		return &TooManyError{Why: fmt.Sprintf("refuse real-time channel on link %s: the link's utilization would reach %.4f at the priority of %s, so its delay bound %v cannot be met; ask for a longer period, smaller messages or a longer delay, or wait for a channel to close (hostqos rtchan list)",
+		return &TooManyError{Admission: true, Why: fmt.Sprintf("refuse real-time channel on link %s: the link's utilization would reach %.4f at the priority of %s, so its delay bound %v cannot be met; ask for a longer period, smaller messages or a longer delay, or wait for a channel to close (hostqos rtchan list)",
 			req.Link, ae.Util, failing, ae.Bound)}
 	}
-	return &TooManyError{Why: fmt.Sprintf("refuse real-time channel on link %s: %s would have a worst-case response time of %v, beyond its delay bound %v by %v; ask for a longer delay, a longer period or smaller messages, or wait for a channel to close (hostqos rtchan list)",
+	return &TooManyError{Admission: true, Why: fmt.Sprintf("refuse real-time channel on link %s: %s would have a worst-case response time of %v, beyond its delay bound %v by %v; ask for a longer delay, a longer period or smaller messages, or wait for a channel to close (hostqos rtchan list)",
 		req.Link, failing, ae.Response, ae.Bound, ae.Response-ae.Bound)}
 }
 

@@ -42,6 +42,17 @@ import (
 // Links without an EgressRate only mark and count; guarantees are not
 // enforceable there and produce a warning (see Warnings), not an error.
 
+// AdmissionError is a refusal by admission control: guarantees that do not
+// fit (Admit), or a change that would take away the shaping they rely on.
+// Its Errors name every violation; errors.As finds them (and each
+// *FieldError) through it.
+type AdmissionError struct{ Errors Errors }
+
+func (e *AdmissionError) Error() string { return e.Errors.Error() }
+
+// Unwrap gives the violations.
+func (e *AdmissionError) Unwrap() error { return e.Errors }
+
 // contribution is one object's share of a guarantee total.
 type contribution struct {
 	kind, name string
@@ -145,8 +156,8 @@ func (l Link) Capacity() Rate {
 }
 
 // Admit runs admission control over the whole policy (see the comment at
-// the top of admission.go) and returns every violation as Errors naming
-// source (a file path or "api"), or nil.
+// the top of admission.go) and returns every violation, as an
+// *AdmissionError whose Errors name source (a file path or "api"), or nil.
 func (p *Policy) Admit(source string) error {
 	var errs Errors
 	// The classes' and rules' part is the same on every link: summed once,
@@ -203,7 +214,10 @@ func (p *Policy) Admit(source string) error {
 			})
 		}
 	}
-	return errs.err()
+	if len(errs) == 0 {
+		return nil
+	}
+	return &AdmissionError{Errors: errs}
 }
 
 // Warnings lists things that are valid but probably not what the admin

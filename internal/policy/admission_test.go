@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -27,6 +28,12 @@ func TestAdmitExactCapacity(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "guarantees 16.000001mbit exceed reservable capacity 16mbit") {
 		t.Errorf("got %v", err)
+	}
+	// A refusal by admission says so (the API's class, the CLI's exit
+	// code), and still gives its field errors.
+	var ae *AdmissionError
+	if !errors.As(err, &ae) || len(AsErrors(err)) != 1 {
+		t.Errorf("refusal %T is not an admission error with its field errors", err)
 	}
 }
 
