@@ -29,7 +29,7 @@ func newBlockCmd(f *factory) *cobra.Command {
 		func(ctx context.Context, c apiClient, name string) error {
 			p, err := netip.ParsePrefix(name)
 			if err != nil {
-				return fmt.Errorf("argument CIDR = %q: not an address prefix, e.g. 203.0.113.0/24", name)
+				return usagef("argument CIDR = %q: not an address prefix, e.g. 203.0.113.0/24", name)
 			}
 			return c.Shield().Unblock(ctx, p)
 		})
@@ -74,19 +74,19 @@ daemon dies; hostqos down removes them.`,
 func (o *blockAddOptions) run(cidr string) error {
 	p, err := netip.ParsePrefix(cidr)
 	if err != nil {
-		return fmt.Errorf("argument CIDR = %q: not an address prefix, e.g. 203.0.113.0/24 or 2001:db8:bad::/48", cidr)
+		return usagef("argument CIDR = %q: not an address prefix, e.g. 203.0.113.0/24 or 2001:db8:bad::/48", cidr)
 	}
 	if p != p.Masked() {
-		return fmt.Errorf("argument CIDR = %q: has bits set beyond the prefix length; write %s", cidr, p.Masked())
+		return usagef("argument CIDR = %q: has bits set beyond the prefix length; write %s", cidr, p.Masked())
 	}
 	req := api.BlockRequest{Prefix: p}
 	if o.rate != "" {
 		r, err := policy.ParseRate(o.rate)
 		if err != nil {
-			return fmt.Errorf("flag --maxbw-in = %q: %w", o.rate, err)
+			return usagef("flag --maxbw-in = %q: %w", o.rate, err)
 		}
 		if r == 0 {
-			return fmt.Errorf("flag --maxbw-in = %q: %s; %s", o.rate, policy.ZeroBlockRateReason,
+			return usagef("flag --maxbw-in = %q: %s; %s", o.rate, policy.ZeroBlockRateReason,
 				strings.ReplaceAll(policy.ZeroBlockRateFix, "maxbw_in", "--maxbw-in"))
 		}
 		req.MaxBWIn = r
@@ -152,7 +152,7 @@ func parseClient(s string) (netip.Addr, uint16, error) {
 	}
 	ap, err := netip.ParseAddrPort(s)
 	if err != nil {
-		return netip.Addr{}, 0, fmt.Errorf("argument %q: want ADDR, ADDR:PORT or [IPv6]:PORT", s)
+		return netip.Addr{}, 0, usagef("argument %q: want ADDR, ADDR:PORT or [IPv6]:PORT", s)
 	}
 	return ap.Addr(), ap.Port(), nil
 }
@@ -188,7 +188,7 @@ protection is evaluated before the admin's ordinary rules.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := netip.ParseAddr(args[0])
 			if err != nil {
-				return fmt.Errorf("argument ADDR = %q: not an IP address", args[0])
+				return usagef("argument ADDR = %q: not an IP address", args[0])
 			}
 			cx, cancel := apiCtx()
 			defer cancel()

@@ -61,7 +61,7 @@ func classChange(add bool) objectChange {
 	}
 	c.check = func(p api.Fields) error {
 		if _, ok := p["dscp"]; !ok {
-			return fmt.Errorf("flag --dscp is required for a new class (e.g. --dscp AF21)")
+			return usagef("flag --dscp is required for a new class (e.g. --dscp AF21)")
 		}
 		if _, ok := p["priority"]; !ok {
 			p["priority"] = 3

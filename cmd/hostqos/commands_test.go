@@ -2,7 +2,7 @@ package main
 
 import (
 	"bytes"
-	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -23,7 +23,7 @@ func runFake(c *fakeClient, args ...string) (string, string, exitCode) {
 	f.now = func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
 	root := newRootCmd(f)
 	root.SetArgs(args)
-	code := exitWith(f.io, root.Execute())
+	code := exitWith(f.io, execute(f, root))
 	return out.String(), errOut.String(), code
 }
 
@@ -88,7 +88,7 @@ run-1   user  cgroup=/hostqos/run-1             drop    default  class  -       
 			name:   "rule show",
 			args:   []string{"rule", "show", "nothing"},
 			errOut: "hostqos: rule \"nothing\": not found\n",
-			code:   exitFailure,
+			code:   exitNotFound,
 			calls:  []string{"Rules.Get nothing"},
 		},
 		{
@@ -150,30 +150,30 @@ warning: class bulk: no rule uses it
 		{
 			name:   "bad -o is refused when parsed",
 			args:   []string{"rule", "list", "-o", "yaml"},
-			errOut: "hostqos: invalid argument \"yaml\" for \"-o, --output\" flag: want table or json\n",
-			code:   exitFailure,
+			errOut: "hostqos: flag --output = \"yaml\": want table or json\n",
+			code:   exitUsage,
 		},
 		{
 			name:   "daemon error with field errors",
 			args:   []string{"rule", "add", "web", "--proto", "tcp", "--maxbw", "10mbit", "--temporary"},
 			fail:   &api.Error{Status: 400, Body: api.ErrorBody{Error: "invalid rule", Fields: []*policy.FieldError{{Object: "rule \"web\"", Field: "class", Value: "gold", Reason: "no such class", Fix: "add it first"}}}},
 			errOut: "hostqos: invalid rule\n  rule \"web\": field class = \"gold\": no such class; add it first\n",
-			code:   exitFailure,
+			code:   exitInvalid,
 			calls:  []string{`Rules.AddFields web maxbw="10mbit" proto="tcp" (temporary)`},
 		},
 		{
 			name:   "daemon not running",
 			args:   []string{"status"},
-			fail:   errors.New("connect to /x.sock: hostqosd is not running"),
+			fail:   fmt.Errorf("connect to /x.sock: %w", api.ErrDaemonDown),
 			errOut: "hostqos: connect to /x.sock: hostqosd is not running\n",
-			code:   exitFailure,
+			code:   exitNoDaemon,
 			calls:  []string{"Status"},
 		},
 		{
 			name:   "block add --maxbw-in 0 is refused, not taken as drop",
 			args:   []string{"block", "add", "198.51.100.7/32", "--maxbw-in", "0bit"},
 			errOut: "hostqos: flag --maxbw-in = \"0bit\": 0 is no limit (as for every rate), which would pass everything from the prefix; leave --maxbw-in out to drop everything from the prefix, or quarantine at 8kbit or more, e.g. 1mbit\n",
-			code:   exitFailure,
+			code:   exitUsage,
 		},
 		{
 			name:  "rule set clears a field",
@@ -211,7 +211,7 @@ warning: class bulk: no rule uses it
 			name:   "link set refuses a bad rate before sending",
 			args:   []string{"link", "set", "eth0", "--egress-rate", "20tbit"},
 			errOut: "hostqos: flag --egress-rate = \"20tbit\": above 10tbit, the most a rate may be; give the real rate, at most 10tbit\n",
-			code:   exitFailure,
+			code:   exitUsage,
 		},
 		{
 			name:   "reload --force",

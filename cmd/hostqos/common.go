@@ -52,6 +52,9 @@ type factory struct {
 	// newClient makes the client; nil means the real one for --socket.
 	newClient func() apiClient
 	now       func() time.Time // the clock (status shows the uptime)
+	// unknownCmd is an unknown subcommand found while running (see
+	// execute).
+	unknownCmd error
 }
 
 func newFactory(io ioStreams) *factory { return &factory{io: io, now: time.Now} }
@@ -241,7 +244,7 @@ func changeCmd(f *factory, cmd *cobra.Command, c objectChange) *cobra.Command {
 func someField(why string) func(api.Fields) error {
 	return func(p api.Fields) error {
 		if len(p) == 0 {
-			return errors.New(why)
+			return &usageError{errors.New(why)}
 		}
 		return nil
 	}

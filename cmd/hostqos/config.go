@@ -37,7 +37,7 @@ looks for bpf_loop in /proc/kallsyms). ` + "`hostqos status`" + ` shows the daem
 				loops = kernelLoops()
 			case policy.LoopsBPFLoop, policy.LoopsBounded:
 			default:
-				return fmt.Errorf("flag --loops = %q: want auto, %s or %s", loops, policy.LoopsBPFLoop, policy.LoopsBounded)
+				return usagef("flag --loops = %q: want auto, %s or %s", loops, policy.LoopsBPFLoop, policy.LoopsBounded)
 			}
 			p, err := policy.LoadFile(path)
 			if err != nil {

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/policy"
 )
 
 // The conventions every command follows (docs/cli.md "Conventions").
@@ -50,5 +54,89 @@ func TestDurationsEverywhere(t *testing.T) {
 		if code == exitOK || len(fc.calls) != 0 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%q: exit %d, calls %q, stderr %q; want %q", c.args, code, fc.calls, errOut, c.want)
 		}
+	}
+}
+
+// TestExitCodes: one exit code per kind of outcome, the same for every
+// command: the daemon's error classes, the CLI's own refusals of the
+// command line, a daemon that is not running, an unknown outcome.
+func TestExitCodes(t *testing.T) {
+	admission := &api.Error{Status: 400, Body: api.ErrorBody{Error: "refused by admission control: 1 problem(s); nothing was changed", Class: api.ErrAdmission,
+		Fields: []*policy.FieldError{{Object: `link "eth0"`, Reason: "guarantees 30mbit exceed reservable capacity 16mbit"}}}}
+	for _, c := range []struct {
+		args []string
+		fail error // what the daemon answers
+		code exitCode
+	}{
+		{[]string{"status"}, nil, exitOK},
+		{[]string{"rule", "add", "web", "--minbw", "30mbit"}, admission, exitAdmission},
+		{[]string{"link", "set", "eth0", "--egress-rate", "0"}, admission, exitAdmission},
+		{[]string{"resv", "add", "r", "--service", "guaranteed", "--rate", "1mbit", "--burst", "3000"}, admission, exitAdmission},
+		{[]string{"rule", "add", "web", "--class", "gold"}, &api.Error{Status: 400, Body: api.ErrorBody{Error: "invalid policy", Class: api.ErrInvalid}}, exitInvalid},
+		{[]string{"rule", "add", "web", "--class", "gold"}, &api.Error{Status: 409}, exitInvalid}, // an older daemon: no class
+		{[]string{"rule", "add", "web", "--class", "gold"}, &api.Error{Status: 403, Body: api.ErrorBody{Class: api.ErrForbidden}}, exitForbidden},
+		{[]string{"rule", "remove", "web"}, &api.Error{Status: 404}, exitNotFound},
+		{[]string{"run", "--", "true"}, &api.Error{Status: 429, Body: api.ErrorBody{Class: api.ErrLimit}}, exitLimit},
+		{[]string{"rule", "list"}, &api.Error{Status: 500}, exitFailure},
+		{[]string{"status"}, fmt.Errorf("connect to /x.sock: %w", api.ErrDaemonDown), exitNoDaemon},
+		{[]string{"rule", "add", "web", "--class", "voice"}, &api.OutcomeUnknownError{Method: "POST", Path: "/v1/rules", Key: "k"}, exitUnknown},
+		// The command line, refused before anything is sent.
+		{[]string{"rule", "add", "web", "--maxbw", "19mbps"}, nil, exitUsage},
+		{[]string{"rule", "add"}, nil, exitUsage},
+		{[]string{"rule", "set", "web"}, nil, exitUsage},
+		{[]string{"stat", "-i", "1x"}, nil, exitUsage},
+		{[]string{"rul", "list"}, nil, exitUsage},
+		{[]string{"status", "--bogus"}, nil, exitUsage},
+	} {
+		fc := &fakeClient{err: c.fail, stats: map[string]api.Stats{}}
+		_, errOut, code := runFake(fc, c.args...)
+		if code != c.code {
+			t.Errorf("%q (daemon: %v): exit %d, want %d; stderr %q", c.args, c.fail, code, c.code, errOut)
+		}
+		if c.code == exitUsage && len(fc.calls) != 0 {
+			t.Errorf("%q: a usage error sent %q", c.args, fc.calls)
+		}
+	}
+	if _, _, code := runFake(&fakeClient{}, "config", "check", "testdata/no-such-file.toml"); code != exitFailure {
+		t.Errorf("config check of a missing file: exit %d, want %d", code, exitFailure)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.toml")
+	if err := os.WriteFile(bad, []byte("[[link]]\nname = \"eth0\"\negress_rate = \"19mbps\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := runFake(&fakeClient{}, "config", "check", bad); code != exitInvalid || !strings.Contains(errOut, "19mbps is ambiguous") {
+		t.Errorf("config check of an invalid file: exit %d (%q), want %d", code, errOut, exitInvalid)
+	}
+}
+
+// TestDidYouMean: a mistyped command, subcommand, flag or argument is
+// refused with what it most likely meant (exit code 2), the flag's by the
+// same function as the config file's keys.
+func TestDidYouMean(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rul", "list"}, `unknown command "rul" for "hostqos"; did you mean rule or run? (see hostqos --help)`},
+		{[]string{"rule", "ad", "web"}, `unknown command "ad" for "hostqos rule"; did you mean add? (see hostqos rule --help)`},
+		{[]string{"resv", "lst"}, `unknown command "lst" for "hostqos resv"; did you mean list or set?`},
+		{[]string{"rsvp", "session", "ad", "x"}, `unknown command "ad" for "hostqos rsvp session"; did you mean add?`},
+		{[]string{"rule", "nonsense"}, `unknown command "nonsense" for "hostqos rule"; see hostqos rule --help`},
+		{[]string{"rule", "add", "web", "--maxb", "1mbit"}, `unknown flag --maxb for "hostqos rule add"; did you mean --maxbw? (see hostqos rule add --help)`},
+		{[]string{"link", "set", "eth0", "--egress", "20mbit"}, `unknown flag --egress for "hostqos link set"; did you mean --egress-rate?`},
+		{[]string{"stat", "--intervall", "1s"}, `unknown flag --intervall for "hostqos stat"; did you mean --interval?`},
+		{[]string{"status", "--sockett", "/x"}, `did you mean --socket?`},
+		{[]string{"stat", "flow"}, `argument "flow": want rules, classes, apps, flows, links; did you mean flows?`},
+		{[]string{"status", "now"}, `hostqos status takes no arguments; got "now"`},
+	} {
+		fc := &fakeClient{}
+		_, errOut, code := runFake(fc, c.args...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) || len(fc.calls) != 0 {
+			t.Errorf("%q: exit %d, calls %q, stderr %q; want %q", c.args, code, fc.calls, errOut, c.want)
+		}
+	}
+	// A group command alone still shows its help.
+	if out, _, code := runFake(&fakeClient{}, "rule"); code != exitOK || !strings.Contains(out, "Available Commands") {
+		t.Errorf("hostqos rule: exit %d, %q", code, out)
 	}
 }

@@ -79,10 +79,10 @@ func eventsCmd(f *factory, use, short, long, example string, fixed []string) *co
 
 func (o *eventsOptions) run(ctx context.Context) error {
 	if o.count < 0 {
-		return fmt.Errorf("flag --count = %d: want 0 (follow) or a positive number", o.count)
+		return usagef("flag --count = %d: want 0 (follow) or a positive number", o.count)
 	}
 	if o.since < -1 {
-		return fmt.Errorf("flag --since = %d: want the seq of an event (≥ 0)", o.since)
+		return usagef("flag --since = %d: want the seq of an event (≥ 0)", o.since)
 	}
 	opts := api.EventsOptions{Kinds: o.kinds, NoResume: o.noResume}
 	if o.since >= 0 {

@@ -31,7 +31,7 @@ func TestEventsCommand(t *testing.T) {
 	if code != exitOK || !strings.HasPrefix(out, `{"seq":7,"time":"2026-01-02T03:04:05Z","kind":"rule.added"`) || strings.Count(out, "\n") != 1 {
 		t.Fatalf("json output: %q", out)
 	}
-	if _, errOut, code := runFake(c, "events", "--count", "-1"); code != exitFailure || !strings.Contains(errOut, "--count") {
+	if _, errOut, code := runFake(c, "events", "--count", "-1"); code != exitUsage || !strings.Contains(errOut, "--count") {
 		t.Fatalf("negative count: exit %d, %q", code, errOut)
 	}
 }

@@ -83,20 +83,6 @@ func (c *changeFlags) register(cmd *cobra.Command, table fieldFlags, what string
 // fields returns the fields of the flags given on cmd's command line.
 func (c *changeFlags) fields(cmd *cobra.Command) api.Fields { return c.table.fields(cmd) }
 
-// fieldFlagError words a fieldValue's refusal as the CLI words every
-// refused flag, `flag --NAME = "VALUE": why`; other flag errors pass as
-// they are. It is the root command's FlagErrorFunc.
-func fieldFlagError(_ *cobra.Command, err error) error {
-	var ive *pflag.InvalidValueError
-	if errors.As(err, &ive) {
-		switch ive.GetFlag().Value.(type) {
-		case fieldValue, *durationValue:
-			return fmt.Errorf("flag --%s = %q: %w", ive.GetFlag().Name, ive.GetValue(), errors.Unwrap(ive))
-		}
-	}
-	return err
-}
-
 // How a value given to a flag clears its field.
 const (
 	clearEmpty = 1 << iota // "" clears

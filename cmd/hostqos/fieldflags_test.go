@@ -31,7 +31,7 @@ func TestFieldFlagsHoldPolicyLimits(t *testing.T) {
 		}
 		f = &fakeClient{}
 		_, errOut, code := runFake(f, append(c.cmd, "--"+c.flag, c.wrong)...)
-		if want := fmt.Sprintf("hostqos: flag --%s = %q: ", c.flag, c.wrong); code != exitFailure || !strings.HasPrefix(errOut, want) || len(f.calls) != 0 {
+		if want := fmt.Sprintf("hostqos: flag --%s = %q: ", c.flag, c.wrong); code != exitUsage || !strings.HasPrefix(errOut, want) || len(f.calls) != 0 {
 			t.Errorf("%v --%s %s: exit %d, %q, calls %q; want refused with %q…", c.cmd, c.flag, c.wrong, code, errOut, f.calls, want)
 		}
 	}

@@ -10,9 +10,10 @@ import (
 // in-memory streams, and returns its error.
 func runCLI(args ...string) error {
 	var out, errOut bytes.Buffer
-	root := newRootCmd(newFactory(ioStreams{In: strings.NewReader(""), Out: &out, Err: &errOut}))
+	f := newFactory(ioStreams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	root := newRootCmd(f)
 	root.SetArgs(args)
-	return root.Execute()
+	return execute(f, root)
 }
 
 // TestBadFlagsNameFlagAndValue: invalid input is refused before anything

@@ -63,7 +63,7 @@ func (o *historyOptions) parse(args []string, kinds []string) error {
 		ok = ok || k == o.q.Kind
 	}
 	if !ok {
-		return fmt.Errorf("argument %q: want %s", o.q.Kind, strings.Join(kinds, ", "))
+		return badArgument(o.q.Kind, kinds)
 	}
 	if len(args) > 1 {
 		o.q.Name = args[1]
@@ -72,20 +72,20 @@ func (o *historyOptions) parse(args []string, kinds []string) error {
 	var err error
 	if o.until != "" {
 		if o.q.Until, err = parseTime(o.until, now); err != nil {
-			return fmt.Errorf("flag --until = %w", err)
+			return usagef("flag --until = %w", err)
 		}
 	} else {
 		o.q.Until = now
 	}
 	if o.q.Since, err = parseTime(o.since, now); err != nil {
-		return fmt.Errorf("flag --since = %w", err)
+		return usagef("flag --since = %w", err)
 	}
 	if !o.q.Since.Before(o.q.Until) {
-		return fmt.Errorf("flag --since = %q: not before --until (%s)", o.since, o.q.Until.Format(time.RFC3339))
+		return usagef("flag --since = %q: not before --until (%s)", o.since, o.q.Until.Format(time.RFC3339))
 	}
 	o.q.Step = o.step
 	if o.limit < 0 {
-		return fmt.Errorf("flag --limit = %d: want 0 (the daemon's maximum) or more", o.limit)
+		return usagef("flag --limit = %d: want 0 (the daemon's maximum) or more", o.limit)
 	}
 	return nil
 }
@@ -125,7 +125,7 @@ flows.`,
 			switch o.output {
 			case "table", "json", "csv":
 			default:
-				return fmt.Errorf("flag --output = %q: want table, json or csv", o.output)
+				return usagef("flag --output = %q: want table, json or csv", o.output)
 			}
 			c, cancel := apiCtx()
 			defer cancel()
@@ -230,7 +230,7 @@ With many series, the 8 that carried the most are drawn.`,
 			}
 			ext := strings.ToLower(filepath.Ext(o.out))
 			if o.out == "" || (ext != ".png" && ext != ".svg") {
-				return fmt.Errorf("flag --out = %q: want a file name ending in .png or .svg", o.out)
+				return usagef("flag --out = %q: want a file name ending in .png or .svg", o.out)
 			}
 			c, cancel := apiCtx()
 			defer cancel()

@@ -107,7 +107,7 @@ func newResvChangeCmd(f *factory, add bool) *cobra.Command {
 			ri, err = o.client().Reservations().Add(cx, r, api.Temporary(o.flags.temp))
 		} else {
 			if len(p) == 0 {
-				return fmt.Errorf("nothing to change: give at least one flag (see hostqos resv set --help)")
+				return usagef("nothing to change: give at least one flag (see hostqos resv set --help)")
 			}
 			ri, err = o.client().Reservations().Set(cx, args[0], p, api.Temporary(o.flags.temp))
 		}

@@ -28,10 +28,10 @@ func TestResvCommands(t *testing.T) {
 	if _, errOut, code := runFake(c, "resv", "set", "rtp", "--rate", "3mbit", "--peak", ""); code != exitOK || c.calls[0] != `Reservations.Set rtp peak=null rate="3mbit"` {
 		t.Fatalf("set: %d %s %v", code, errOut, c.calls)
 	}
-	if _, errOut, code := runFake(c, "resv", "add", "x", "--service", "premium"); code != exitFailure || !strings.Contains(errOut, "want guaranteed, controlled-load, best-effort") {
+	if _, errOut, code := runFake(c, "resv", "add", "x", "--service", "premium"); code != exitUsage || !strings.Contains(errOut, "want guaranteed, controlled-load, best-effort") {
 		t.Fatalf("bad service: %d %q", code, errOut)
 	}
-	if _, errOut, code := runFake(c, "rule", "add", "calls", "--proto", "tcp", "--max-sessions", "x"); code != exitFailure || !strings.Contains(errOut, "--max-sessions") {
+	if _, errOut, code := runFake(c, "rule", "add", "calls", "--proto", "tcp", "--max-sessions", "x"); code != exitUsage || !strings.Contains(errOut, "--max-sessions") {
 		t.Fatalf("bad max-sessions: %d %q", code, errOut)
 	}
 	r := policy.NewReservation("rtp")

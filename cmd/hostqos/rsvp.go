@@ -74,7 +74,7 @@ func newRSVPSessionAddCmd(f *factory) *cobra.Command {
 	c.Flags().StringVar(&proto, "proto", "udp", "udp or tcp")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		if dest == "" {
-			return fmt.Errorf("flag --dest: missing; give the receiver's ADDR:PORT, e.g. --dest 198.18.2.2:5004")
+			return usagef("flag --dest: missing; give the receiver's ADDR:PORT, e.g. --dest 198.18.2.2:5004")
 		}
 		cx, cancel := apiCtx()
 		defer cancel()
@@ -141,10 +141,10 @@ installed it, rsvp.resv-error naming the refusing node and the flowspec.`,
 	c.Flags().BoolVar(&confirm, "confirm", false, "ask for a confirmation (ResvConf, event rsvp.confirm) from the sender host")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		if service != string(policy.ServiceGuaranteed) && service != string(policy.ServiceControlledLoad) {
-			return fmt.Errorf("flag --service = %q: want guaranteed or controlled-load", service)
+			return usagef("flag --service = %q: want guaranteed or controlled-load", service)
 		}
 		if style != "ff" && style != "se" {
-			return fmt.Errorf("flag --style = %q: want ff or se", style)
+			return usagef("flag --style = %q: want ff or se", style)
 		}
 		t, err := parseTspec("flowspec", flowspec, service == string(policy.ServiceGuaranteed))
 		if err != nil {
@@ -177,16 +177,16 @@ installed it, rsvp.resv-error naming the refusing node and the flowspec.`,
 func parseTspec(flag, s string, rspec bool) (api.Tspec, error) {
 	var t api.Tspec
 	if s == "" {
-		return t, fmt.Errorf("flag --%s: missing; give at least r and b, e.g. --%s r=250000,b=3000", flag, flag)
+		return t, usagef("flag --%s: missing; give at least r and b, e.g. --%s r=250000,b=3000", flag, flag)
 	}
 	seen := map[string]bool{}
 	for _, kv := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok || v == "" {
-			return t, fmt.Errorf("flag --%s: %q is not KEY=VALUE", flag, kv)
+			return t, usagef("flag --%s: %q is not KEY=VALUE", flag, kv)
 		}
 		if seen[k] {
-			return t, fmt.Errorf("flag --%s: %s given twice", flag, k)
+			return t, usagef("flag --%s: %s given twice", flag, k)
 		}
 		seen[k] = true
 		var err error
@@ -203,7 +203,7 @@ func parseTspec(flag, s string, rspec bool) (api.Tspec, error) {
 			t.MaxUnit, err = sizeBytes(v)
 		case "R", "S":
 			if !rspec {
-				return t, fmt.Errorf("flag --%s: %s is an Rspec term of guaranteed service only", flag, k)
+				return t, usagef("flag --%s: %s is an Rspec term of guaranteed service only", flag, k)
 			}
 			if k == "R" {
 				t.ServiceRate, err = bytesPerSecond(v)
@@ -220,14 +220,14 @@ func parseTspec(flag, s string, rspec bool) (api.Tspec, error) {
 			if rspec {
 				keys += ", R, S"
 			}
-			return t, fmt.Errorf("flag --%s: unknown term %q; use %s", flag, k, keys)
+			return t, usagef("flag --%s: unknown term %q; use %s", flag, k, keys)
 		}
 		if err != nil {
-			return t, fmt.Errorf("flag --%s: %s = %q: %w", flag, k, v, err)
+			return t, usagef("flag --%s: %s = %q: %w", flag, k, v, err)
 		}
 	}
 	if !seen["r"] || !seen["b"] {
-		return t, fmt.Errorf("flag --%s: give at least r (token rate) and b (bucket depth), e.g. r=250000,b=3000", flag)
+		return t, usagef("flag --%s: give at least r (token rate) and b (bucket depth), e.g. r=250000,b=3000", flag)
 	}
 	return t, nil
 }

@@ -147,7 +147,7 @@ in that order; the last channel is the candidate.`,
 				specs = append(specs, s)
 			}
 			if len(specs) == 0 {
-				return errors.New("check channels: none given (use --table3, --file or --channel)")
+				return usagef("check channels: none given (use --table3, --file or --channel)")
 			}
 			res, err := p.Admit(specs[:len(specs)-1], specs[len(specs)-1])
 			var ae *rtchan.AdmissionError
@@ -174,7 +174,7 @@ in that order; the last channel is the candidate.`,
 			}
 			if ae != nil {
 				fmt.Fprintln(f.io.Err, "refused:", ae)
-				return &exitError{code: exitRefused}
+				return &exitError{code: exitAdmission}
 			}
 			if format != cliflag.JSON {
 				fmt.Fprintf(w, "admitted: %s\n", specs[len(specs)-1].Name)
@@ -194,7 +194,7 @@ in that order; the last channel is the candidate.`,
 func parseChannelFlag(s string) (rtchan.Spec, error) {
 	f := strings.Split(s, ":")
 	bad := func(why string) (rtchan.Spec, error) {
-		return rtchan.Spec{}, fmt.Errorf("parse --channel %q: %s (want NAME:MMAX:BMAX:IMIN:DELAY or NAME:MMAX:BMAX:BE)", s, why)
+		return rtchan.Spec{}, usagef("flag --channel = %q: %s (want NAME:MMAX:BMAX:IMIN:DELAY or NAME:MMAX:BMAX:BE)", s, why)
 	}
 	if len(f) != 5 && !(len(f) == 4 && strings.EqualFold(f[3], "be")) {
 		return bad("wrong number of fields")

@@ -60,21 +60,21 @@ func (o *runOptions) run() error {
 	if o.dscp != "" {
 		d, err := policy.ParseDSCP(o.dscp)
 		if err != nil {
-			return fmt.Errorf("flag --dscp = %q: %w", o.dscp, err)
+			return usagef("flag --dscp = %q: %w", o.dscp, err)
 		}
 		req.DSCP = d
 	}
 	if o.maxb != "" {
 		r, err := policy.ParseRate(o.maxb)
 		if err != nil {
-			return fmt.Errorf("flag --maxbw = %q: %w", o.maxb, err)
+			return usagef("flag --maxbw = %q: %w", o.maxb, err)
 		}
 		req.MaxBW = r
 	}
 	if o.maxbIn != "" {
 		r, err := policy.ParseRate(o.maxbIn)
 		if err != nil {
-			return fmt.Errorf("flag --maxbw-in = %q: %w", o.maxbIn, err)
+			return usagef("flag --maxbw-in = %q: %w", o.maxbIn, err)
 		}
 		req.MaxBWIn = r
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,10 +67,8 @@ Ordinary users see only their own processes' apps and flows.`,
 }
 
 func (o *statOptions) run() error {
-	switch o.kind {
-	case api.StatRules, api.StatClasses, api.StatApps, api.StatFlows, api.StatLinks:
-	default:
-		return fmt.Errorf("argument %q: want rules, classes, apps, flows or links", o.kind)
+	if kinds := []string{api.StatRules, api.StatClasses, api.StatApps, api.StatFlows, api.StatLinks}; !slices.Contains(kinds, o.kind) {
+		return badArgument(o.kind, kinds)
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt)

@@ -79,7 +79,7 @@ func refuseExplicitZero(cmd *cobra.Command) error {
 func isZero(v string) bool { return v == "0" || v == "0s" || v == "0.0" }
 
 func flagErr(flag, value, why, fix string) error {
-	return fmt.Errorf("--%s %q: %s; %s", flag, value, why, fix)
+	return usagef("--%s %q: %s; %s", flag, value, why, fix)
 }
 
 // flagError turns a traffic config's *traffic.FieldError into the error of
@@ -100,7 +100,7 @@ func flagError(cmd *cobra.Command, err error, flags map[string]string) error {
 		value = f.Value.String()
 	}
 	if value == "" {
-		return fmt.Errorf("--%s: %s; %s", name, fe.Reason, fe.Fix)
+		return usagef("--%s: %s; %s", name, fe.Reason, fe.Fix)
 	}
 	return flagErr(name, value, fe.Reason, fe.Fix)
 }

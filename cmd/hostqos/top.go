@@ -70,7 +70,7 @@ When standard output is not a terminal, top prints 'hostqos stat apps' once.`,
 
 func (o *topOptions) run() error {
 	if !contains(topSorts, o.sort) {
-		return fmt.Errorf("flag --sort = %q: want %s", o.sort, strings.Join(topSorts, ", "))
+		return usagef("flag --sort = %q: want %s", o.sort, strings.Join(topSorts, ", "))
 	}
 	if f, ok := o.io.Out.(*os.File); !ok || !term.IsTerminal(int(f.Fd())) {
 		c, cancel := apiCtx()

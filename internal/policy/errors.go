@@ -140,11 +140,21 @@ func Clip(s string) string {
 	return fmt.Sprintf("%s… (%d bytes)", s[:n], len(s))
 }
 
-// UnknownNameFix is the hint for an unknown key or field name: the valid
-// name closest to key by edit distance when one is close, or one that
-// starts with key ("did you mean maxbw?"), else the list of valid names. Every decoder (config file,
-// JSON) uses it.
+// UnknownNameFix is the hint for an unknown key or field name: "did you
+// mean maxbw?" (ClosestName), else the list of valid names. Every decoder
+// (config file, JSON) uses it.
 func UnknownNameFix(key string, known []string) string {
+	if best := ClosestName(key, known); best != "" {
+		return "did you mean " + best + "?"
+	}
+	return "known keys: " + strings.Join(known, ", ")
+}
+
+// ClosestName is the name of known a mistyped key most likely meant: the
+// closest by edit distance when one is close (at most 2 edits), else one
+// that starts with key ("egress" for egress_rate), else "". The CLI's "did
+// you mean" for flags uses it too.
+func ClosestName(key string, known []string) string {
 	best, bestD := "", 3
 	lk := strings.ToLower(key)
 	for _, k := range known {
@@ -163,8 +173,5 @@ func UnknownNameFix(key string, known []string) string {
 			}
 		}
 	}
-	if best != "" {
-		return "did you mean " + best + "?"
-	}
-	return "known keys: " + strings.Join(known, ", ")
+	return best
 }
