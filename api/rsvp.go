@@ -107,10 +107,16 @@ type RSVPCounters struct {
 // RSVPStatus is the RSVP agent: its settings, counters, the API's
 // sessions and a page of the signalled states (RSVPListQuery).
 type RSVPStatus struct {
-	Enabled  bool   `json:"enabled"`
-	Router   bool   `json:"router"`
-	Refresh  string `json:"refresh,omitempty"`  // R
-	Lifetime string `json:"lifetime,omitempty"` // L of state refreshed every R
+	Enabled bool `json:"enabled"`
+	// NotRunning says why the agent is not running, when not Enabled.
+	NotRunning string `json:"not_running,omitempty"`
+	// RestartNeeded lists the [rsvp] settings the config file changed
+	// since hostqosd started, which apply when it restarts (see
+	// Status.RestartNeeded).
+	RestartNeeded []string `json:"restart_needed,omitempty"`
+	Router        bool     `json:"router"`
+	Refresh       string   `json:"refresh,omitempty"`  // R
+	Lifetime      string   `json:"lifetime,omitempty"` // L of state refreshed every R
 	// MaxPeerRefresh is the longest refresh period taken from a received
 	// TIME_VALUES (4 R, at least 30 s): received state lives at most
 	// 5.25 times it.

@@ -75,6 +75,12 @@ type Status struct {
 	Links    []LinkStatus   `json:"links"`
 	Counts   Counts         `json:"counts"`
 	Warnings []string       `json:"warnings,omitempty"`
+	// RestartNeeded lists the settings hostqosd reads only when it starts
+	// (the top-level settings, [rsvp]) whose value in the config file
+	// differs from the one in force: a reload read them, a restart
+	// applies them. One line each: `[rsvp] enabled: false in force, true
+	// in the config file`.
+	RestartNeeded []string `json:"restart_needed,omitempty"`
 }
 
 // DaemonStatus describes the running daemon.

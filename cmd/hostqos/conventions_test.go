@@ -140,3 +140,28 @@ func TestDidYouMean(t *testing.T) {
 		t.Errorf("hostqos rule: exit %d, %q", code, out)
 	}
 }
+
+// TestReloadNamesRestartNeeded: a reload that changed a setting read only
+// at start says which and that a restart applies it, and rsvp list says
+// why RSVP is not running.
+func TestReloadNamesRestartNeeded(t *testing.T) {
+	fc := &fakeClient{status: api.Status{Daemon: api.DaemonStatus{Config: "/etc/hostqos/hostqos.toml"},
+		RestartNeeded: []string{"[rsvp] enabled: false in force, true in the config file"}}}
+	out, _, code := runFake(fc, "reload")
+	want := "reloaded /etc/hostqos/hostqos.toml: 0 rules, 0 classes, 0 links\n" +
+		"restart needed: hostqosd reads these settings only when it starts; restart it (systemctl restart hostqosd) to apply them:\n" +
+		"  [rsvp] enabled: false in force, true in the config file\n"
+	if code != exitOK || out != want {
+		t.Errorf("reload: exit %d\n%s\nwant\n%s", code, out, want)
+	}
+	if out, _, _ := runFake(fc, "status"); !strings.Contains(out, "restart needed: ") {
+		t.Errorf("status does not say a restart is needed:\n%s", out)
+	}
+	var b strings.Builder
+	printRSVPStatus(&b, api.RSVPStatus{NotRunning: "[rsvp] enabled = true in /etc/hostqos/hostqos.toml was read by a reload after hostqosd started with it off; RSVP starts when hostqosd restarts",
+		RestartNeeded: fc.status.RestartNeeded})
+	if !strings.HasPrefix(b.String(), "RSVP is not running: [rsvp] enabled = true in /etc/hostqos/hostqos.toml was read by a reload") ||
+		!strings.Contains(b.String(), "restart needed: ") {
+		t.Errorf("rsvp list when RSVP is not running:\n%s", b.String())
+	}
+}

@@ -263,8 +263,13 @@ func tspecText(t api.Tspec) string {
 }
 
 func printRSVPStatus(w io.Writer, st api.RSVPStatus) {
+	defer printRestartNeeded(w, st.RestartNeeded)
 	if !st.Enabled {
-		fmt.Fprintln(w, "RSVP is off (config file: [rsvp] enabled = true)")
+		why := st.NotRunning
+		if why == "" { // an older daemon
+			why = "the config file does not set [rsvp] enabled = true"
+		}
+		fmt.Fprintln(w, "RSVP is not running:", why)
 		return
 	}
 	role := "host"

@@ -70,7 +70,20 @@ func (o *statusOptions) run() error {
 	for _, warn := range s.Warnings {
 		fmt.Fprintln(w, "warning:", warn)
 	}
+	printRestartNeeded(w, s.RestartNeeded)
 	return nil
+}
+
+// printRestartNeeded lists the start-time settings the config file
+// changed since hostqosd started.
+func printRestartNeeded(w io.Writer, changes []string) {
+	if len(changes) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "restart needed: hostqosd reads these settings only when it starts; restart it (systemctl restart hostqosd) to apply them:")
+	for _, c := range changes {
+		fmt.Fprintln(w, "  "+c)
+	}
 }
 
 // reloadOptions are those of `hostqos reload`.
@@ -105,6 +118,7 @@ func (o *reloadOptions) run() error {
 		return err
 	}
 	fmt.Fprintf(o.io.Out, "reloaded %s: %d rules, %d classes, %d links\n", s.Daemon.Config, s.Counts.Rules, s.Counts.Classes, s.Counts.Links)
+	printRestartNeeded(o.io.Out, s.RestartNeeded)
 	return nil
 }
 

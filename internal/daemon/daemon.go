@@ -124,6 +124,10 @@ type Daemon struct {
 	// (see events.go).
 	streamsEnd chan struct{}
 
+	// inForce are the start-time settings the daemon started with (set by
+	// Start): a reload reads the file's, which apply at the next start.
+	inForce policy.StartTime
+
 	rsvp    *rsvpAgent      // nil: RSVP off ([rsvp] enabled)
 	hist    *history.Store  // nil: no history
 	metrics *metrics.Server // nil: no metrics listener
@@ -242,6 +246,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if err := d.eng.Start(h); err != nil {
 		return fmt.Errorf("apply policy: %w", err)
 	}
+	d.inForce = d.startTime()
 	if err := d.startObservability(); err != nil {
 		return err
 	}
@@ -310,8 +315,27 @@ func (d *Daemon) Stop() {
 
 // Reload re-reads the config file. An invalid file changes nothing, nor
 // does one that takes away shaping admitted guarantees rely on, unless
-// force (see engine.Reload).
-func (d *Daemon) Reload(force bool) error { return d.eng.Reload(force) }
+// force (see engine.Reload). Start-time settings it changed are logged
+// (and shown by status) as needing a restart.
+func (d *Daemon) Reload(force bool) error {
+	if err := d.eng.Reload(force); err != nil {
+		return err
+	}
+	if c := d.restartNeeded(); len(c) > 0 {
+		d.log.Warn("reload: settings read only at start changed; restart hostqosd to apply them", "changes", c)
+	}
+	return nil
+}
+
+// startTime are the start-time settings as the config file (and the
+// flags over it) give them now.
+func (d *Daemon) startTime() policy.StartTime {
+	return policy.StartTime{Settings: d.settings(), RSVP: d.eng.RSVPSettings()}
+}
+
+// restartNeeded lists the start-time settings the config file changed
+// since the daemon started (see policy.StartTime.Changes).
+func (d *Daemon) restartNeeded() []string { return d.inForce.Changes(d.startTime()) }
 
 // Down removes everything hostqos made in this network namespace (see
 // Teardown) and ends the daemon. The persistent state (the policy the admin

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,10 +161,29 @@ func (ra *rsvpAgent) localAddrs() []netip.Addr {
 
 func (d *Daemon) rsvpFront(w http.ResponseWriter) *rsvpfront.Front {
 	if d.rsvp == nil {
-		writeErr(w, &engine.BadRequestError{Err: fmt.Errorf("RSVP is not enabled on this host; set enabled = true in the config file's [rsvp] section and restart hostqosd")})
+		writeErr(w, &engine.BadRequestError{Err: fmt.Errorf("RSVP is not running on this host: %s", d.rsvpOff())})
 		return nil
 	}
 	return d.rsvp.front
+}
+
+// rsvpOff says why the RSVP agent is not running, and what starts it.
+func (d *Daemon) rsvpOff() string {
+	if d.eng.RSVPSettings().Enabled {
+		return fmt.Sprintf("[rsvp] enabled = true in %s was read by a reload after hostqosd started with it off; RSVP starts when hostqosd restarts", d.cfg.ConfigPath)
+	}
+	return fmt.Sprintf("%s does not set enabled = true in its [rsvp] section; set it and restart hostqosd", d.cfg.ConfigPath)
+}
+
+// rsvpRestartNeeded are the [rsvp] settings changed since the start.
+func (d *Daemon) rsvpRestartNeeded() []string {
+	var out []string
+	for _, c := range d.restartNeeded() {
+		if strings.HasPrefix(c, "[rsvp] ") {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (d *Daemon) handleRSVP(w http.ResponseWriter, r *http.Request) {
@@ -173,10 +193,13 @@ func (d *Daemon) handleRSVP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d.rsvp == nil {
-		writeJSON(w, http.StatusOK, api.RSVPStatus{Sessions: []api.RSVPSession{}, Paths: []api.RSVPPath{}, Resvs: []api.RSVPResv{}})
+		writeJSON(w, http.StatusOK, api.RSVPStatus{NotRunning: d.rsvpOff(), RestartNeeded: d.rsvpRestartNeeded(),
+			Sessions: []api.RSVPSession{}, Paths: []api.RSVPPath{}, Resvs: []api.RSVPResv{}})
 		return
 	}
-	writeJSON(w, http.StatusOK, d.rsvp.front.Status(*callerOf(r), q))
+	st := d.rsvp.front.Status(*callerOf(r), q)
+	st.RestartNeeded = d.rsvpRestartNeeded()
+	writeJSON(w, http.StatusOK, st)
 }
 
 func (d *Daemon) handleRSVPSession(w http.ResponseWriter, r *http.Request) {

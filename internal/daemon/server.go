@@ -402,6 +402,7 @@ func (d *Daemon) statusFor(who *peer) api.Status {
 	d.mountStatus(&st)
 	d.eng.Status(*who, &st)
 	st.Datapath.Loops, st.Datapath.Attach, st.Datapath.MPTCPIdentity = d.loops, attach, mptcp
+	st.RestartNeeded = d.restartNeeded()
 	return st
 }
 
