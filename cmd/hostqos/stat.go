@@ -34,8 +34,8 @@ func newStatCmd(f *factory) *cobra.Command {
 		Short: "Show live counters and rates per rule, class, app, flow or link",
 		Long: `stat shows what each rule, class, app (process) or flow actually got: bytes,
 packets, drops and the current rate. Rates are over the daemon's last sample
-(1 s) for rules and classes, and since the previous 'stat flows' call for flows
-and apps. Byte counts are frames as the link carries them (IP packet plus
+(1 s) for rules, classes and links, and since the previous reading of the flow
+table for flows and apps. Byte counts are frames as the link carries them (IP packet plus
 link-layer header). Rules, apps and flows show both directions side by side:
 OUT is what was sent (drops: drop rules and policers), IN what was received
 (drops: UDP beyond a download limit, maxbw_in); -o json has the received side

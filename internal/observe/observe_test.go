@@ -210,3 +210,37 @@ func TestScanAppsAnnouncesANewAppOnce(t *testing.T) {
 		t.Errorf("curl announced again: %+v", evs)
 	}
 }
+
+// TestLinkStatsOneShot: stat links shows the rate of the last sample (as
+// rules and classes do), so that a first reading, or one long after the
+// previous, shows what the link carries now rather than 0 or an average
+// since whoever asked before.
+func TestLinkStatsOneShot(t *testing.T) {
+	src := newFake(t)
+	src.up = map[string]int{"eth0": 2}
+	o := New(src, nil)
+	var dev history.Counters
+	o.s.netDev = func() map[string]history.Counters {
+		return map[string]history.Counters{"eth0": dev, "lo": {BytesOut: 1 << 30}}
+	}
+	for range 3 { // 5 Mbit/s out, 1 Mbit/s in, a second apart at most
+		o.Sample()
+		time.Sleep(100 * time.Millisecond)
+		dev.BytesOut += 62500
+		dev.PacketsOut += 50
+		dev.BytesIn += 12500
+		dev.PacketsIn += 10
+	}
+	o.Sample()
+	ls, err := o.LinkStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 1 || ls[0].Link != "eth0" {
+		t.Fatalf("links %+v, want the managed eth0 only", ls)
+	}
+	l := ls[0]
+	if l.RateBps <= 0 || l.PktRate <= 0 || l.In.RateBps <= 0 || l.In.RateBps >= l.RateBps || l.Bytes != dev.BytesOut {
+		t.Errorf("a one-shot stat links: %+v, want the last sample's rates both ways and the counters now", l)
+	}
+}

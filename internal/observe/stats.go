@@ -12,6 +12,7 @@ import (
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/apps"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
@@ -37,11 +38,13 @@ type sampler struct {
 	exeCache map[uint32]string
 
 	in inRates // the received side of classes and links (stats_in.go)
+	// netDev reads the interface counters (ReadNetDev; tests replace it).
+	netDev func() map[string]history.Counters
 }
 
 func newSampler() *sampler {
 	return &sampler{ruleRate: map[int][2]float64{}, ruleRateIn: map[int][2]float64{}, classPrev: map[[2]int]shaper.ClassStats{},
-		classRate: map[[2]int][2]float64{}, exeCache: map[uint32]string{}}
+		classRate: map[[2]int][2]float64{}, exeCache: map[uint32]string{}, netDev: ReadNetDev}
 }
 
 func rate(now, prev uint64, dt float64) float64 {
@@ -59,8 +62,10 @@ func (s *sampler) sample(v LinkView) {
 	}
 	now := time.Now()
 	cs, err := dp.RuleCounters()
+	dev := s.netDev()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sampleDev(now, dev, v.Up)
 	if err == nil {
 		if s.rulePrev != nil {
 			dt := now.Sub(s.ruleAt).Seconds()

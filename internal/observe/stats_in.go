@@ -22,8 +22,12 @@ type inRates struct {
 	nonePrev [2]uint64 // bytes, packets
 	noneRate [2]float64
 
+	// The managed links' interface counters at the last sample, and
+	// their rates over the sample before it (bits/s and packets/s out,
+	// then in), by interface name.
 	devAt   time.Time
 	devPrev map[string]history.Counters
+	devRate map[string][4]float64
 }
 
 // sampleIn updates the rates of the unmatched received traffic. Called
@@ -39,6 +43,31 @@ func (s *sampler) sampleIn(now time.Time, k Kernel) {
 		s.in.noneRate = [2]float64{8 * rate(cur[0], s.in.nonePrev[0], dt), rate(cur[1], s.in.nonePrev[1], dt)}
 	}
 	s.in.noneAt, s.in.nonePrev = now, cur
+}
+
+// sampleDev updates the rates of the managed links' interface counters
+// from dev (read now), so that a link's rate is the rate of its last
+// sample, as for rules and classes, whenever it is asked for. Called with
+// s.mu held.
+func (s *sampler) sampleDev(now time.Time, dev map[string]history.Counters, links map[string]int) {
+	if dev == nil {
+		return
+	}
+	dt := now.Sub(s.in.devAt).Seconds()
+	rates := make(map[string][4]float64, len(links))
+	cur := make(map[string]history.Counters, len(links))
+	for name := range links {
+		c, ok := dev[name]
+		if !ok {
+			continue
+		}
+		cur[name] = c
+		if p, ok := s.in.devPrev[name]; ok && dt > 0 {
+			rates[name] = [4]float64{8 * rate(c.BytesOut, p.BytesOut, dt), rate(c.PacketsOut, p.PacketsOut, dt),
+				8 * rate(c.BytesIn, p.BytesIn, dt), rate(c.PacketsIn, p.PacketsIn, dt)}
+		}
+	}
+	s.in.devAt, s.in.devPrev, s.in.devRate = now, cur, rates
 }
 
 // classIn sums the received side of each class: its rules' IN (rules as
@@ -69,18 +98,17 @@ func (s *sampler) classIn(rs []api.RuleStat, k Kernel) map[string]api.Counter {
 }
 
 // linkStats are the managed links' interface counters, both directions,
-// with rates since the previous call (at most one reading per second
-// counts as the base).
+// now, with the rates of the last sample (sampleDev, every tick): a
+// one-shot reading shows what the link carries, not the average since
+// whoever asked before.
 func (s *sampler) linkStats(v LinkView) ([]api.LinkStat, error) {
 	links := v.Up
-	dev := ReadNetDev()
+	dev := s.netDev()
 	if dev == nil {
 		return nil, fmt.Errorf("read interface counters: /proc/thread-self/net/dev unreadable")
 	}
-	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	dt := now.Sub(s.in.devAt).Seconds()
 	names := make([]string, 0, len(links))
 	for name := range links {
 		names = append(names, name)
@@ -92,17 +120,10 @@ func (s *sampler) linkStats(v LinkView) ([]api.LinkStat, error) {
 		if !ok {
 			continue
 		}
-		row := api.LinkStat{Link: name,
-			Counter: api.Counter{Packets: c.PacketsOut, Bytes: c.BytesOut, Drops: c.DropsOut},
-			In:      api.Counter{Packets: c.PacketsIn, Bytes: c.BytesIn, Drops: c.DropsIn}}
-		if p, ok := s.in.devPrev[name]; ok && dt > 0 {
-			row.RateBps, row.PktRate = 8*rate(c.BytesOut, p.BytesOut, dt), rate(c.PacketsOut, p.PacketsOut, dt)
-			row.In.RateBps, row.In.PktRate = 8*rate(c.BytesIn, p.BytesIn, dt), rate(c.PacketsIn, p.PacketsIn, dt)
-		}
-		out = append(out, row)
-	}
-	if s.in.devPrev == nil || dt >= 1 {
-		s.in.devAt, s.in.devPrev = now, dev
+		r := s.in.devRate[name]
+		out = append(out, api.LinkStat{Link: name,
+			Counter: api.Counter{Packets: c.PacketsOut, Bytes: c.BytesOut, Drops: c.DropsOut, RateBps: r[0], PktRate: r[1]},
+			In:      api.Counter{Packets: c.PacketsIn, Bytes: c.BytesIn, Drops: c.DropsIn, RateBps: r[2], PktRate: r[3]}})
 	}
 	return out, nil
 }
