@@ -293,20 +293,25 @@ type AppStat struct {
 	UID   uint32   `json:"uid"`
 	Flows int      `json:"flows"`
 	Rules []string `json:"rules,omitempty"`
+	// Exited: the process has exited (its flows stay in the flow table
+	// until they are evicted).
+	Exited bool `json:"exited,omitempty"`
 	Counter
 	In Counter `json:"in"` // received side, as in RuleStat
 }
 
 // FlowStat is one row of GET /v1/stats/flows.
 type FlowStat struct {
-	Proto   string  `json:"proto"`
-	Local   string  `json:"local"`
-	Remote  string  `json:"remote"`
-	Rule    string  `json:"rule,omitempty"`
-	PID     uint32  `json:"pid,omitempty"`
-	Comm    string  `json:"comm,omitempty"`
-	Exe     string  `json:"exe,omitempty"`
-	UID     uint32  `json:"uid"`
+	Proto  string `json:"proto"`
+	Local  string `json:"local"`
+	Remote string `json:"remote"`
+	Rule   string `json:"rule,omitempty"`
+	PID    uint32 `json:"pid,omitempty"`
+	Comm   string `json:"comm,omitempty"`
+	Exe    string `json:"exe,omitempty"`
+	UID    uint32 `json:"uid"`
+	// Exited: the process that opened the flow has exited.
+	Exited  bool    `json:"exited,omitempty"`
 	AgeSec  float64 `json:"age_s"`
 	IdleSec float64 `json:"idle_s"`
 	Counter

@@ -41,13 +41,16 @@ func newTopCmd(f *factory) *cobra.Command {
 		Short: "Live full-screen view of apps and their flows: rates, class, limit, drops; change an app's class or limit, or block it",
 		Long: `top shows the apps (processes) that have flows, each with its flows below it
 when unfolded: the rate each sends (OUT) and receives (IN) now, bytes each way
-and drops so far, and the rule, class and limit that apply. It refreshes every second.
+and drops so far, and the rule, class and limit that apply. It refreshes every
+--interval (1s). An app whose process exited leaves once nothing of it flows
+(its flows stay in the flow table until they are evicted).
 
 Keys: ↑/↓ (or k/j) select an app, Enter or space folds its flows in or out,
 s changes the sort order, / filters (by command, exe, pid, user or rule),
 c puts the selected app in a class, l limits it (a ceiling, e.g. 5mbit; empty
 removes the limit), b blocks it (drops all its traffic), u removes what top
-did to it, q quits. Every change asks for confirmation (y).
+did to it, q quits. Every change asks for confirmation (y). A value a prompt
+refuses (a limit of 2mbits) stays on the bottom line with why, to correct.
 
 A change makes or changes one rule for the app, named top-<name> (its
 executable's file name, or its command name when the executable cannot be
@@ -107,6 +110,7 @@ func contains(xs []string, x string) bool {
 type topApp struct {
 	PID, UID  uint32
 	Comm, Exe string
+	Exited    bool // the process has exited
 	Flows     []api.FlowStat
 	Rules     []string // the rules its flows matched
 	api.Counter
@@ -148,10 +152,24 @@ type topModel struct {
 type topPrompt struct {
 	label   string
 	text    string
+	err     string                 // why the text was refused; shown until it is edited
 	confirm bool                   // a y/n question
 	done    func(text string) bool // called with the text (or "y"); false keeps the prompt
 	choices []string               // Tab cycles through these
 	choice  int
+}
+
+// bottom is the prompt's line: label, text, cursor, and why the text
+// was refused.
+func (p *topPrompt) bottom() string {
+	s := p.label + p.text
+	if !p.confirm {
+		s += "_"
+	}
+	if p.err != "" {
+		s += "   ✗ " + p.err
+	}
+	return s
 }
 
 // update replaces the data with a new reading of flows and rules.
@@ -171,7 +189,7 @@ func (m *topModel) update(flows []api.FlowStat, rules []api.RuleInfo, at time.Ti
 		}
 		a := byPID[f.PID]
 		if a == nil {
-			a = &topApp{PID: f.PID, UID: f.UID, Comm: f.Comm, Exe: f.Exe}
+			a = &topApp{PID: f.PID, UID: f.UID, Comm: f.Comm, Exe: f.Exe, Exited: f.Exited}
 			byPID[f.PID] = a
 			apps = append(apps, a)
 		}
@@ -192,6 +210,11 @@ func (m *topModel) update(flows []api.FlowStat, rules []api.RuleInfo, at time.Ti
 	}
 	m.apps = m.apps[:0]
 	for _, a := range apps {
+		// A process that exited leaves its flows in the flow table until
+		// they are evicted: its row goes once nothing of it flows.
+		if a.Exited && a.RateBps == 0 && a.In.RateBps == 0 {
+			continue
+		}
 		if m.matches(*a) {
 			sort.Slice(a.Flows, func(i, j int) bool {
 				return a.Flows[i].RateBps+a.Flows[i].In.RateBps > a.Flows[j].RateBps+a.Flows[j].In.RateBps
@@ -506,7 +529,7 @@ func (m *topModel) key(ev *tcell.EventKey, classes []string, act func(topChange)
 			}
 		case tcell.KeyBackspace, tcell.KeyBackspace2:
 			if len(p.text) > 0 {
-				p.text = p.text[:len(p.text)-1]
+				p.text, p.err = p.text[:len(p.text)-1], ""
 			}
 		case tcell.KeyTab:
 			if len(p.choices) > 0 {
@@ -522,7 +545,7 @@ func (m *topModel) key(ev *tcell.EventKey, classes []string, act func(topChange)
 					m.status = "cancelled"
 				}
 			} else if len(p.text) < 256 {
-				p.text += string(ev.Rune())
+				p.text, p.err = p.text+string(ev.Rune()), ""
 			}
 		}
 		return
@@ -581,6 +604,10 @@ func (m *topModel) ask(k rune, classes []string, act func(topChange)) {
 	confirm := func(what, value string) bool {
 		ch, err := m.change(a, what, value)
 		if err != nil {
+			// The prompt stays for a correction, saying what is wrong.
+			if m.prompt != nil {
+				m.prompt.err = err.Error()
+			}
 			m.status = err.Error()
 			return false
 		}
@@ -592,7 +619,7 @@ func (m *topModel) ask(k rune, classes []string, act func(topChange)) {
 		m.prompt = &topPrompt{label: fmt.Sprintf("class for %s (Tab: %s): ", a.Name(), strings.Join(classes, ", ")), choices: classes,
 			done: func(t string) bool { return confirm("class", strings.TrimSpace(t)) }}
 	case 'l':
-		m.prompt = &topPrompt{label: fmt.Sprintf("limit for %s (e.g. 5mbit; empty: none): ", a.Name()),
+		m.prompt = &topPrompt{label: fmt.Sprintf("limit for %s (e.g. 5mbit or 2MB/s; empty: none): ", a.Name()),
 			done: func(t string) bool { return confirm("limit", strings.TrimSpace(t)) }}
 	case 'b':
 		confirm("block", "")
@@ -717,10 +744,7 @@ func (m *topModel) draw(scr tcell.Screen) {
 	}
 	bottom := m.status
 	if p := m.prompt; p != nil {
-		bottom = p.label + p.text
-		if !p.confirm {
-			bottom += "_"
-		}
+		bottom = p.bottom()
 	}
 	put(h-1, bottom, tcell.StyleDefault.Bold(true))
 	scr.Show()

@@ -128,6 +128,59 @@ func TestTopModel(t *testing.T) {
 	}
 }
 
+// TestTopDropsExitedApps: a process that exited leaves its flows in the
+// flow table; top drops its row once nothing of it flows (after a daemon
+// restart such rows showed "-" for the executable and stayed).
+func TestTopDropsExitedApps(t *testing.T) {
+	flows := topFlows()
+	gone := api.FlowStat{Proto: "udp", Local: "198.18.0.1:40009", Remote: "198.18.0.2:53", PID: 30, Comm: "dig", Exited: true, Counter: api.Counter{Bytes: 300}}
+	leaving := api.FlowStat{Proto: "tcp", Local: "198.18.0.1:40010", Remote: "198.18.0.2:80", PID: 31, Comm: "wget", Exited: true,
+		In: api.Counter{RateBps: 1e6, Bytes: 5000}} // its child still receives on the socket
+	m := &topModel{sort: "name", open: map[uint32]bool{}}
+	m.update(append(flows, gone, leaving), testRules(), time.Now())
+	var names []string
+	for _, a := range m.apps {
+		names = append(names, a.Comm)
+	}
+	if strings.Join(names, " ") != "restic wget zoom" {
+		t.Errorf("apps %q, want restic, wget (exited, still receiving) and zoom, not dig (exited, idle)", names)
+	}
+}
+
+// TestTopPromptShowsInputErrors: a value the prompt refuses (2mbits at the
+// limit prompt) keeps the prompt, with why, until it is edited.
+func TestTopPromptShowsInputErrors(t *testing.T) {
+	m := &topModel{sort: "rate", open: map[uint32]bool{}}
+	m.update(topFlows(), testRules(), time.Now())
+	var applied []topChange
+	key := func(k tcell.Key, r rune) {
+		m.key(tcell.NewEventKey(k, r, tcell.ModNone), nil, func(c topChange) { applied = append(applied, c) })
+	}
+	for _, r := range "l2mbits" {
+		key(tcell.KeyRune, r)
+	}
+	key(tcell.KeyEnter, 0)
+	if m.prompt == nil || m.prompt.confirm {
+		t.Fatalf("2mbits: prompt %+v", m.prompt)
+	}
+	if b := m.prompt.bottom(); !strings.Contains(b, `2mbits_   ✗ unknown rate unit "mbits"; write 2mbit`) {
+		t.Errorf("bottom line %q does not say why 2mbits was refused", b)
+	}
+	key(tcell.KeyBackspace2, 0)
+	if b := m.prompt.bottom(); strings.Contains(b, "✗") || !strings.HasSuffix(b, "2mbit_") {
+		t.Errorf("after an edit the error stays: %q", b)
+	}
+	key(tcell.KeyBackspace2, 0)
+	key(tcell.KeyBackspace2, 0)
+	for _, r := range "ps" {
+		key(tcell.KeyRune, r)
+	}
+	key(tcell.KeyEnter, 0)
+	if b := m.prompt.bottom(); !strings.Contains(b, "2mbps is ambiguous") || len(applied) != 0 {
+		t.Errorf("2mbps: %q, applied %v", b, applied)
+	}
+}
+
 // TestTopPlainWhenPiped: with standard output not a terminal, top prints
 // the apps table of `stat apps` once.
 func TestTopPlainWhenPiped(t *testing.T) {

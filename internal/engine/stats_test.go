@@ -2,6 +2,8 @@ package engine
 
 import (
 	"net/netip"
+	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/hostqos/hostqos/api"
@@ -82,4 +84,28 @@ func TestStats(t *testing.T) {
 	if s.Counts.Flows != 4 || s.Datapath.Packets != 10 {
 		t.Errorf("status counts %+v datapath %+v", s.Counts, s.Datapath)
 	}
+
+	// A flow of a process that exited says so (top drops its app).
+	k.FlowTable = []datapath.Flow{flow(0, uint32(os.Getpid()), 7000, 10), flow(0, exitedPID(t), 7001, 10)}
+	if err := e.Stats(root, "apps", &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Apps) != 2 {
+		t.Fatalf("apps %+v, want the living and the exited process", st.Apps)
+	}
+	for _, a := range st.Apps {
+		if a.Exited != (a.PID != uint32(os.Getpid())) {
+			t.Errorf("app %d: exited %v", a.PID, a.Exited)
+		}
+	}
+}
+
+// exitedPID is the pid of a process that has exited (and was reaped).
+func exitedPID(t *testing.T) uint32 {
+	t.Helper()
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Skipf("cannot run true: %v", err)
+	}
+	return uint32(c.Process.Pid)
 }

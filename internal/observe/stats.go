@@ -241,6 +241,7 @@ func (s *sampler) flowStats(v RuleView, uid int64) ([]api.FlowStat, error) {
 	defer s.mu.Unlock()
 	dt := now.Sub(s.flowAt).Seconds()
 	fresh := make(map[uint64]rateBase, len(s.flowPrev))
+	gone := map[uint32]bool{} // by pid, asked once per answer
 	var out []api.FlowStat
 	err := dp.Flows(func(f datapath.Flow) bool {
 		noteRateBase(fresh, f)
@@ -249,7 +250,7 @@ func (s *sampler) flowStats(v RuleView, uid int64) ([]api.FlowStat, error) {
 		}
 		fs := api.FlowStat{
 			Proto: ProtoName(f.Key.Proto), Local: addrPort(f.Key.Local), Remote: addrPort(f.Key.Remote),
-			PID: f.PID, Comm: f.Comm, UID: f.UID, Exe: s.exe(f.PID),
+			PID: f.PID, Comm: f.Comm, UID: f.UID, Exe: s.exe(f.PID), Exited: exited(gone, f.PID),
 			Counter: api.Counter{Packets: f.Packets, Bytes: f.Bytes, Drops: f.Drops},
 			In:      api.Counter{Packets: f.RxPackets, Bytes: f.RxBytes, Drops: f.RxDrops},
 		}
@@ -356,7 +357,7 @@ func (s *sampler) appStats(v RuleView, uid int64) ([]api.AppStat, error) {
 		}
 		a, ok := byPID[f.PID]
 		if !ok {
-			a = &api.AppStat{PID: f.PID, Comm: f.Comm, Exe: f.Exe, UID: f.UID}
+			a = &api.AppStat{PID: f.PID, Comm: f.Comm, Exe: f.Exe, UID: f.UID, Exited: f.Exited}
 			byPID[f.PID] = a
 			order = append(order, f.PID)
 		}
@@ -390,6 +391,20 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// exited reports whether process pid has exited, asking the kernel once
+// per pid of an answer (gone holds the answers).
+func exited(gone map[uint32]bool, pid uint32) bool {
+	if pid == 0 {
+		return false
+	}
+	g, ok := gone[pid]
+	if !ok {
+		g = unix.Kill(int(pid), 0) == unix.ESRCH
+		gone[pid] = g
+	}
+	return g
 }
 
 // exe resolves (and caches) a pid's executable path.

@@ -13,9 +13,11 @@ import (
 )
 
 // TestTopInTmux: `hostqos top` in a tmux pane shows the test app and the
-// rate it sends (about its 4 Mbit/s ceiling); pressing c, typing bulk,
-// Enter and y puts it in class bulk, and `rule show` confirms the rule top
-// made for it, keeping the app's 4mbit ceiling.
+// rate it sends (about its 4 Mbit/s ceiling), and not an app that exited
+// (its flow is still in the flow table); pressing c, typing bulk, Enter and
+// y puts it in class bulk, and `rule show` confirms the rule top made for
+// it, keeping the app's 4mbit ceiling; a limit typed as 2mbits is refused
+// on the prompt's line, saying why.
 func TestTopInTmux(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Fatal("tmux is not installed; run scripts/install-deps.sh")
@@ -28,6 +30,10 @@ func TestTopInTmux(t *testing.T) {
 	to := serverV4.Addr().String() + ":7400"
 	e.tcpSink(to, 40*time.Second, 0)
 	e.start(app, "tool", "tcp-send", "--to", to, "--duration", "30s")
+	gone := e.app("gone-app") // sends a little and exits before top starts
+	goneTo := serverV4.Addr().String() + ":7401"
+	e.udpSink(goneTo, 40*time.Second)
+	e.runApp(gone, "tool", "udp-send", "--to", goneTo, "--pps", "200", "--count", "20", "--size", "100")
 
 	sock := filepath.Join(e.dir, "tmux.sock") // a tmux server of this test's own
 	tmux := func(args ...string) string {
@@ -56,6 +62,22 @@ func TestTopInTmux(t *testing.T) {
 		return rate > 2 && rate < 5, s
 	})
 	t.Logf("top:\n%s", screen())
+	if s := screen(); strings.Contains(s, "gone-app") {
+		t.Errorf("top shows gone-app, which exited:\n%s", s)
+	}
+	st, err := e.d.Stats("flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goneFlows := 0
+	for _, f := range st.Flows {
+		if f.Comm == "gone-app" && f.Exited {
+			goneFlows++
+		}
+	}
+	if goneFlows == 0 {
+		t.Errorf("stat flows has no flow of gone-app marked exited: %+v", st.Flows)
+	}
 
 	tmux("send-keys", "-t", "top", "c")
 	eventually(t, 5*time.Second, "class prompt", func() (bool, string) { s := screen(); return strings.Contains(s, "class for top-app"), s })
@@ -77,4 +99,13 @@ func TestTopInTmux(t *testing.T) {
 		return regexp.MustCompile(`top-app .*top-top-app\s+bulk\s+max 4mbit`).MatchString(s), s
 	})
 	t.Logf("after c bulk y:\n%s", screen())
+
+	tmux("send-keys", "-t", "top", "l")
+	eventually(t, 5*time.Second, "limit prompt", func() (bool, string) { s := screen(); return strings.Contains(s, "limit for top-app"), s })
+	tmux("send-keys", "-t", "top", "2mbits", "Enter")
+	eventually(t, 5*time.Second, "the prompt says why 2mbits is refused", func() (bool, string) {
+		s := screen()
+		return strings.Contains(s, "2mbits_") && strings.Contains(s, `unknown rate unit "mbits"; write 2mbit`), s
+	})
+	tmux("send-keys", "-t", "top", "Escape")
 }
