@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -41,6 +42,7 @@ func newBlockCmd(f *factory) *cobra.Command {
 type blockAddOptions struct {
 	io     ioStreams
 	client func() apiClient
+	output cliflag.Output
 	rate   string
 	ttl    time.Duration
 }
@@ -67,6 +69,7 @@ daemon dies; hostqos down removes them.`,
 		},
 	}
 	ttlFlag(c, &o.ttl, "remove the entry after this long, e.g. 30m, 24h or 7d (default: never)")
+	cliflag.AddOutput(c.Flags(), &o.output)
 	c.Flags().StringVar(&o.rate, "maxbw-in", "", "quarantine: pass the prefix's packets at most at RATE, e.g. 1mbit (default: drop all)")
 	return c
 }
@@ -98,8 +101,8 @@ func (o *blockAddOptions) run(cidr string) error {
 	if err != nil {
 		return err
 	}
-	printBlocks(o.io.Out, []api.BlockInfo{bi})
-	return nil
+	return report(o.io.Out, o.output, changeResult{Action: "added", Kind: "block", Name: p.String(), Result: bi},
+		func(w io.Writer) { printBlocks(w, []api.BlockInfo{bi}) })
 }
 
 // ttlFlag adds --ttl: a duration from a second to api.MaxTTLSeconds (0,
@@ -160,6 +163,7 @@ func parseClient(s string) (netip.Addr, uint16, error) {
 type protectAddOptions struct {
 	io     ioStreams
 	client func() apiClient
+	output cliflag.Output
 	port   uint16
 	ttl    time.Duration
 	class  string
@@ -196,12 +200,13 @@ protection is evaluated before the admin's ordinary rules.`,
 			if err != nil {
 				return err
 			}
-			printProtected(o.io.Out, []api.ProtectedInfo{pi})
-			return nil
+			return report(o.io.Out, o.output, changeResult{Action: "added", Kind: "protected client", Name: args[0], Result: pi},
+				func(w io.Writer) { printProtected(w, []api.ProtectedInfo{pi}) })
 		},
 	}
 	c.Flags().Uint16Var(&o.port, "port", 0, "the local TCP port the client connects to (default: every port; root or group hostqos only)")
 	ttlFlag(c, &o.ttl, "end the protection after this long, e.g. 1h (default: never)")
+	cliflag.AddOutput(c.Flags(), &o.output)
 	c.Flags().StringVar(&o.class, "class", "", "the class the client's flows go into (default: interactive)")
 	return c
 }

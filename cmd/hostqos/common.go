@@ -154,17 +154,46 @@ func getCmd[T any](f *factory, use, short string, args cobra.PositionalArgs,
 	return c
 }
 
+// changeResult is what a changing command prints with -o json: what it
+// did (added, changed, removed, …) to which object, the fields it sent
+// (null: cleared), and the object as the daemon answered, when it answers
+// one. The table form prints a line, or the object's table.
+type changeResult struct {
+	Action    string     `json:"action"`
+	Kind      string     `json:"kind"`
+	Name      string     `json:"name,omitempty"`
+	Fields    api.Fields `json:"fields,omitempty"`
+	Temporary bool       `json:"temporary,omitempty"`
+	Forced    bool       `json:"forced,omitempty"`
+	Result    any        `json:"result,omitempty"`
+}
+
+// report prints what a changing command did: r with -o json, else what
+// table prints (nil: "ACTION KIND NAME").
+func report(w io.Writer, o cliflag.Output, r changeResult, table func(io.Writer)) error {
+	if o == cliflag.JSON {
+		return printJSON(w, r)
+	}
+	if table == nil {
+		fmt.Fprintf(w, "%s %s %s\n", r.Action, r.Kind, r.Name)
+		return nil
+	}
+	table(w)
+	return nil
+}
+
 // removeOptions are those of `KIND remove NAME`.
 type removeOptions struct {
 	io     ioStreams
 	client func() apiClient
+	output cliflag.Output
 	name   string
 }
 
 // removeCmd makes `KIND remove NAME`, which removes with remove.
 func removeCmd(f *factory, kind, short string, remove func(ctx context.Context, c apiClient, name string) error) *cobra.Command {
 	o := &removeOptions{io: f.io, client: f.client}
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:   "remove NAME",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
@@ -175,10 +204,11 @@ func removeCmd(f *factory, kind, short string, remove func(ctx context.Context, 
 			if err := remove(cx, o.client(), o.name); err != nil {
 				return err
 			}
-			fmt.Fprintf(o.io.Out, "removed %s %s\n", kind, o.name)
-			return nil
+			return report(o.io.Out, o.output, changeResult{Action: "removed", Kind: kind, Name: o.name}, nil)
 		},
 	}
+	cliflag.AddOutput(c.Flags(), &o.output)
+	return c
 }
 
 // changeAPI is the part of RulesAPI and ClassesAPI that add and set use.
@@ -206,6 +236,7 @@ type objectChange struct {
 type objectChangeOptions struct {
 	io     ioStreams
 	client func() apiClient
+	output cliflag.Output
 	flags  changeFlags
 	name   string
 }
@@ -233,10 +264,10 @@ func changeCmd(f *factory, cmd *cobra.Command, c objectChange) *cobra.Command {
 		if err := send(cx, o.name, p, api.Temporary(o.flags.temp)); err != nil {
 			return err
 		}
-		fmt.Fprintf(o.io.Out, "%s %s %s\n", verb, c.kind, o.name)
-		return nil
+		return report(o.io.Out, o.output, changeResult{Action: verb, Kind: c.kind, Name: o.name, Fields: p, Temporary: o.flags.temp}, nil)
 	}
 	o.flags.register(cmd, c.table(), c.temp)
+	cliflag.AddOutput(cmd.Flags(), &o.output)
 	return cmd
 }
 

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -163,5 +167,79 @@ func TestReloadNamesRestartNeeded(t *testing.T) {
 	if !strings.HasPrefix(b.String(), "RSVP is not running: [rsvp] enabled = true in /etc/hostqos/hostqos.toml was read by a reload") ||
 		!strings.Contains(b.String(), "restart needed: ") {
 		t.Errorf("rsvp list when RSVP is not running:\n%s", b.String())
+	}
+}
+
+// TestEveryCommandTakesOutput: every command that prints takes -o
+// table|json, changing ones and config check included.
+func TestEveryCommandTakesOutput(t *testing.T) {
+	// These print no output of their own: run and the lab commands show
+	// their program's; version is one line.
+	skip := map[string]bool{"hostqos run": true, "hostqos demo": true, "hostqos bench": true, "hostqos version": true}
+	eachCommand(newRootCmd(newFactory(ioStreams{})), func(c *cobra.Command) {
+		path := c.CommandPath()
+		if !c.Runnable() || c.Hidden || skip[path] || strings.HasPrefix(path, "hostqos completion") || strings.HasPrefix(path, "hostqos help") {
+			return
+		}
+		fl := c.Flags().Lookup("output")
+		if fl == nil {
+			fl = c.InheritedFlags().Lookup("output")
+		}
+		if fl == nil || fl.Shorthand != "o" || fl.Value.Set("json") != nil {
+			t.Errorf("%s: no -o table|json", path)
+		}
+	})
+}
+
+// TestChangesPrintJSON: a changing command prints with -o json what it
+// did, to what, the fields it sent and the daemon's answer; config check
+// its verdict.
+func TestChangesPrintJSON(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want changeResult
+	}{
+		{[]string{"rule", "add", "web", "--proto", "tcp", "--maxbw", "10mbit", "--temporary"},
+			changeResult{Action: "added", Kind: "rule", Name: "web", Fields: api.Fields{"proto": "tcp", "maxbw": "10mbit"}, Temporary: true}},
+		{[]string{"rule", "set", "web", "--maxbw", ""}, changeResult{Action: "changed", Kind: "rule", Name: "web", Fields: api.Fields{"maxbw": nil}}},
+		{[]string{"class", "remove", "gold"}, changeResult{Action: "removed", Kind: "class", Name: "gold"}},
+		{[]string{"link", "set", "eth0", "--egress-rate", "19mbit", "--force"},
+			changeResult{Action: "changed", Kind: "link", Name: "eth0", Fields: api.Fields{"egress_rate": "19mbit"}, Forced: true}},
+		{[]string{"reload"}, changeResult{Action: "reloaded", Kind: "config", Name: "/etc/hostqos/hostqos.toml"}},
+	} {
+		fc := &fakeClient{status: api.Status{Daemon: api.DaemonStatus{Config: "/etc/hostqos/hostqos.toml"}}}
+		out, errOut, code := runFake(fc, append(c.args, "-o", "json")...)
+		var got changeResult
+		if code != exitOK || json.Unmarshal([]byte(out), &got) != nil {
+			t.Errorf("%q: exit %d, %q %q", c.args, code, out, errOut)
+			continue
+		}
+		got.Result = nil
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%q -o json: %+v, want %+v", c.args, got, c.want)
+		}
+	}
+	out, _, _ := runFake(&fakeClient{links: []api.LinkStatus{{Link: policy.Link{Name: "eth0", EgressRate: 19e6}}}}, "link", "set", "eth0", "--egress-rate", "19mbit", "-o", "json")
+	if !strings.Contains(out, `"result": [`) || !strings.Contains(out, `"egress_rate": "19mbit"`) {
+		t.Errorf("link set -o json lacks the link as it is now:\n%s", out)
+	}
+
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.toml"), filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(good, []byte("[[link]]\nname = \"eth0\"\negress_rate = \"19mbit\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("[[link]]\nname = \"eth0\"\negress_rate = \"19mbps\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var r checkResult
+	out, _, code := runFake(&fakeClient{}, "config", "check", good, "-o", "json")
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != exitOK || !r.OK || r.Links != 1 || r.File != good {
+		t.Errorf("config check -o json of a good file: exit %d, %+v, %v", code, r, err)
+	}
+	r = checkResult{}
+	out, errOut, code := runFake(&fakeClient{}, "config", "check", bad, "-o", "json")
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != exitInvalid || r.OK || len(r.Problems) != 1 || r.Problems[0].Field != "egress_rate" || errOut != "" {
+		t.Errorf("config check -o json of a bad file: exit %d, %+v, %v, stderr %q", code, r, err, errOut)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/plot"
 	"github.com/hostqos/hostqos/internal/policy"
 )
@@ -30,7 +31,8 @@ type historyOptions struct {
 	since, until string
 	step         time.Duration
 	limit        int
-	out          string // plot: the file
+	out          string         // plot: the file
+	plotOutput   cliflag.Output // plot: -o
 	q            api.HistoryQuery
 }
 
@@ -251,14 +253,29 @@ With many series, the 8 that carried the most are drawn.`,
 			if err := os.WriteFile(o.out, data, 0o644); err != nil {
 				return fmt.Errorf("write plot %s: %w", o.out, err)
 			}
+			if o.plotOutput == cliflag.JSON {
+				return printJSON(o.io.Out, plotResult{File: o.out, Series: len(fig.Panels[0].Series), Points: n,
+					Since: h.Since, Until: h.Until, PeakBps: peak})
+			}
 			fmt.Fprintf(o.io.Out, "wrote %s: %d series, %d points, %s … %s, peak %s\n", o.out, len(fig.Panels[0].Series), n,
 				h.Since.Local().Format("2006-01-02 15:04:05"), h.Until.Local().Format("2006-01-02 15:04:05"), humanRate(peak))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&o.out, "out", "", "the file to write (.png or .svg)")
+	cliflag.AddOutput(cmd.Flags(), &o.plotOutput)
 	o.addRangeFlags(cmd)
 	return cmd
+}
+
+// plotResult is what plot prints with -o json.
+type plotResult struct {
+	File    string    `json:"file"`
+	Series  int       `json:"series"`
+	Points  int       `json:"points"`
+	Since   time.Time `json:"since"`
+	Until   time.Time `json:"until"`
+	PeakBps float64   `json:"peak_bps"`
 }
 
 // historyFigure draws the rates of at most maxSeries series (the answer is

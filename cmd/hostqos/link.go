@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -30,6 +32,7 @@ func newLinkCmd(f *factory) *cobra.Command {
 type linkSetOptions struct {
 	io     ioStreams
 	client func() apiClient
+	output cliflag.Output
 	name   string
 	flags  changeFlags
 	force  bool
@@ -110,6 +113,7 @@ even with --force: lower them first.`,
 		},
 	}
 	o.flags.register(set, linkFlags(), "change")
+	cliflag.AddOutput(set.Flags(), &o.output)
 	set.Flags().BoolVar(&o.force, "force", false, "apply a change that takes away shaping admitted guarantees rely on (removes the rate under minbw or reservations, or lowers it under the scheduled qsockets' rates)")
 	return set
 }
@@ -121,6 +125,6 @@ func (o *linkSetOptions) run(fields api.Fields) error {
 	if err != nil {
 		return err
 	}
-	printLinks(o.io.Out, ls)
-	return nil
+	return report(o.io.Out, o.output, changeResult{Action: "changed", Kind: "link", Name: o.name, Fields: fields,
+		Temporary: o.flags.temp, Forced: o.force, Result: ls}, func(w io.Writer) { printLinks(w, ls) })
 }

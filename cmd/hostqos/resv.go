@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -75,6 +76,7 @@ See docs/reservations.md.`,
 type resvChangeOptions struct {
 	io     ioStreams
 	client func() apiClient
+	output cliflag.Output
 	flags  changeFlags
 }
 
@@ -118,11 +120,14 @@ func newResvChangeCmd(f *factory, add bool) *cobra.Command {
 		if add {
 			verb = "admitted"
 		}
-		fmt.Fprintf(o.io.Out, "%s reservation %s: %s, reserved %s, buffers %d × %d B\n", verb, args[0],
-			ri.Reservation.Service, ri.Admission.Reserved, ri.Admission.BufferPackets, ri.Admission.BufferSize)
-		return nil
+		return report(o.io.Out, o.output, changeResult{Action: verb, Kind: "reservation", Name: args[0], Fields: p, Temporary: o.flags.temp, Result: ri},
+			func(w io.Writer) {
+				fmt.Fprintf(w, "%s reservation %s: %s, reserved %s, buffers %d × %d B\n", verb, args[0],
+					ri.Reservation.Service, ri.Admission.Reserved, ri.Admission.BufferPackets, ri.Admission.BufferSize)
+			})
 	}
 	o.flags.register(c, resvFlags(), "reservation")
+	cliflag.AddOutput(c.Flags(), &o.output)
 	return c
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -64,6 +65,7 @@ hostqos. See docs/rsvp.md.`,
 
 func newRSVPSessionAddCmd(f *factory) *cobra.Command {
 	var dest, proto string
+	var output cliflag.Output
 	c := &cobra.Command{
 		Use:     "add NAME --dest ADDR:PORT --proto udp|tcp",
 		Short:   "Register a session: the receiver's unicast address and port and the protocol (nothing is sent yet)",
@@ -82,15 +84,17 @@ func newRSVPSessionAddCmd(f *factory) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(f.io.Out, "session %s: %s/%s\n", s.Name, s.Dest, s.Proto)
-		return nil
+		return report(f.io.Out, output, changeResult{Action: "added", Kind: "rsvp session", Name: s.Name, Result: s},
+			func(w io.Writer) { fmt.Fprintf(w, "session %s: %s/%s\n", s.Name, s.Dest, s.Proto) })
 	}
+	cliflag.AddOutput(c.Flags(), &output)
 	return c
 }
 
 func newRSVPSenderCmd(f *factory) *cobra.Command {
 	var tspec string
 	var sport uint16
+	var output cliflag.Output
 	c := &cobra.Command{
 		Use:   "sender NAME --tspec r=R,b=B[,p=P,m=M,M=MAX] [--sport PORT]",
 		Short: "Announce this host as a sender of a session: a Path with its Tspec toward the receiver now and every R",
@@ -114,15 +118,18 @@ peak limit if left out), minimum policed unit m (64) and maximum packet size M
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(f.io.Out, "sender of %s announced: Path to %s with %s, refreshed every R\n", s.Name, s.Dest, tspecText(s.Sender.Tspec))
-		return nil
+		return report(f.io.Out, output, changeResult{Action: "announced", Kind: "rsvp sender", Name: s.Name, Result: s}, func(w io.Writer) {
+			fmt.Fprintf(w, "sender of %s announced: Path to %s with %s, refreshed every R\n", s.Name, s.Dest, tspecText(s.Sender.Tspec))
+		})
 	}
+	cliflag.AddOutput(c.Flags(), &output)
 	return c
 }
 
 func newRSVPReserveCmd(f *factory) *cobra.Command {
 	var service, flowspec, style string
 	var confirm bool
+	var output cliflag.Output
 	c := &cobra.Command{
 		Use:   "reserve NAME --service guaranteed|controlled-load --flowspec r=R,b=B[,p=P,m=M,M=MAX,R=RATE,S=US] [--style ff|se] [--confirm]",
 		Short: "As the receiver, reserve for the session's senders along the path (a Resv to every sender, hop by hop)",
@@ -162,13 +169,15 @@ installed it, rsvp.resv-error naming the refusing node and the flowspec.`,
 				senders++
 			}
 		}
-		if senders == 0 {
-			fmt.Fprintf(f.io.Out, "reservation of %s asked; no sender's Path has arrived yet: it is sent when one does (hostqos rsvp watch)\n", s.Name)
-			return nil
-		}
-		fmt.Fprintf(f.io.Out, "reservation of %s sent to %d sender(s); the answer comes as events (hostqos rsvp watch)\n", s.Name, senders)
-		return nil
+		return report(f.io.Out, output, changeResult{Action: "reserved", Kind: "rsvp session", Name: s.Name, Result: s}, func(w io.Writer) {
+			if senders == 0 {
+				fmt.Fprintf(w, "reservation of %s asked; no sender's Path has arrived yet: it is sent when one does (hostqos rsvp watch)\n", s.Name)
+				return
+			}
+			fmt.Fprintf(w, "reservation of %s sent to %d sender(s); the answer comes as events (hostqos rsvp watch)\n", s.Name, senders)
+		})
 	}
+	cliflag.AddOutput(c.Flags(), &output)
 	return c
 }
 

@@ -32,7 +32,7 @@ func rtAPI(c apiClient) (api.RTChannelsAPI, error) {
 func rtID(s string) (uint64, error) {
 	id, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || id == 0 {
-		return 0, fmt.Errorf("parse channel id %q: want a positive number (hostqos rtchan list shows them)", s)
+		return 0, usagef("argument ID = %q: want a positive number (hostqos rtchan list shows them)", s)
 	}
 	return id, nil
 }
@@ -58,6 +58,7 @@ func newRtchanDaemonCmds(f *factory) []*cobra.Command {
 			}
 			return rc.Get(ctx, id)
 		}, printRTChannel)
+	var closeOut cliflag.Output
 	closeCmd := &cobra.Command{
 		Use:   "close ID",
 		Short: "Release an admitted real-time channel (its owner's user, root or group hostqos)",
@@ -76,10 +77,11 @@ func newRtchanDaemonCmds(f *factory) []*cobra.Command {
 			if err := rc.Close(cx, id); err != nil {
 				return err
 			}
-			fmt.Fprintf(f.io.Out, "closed real-time channel %d\n", id)
-			return nil
+			return report(f.io.Out, closeOut, changeResult{Action: "closed", Kind: "real-time channel", Name: a[0]},
+				func(w io.Writer) { fmt.Fprintf(w, "closed real-time channel %d\n", id) })
 		},
 	}
+	cliflag.AddOutput(closeCmd.Flags(), &closeOut)
 	return []*cobra.Command{list, show, closeCmd, newRtchanOpenCmd(f)}
 }
 

@@ -90,6 +90,7 @@ func printRestartNeeded(w io.Writer, changes []string) {
 type reloadOptions struct {
 	io     ioStreams
 	client func() apiClient
+	output cliflag.Output
 	force  bool
 }
 
@@ -107,6 +108,7 @@ what is admitted and what the link would reserve; --force applies it.`,
 		RunE: func(*cobra.Command, []string) error { return o.run() },
 	}
 	cmd.Flags().BoolVar(&o.force, "force", false, "apply a file that takes away shaping admitted guarantees rely on")
+	cliflag.AddOutput(cmd.Flags(), &o.output)
 	return cmd
 }
 
@@ -117,15 +119,17 @@ func (o *reloadOptions) run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.io.Out, "reloaded %s: %d rules, %d classes, %d links\n", s.Daemon.Config, s.Counts.Rules, s.Counts.Classes, s.Counts.Links)
-	printRestartNeeded(o.io.Out, s.RestartNeeded)
-	return nil
+	return report(o.io.Out, o.output, changeResult{Action: "reloaded", Kind: "config", Name: s.Daemon.Config, Forced: o.force, Result: s}, func(w io.Writer) {
+		fmt.Fprintf(w, "reloaded %s: %d rules, %d classes, %d links\n", s.Daemon.Config, s.Counts.Rules, s.Counts.Classes, s.Counts.Links)
+		printRestartNeeded(w, s.RestartNeeded)
+	})
 }
 
 // downOptions are those of `hostqos down`.
 type downOptions struct {
 	io     ioStreams
 	client func() apiClient
+	output cliflag.Output
 	bpffs  string
 	socket *string // the global --socket, for hostqosd down
 }
@@ -144,6 +148,7 @@ again brings it back. Without a running daemon, down runs 'hostqosd down'.`,
 		RunE: func(*cobra.Command, []string) error { return o.run() },
 	}
 	down.Flags().StringVar(&o.bpffs, "bpffs-dir", "", "pin directory when no daemon runs (default that of hostqosd)")
+	cliflag.AddOutput(down.Flags(), &o.output)
 	return down
 }
 
@@ -151,9 +156,12 @@ func (o *downOptions) run() error {
 	c, cancel := apiCtx()
 	defer cancel()
 	msg, err := o.client().Down(c, api.NoWaitForDaemon()) // a stale socket: clean up without a daemon at once
+	done := func(msg string) error {
+		return report(o.io.Out, o.output, changeResult{Action: "down", Kind: "hostqos", Result: msg},
+			func(w io.Writer) { fmt.Fprintln(w, msg) })
+	}
 	if err == nil {
-		fmt.Fprintln(o.io.Out, msg)
-		return nil
+		return done(msg)
 	}
 	if !errors.Is(err, api.ErrDaemonDown) {
 		return err
@@ -167,11 +175,13 @@ func (o *downOptions) run() error {
 		args = append(args, "--socket", *o.socket)
 	}
 	x := exec.Command(bin, args...)
-	x.Stdout, x.Stderr = o.io.Out, o.io.Err
+	var out strings.Builder
+	x.Stdout, x.Stderr = &out, o.io.Err
 	if err := x.Run(); err != nil {
+		fmt.Fprint(o.io.Out, out.String())
 		return fmt.Errorf("run %s %s: %w", bin, strings.Join(args, " "), err)
 	}
-	return nil
+	return done(strings.TrimSuffix(out.String(), "\n"))
 }
 
 func newVersionCmd(f *factory) *cobra.Command {

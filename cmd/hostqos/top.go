@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/cliflag"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -23,6 +24,7 @@ import (
 type topOptions struct {
 	io       ioStreams
 	client   func() apiClient
+	output   cliflag.Output // when not on a terminal
 	sort     string
 	filter   string
 	interval time.Duration
@@ -59,7 +61,8 @@ app now, so that it decides the app's traffic; it is persistent, like
 'hostqos rule add'. Changing policy needs root or group hostqos: the daemon
 refuses anyone else and top shows the refusal.
 
-When standard output is not a terminal, top prints 'hostqos stat apps' once.`,
+When standard output is not a terminal, top prints 'hostqos stat apps' once
+(-o json: as JSON).`,
 		Example: "  hostqos top\n  hostqos top --sort bytes --filter curl\n  hostqos top | head",
 		Args:    cobra.NoArgs,
 		RunE:    func(*cobra.Command, []string) error { return o.run() },
@@ -68,6 +71,7 @@ When standard output is not a terminal, top prints 'hostqos stat apps' once.`,
 	c.Flags().StringVar(&o.filter, "filter", "", "show only apps whose command, exe, pid, uid or rule contains TEXT")
 	durationFlag(c.Flags(), &o.interval, "interval", "", time.Second, "refresh interval, e.g. 2s (at least 200ms)").
 		within(minRefresh, 0, "want at least 200ms, e.g. 1s")
+	cliflag.AddOutput(c.Flags(), &o.output)
 	return c
 }
 
@@ -81,6 +85,9 @@ func (o *topOptions) run() error {
 		s, err := o.client().Stats().Apps(c)
 		if err != nil {
 			return err
+		}
+		if o.output == cliflag.JSON {
+			return printJSON(o.io.Out, s)
 		}
 		printStats(o.io.Out, api.StatApps, s, 0)
 		return nil
