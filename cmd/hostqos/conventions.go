@@ -83,6 +83,11 @@ func unknownCommand(c *cobra.Command, name string) error {
 // flag is a usage error; a mistyped flag gets "did you mean", and a
 // refused value reads `flag --NAME = "VALUE": why`.
 func refuseFlag(c *cobra.Command, err error) error {
+	// A group command given an unknown subcommand and its flags (rule ad
+	// web --exe …): the command is what is wrong.
+	if args := c.Flags().Args(); len(args) > 0 && !c.Runnable() && c.HasAvailableSubCommands() {
+		return unknownCommand(c, args[0])
+	}
 	if name, ok := strings.CutPrefix(err.Error(), "unknown flag: --"); ok {
 		hint := fmt.Sprintf("see %s --help", c.CommandPath())
 		if best := policy.ClosestName(name, flagNames(c)); best != "" {

@@ -123,6 +123,7 @@ func TestDidYouMean(t *testing.T) {
 	}{
 		{[]string{"rul", "list"}, `unknown command "rul" for "hostqos"; did you mean rule or run? (see hostqos --help)`},
 		{[]string{"rule", "ad", "web"}, `unknown command "ad" for "hostqos rule"; did you mean add? (see hostqos rule --help)`},
+		{[]string{"rule", "ad", "web", "--exe", "/usr/bin/curl"}, `unknown command "ad" for "hostqos rule"; did you mean add?`},
 		{[]string{"resv", "lst"}, `unknown command "lst" for "hostqos resv"; did you mean list or set?`},
 		{[]string{"rsvp", "session", "ad", "x"}, `unknown command "ad" for "hostqos rsvp session"; did you mean add?`},
 		{[]string{"rule", "nonsense"}, `unknown command "nonsense" for "hostqos rule"; see hostqos rule --help`},

@@ -2,11 +2,15 @@ package main
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/hostqos/hostqos/internal/policy"
 )
 
 // walk calls fn for every command of the tree.
@@ -44,4 +48,167 @@ func TestCLIReferenceCoversEveryCommand(t *testing.T) {
 			}
 		})
 	})
+}
+
+// conventions is the "Conventions" section of docs/cli.md.
+func conventions(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	i := strings.Index(doc, "\n## Conventions\n")
+	if i < 0 {
+		t.Fatal("docs/cli.md has no Conventions section")
+	}
+	sec := doc[i+1:]
+	if j := strings.Index(sec[3:], "\n## "); j >= 0 {
+		sec = sec[:j+3]
+	}
+	return sec
+}
+
+// subsection is the part of sec under "### title".
+func subsection(t *testing.T, sec, title string) string {
+	t.Helper()
+	i := strings.Index(sec, "\n### "+title+"\n")
+	if i < 0 {
+		t.Fatalf("Conventions has no %q", title)
+	}
+	s := sec[i+1:]
+	if j := strings.Index(s[4:], "\n### "); j >= 0 {
+		s = s[:j+4]
+	}
+	return s
+}
+
+// tableRows are the cells of the body rows of the markdown tables in s.
+func tableRows(s string) [][]string {
+	var rows [][]string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(l, "|") || strings.HasPrefix(l, "|---") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(l, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		rows = append(rows, cells)
+	}
+	if len(rows) > 0 {
+		rows = rows[1:] // the header
+	}
+	return rows
+}
+
+// quoted are the `…` values of a cell.
+func quoted(cell string) []string {
+	var out []string
+	for {
+		i := strings.Index(cell, "`")
+		if i < 0 {
+			return out
+		}
+		j := strings.Index(cell[i+1:], "`")
+		if j < 0 {
+			return out
+		}
+		out = append(out, cell[i+1:i+1+j])
+		cell = cell[i+2+j:]
+	}
+}
+
+// TestConventionsTables: the duration and unit examples of docs/cli.md
+// read as the table says, and its exit codes are the CLI's.
+func TestConventionsTables(t *testing.T) {
+	sec := conventions(t)
+	for _, r := range tableRows(subsection(t, sec, "Durations")) {
+		want, err := time.ParseDuration(quoted(r[1])[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range quoted(r[0]) {
+			if d, err := policy.ParseDuration(v); err != nil || d != want {
+				t.Errorf("durations: %q reads as %v, %v; docs/cli.md says %v", v, d, err, want)
+			}
+		}
+	}
+	units := tableRows(subsection(t, sec, "Units"))
+	if len(units) == 0 {
+		t.Fatal("no units table")
+	}
+	for _, r := range units {
+		for _, v := range quoted(r[0]) {
+			_, rerr := policy.ParseRate(v)
+			_, serr := policy.ParseSize(v)
+			switch {
+			case strings.HasPrefix(r[1], "rate "):
+				if x, err := policy.ParseRate(v); err != nil || x.String() != quoted(r[1])[0] {
+					t.Errorf("units: %q reads as %v, %v; docs/cli.md says %s", v, x, err, r[1])
+				}
+			case strings.HasPrefix(r[1], "size "):
+				want, _ := strconv.ParseUint(strings.Fields(r[1])[1], 10, 64)
+				if x, err := policy.ParseSize(v); err != nil || uint64(x) != want {
+					t.Errorf("units: %q reads as %d, %v; docs/cli.md says %s", v, x, err, r[1])
+				}
+			case r[1] == "refused as a rate":
+				if rerr == nil {
+					t.Errorf("units: rate %q is taken; docs/cli.md says refused", v)
+				}
+			case r[1] == "refused as a size":
+				if serr == nil {
+					t.Errorf("units: size %q is taken; docs/cli.md says refused", v)
+				}
+			default:
+				t.Errorf("units: row %q: unknown meaning", r)
+			}
+		}
+	}
+	rows := tableRows(subsection(t, sec, "Exit codes"))
+	if len(rows) != len(exitCodes) {
+		t.Fatalf("docs/cli.md lists %d exit codes, the CLI has %d", len(rows), len(exitCodes))
+	}
+	for i, r := range rows {
+		if c := exitCodes[i]; r[0] != strconv.Itoa(int(c.code)) || r[1] != c.name {
+			t.Errorf("exit code row %q, the CLI's: %d %s", r, c.code, c.name)
+		}
+	}
+}
+
+// TestConventionsExamples runs the `$ hostqos …` examples of docs/cli.md's
+// Conventions over the fake client and compares what they print (and
+// `echo $?`) with what the section shows.
+func TestConventionsExamples(t *testing.T) {
+	sec := conventions(t)
+	n := 0
+	for _, block := range strings.Split(sec, "```\n")[1:] {
+		if !strings.HasPrefix(block, "$ ") {
+			continue
+		}
+		block = strings.TrimSuffix(block[:strings.LastIndex(block, "\n")+1], "")
+		var code exitCode
+		for _, cmd := range strings.Split(block, "$ ")[1:] {
+			line, want, _ := strings.Cut(cmd, "\n")
+			if line == "echo $?" {
+				if strings.TrimSpace(want) != strconv.Itoa(int(code)) {
+					t.Errorf("exit code %d, docs/cli.md says %s", code, want)
+				}
+				continue
+			}
+			args := strings.Fields(line)
+			if args[0] != "hostqos" {
+				t.Fatalf("example %q", line)
+			}
+			out, errOut, c := runFake(&fakeClient{}, args[1:]...)
+			code = c
+			if got := out + errOut; got != want {
+				t.Errorf("%s\nprints\n%s\ndocs/cli.md shows\n%s", line, got, want)
+			}
+			n++
+		}
+	}
+	if n < 5 {
+		t.Errorf("only %d examples found", n)
+	}
 }
