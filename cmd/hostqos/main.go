@@ -29,9 +29,13 @@ share — without changing the application, and shows what each one got.
 
 It talks to the hostqosd daemon over a Unix socket (--socket, $HOSTQOS_SOCKET,
 default /run/hostqos/hostqosd.sock).`,
+		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --version prints what `hostqos version` prints; no -v shorthand.
+	root.Flags().Bool("version", false, "print the version and exit")
+	root.SetVersionTemplate("hostqos {{.Version}}\n")
 	root.SetIn(f.io.In)
 	root.SetOut(f.io.Out)
 	root.SetErr(f.io.Err)

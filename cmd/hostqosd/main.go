@@ -19,6 +19,14 @@ import (
 	"github.com/hostqos/hostqos/internal/units"
 )
 
+// description is what hostqosd does; -h prints it before the flags and
+// the manual page (hostqosd(8), made by `make man`) opens with it.
+const description = `It reads the policy from --config, keeps API changes in --state-dir, pins its
+BPF programs and maps under --bpffs-dir and serves the API on --socket.
+SIGHUP reloads the config (an invalid file changes nothing); SIGTERM stops the
+daemon and leaves the datapath enforcing the last policy; a restarted daemon
+adopts it without a gap.`
+
 const usage = `hostqosd — the hostqos daemon
 
 Usage:
@@ -26,23 +34,28 @@ Usage:
   hostqosd down [flags]     remove everything hostqos made in this network
                             namespace without a running daemon (what
                             'hostqos down' falls back to)
+  hostqosd --version        print the version
 
-It reads the policy from --config, keeps API changes in --state-dir, pins its
-BPF programs and maps under --bpffs-dir and serves the API on --socket.
-SIGHUP reloads the config (an invalid file changes nothing); SIGTERM stops the
-daemon and leaves the datapath enforcing the last policy; a restarted daemon
-adopts it without a gap.
+` + description + `
 
 Flags:
 `
 
-func main() {
+// flags are hostqosd's command line: the daemon's configuration and the
+// values main checks before it is used.
+type flags struct {
+	cfg            daemon.Config
+	userQSchedRate *string
+	logLevel       *string
+	logJSON        *bool
+	version        *bool
+}
+
+// newFlags defines every flag of hostqosd on a new flag set.
+func newFlags() (*flag.FlagSet, *flags) {
 	fs := flag.NewFlagSet("hostqosd", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, usage)
-		fs.PrintDefaults()
-	}
-	cfg := daemon.Config{}
+	fl := &flags{}
+	cfg := &fl.cfg
 	fs.StringVar(&cfg.ConfigPath, "config", "/etc/hostqos/hostqos.toml", "policy file (TOML); a missing default file means no policy yet")
 	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/hostqos", "directory for persistent state (policy changes made through the API)")
 	fs.StringVar(&cfg.BPFFSDir, "bpffs-dir", "/sys/fs/bpf/hostqos", "where BPF programs and maps are pinned")
@@ -56,7 +69,7 @@ func main() {
 	fs.IntVar(&cfg.MaxRTChannelsPerUser, "max-rtchannels-per-user", engine.DefaultMaxRTChannelsPerUser, "real-time channels (rtchan, admitted host-wide) one ordinary user may hold at once; 1 … 256")
 	fs.Float64Var(&cfg.MaxUserRTUtilization, "max-user-rt-utilization", engine.DefaultMaxUserRTUtilization, "share of a link's real-time utilization (the admission test's, 0 … 1) one ordinary user's real-time channels may take together")
 	fs.IntVar(&cfg.MaxUserQSocks, "max-user-qsocks", engine.DefaultMaxUserQSocks, "qsockets all ordinary users together may have open at once")
-	userQSchedRate := fs.String("max-user-qsched-rate", units.ExactRate(engine.DefaultMaxUserQSchedRate), "rate one ordinary user's qsockets with a per-message scheduler (dwcs, edf-*) may declare together; the host's qsocket scheduler serves them ahead of every class (e.g. 4mbit)")
+	fl.userQSchedRate = fs.String("max-user-qsched-rate", units.ExactRate(engine.DefaultMaxUserQSchedRate), "rate one ordinary user's qsockets with a per-message scheduler (dwcs, edf-*) may declare together; the host's qsocket scheduler serves them ahead of every class (e.g. 4mbit)")
 	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", daemon.DefaultMaxConnsPerUser, "API connections one ordinary user may hold at once; more are refused at once (root and group hostqos are not limited)")
 	fs.IntVar(&cfg.MaxUserConns, "max-user-conns", daemon.DefaultMaxUserConns, "API connections all ordinary users together may hold at once")
 	fs.StringVar(&cfg.Settings.MetricsListen, "metrics-listen", "", "serve Prometheus metrics on this host:port at /metrics, e.g. 127.0.0.1:9464 (overrides metrics_listen; default: no listener)")
@@ -75,8 +88,19 @@ func main() {
 	fs.IntVar(&cfg.Settings.EventBurst, "event-burst", 0, "events one ordinary user or remote RSVP host may have published one by one at once (overrides event_burst; default 60)")
 	fs.StringVar(&cfg.Settings.FlowIdle, "flow-idle", "", "a flow without packets this long is recorded as ended (overrides flow_idle; default 15s)")
 	fs.BoolVar(&cfg.NoHistory, "no-history", false, "keep no history database")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	logJSON := fs.Bool("log-json", false, "log as JSON lines")
+	fl.logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+	fl.logJSON = fs.Bool("log-json", false, "log as JSON lines")
+	fl.version = fs.Bool("version", false, "print the version and exit")
+	return fs, fl
+}
+
+func main() {
+	fs, fl := newFlags()
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, usage)
+		fs.PrintDefaults()
+	}
+	cfg := &fl.cfg
 	args := os.Args[1:]
 	downMode := false
 	if len(args) > 0 && args[0] == "down" {
@@ -88,19 +112,23 @@ func main() {
 		}
 		os.Exit(2)
 	}
+	if *fl.version {
+		fmt.Println("hostqosd", daemon.Version)
+		return
+	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "config" {
 			cfg.ConfigExplicit = true
 		}
 	})
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "hostqosd: flag --log-level = %q: want debug, info, warn or error\n", *logLevel)
+	if err := lvl.UnmarshalText([]byte(*fl.logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "hostqosd: flag --log-level = %q: want debug, info, warn or error\n", *fl.logLevel)
 		os.Exit(2)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
-	if *logJSON {
+	if *fl.logJSON {
 		h = slog.NewJSONHandler(os.Stderr, opts)
 	}
 	cfg.Logger = slog.New(h)
@@ -117,8 +145,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "hostqosd: flags --max-qsocks-per-user = %d, --max-user-qsocks = %d: want at least 1, and --max-user-qsocks at most 4095\n", cfg.MaxQSocksPerUser, cfg.MaxUserQSocks)
 		os.Exit(2)
 	}
-	if r, err := policy.ParseRate(*userQSchedRate); err != nil || r == 0 {
-		fmt.Fprintf(os.Stderr, "hostqosd: flag --max-user-qsched-rate = %q: want a rate above 0, such as 4mbit\n", *userQSchedRate)
+	if r, err := policy.ParseRate(*fl.userQSchedRate); err != nil || r == 0 {
+		fmt.Fprintf(os.Stderr, "hostqosd: flag --max-user-qsched-rate = %q: want a rate above 0, such as 4mbit\n", *fl.userQSchedRate)
 		os.Exit(2)
 	} else {
 		cfg.MaxUserQSchedRate = uint64(r)
@@ -148,14 +176,14 @@ func main() {
 		os.Exit(1)
 	}
 	if downMode {
-		if err := daemon.Teardown(cfg); err != nil {
+		if err := daemon.Teardown(*cfg); err != nil {
 			fmt.Fprintln(os.Stderr, "hostqosd down:", err)
 			os.Exit(1)
 		}
 		fmt.Println("hostqos removed: classifiers, HTB trees, pins and cgroups of this network namespace")
 		return
 	}
-	if err := run(cfg); err != nil {
+	if err := run(*cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "hostqosd:", err)
 		os.Exit(1)
 	}
