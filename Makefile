@@ -10,7 +10,7 @@ LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X 
 # Test timeout per package; the whole suite stays well under 15 minutes.
 TEST_TIMEOUT ?= 600s
 
-.PHONY: all build lib deps generate check-generated check-format test test-unit vet fmt fuzz fuzz-ci bench demo install clean
+.PHONY: all build lib deps generate check-generated check-format test test-unit vet fmt fuzz fuzz-ci bench demo install man clean
 
 all: build
 
@@ -117,6 +117,12 @@ install: build
 	$(MAKE) -C libhostqos install PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)
 	getent group hostqos >/dev/null || groupadd --system hostqos || true
 	@echo "installed; start with: systemctl daemon-reload && systemctl enable --now hostqosd"
+
+# The manual pages, made from the command trees (hostqos, hostqos-lab),
+# hostqosd's flags and docs/config.md, into packaging/man (committed; the
+# TestManPages tests fail when they differ from what this makes).
+man:
+	HOSTQOS_UPDATE_MAN=1 $(GO) test -count=1 -run '^TestManPages$$' ./cmd/hostqos ./cmd/hostqosd ./cmd/hostqos-lab
 
 clean:
 	rm -rf $(BIN)

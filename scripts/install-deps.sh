@@ -5,7 +5,8 @@
 #                                    btrfs-progs and e2fsprogs for the filesystem tests, systemd-analyze
 #                                    for the service unit's test, prometheus for the metrics test,
 #                                    tshark for the RSVP wire-format test, gcc/make/pkg-config for
-#                                    libhostqos, python3 for the Python qsocket module)
+#                                    libhostqos, python3 for the Python qsocket module, man-db for the
+#                                    manual pages' test)
 #   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate` and `make fmt`: the
 #                                    pinned clang-14 (internal/datapath/gen.go calls it by name),
 #                                    so regenerated objects match the committed ones
@@ -29,6 +30,7 @@ have cc || need+=(gcc)                  # builds libhostqos and programs against
 have make || need+=(make)
 have pkg-config || need+=(pkg-config)   # the qsocket test compiles with `pkg-config --cflags --libs hostqos`
 have python3 || need+=(python3)         # the Python qsocket module's test
+have man || need+=(man-db)              # renders the manual pages (internal/manpage's test)
 # The BPF compiler is pinned by name: the same clang gives byte-identical
 # objects, which `make check-generated` compares with the committed ones.
 # Change it together with -cc/-strip in internal/datapath/gen.go.
