@@ -6,11 +6,13 @@ GO       ?= go
 BIN      := bin
 PKGS     := ./...
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X main.version=$(VERSION)
+# Both binaries print VERSION for --version (dev when built without it);
+# EXTRA_LDFLAGS adds to it (the package strips its binaries: -s -w).
+LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X main.version=$(VERSION) $(EXTRA_LDFLAGS)
 # Test timeout per package; the whole suite stays well under 15 minutes.
 TEST_TIMEOUT ?= 600s
 
-.PHONY: all build lib deps generate check-generated check-format test test-unit vet fmt fuzz fuzz-ci bench demo install man clean
+.PHONY: all build lib deps generate check-generated check-format test test-unit vet fmt fuzz fuzz-ci bench demo unit completion install uninstall man clean
 
 all: build
 
@@ -106,17 +108,66 @@ bench: deps build
 demo: deps build
 	$(BIN)/hostqos demo $(DEMO_ARGS)
 
-# Install the binaries, the systemd unit and an empty config (as root).
-PREFIX ?= /usr/local
-install: build
-	install -D -m 0755 $(BIN)/hostqosd $(DESTDIR)$(PREFIX)/sbin/hostqosd
-	install -D -m 0755 $(BIN)/hostqos $(DESTDIR)$(PREFIX)/bin/hostqos
-	install -D -m 0755 $(BIN)/hostqos-lab $(DESTDIR)$(PREFIX)/bin/hostqos-lab
-	install -D -m 0644 packaging/hostqosd.service $(DESTDIR)/etc/systemd/system/hostqosd.service
-	test -e $(DESTDIR)/etc/hostqos/hostqos.toml || install -D -m 0644 packaging/hostqos.toml $(DESTDIR)/etc/hostqos/hostqos.toml
-	$(MAKE) -C libhostqos install PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)
-	getent group hostqos >/dev/null || groupadd --system hostqos || true
+# Install the binaries, the systemd unit, the group's sysusers.d file, an
+# empty config (kept if present), the manual pages, shell completion and
+# libhostqos. The unit is made from packaging/hostqosd.service for
+# $(SBINDIR); LIBDIR, when set, is libhostqos's. With DESTDIR (staging for a package) nothing outside DESTDIR
+# changes: the package's postinst creates the group hostqos; without it,
+# systemd-sysusers (or groupadd) does here. docs/packaging.md.
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+SBINDIR     ?= $(PREFIX)/sbin
+DATADIR     ?= $(PREFIX)/share
+MANDIR      ?= $(DATADIR)/man
+SYSCONFDIR  ?= /etc
+UNITDIR     ?= $(SYSCONFDIR)/systemd/system
+SYSUSERSDIR ?= $(SYSCONFDIR)/sysusers.d
+BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
+ZSHCOMPDIR  ?= $(DATADIR)/zsh/site-functions
+FISHCOMPDIR ?= $(DATADIR)/fish/vendor_completions.d
+
+# What install adds besides the binaries, made from them: the unit for
+# this SBINDIR and the completion scripts of this hostqos.
+unit: build
+	sed 's|^ExecStart=/usr/local/sbin/hostqosd |ExecStart=$(SBINDIR)/hostqosd |' packaging/hostqosd.service > $(BIN)/hostqosd.service
+	grep -q '^ExecStart=$(SBINDIR)/hostqosd ' $(BIN)/hostqosd.service
+
+completion: build
+	@mkdir -p $(BIN)/completion
+	$(BIN)/hostqos completion bash > $(BIN)/completion/hostqos
+	$(BIN)/hostqos completion zsh > $(BIN)/completion/_hostqos
+	$(BIN)/hostqos completion fish > $(BIN)/completion/hostqos.fish
+
+install: build unit completion
+	install -D -m 0755 $(BIN)/hostqosd $(DESTDIR)$(SBINDIR)/hostqosd
+	install -D -m 0755 $(BIN)/hostqos $(DESTDIR)$(BINDIR)/hostqos
+	install -D -m 0755 $(BIN)/hostqos-lab $(DESTDIR)$(BINDIR)/hostqos-lab
+	install -D -m 0644 $(BIN)/hostqosd.service $(DESTDIR)$(UNITDIR)/hostqosd.service
+	install -D -m 0644 packaging/hostqos.sysusers $(DESTDIR)$(SYSUSERSDIR)/hostqos.conf
+	test -e $(DESTDIR)$(SYSCONFDIR)/hostqos/hostqos.toml || install -D -m 0644 packaging/hostqos.toml $(DESTDIR)$(SYSCONFDIR)/hostqos/hostqos.toml
+	install -d $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	install -m 0644 packaging/man/*/*.5 $(DESTDIR)$(MANDIR)/man5/
+	install -m 0644 packaging/man/*/*.8 $(DESTDIR)$(MANDIR)/man8/
+	install -D -m 0644 $(BIN)/completion/hostqos $(DESTDIR)$(BASHCOMPDIR)/hostqos
+	install -D -m 0644 $(BIN)/completion/_hostqos $(DESTDIR)$(ZSHCOMPDIR)/_hostqos
+	install -D -m 0644 $(BIN)/completion/hostqos.fish $(DESTDIR)$(FISHCOMPDIR)/hostqos.fish
+	$(MAKE) -C libhostqos install PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) MANDIR=$(MANDIR) $(if $(LIBDIR),LIBDIR=$(LIBDIR))
+ifeq ($(DESTDIR),)
+	if command -v systemd-sysusers >/dev/null; then systemd-sysusers $(SYSUSERSDIR)/hostqos.conf; \
+	else getent group hostqos >/dev/null || groupadd --system hostqos; fi
 	@echo "installed; start with: systemctl daemon-reload && systemctl enable --now hostqosd"
+else
+	@echo "installed into $(DESTDIR); the group hostqos is not created there: run systemd-sysusers hostqos.conf on the target (a package's postinst does)"
+endif
+
+# Remove what install added (not the config file, nor the group).
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/hostqosd $(DESTDIR)$(BINDIR)/hostqos $(DESTDIR)$(BINDIR)/hostqos-lab \
+	      $(DESTDIR)$(UNITDIR)/hostqosd.service $(DESTDIR)$(SYSUSERSDIR)/hostqos.conf \
+	      $(DESTDIR)$(BASHCOMPDIR)/hostqos $(DESTDIR)$(ZSHCOMPDIR)/_hostqos $(DESTDIR)$(FISHCOMPDIR)/hostqos.fish
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man5/,$(notdir $(wildcard packaging/man/*/*.5))) \
+	      $(addprefix $(DESTDIR)$(MANDIR)/man8/,$(notdir $(wildcard packaging/man/*/*.8)))
+	$(MAKE) -C libhostqos uninstall PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) MANDIR=$(MANDIR) $(if $(LIBDIR),LIBDIR=$(LIBDIR))
 
 # The manual pages, made from the command trees (hostqos, hostqos-lab),
 # hostqosd's flags and docs/config.md, into packaging/man (committed; the
