@@ -12,7 +12,7 @@ LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X 
 # Test timeout per package; the whole suite stays well under 15 minutes.
 TEST_TIMEOUT ?= 600s
 
-.PHONY: all build lib deps generate check-generated check-format test test-unit vet fmt fuzz fuzz-ci bench demo unit completion install uninstall man clean
+.PHONY: all build lib deps generate check-generated check-format test test-unit vet fmt fuzz fuzz-ci bench demo unit completion install uninstall man deb test-deb clean
 
 all: build
 
@@ -174,6 +174,16 @@ uninstall:
 # TestManPages tests fail when they differ from what this makes).
 man:
 	HOSTQOS_UPDATE_MAN=1 $(GO) test -count=1 -run '^TestManPages$$' ./cmd/hostqos ./cmd/hostqosd ./cmd/hostqos-lab
+
+# The Debian package, in $(BIN)/ (scripts/build-deb.sh; dpkg-deb, no
+# debhelper), checked by lintian.
+deb:
+	scripts/build-deb.sh
+
+# make install and the package on a Debian system of their own: a chroot
+# made once by debootstrap and cached (scripts/test-deb.sh); as root.
+test-deb:
+	scripts/test-deb.sh
 
 clean:
 	rm -rf $(BIN)

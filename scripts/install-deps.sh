@@ -6,7 +6,8 @@
 #                                    for the service unit's test, prometheus for the metrics test,
 #                                    tshark for the RSVP wire-format test, gcc/make/pkg-config for
 #                                    libhostqos, python3 for the Python qsocket module, man-db for the
-#                                    manual pages' test)
+#                                    manual pages' test, dpkg-dev, lintian and debootstrap for make deb
+#                                    and make test-deb)
 #   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate` and `make fmt`: the
 #                                    pinned clang-14 (internal/datapath/gen.go calls it by name),
 #                                    so regenerated objects match the committed ones
@@ -31,6 +32,9 @@ have make || need+=(make)
 have pkg-config || need+=(pkg-config)   # the qsocket test compiles with `pkg-config --cflags --libs hostqos`
 have python3 || need+=(python3)         # the Python qsocket module's test
 have man || need+=(man-db)              # renders the manual pages (internal/manpage's test)
+have dpkg-shlibdeps || need+=(dpkg-dev) # make deb (scripts/build-deb.sh)
+have lintian || need+=(lintian)         # make deb checks the package
+have debootstrap || need+=(debootstrap) # make test-deb's chroot (scripts/test-deb.sh)
 # The BPF compiler is pinned by name: the same clang gives byte-identical
 # objects, which `make check-generated` compares with the committed ones.
 # Change it together with -cc/-strip in internal/datapath/gen.go.
