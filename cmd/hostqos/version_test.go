@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -23,5 +26,27 @@ func TestVersionFlag(t *testing.T) {
 	flag, cmd := out("--version"), out("version")
 	if flag != "hostqos "+version+"\n" || flag != cmd {
 		t.Errorf("hostqos --version = %q, hostqos version = %q; want both %q", flag, cmd, "hostqos "+version+"\n")
+	}
+}
+
+// TestReadmeNamesGoVersion: README's install section names the Go version
+// the go line of go.mod requires, so a reader with an older Go (Debian
+// 12's is 1.19) knows before the build fails.
+func TestReadmeNamesGoVersion(t *testing.T) {
+	mod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^go (\d+)\.(\d+)`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("Go %s.%s or newer", m[1], m[2])
+	if !strings.Contains(string(readme), want) {
+		t.Errorf("README.md does not say %q (go.mod: go %s.%s)", want, m[1], m[2])
 	}
 }
