@@ -25,7 +25,7 @@ func newBlockCmd(f *factory) *cobra.Command {
 		func(ctx context.Context, c apiClient, _ []string) ([]api.BlockInfo, error) {
 			return c.Shield().Blocks(ctx)
 		},
-		printBlocks)
+		orHint(noBlockHint, printBlocks))
 	rm := removeCmd(f, "block", "Remove a drop-list entry added with block add",
 		func(ctx context.Context, c apiClient, name string) error {
 			p, err := netip.ParsePrefix(name)
@@ -135,7 +135,7 @@ func newProtectCmd(f *factory) *cobra.Command {
 		func(ctx context.Context, c apiClient, _ []string) ([]api.ProtectedInfo, error) {
 			return c.Shield().Protected(ctx)
 		},
-		printProtected)
+		orHint(noProtectHint, printProtected))
 	rm := removeCmd(f, "protected client", "End a client's protection (ADDR, or ADDR:PORT / [ADDR]:PORT as added)",
 		func(ctx context.Context, c apiClient, name string) error {
 			a, port, err := parseClient(name)

@@ -21,6 +21,7 @@ func runFake(c *fakeClient, args ...string) (string, string, exitCode) {
 	f := newFactory(ioStreams{In: strings.NewReader(""), Out: &out, Err: &errOut})
 	f.newClient = func() apiClient { return c }
 	f.now = func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
+	f.uplink = func() string { return "" } // the hints name the fallback, eth0
 	root := newRootCmd(f)
 	root.SetArgs(args)
 	code := exitWith(f.io, execute(f, root))

@@ -52,12 +52,17 @@ type factory struct {
 	// newClient makes the client; nil means the real one for --socket.
 	newClient func() apiClient
 	now       func() time.Time // the clock (status shows the uptime)
+	// uplink names the interface the empty views suggest managing (the
+	// default route's; "": the fallback).
+	uplink func() string
 	// unknownCmd is an unknown subcommand found while running (see
 	// execute).
 	unknownCmd error
 }
 
-func newFactory(io ioStreams) *factory { return &factory{io: io, now: time.Now} }
+func newFactory(io ioStreams) *factory {
+	return &factory{io: io, now: time.Now, uplink: defaultRouteIface}
+}
 
 // addGlobalFlags adds the flags every command takes.
 func (f *factory) addGlobalFlags(root *cobra.Command) {
@@ -146,7 +151,7 @@ func getCmd[T any](f *factory, use, short string, args cobra.PositionalArgs,
 			return err
 		}
 		if o.output == cliflag.JSON {
-			return printJSON(o.io.Out, v)
+			return printJSON(o.io.Out, jsonValue(v))
 		}
 		print(o.io.Out, v)
 		return nil

@@ -27,6 +27,9 @@ type eventsOptions struct {
 	since    int64 // -1: from now
 	count    int   // stop after this many events (0: follow until interrupted)
 	noResume bool
+	// tty tells whether a stream is a terminal (there, the table form
+	// first says it waits).
+	tty func(io.Writer) bool
 }
 
 func newEventsCmd(f *factory) *cobra.Command {
@@ -50,7 +53,7 @@ subject, uid, message, fields).`,
 // eventsCmd makes a command following the event stream; fixed kinds, when
 // given, replace --kind.
 func eventsCmd(f *factory, use, short, long, example string, fixed []string) *cobra.Command {
-	o := &eventsOptions{io: f.io, client: f.client}
+	o := &eventsOptions{io: f.io, client: f.client, tty: isTerminal}
 	usage := " [--kind K[,K…]] [--since SEQ] [--count N] [-o json]"
 	if fixed != nil {
 		usage = " [--since SEQ] [--count N] [-o json]"
@@ -88,6 +91,11 @@ func (o *eventsOptions) run(ctx context.Context) error {
 	if o.since >= 0 {
 		s := uint64(o.since)
 		opts.Since = &s
+	}
+	if o.output != cliflag.JSON && o.since < 0 && o.tty(o.io.Err) {
+		// Nothing shows until something happens: say so to the one
+		// watching (on standard error, so that the stream stays events).
+		fmt.Fprintln(o.io.Err, "waiting for events (none is printed until something happens; --since 0 first shows the last ones the daemon holds; Ctrl-C stops)")
 	}
 	n := 0
 	errDone := fmt.Errorf("done")

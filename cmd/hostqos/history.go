@@ -27,6 +27,7 @@ type historyOptions struct {
 	io           ioStreams
 	client       func() apiClient
 	now          func() time.Time
+	iface        func() string // the interface the empty views suggest
 	output       string
 	since, until string
 	step         time.Duration
@@ -102,7 +103,7 @@ func (o *historyOptions) addRangeFlags(cmd *cobra.Command) {
 }
 
 func newStatHistoryCmd(f *factory) *cobra.Command {
-	o := &historyOptions{io: f.io, client: f.client, now: f.now}
+	o := &historyOptions{io: f.io, client: f.client, now: f.now, iface: f.iface}
 	cmd := &cobra.Command{
 		Use:   "history [links|classes|rules|apps|flows] [NAME]",
 		Short: "Show what links, classes, rules, apps or finished flows carried over a time range",
@@ -131,11 +132,16 @@ flows.`,
 			}
 			c, cancel := apiCtx()
 			defer cancel()
-			h, err := o.client().History().Get(c, o.q)
+			cl := o.client()
+			h, err := cl.History().Get(c, o.q)
 			if err != nil {
 				return err
 			}
-			return printHistory(o.io.Out, o.output, h)
+			hint := ""
+			if o.output == "table" && len(h.Series) == 0 && len(h.Flows) == 0 {
+				hint = historyHint(cl, o.iface(), h, o.q.Name)
+			}
+			return printHistory(o.io.Out, o.output, h, hint)
 		},
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or csv")
@@ -164,7 +170,9 @@ func seriesName(s api.HistorySeries) string {
 	return s.Name
 }
 
-func printHistory(w io.Writer, format string, h api.History) error {
+// printHistory prints a history answer as format says; hint, for a table
+// of an empty answer, says why it is empty.
+func printHistory(w io.Writer, format string, h api.History, hint string) error {
 	switch format {
 	case "json":
 		return printJSON(w, h)
@@ -189,7 +197,9 @@ func printHistory(w io.Writer, format string, h api.History) error {
 		return cw.Error()
 	}
 	var rows [][]string
-	if h.Kind == api.HistoryFlows {
+	if h.Kind == api.HistoryFlows && len(h.Flows) == 0 && hint != "" {
+		fmt.Fprintln(w, hint)
+	} else if h.Kind == api.HistoryFlows {
 		for _, f := range h.Flows {
 			app := "-"
 			if f.PID != 0 {
@@ -206,7 +216,11 @@ func printHistory(w io.Writer, format string, h api.History) error {
 		}
 		fmt.Fprintf(w, "%s … %s (points of %s, from the %s table)\n", h.Since.Local().Format("2006-01-02 15:04:05"),
 			h.Until.Local().Format("2006-01-02 15:04:05"), time.Duration(h.Step*float64(time.Second)), h.Resolution)
-		table(w, append([]string{name}, historyHead...), rows)
+		if len(rows) == 0 && hint != "" {
+			fmt.Fprintln(w, hint)
+		} else {
+			table(w, append([]string{name}, historyHead...), rows)
+		}
 	}
 	if h.Truncated {
 		fmt.Fprintln(w, "(more matched than one answer holds; narrow the range, name one object, or use --limit)")
@@ -215,7 +229,7 @@ func printHistory(w io.Writer, format string, h api.History) error {
 }
 
 func newPlotCmd(f *factory) *cobra.Command {
-	o := &historyOptions{io: f.io, client: f.client, now: f.now}
+	o := &historyOptions{io: f.io, client: f.client, now: f.now, iface: f.iface}
 	cmd := &cobra.Command{
 		Use:   "plot [links|classes|rules|apps] [NAME] --out FILE.png|FILE.svg",
 		Short: "Draw the rates of links, classes, rules or apps over time from the history",
@@ -236,7 +250,8 @@ With many series, the 8 that carried the most are drawn.`,
 			}
 			c, cancel := apiCtx()
 			defer cancel()
-			h, err := o.client().History().Get(c, o.q)
+			cl := o.client()
+			h, err := cl.History().Get(c, o.q)
 			if err != nil {
 				return err
 			}
@@ -259,6 +274,9 @@ With many series, the 8 that carried the most are drawn.`,
 			}
 			fmt.Fprintf(o.io.Out, "wrote %s: %d series, %d points, %s … %s, peak %s\n", o.out, len(fig.Panels[0].Series), n,
 				h.Since.Local().Format("2006-01-02 15:04:05"), h.Until.Local().Format("2006-01-02 15:04:05"), humanRate(peak))
+			if len(h.Series) == 0 {
+				printHint(o.io.Out, historyHint(cl, o.iface(), h, o.q.Name))
+			}
 			return nil
 		},
 	}

@@ -21,7 +21,7 @@ func newLinkCmd(f *factory) *cobra.Command {
 		func(ctx context.Context, c apiClient, _ []string) ([]api.LinkStatus, error) {
 			return c.Links().List(ctx)
 		},
-		printLinks)
+		func(w io.Writer, ls []api.LinkStatus) { orHint(noLinkHint(f.iface()), printLinks)(w, ls) })
 	rm := removeCmd(f, "link", "Stop managing an interface (removes hostqos's classifier and HTB tree from it)",
 		func(ctx context.Context, c apiClient, name string) error { return c.Links().Remove(ctx, name) })
 	link.AddCommand(newLinkSetCmd(f), list, rm)

@@ -19,7 +19,7 @@ func newQSockCmd(f *factory) *cobra.Command {
 		func(ctx context.Context, c apiClient, _ []string) ([]api.QSocket, error) {
 			return c.QSockets().List(ctx)
 		},
-		printQSocks)
+		orHint(noQSockHint, printQSocks))
 	q.AddCommand(list)
 	return q
 }

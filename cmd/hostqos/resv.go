@@ -60,7 +60,7 @@ See docs/reservations.md.`,
 	list := getCmd(f, "list", "List reservations with their reserved rates and sessions", cobra.NoArgs,
 		func(ctx context.Context, c apiClient, _ []string) ([]api.ReservationInfo, error) {
 			return c.Reservations().List(ctx)
-		}, printResvList)
+		}, orHint(noResvHint, printResvList))
 	show := getCmd(f, "show NAME", "Show a reservation: Tspec, admission figures, bound sockets, counters", cobra.ExactArgs(1),
 		func(ctx context.Context, c apiClient, a []string) (api.ReservationInfo, error) {
 			return c.Reservations().Get(ctx, a[0])

@@ -306,6 +306,9 @@ func printRSVPStatus(w io.Writer, st api.RSVPStatus) {
 		table(w, []string{"SESSION", "DEST", "SENDER TSPEC", "RESERVE", "LAST EVENT"}, rows)
 	}
 	printRSVPStates(w, st.Paths, st.Resvs)
+	if len(st.Sessions) == 0 && len(st.Paths) == 0 && len(st.Resvs) == 0 && st.Counters.Paths == 0 && st.Counters.Resvs == 0 {
+		fmt.Fprintln(w, noRSVPSessionHint)
+	}
 	if st.Truncated {
 		fmt.Fprintf(w, "(more states follow: hostqos rsvp list --offset %d)\n", st.NextOffset)
 	}

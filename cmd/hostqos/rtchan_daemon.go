@@ -45,7 +45,7 @@ func newRtchanDaemonCmds(f *factory) []*cobra.Command {
 				return nil, err
 			}
 			return rc.List(ctx)
-		}, printRTChannels)
+		}, orHint(noRTChanHint, printRTChannels))
 	show := getCmd(f, "show ID", "Show one admitted real-time channel", cobra.ExactArgs(1),
 		func(ctx context.Context, c apiClient, a []string) (api.RTChannel, error) {
 			id, err := rtID(a[0])

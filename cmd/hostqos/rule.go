@@ -65,7 +65,7 @@ programs started later and static binaries are covered, UDP included.`,
 	})
 	list := getCmd(f, "list", "List rules in evaluation order", cobra.NoArgs,
 		func(ctx context.Context, c apiClient, _ []string) ([]api.RuleInfo, error) { return c.Rules().List(ctx) },
-		printRules)
+		orHint(noRuleHint, printRules))
 	show := getCmd(f, "show NAME", "Show one rule and what its selectors resolve to", cobra.ExactArgs(1),
 		func(ctx context.Context, c apiClient, a []string) (api.RuleInfo, error) {
 			return c.Rules().Get(ctx, a[0])

@@ -20,6 +20,7 @@ import (
 type statOptions struct {
 	io       ioStreams
 	client   func() apiClient
+	iface    func() string // the interface the empty views suggest
 	output   cliflag.Output
 	kind     string
 	interval time.Duration
@@ -28,7 +29,7 @@ type statOptions struct {
 }
 
 func newStatCmd(f *factory) *cobra.Command {
-	o := &statOptions{io: f.io, client: f.client}
+	o := &statOptions{io: f.io, client: f.client, iface: f.iface}
 	st := &cobra.Command{
 		Use:   "stat [rules|classes|apps|flows|links]",
 		Short: "Show live counters and rates per rule, class, app, flow or link",
@@ -74,9 +75,10 @@ func (o *statOptions) run() error {
 	signal.Notify(stop, os.Interrupt)
 	defer signal.Stop(stop)
 	w := o.io.Out
+	cl := o.client()
 	for n := 1; ; n++ {
 		c, cancel := apiCtx()
-		s, err := o.client().Stats().Get(c, o.kind)
+		s, err := cl.Stats().Get(c, o.kind)
 		cancel()
 		if err != nil {
 			return err
@@ -89,7 +91,7 @@ func (o *statOptions) run() error {
 			if o.interval > 0 {
 				fmt.Fprintf(w, "--- %s %s\n", s.Time.Format("15:04:05"), o.kind)
 			}
-			printStats(w, o.kind, s, o.limit)
+			printStats(w, o.kind, s, o.limit, statsHint(cl, o.iface(), o.kind, s))
 		}
 		if o.interval == 0 || (o.count > 0 && n >= o.count) {
 			return nil
@@ -114,7 +116,63 @@ func inOutHead() []string {
 	return []string{"OUT RATE", "IN RATE", "OUT BYTES", "IN BYTES", "OUT PKTS", "IN PKTS", "OUT DROPS", "IN DROPS"}
 }
 
-func printStats(w io.Writer, kind string, s api.Stats, limit int) {
+// statsHint says why a stat view shows no traffic (docs/cli.md, "Empty
+// views"): it asks the daemon for the managed links only when the view
+// has no row, or no row that counted anything.
+func statsHint(c apiClient, iface, kind string, s api.Stats) string {
+	var counters []api.Counter
+	switch kind {
+	case api.StatRules:
+		for _, r := range s.Rules {
+			counters = append(counters, r.Counter, r.In)
+		}
+	case api.StatClasses:
+		for _, c := range s.Classes {
+			counters = append(counters, c.Counter, c.In)
+		}
+	case api.StatLinks:
+		for _, l := range s.Links {
+			counters = append(counters, l.Counter, l.In)
+		}
+	case api.StatApps:
+		for _, a := range s.Apps {
+			counters = append(counters, a.Counter, a.In)
+		}
+	case api.StatFlows:
+		for _, f := range s.Flows {
+			counters = append(counters, f.Counter, f.In)
+		}
+	}
+	for _, c := range counters {
+		if c.Bytes != 0 || c.Packets != 0 || c.Drops != 0 {
+			return ""
+		}
+	}
+	return trafficHint(c, iface, func(ls []api.LinkStatus) string {
+		switch kind {
+		case api.StatRules:
+			if len(s.Rules) == 0 {
+				return noRuleHint
+			}
+		case api.StatApps, api.StatFlows:
+			if len(counters) == 0 {
+				return noFlowsHint(ls)
+			}
+		}
+		return ""
+	})
+}
+
+// printStats prints a stat view; hint, when set, says why it shows no
+// traffic: alone when the view has no row, else under the table.
+func printStats(w io.Writer, kind string, s api.Stats, limit int, hint string) {
+	empty := map[string]bool{api.StatRules: len(s.Rules) == 0, api.StatClasses: len(s.Classes) == 0,
+		api.StatLinks: len(s.Links) == 0, api.StatApps: len(s.Apps) == 0, api.StatFlows: len(s.Flows) == 0}[kind]
+	if empty && hint != "" {
+		fmt.Fprintln(w, hint)
+		return
+	}
+	defer printHint(w, hint)
 	var rows [][]string
 	switch kind {
 	case api.StatRules:

@@ -23,10 +23,11 @@ type statusOptions struct {
 	client func() apiClient
 	output cliflag.Output
 	now    func() time.Time // for the uptime
+	iface  func() string    // the interface the hint suggests managing
 }
 
 func newStatusCmd(f *factory) *cobra.Command {
-	o := &statusOptions{io: f.io, client: f.client, now: f.now}
+	o := &statusOptions{io: f.io, client: f.client, now: f.now, iface: f.iface}
 	st := &cobra.Command{
 		Use:   "status",
 		Short: "Show the daemon, the datapath, managed links and counts of rules, classes and flows",
@@ -66,6 +67,9 @@ func (o *statusOptions) run() error {
 	if len(s.Links) > 0 {
 		fmt.Fprintln(w)
 		printLinks(w, s.Links)
+	} else {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, noLinkHint(o.iface()))
 	}
 	for _, warn := range s.Warnings {
 		fmt.Fprintln(w, "warning:", warn)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/gdamore/tcell/v2"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/cliflag"
@@ -24,6 +22,7 @@ import (
 type topOptions struct {
 	io       ioStreams
 	client   func() apiClient
+	iface    func() string  // the interface the empty view suggests
 	output   cliflag.Output // when not on a terminal
 	sort     string
 	filter   string
@@ -37,7 +36,7 @@ const minRefresh = 200 * time.Millisecond
 var topSorts = []string{"rate", "bytes", "drops", "flows", "name"}
 
 func newTopCmd(f *factory) *cobra.Command {
-	o := &topOptions{io: f.io, client: f.client}
+	o := &topOptions{io: f.io, client: f.client, iface: f.iface}
 	c := &cobra.Command{
 		Use:   "top [--sort rate|bytes|drops|flows|name] [--filter TEXT]",
 		Short: "Live full-screen view of apps and their flows: rates, class, limit, drops; change an app's class or limit, or block it",
@@ -79,17 +78,18 @@ func (o *topOptions) run() error {
 	if !contains(topSorts, o.sort) {
 		return usagef("flag --sort = %q: want %s", o.sort, strings.Join(topSorts, ", "))
 	}
-	if f, ok := o.io.Out.(*os.File); !ok || !term.IsTerminal(int(f.Fd())) {
+	cl := o.client()
+	if !isTerminal(o.io.Out) {
 		c, cancel := apiCtx()
 		defer cancel()
-		s, err := o.client().Stats().Apps(c)
+		s, err := cl.Stats().Apps(c)
 		if err != nil {
 			return err
 		}
 		if o.output == cliflag.JSON {
 			return printJSON(o.io.Out, s)
 		}
-		printStats(o.io.Out, api.StatApps, s, 0)
+		printStats(o.io.Out, api.StatApps, s, 0, statsHint(cl, o.iface(), api.StatApps, s))
 		return nil
 	}
 	scr, err := tcell.NewScreen()
@@ -100,8 +100,8 @@ func (o *topOptions) run() error {
 		return fmt.Errorf("open terminal: %w", err)
 	}
 	defer scr.Fini()
-	m := &topModel{sort: o.sort, filter: o.filter, open: map[uint32]bool{}}
-	return m.loop(scr, o.client(), o.interval)
+	m := &topModel{sort: o.sort, filter: o.filter, open: map[uint32]bool{}, iface: o.iface()}
+	return m.loop(scr, cl, o.interval)
 }
 
 func contains(xs []string, x string) bool {
@@ -147,6 +147,12 @@ type topModel struct {
 	top    int // first line shown
 	at     time.Time
 	status string // the last answer or error
+	// unfiltered counts the apps before the filter; hint says why no app
+	// shows when the links carried nothing; iface is the interface it
+	// suggests managing.
+	unfiltered int
+	hint       string
+	iface      string
 
 	// An input or confirmation in progress (nil: none).
 	prompt *topPrompt
@@ -216,12 +222,14 @@ func (m *topModel) update(flows []api.FlowStat, rules []api.RuleInfo, at time.Ti
 		}
 	}
 	m.apps = m.apps[:0]
+	m.unfiltered = 0
 	for _, a := range apps {
 		// A process that exited leaves its flows in the flow table until
 		// they are evicted: its row goes once nothing of it flows.
 		if a.Exited && a.RateBps == 0 && a.In.RateBps == 0 {
 			continue
 		}
+		m.unfiltered++
 		if m.matches(*a) {
 			sort.Slice(a.Flows, func(i, j int) bool {
 				return a.Flows[i].RateBps+a.Flows[i].In.RateBps > a.Flows[j].RateBps+a.Flows[j].In.RateBps
@@ -484,6 +492,10 @@ func (m *topModel) loop(scr tcell.Screen, cl apiClient, every time.Duration) err
 			}
 		}
 		m.update(s.Flows, rules, s.Time)
+		m.hint = ""
+		if len(s.Flows) == 0 {
+			m.hint = trafficHint(cl, m.iface, noFlowsHint)
+		}
 	}
 	act := func(ch topChange) {
 		c, cancel := apiCtx()
@@ -688,7 +700,36 @@ func (m *topModel) lines() []topLine {
 			}
 		}
 	}
+	if len(m.apps) == 0 {
+		why := "no app has flows now"
+		switch {
+		case m.unfiltered > 0:
+			why = fmt.Sprintf("no app matches the filter %q (/ changes it)", m.filter)
+		case m.hint != "":
+			why = m.hint
+		}
+		for _, l := range wrap(why, 100) {
+			out = append(out, topLine{text: "  " + l})
+		}
+	}
 	return out
+}
+
+// wrap breaks s into lines of at most width runes, between words.
+func wrap(s string, width int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		if line != "" && len([]rune(line))+1+len([]rune(w)) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	return append(lines, line)
 }
 
 // topRow lays out the columns of a line.
