@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -210,5 +211,43 @@ func TestConventionsExamples(t *testing.T) {
 	}
 	if n < 5 {
 		t.Errorf("only %d examples found", n)
+	}
+}
+
+// TestREADMESteamRule: the README's Steam rule names the Steam client's
+// binary in a native install (~/.local/share/Steam: the client in
+// ubuntu12_32, its web helper in ubuntu12_64, the launcher script, the
+// library and logs), and nothing that is not a file.
+func TestREADMESteamRule(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pattern string
+	for _, l := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(l, "hostqos rule add steam --exe '"); ok {
+			pattern, _, _ = strings.Cut(rest, "'")
+		}
+	}
+	if !strings.HasPrefix(pattern, "/home/*/") {
+		t.Fatalf("README: no rule add steam --exe '/home/*/…' (found %q)", pattern)
+	}
+	root := t.TempDir()
+	steam := filepath.Join(root, "home/alice/.local/share/Steam")
+	for _, f := range []string{"steam.sh", "ubuntu12_32/steam", "ubuntu12_32/steam-runtime/run.sh", "ubuntu12_64/steamwebhelper",
+		"steamapps/common/Game/game.x86_64", "logs/content_log.txt"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(steam, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(steam, f), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := filepath.Glob(filepath.Join(root, pattern))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(steam, "ubuntu12_32/steam"); len(got) != 1 || got[0] != want {
+		t.Errorf("README's steam rule %s matches %v in a Steam install; want only the client, %s", pattern, got, want)
 	}
 }

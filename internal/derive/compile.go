@@ -219,12 +219,18 @@ func resolveApp(res Resolver, dr *datapath.Rule, r policy.Rule, runs []Run, d *D
 			d.Warnings = append(d.Warnings, fmt.Sprintf("rule %q: exe %s cannot be resolved to the identity the kernel gives it; the rule does not match it", r.Name, u))
 		}
 		switch {
+		case len(ids) == 0 && len(ex.Unresolved) == 0 && ex.NotFiles > 0:
+			ids = []datapath.FileID{never}
+			notes = append(notes, fmt.Sprintf("exe: no file; %d directories or other non-files left out", ex.NotFiles))
+			d.Warnings = append(d.Warnings, fmt.Sprintf("rule %q: exe %s matches %d directories or other non-files and no file; a process's executable is a file: name the files (e.g. DIR/*/NAME)", r.Name, r.Exe, ex.NotFiles))
 		case len(ids) == 0 && len(ex.Unresolved) == 0:
 			ids = []datapath.FileID{never}
 			notes = append(notes, "exe: no such file yet")
 			d.Warnings = append(d.Warnings, fmt.Sprintf("rule %q: exe %s matches no file; the rule matches nothing until it exists", r.Name, r.Exe))
 		case len(ids) == 0:
 			ids = []datapath.FileID{never}
+		case ex.NotFiles > 0:
+			notes = append(notes, fmt.Sprintf("exe: %d file(s); %d directories or other non-files left out", len(ids), ex.NotFiles))
 		default:
 			notes = append(notes, fmt.Sprintf("exe: %d file(s)", len(ids)))
 		}

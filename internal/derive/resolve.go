@@ -93,6 +93,10 @@ type ExeResolution struct {
 	// Unresolved are files that exist but whose kernel identity could not
 	// be read, each "path (reason)".
 	Unresolved []string
+	// NotFiles counts the paths the selector matched that are no regular
+	// file (directories, mostly: a glob like /opt/app/* matches them too),
+	// which no process can have as its executable; they are left out.
+	NotFiles int
 	// Shared is a resolved file whose file system numbers inodes per
 	// subvolume or layer (stat(2) reports another device than the
 	// superblock's), so that its kernel identity is not unique; "" if none.
@@ -120,6 +124,14 @@ func resolveExe(pattern string, fi *datapath.FileIdentifier) (ExeResolution, err
 	}
 	seen := map[datapath.FileID]bool{}
 	for _, p := range paths {
+		// exec runs regular files only (symlinks followed); a directory's
+		// identity would count as a file the rule matches and never
+		// match. A path stat cannot read is left to FileID, which says
+		// why.
+		if st, err := os.Stat(p); err == nil && !st.Mode().IsRegular() {
+			res.NotFiles++
+			continue
+		}
 		id, err := fi.FileID(p)
 		if err != nil {
 			switch {

@@ -134,3 +134,48 @@ func TestGlobStrict(t *testing.T) {
 		t.Errorf("glob without free descriptors: %v, %v; want EMFILE", got, err)
 	}
 }
+
+// TestResolveExeCountsFilesOnly: a glob that matches directories (as
+// /home/*/.local/share/Steam/* does) counts and keeps only the files a
+// process can execute; directories are left out and said so, and a glob
+// of directories alone matches no file and warns.
+func TestResolveExeCountsFilesOnly(t *testing.T) {
+	dir := t.TempDir()
+	steam := filepath.Join(dir, "Steam")
+	for _, d := range []string{"ubuntu12_32", "ubuntu12_64", "steamapps", "logs"} {
+		if err := os.MkdirAll(filepath.Join(steam, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"ubuntu12_32/steam", "ubuntu12_64/steamwebhelper", "steam.sh"} {
+		if err := os.WriteFile(filepath.Join(steam, f), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := NewSystemResolver("")
+	defer res.Close()
+	for _, c := range []struct {
+		glob, note, warning string
+		files               int
+	}{
+		{"*", "exe: 1 file(s); 4 directories or other non-files left out", "", 1},
+		{"ubuntu12_*", "exe: no file; 2 directories or other non-files left out", "matches 2 directories or other non-files and no file", 0},
+		{"ubuntu12_*/steam", "exe: 1 file(s)", "", 1},
+	} {
+		d := &Desired{Resolved: map[string][]string{}}
+		var dr datapath.Rule
+		if err := resolveApp(res, &dr, policy.Rule{Name: "r", Exe: filepath.Join(steam, c.glob)}, nil, d); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Join(d.Resolved["r"], "; "); n != c.note {
+			t.Errorf("exe %s: notes %q, want %q", c.glob, n, c.note)
+		}
+		w := strings.Join(d.Warnings, "; ")
+		if (c.warning == "") != (w == "") || !strings.Contains(w, c.warning) {
+			t.Errorf("exe %s: warnings %q, want %q", c.glob, w, c.warning)
+		}
+		if got := len(dr.Exes); (c.files == 0 && (got != 1 || dr.Exes[0] != never)) || (c.files > 0 && got != c.files) {
+			t.Errorf("exe %s: identities %v, want %d file(s)", c.glob, dr.Exes, c.files)
+		}
+	}
+}
