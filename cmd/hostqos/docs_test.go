@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -249,5 +251,82 @@ func TestREADMESteamRule(t *testing.T) {
 	}
 	if want := filepath.Join(steam, "ubuntu12_32/steam"); len(got) != 1 || got[0] != want {
 		t.Errorf("README's steam rule %s matches %v in a Steam install; want only the client, %s", pattern, got, want)
+	}
+}
+
+// docNumbers are the whole numbers of a line of prose (1,024 and 1024
+// alike), versions (5.17) and decimals left out.
+func docNumbers(line string) []int {
+	var out []int
+	for _, m := range regexp.MustCompile(`\d[\d,]*(\.\d+)?`).FindAllString(line, -1) {
+		m = strings.TrimRight(m, ",")
+		if strings.Contains(m, ".") {
+			continue
+		}
+		if n, err := strconv.Atoi(strings.ReplaceAll(m, ",", "")); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// TestDocsStateTheRuleLimits: every line of the docs that speaks of rules
+// with app selectors quotes the datapath's limits (policy.MaxRules,
+// MaxAppRules, BoundedFlowRules, BoundedAppRules; one more in an example
+// of going past one; half the app rules for --max-user-runs) and no
+// other count of rules, and docs/security.md's table of bounds states
+// them.
+func TestDocsStateTheRuleLimits(t *testing.T) {
+	allowed := map[int]bool{429: true} // HTTP 429, beside the runs' bounds
+	for _, n := range []int{policy.MaxRules, policy.MaxAppRules, policy.BoundedFlowRules, policy.BoundedAppRules} {
+		allowed[n], allowed[n+1] = true, true
+	}
+	maxUserRuns := policy.MaxAppRules / 2 // hostqosd --max-user-runs: at most half the app slots
+	allowed[maxUserRuns] = true
+	files, _ := filepath.Glob("../../docs/*.md")
+	files = append(files, "../../README.md")
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range strings.Split(string(data), "\n") {
+			if !regexp.MustCompile(`(?i)app[- ]selector`).MatchString(l) {
+				continue
+			}
+			for _, n := range docNumbers(l) {
+				if n >= 100 && !allowed[n] {
+					t.Errorf("%s:%d: %d beside app selectors is none of the datapath's rule limits (%d rules, %d with app selectors; bounded %d and %d):\n%s",
+						filepath.Base(file), i+1, n, policy.MaxRules, policy.MaxAppRules, policy.BoundedFlowRules, policy.BoundedAppRules, l)
+				}
+			}
+		}
+	}
+	data, err := os.ReadFile("../../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		row  string
+		want []int
+	}{
+		{"| app-selector rules", []int{policy.MaxAppRules, policy.BoundedAppRules}},
+		{"| `hostqos run`s of all ordinary users", []int{maxUserRuns}},
+	} {
+		found := false
+		for _, l := range strings.Split(string(data), "\n") {
+			if !strings.HasPrefix(l, c.row) {
+				continue
+			}
+			found = true
+			for _, n := range c.want {
+				if !slices.Contains(docNumbers(l), n) {
+					t.Errorf("docs/security.md: row %q does not say %d:\n%s", c.row, n, l)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("docs/security.md has no row %q", c.row)
+		}
 	}
 }
