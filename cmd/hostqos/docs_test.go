@@ -1,6 +1,9 @@
 package main
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -327,6 +330,115 @@ func TestDocsStateTheRuleLimits(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("docs/security.md has no row %q", c.row)
+		}
+	}
+}
+
+// TestToolsDocNamesTheAPI: the names docs/tools.md lists under "Go API
+// (internal/traffic)" (its first paragraph) are package traffic's, and the
+// functions it names as internal/policy's are package policy's.
+func TestToolsDocNamesTheAPI(t *testing.T) {
+	data, err := os.ReadFile("../../docs/tools.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	i := strings.Index(doc, "### Go API (internal/traffic)\n\n")
+	if i < 0 {
+		t.Fatal(`docs/tools.md has no "### Go API (internal/traffic)"`)
+	}
+	sec := doc[i:]
+	sec = sec[:strings.Index(sec, "\n## ")]
+	name := regexp.MustCompile("`([A-Z][A-Za-z]*(\\.[A-Z][A-Za-z]*)?)(\\(\\))?`")
+	traffic, policy := exported(t, "../../internal/traffic"), exported(t, "../../internal/policy")
+	list := strings.Split(sec, "\n\n")[1]
+	for _, m := range name.FindAllStringSubmatch(list, -1) {
+		method := m[3] != "" || strings.Contains(list, m[0]+" method") // `Validate()`, a `WriteTable` method
+		if method && !traffic["."+m[1]] || !method && !traffic[m[1]] {
+			t.Errorf("docs/tools.md lists %s, which package traffic does not have", m[0])
+		}
+	}
+	n := 0
+	for _, ps := range regexp.MustCompile("`internal/policy` \\(([^)]*)\\)").FindAllStringSubmatch(sec, -1) {
+		for _, m := range name.FindAllStringSubmatch(ps[1], -1) {
+			n++
+			if !policy[m[1]] {
+				t.Errorf("docs/tools.md names %s as internal/policy's, which package policy does not have", m[0])
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("docs/tools.md names no parser of internal/policy")
+	}
+}
+
+// exported are the top-level names of the package in dir (its non-test
+// files): functions, types, values, and methods as Type.Method.
+func exported(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	fset := token.NewFileSet()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+	names := map[string]bool{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range af.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					names[d.Name.Name] = true
+					continue
+				}
+				typ := d.Recv.List[0].Type
+				if st, ok := typ.(*ast.StarExpr); ok {
+					typ = st.X
+				}
+				if id, ok := typ.(*ast.Ident); ok {
+					names[id.Name+"."+d.Name.Name] = true
+					names["."+d.Name.Name] = true // a method some type has
+				}
+			case *ast.GenDecl:
+				for _, sp := range d.Specs {
+					switch sp := sp.(type) {
+					case *ast.TypeSpec:
+						names[sp.Name.Name] = true
+					case *ast.ValueSpec:
+						for _, n := range sp.Names {
+							names[n.Name] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("no names in %s", dir)
+	}
+	return names
+}
+
+// TestDocsNameNoIssues: the docs say what is, not which issue was to do
+// it: a reference to an issue ("issue 10 part b had not landed") goes
+// stale the day it lands, unnoticed (docs/ddos.md said the receive side
+// ignored a protected client's class long after it did not).
+func TestDocsNameNoIssues(t *testing.T) {
+	files, _ := filepath.Glob("../../docs/*.md")
+	files = append(files, "../../README.md", "../../python/README.md")
+	re := regexp.MustCompile(`(?i)\bissue\s*#?\d+`)
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range strings.Split(string(data), "\n") {
+			if m := re.FindString(l); m != "" {
+				t.Errorf("%s:%d names %q: say what the code does instead:\n%s", filepath.Base(file), i+1, m, l)
+			}
 		}
 	}
 }

@@ -261,13 +261,18 @@ func TestDeriveProtectedClients(t *testing.T) {
 	if !slices.Equal(order, want) {
 		t.Errorf("evaluation order %v, want %v (admin's client first, a user's in the users' tier)", order, want)
 	}
+	// The class applies both ways: what the host sends the client (its
+	// DSCP and leaf), and on a link with an ingress_rate what it receives
+	// from the client (its class's priority level).
+	voice, _ := p.Class("voice")
+	interactive, _ := p.Class("interactive")
 	ar := rule(t, in, d, ProtKey(admin))
-	if ar.Proto != unix.IPPROTO_TCP || ar.LPortFrom != 443 || ar.DSCP != 46 || ar.Remote != netip.MustParsePrefix("198.51.100.7/32") {
-		t.Errorf("admin's protected client %+v", ar)
+	if ar.Proto != unix.IPPROTO_TCP || ar.LPortFrom != 443 || ar.DSCP != 46 || ar.Remote != netip.MustParsePrefix("198.51.100.7/32") || int(ar.InPrio) != voice.Priority {
+		t.Errorf("admin's protected client %+v: class voice (EF, receive priority %d)", ar, voice.Priority)
 	}
 	ur := rule(t, in, d, ProtKey(user))
-	if ur.UID == nil || *ur.UID != 1000 || ur.Proto != 0 || ur.DSCP != 34 {
-		t.Errorf("user's protected client %+v: any port, uid 1000, class interactive", ur)
+	if ur.UID == nil || *ur.UID != 1000 || ur.Proto != 0 || ur.DSCP != 34 || int(ur.InPrio) != interactive.Priority {
+		t.Errorf("user's protected client %+v: any port, uid 1000, class interactive (AF41, receive priority %d)", ur, interactive.Priority)
 	}
 	if len(d.Protected) != 2 {
 		t.Errorf("XDP protected list %v", d.Protected)
