@@ -5,8 +5,9 @@
 // its next packet. It is the Go form of libhostqos (<hostqos/qsock.h>);
 // docs/qsockets.md describes the model, the calls and the privileges.
 //
-//	s, err := qsock.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0, qsock.Params{Class: "interactive"})
+//	s, err := qsock.NewSocket(unix.AF_INET, unix.SOCK_DGRAM, 0, qsock.Params{Class: "interactive"})
 //	...
+//	dst := netip.MustParseAddrPort("198.18.0.2:9000")
 //	s.SendTo(frame, dst, &qsock.Flags{Deadline: time.Now().Add(40 * time.Millisecond), FrameStart: true, FrameEnd: true})
 //	info, _ := s.Info()
 //
@@ -14,6 +15,8 @@
 //
 //	conn, _ := net.Dial("tcp", "198.18.0.2:9000")
 //	s, err := qsock.Attach(conn.(*net.TCPConn), qsock.Params{Class: "bulk"})
+//
+// The package's Example is the same, compiled by the tests.
 package qsock
 
 import (
