@@ -126,6 +126,13 @@ type HistoryCounters struct {
 type HistoryPoint struct {
 	Time time.Time `json:"t"`
 	HistoryCounters
+	// PeakBytesIn and PeakBytesOut are the bytes of the point's busiest
+	// second each way: a point of a minute or an hour averages its
+	// seconds, its peak is what the busiest of them carried. (Points of
+	// minute and hour rows recorded before the store kept peaks carry
+	// their mean.)
+	PeakBytesIn  uint64 `json:"peak_bytes_in"`
+	PeakBytesOut uint64 `json:"peak_bytes_out"`
 }
 
 // HistorySeries is one object's history: its total over the range and its

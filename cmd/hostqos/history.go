@@ -186,10 +186,11 @@ func printHistory(w io.Writer, format string, h api.History, hint string) error 
 					rawCols(f.HistoryCounters)...))
 			}
 		} else {
-			_ = cw.Write(append([]string{"name", "time"}, rawHead...))
+			_ = cw.Write(append(append([]string{"name", "time"}, rawHead...), "peak_bytes_in", "peak_bytes_out"))
 			for _, s := range h.Series {
 				for _, p := range s.Points {
-					_ = cw.Write(append([]string{seriesName(s), p.Time.Format(time.RFC3339)}, rawCols(p.HistoryCounters)...))
+					_ = cw.Write(append(append([]string{seriesName(s), p.Time.Format(time.RFC3339)}, rawCols(p.HistoryCounters)...),
+						strconv.FormatUint(p.PeakBytesIn, 10), strconv.FormatUint(p.PeakBytesOut, 10)))
 				}
 			}
 		}
@@ -234,10 +235,13 @@ func newPlotCmd(f *factory) *cobra.Command {
 		Use:   "plot [links|classes|rules|apps] [NAME] --out FILE.png|FILE.svg",
 		Short: "Draw the rates of links, classes, rules or apps over time from the history",
 		Long: `plot draws, from hostqosd's history database (see 'hostqos stat history'), the
-rate of each link, class, rule or app over a time range: one panel for what
-was sent (out) and one for what was received (in), in bit/s, averaged over
-each point's step. The file's extension picks the format (.png or .svg).
-With many series, the 8 that carried the most are drawn.`,
+rate of each link, class, rule or app over a time range against the time of
+day: one panel for what was sent (out) and one for what was received (in), in
+bit/s. Each point's mean over its step is a line; a shade over it reaches the
+point's busiest second, so a burst a minute or an hour averages away still
+shows (the history keeps per-second rows for an hour, then the busiest second
+of each minute and hour). The file's extension picks the format (.png or
+.svg). With many series, the 8 that carried the most are drawn.`,
 		Example: "  hostqos plot rules --since 2h --out rules.png\n  hostqos plot apps /usr/bin/curl --since 2026-11-22 --step 5m --out curl.svg",
 		Args:    cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -268,11 +272,12 @@ With many series, the 8 that carried the most are drawn.`,
 			if err := os.WriteFile(o.out, data, 0o644); err != nil {
 				return fmt.Errorf("write plot %s: %w", o.out, err)
 			}
+			drawn := min(len(h.Series), 8)
 			if o.plotOutput == cliflag.JSON {
-				return printJSON(o.io.Out, plotResult{File: o.out, Series: len(fig.Panels[0].Series), Points: n,
+				return printJSON(o.io.Out, plotResult{File: o.out, Series: drawn, Points: n,
 					Since: h.Since, Until: h.Until, PeakBps: peak})
 			}
-			fmt.Fprintf(o.io.Out, "wrote %s: %d series, %d points, %s … %s, peak %s\n", o.out, len(fig.Panels[0].Series), n,
+			fmt.Fprintf(o.io.Out, "wrote %s: %d series, %d points, %s … %s, busiest second %s\n", o.out, drawn, n,
 				h.Since.Local().Format("2006-01-02 15:04:05"), h.Until.Local().Format("2006-01-02 15:04:05"), humanRate(peak))
 			if len(h.Series) == 0 {
 				printHint(o.io.Out, historyHint(cl, o.iface(), h, o.q.Name))
@@ -297,8 +302,11 @@ type plotResult struct {
 }
 
 // historyFigure draws the rates of at most maxSeries series (the answer is
-// sorted by bytes); x is minutes since the range's start. It returns the
-// figure, the highest rate drawn and the number of points.
+// sorted by bytes) against the time of day: each point's mean as a line
+// and, over it, a band up to the point's busiest second (a point of a
+// minute or an hour averages its seconds; its peak is kept apart). It
+// returns the figure, the highest rate drawn (a busiest second) and the
+// number of points.
 func historyFigure(h api.History, maxSeries int) (*plot.Figure, float64, int) {
 	series := h.Series
 	if len(series) > maxSeries {
@@ -308,44 +316,66 @@ func historyFigure(h api.History, maxSeries int) (*plot.Figure, float64, int) {
 	if step <= 0 {
 		step = 1
 	}
+	stepD := time.Duration(step * float64(time.Second))
 	out := plot.Panel{Title: "sent (out)", YLabel: "Mbit/s"}
 	in := plot.Panel{Title: "received (in)", YLabel: "Mbit/s"}
 	peak, n := 0.0, 0
+	bands := false
 	for i, s := range series {
 		so := plot.Series{Name: plot.Lower(seriesName(s)), Color: plot.Cycle(i), Marks: plot.Line}
 		si := so
+		// The band from each point's mean to its busiest second.
+		bo := plot.Series{Color: so.Color, Lo: []float64{}}
+		bi := bo
 		// Points are only those with traffic: put zeros between them.
 		var last time.Time
-		add := func(t time.Time, bo, bi float64) {
-			x := t.Sub(h.Since).Minutes()
-			so.X, so.Y = append(so.X, x), append(so.Y, bo/1e6)
-			si.X, si.Y = append(si.X, x), append(si.Y, bi/1e6)
+		add := func(t time.Time, meanOut, meanIn, peakOut, peakIn float64) {
+			x := float64(t.Unix())
+			so.X, so.Y = append(so.X, x), append(so.Y, meanOut/1e6)
+			si.X, si.Y = append(si.X, x), append(si.Y, meanIn/1e6)
+			bo.X, bo.Lo, bo.Y = append(bo.X, x), append(bo.Lo, meanOut/1e6), append(bo.Y, peakOut/1e6)
+			bi.X, bi.Lo, bi.Y = append(bi.X, x), append(bi.Lo, meanIn/1e6), append(bi.Y, peakIn/1e6)
 		}
 		for _, p := range s.Points {
 			if !last.IsZero() && p.Time.Sub(last).Seconds() > step*1.5 {
-				add(last.Add(time.Duration(step*float64(time.Second))), 0, 0)
-				add(p.Time.Add(-time.Duration(step*float64(time.Second))), 0, 0)
+				add(last.Add(stepD), 0, 0, 0, 0)
+				add(p.Time.Add(-stepD), 0, 0, 0, 0)
 			}
-			bo := 8 * float64(p.BytesOut) / step
-			bi := 8 * float64(p.BytesIn) / step
-			peak = math.Max(peak, math.Max(bo, bi))
-			add(p.Time, bo, bi)
+			mo := 8 * float64(p.BytesOut) / step
+			mi := 8 * float64(p.BytesIn) / step
+			// A daemon that keeps no peaks (older) sends none: the mean.
+			po := max(mo, 8*float64(p.PeakBytesOut))
+			pi := max(mi, 8*float64(p.PeakBytesIn))
+			bands = bands || po > mo || pi > mi
+			peak = math.Max(peak, math.Max(po, pi))
+			add(p.Time, mo, mi, po, pi)
 			last = p.Time
 			n++
+		}
+		if step > 1 {
+			out.Series = append(out.Series, bo)
+			in.Series = append(in.Series, bi)
 		}
 		out.Series = append(out.Series, so)
 		in.Series = append(in.Series, si)
 	}
-	title := fmt.Sprintf("%s: rate from the history", h.Kind)
-	fig := &plot.Figure{
-		Title: title, XLabel: "minutes since " + h.Since.Local().Format("2006-01-02 15:04:05"),
-		Panels: []plot.Panel{out, in},
-		Notes: []string{fmt.Sprintf("%s … %s, step %s (%s table), peak %s", h.Since.Local().Format("2006-01-02 15:04:05"),
-			h.Until.Local().Format("15:04:05"), time.Duration(step*float64(time.Second)), h.Resolution, humanRate(peak))},
+	span := h.Since.Local().Format("2006-01-02 15:04:05") + " … " + h.Until.Local().Format("15:04:05")
+	xlabel := "local time, " + h.Since.Local().Format("2006-01-02")
+	if d := h.Until.Local().Format("2006-01-02"); d != h.Since.Local().Format("2006-01-02") {
+		span = h.Since.Local().Format("2006-01-02 15:04:05") + " … " + h.Until.Local().Format("2006-01-02 15:04:05")
+		xlabel += " … " + d
 	}
-	if len(out.Series) == 0 {
+	notes := []string{fmt.Sprintf("%s, points of %s (%s table), busiest second %s", span, stepD, h.Resolution, humanRate(peak))}
+	if bands {
+		notes = append(notes, "line: each point's mean; shade: up to its busiest second")
+	}
+	fig := &plot.Figure{
+		Title: fmt.Sprintf("%s: rate from the history", h.Kind), XLabel: xlabel, XClock: time.Local,
+		Panels: []plot.Panel{out, in}, Notes: notes,
+	}
+	if len(series) == 0 {
 		fig.Notes = append(fig.Notes, "no traffic recorded in this range")
-		empty := plot.Series{X: []float64{0, h.Until.Sub(h.Since).Minutes()}, Y: []float64{0, 0}, Color: plot.Grey}
+		empty := plot.Series{X: []float64{float64(h.Since.Unix()), float64(h.Until.Unix())}, Y: []float64{0, 0}, Color: plot.Grey}
 		fig.Panels[0].Series = []plot.Series{empty}
 		fig.Panels[1].Series = []plot.Series{empty}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,15 +87,59 @@ func TestPlotFiles(t *testing.T) {
 		if code != exitOK {
 			t.Fatalf("exit %d: %s", code, errOut)
 		}
-		// The last point: 30 MB in a minute = 4 Mbit/s.
-		if !strings.Contains(out, "30 points") || !strings.Contains(out, "peak 4.00mbit/s") {
+		// The last point: 30 MB in a minute = 4 Mbit/s (no busiest
+		// second known: its mean).
+		if !strings.Contains(out, "1 series, 30 points") || !strings.Contains(out, "busiest second 4.00mbit/s") {
 			t.Errorf("plot said %q", out)
 		}
 		if _, err := plot.CheckFile(path); err != nil {
 			t.Error(err)
 		}
-		if data, _ := os.ReadFile(path); strings.HasSuffix(name, ".svg") && !strings.Contains(string(data), "peak 4.00mbit/s") {
+		if data, _ := os.ReadFile(path); strings.HasSuffix(name, ".svg") && !strings.Contains(string(data), "busiest second 4.00mbit/s") {
 			t.Error("the SVG does not state the peak")
 		}
+	}
+}
+
+// TestPlotKeepsPeaks: two hours of minute points whose seconds peaked at
+// 6 Mbit/s while each minute averaged under 3 (the history's busiest
+// second of each point): the plot draws the mean as a line and a band up
+// to the busiest second, says that peak, and its x axis is the time of
+// day (Unix seconds marked as clock times), not minutes since the start.
+func TestPlotKeepsPeaks(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 14, 0, 0, 0, time.Local)
+	var pts []api.HistoryPoint
+	for i := 0; i < 120; i++ {
+		// 20 MB a minute (2.67 Mbit/s); 750 kB in its busiest second (6 Mbit/s).
+		pts = append(pts, api.HistoryPoint{Time: t0.Add(time.Duration(i) * time.Minute),
+			HistoryCounters: api.HistoryCounters{BytesOut: 20e6}, PeakBytesOut: 750e3})
+	}
+	h := api.History{Kind: "rules", Since: t0, Until: t0.Add(2 * time.Hour), Step: 60, Resolution: "1m",
+		Series: []api.HistorySeries{{Name: "download", Points: pts}}}
+	fig, peak, n := historyFigure(h, 8)
+	if peak != 6e6 || n != 120 {
+		t.Errorf("busiest %v bit/s over %d points, want 6e6 over 120", peak, n)
+	}
+	var line, band *plot.Series
+	for i, s := range fig.Panels[0].Series {
+		if s.Lo != nil {
+			band = &fig.Panels[0].Series[i]
+		} else {
+			line = &fig.Panels[0].Series[i]
+		}
+	}
+	if line == nil || band == nil || slices.Max(line.Y) > 2.7 || slices.Max(band.Y) != 6 || band.Lo[0] != line.Y[0] {
+		t.Fatalf("sent panel %+v: want a mean line under 2.7 Mbit/s and a band from it up to 6", fig.Panels[0].Series)
+	}
+	if fig.XClock == nil || line.X[0] != float64(t0.Unix()) || strings.Contains(fig.XLabel, "minutes") {
+		t.Errorf("x axis: clock %v, first x %v, label %q; want clock times (Unix seconds)", fig.XClock, line.X[0], fig.XLabel)
+	}
+	if bad := fig.NotLowerCase(); len(bad) > 0 {
+		t.Errorf("texts not in the house style: %q", bad)
+	}
+	c := &fakeClient{history: h}
+	out, errOut, code := runFake(c, "plot", "rules", "--since", "2h", "--out", filepath.Join(t.TempDir(), "p.png"))
+	if code != exitOK || !strings.Contains(out, "1 series, 120 points") || !strings.Contains(out, "busiest second 6.00mbit/s") {
+		t.Errorf("plot: exit %d %s%s", code, out, errOut)
 	}
 }

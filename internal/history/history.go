@@ -252,6 +252,11 @@ type Store struct {
 	// Writer state (the writer goroutine only).
 	ids  map[seriesKey]int64
 	last map[int64]Counters
+	// lastT is the time (Unix seconds) of each series' last reading this
+	// run: a sample that comes more than a second after it (a sample the
+	// full queue dropped) spreads its amounts over the seconds it covers
+	// when it updates a roll-up's busiest second.
+	lastT map[int64]int64
 	// The events table's rows and bytes (budget.go).
 	events, eventBytes int64
 	lastWarn           time.Time
@@ -297,7 +302,7 @@ func Open(path string, o Options) (*Store, error) {
 	s := &Store{
 		db: db, path: path, opt: o, log: o.Logger,
 		ch: make(chan item, queueLen), done: make(chan struct{}), stopped: make(chan struct{}),
-		ids: map[seriesKey]int64{}, last: map[int64]Counters{}, recording: true,
+		ids: map[seriesKey]int64{}, last: map[int64]Counters{}, lastT: map[int64]int64{}, recording: true,
 	}
 	if err := s.init(); err != nil {
 		db.Close()
@@ -336,12 +341,14 @@ CREATE TABLE IF NOT EXISTS m1 (
 	series INTEGER NOT NULL, t INTEGER NOT NULL,
 	bi INTEGER NOT NULL, bo INTEGER NOT NULL, pi INTEGER NOT NULL,
 	po INTEGER NOT NULL, di INTEGER NOT NULL, do INTEGER NOT NULL,
+	pbi INTEGER NOT NULL DEFAULT 0, pbo INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (series, t)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS h1 (
 	series INTEGER NOT NULL, t INTEGER NOT NULL,
 	bi INTEGER NOT NULL, bo INTEGER NOT NULL, pi INTEGER NOT NULL,
 	po INTEGER NOT NULL, di INTEGER NOT NULL, do INTEGER NOT NULL,
+	pbi INTEGER NOT NULL DEFAULT 0, pbo INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (series, t)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS s1_t ON s1 (t);
@@ -373,6 +380,9 @@ func (s *Store) init() error {
 		return fmt.Errorf("create tables: %w", err)
 	}
 	if err := s.migrateEvents(); err != nil {
+		return err
+	}
+	if err := s.migratePeaks(); err != nil {
 		return err
 	}
 	if err := s.countEvents(); err != nil {
@@ -567,11 +577,40 @@ func (s *Store) write(batch []item) {
 	}
 }
 
-// upsertSQL adds a row's amounts to a roll-up table.
+// upsertSQL adds a row's amounts to a table: the per-second one (s1), or
+// a roll-up (m1, h1), which also keeps the bytes of its busiest second
+// each way (pbi, pbo), so that a coarse point still knows its peak.
 func upsertSQL(table string) string {
-	return `INSERT INTO ` + table + ` (series, t, bi, bo, pi, po, di, do) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+	if table == "s1" {
+		return `INSERT INTO s1 (series, t, bi, bo, pi, po, di, do) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (series, t) DO UPDATE SET bi = bi + excluded.bi, bo = bo + excluded.bo,
 		pi = pi + excluded.pi, po = po + excluded.po, di = di + excluded.di, do = do + excluded.do`
+	}
+	return `INSERT INTO ` + table + ` (series, t, bi, bo, pi, po, di, do, pbi, pbo) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (series, t) DO UPDATE SET bi = bi + excluded.bi, bo = bo + excluded.bo,
+		pi = pi + excluded.pi, po = po + excluded.po, di = di + excluded.di, do = do + excluded.do,
+		pbi = max(pbi, excluded.pbi), pbo = max(pbo, excluded.pbo)`
+}
+
+// migratePeaks adds the busiest-second columns to the roll-up tables of
+// an older store; their old rows keep 0 (no peak known), which queries
+// read as the row's mean.
+func (s *Store) migratePeaks() error {
+	for _, table := range []string{"m1", "h1"} {
+		var n int
+		if err := s.db.QueryRow(`SELECT count(*) FROM pragma_table_info('` + table + `') WHERE name = 'pbi'`).Scan(&n); err != nil {
+			return fmt.Errorf("read %s table: %w", table, err)
+		}
+		if n > 0 {
+			continue
+		}
+		for _, col := range []string{"pbi", "pbo"} {
+			if _, err := s.db.Exec(`ALTER TABLE ` + table + ` ADD COLUMN ` + col + ` INTEGER NOT NULL DEFAULT 0`); err != nil {
+				return fmt.Errorf("add %s to %s table: %w", col, table, err)
+			}
+		}
+	}
+	return nil
 }
 
 // writeTx writes a batch; it returns the rows and bytes of events added.
@@ -583,6 +622,7 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 	// The in-memory state changes only with a committed transaction.
 	newIDs := map[seriesKey]int64{}
 	newLast := map[int64]Counters{}
+	newLastT := map[int64]int64{}
 	defer func() {
 		if err != nil {
 			_ = tx.Rollback()
@@ -590,6 +630,7 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 		}
 		maps(newIDs, s.ids)
 		maps(newLast, s.last)
+		maps(newLastT, s.lastT)
 	}()
 	var st [3]*sql.Stmt
 	for i, table := range []string{"s1", "m1", "h1"} {
@@ -650,6 +691,13 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 					d = se.Counters
 				}
 				newLast[sid] = se.Counters
+				secs := int64(1) // the seconds this reading's amounts cover
+				if lt, ok := newLastT[sid]; ok {
+					secs = max(1, t-lt)
+				} else if lt, ok := s.lastT[sid]; ok {
+					secs = max(1, t-lt)
+				}
+				newLastT[sid] = t
 				f := se.Counters.fields()
 				if !seen || f != prev.fields() {
 					if _, err := lastSt.Exec(sid, i64(f[0]), i64(f[1]), i64(f[2]), i64(f[3]), i64(f[4]), i64(f[5])); err != nil {
@@ -660,8 +708,14 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 					continue
 				}
 				df := d.fields()
+				row := []any{sid, nil, i64(df[0]), i64(df[1]), i64(df[2]), i64(df[3]), i64(df[4]), i64(df[5])}
 				for i, step := range []int64{1, 60, 3600} {
-					if _, err := st[i].Exec(sid, t-t%step, i64(df[0]), i64(df[1]), i64(df[2]), i64(df[3]), i64(df[4]), i64(df[5])); err != nil {
+					row[1] = t - t%step
+					args := row
+					if i > 0 { // a roll-up: and the bytes of this reading's seconds, each
+						args = append(row[:len(row):len(row)], i64(df[0])/secs, i64(df[1])/secs)
+					}
+					if _, err := st[i].Exec(args...); err != nil {
 						return 0, 0, fmt.Errorf("write sample: %w", err)
 					}
 				}

@@ -2,6 +2,8 @@ package history
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -158,5 +160,85 @@ func TestOptions(t *testing.T) {
 	o = Options{}
 	if err := o.Check(); err != nil || o.Raw != time.Hour || o.Minutes != 30*24*time.Hour {
 		t.Errorf("defaults %+v: %v", o, err)
+	}
+}
+
+// TestPeaksKept: a point of a minute or an hour keeps its busiest second
+// each way, so a plot of a long range shows a burst its mean hides; a
+// reading that covers seconds a dropped sample left out counts as spread
+// over them; points of the per-second table have their largest second.
+func TestPeaksKept(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "history.db"))
+	defer s.Close()
+	// The readings fall in one minute (so in one minute row and one hour
+	// row) within the per-second table's hour.
+	t0 := time.Now().Add(-5 * time.Minute).Truncate(time.Minute)
+	var out, in uint64
+	rec := func(sec int, dOut, dIn uint64) {
+		out, in = out+dOut, in+dIn
+		s.Record(Sample{Time: t0.Add(time.Duration(sec) * time.Second), Series: []Series{
+			{Kind: KindRules, Name: "web", Owner: -1, Counters: Counters{BytesOut: out, BytesIn: in}}}})
+	}
+	rec(0, 100e3, 10e3)
+	for sec := 1; sec < 20; sec++ {
+		rec(sec, 100e3, 10e3)
+	}
+	rec(20, 1e6, 10e3) // the burst
+	rec(21, 100e3, 10e3)
+	rec(25, 2e6, 400e3) // 4 s since the last reading: 500 KB/s out, 100 KB/s in
+	flush(t, s)
+	for _, step := range []time.Duration{time.Minute, time.Hour} {
+		h, err := s.Query(context.Background(), api.HistoryQuery{Kind: KindRules, Since: t0, Until: t0.Add(59 * time.Second), Step: step}, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(h.Series) != 1 || len(h.Series[0].Points) != 1 {
+			t.Fatalf("step %s: %+v", step, h)
+		}
+		p := h.Series[0].Points[0]
+		if p.BytesOut != out || p.PeakBytesOut != 1e6 || p.PeakBytesIn != 100e3 {
+			t.Errorf("step %s (%s table): %d bytes out, busiest second %d out, %d in; want %d, 1000000 and 100000",
+				step, h.Resolution, p.BytesOut, p.PeakBytesOut, p.PeakBytesIn, out)
+		}
+	}
+	h, err := s.Query(context.Background(), api.HistoryQuery{Kind: KindRules, Since: t0, Until: t0.Add(59 * time.Second), Step: 30 * time.Second}, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Resolution != "1s" || len(h.Series) != 1 || len(h.Series[0].Points) != 1 || h.Series[0].Points[0].PeakBytesOut != 2e6 {
+		t.Errorf("30 s points of the per-second table: %+v; want one point whose busiest row is the 2 MB one", h)
+	}
+}
+
+// TestPeaksOfAnOlderStore: a store written before peaks were kept gains
+// the columns when opened; its old minute rows read their mean as their
+// peak, new rows their busiest second.
+func TestPeaksOfAnOlderStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "history.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(-20 * time.Minute).Truncate(time.Minute).Unix()
+	for _, q := range []string{
+		`CREATE TABLE series (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL, owner INTEGER NOT NULL, UNIQUE (kind, name, owner))`,
+		`CREATE TABLE m1 (series INTEGER NOT NULL, t INTEGER NOT NULL, bi INTEGER NOT NULL, bo INTEGER NOT NULL, pi INTEGER NOT NULL,
+			po INTEGER NOT NULL, di INTEGER NOT NULL, do INTEGER NOT NULL, PRIMARY KEY (series, t)) WITHOUT ROWID`,
+		`INSERT INTO series VALUES (1, 'rules', 'web', -1)`,
+		fmt.Sprintf(`INSERT INTO m1 VALUES (1, %d, 0, 6000000, 0, 0, 0, 0)`, t0),
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	s := open(t, path)
+	defer s.Close()
+	h, err := s.Query(context.Background(), api.HistoryQuery{Kind: KindRules, Since: time.Unix(t0, 0), Until: time.Unix(t0+59, 0), Step: time.Minute}, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Series) != 1 || len(h.Series[0].Points) != 1 || h.Series[0].Points[0].PeakBytesOut != 100e3 {
+		t.Errorf("an old minute row of 6 MB: %+v; want its mean, 100 KB a second, as its peak", h)
 	}
 }

@@ -112,6 +112,13 @@ func (s *Store) Query(ctx context.Context, q api.HistoryQuery, owner int64) (api
 	// The range covers whole stored rows: a row at t holds [t, t+res).
 	from := q.Since.Unix() - q.Since.Unix()%r.step
 	to := q.Until.Unix()
+	// Each point's busiest second each way: the largest per-second row
+	// (s1), or the largest busiest second of its roll-up rows (m1, h1;
+	// rows of an older store know none: their mean).
+	peaks := `MAX(d.bi), MAX(d.bo)`
+	if r.table != "s1" {
+		peaks = fmt.Sprintf(`MAX(CASE WHEN d.pbi > 0 THEN d.pbi ELSE d.bi / %[1]d END), MAX(CASE WHEN d.pbo > 0 THEN d.pbo ELSE d.bo / %[1]d END)`, r.step)
+	}
 	args := []any{step, step, q.Kind, owner, owner}
 	where := `s.kind = ? AND (? < 0 OR s.owner < 0 OR s.owner = ?)`
 	if q.Name != "" {
@@ -120,7 +127,7 @@ func (s *Store) Query(ctx context.Context, q api.HistoryQuery, owner int64) (api
 	}
 	args = append(args, from, to)
 	rows, err := s.db.QueryContext(ctx, `SELECT s.name, s.owner, (d.t / ?) * ? AS b,
-		SUM(d.bi), SUM(d.bo), SUM(d.pi), SUM(d.po), SUM(d.di), SUM(d.do)
+		SUM(d.bi), SUM(d.bo), SUM(d.pi), SUM(d.po), SUM(d.di), SUM(d.do), `+peaks+`
 		FROM `+r.table+` d JOIN series s ON s.id = d.series
 		WHERE `+where+` AND d.t >= ? AND d.t <= ?
 		GROUP BY s.id, b ORDER BY s.id, b`, args...)
@@ -136,9 +143,9 @@ func (s *Store) Query(ctx context.Context, q api.HistoryQuery, owner int64) (api
 	points := 0
 	for rows.Next() {
 		var k key
-		var b int64
+		var b, peakIn, peakOut int64
 		var f [6]int64
-		if err := rows.Scan(&k.name, &k.owner, &b, &f[0], &f[1], &f[2], &f[3], &f[4], &f[5]); err != nil {
+		if err := rows.Scan(&k.name, &k.owner, &b, &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &peakIn, &peakOut); err != nil {
 			return out, fmt.Errorf("query history: %w", err)
 		}
 		i, ok := idx[k]
@@ -155,7 +162,8 @@ func (s *Store) Query(ctx context.Context, q api.HistoryQuery, owner int64) (api
 		c := apiCounters(f)
 		se := &out.Series[i]
 		if points < api.MaxHistoryTotalPoints {
-			se.Points = append(se.Points, api.HistoryPoint{Time: time.Unix(b, 0).UTC(), HistoryCounters: c})
+			se.Points = append(se.Points, api.HistoryPoint{Time: time.Unix(b, 0).UTC(), HistoryCounters: c,
+				PeakBytesIn: uint64(peakIn), PeakBytesOut: uint64(peakOut)})
 			points++
 		} else {
 			out.Truncated = true

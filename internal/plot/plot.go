@@ -24,6 +24,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	gonum "gonum.org/v1/plot"
@@ -123,6 +124,10 @@ type Series struct {
 	// X and Y are the points. A NaN in Y leaves a gap: the line breaks
 	// there and no marker is drawn.
 	X, Y []float64
+	// Lo, when set, makes the series a band: the area between Lo and Y
+	// (a range, such as a mean and a peak) is filled with a translucent
+	// shade of Color, no line drawn; a NaN in either leaves a gap.
+	Lo []float64
 }
 
 // Panel is one plot area.
@@ -154,8 +159,13 @@ type Figure struct {
 	// XFromZero starts x axes at 0 (or the smallest x if negative)
 	// rather than at the smallest x, as for a time since the start.
 	XFromZero bool
-	Panels    []Panel
-	Notes     []string // caption lines under the panels
+	// XClock, when set, says the x values are times (Unix seconds): the
+	// ticks fall on round times of day in this location and are
+	// labelled with them (15:04, or 15:04:05, or the date for long
+	// ranges).
+	XClock *time.Location
+	Panels []Panel
+	Notes  []string // caption lines under the panels
 
 	Width       vg.Length // 0: DefaultWidth
 	PanelHeight vg.Length // 0: DefaultPanelHeight
@@ -221,6 +231,9 @@ func (s *Series) glyphStyle() draw.GlyphStyle {
 
 func thumbs(s *Series) []gonum.Thumbnailer {
 	var t []gonum.Thumbnailer
+	if s.Lo != nil {
+		return []gonum.Thumbnailer{&plotter.Polygon{Color: s.bandColor()}}
+	}
 	if s.Marks != Points {
 		t = append(t, &plotter.Line{LineStyle: s.lineStyle()})
 	}
@@ -247,6 +260,13 @@ func (f *Figure) legendWidth() vg.Length {
 	return w*1.15 + 2*pad
 }
 
+// bandColor is the fill of a band: the series' colour, translucent, so
+// that bands that overlap both show.
+func (s *Series) bandColor() color.Color {
+	r, g, b, _ := s.lineStyle().Color.RGBA()
+	return color.NRGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), 80}
+}
+
 // ranges returns the data range of the panels' series (NaN skipped).
 func ranges(pns []Panel) (xmin, xmax, ymin, ymax float64) {
 	xmin, ymin = math.Inf(1), math.Inf(1)
@@ -260,6 +280,9 @@ func ranges(pns []Panel) (xmin, xmax, ymin, ymax float64) {
 				}
 				xmin, xmax = math.Min(xmin, x), math.Max(xmax, x)
 				ymin, ymax = math.Min(ymin, y), math.Max(ymax, y)
+				if i < len(s.Lo) && !math.IsNaN(s.Lo[i]) && !math.IsInf(s.Lo[i], 0) {
+					ymin, ymax = math.Min(ymin, s.Lo[i]), math.Max(ymax, s.Lo[i])
+				}
 			}
 		}
 	}
@@ -367,6 +390,9 @@ func (f *Figure) newPlot(pn *Panel, xlabel string) (*gonum.Plot, error) {
 		ax.Padding = 0
 	}
 	p.X.Tick.Marker, p.Y.Tick.Marker = ticks(10), ticks(5)
+	if f.XClock != nil && pn.XLabel == "" {
+		p.X.Tick.Marker = clockTicks{loc: f.XClock, n: 8}
+	}
 	p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XCenter, draw.YTop
 	p.Y.Tick.Label.XAlign, p.Y.Tick.Label.YAlign = draw.XRight, draw.YCenter
 	p.X.Label.Text, p.Y.Label.Text = xlabel, pn.YLabel
@@ -387,7 +413,19 @@ func (f *Figure) newPlot(pn *Panel, xlabel string) (*gonum.Plot, error) {
 		l.LineStyle = draw.LineStyle{Color: axisColour, Width: vg.Points(0.7), Dashes: []vg.Length{vg.Points(3), vg.Points(2)}}
 		p.Add(l)
 	}
+	// Bands first, under every line.
 	for i := range pn.Series {
+		if pn.Series[i].Lo == nil {
+			continue
+		}
+		if err := addBand(p, &pn.Series[i]); err != nil {
+			return nil, fmt.Errorf("draw band %q: %w", pn.Series[i].Name, err)
+		}
+	}
+	for i := range pn.Series {
+		if pn.Series[i].Lo != nil {
+			continue
+		}
 		if err := addSeries(p, &pn.Series[i], pn.Segments); err != nil {
 			return nil, fmt.Errorf("draw series %q: %w", pn.Series[i].Name, err)
 		}
@@ -395,6 +433,47 @@ func (f *Figure) newPlot(pn *Panel, xlabel string) (*gonum.Plot, error) {
 	p.X.Min, p.X.Max = xlo, xhi
 	p.Y.Min, p.Y.Max = ylo, yhi
 	return p, nil
+}
+
+// addBand fills the area between a band's Lo and Y, a polygon per run of
+// points without NaN.
+func addBand(p *gonum.Plot, s *Series) error {
+	n := min(len(s.X), len(s.Y), len(s.Lo))
+	ok := func(i int) bool {
+		for _, v := range []float64{s.X[i], s.Y[i], s.Lo[i]} {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; i < n; {
+		if !ok(i) {
+			i++
+			continue
+		}
+		j := i
+		for j < n && ok(j) {
+			j++
+		}
+		if j-i >= 2 {
+			var ring plotter.XYs
+			for k := i; k < j; k++ {
+				ring = append(ring, plotter.XY{X: s.X[k], Y: s.Y[k]})
+			}
+			for k := j - 1; k >= i; k-- {
+				ring = append(ring, plotter.XY{X: s.X[k], Y: s.Lo[k]})
+			}
+			pg, err := plotter.NewPolygon(ring)
+			if err != nil {
+				return err
+			}
+			pg.Color, pg.LineStyle = s.bandColor(), draw.LineStyle{}
+			p.Add(pg)
+		}
+		i = j
+	}
+	return nil
 }
 
 // addSeries adds a series' lines and markers: a line per run of points

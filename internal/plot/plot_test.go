@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/xml"
 	"errors"
+	"image/color"
 	"image/png"
 	"io"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"gonum.org/v1/plot/vg"
 )
@@ -229,5 +231,72 @@ func TestCheckFile(t *testing.T) {
 		if _, err := CheckFile(p); err == nil {
 			t.Errorf("%s passed", name)
 		}
+	}
+}
+
+// TestClockTicks: an axis of times is marked at round times of day in the
+// figure's location, labelled as a clock shows them — minutes for a range
+// of hours, seconds for a range of a minute, dates beyond some days.
+func TestClockTicks(t *testing.T) {
+	loc := time.FixedZone("x", 90*60) // an offset that is not whole hours
+	at := func(s string) float64 {
+		v, err := time.ParseInLocation("2006-01-02 15:04:05", s, loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return float64(v.Unix())
+	}
+	for _, c := range []struct {
+		from, to string
+		want     []string
+	}{
+		{"2026-01-02 14:07:00", "2026-01-02 16:07:00", []string{"14:15", "14:30", "14:45", "15:00", "15:15", "15:30", "15:45", "16:00"}},
+		{"2026-01-02 14:07:03", "2026-01-02 14:07:48", []string{"14:07:05", "14:07:10", "14:07:15", "14:07:20", "14:07:25", "14:07:30", "14:07:35", "14:07:40", "14:07:45"}},
+		{"2026-01-02 00:00:00", "2026-01-20 00:00:00", []string{"2026-01-03", "2026-01-05", "2026-01-07", "2026-01-09", "2026-01-11", "2026-01-13", "2026-01-15", "2026-01-17", "2026-01-19"}},
+	} {
+		var got []string
+		for _, tk := range (clockTicks{loc: loc, n: 8}).Ticks(at(c.from), at(c.to)) {
+			if tk.Label != "" {
+				got = append(got, tk.Label)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("%s … %s: ticks %q, want %q", c.from, c.to, got, c.want)
+		}
+	}
+}
+
+// TestBand: a band series fills the area between its Lo and Y in a
+// translucent shade of its colour, under the lines, and counts in the y
+// range.
+func TestBand(t *testing.T) {
+	f := &Figure{XClock: time.UTC, Panels: []Panel{{Title: "rate", Series: []Series{
+		{Name: "mean", Color: Green, X: []float64{0, 60, 120}, Y: []float64{1, 1, 1}},
+		{Name: "up to the busiest second", Color: Green, X: []float64{0, 60, 120}, Lo: []float64{1, 1, 1}, Y: []float64{3, 5, math.NaN()}},
+	}}}}
+	data, err := f.PNG()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The band's shade is green over white: light, greener than red and
+	// blue.
+	shaded := 0
+	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+			c := color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)
+			if c.G > 150 && c.G < 250 && int(c.G) > int(c.R)+30 && int(c.G) > int(c.B)+30 {
+				shaded++
+			}
+		}
+	}
+	if shaded < 500 {
+		t.Errorf("%d pixels of the band's shade; the band is not filled", shaded)
+	}
+	if _, _, _, hi := ranges(f.Panels); hi != 5 {
+		t.Errorf("y range up to %v, want the band's top, 5", hi)
 	}
 }

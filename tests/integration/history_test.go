@@ -174,7 +174,7 @@ maxbw = "40mbit"
 		}
 		if strings.HasSuffix(name, ".svg") {
 			data, _ := os.ReadFile(path)
-			if !strings.Contains(string(data), "peak ") || !strings.Contains(string(data), t0.Local().Format("2006-01-02 15:04")) {
+			if !strings.Contains(string(data), "busiest second ") || !strings.Contains(string(data), t0.Local().Format("2006-01-02 15:04")) {
 				t.Errorf("the SVG does not state the range and peak")
 			}
 		}
