@@ -25,7 +25,7 @@ func init() {
 }
 
 func benchCmd() *cobra.Command {
-	var quick, noRecord bool
+	var quick, noRecord, updateSummary bool
 	var results string
 	var output cliflag.Output
 	c := &cobra.Command{
@@ -34,7 +34,9 @@ func benchCmd() *cobra.Command {
 		Long: `Run hostqos's benchmarks (all, or the ones named) and compare the alternatives
 side by side in the same run. Each benchmark prints its setup and a table with the
 DESIGN.md target beside each figure; the run is appended, dated and with the git
-revision, to the results file (default bench/RESULTS.md) unless --no-record.
+revision, to the results file (default bench/RESULTS.md) unless --no-record, and
+the summary at the file's top (each benchmark's latest run) is rewritten from its
+sections (--update-summary does only that).
 
 Benchmarks: ` + strings.Join(bench.Names(), ", ") + `.
 --quick shortens every benchmark (about two minutes for all); the full suite
@@ -43,6 +45,16 @@ takes about ten. See docs/benchmarks.md for what each one measures.`,
   hostqos bench datapath connect --quick --no-record
   hostqos bench pps -o json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if updateSummary {
+				if len(args) > 0 {
+					return fmt.Errorf("--update-summary runs no benchmark; got %q", args)
+				}
+				if err := bench.UpdateSummary(results); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "summary of %s rewritten from its sections\n", results)
+				return nil
+			}
 			if os.Geteuid() != 0 {
 				return fmt.Errorf("hostqos bench needs root (network namespaces, BPF, qdiscs); run it with sudo")
 			}
@@ -92,6 +104,7 @@ takes about ten. See docs/benchmarks.md for what each one measures.`,
 	f.BoolVar(&quick, "quick", false, "shorter runs (about two minutes for the whole suite)")
 	f.StringVar(&results, "results", "bench/RESULTS.md", "results file to append the run to")
 	f.BoolVar(&noRecord, "no-record", false, "do not append to the results file")
+	f.BoolVar(&updateSummary, "update-summary", false, "rewrite the results file's summary from its sections and exit (runs no benchmark)")
 	cliflag.AddOutput(f, &output)
 	return c
 }

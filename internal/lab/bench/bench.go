@@ -16,14 +16,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/atomicfile"
 	"github.com/hostqos/hostqos/internal/lab"
 )
 
@@ -248,8 +249,9 @@ func GitRevision(dir string) string {
 }
 
 // Record appends a dated section with the reports to the results file
-// (created if missing). It only ever appends: sections other people
-// maintain in the file are left exactly as they are.
+// (created if missing) and rewrites the summary at its top from the
+// sections (summary.go). Sections other people maintain in the file are
+// left exactly as they are.
 func Record(path string, reports []*Report, host lab.Host, rev string, quick bool, when time.Time) error {
 	var b strings.Builder
 	mode := "full length"
@@ -269,22 +271,16 @@ func Record(path string, reports []*Report, host lab.Host, rev string, quick boo
 			return err
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create directory of %s: %w", path, err)
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read results file %s: %w", path, err)
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("open results file %s: %w", path, err)
+	doc := string(old)
+	if strings.TrimSpace(doc) == "" {
+		doc = "# hostqos benchmark results\n"
 	}
-	out := b.String()
-	if st, err := f.Stat(); err == nil && st.Size() == 0 {
-		out = "# hostqos benchmark results\n" + out
-	}
-	if _, err := f.WriteString(out); err != nil {
-		f.Close()
-		return fmt.Errorf("append to %s: %w", path, err)
-	}
-	return f.Close()
+	doc = strings.TrimRight(doc, "\n") + "\n" + b.String()
+	return atomicfile.Write(path, []byte(withSummary(doc, Names())))
 }
 
 // ---- small numeric helpers ----

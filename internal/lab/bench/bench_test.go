@@ -96,17 +96,19 @@ func TestQuickCheap(t *testing.T) {
 		t.Error("the managed app's exe rule counted no packets")
 	}
 
-	// Recording appends and leaves what was there alone.
+	// Recording appends, leaves what was there alone, and the summary
+	// shows the run.
 	res := filepath.Join(t.TempDir(), "RESULTS.md")
-	prior := "# results\n\n## Real-time channels\n\nsomeone else's section\n"
-	if err := os.WriteFile(res, []byte(prior), 0o644); err != nil {
+	prior := "## Real-time channels\n\nsomeone else's section\n"
+	if err := os.WriteFile(res, []byte("# results\n\n"+prior), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := Record(res, reports, lab.HostInfo(), "abc1234", true, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(res)
-	if !strings.HasPrefix(string(data), prior) || !strings.Contains(string(data), "### datapath") || !strings.Contains(string(data), "commit abc1234") {
+	if !strings.Contains(string(data), prior) || !strings.Contains(string(data), "### datapath") || !strings.Contains(string(data), "commit abc1234") ||
+		!strings.Contains(string(data), "| datapath | [") {
 		t.Errorf("results file after Record:\n%s", data)
 	}
 }
@@ -129,5 +131,130 @@ func TestHelpers(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), Options{}, []string{"no-such-bench"}); err == nil || !strings.Contains(err.Error(), "no such benchmark") {
 		t.Errorf("unknown benchmark: %v", err)
+	}
+}
+
+// resultsDoc is a results file as the suite and people write it: a
+// hand-written section, two runs of datapath (the later one met its
+// target), a quick run of connect, a failed run of pps.
+const resultsDoc = `# hostqos benchmark results
+
+Intro.
+
+## Real-time channels
+
+| a | b |
+|---|---|
+| x ✗ | y |
+
+## Benchmarks 2026-11-22 11:27 UTC, commit 93fa2cc
+
+` + "`hostqos bench datapath`" + ` (full length) on a host.
+
+### datapath — Datapath cost per packet (BPF test-run)
+
+- setup
+
+| program | ns | target (net) |
+|---|---|---|
+| classifier | 70 | ≤ 60 ns ✗ |
+
+(datapath took 8 s)
+
+## Benchmarks 2026-11-23 09:00 UTC, commit 19e749d-dirty (uncommitted: notes)
+
+` + "`hostqos bench datapath connect pps`" + ` (quick: shorter windows, fewer rounds) on a host.
+
+### datapath — Datapath cost per packet (BPF test-run)
+
+| program | ns | target (net) |
+|---|---|---|
+| classifier | 50 | ≤ 60 ns ✓ |
+| classifier + policing | 90 | ≤ 100 ns ✓ |
+
+| another table | ✗ |
+|---|---|
+| not counted | ✗ |
+
+### connect — Added TCP connect latency for a managed app
+
+| alternative | p50 | target |
+|---|---|---|
+| managed | 40 | ✗ |
+
+### pps — Packet rate through a veth
+
+**error:** no veth
+`
+
+// TestSummary: the summary shows each benchmark's latest recorded run —
+// when, at which commit, linked to its section (GitHub's anchor, with the
+// suffix of a repeated heading), whether it was quick or failed — and the
+// targets its first table met and missed, naming the missed ones.
+func TestSummary(t *testing.T) {
+	sum := summary(resultsDoc, []string{"datapath", "connect", "pps", "stats"})
+	for _, want := range []string{
+		"| datapath | [2026-11-23 09:00 UTC, 19e749d-dirty](#datapath--datapath-cost-per-packet-bpf-test-run-1) (quick) | 2 of 2 | — |",
+		"| connect | [2026-11-23 09:00 UTC, 19e749d-dirty](#connect--added-tcp-connect-latency-for-a-managed-app) (quick) | 0 of 1 | managed, 40: target ✗ |",
+		"| pps | [2026-11-23 09:00 UTC, 19e749d-dirty](#pps--packet-rate-through-a-veth) (quick) | failed (error) | — |",
+		"| stats | not recorded yet | — | — |",
+	} {
+		if !strings.Contains(sum, want+"\n") {
+			t.Errorf("summary lacks\n%s\n%s", want, sum)
+		}
+	}
+	// In place of an old summary, once; elsewhere after the intro.
+	doc := withSummary(resultsDoc, Names())
+	if !strings.HasPrefix(doc, "# hostqos benchmark results\n\nIntro.\n\n"+summaryBegin+"\n") || !strings.HasSuffix(doc, resultsDoc[len("# hostqos benchmark results\n\nIntro.\n\n"):]) {
+		t.Errorf("summary not put after the intro, the rest untouched:\n%s", doc)
+	}
+	if again := withSummary(doc, Names()); again != doc || strings.Count(again, summaryBegin) != 1 {
+		t.Errorf("rewriting the summary changed the file:\n%s", again)
+	}
+}
+
+// TestRecordRewritesSummary: recording a run appends its section, leaves
+// the rest as it was, and the summary then shows that run.
+func TestRecordRewritesSummary(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "RESULTS.md")
+	if err := os.WriteFile(path, []byte(withSummary(resultsDoc, Names())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &Report{Name: "connect", Title: "Added TCP connect latency for a managed app", Columns: []string{"alternative", "p50", "target"},
+		Rows: [][]string{{"managed", "5", "≤ 10 µs ✓"}}, Metrics: map[string]float64{}}
+	when := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	if err := Record(path, []*Report{r}, lab.Host{}, "abc1234", false, when); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(path)
+	doc := string(data)
+	if !strings.Contains(doc, "| connect | [2026-12-01 10:00 UTC, abc1234](#connect--added-tcp-connect-latency-for-a-managed-app-1) | 1 of 1 | — |\n") {
+		t.Errorf("the summary does not show the recorded run:\n%s", doc)
+	}
+	if !strings.Contains(doc, resultsDoc[len("# hostqos benchmark results\n\nIntro.\n\n"):]) || !strings.HasSuffix(doc, "(connect took 0 s)\n") {
+		t.Errorf("the sections were not kept and the run appended:\n%s", doc)
+	}
+	// A new file gets a title and a summary.
+	path = filepath.Join(t.TempDir(), "new.md")
+	if err := Record(path, []*Report{r}, lab.Host{}, "abc1234", true, when); err != nil {
+		t.Fatal(err)
+	}
+	data, _ = os.ReadFile(path)
+	if !strings.HasPrefix(string(data), "# hostqos benchmark results\n\n"+summaryBegin) || !strings.Contains(string(data), "(quick) | 1 of 1 |") {
+		t.Errorf("new results file:\n%s", data)
+	}
+}
+
+// TestResultsSummaryIsCurrent: the summary of bench/RESULTS.md is the one
+// its sections give (a section added by hand needs `hostqos bench
+// --update-summary`).
+func TestResultsSummaryIsCurrent(t *testing.T) {
+	path := filepath.Join(modRoot(t), "bench", "RESULTS.md")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := withSummary(string(data), Names()); want != string(data) {
+		t.Errorf("bench/RESULTS.md: its summary is not what its sections give; run hostqos bench --update-summary")
 	}
 }
