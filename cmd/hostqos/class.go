@@ -30,8 +30,9 @@ func newClassCmd(f *factory) *cobra.Command {
 		Short: "Manage service classes (DSCP mark, priority, guaranteed share, ceiling)",
 		Long: `A class is a named service level: the DSCP mark its packets leave with, its
 scheduling priority, and optionally a guaranteed rate (minbw) and a ceiling
-(maxbw) on every shaped link. The defaults follow DiffServ: voice (EF, 0),
-interactive (AF41, 1), default (CS0, 2), bulk (AF11, 4), scavenger (CS1, 7).
+(maxbw) on every shaped link. The defaults follow DiffServ, each mark asking
+the network for what its priority gives on the host: voice (EF, 0),
+interactive (AF41, 1), default (CS0, 2), bulk (LE, 4), scavenger (LE, 7).
 Traffic no rule matches goes to class default without being re-marked.`,
 	}
 
@@ -75,7 +76,7 @@ func newClassAddCmd(f *factory) *cobra.Command {
 	return changeCmd(f, &cobra.Command{
 		Use:     "add NAME --dscp D [--priority N] [--minbw RATE] [--maxbw RATE]",
 		Short:   "Add a class",
-		Example: "  hostqos class add backup --dscp CS1 --priority 6 --maxbw 50mbit",
+		Example: "  hostqos class add backup --dscp LE --priority 6 --maxbw 50mbit",
 	}, classChange(true))
 }
 

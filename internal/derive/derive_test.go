@@ -138,8 +138,8 @@ func TestDeriveShapedRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	dr := rule(t, in, d, "backup")
-	if dr.ClassID != shaper.RuleClassID(dr.Slot) || dr.DSCP != 10 || dr.ServiceClass != 3 {
-		t.Errorf("rule %+v: want its own leaf, AF11, class bulk", dr)
+	if dr.ClassID != shaper.RuleClassID(dr.Slot) || dr.DSCP != 1 || dr.ServiceClass != 3 {
+		t.Errorf("rule %+v: want its own leaf, LE, class bulk", dr)
 	}
 	if want := []shaper.RuleSpec{{Slot: dr.Slot, Class: 3, MinBW: 1e6, MaxBW: 5e6}}; !reflect.DeepEqual(d.Rules, want) {
 		t.Errorf("shaper rules %+v, want %+v", d.Rules, want)

@@ -142,7 +142,7 @@ func TestProtectClassValidation(t *testing.T) {
 	// A user's protection is in the users' tier, for their own sockets:
 	// after the admin's rules.
 	r, i, ok := protRule(t, e, env.k, "198.51.100.8:8443")
-	if !ok || r.UID == nil || *r.UID != alice.UID || r.DSCP != 10 {
+	if !ok || r.UID == nil || *r.UID != alice.UID || r.DSCP != 1 { // class bulk: LE
 		t.Fatalf("alice's rule %+v (found %v)", r, ok)
 	}
 	if web := ruleIndex(t, e, env.k, "web-bulk"); i < web {

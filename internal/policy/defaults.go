@@ -16,23 +16,38 @@ const MaxPriority = 7
 // and is not a built-in: the same as class default.
 const defaultCustomPriority = 2
 
-// DefaultClasses returns the built-in classes, mapped to DiffServ:
+// DSCP values the built-in classes use (RFC 2474, RFC 3246, RFC 2597,
+// RFC 8622).
+const (
+	dscpCS0  = 0
+	dscpLE   = 1
+	dscpAF41 = 34
+	dscpEF   = 46
+)
+
+// DefaultClasses returns the built-in classes. Each class's mark asks the
+// network for the same treatment relative to best effort as its priority
+// gets on the host (docs/concepts.md, "Default classes"):
 //
-//	voice        EF    priority 0
-//	interactive  AF41  priority 1
-//	default      CS0   priority 2  (user_allowed)
-//	bulk         AF11  priority 4  (user_allowed)
-//	scavenger    CS1   priority 7  (user_allowed)
+//	voice        EF    priority 0  above best effort on the host and the wire
+//	interactive  AF41  priority 1  above
+//	default      CS0   priority 2  best effort (user_allowed)
+//	bulk         LE    priority 4  below (user_allowed)
+//	scavenger    LE    priority 7  below, last on the host (user_allowed)
 //
-// None has a minbw or maxbw: the shaper gives classes without minbw an
-// equal share of what the guarantees leave.
+// bulk and scavenger are marked LE (DSCP 1, RFC 8622), the lower-effort
+// mark that RFC 8622 puts in place of CS1 for low-priority data (RFC 4594):
+// a network that does not know LE forwards it as best effort, never above.
+// AF1x would ask for more than best effort (RFC 4594's High-Throughput
+// Data). None has a minbw or maxbw: the shaper gives classes without minbw
+// an equal share of what the guarantees leave.
 func DefaultClasses() []Class {
 	return []Class{
-		{Name: "voice", DSCP: 46, Priority: 0},
-		{Name: "interactive", DSCP: 34, Priority: 1},
-		{Name: DefaultClassName, DSCP: 0, Priority: 2, UserAllowed: true},
-		{Name: "bulk", DSCP: 10, Priority: 4, UserAllowed: true},
-		{Name: "scavenger", DSCP: 8, Priority: 7, UserAllowed: true},
+		{Name: "voice", DSCP: dscpEF, Priority: 0},
+		{Name: "interactive", DSCP: dscpAF41, Priority: 1},
+		{Name: DefaultClassName, DSCP: dscpCS0, Priority: 2, UserAllowed: true},
+		{Name: "bulk", DSCP: dscpLE, Priority: 4, UserAllowed: true},
+		{Name: "scavenger", DSCP: dscpLE, Priority: 7, UserAllowed: true},
 	}
 }
 

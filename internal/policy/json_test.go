@@ -72,7 +72,7 @@ func TestPolicyJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"classes":[{"name":"bulk"},{"name":"gold"}]}`), &c); err != nil {
 		t.Fatal(err)
 	}
-	if c.Classes[0] != (Class{Name: "bulk", DSCP: 10, Priority: 4}) || c.Classes[1] != (Class{Name: "gold", DSCP: 0, Priority: 2}) {
+	if c.Classes[0] != (Class{Name: "bulk", DSCP: 1, Priority: 4}) || c.Classes[1] != (Class{Name: "gold", DSCP: 0, Priority: 2}) {
 		t.Errorf("classes = %+v", c.Classes)
 	}
 }

@@ -120,8 +120,8 @@ func TestUserRunCannotBypassAdminRules(t *testing.T) {
 	if st := e.ruleStat("cap"); st.Drops == 0 {
 		t.Errorf("admin limit rule dropped nothing: %+v", st)
 	}
-	allDSCP(t, sn, unix.IPPROTO_UDP, 7303, dscpEF, 20) // the admin's mark, not bulk's AF11
-	allDSCP(t, sn, unix.IPPROTO_UDP, 7304, 10, 20)     // unclaimed traffic: the run's class (bulk, AF11)
+	allDSCP(t, sn, unix.IPPROTO_UDP, 7303, dscpEF, 20) // the admin's mark, not bulk's LE
+	allDSCP(t, sn, unix.IPPROTO_UDP, 7304, dscpLE, 20) // unclaimed traffic: the run's class (bulk, LE)
 }
 
 // TestUserRunStaysUnderAdminCgroupRule: `hostqos run`
@@ -177,9 +177,12 @@ func userRunStaysUnderAdminCgroupRule(t *testing.T, e *env) {
 	if _, n := sn.DSCPCounts(unix.IPPROTO_UDP, 7311); n != 0 {
 		t.Errorf("admin drop rule on %s: %d of 20 packets of nobody's run reached the receiver, want 0", cg, n)
 	}
-	allDSCP(t, sn, unix.IPPROTO_UDP, 7312, dscpEF, 20) // the admin's mark, not bulk's AF11
-	allDSCP(t, sn, unix.IPPROTO_UDP, 7313, 10, 20)     // unclaimed traffic: the run's class (bulk, AF11)
+	allDSCP(t, sn, unix.IPPROTO_UDP, 7312, dscpEF, 20) // the admin's mark, not bulk's LE
+	allDSCP(t, sn, unix.IPPROTO_UDP, 7313, dscpLE, 20) // unclaimed traffic: the run's class (bulk, LE)
 }
+
+// dscpLE is the mark of the built-in class bulk: Lower Effort (RFC 8622).
+const dscpLE = 1
 
 // startUserRun starts `hostqos run --class bulk -- sleep 60` as uid in the
 // background; it is killed at cleanup.
