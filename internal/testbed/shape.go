@@ -30,7 +30,7 @@ const (
 	ClassAF1Low   = 0x31
 	ClassAF1High  = 0x32
 	ClassDefault  = 0x40 // CS0 and anything unmatched
-	ClassScavenge = 0x50 // CS1
+	ClassScavenge = 0x50 // CS1, LE: lower effort than default
 	// RateOnlyClass is the single class of a plain rate limit.
 	RateOnlyClass = 0x10
 )
@@ -117,14 +117,17 @@ type dsFilter struct {
 	description string
 }
 
-// diffservFilters maps DSCPs to classes. Exact matches first (EF, VA, CS1),
-// then by class selector (the DSCP's top 3 bits) and the drop-precedence bit
-// (DSCP bit 2, set for AFx2 and AFx3).
+// diffservFilters maps DSCPs to classes. Exact matches first (EF, VA, CS1,
+// LE), then by class selector (the DSCP's top 3 bits) and the
+// drop-precedence bit (DSCP bit 2, set for AFx2 and AFx3). LE (RFC 8622)
+// shares the scavenger class with CS1, RFC 4594's earlier mark for
+// low-priority data.
 func diffservFilters() []dsFilter {
 	fs := []dsFilter{
 		{1, 46, 0x3f, ClassEF, "EF"},
 		{2, 44, 0x3f, ClassEF, "VOICE-ADMIT"},
 		{3, 8, 0x3f, ClassScavenge, "CS1"},
+		{4, 1, 0x3f, ClassScavenge, "LE"},
 	}
 	prio := 10
 	for cs := uint8(1); cs <= 7; cs++ {
@@ -138,6 +141,70 @@ func diffservFilters() []dsFilter {
 		prio += 2
 	}
 	return fs
+}
+
+// DiffServClass is one leaf class of the DiffServ router role and what its
+// HTB class counted: bytes and packets sent, packets dropped.
+type DiffServClass struct {
+	Name    string `json:"name"`
+	DSCPs   string `json:"dscps"`
+	Bytes   uint64 `json:"bytes"`
+	Packets uint64 `json:"packets"`
+	Drops   uint64 `json:"drops"`
+}
+
+// diffservLeaves are the router role's leaf classes, highest priority first.
+var diffservLeaves = []struct {
+	minor       uint16
+	name, dscps string
+}{
+	{ClassEF, "EF", "EF, VA"},
+	{ClassAF4Low, "AF4", "AF41, AF31, CS3-CS7"},
+	{ClassAF4High, "AF4 high drop", "AF42, AF43, AF32, AF33"},
+	{ClassAF1Low, "AF1", "AF11, AF21, CS2"},
+	{ClassAF1High, "AF1 high drop", "AF12, AF13, AF22, AF23"},
+	{ClassDefault, "default", "CS0, unmatched"},
+	{ClassScavenge, "scavenger", "CS1, LE"},
+}
+
+// DiffServStats reads the counters of the DiffServ router role on n's
+// egress toward peer, one entry per leaf class, highest priority first.
+// The counters run from the link's creation: subtract two readings for an
+// interval.
+func (n *Node) DiffServStats(peer string) ([]DiffServClass, error) {
+	iface := n.Iface(peer)
+	lk, err := n.h.LinkByName(iface)
+	if err != nil {
+		return nil, fmt.Errorf("find %s in %s: %w", iface, n.Name, err)
+	}
+	classes, err := n.h.ClassList(lk, 0)
+	if err != nil {
+		return nil, fmt.Errorf("list HTB classes of %s/%s: %w", n.Name, iface, err)
+	}
+	byMinor := map[uint16]netlink.Class{}
+	for _, c := range classes {
+		if major, minor := netlink.MajorMinor(c.Attrs().Handle); major == 1 {
+			byMinor[minor] = c
+		}
+	}
+	out := make([]DiffServClass, 0, len(diffservLeaves))
+	for _, l := range diffservLeaves {
+		c, ok := byMinor[l.minor]
+		if !ok {
+			return nil, fmt.Errorf("read DiffServ class 1:%x on %s/%s: no such class (is it a DiffServ link?)", l.minor, n.Name, iface)
+		}
+		dc := DiffServClass{Name: l.name, DSCPs: l.dscps}
+		if st := c.Attrs().Statistics; st != nil {
+			if st.Basic != nil {
+				dc.Bytes, dc.Packets = st.Basic.Bytes, uint64(st.Basic.Packets)
+			}
+			if st.Queue != nil {
+				dc.Drops = uint64(st.Queue.Drops)
+			}
+		}
+		out = append(out, dc)
+	}
+	return out, nil
 }
 
 // tcBatch runs tc commands inside the namespace in one process.

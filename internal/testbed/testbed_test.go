@@ -364,6 +364,59 @@ func TestDiffServDropPrecedence(t *testing.T) {
 	}
 }
 
+// TestDiffServLEBelowDefault: the router role serves LE (RFC 8622) below
+// default, on both families, and its class counters say where the packets
+// went. Default traffic at 80 % of the bottleneck and LE at 80 % more:
+// default loses (almost) nothing, LE takes what is left.
+func TestDiffServLEBelowDefault(t *testing.T) {
+	const rate = 20_000_000
+	tb := build(t, threeNode("hqtble", rate, true))
+	client, server, router := tb.Node("client"), tb.Node("server"), tb.Node("router")
+	before, err := router.DiffServStats("server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defAddr, defRes := startSink(t, server, server.AddrV4(), traffic.SinkConfig{Duration: 10 * time.Second, Flows: 1})
+	le4Addr, le4Res := startSink(t, server, server.AddrV4(), traffic.SinkConfig{Duration: 10 * time.Second, Flows: 1})
+	le6Addr, le6Res := startSink(t, server, server.AddrV6(), traffic.SinkConfig{Duration: 10 * time.Second, Flows: 1})
+	send := func(to netip.AddrPort, bps uint64, dscp int) <-chan error {
+		errc := make(chan error, 1)
+		go func() {
+			errc <- client.Do(func() error {
+				_, err := traffic.SendCBR(context.Background(), traffic.CBRConfig{To: to.String(), Size: 1200, BitRate: bps, Duration: 2 * time.Second, DSCP: dscp})
+				return err
+			})
+		}()
+		return errc
+	}
+	errs := []<-chan error{send(defAddr, rate*8/10, 0), send(le4Addr, rate*4/10, 1), send(le6Addr, rate*4/10, 1)}
+	for _, e := range errs {
+		if err := <-e; err != nil {
+			t.Fatal(err)
+		}
+	}
+	def, le4, le6 := <-defRes, <-le4Res, <-le6Res
+	t.Logf("default loss %.2f%% p99 %.2fms; LE over IPv4 loss %.1f%%, over IPv6 loss %.1f%%", def.Loss*100, def.Latency.P99, le4.Loss*100, le6.Loss*100)
+	if def.Loss > 0.02 || le4.Loss < 0.3 || le6.Loss < 0.3 || le4.DSCP["LE"] == 0 || le6.DSCP["LE"] == 0 {
+		t.Fatalf("want default loss ≤ 2 %% and LE loss ≥ 30 %% on both families, marked LE: default loss %.3f, LE over IPv4 loss %.3f (DSCP %v), over IPv6 loss %.3f (DSCP %v)",
+			def.Loss, le4.Loss, le4.DSCP, le6.Loss, le6.DSCP)
+	}
+	after, err := router.DiffServStats("server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := map[string]uint64{}
+	for i := range after {
+		sent[after[i].Name] = after[i].Packets - before[i].Packets
+	}
+	if got, want := sent["scavenger"], le4.Packets+le6.Packets; got < want {
+		t.Errorf("router counters: scavenger sent %d packets, the LE sinks received %d (%+v)", got, want, after)
+	}
+	if got := sent["default"]; got < def.Packets {
+		t.Errorf("router counters: default sent %d packets, the default sink received %d", got, def.Packets)
+	}
+}
+
 func TestShortestPathRoutesThroughTwoRouters(t *testing.T) {
 	// h1 — r1 — r2 — h2, plus a direct r1 — h3 stub; every node reaches every
 	// other node's addresses in both families.
