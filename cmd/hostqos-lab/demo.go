@@ -35,7 +35,8 @@ Scenarios:
   default     client (hostqosd) → DiffServ router with a 20 Mbit/s bottleneck → server,
               plus a host sending bursty Pareto cross traffic through the same
               bottleneck. Client apps: G.729 voice calls, a video stream, bulk TCP.
-              About 1 minute with the defaults.
+              The verdict judges every party: voice protected, the neighbour's
+              cross traffic not harmed, bulk filling what is left. About 1 minute.
   qpod-voip   the Q-Pod seed's VoIP experiment (§5.2, Fig. 25) at 1/10 scale: 64
               G.729 calls over a 15.5 Mbit/s bottleneck with Pareto cross traffic
               (k = 4 Mbit/s, α = 1.05, capped at the link rate, 2 s intervals),

@@ -126,6 +126,31 @@ func TestDemoShort(t *testing.T) {
 	if !d.Verdict.Pass {
 		t.Errorf("verdict: %+v", d.Verdict)
 	}
+	// The verdict reports every party: the neighbour was not harmed, the
+	// client's bulk still moved, and the router counted where each went.
+	if n := d.Verdict.Neighbour; n.WithoutBps == 0 || n.WithBps == 0 || !n.OK {
+		t.Errorf("neighbour verdict: %+v", n)
+	}
+	if b := d.Verdict.Bulk; b.WithBps == 0 || b.WithoutLinkBytes == 0 || !b.OK {
+		t.Errorf("bulk verdict: %+v", b)
+	}
+	if !strings.Contains(table.String(), "the neighbour") || !strings.Contains(table.String(), "at the router's bottleneck") {
+		t.Errorf("the table does not report the neighbour and the router's classes:\n%s", table.String())
+	}
+	// hostqos marked bulk LE, which the router serves below the
+	// neighbour's best effort: its scavenger class carried traffic only
+	// with hostqos.
+	scav := func(rr RunResult) uint64 {
+		for _, c := range rr.Router {
+			if c.Name == "scavenger" {
+				return c.Bytes
+			}
+		}
+		return 0
+	}
+	if scav(d.Without) != 0 || scav(d.With) == 0 {
+		t.Errorf("router's scavenger class: %d bytes without hostqos, %d with; want bulk there only with hostqos", scav(d.Without), scav(d.With))
+	}
 	// hostqos marked voice EF and video AF41; without it everything was CS0.
 	if wi.DSCP["EF"] == 0 || wo.DSCP["EF"] != 0 {
 		t.Errorf("voice DSCP at the server: without %v, with %v; want EF only with hostqos", wo.DSCP, wi.DSCP)
@@ -221,28 +246,52 @@ func TestCleanStale(t *testing.T) {
 	}
 }
 
-// TestJudge checks the verdict arithmetic (no root needed).
+// TestJudge checks the verdict arithmetic (no root needed): voice, the
+// neighbour and bulk are each judged, and any of them fails the verdict.
 func TestJudge(t *testing.T) {
-	row := func(loss, p99 float64) ClassRow {
-		r := ClassRow{Received: 100, Loss: loss}
+	voice := func(loss, p99 float64) ClassRow {
+		r := ClassRow{App: appVoice, Received: 100, Loss: loss}
 		r.Latency.P99 = p99
 		return r
 	}
+	cross := func(bps, loss float64) ClassRow {
+		return ClassRow{App: appCross, Received: 100, ThroughputBps: bps, Loss: loss}
+	}
+	run := func(v ClassRow, c ClassRow, bulkBps float64, linkBytes uint64) RunResult {
+		return RunResult{Classes: []ClassRow{v, {App: "video-app"}, {App: appBulk, ThroughputBps: bulkBps}, c},
+			Router: []testbed.DiffServClass{{Name: "default", Bytes: linkBytes / 2}, {Name: "scavenger", Bytes: linkBytes - linkBytes/2}}}
+	}
+	goodWithout, goodWith := run(voice(0.2, 90), cross(10e6, 0.2), 8e6, 50e6), run(voice(0, 1), cross(12e6, 0.05), 4e6, 49e6)
 	for _, c := range []struct {
 		name                   string
-		without, with          ClassRow
+		without, with          RunResult
 		suffers, lossOK, p99OK bool
+		neighbour, bulk        bool
 	}{
-		{"clear win", row(0.2, 90), row(0, 1), true, true, true},
-		{"suffers by latency only", row(0.01, 60), row(0.0009, 5), true, true, true},
-		{"does not suffer", row(0.01, 40), row(0, 1), false, true, true},
-		{"loss floor", row(0.05, 10), row(0.004, 1), true, true, true},
-		{"too much loss", row(0.2, 90), row(0.03, 1), true, false, true},
-		{"p99 not 5x lower", row(0.2, 90), row(0, 20), true, true, false},
+		{"clear win", goodWithout, goodWith, true, true, true, true, true},
+		{"suffers by latency only", run(voice(0.01, 60), cross(10e6, 0.2), 8e6, 50e6), run(voice(0.0009, 5), cross(10e6, 0.2), 4e6, 50e6), true, true, true, true, true},
+		{"does not suffer", run(voice(0.01, 40), cross(10e6, 0.2), 8e6, 50e6), goodWith, false, true, true, true, true},
+		{"loss floor", run(voice(0.05, 10), cross(10e6, 0.2), 8e6, 50e6), run(voice(0.004, 1), cross(12e6, 0.05), 4e6, 50e6), true, true, true, true, true},
+		{"too much loss", goodWithout, run(voice(0.03, 1), cross(12e6, 0.05), 4e6, 50e6), true, false, true, true, true},
+		{"p99 not 5x lower", goodWithout, run(voice(0, 20), cross(12e6, 0.05), 4e6, 50e6), true, true, false, true, true},
+		{"neighbour within noise", goodWithout, run(voice(0, 1), cross(8.6e6, 0.34), 4e6, 50e6), true, true, true, true, true},
+		{"neighbour starved", goodWithout, run(voice(0, 1), cross(3e6, 0.79), 14e6, 50e6), true, true, true, false, true},
+		{"neighbour slower", goodWithout, run(voice(0, 1), cross(8.4e6, 0.2), 4e6, 50e6), true, true, true, false, true},
+		{"neighbour loses more", goodWithout, run(voice(0, 1), cross(10e6, 0.36), 4e6, 50e6), true, true, true, false, true},
+		{"bottleneck idle", goodWithout, run(voice(0, 1), cross(12e6, 0.05), 1e6, 40e6), true, true, true, true, false},
+		{"bulk stalled", goodWithout, run(voice(0, 1), cross(12e6, 0.05), 0, 50e6), true, true, true, true, false},
 	} {
 		v := Judge(c.without, c.with)
-		if v.Suffers != c.suffers || v.LossOK != c.lossOK || v.P99OK != c.p99OK || v.Pass != (c.suffers && c.lossOK && c.p99OK) {
+		voiceOK := c.suffers && c.lossOK && c.p99OK
+		if v.Suffers != c.suffers || v.LossOK != c.lossOK || v.P99OK != c.p99OK || v.VoiceOK != voiceOK ||
+			v.Neighbour.OK != c.neighbour || v.Bulk.OK != c.bulk || v.Pass != (voiceOK && c.neighbour && c.bulk) {
 			t.Errorf("%s: got %+v", c.name, v)
+		}
+		var out bytes.Buffer
+		v.write(&out)
+		if want := map[bool]string{true: "PASS", false: "FAIL"}[v.Pass]; !strings.Contains(out.String(), want) ||
+			!strings.Contains(out.String(), "the neighbour") || !strings.Contains(out.String(), "bulk goodput") {
+			t.Errorf("%s: the printed verdict lacks %s, the neighbour or bulk:\n%s", c.name, want, out.String())
 		}
 	}
 }

@@ -13,16 +13,6 @@ import (
 	"github.com/hostqos/hostqos/internal/traffic"
 )
 
-// Acceptance thresholds of the default scenario (the verdict prints them
-// next to the measured values).
-const (
-	SufferLoss     = 0.05 // without hostqos, voice suffers: loss ≥ 5 % ...
-	SufferP99MS    = 50.0 // ... or p99 ≥ 50 ms
-	LossFraction   = 0.1  // with hostqos, voice loss ≤ max(1/10 of without,
-	LossFloor      = 0.001
-	P99Improvement = 5.0 // with hostqos, voice p99 ≤ without / 5
-)
-
 // CrossSpec is the Pareto cross traffic (seed §5.1): each Interval the rate
 // is drawn from P[X ≤ x] = 1 - (K/x)^Alpha, capped at Cap.
 type CrossSpec struct {
@@ -78,6 +68,9 @@ type RunResult struct {
 	Cross      []Bin                  `json:"cross_series"`
 	CrossTrace []traffic.IntervalRate `json:"cross_trace"`
 	Rules      []api.RuleStat         `json:"hostqos_rule_counters,omitempty"`
+	// Router is what the router's DiffServ classes counted on the
+	// bottleneck during the run (bytes sent, packets dropped).
+	Router []testbed.DiffServClass `json:"router_classes"`
 }
 
 // DefaultResult is the default scenario's result.
@@ -86,36 +79,6 @@ type DefaultResult struct {
 	Without RunResult    `json:"without"`
 	With    RunResult    `json:"with"`
 	Verdict Verdict      `json:"verdict"`
-}
-
-// Verdict compares voice without and with hostqos against the thresholds.
-type Verdict struct {
-	WithoutLoss    float64 `json:"without_loss"`
-	WithoutP99MS   float64 `json:"without_p99_ms"`
-	WithLoss       float64 `json:"with_loss"`
-	WithP99MS      float64 `json:"with_p99_ms"`
-	Suffers        bool    `json:"without_suffers"`
-	LossLimit      float64 `json:"with_loss_limit"`
-	LossOK         bool    `json:"with_loss_ok"`
-	P99Limit       float64 `json:"with_p99_limit_ms"`
-	P99OK          bool    `json:"with_p99_ok"`
-	P99Improvement float64 `json:"p99_improvement"`
-	Pass           bool    `json:"pass"`
-}
-
-// Judge computes the verdict from the voice rows of the two runs.
-func Judge(without, with ClassRow) Verdict {
-	v := Verdict{WithoutLoss: without.Loss, WithoutP99MS: without.Latency.P99, WithLoss: with.Loss, WithP99MS: with.Latency.P99}
-	v.Suffers = without.Received > 0 && (without.Loss >= SufferLoss || without.Latency.P99 >= SufferP99MS)
-	v.LossLimit = math.Max(without.Loss*LossFraction, LossFloor)
-	v.LossOK = with.Received > 0 && with.Loss <= v.LossLimit
-	v.P99Limit = without.Latency.P99 / P99Improvement
-	v.P99OK = with.Received > 0 && with.Latency.P99 <= v.P99Limit
-	if with.Latency.P99 > 0 {
-		v.P99Improvement = math.Round(without.Latency.P99/with.Latency.P99*10) / 10
-	}
-	v.Pass = v.Suffers && v.LossOK && v.P99OK
-	return v
 }
 
 // pickSeed returns the first seed (from 1) whose first n draws include at
@@ -212,7 +175,7 @@ func (r *runner) runDefault() (*DefaultResult, error) {
 		r.opts.Log.Warn("read hostqos rule counters", "err", err)
 	}
 	res.Setup = setup
-	res.Verdict = Judge(res.Without.Classes[0], res.With.Classes[0])
+	res.Verdict = Judge(res.Without, res.With)
 	return res, nil
 }
 
@@ -224,7 +187,11 @@ func (r *runner) defaultRun(tb *testbed.Testbed, apps map[string]string, cross t
 	// on an error.
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
-	server, client := tb.Node("server"), tb.Node("client")
+	server, client, router := tb.Node("server"), tb.Node("client"), tb.Node("router")
+	routerBefore, err := router.DiffServStats("server")
+	if err != nil {
+		return RunResult{}, err
+	}
 	var voiceRec, crossRec *recorder
 	var vsink *traffic.Sink
 	var tsink *traffic.TCPSink
@@ -305,10 +272,14 @@ func (r *runner) defaultRun(tb *testbed.Testbed, apps map[string]string, cross t
 			return RunResult{}, ctx.Err()
 		}
 	}
-	rr := RunResult{Name: name, HostQoS: name == "with hostqos", CrossTrace: pres.Trace}
+	routerAfter, err := router.DiffServStats("server")
+	if err != nil {
+		return RunResult{}, err
+	}
+	rr := RunResult{Name: name, HostQoS: name == "with hostqos", CrossTrace: pres.Trace, Router: diffServDelta(routerBefore, routerAfter)}
 	// Voice.
 	vs := voiceRec.stats()
-	voiceRow := ClassRow{Class: fmt.Sprintf("voice (%d calls)", o.Calls), App: "voice-app", DSCP: vs.DSCP,
+	voiceRow := ClassRow{Class: fmt.Sprintf("voice (%d calls)", o.Calls), App: appVoice, DSCP: vs.DSCP,
 		OfferedBps: float64(vr.Sent) * 60 * 8 / math.Max(vr.DurationS, 1e-3), HasLoss: true, Sent: vs.Expected, Received: vs.Received,
 		Loss: round6(vs.Loss), HasLatency: true, Latency: vs.Latency, JitterMS: vs.JitterMS,
 		ThroughputBps: math.Round(float64(vs.IPBytes) * 8 / math.Max(vr.DurationS, 1e-3))}
@@ -326,13 +297,13 @@ func (r *runner) defaultRun(tb *testbed.Testbed, apps map[string]string, cross t
 		}
 	}
 	// Bulk.
-	bulkRow := ClassRow{Class: fmt.Sprintf("bulk TCP (%d streams)", defaultStreams), App: "bulk-app", DSCP: map[string]uint64{}}
+	bulkRow := ClassRow{Class: fmt.Sprintf("bulk TCP (%d streams)", defaultStreams), App: appBulk, DSCP: map[string]uint64{}}
 	if tres != nil {
 		bulkRow.ThroughputBps = tres.GoodputBps
 	}
 	// Cross traffic.
 	cs := crossRec.stats()
-	crossRow := ClassRow{Class: "cross traffic (Pareto)", App: "cross host", DSCP: cs.DSCP, OfferedBps: pres.IPBitRate, HasLoss: true,
+	crossRow := ClassRow{Class: "cross traffic (Pareto)", App: appCross, DSCP: cs.DSCP, OfferedBps: pres.IPBitRate, HasLoss: true,
 		Sent: cs.Expected, Received: cs.Received, Loss: round6(cs.Loss), HasLatency: true, Latency: cs.Latency, JitterMS: cs.JitterMS,
 		ThroughputBps: math.Round(float64(cs.IPBytes) * 8 / math.Max(pres.DurationS, 1e-3))}
 	rr.Classes = []ClassRow{voiceRow, videoRow, bulkRow, crossRow}
@@ -341,6 +312,8 @@ func (r *runner) defaultRun(tb *testbed.Testbed, apps map[string]string, cross t
 	rr.Cross = crossRec.series(t0, total, bin)
 	r.progress("      voice: sent %d, received %d, loss %s, p50 %.1f ms, p99 %.1f ms (measured at the server)",
 		voiceRow.Sent, voiceRow.Received, pctStr(voiceRow.Loss), voiceRow.Latency.P50, voiceRow.Latency.P99)
+	r.progress("      the neighbour (cross host): %s of %s offered, loss %s; the client's bulk TCP: %s",
+		rate(crossRow.ThroughputBps), rate(crossRow.OfferedBps), pctStr(crossRow.Loss), rate(bulkRow.ThroughputBps))
 	return rr, nil
 }
 
