@@ -114,8 +114,18 @@ func TestFlowAppRulePrecedence(t *testing.T) {
 			t.Errorf("%s: rule slot %d counted %d packets, want 0", name, other.Slot, got)
 		}
 	}
+	// applied is the policy applied last.
+	var applied []Rule
+	apply := func(rules ...Rule) {
+		t.Helper()
+		if err := d.Apply(Policy{Rules: rules}); err != nil {
+			t.Fatal(err)
+		}
+		applied = rules
+	}
 	// checkFlow asserts that fd's flow is in the flow table with our
-	// identity and rule want.
+	// identity and rule want, the rule the reference evaluation (what
+	// `hostqos explain` runs) gives the flow and our identity.
 	checkFlow := func(name string, fd int, want Rule) {
 		t.Helper()
 		port := localPort(fd)
@@ -125,6 +135,9 @@ func TestFlowAppRulePrecedence(t *testing.T) {
 				found = true
 				if f.RuleSlot != int(want.Slot) || f.PID != self.PID || f.Comm != self.Comm {
 					t.Errorf("%s: flow %+v, want rule slot %d and our identity", name, f, want.Slot)
+				}
+				if i := Evaluate(applied, &Subject{Key: &f.Key, DSCP: 0, Ident: &self}); i < 0 || applied[i].Slot != want.Slot {
+					t.Errorf("%s: the reference evaluation gives rule %d, want slot %d", name, i, want.Slot)
 				}
 			}
 			return true
@@ -137,9 +150,7 @@ func TestFlowAppRulePrecedence(t *testing.T) {
 	}
 
 	// Flow rule first: it wins although the app rule matches the socket.
-	if err := d.Apply(Policy{Rules: []Rule{flowRule, appRule}}); err != nil {
-		t.Fatal(err)
-	}
+	apply(flowRule, appRule)
 	fd1 := newSocket()
 	before := counters()
 	for i := 0; i < 2; i++ {
@@ -152,9 +163,7 @@ func TestFlowAppRulePrecedence(t *testing.T) {
 
 	// App rule first: it wins, for the flow seen under the previous
 	// policy (re-evaluated) and for a new one.
-	if err := d.Apply(Policy{Rules: []Rule{appRule, flowRule}}); err != nil {
-		t.Fatal(err)
-	}
+	apply(appRule, flowRule)
 	fd2 := newSocket()
 	before = counters()
 	for _, fd := range []int{fd1, fd2} {
@@ -167,9 +176,7 @@ func TestFlowAppRulePrecedence(t *testing.T) {
 	checkFlow("app rule first, new flow", fd2, appRule)
 
 	// And back: the flow rule first again wins for both flows.
-	if err := d.Apply(Policy{Rules: []Rule{flowRule, appRule}}); err != nil {
-		t.Fatal(err)
-	}
+	apply(flowRule, appRule)
 	before = counters()
 	for _, fd := range []int{fd1, fd2} {
 		if got := send(fd); got != uint8(flowRule.DSCP) {

@@ -11,38 +11,13 @@ import (
 	"time"
 )
 
-// refMatch is the reference evaluation of a policy's flow selectors, read
-// straight off the Rule fields: the index of the first rule whose
-// selectors all match the packet, -1 for none. App rules never match (the
-// packet has no socket identity).
+// refMatch is the reference evaluation (Evaluate) of packet s, the first
+// of its flow, under rules: the index of the first rule whose selectors
+// all match, -1 for none. App rules never match (the packet has no socket
+// identity).
 func refMatch(rules []Rule, s FrameSpec) int {
-	dscp := int8(s.TOS >> 2)
-	sport, dport := s.SPort, s.DPort
-	if s.Proto != 6 && s.Proto != 17 {
-		sport, dport = 0, 0
-	}
-	in := func(p uint16, from, to uint16) bool {
-		if from == 0 && to == 0 {
-			return true
-		}
-		if to == 0 {
-			to = from
-		}
-		return p >= from && p <= to
-	}
-	for i, r := range rules {
-		switch {
-		case len(r.Exes) > 0 || r.Comm != "" || len(r.Cgroups) > 0 || r.UID != nil:
-		case r.Proto != 0 && r.Proto != s.Proto && !(r.Proto == 1 && s.Proto == 58):
-		case r.Local.IsValid() && !r.Local.Contains(s.Src):
-		case r.Remote.IsValid() && !r.Remote.Contains(s.Dst):
-		case !in(sport, r.LPortFrom, r.LPortTo) || !in(dport, r.RPortFrom, r.RPortTo):
-		case r.DSCPIn >= 0 && r.DSCPIn != dscp:
-		default:
-			return i
-		}
-	}
-	return -1
+	k := FlowKey{Proto: s.Proto, Local: netip.AddrPortFrom(s.Src, s.SPort), Remote: netip.AddrPortFrom(s.Dst, s.DPort)}
+	return Evaluate(rules, &Subject{Key: &k, DSCP: int8(s.TOS >> 2), NoIdent: true})
 }
 
 // randomPacket draws a packet from addresses inside and around the pools'
