@@ -54,7 +54,7 @@ func Routes() []string {
 		RouteClasses, RouteClass, RouteAddClass, RouteSetClass, RouteRemoveClass,
 		RouteRules, RouteRule, RouteAddRule, RouteSetRule, RouteRemoveRule,
 		RouteRuns, RouteStartRun, RouteEndRun,
-		RouteStats, RouteHistory, RouteReload, RouteDown, RouteEvents,
+		RouteStats, RouteHistory, RouteExplain, RouteReload, RouteDown, RouteEvents,
 		RouteReservations, RouteReservation, RouteAddReservation, RouteSetReservation, RouteRemoveReservation,
 		RouteRSVP, RouteRSVPSession, RouteAddRSVPSession, RouteRSVPSender, RouteRSVPReserve, RouteRemoveRSVPSession,
 		RouteQSockInit, RouteQSockets, RouteQSockAttach, RouteQSockChange, RouteQSockInfo, RouteQSockDetach,

@@ -11,6 +11,7 @@
 //	POST   /v1/runs                DELETE /v1/runs/{id}
 //	GET    /v1/stats/{rules|classes|apps|flows}
 //	GET    /v1/history/{links|classes|rules|apps|flows}?name=&since=&until=&step=&limit=
+//	GET    /v1/explain?pid=&exe=&proto=&local=&lport=&remote=&rport=&dscp=
 //	POST   /v1/reload              POST /v1/down
 //
 // Changing requests accept ?temporary=1: the change is kept until reboot or

@@ -83,6 +83,8 @@ var fuzzRoutes = []fuzzRoute{
 	{route: api.RouteStats, in: fuzzParam, seeds: []string{api.StatFlows, api.StatRules, `nothing`}},
 	{route: api.RouteHistory, in: fuzzQuery, args: []string{"links"}, seeds: []string{`since=1h&step=1m`, `name=eth0&limit=-1`, `bogus=1`}},
 	{route: api.RouteHistory, in: fuzzParam, seeds: []string{`flows`, `rules`, `nothing`}},
+	{route: api.RouteExplain, in: fuzzQuery, seeds: []string{`proto=tcp&remote=198.18.0.2&rport=443`, `pid=1`, `exe=/usr/bin/true&dscp=46`, `pid=-1&bogus=1`, `lport=0&proto=icmp`}},
+	{route: api.RouteExplain, in: fuzzQuery, user: true, seeds: []string{`pid=1`, `exe=/etc/shadow`, `remote=198.18.0.2`}},
 	{route: api.RouteReload, user: true, seeds: []string{``}},
 	{route: api.RouteDown, user: true, seeds: []string{``}},
 	{route: api.RouteEvents, in: fuzzQuery, seeds: []string{`since=0`, `kind=rule,link`, `since=-1`}},

@@ -25,6 +25,7 @@ var largeRoutes = []struct {
 	{api.RouteProtected, nil},
 	{api.RouteReservations, nil},
 	{api.RouteQSockets, nil},
+	{api.RouteExplain, nil},
 }
 
 // TestLargeAnswersBounded: while maxUserLargeAnswers large answers to

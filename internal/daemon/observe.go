@@ -152,3 +152,20 @@ func (d *Daemon) handleHistory() http.HandlerFunc {
 		writeJSON(w, http.StatusOK, h)
 	}
 }
+
+// handleExplain answers GET /v1/explain: why a flow or an app gets what
+// it gets. It walks the flow table and reads /proc: an ordinary user's
+// request takes a place of the large answers (routes).
+func (d *Daemon) handleExplain(w http.ResponseWriter, r *http.Request) {
+	q, err := api.ParseExplainQuery(r.URL.Query())
+	if err != nil {
+		writeErr(w, &badRequest{Err: err})
+		return
+	}
+	x, err := d.eng.Explain(r.Context(), *callerOf(r), q)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, x)
+}

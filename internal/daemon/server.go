@@ -361,6 +361,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteEndRun, d.handleEndRun)
 	mux.HandleFunc(api.RouteStats, d.large.boundIf(largeStats, d.handleStats))
 	mux.HandleFunc(api.RouteHistory, d.handleHistory())
+	mux.HandleFunc(api.RouteExplain, d.large.bound(d.handleExplain))
 	mux.HandleFunc(api.RouteReload, mutating(d.handleReload))
 	mux.HandleFunc(api.RouteDown, mutating(d.handleDown))
 	mux.HandleFunc(api.RouteEvents, d.handleEvents)

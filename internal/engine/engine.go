@@ -124,6 +124,9 @@ type Engine struct {
 	blocks  blockMemo
 	xdp     map[string]int
 	resvW   resvWatch // the reservation poller's memory (Tick only)
+	// identify resolves a process's app identity for explanations (nil:
+	// identifyProcess; tests give their own).
+	identify func(pid int, cgRoot string) (*observe.AppIdentity, error)
 }
 
 // New reads the config and the state files and validates them; it touches

@@ -10,11 +10,16 @@ import (
 // HTTP API to status codes); policy.FieldError and policy.Errors are the
 // engine's field errors (invalid input, nothing changed).
 
-// NotFoundError is a request for an object that does not exist.
-type NotFoundError struct{ What, Name string }
+// NotFoundError is a request for an object that does not exist. Fix
+// says where to look ("" : hostqos WHAT list).
+type NotFoundError struct{ What, Name, Fix string }
 
 func (e *NotFoundError) Error() string {
-	return fmt.Sprintf("%s %q not found; see hostqos %s list", e.What, policy.Clip(e.Name), e.What)
+	fix := e.Fix
+	if fix == "" {
+		fix = fmt.Sprintf("see hostqos %s list", e.What)
+	}
+	return fmt.Sprintf("%s %q not found; %s", e.What, policy.Clip(e.Name), fix)
 }
 
 // ForbiddenError is a request by someone not allowed to make it.

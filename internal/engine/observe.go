@@ -8,6 +8,7 @@ import (
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/observe"
+	"github.com/hostqos/hostqos/internal/store"
 )
 
 // The observation side (rates, statistics, the app watch, the history
@@ -44,42 +45,64 @@ func (v observed) LinkView() observe.LinkView {
 func (v observed) RuleView() observe.RuleView {
 	e := v.e
 	e.mu.Lock()
-	k, eff, slots := e.k, e.eff, e.slots
-	if k == nil {
-		e.mu.Unlock()
-		return observe.RuleView{}
+	s := e.ruleSnapLocked()
+	e.mu.Unlock()
+	return s.view()
+}
+
+// ruleSnap is what RuleView takes under the engine's lock.
+type ruleSnap struct {
+	k        Kernel
+	eff      store.Merged
+	slots    *store.Slots
+	objs     []objectRule
+	runOwner map[string]int64
+}
+
+// ruleSnapLocked takes RuleView's snapshot; the caller holds e.mu.
+func (e *Engine) ruleSnapLocked() ruleSnap {
+	s := ruleSnap{k: e.k, eff: e.eff, slots: e.slots}
+	if e.k == nil {
+		return s
 	}
-	objs := e.objectRulesLocked()
-	runOwner := map[string]int64{}
+	s.objs = e.objectRulesLocked()
+	s.runOwner = map[string]int64{}
 	for _, run := range e.temp.Runs {
 		if run.Ordinary() {
-			runOwner[run.Rule] = int64(run.UID)
+			s.runOwner[run.Rule] = int64(run.UID)
 		}
 	}
-	e.mu.Unlock()
-	rules := make([]observe.Rule, 0, len(eff.Policy.Rules)+len(objs))
+	return s
+}
+
+// view builds the rule view of the snapshot (without the lock).
+func (s ruleSnap) view() observe.RuleView {
+	if s.k == nil {
+		return observe.RuleView{}
+	}
+	rules := make([]observe.Rule, 0, len(s.eff.Policy.Rules)+len(s.objs))
 	add := func(r observe.Rule) {
-		b := slots.Baselines[r.Slot]
+		b := s.slots.Baselines[r.Slot]
 		r.Base = datapath.Counters{Packets: b.Packets, Bytes: b.Bytes, Drops: b.Drops,
 			RxPackets: b.RxPackets, RxBytes: b.RxBytes, RxDrops: b.RxDrops}
 		r.Since = b.Gen
 		rules = append(rules, r)
 	}
-	for _, r := range eff.Policy.Rules {
-		slot, ok := slots.Rules[r.Name]
+	for _, r := range s.eff.Policy.Rules {
+		slot, ok := s.slots.Rules[r.Name]
 		if !ok {
 			continue
 		}
-		owner, ok := runOwner[r.Name]
+		owner, ok := s.runOwner[r.Name]
 		if !ok {
 			owner = -1
 		}
 		add(observe.Rule{Name: r.Name, Class: r.EffectiveClass(), Slot: slot, Owner: owner})
 	}
-	for _, o := range objs {
+	for _, o := range s.objs {
 		add(observe.Rule{Name: o.label, Class: o.class, Slot: o.slot, Owner: o.owner, Object: true})
 	}
-	return observe.RuleView{Kernel: k, Rules: rules}
+	return observe.RuleView{Kernel: s.k, Rules: rules}
 }
 
 // SetHistory makes the engine record a sample in st at every Tick (nil:
