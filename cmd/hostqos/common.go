@@ -40,6 +40,7 @@ type apiClient interface {
 	History() api.HistoryAPI
 	Shield() api.ShieldAPI
 	QSockets() api.QSocketsAPI
+	Explain(ctx context.Context, q api.ExplainQuery) (api.Explanation, error)
 }
 
 var _ apiClient = (*api.Client)(nil)

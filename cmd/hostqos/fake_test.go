@@ -24,8 +24,9 @@ type fakeClient struct {
 	events  []api.Event // what Events().Follow delivers
 	resvs   []api.ReservationInfo
 	history api.History
-	err     error    // when set, every call fails with it
-	calls   []string // the calls made, one line each
+	explain api.Explanation // what Explain answers
+	err     error           // when set, every call fails with it
+	calls   []string        // the calls made, one line each
 }
 
 var _ apiClient = (*fakeClient)(nil)
@@ -78,6 +79,9 @@ func (f *fakeClient) Rules() api.RulesAPI     { return fakeRules{f} }
 func (f *fakeClient) Runs() api.RunsAPI       { return fakeRuns{f} }
 func (f *fakeClient) Stats() api.StatsAPI     { return fakeStats{f} }
 func (f *fakeClient) History() api.HistoryAPI { return fakeHistory{f} }
+func (f *fakeClient) Explain(_ context.Context, q api.ExplainQuery) (api.Explanation, error) {
+	return f.explain, f.record("Explain", []any{q}, nil)
+}
 
 type fakeHistory struct{ f *fakeClient }
 

@@ -48,6 +48,7 @@ default /run/hostqos/hostqosd.sock).`,
 	root.AddCommand(newEventsCmd(f), newResvCmd(f), newRSVPCmd(f))
 	root.AddCommand(newBlockCmd(f), newProtectCmd(f), newQSockCmd(f))
 	root.AddCommand(newTopCmd(f))
+	root.AddCommand(newExplainCmd(f))
 	root.AddCommand(newLabCmds(f)...)
 	applyConventions(f, root)
 	return root
