@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,22 +39,10 @@ func TestHqrtUDPNetns(t *testing.T) {
 	// run (deadline misses when timers fire late, best-effort throughput
 	// when the sender cannot run). Up to three attempts; a real regression
 	// fails every one.
-	for attempt := 1; ; attempt++ {
+	testutil.Measured(t, "real-time channels over UDP", 3, func(attempt int) (bool, string) {
 		problems, late := udpAttempt(t, pair, attempt)
-		if len(problems) == 0 {
-			return
-		}
-		if attempt < 3 {
-			t.Logf("attempt %d: worst timer lateness %v; problems %v; retrying", attempt, late, problems)
-			time.Sleep(2 * time.Second) // let a stall of the machine pass
-			continue
-		}
-		for _, p := range problems {
-			t.Error(p)
-		}
-		t.Logf("worst timer lateness %v", late)
-		return
-	}
+		return len(problems) == 0, fmt.Sprintf("worst timer lateness %v; %s", late, strings.Join(problems, "; "))
+	})
 }
 
 func udpAttempt(t *testing.T, pair *testutil.Pair, attempt int) (problems []string, late time.Duration) {

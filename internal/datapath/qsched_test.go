@@ -245,18 +245,11 @@ func TestQSockScheduler(t *testing.T) {
 				send(txt(0, 0))         // 26: dropped
 				check("dwcs", []byte{20, 21, 23, 24, 25}, 8, 6, 2, 5)
 			}
-			for n := 1; ; n++ {
+			testutil.Measured(t, "scheduler outcomes", 3, func(int) (bool, string) {
 				errs = nil
 				run()
-				if len(errs) == 0 {
-					return
-				}
-				if n == 3 {
-					t.Errorf("in 3 runs; the last: %s", strings.Join(errs, "; "))
-					return
-				}
-				t.Logf("run %d differed, retrying: %s", n, strings.Join(errs, "; "))
-			}
+				return len(errs) == 0, strings.Join(errs, "; ")
+			})
 		})
 	}
 }

@@ -130,7 +130,7 @@ func TestGuaranteedShapingByFlowControl(t *testing.T) {
 		if !blocking {
 			port, name = 9001, "non-blocking"
 		}
-		measured(t, name, func() (bool, string) {
+		testutil.Measured(t, name, 3, func(int) (bool, string) {
 			got, stop := udpSink(t, b.p, port)
 			fd := b.socket(t, unix.SOCK_DGRAM)
 			if err := unix.Connect(fd, sockaddr(netip.AddrPortFrom(testutil.PairB4.Addr(), port))); err != nil {
@@ -503,9 +503,7 @@ func TestControlledLoad(t *testing.T) {
 	t.Logf("idle link: %d sent, DSCP %v, %.0f conformant expected", sent, counts, want)
 
 	// A best-effort flood of the link (40 Mbit/s offered into 20).
-	attempt := 0
-	measured(t, "under a best-effort flood", func() (bool, string) {
-		attempt++
+	testutil.Measured(t, "under a best-effort flood", 3, func(attempt int) (bool, string) {
 		port := uint16(9500 + attempt)
 		done := make(chan int)
 		go func() { done <- paceUDP(t, b, 9600, payload, 40e6, 10, dur+time.Second) }()
@@ -520,20 +518,4 @@ func TestControlledLoad(t *testing.T) {
 		msg := fmt.Sprintf("%d sent, DSCP %v, conformant packets arrived at %.3f × r", sent, counts, rate/r)
 		return rate >= 0.98*r, msg + "; want ≥ 0.98 × r"
 	})
-}
-
-// measured runs a rate measurement up to 3 times: a loaded machine may
-// miss a bound once; behaviour fails every attempt.
-func measured(t *testing.T, what string, attempt func() (bool, string)) {
-	t.Helper()
-	for n := 1; n <= 3; n++ {
-		ok, msg := attempt()
-		if ok {
-			return
-		}
-		t.Logf("attempt %d: %s: %s", n, what, msg)
-		if n == 3 {
-			t.Errorf("%s: %s (in 3 attempts)", what, msg)
-		}
-	}
 }

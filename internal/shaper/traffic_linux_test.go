@@ -358,19 +358,12 @@ func tcpAccuracy(t *testing.T, ceil uint64) float64 {
 }
 
 // withinAttempts passes when one of up to three measurements lies in
-// [lo, hi]. The machine is a shared VM whose stalls can spoil a few-second
-// measurement; a real regression fails every attempt.
+// [lo, hi] (testutil.Measured): a stall of the shared VM can spoil a
+// few-second measurement; a real regression fails every attempt.
 func withinAttempts(t *testing.T, what string, lo, hi float64, measure func() float64) {
 	t.Helper()
-	var got []float64
-	for attempt := 1; attempt <= 3; attempt++ {
+	testutil.Measured(t, what, 3, func(int) (bool, string) {
 		r := measure()
-		if r >= lo && r <= hi {
-			return
-		}
-		got = append(got, r)
-		t.Logf("attempt %d: %s = %.4f outside [%.2f, %.2f]", attempt, what, r, lo, hi)
-		time.Sleep(2 * time.Second) // let a stall of the machine pass
-	}
-	t.Errorf("%s = %.4f in 3 attempts, want within [%.2f, %.2f]", what, got, lo, hi)
+		return r >= lo && r <= hi, fmt.Sprintf("%.4f, want within [%.2f, %.2f]", r, lo, hi)
+	})
 }

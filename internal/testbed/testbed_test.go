@@ -143,7 +143,7 @@ func TestRateLimit(t *testing.T) {
 	client, server := tb.Node("client"), tb.Node("server")
 	// A stall of the shared VM can spoil one 2-second measurement; a
 	// broken limit fails every attempt.
-	for attempt := 1; ; attempt++ {
+	testutil.Measured(t, "rate through the bottleneck", 3, func(attempt int) (bool, string) {
 		addr, res := startSink(t, server, server.AddrV4(), traffic.SinkConfig{Duration: 10 * time.Second, Flows: 1})
 		var sent *traffic.SendResult
 		if err := client.Do(func() (err error) {
@@ -161,14 +161,8 @@ func TestRateLimit(t *testing.T) {
 		// HTB counts the 14-byte Ethernet header too; the sink sees IP bytes.
 		wire := got * float64(1400+28+14) / float64(1400+28)
 		t.Logf("attempt %d: offered %.1f Mbit/s, received %.2f Mbit/s IP (%.2f on the wire), loss %.1f%%", attempt, sent.IPBitRate/1e6, got/1e6, wire/1e6, r.Loss*100)
-		if wire >= 0.9*rate && wire <= 1.1*rate {
-			return
-		}
-		if attempt == 3 {
-			t.Fatalf("achieved %.2f Mbit/s on a %d Mbit/s limit", wire/1e6, rate/1_000_000)
-		}
-		time.Sleep(2 * time.Second) // let a stall of the machine pass
-	}
+		return wire >= 0.9*rate && wire <= 1.1*rate, fmt.Sprintf("achieved %.2f Mbit/s on a %d Mbit/s limit", wire/1e6, rate/1_000_000)
+	})
 }
 
 func TestDiffServProtectsEF(t *testing.T) {
@@ -177,17 +171,10 @@ func TestDiffServProtectsEF(t *testing.T) {
 	client, server := tb.Node("client"), tb.Node("server")
 	// Latency and loss are measurements a stall of the shared VM can spoil:
 	// up to three attempts; a broken DiffServ queue fails every one.
-	for attempt := 1; ; attempt++ {
+	testutil.Measured(t, "EF under default-class load", 3, func(int) (bool, string) {
 		problem := diffServAttempt(t, client, server, rate)
-		if problem == "" {
-			return
-		}
-		if attempt == 3 {
-			t.Fatal(problem)
-		}
-		t.Logf("attempt %d: %s; retrying", attempt, problem)
-		time.Sleep(2 * time.Second)
-	}
+		return problem == "", problem
+	})
 }
 
 // diffServAttempt sends default traffic at 1.5× the bottleneck and EF

@@ -228,22 +228,11 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 func parallel(t *testing.T) { t.Parallel() }
 
 // measured runs a measurement that a stall of the shared VM can spoil, up
-// to three times with a pause between; it passes when one attempt passes.
+// to three times (testutil.Measured); it passes when one attempt passes.
 // A real regression fails every attempt.
 func measured(t *testing.T, what string, attempt func(n int) (ok bool, msg string)) {
 	t.Helper()
-	for n := 1; n <= 3; n++ {
-		ok, msg := attempt(n)
-		if ok {
-			return
-		}
-		t.Logf("attempt %d: %s: %s", n, what, msg)
-		if n == 3 {
-			t.Errorf("%s: %s (in 3 attempts)", what, msg)
-			return
-		}
-		time.Sleep(2 * time.Second)
-	}
+	testutil.Measured(t, what, 3, attempt)
 }
 
 var _ = context.Background

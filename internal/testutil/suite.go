@@ -1,0 +1,33 @@
+package testutil
+
+import (
+	"testing"
+	"time"
+)
+
+// MeasuredPause is how long Measured waits between attempts: long enough
+// for a stall of the shared machine (another job's build, a verifier run)
+// to pass.
+const MeasuredPause = 2 * time.Second
+
+// Measured runs a measurement that a stall of a shared, loaded machine can
+// spoil: fn (given the attempt's number, from 1) up to attempts times, with
+// MeasuredPause between, until one attempt reports ok. Each failed attempt
+// is logged; when all fail the test fails with the last message. A real
+// regression fails every attempt, so the bound stays the bound; only the
+// noise of one attempt is forgiven. fn may call t.Fatal.
+func Measured(tb testing.TB, what string, attempts int, fn func(n int) (ok bool, msg string)) {
+	tb.Helper()
+	for n := 1; n <= attempts; n++ {
+		ok, msg := fn(n)
+		if ok {
+			return
+		}
+		tb.Logf("attempt %d: %s: %s", n, what, msg)
+		if n == attempts {
+			tb.Errorf("%s: %s (in %d attempts)", what, msg, attempts)
+			return
+		}
+		time.Sleep(MeasuredPause)
+	}
+}
