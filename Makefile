@@ -72,6 +72,11 @@ vet:
 test-unit:
 	$(GO) test -count=1 $(PKGS)
 
+# The tests use the binaries the build target made (lab.TestBinaries copies
+# them from HOSTQOS_BIN) instead of building their own; plain `go test`
+# builds them as before.
+test: export HOSTQOS_BIN := $(abspath $(BIN))
+
 # Everything: unit, BPF test-run, and namespace integration tests (root).
 # Packages whose tests use the kernel or generate traffic (the package or
 # its tests import one of SERIAL_TESTS_RE) run one at a time (-p 1): they

@@ -272,6 +272,32 @@ func BuildBinaries(modRoot, dir string) error {
 	return nil
 }
 
+// BinEnv names a directory holding hostqos and hostqosd already built for
+// the tests: make test sets it to bin/, which its build target has just
+// made, so that the packages that run the daemon do not build their own.
+const BinEnv = "HOSTQOS_BIN"
+
+// TestBinaries puts hostqos and hostqosd into dir (a test's scratch
+// directory) for a test run: copies of those in $HOSTQOS_BIN when it is set
+// (they must be there), else a build from the module at modRoot. Copies,
+// not the directory itself: tests open their binaries to other users and
+// copy them, and a checkout may be out of an ordinary user's reach.
+func TestBinaries(modRoot, dir string) error {
+	from := os.Getenv(BinEnv)
+	if from == "" {
+		return BuildBinaries(modRoot, dir)
+	}
+	if !HasBinaries(from) {
+		return fmt.Errorf("use the binaries of %s=%s: hostqos and hostqosd not there (make build makes them)", BinEnv, from)
+	}
+	for _, b := range []string{"hostqos", "hostqosd"} {
+		if err := CopyExecutable(filepath.Join(from, b), filepath.Join(dir, b)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CopyExecutable copies the binary at src to dst as a new file: a distinct
 // executable (its own inode) that exe rules can name.
 func CopyExecutable(src, dst string) error {

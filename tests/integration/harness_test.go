@@ -23,7 +23,8 @@ import (
 	"github.com/hostqos/hostqos/internal/testutil/daemontest"
 )
 
-// binDir holds hostqos and hostqosd built once for the whole run.
+// binDir holds hostqos and hostqosd for the whole run (lab.TestBinaries:
+// those make test built, or built here).
 var binDir string
 
 func TestMain(m *testing.M) {
@@ -42,7 +43,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("integration:", err)
 		os.Exit(1)
 	}
-	if err := lab.BuildBinaries("../..", dir); err != nil {
+	if err := lab.TestBinaries("../..", dir); err != nil {
 		fmt.Println("integration:", err)
 		os.Exit(1)
 	}

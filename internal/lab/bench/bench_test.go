@@ -50,7 +50,7 @@ func modRoot(t *testing.T) string {
 func TestQuickCheap(t *testing.T) {
 	testutil.NeedRoot(t)
 	bin := t.TempDir()
-	if err := lab.BuildBinaries(modRoot(t), bin); err != nil {
+	if err := lab.TestBinaries(modRoot(t), bin); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

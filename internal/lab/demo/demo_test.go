@@ -23,11 +23,11 @@ import (
 	"github.com/hostqos/hostqos/internal/traffic"
 )
 
-// buildBinaries compiles hostqos and hostqosd for the test.
+// buildBinaries gives the test hostqos and hostqosd (lab.TestBinaries).
 func buildBinaries(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := lab.BuildBinaries("../../..", dir); err != nil {
+	if err := lab.TestBinaries("../../..", dir); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -16,7 +16,7 @@ import (
 func TestDaemonStoppedAtCleanup(t *testing.T) {
 	testutil.NeedRoot(t)
 	bin := t.TempDir()
-	if err := lab.BuildBinaries("../../..", bin); err != nil {
+	if err := lab.TestBinaries("../../..", bin); err != nil {
 		t.Fatal(err)
 	}
 	var pid int
