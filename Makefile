@@ -1,6 +1,7 @@
-# hostqos — the two commands of the README:
-#   make demo   run the end-to-end demo (as root)
-#   make test   run every test (as root for the kernel tests)
+# hostqos — the commands of the README:
+#   make demo        run the end-to-end demo (as root)
+#   make test        run every test but the long smoke tests (as root for the kernel tests)
+#   make test-long   the long smoke tests: a short demo run, the cheap benchmarks (as root)
 
 GO       ?= go
 BIN      := bin
@@ -12,7 +13,7 @@ LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X 
 # Test timeout per package; the whole suite stays well under 15 minutes.
 TEST_TIMEOUT ?= 600s
 
-.PHONY: all build lib deps generate check-generated check-format test test-unit vet fmt fuzz fuzz-ci bench demo unit completion install uninstall man deb test-deb clean
+.PHONY: all build lib deps generate check-generated check-format test test-long test-unit vet fmt fuzz fuzz-ci bench demo unit completion install uninstall man deb test-deb clean
 
 all: build
 
@@ -75,9 +76,10 @@ test-unit:
 # The tests use the binaries the build target made (lab.TestBinaries copies
 # them from HOSTQOS_BIN) instead of building their own; plain `go test`
 # builds them as before.
-test: export HOSTQOS_BIN := $(abspath $(BIN))
+test test-long: export HOSTQOS_BIN := $(abspath $(BIN))
 
-# Everything: unit, BPF test-run, and namespace integration tests (root).
+# Everything but the long smoke tests: unit, BPF test-run, and namespace
+# integration tests (root).
 # Packages whose tests use the kernel or generate traffic (the package or
 # its tests import one of SERIAL_TESTS_RE) run one at a time (-p 1): they
 # measure rates and latencies and must not compete for the CPU. The other
@@ -94,6 +96,14 @@ test: deps vet build check-generated check-format
 	echo "$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) <the kernel and traffic packages>"; \
 	[ -z "$$serial" ] || $(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) $$serial || rc=1; \
 	exit $$rc
+
+# The long smoke tests, which make test skips (testutil.Long): the demo's
+# default scenario end to end (two 8 s runs) and the cheap benchmarks in
+# quick mode. They keep the demo and bench tooling from rotting and
+# measure nothing the suite relies on; CI runs them after make test.
+LONG_TESTS := ^(TestDemoShort|TestQuickCheap)$$
+test-long: deps build
+	HOSTQOS_LONG_TESTS=1 $(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -run '$(LONG_TESTS)' ./internal/lab/demo ./internal/lab/bench
 
 # Fuzzing: every Go fuzz target (config loader, API bodies, unit parsers,
 # the datapath's packet parsing) for FUZZTIME each; `make test` runs their

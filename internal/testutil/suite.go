@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"os"
 	"testing"
 	"time"
 )
@@ -29,5 +30,19 @@ func Measured(tb testing.TB, what string, attempts int, fn func(n int) (ok bool,
 			return
 		}
 		time.Sleep(MeasuredPause)
+	}
+}
+
+// LongEnv, set to 1, lets the long tests (Long) run. `make test-long`
+// sets it; `make test` does not.
+const LongEnv = "HOSTQOS_LONG_TESTS"
+
+// Long skips a long end-to-end smoke test (a whole demo or benchmark run)
+// unless LongEnv is set: `make test` leaves these to `make test-long`,
+// which CI runs after it.
+func Long(tb testing.TB) {
+	tb.Helper()
+	if os.Getenv(LongEnv) != "1" {
+		tb.Skipf("a long smoke test: run it with make test-long (or %s=1 go test -run %s)", LongEnv, tb.Name())
 	}
 }

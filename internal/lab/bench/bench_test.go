@@ -46,9 +46,11 @@ func modRoot(t *testing.T) string {
 
 // TestQuickCheap runs the cheap benchmarks (datapath, connect with few
 // connects) in quick mode to keep the suite from rotting. It checks that
-// results are produced and sane, never how fast anything is.
+// results are produced and sane, never how fast anything is. A long test:
+// make test-long.
 func TestQuickCheap(t *testing.T) {
 	testutil.NeedRoot(t)
+	testutil.Long(t)
 	bin := t.TempDir()
 	if err := lab.TestBinaries(modRoot(t), bin); err != nil {
 		t.Fatal(err)

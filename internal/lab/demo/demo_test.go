@@ -74,9 +74,10 @@ func checkFigures(t *testing.T, files []string) {
 
 // TestDemoShort runs the default scenario end to end with the real daemon
 // (short: 8 s per run, 4 calls) and checks the acceptance ratios, the
-// plots, and that nothing is left behind.
+// plots, and that nothing is left behind. A long test: make test-long.
 func TestDemoShort(t *testing.T) {
 	testutil.NeedRoot(t)
+	testutil.Long(t)
 	bin := buildBinaries(t)
 	out := t.TempDir()
 	ifsBefore := hostIfaces(t)
