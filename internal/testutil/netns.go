@@ -98,17 +98,23 @@ func NewPair(tb testing.TB) *Pair {
 // in B is called a.
 func NewPairNamed(tb testing.TB, a, b string) *Pair {
 	tb.Helper()
-	bed := build(tb, testbed.Topology{
+	bed := build(tb, PairTopology(a, b))
+	p := &Pair{A: &NetNS{bed.Node(a)}, B: &NetNS{bed.Node(b)}}
+	p.IfA, p.IfB = p.A.Iface(b), p.B.Iface(a)
+	p.IndexA, p.IndexB = p.A.Ifindex(tb, p.IfA), p.B.Ifindex(tb, p.IfB)
+	return p
+}
+
+// PairTopology is the testbed topology of NewPairNamed, for a fixture that
+// outlives one test (built with testbed.Build, closed by its owner).
+func PairTopology(a, b string) testbed.Topology {
+	return testbed.Topology{
 		Name:  topology,
 		Nodes: []testbed.NodeSpec{{Name: a}, {Name: b}},
 		Links: []testbed.LinkSpec{{A: a, B: b,
 			AAddrs: []netip.Prefix{PairA4, PairA6},
 			BAddrs: []netip.Prefix{PairB4, PairB6}}},
-	})
-	p := &Pair{A: &NetNS{bed.Node(a)}, B: &NetNS{bed.Node(b)}}
-	p.IfA, p.IfB = p.A.Iface(b), p.B.Iface(a)
-	p.IndexA, p.IndexB = p.A.Ifindex(tb, p.IfA), p.B.Ifindex(tb, p.IfB)
-	return p
+	}
 }
 
 // Path is a wide-area path: client — router — server, where the router

@@ -53,6 +53,10 @@ func TestMain(m *testing.M) {
 		fmt.Printf("integration: cleaned %d stale daemon(s) of killed runs (%v)\n", n, err)
 	}
 	code := m.Run()
+	if err := stopShared(); err != nil {
+		fmt.Println("integration: stop the shared daemons:", err)
+		code = max(code, 1)
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -76,7 +80,9 @@ var (
 )
 
 // newEnv builds the two hosts (a testutil pair); the daemon is prepared,
-// not started. Both are removed at cleanup, and on SIGINT or SIGTERM.
+// not started. Both are removed at cleanup, and on SIGINT or SIGTERM. A
+// test that checks only what the API or the CLI answers takes the running
+// shared daemon instead (sharedEnv, shared_test.go).
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	p := testutil.NewPairNamed(t, "client", "server")

@@ -45,8 +45,7 @@ func (e *env) call(method, path, body string) (int, string) {
 // gets the default one.
 func TestAPIRejectsBadInput(t *testing.T) {
 	parallel(t)
-	e := newEnv(t)
-	e.startDaemon()
+	e := sharedEnv(t)
 	e.hostqos("link", "set", e.iface(), "--egress-rate", "20mbit")
 	long := "/" + strings.Repeat("a", 100000)
 	for _, c := range []struct {

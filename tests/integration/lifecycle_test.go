@@ -281,8 +281,7 @@ minbw = "4mbit"
 // neither root nor in group hostqos, and lets them read status.
 func TestUnprivilegedUser(t *testing.T) {
 	parallel(t)
-	e := newEnv(t)
-	e.startDaemon()
+	e := sharedEnv(t)
 	openForNobody(t, e)
 	asNobody := func(args ...string) (string, error) { return e.userHostqos(uidNobody, args...) }
 	if out, err := asNobody("status"); err != nil {

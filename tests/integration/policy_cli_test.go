@@ -88,8 +88,7 @@ func TestCLIManagesPolicy(t *testing.T) {
 // code (128+N for a signal), and its rule and cgroup go away afterwards.
 func TestRunExitCodeAndCleanup(t *testing.T) {
 	parallel(t)
-	e := newEnv(t)
-	e.startDaemon()
+	e := sharedEnv(t)
 	for _, c := range []struct {
 		script string
 		code   int

@@ -214,8 +214,7 @@ func (e *env) waitRuns(n int) {
 // are not blocked by them.
 func TestUserRunLimits(t *testing.T) {
 	parallel(t)
-	e := newEnv(t)
-	e.startDaemon()
+	e := sharedEnv(t)
 	openForNobody(t, e)
 	for range 4 {
 		e.startUserRun(uidNobody)
@@ -243,8 +242,7 @@ func TestUserRunLimits(t *testing.T) {
 // rules; root sees all.
 func TestUserSeesOnlyOwnRuns(t *testing.T) {
 	parallel(t)
-	e := newEnv(t)
-	e.startDaemon()
+	e := sharedEnv(t)
 	openForNobody(t, e)
 	e.hostqos("link", "set", e.iface())
 	e.start(hostqosBin(), "--socket", e.d.Socket, "run", "--class", "bulk", "--", "sleep", "60")
@@ -343,8 +341,7 @@ func (e *env) attacker() string {
 // whose connecting process has exited is refused too.
 func TestRunRefusesChangedOrExitedProcess(t *testing.T) {
 	parallel(t)
-	e := newEnv(t)
-	e.startDaemon()
+	e := sharedEnv(t)
 	openForNobody(t, e)
 	exe := e.attacker()
 	suid := filepath.Join(e.dir, "suid-sleep")
