@@ -6,14 +6,14 @@ import (
 	"time"
 )
 
-// MeasuredPause is how long Measured waits between attempts: long enough
+// measuredPause is how long Measured waits between attempts: long enough
 // for a stall of the shared machine (another job's build, a verifier run)
 // to pass.
-const MeasuredPause = 2 * time.Second
+var measuredPause = 2 * time.Second
 
 // Measured runs a measurement that a stall of a shared, loaded machine can
 // spoil: fn (given the attempt's number, from 1) up to attempts times, with
-// MeasuredPause between, until one attempt reports ok. Each failed attempt
+// a pause (2 s) between, until one attempt reports ok. Each failed attempt
 // is logged; when all fail the test fails with the last message. A real
 // regression fails every attempt, so the bound stays the bound; only the
 // noise of one attempt is forgiven. fn may call t.Fatal.
@@ -29,7 +29,7 @@ func Measured(tb testing.TB, what string, attempts int, fn func(n int) (ok bool,
 			tb.Errorf("%s: %s (in %d attempts)", what, msg, attempts)
 			return
 		}
-		time.Sleep(MeasuredPause)
+		time.Sleep(measuredPause)
 	}
 }
 
