@@ -367,8 +367,7 @@ func TestLinkThatAppearsLater(t *testing.T) {
 // from a managed link, the daemon notices and builds it again.
 func TestDaemonRestoresRemovedQdisc(t *testing.T) {
 	parallel(t)
-	e := newEnv(t)
-	e.startDaemon()
+	e := sharedEnv(t)
 	e.hostqos("link", "set", e.iface(), "--egress-rate", "20mbit")
 	qdisc := func() string {
 		out, _ := e.client.Command("tc", "qdisc", "show", "dev", e.iface()).CombinedOutput()

@@ -20,8 +20,9 @@ import (
 
 // The shared daemon. Most of a daemon's start is the kernel verifying its
 // BPF programs, so the tests that check only what the API and the CLI
-// answer (validation, refusals, listings, runs) and measure nothing take a
-// daemon that is already running instead of starting their own: started by
+// answer (validation, refusals, listings, runs), or how the daemon repairs
+// its own kernel objects, and measure nothing take a daemon that is
+// already running instead of starting their own: started by
 // the first test that asks for it, stopped by TestMain (Tetragon's "load
 // once per test binary, reset between tests"). A test has it alone; its
 // cleanup puts the policy back as the daemon started (sharedDaemon.reset),
