@@ -35,6 +35,7 @@ const metricsAddr = "127.0.0.1:9464"
 // restart, and a kill -9 during writing leaves a database that opens
 // cleanly (integrity_check ok).
 func TestHistory(t *testing.T) {
+	parallel(t) // it counts bytes and records; it measures no rate
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
 		t.Fatal("prometheus not installed (scripts/install-deps.sh installs Debian's prometheus)")
