@@ -299,13 +299,19 @@ func TestBinaries(modRoot, dir string) error {
 }
 
 // CopyExecutable copies the binary at src to dst as a new file: a distinct
-// executable (its own inode) that exe rules can name.
+// executable (its own inode) that exe rules can name. The copy is written
+// holding syscall.ForkLock for reading, so that no process this program
+// starts meanwhile (a parallel test's) inherits the open file: running the
+// copy would then fail with "text file busy" until that process execs.
 func CopyExecutable(src, dst string) error {
 	data, err := os.ReadFile(src)
 	if err != nil {
 		return fmt.Errorf("copy executable %s: %w", src, err)
 	}
-	if err := os.WriteFile(dst, data, 0o755); err != nil {
+	syscall.ForkLock.RLock()
+	err = os.WriteFile(dst, data, 0o755)
+	syscall.ForkLock.RUnlock()
+	if err != nil {
 		return fmt.Errorf("copy executable to %s: %w", dst, err)
 	}
 	return nil
