@@ -140,12 +140,13 @@ func TestQSockets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Class != "bulk" || in.DSCP != 10 || in.Packets < 3 || in.TCP == nil {
+	// Class bulk is marked LE (DSCP 1, RFC 8622; docs/concepts.md).
+	if in.Class != "bulk" || in.DSCP != 1 || in.Packets < 3 || in.TCP == nil {
 		t.Errorf("Go qinfo after attach: %+v, want class bulk, at least 3 packets, TCP_INFO", in)
 	}
-	checkReattached(t, sn, 7403, 10)
+	checkReattached(t, sn, 7403, 1)
 	// hostqos qsock list: root sees it, nobody (not the owner) does not.
-	if out := e.hostqos("qsock", "list"); !regexp.MustCompile(`(?m)^\d+\s+0\s+bulk\s+10\s+fifo\s+\d+$`).MatchString(out) {
+	if out := e.hostqos("qsock", "list"); !regexp.MustCompile(`(?m)^\d+\s+0\s+bulk\s+1\s+fifo\s+\d+$`).MatchString(out) {
 		t.Errorf("hostqos qsock list as root does not show the Go qsocket:\n%s", out)
 	}
 	if out, err := e.userHostqos(uidNobody, "qsock", "list", "-o", "json"); err != nil || strings.TrimSpace(out) != "[]" {
