@@ -11,10 +11,6 @@ import (
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
-// never is an executable identity no file has: a rule whose app selector
-// resolves to nothing gets it, so that it matches nothing rather than all.
-var never = datapath.FileID{Dev: 0, Ino: 0}
-
 // Compile turns an expansion (of in) into what the kernel must hold: the
 // runtime view of its rules, their datapath rules (in evaluation order)
 // and the reservations they name, the shaper's inputs, and the plan of
@@ -87,8 +83,16 @@ func compileRules(in *Input, x *Expansion, p *policy.Policy, d *Desired) error {
 		if !runRule[r.Name] && !r.UserRun {
 			inherit = in.Runs
 		}
-		if err := resolveApp(in.Resolver, &dr, r, inherit, d); err != nil {
+		nothing, err := resolveApp(in.Resolver, &dr, r, inherit, d)
+		if err != nil {
 			return err
+		}
+		if nothing {
+			// Its app selector resolves to no file or cgroup: it matches
+			// nothing until one exists, so the datapath does not hold it
+			// (no identity or cgroup id stands for "none": 0 is what a
+			// socket without an executable or cgroup carries).
+			continue
 		}
 		switch r.Proto {
 		case "tcp":
@@ -199,13 +203,19 @@ func inPrio(p int) uint8 { return uint8(min(max(p, 0), 7)) }
 
 // resolveApp fills the app selectors of dr from r. The cgroup and unit
 // selectors also match the cgroups of the runs (of those given) that were
-// started inside the cgroups they name.
-func resolveApp(res Resolver, dr *datapath.Rule, r policy.Rule, runs []Run, d *Desired) error {
+// started inside the cgroups they name. nothing reports a selector that
+// resolves to no file or cgroup: the rule matches nothing now.
+func resolveApp(res Resolver, dr *datapath.Rule, r policy.Rule, runs []Run, d *Desired) (nothing bool, err error) {
 	var notes []string
+	defer func() {
+		if len(notes) > 0 {
+			d.Resolved[r.Name] = notes
+		}
+	}()
 	if r.Exe != "" {
 		ex, err := res.Exe(r.Exe)
 		if err != nil {
-			return fmt.Errorf("compile rule %q: %w", r.Name, err)
+			return false, fmt.Errorf("compile rule %q: %w", r.Name, err)
 		}
 		ids := ex.IDs
 		for i, u := range ex.Unresolved {
@@ -220,15 +230,12 @@ func resolveApp(res Resolver, dr *datapath.Rule, r policy.Rule, runs []Run, d *D
 		}
 		switch {
 		case len(ids) == 0 && len(ex.Unresolved) == 0 && ex.NotFiles > 0:
-			ids = []datapath.FileID{never}
 			notes = append(notes, fmt.Sprintf("exe: no file; %d directories or other non-files left out", ex.NotFiles))
 			d.Warnings = append(d.Warnings, fmt.Sprintf("rule %q: exe %s matches %d directories or other non-files and no file; a process's executable is a file: name the files (e.g. DIR/*/NAME)", r.Name, r.Exe, ex.NotFiles))
 		case len(ids) == 0 && len(ex.Unresolved) == 0:
-			ids = []datapath.FileID{never}
 			notes = append(notes, "exe: no such file yet")
 			d.Warnings = append(d.Warnings, fmt.Sprintf("rule %q: exe %s matches no file; the rule matches nothing until it exists", r.Name, r.Exe))
 		case len(ids) == 0:
-			ids = []datapath.FileID{never}
 		case ex.NotFiles > 0:
 			notes = append(notes, fmt.Sprintf("exe: %d file(s); %d directories or other non-files left out", len(ids), ex.NotFiles))
 		default:
@@ -238,6 +245,7 @@ func resolveApp(res Resolver, dr *datapath.Rule, r policy.Rule, runs []Run, d *D
 			notes = append(notes, "exe: "+ex.Shared+" is on a file system whose inode numbers repeat across subvolumes or layers (btrfs, overlayfs): a file with the same inode number in another subvolume or layer of it matches too")
 		}
 		dr.Exes = ids
+		nothing = len(ids) == 0
 	}
 	if r.Comm != "" {
 		dr.Comm = r.Comm
@@ -245,7 +253,7 @@ func resolveApp(res Resolver, dr *datapath.Rule, r policy.Rule, runs []Run, d *D
 	if r.User != "" {
 		uid, err := res.User(r.User)
 		if err != nil {
-			return fmt.Errorf("compile rule %q: resolve user %q: %w", r.Name, r.User, err)
+			return false, fmt.Errorf("compile rule %q: resolve user %q: %w", r.Name, r.User, err)
 		}
 		dr.UID = &uid
 	}
@@ -256,7 +264,7 @@ func resolveApp(res Resolver, dr *datapath.Rule, r policy.Rule, runs []Run, d *D
 	if r.Unit != "" {
 		found, err := res.Unit(r.Unit)
 		if err != nil {
-			return fmt.Errorf("compile rule %q: %w", r.Name, err)
+			return false, fmt.Errorf("compile rule %q: %w", r.Name, err)
 		}
 		if len(found) == 0 {
 			notes = append(notes, "unit: not running")
@@ -273,9 +281,6 @@ func resolveApp(res Resolver, dr *datapath.Rule, r policy.Rule, runs []Run, d *D
 				}
 			}
 			found = inside
-		}
-		if len(found) == 0 {
-			dr.Cgroups = []datapath.CgroupRef{{ID: 0, Level: 0}}
 		}
 		cgPaths = found
 	}
@@ -298,12 +303,9 @@ func resolveApp(res Resolver, dr *datapath.Rule, r policy.Rule, runs []Run, d *D
 		dr.Cgroups = append(dr.Cgroups, ref)
 	}
 	if (r.Cgroup != "" || r.Unit != "") && len(dr.Cgroups) == 0 {
-		dr.Cgroups = []datapath.CgroupRef{{ID: 0, Level: 0}}
+		nothing = true
 	}
-	if len(notes) > 0 {
-		d.Resolved[r.Name] = notes
-	}
-	return nil
+	return nothing, nil
 }
 
 // runsInside returns the cgroups of the runs whose process was moved out

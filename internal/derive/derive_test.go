@@ -389,8 +389,10 @@ func TestDeriveAppSelectors(t *testing.T) {
 	if r := rule(t, in, d, "app"); !reflect.DeepEqual(r.Exes, []datapath.FileID{{Dev: 8, Ino: 42}}) {
 		t.Errorf("exe: %v", r.Exes)
 	}
-	if r := rule(t, in, d, "gone"); !reflect.DeepEqual(r.Exes, []datapath.FileID{never}) {
-		t.Errorf("exe without a file: %v, want the identity no file has", r.Exes)
+	for _, r := range d.Datapath.Rules {
+		if int(r.Slot) == in.Slots.Rules["gone"] {
+			t.Errorf("a rule whose exe matches no file is in the datapath: %+v", r)
+		}
 	}
 	if r := rule(t, in, d, "db"); !reflect.DeepEqual(r.Cgroups, []datapath.CgroupRef{{ID: 77, Level: 2}}) {
 		t.Errorf("unit: cgroups %v (a run's cgroup that does not exist is skipped)", r.Cgroups)
@@ -404,6 +406,40 @@ func TestDeriveAppSelectors(t *testing.T) {
 	p.Rules = append(p.Rules, broken)
 	if _, err := Derive(testInput(p, nil)); err == nil || !strings.Contains(err.Error(), `rule "broken"`) {
 		t.Errorf("a resolution error that proves nothing must fail the derive: %v", err)
+	}
+}
+
+// TestDeriveLeavesOutWhatMatchesNothing: a rule whose app selector
+// resolves to no file or cgroup is not in the datapath: no identity or
+// cgroup id stands for "none" (exe 0:0 is what a socket of a task without
+// an executable carries, cgroup id 0 the datapath refuses), so a drop rule
+// of a program not installed yet drops nothing, and the policy applies.
+func TestDeriveLeavesOutWhatMatchesNothing(t *testing.T) {
+	p := basePolicy(policy.Link{Name: "eth0", EgressRate: 20e6})
+	noexe := udpRule("noexe")
+	noexe.Exe, noexe.Action = "/opt/not-yet/app", policy.ActionDrop
+	nocg := udpRule("nocg")
+	nocg.Cgroup, nocg.MaxBW = "/system.slice/gone.service", 1e6
+	nounit := udpRule("nounit")
+	nounit.Unit = "stopped.service"
+	other := udpRule("other")
+	other.Unit, other.Cgroup = "db.service", "/user.slice" // the unit is elsewhere
+	p.Rules = []policy.Rule{noexe, nocg, nounit, other, udpRule("plain")}
+	in := testInput(p, nil)
+	d, err := Derive(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Datapath.Rules) != 1 || int(d.Datapath.Rules[0].Slot) != in.Slots.Rules["plain"] {
+		t.Errorf("datapath rules %+v, want only rule plain", d.Datapath.Rules)
+	}
+	if len(d.Rules) != 0 {
+		t.Errorf("shaper rules %+v: a rule that matches nothing needs no leaf", d.Rules)
+	}
+	for _, name := range []string{"noexe", "nocg", "nounit"} {
+		if !strings.Contains(strings.Join(d.Warnings, "\n"), `rule "`+name+`"`) {
+			t.Errorf("no warning names rule %s: %q", name, d.Warnings)
+		}
 	}
 }
 

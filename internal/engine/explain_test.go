@@ -311,7 +311,11 @@ func TestExplainOrdinaryUser(t *testing.T) {
 	if x.FlowsTotal != 1 || x.App == nil || x.App.Exe != "" || x.App.Cgroup != "" || strings.Contains(fmt.Sprint(x), "/usr/bin/wget") {
 		t.Errorf("nobody's flow of a reused pid: app %+v, %+v", x.App, x)
 	}
-	// Another user's run is no rule of nobody's answer.
+	// Another user's run is no rule of nobody's answer. (Its cgroup
+	// exists: a rule of a cgroup that does not is in no datapath.)
+	if err := os.MkdirAll(filepath.Join(sk.FakeKernel.Root, "hostqos", "run-o1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.change(ctx, "test", func(_, temp *store.Overlay, _ *policy.Policy) error {
 		runOverlay(temp, "o1", 1001, false)
 		return nil

@@ -54,7 +54,13 @@ func TestUserRunEvaluatedAfterAdminRules(t *testing.T) {
 	if err := checkPolicy(m.Policy, "test"); err != nil {
 		t.Fatal(err)
 	}
-	c, slots, err := deriveForTest(m, t.TempDir())
+	cgRoot := t.TempDir() // the runs' cgroups exist (a rule of one that does not is in no datapath)
+	for _, id := range []string{"u1", "r1", "g1"} {
+		if err := os.MkdirAll(filepath.Join(cgRoot, "hostqos", "run-"+id), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, slots, err := deriveForTest(m, cgRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
