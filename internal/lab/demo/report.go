@@ -135,7 +135,7 @@ func (d *DefaultResult) writeTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "hostqos's own counters (hostqos stat rules): %s\n", strings.Join(parts, ", "))
 	}
-	fmt.Fprintf(w, "at the router's bottleneck (its class counters: bytes sent, packets dropped):\n  without hostqos: %s\n  with hostqos:    %s\n",
+	fmt.Fprintf(w, "at the router's bottleneck while the calls ran (its class counters: bytes sent, packets dropped):\n  without hostqos: %s\n  with hostqos:    %s\n",
 		routerLine(d.Without.Router), routerLine(d.With.Router))
 	fmt.Fprintf(w, "with hostqos: %s\n", strings.Join(s.Commands, "; "))
 	d.Verdict.write(w)

@@ -69,7 +69,7 @@ type RunResult struct {
 	CrossTrace []traffic.IntervalRate `json:"cross_trace"`
 	Rules      []api.RuleStat         `json:"hostqos_rule_counters,omitempty"`
 	// Router is what the router's DiffServ classes counted on the
-	// bottleneck during the run (bytes sent, packets dropped).
+	// bottleneck while the calls ran (bytes sent, packets dropped).
 	Router []testbed.DiffServClass `json:"router_classes"`
 }
 
@@ -188,10 +188,6 @@ func (r *runner) defaultRun(tb *testbed.Testbed, apps map[string]string, cross t
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
 	server, client, router := tb.Node("server"), tb.Node("client"), tb.Node("router")
-	routerBefore, err := router.DiffServStats("server")
-	if err != nil {
-		return RunResult{}, err
-	}
 	var voiceRec, crossRec *recorder
 	var vsink *traffic.Sink
 	var tsink *traffic.TCPSink
@@ -244,6 +240,20 @@ func (r *runner) defaultRun(tb *testbed.Testbed, apps map[string]string, cross t
 	if err := r.sleep(lead); err != nil {
 		return RunResult{}, err
 	}
+	// The router's counters are read while the calls run (lead to lead +
+	// Duration): the bottleneck's bytes then compare like with like, not
+	// the senders' start and end.
+	routerBefore, err := router.DiffServStats("server")
+	if err != nil {
+		return RunResult{}, err
+	}
+	var routerAfter []testbed.DiffServClass
+	routerDone := goSafe(func() (err error) {
+		if err = r.sleep(o.Duration); err == nil {
+			routerAfter, err = router.DiffServStats("server")
+		}
+		return err
+	})
 	voice, err := r.startApp(client, "voice-app", apps["voice-app"], "tool", "voice", "--mode", "oneway", "--to", voiceRec.addr().String(),
 		"--calls", strconv.Itoa(o.Calls), "--duration", o.Duration.String(), "-o", "json")
 	if err != nil {
@@ -262,7 +272,7 @@ func (r *runner) defaultRun(tb *testbed.Testbed, apps map[string]string, cross t
 		}
 	}
 	for what, ch := range map[string]<-chan error{"cross traffic": paretoDone, "voice receiver": voiceDone,
-		"cross receiver": crossDone, "video sink": videoSinkDone, "TCP sink": tcpSinkDone} {
+		"cross receiver": crossDone, "video sink": videoSinkDone, "TCP sink": tcpSinkDone, "router counters": routerDone} {
 		select {
 		case err := <-ch:
 			if err != nil {
@@ -271,10 +281,6 @@ func (r *runner) defaultRun(tb *testbed.Testbed, apps map[string]string, cross t
 		case <-ctx.Done():
 			return RunResult{}, ctx.Err()
 		}
-	}
-	routerAfter, err := router.DiffServStats("server")
-	if err != nil {
-		return RunResult{}, err
 	}
 	rr := RunResult{Name: name, HostQoS: name == "with hostqos", CrossTrace: pres.Trace, Router: diffServDelta(routerBefore, routerAfter)}
 	// Voice.
