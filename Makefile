@@ -12,6 +12,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X main.version=$(VERSION) $(EXTRA_LDFLAGS)
 # Test timeout per package; the whole suite stays well under 15 minutes.
 TEST_TIMEOUT ?= 600s
+TEST_PARALLEL ?= 8
 
 .PHONY: all build lib deps generate check-generated check-format test test-long test-unit vet fmt fuzz fuzz-ci bench demo unit completion install uninstall man deb test-deb clean
 
@@ -84,7 +85,9 @@ test test-long: export HOSTQOS_BIN := $(abspath $(BIN))
 # its tests import one of SERIAL_TESTS_RE) run one at a time (-p 1): they
 # measure rates and latencies and must not compete for the CPU. The other
 # packages (pure Go) run first, two at a time. Both groups always run; a
-# failure in either fails the target.
+# failure in either fails the target. Tests marked parallel (the
+# integration tests that measure nothing) run after a package's others,
+# TEST_PARALLEL at a time: they mostly wait for daemons and namespaces.
 SERIAL_TESTS_RE := hostqos/internal/(testutil|testbed|lab|traffic)|cilium/ebpf|vishvananda/netlink
 test: deps vet build check-generated check-format
 	@pkgs=$$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' $(PKGS)) || exit 1; \
@@ -93,8 +96,8 @@ test: deps vet build check-generated check-format
 	rc=0; \
 	echo "$(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) <the pure-Go packages>"; \
 	[ -z "$$unit" ] || $(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) $$unit || rc=1; \
-	echo "$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) <the kernel and traffic packages>"; \
-	[ -z "$$serial" ] || $(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) $$serial || rc=1; \
+	echo "$(GO) test -count=1 -p 1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) <the kernel and traffic packages>"; \
+	[ -z "$$serial" ] || $(GO) test -count=1 -p 1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $$serial || rc=1; \
 	exit $$rc
 
 # The long smoke tests, which make test skips (testutil.Long): the demo's

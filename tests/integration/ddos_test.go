@@ -104,7 +104,7 @@ func TestDropListAtXDP(t *testing.T) {
 	}
 
 	measured(t, "TCP rate under a listed flood", func(n int) (bool, string) {
-		base := e.upload(t, 3*time.Second)
+		base := e.upload(t, 2*time.Second)
 		before := e.blocks(t)[flooder.String()+"/32"]
 		lostBefore := vethDrops(t, e)
 		sink, endSink := e.clientUDPSink(t, netip.AddrPortFrom(clientV4.Addr(), uint16(9100+n)).String(), 12*time.Second)
@@ -113,13 +113,13 @@ func TestDropListAtXDP(t *testing.T) {
 			var s *traffic.SendResult
 			_ = e.server.Do(func() (err error) {
 				s, err = traffic.SendCBR(context.Background(), traffic.CBRConfig{To: netip.AddrPortFrom(clientV4.Addr(), uint16(9100+n)).String(),
-					From: netip.AddrPortFrom(flooder, 0).String(), Size: traffic.HeaderSize, PacketRate: 400_000, Duration: 4 * time.Second, DSCP: traffic.NoDSCP})
+					From: netip.AddrPortFrom(flooder, 0).String(), Size: traffic.HeaderSize, PacketRate: 400_000, Duration: 3 * time.Second, DSCP: traffic.NoDSCP})
 				return err
 			})
 			floodDone <- s
 		}()
 		time.Sleep(300 * time.Millisecond)
-		under := e.upload(t, 3*time.Second)
+		under := e.upload(t, 2*time.Second)
 		fs := waitResult(t, floodDone, 15*time.Second)
 		endSink()
 		got := waitResult(t, sink, 20*time.Second)
@@ -147,7 +147,7 @@ func TestDropListAtXDP(t *testing.T) {
 		var s *traffic.SendResult
 		if err := e.server.Do(func() (err error) {
 			s, err = traffic.SendCBR(context.Background(), traffic.CBRConfig{To: to, From: netip.AddrPortFrom(quarantineV4, 0).String(),
-				Size: payload, BitRate: 5_000_000, Duration: 4 * time.Second, DSCP: traffic.NoDSCP})
+				Size: payload, BitRate: 5_000_000, Duration: 3 * time.Second, DSCP: traffic.NoDSCP})
 			return err
 		}); err != nil {
 			t.Fatal(err)

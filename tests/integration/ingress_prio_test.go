@@ -57,7 +57,7 @@ func TestDownloadPriority(t *testing.T) {
 	e.hostqos("rule", "add", "voice", "--exe", self, "--proto", "udp", "--class", "voice")
 	bulk := appCopy(e, "bulkapp")
 
-	const dur = 5 * time.Second
+	const dur = 4 * time.Second
 	// What 20 Mbit/s of frames carry as TCP payload: 1448 of every 1514
 	// bytes (Ethernet, IPv4, TCP with timestamps).
 	const lineGoodput = 20e6 * 1448 / 1514

@@ -33,7 +33,7 @@ func TestPoliceLimitsUDP(t *testing.T) {
 			to := netip.AddrPortFrom(fam.addr, uint16(7200+10*i+n)).String()
 			sink, endSink := e.udpSinkEnd(to, 8*time.Second)
 			before := e.ruleStat("flood")
-			out := e.runApp(hostqosBin(), "tool", "udp-send", "--to", to, "--rate", "20mbit", "--size", fmt.Sprint(payload), "--duration", "4s", "-o", "json")
+			out := e.runApp(hostqosBin(), "tool", "udp-send", "--to", to, "--rate", "20mbit", "--size", fmt.Sprint(payload), "--duration", "3s", "-o", "json")
 			endSink()
 			var s traffic.SendResult
 			decodeLast(t, out, &s)

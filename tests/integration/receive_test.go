@@ -299,7 +299,7 @@ func TestDownloadLimitTCP(t *testing.T) {
 
 	idle := pingDuring(e, p, time.Second)()
 	t.Logf("idle path: ping p50 %.2f ms p99 %.2f ms", idle.RTT.P50, idle.RTT.P99)
-	const dur = 4 * time.Second
+	const dur = 3 * time.Second // 1 s of warm-up, 2 s measured
 	for i, rate := range []float64{2e6, 20e6, 200e6} {
 		if i > 0 {
 			e.hostqos("rule", "set", "dl", "--maxbw-in", fmt.Sprintf("%gmbit", rate/1e6))

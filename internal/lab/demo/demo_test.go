@@ -73,7 +73,7 @@ func checkFigures(t *testing.T, files []string) {
 }
 
 // TestDemoShort runs the default scenario end to end with the real daemon
-// (short: 8 s per run, 4 calls) and checks the acceptance ratios, the
+// (short: 6 s of calls per run, 4 calls) and checks the acceptance ratios, the
 // plots, and that nothing is left behind. A long test: make test-long.
 func TestDemoShort(t *testing.T) {
 	testutil.NeedRoot(t)
@@ -89,7 +89,7 @@ func TestDemoShort(t *testing.T) {
 	var res *Result
 	var created []string
 	testutil.Measured(t, "voice verdict", 3, func(int) (bool, string) {
-		r, err := Run(ctx, Options{Duration: 8 * time.Second, Calls: 4, OutDir: out, BinDir: bin, Progress: testWriter{t}})
+		r, err := Run(ctx, Options{Duration: 6 * time.Second, Calls: 4, OutDir: out, BinDir: bin, Progress: testWriter{t}})
 		if err != nil {
 			t.Fatal(err)
 		}
