@@ -89,7 +89,9 @@ test test-long: export HOSTQOS_BIN := $(abspath $(BIN))
 # integration tests that measure nothing) run after a package's others,
 # TEST_PARALLEL at a time: they mostly wait for daemons and namespaces.
 SERIAL_TESTS_RE := hostqos/internal/(testutil|testbed|lab|traffic)|cilium/ebpf|vishvananda/netlink
-test: deps vet build check-generated check-format
+# CI runs vet beside the tests (.ci/run: TEST_VET=).
+TEST_VET ?= vet
+test: deps $(TEST_VET) build check-generated check-format
 	@pkgs=$$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' $(PKGS)) || exit 1; \
 	unit=$$(echo "$$pkgs" | grep -Ev '$(SERIAL_TESTS_RE)' | cut -d' ' -f1); \
 	serial=$$(echo "$$pkgs" | grep -E '$(SERIAL_TESTS_RE)' | cut -d' ' -f1); \
