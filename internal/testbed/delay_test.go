@@ -40,7 +40,7 @@ func TestPathDelay(t *testing.T) {
 		var r *traffic.VoiceResult
 		err := client.Do(func() (err error) {
 			r, err = traffic.RunVoice(context.Background(), traffic.VoiceConfig{To: e.Addr().String(), Calls: 1, PacketRate: 100,
-				Duration: time.Second, DSCP: traffic.NoDSCP, Drain: 2 * time.Second})
+				Duration: time.Second, DSCP: traffic.NoDSCP, Drain: time.Second})
 			return err
 		})
 		stop()

@@ -389,14 +389,14 @@ func rssOf(t *testing.T, pid int) int {
 // HTB tree), nor keep root out, nor stop enforcement.
 func TestFloodHalfSentRequests(t *testing.T) {
 	fe := newFloodEnv(t, "")
-	fe.attack("hang", 4000, 4*time.Second, rssGrowthKiB)
+	fe.attack("hang", 4000, 3*time.Second, rssGrowthKiB)
 }
 
 // TestFloodIdleKeepAlive: connections that make one request and stay idle
 // with keep-alive are bounded the same way.
 func TestFloodIdleKeepAlive(t *testing.T) {
 	fe := newFloodEnv(t, "")
-	fe.attack("idle", 4000, 4*time.Second, rssGrowthKiB)
+	fe.attack("idle", 4000, 3*time.Second, rssGrowthKiB)
 }
 
 // TestFloodUnreadAnswers: clients that ask for a long answer (the rule
@@ -457,6 +457,7 @@ func TestFloodUnreadFlowStats(t *testing.T) {
 // TestStatFlowsMemory: answering `stat flows` on a full flow table (it used
 // to leave about 130 MB in the daemon) does not leave the daemon big.
 func TestStatFlowsMemory(t *testing.T) {
+	parallel(t)
 	e := newEnv(t)
 	e.startDaemon()
 	e.hostqos("link", "set", e.iface())

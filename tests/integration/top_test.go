@@ -19,6 +19,7 @@ import (
 // it, keeping the app's 4mbit ceiling; a limit typed as 2mbits is refused
 // on the prompt's line, saying why.
 func TestTopInTmux(t *testing.T) {
+	parallel(t)
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Fatal("tmux is not installed; run scripts/install-deps.sh")
 	}
