@@ -144,8 +144,12 @@ func TestGuaranteedShapingByFlowControl(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			// The app tries 3× R for 3 s.
-			const dur = 3 * time.Second
+			// The app tries 3× R for 3 s (the non-blocking one, held to
+			// nothing but EAGAIN, for 1 s).
+			dur := 3 * time.Second
+			if !blocking {
+				dur = time.Second
+			}
 			gap := time.Second * payload * 8 / (3 * R)
 			msg := make([]byte, payload)
 			var sent, eagain int
