@@ -475,7 +475,7 @@ func TestControlledLoad(t *testing.T) {
 		ClassID: shaper.RuleClassID(slot), Reservation: 4}}, Reservations: []Reservation{res}}); err != nil {
 		t.Fatal(err)
 	}
-	const dur = 3 * time.Second
+	const dur = 2 * time.Second
 
 	// Idle link.
 	got, stop := udpSink(t, b.p, 9500)
