@@ -89,6 +89,14 @@ test test-long: export HOSTQOS_BIN := $(abspath $(BIN))
 # integration tests that measure nothing) run after a package's others,
 # TEST_PARALLEL at a time: they mostly wait for daemons and namespaces.
 SERIAL_TESTS_RE := hostqos/internal/(testutil|testbed|lab|traffic)|cilium/ebpf|vishvananda/netlink
+# The integration tests run in two processes side by side: the measuring
+# tests that send at most 20 Mbit/s and take little CPU (PAIRED_TESTS_RE)
+# one at a time in one, everything else (the measuring tests one at a
+# time, then the measurement-free ones TEST_PARALLEL at a time) in the
+# other. A test that sends faster, floods, or times anything finer than
+# a rate belongs to the second.
+INTEGRATION_PKG := github.com/hostqos/hostqos/tests/integration
+PAIRED_TESTS_RE := ^(TestPoliceLimitsUDP|TestVoicePriorityUnderBulk|TestMinBWSharesSaturatedLink|TestMaxBWLimitsTCPGoodput|TestControlledLoadReservation|TestGuaranteedReservationFlowControl|TestKill9KeepsEnforcing|TestQuotaLimitsApp|TestDownloadLimitUDP|TestReservations|TestRuleAppliesToOpenConnection|TestSocketsOpenBeforeDaemonStart)$$
 # CI runs vet beside the tests (.ci/run: TEST_VET=).
 TEST_VET ?= vet
 test: deps $(TEST_VET) build check-generated check-format
@@ -98,8 +106,16 @@ test: deps $(TEST_VET) build check-generated check-format
 	rc=0; \
 	echo "$(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) <the pure-Go packages>"; \
 	[ -z "$$unit" ] || $(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) $$unit || rc=1; \
-	echo "$(GO) test -count=1 -p 1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) <the kernel and traffic packages>"; \
-	[ -z "$$serial" ] || $(GO) test -count=1 -p 1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $$serial || rc=1; \
+	rest=$$(echo "$$serial" | grep -vx '$(INTEGRATION_PKG)'); \
+	echo "$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) <the kernel and traffic packages>"; \
+	[ -z "$$rest" ] || $(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) $$rest || rc=1; \
+	if echo "$$serial" | grep -qx '$(INTEGRATION_PKG)'; then \
+		echo "$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -skip '$(PAIRED_TESTS_RE)' ./tests/integration &"; \
+		$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -skip '$(PAIRED_TESTS_RE)' ./tests/integration & it=$$!; \
+		echo "$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(PAIRED_TESTS_RE)' ./tests/integration"; \
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(PAIRED_TESTS_RE)' ./tests/integration || rc=1; \
+		wait $$it || rc=1; \
+	fi; \
 	exit $$rc
 
 # The long smoke tests, which make test skips (testutil.Long): the demo's
