@@ -250,6 +250,15 @@ type Counter struct {
 	PktRate float64 `json:"rate_pps"` // packets per second
 }
 
+// Add adds o's counts and rates to c (an app's sum of its flows).
+func (c *Counter) Add(o Counter) {
+	c.Packets += o.Packets
+	c.Bytes += o.Bytes
+	c.Drops += o.Drops
+	c.RateBps += o.RateBps
+	c.PktRate += o.PktRate
+}
+
 // RuleStat is one row of GET /v1/stats/rules. The embedded Counter is the
 // sent side (egress: drops are drop rules and policers), In the received
 // side (TC ingress: drops are what a download limit dropped, UDP only).

@@ -207,16 +207,8 @@ func (m *topModel) update(flows []api.FlowStat, rules []api.RuleInfo, at time.Ti
 			apps = append(apps, a)
 		}
 		a.Flows = append(a.Flows, f)
-		a.Packets += f.Packets
-		a.Bytes += f.Bytes
-		a.Drops += f.Drops
-		a.RateBps += f.RateBps
-		a.PktRate += f.PktRate
-		a.In.Packets += f.In.Packets
-		a.In.Bytes += f.In.Bytes
-		a.In.Drops += f.In.Drops
-		a.In.RateBps += f.In.RateBps
-		a.In.PktRate += f.In.PktRate
+		a.Counter.Add(f.Counter)
+		a.In.Add(f.In)
 		if f.Rule != "" && !contains(a.Rules, f.Rule) {
 			a.Rules = append(a.Rules, f.Rule)
 		}

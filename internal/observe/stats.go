@@ -362,16 +362,8 @@ func (s *sampler) appStats(v RuleView, uid int64) ([]api.AppStat, error) {
 			order = append(order, f.PID)
 		}
 		a.Flows++
-		a.Packets += f.Packets
-		a.Bytes += f.Bytes
-		a.Drops += f.Drops
-		a.RateBps += f.RateBps
-		a.PktRate += f.PktRate
-		a.In.Packets += f.In.Packets
-		a.In.Bytes += f.In.Bytes
-		a.In.Drops += f.In.Drops
-		a.In.RateBps += f.In.RateBps
-		a.In.PktRate += f.In.PktRate
+		a.Counter.Add(f.Counter)
+		a.In.Add(f.In)
 		if f.Rule != "" && !contains(a.Rules, f.Rule) {
 			a.Rules = append(a.Rules, f.Rule)
 		}

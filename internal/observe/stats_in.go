@@ -77,11 +77,7 @@ func (s *sampler) classIn(rs []api.RuleStat, k Kernel) map[string]api.Counter {
 	out := map[string]api.Counter{}
 	add := func(class string, c api.Counter) {
 		t := out[class]
-		t.Packets += c.Packets
-		t.Bytes += c.Bytes
-		t.Drops += c.Drops
-		t.RateBps += c.RateBps
-		t.PktRate += c.PktRate
+		t.Add(c)
 		out[class] = t
 	}
 	for _, r := range rs {
