@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,7 +76,7 @@ When standard output is not a terminal, top prints 'hostqos stat apps' once
 }
 
 func (o *topOptions) run() error {
-	if !contains(topSorts, o.sort) {
+	if !slices.Contains(topSorts, o.sort) {
 		return usagef("flag --sort = %q: want %s", o.sort, strings.Join(topSorts, ", "))
 	}
 	cl := o.client()
@@ -102,15 +103,6 @@ func (o *topOptions) run() error {
 	defer scr.Fini()
 	m := &topModel{sort: o.sort, filter: o.filter, open: map[uint32]bool{}, iface: o.iface()}
 	return m.loop(scr, cl, o.interval)
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // topApp is one app of the view: a process and its flows.
@@ -209,7 +201,7 @@ func (m *topModel) update(flows []api.FlowStat, rules []api.RuleInfo, at time.Ti
 		a.Flows = append(a.Flows, f)
 		a.Counter.Add(f.Counter)
 		a.In.Add(f.In)
-		if f.Rule != "" && !contains(a.Rules, f.Rule) {
+		if f.Rule != "" && !slices.Contains(a.Rules, f.Rule) {
 			a.Rules = append(a.Rules, f.Rule)
 		}
 	}
@@ -275,7 +267,7 @@ func (m *topModel) sortApps() {
 // rules in evaluation order), if any.
 func (m *topModel) decision(a topApp) (api.RuleInfo, bool) {
 	for _, name := range m.order {
-		if contains(a.Rules, name) {
+		if slices.Contains(a.Rules, name) {
 			return m.rules[name], true
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -64,7 +65,7 @@ func Find(path string) ([]Block, error) {
 		case fence == "" && (strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~")):
 			fence = trimmed[:3]
 			info := strings.Fields(strings.TrimLeft(trimmed, "`~"))
-			if len(info) >= 2 && contains(info[1:], Marker) {
+			if len(info) >= 2 && slices.Contains(info[1:], Marker) {
 				cur = &Block{File: path, Line: n, Lang: info[0]}
 				code.Reset()
 			}
@@ -87,15 +88,6 @@ func Find(path string) ([]Block, error) {
 		return nil, fmt.Errorf("%s: block opened at line %d is never closed", path, cur.Line)
 	}
 	return out, nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // Docs are the markdown files of the repository at root that hold code a

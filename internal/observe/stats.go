@@ -3,6 +3,7 @@ package observe
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -364,7 +365,7 @@ func (s *sampler) appStats(v RuleView, uid int64) ([]api.AppStat, error) {
 		a.Flows++
 		a.Counter.Add(f.Counter)
 		a.In.Add(f.In)
-		if f.Rule != "" && !contains(a.Rules, f.Rule) {
+		if f.Rule != "" && !slices.Contains(a.Rules, f.Rule) {
 			a.Rules = append(a.Rules, f.Rule)
 		}
 	}
@@ -374,15 +375,6 @@ func (s *sampler) appStats(v RuleView, uid int64) ([]api.AppStat, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Bytes+out[i].In.Bytes > out[j].Bytes+out[j].In.Bytes })
 	return out, nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // exited reports whether process pid has exited, asking the kernel once
