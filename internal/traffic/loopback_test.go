@@ -68,7 +68,13 @@ func TestSinkCountsLossFromFIN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The sender is waited for before the test ends: the FIN copies the
+	// sink no longer reads must not reach a later test's socket that
+	// happens to get the same port.
+	sent := make(chan struct{})
+	defer func() { <-sent }()
 	go func() {
+		defer close(sent)
 		c, err := dialUDP(ctx, sink.Addr().String(), "", 10)
 		if err != nil {
 			t.Error(err)
