@@ -16,7 +16,7 @@
  */
 enum hq_limits {
 	/* Layout version of the pinned maps; bump on any layout change. */
-	HQ_ABI_VERSION = 11,
+	HQ_ABI_VERSION = 12,
 	/*
 	 * Rule slots, and rules per policy buffer. internal/policy's MaxRules
 	 * and MaxAppRules are these (a test keeps them equal).
@@ -78,6 +78,28 @@ enum hq_limits {
 	HQ_QSCHED_BANDS = 8,
 	/* Bits of a DWCS loss window (old <= 1000). */
 	HQ_DWCS_WINDOW = 1024,
+	/*
+	 * Containers: network namespaces whose sockets get an identity
+	 * (hq_cnetns) and host-side veths with a container's identity
+	 * (hq_veth).
+	 */
+	HQ_MAX_CONTAINERS = 4096,
+	/*
+	 * A container's key in the cgroup selector map (hq_cg): its number
+	 * (hq_ident.ctr) with bit HQ_CTR_KEY_SHIFT set, which no cgroup id
+	 * has.
+	 */
+	HQ_CTR_KEY_SHIFT = 63,
+	/*
+	 * skb->tc_index of a container's packet classified at its veth:
+	 * HQ_TCI_CLASSIFIED | the minor of its HTB class under HQ_HTB_MAJOR
+	 * (0: leave skb->priority). The managed link it leaves by sets the
+	 * class and neither counts nor marks it again.
+	 */
+	HQ_TCI_CLASSIFIED = 0x8000,
+	HQ_TCI_MINOR = 0x7fff,
+	/* Major number of hostqos's HTB root qdisc ("HQ", shaper.Handle). */
+	HQ_HTB_MAJOR = 0x4851,
 };
 
 #define HQ_CG_LEVEL_WALK 32 /* bound of the walk that finds the own level */
@@ -147,7 +169,11 @@ struct hq_ident {
 	 * socket cookie it was registered with; written by the daemon.
 	 */
 	__u32 qsock;
-	__u32 qsock_pad;
+	/*
+	 * The container whose network namespace the socket was made in
+	 * (hq_cnetns), 0 = the daemon's namespace.
+	 */
+	__u32 ctr;
 	__u64 qcookie;
 };
 
@@ -351,6 +377,12 @@ struct hq_flow {
 	__u32 in_epoch;
 	/* Link ingress budget: the hq_link_in epoch (+1) it was counted in. */
 	__u32 lin_epoch;
+	/*
+	 * A container's flow: the ifindex of the host-side veth its packets
+	 * are classified and counted at (0: a flow of the host's own).
+	 */
+	__u32 veth;
+	__u32 veth_pad;
 };
 
 /*
@@ -643,6 +675,8 @@ struct hq_buf {
 struct hq_state {
 	__u32 gen;
 	__u32 in_links; /* links with an ingress budget (hq_link_in) */
+	__u32 veths;	/* containers' veths (hq_veth) */
+	__u32 state_pad;
 	/* coarse ns - jiffies * tick ns, measured once; 0 = not yet */
 	__u64 clock_base;
 	struct hq_buf buf[2];

@@ -168,6 +168,9 @@ type Flow struct {
 	PID  uint32 // owning process (tgid) at socket birth, 0 = unknown/forwarded
 	Comm string
 	UID  uint32
+	// Veth is the ifindex of the host-side veth a container's flow is
+	// classified at (0: a flow of the host's own).
+	Veth int
 	Counters
 	FirstSeenNS uint64 // bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC, tick resolution) at first packet
 	LastSeenNS  uint64 // same clock, at the latest packet
@@ -184,6 +187,9 @@ type Identity struct {
 	Comm    string
 	Exe     FileID
 	Cgroups []uint64 // ancestor cgroup ids by level: Cgroups[0] = root ... Cgroups[n] = own
+	// Container is the number of the container the socket was made in
+	// (SetContainerNetns), 0 for the daemon's own namespace.
+	Container uint32
 }
 
 // Stats are the datapath's own health counters (things it could not do).

@@ -61,6 +61,8 @@ type Datapath struct {
 	hooks  []link.Link // session hooks (connect, sendmsg, sock_release)
 	tcx    map[int]link.Link
 	tcxIn  map[int]link.Link // ingress classifier links (ingress.go)
+	// Container veth classifier links (veth.go): TCX ingress, egress.
+	tcxVethIn, tcxVethOut map[int]link.Link
 	// inLast is the download limit last written per rule slot (nil =
 	// unknown); guarded by mu.
 	inLast map[uint16]inLimit
@@ -133,6 +135,9 @@ func Open(opts Options) (_ *Datapath, err error) {
 		log:   log.With("component", "datapath"),
 		tcx:   map[int]link.Link{},
 		tcxIn: map[int]link.Link{},
+
+		tcxVethIn:  map[int]link.Link{},
+		tcxVethOut: map[int]link.Link{},
 	}
 	defer func() {
 		if err != nil {
@@ -365,6 +370,8 @@ func (d *Datapath) adoptTCX() error {
 	}{
 		{d.egressLinks(), d.tcx, d.egressProgram},
 		{d.ingressLinks(), d.tcxIn, d.ingressProgram},
+		{d.vethInLinks(), d.tcxVethIn, func(int) (*ebpf.Program, error) { return d.vethProgram(false) }},
+		{d.vethOutLinks(), d.tcxVethOut, func(int) (*ebpf.Program, error) { return d.vethProgram(true) }},
 	} {
 		err := k.links.Adopt(d.log, func(ifindex int, path string, l link.Link) error {
 			prog, err := k.pick(ifindex)
@@ -527,6 +534,7 @@ func identToBPF(id Identity) hostqosHqIdent {
 		Uid:    id.UID,
 		ExeIno: id.Exe.Ino,
 		ExeDev: id.Exe.Dev,
+		Ctr:    id.Container,
 	}
 	putComm(&v.Comm, id.Comm)
 	if n := len(id.Cgroups); n > 0 {
@@ -545,6 +553,8 @@ func identFromBPF(v *hostqosHqIdent) Identity {
 		UID:  v.Uid,
 		Comm: commString(&v.Comm),
 		Exe:  FileID{Dev: v.ExeDev, Ino: v.ExeIno},
+
+		Container: v.Ctr,
 	}
 	n := int(v.CgLevel) + 1
 	for i := 0; i < n && i < cgLevels; i++ {
@@ -687,9 +697,11 @@ func (d *Datapath) Close() error {
 		l.Close()
 		delete(d.tcx, i)
 	}
-	for i, l := range d.tcxIn {
-		l.Close()
-		delete(d.tcxIn, i)
+	for _, m := range []map[int]link.Link{d.tcxIn, d.tcxVethIn, d.tcxVethOut} {
+		for i, l := range m {
+			l.Close()
+			delete(m, i)
+		}
 	}
 	for _, it := range []**link.Iter{&d.flowIter4, &d.flowIter6, &d.ctrIter} {
 		if *it != nil {

@@ -136,6 +136,7 @@ type flowRec struct {
 	rule    int
 	gen     uint32 // the entry's policy generation
 	pid     uint32
+	veth    uint32
 	uid     uint32
 	comm    string
 	firstNS uint64
@@ -216,6 +217,7 @@ func (r *FlowReader) rec(k *hostqosHqFlowKey, v *hostqosHqFlow) flowRec {
 		rule:    -1,
 		gen:     v.Gen,
 		pid:     v.Tgid,
+		veth:    v.Veth,
 		uid:     v.Uid,
 		comm:    comm,
 		firstNS: v.FirstNs,
@@ -232,6 +234,7 @@ func (m *fctrMem) flow(fr *flowRec, gen uint32, f *Flow) {
 	f.Key = fr.key
 	f.RuleSlot, f.Gen = fr.rule, fr.gen
 	f.PID, f.UID, f.Comm = fr.pid, fr.uid, fr.comm
+	f.Veth = int(fr.veth)
 	f.FirstSeenNS = fr.firstNS
 	f.Ref = fr.ref
 	var c FlowCounters

@@ -15,7 +15,8 @@
  * hq_sock_create     cgroup/sock_create,       stores the creating task's
  *                    the cgroup root           identity with every IPv4 or
  *                                              IPv6 socket of the daemon's
- *                                              network namespace
+ *                                              network namespace and its
+ *                                              containers'
  * hq_connect4/6      cgroup/connect4/6,        binds a socket the policy
  *                    the cgroup root           puts under a reservation
  *                                              (EPERM over its session
@@ -38,6 +39,12 @@
  *                                              limits and ingress budgets
  * hq_tc_ingress_l3   tc, the same, links       the same, for packets without
  *                    without an L2 header      an Ethernet header
+ * hq_veth_in         tc, TCX ingress (or       a container's packets at the
+ *                    clsact) of a container's  host side of its veth: as
+ *                    host-side veth            hq_tc_egress, the HTB class
+ *                                              handed on in skb->tc_index
+ * hq_veth_out        tc, TCX egress (or        what a container receives:
+ *                    clsact) of that veth      as hq_tc_ingress
  * hq_forget_flows    syscall, run by the       marks one socket's flows to
  *                    daemon (test-run)         be evaluated again
  * hq_iter_bind_tcp   iter/tcp, iter/udp,       bind the sockets opened
@@ -98,6 +105,10 @@
  *                                (limit), programs (estimator, policer)
  * hq_link_in         rxlimit.h   ingress budget by ifindex; daemon (rate),
  *                                programs (levels)
+ * hq_cnetns          ident.h     containers' network namespaces (cookie ->
+ *                                container number); daemon
+ * hq_veth            ident.h     a container's identity by the ifindex of
+ *                                its host-side veth; daemon
  */
 #include "bpf/common.h"
 #include "bpf/parse.h"
@@ -139,14 +150,22 @@ int hq_sock_create(struct bpf_sock *ctx)
 {
 	struct task_struct *task;
 	struct hq_ident *id;
-	__u64 own, cg;
-	__u32 l;
+	__u64 own, cg, ns;
+	__u32 l, ctr = 0, *c;
 
-	/* Other network namespaces belong to other daemons (or nobody). */
-	if (bpf_get_netns_cookie(ctx) != hq_netns_cookie)
-		return 1;
 	if (ctx->family != AF_INET && ctx->family != AF_INET6)
 		return 1;
+	/*
+	 * Other network namespaces belong to other daemons (or nobody), but
+	 * for the containers this daemon found (their veths lead here).
+	 */
+	ns = bpf_get_netns_cookie(ctx);
+	if (ns != hq_netns_cookie) {
+		c = bpf_map_lookup_elem(&hq_cnetns, &ns);
+		if (!c)
+			return 1;
+		ctr = *c;
+	}
 
 	id = bpf_sk_storage_get(&hq_sk_ident, ctx, 0,
 				BPF_SK_STORAGE_GET_F_CREATE);
@@ -158,6 +177,7 @@ int hq_sock_create(struct bpf_sock *ctx)
 		return 1;
 	}
 
+	id->ctr = ctr;
 	id->tgid = bpf_get_current_pid_tgid() >> 32;
 	id->uid = (__u32)bpf_get_current_uid_gid();
 	bpf_get_current_comm(id->comm, sizeof(id->comm));
@@ -319,6 +339,7 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 			resv_bind_skb(skb, &key, nf, id, p->gen);
 			resv_flow_class(skb, nf, p->gen);
 		}
+		nf->veth = p->veth;
 		if (!f) {
 			nf->first_ns = p->now;
 			nf->base_last_ns = p->now;
@@ -376,6 +397,7 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 			f->tgid = nf->tgid;
 			f->uid = nf->uid;
 			__builtin_memcpy(f->comm, nf->comm, HQ_COMM_LEN);
+			f->veth = nf->veth;
 			f->gen = p->gen;
 		}
 	}
@@ -410,7 +432,19 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 	return res;
 }
 
-static __always_inline int egress(struct __sk_buff *skb, __u32 off)
+/*
+ * The egress classifier of a managed link (veth = 0), or of a container's
+ * packets at the host side of its veth (veth = 1: TCX ingress there, the
+ * container's egress), which counts, polices and marks them there and
+ * hands the HTB class to the managed link they leave by in skb->tc_index
+ * (HQ_TCI_CLASSIFIED): crossing into the host's namespace clears
+ * skb->mark and skb->priority, and forwarding sets the priority from the
+ * TOS, but the tc_index of a packet stays. A container's packet is
+ * classified with its socket's identity where the socket was made in the
+ * container, else with the veth's (hq_veth).
+ */
+static __always_inline int egress(struct __sk_buff *skb, __u32 off,
+				  const int veth)
 {
 	struct hq_pkt p; /* parse writes every byte the lookup reads */
 	struct hq_flow *f;
@@ -424,6 +458,13 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 	st = stats();
 	if (st)
 		st->packets++;
+	if (!veth && (skb->tc_index & HQ_TCI_CLASSIFIED)) {
+		/* Classified, counted and marked at its container's veth. */
+		classid = skb->tc_index & HQ_TCI_MINOR;
+		if (classid)
+			skb->priority = HQ_HTB_MAJOR << 16 | classid;
+		return HQ_TC_NEXT;
+	}
 
 	ret = parse(skb, off, &p);
 	if (ret) {
@@ -431,6 +472,8 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 			st->parse_errors++;
 		return HQ_TC_NEXT;
 	}
+	if (veth)
+		p.veth = skb->ifindex;
 
 	/*
 	 * Bytes counted = skb->len: the frame as the qdisc sees it, i.e. the
@@ -455,7 +498,11 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off)
 			goto classified;
 		}
 	}
-	res = hq_flow_slow(skb, skb_ident(skb, stats()), &p, f, 0);
+	if (veth)
+		res = hq_flow_slow(skb, veth_ident(p.veth, skb_ident(skb, st)),
+				   &p, f, 0);
+	else
+		res = hq_flow_slow(skb, skb_ident(skb, st), &p, f, 0);
 	f = NULL;
 
 classified:
@@ -495,8 +542,14 @@ classified:
 		if (idx)
 			classid = idx;
 	}
-	if (classid)
+	if (veth) {
+		/* Only a class of hostqos's HTB tree can be handed on. */
+		if ((classid >> 16) != HQ_HTB_MAJOR)
+			classid = 0;
+		skb->tc_index = HQ_TCI_CLASSIFIED | (classid & HQ_TCI_MINOR);
+	} else if (classid) {
 		skb->priority = classid;
+	}
 	if (dscp >= 0 && (__u8)dscp != p.dscp_in)
 		set_dscp(skb, off, p.key.family, dscp & 0x3f);
 	return HQ_TC_NEXT;
@@ -506,14 +559,21 @@ classified:
 SEC("tc")
 int hq_tc_egress(struct __sk_buff *skb)
 {
-	return egress(skb, ETH_HLEN);
+	return egress(skb, ETH_HLEN, 0);
 }
 
 /* For devices without a link-layer header (tun, wireguard, ipip). */
 SEC("tc")
 int hq_tc_egress_l3(struct __sk_buff *skb)
 {
-	return egress(skb, 0);
+	return egress(skb, 0, 0);
+}
+
+/* A container's packets, at the TCX ingress of its host-side veth. */
+SEC("tc")
+int hq_veth_in(struct __sk_buff *skb)
+{
+	return egress(skb, ETH_HLEN, 1);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -527,7 +587,15 @@ int hq_tc_egress_l3(struct __sk_buff *skb)
  * and rule, and applies the rule's download limit: UDP over the limit is
  * dropped and counted. Fails open: whatever cannot be done passes.
  */
-static __always_inline int ingress(struct __sk_buff *skb, __u32 off)
+/*
+ * veth = 1: the packets a container receives, at the TCX egress of its
+ * host-side veth. They are counted and limited there and not on the
+ * managed link they arrived by (a flow that is a container's, f->veth,
+ * passes that link's ingress untouched; what the host NATs reaches it
+ * under the host's address and counts as the host's).
+ */
+static __always_inline int ingress(struct __sk_buff *skb, __u32 off,
+				   const int veth)
 {
 	struct hq_pkt p; /* parse writes every byte the lookup reads */
 	struct hq_flow *f;
@@ -551,10 +619,22 @@ static __always_inline int ingress(struct __sk_buff *skb, __u32 off)
 	p.len = skb->len;
 	p.gen = *(volatile __u32 *)&hq_policy.gen;
 	p.now = coarse_ns();
+	if (veth)
+		p.veth = skb->ifindex;
 
 	f = flow_get(&p);
+	if (!veth && f && f->veth)
+		return HQ_TC_NEXT; /* a container's: counted at its veth */
+	if (!veth && !f && *(volatile __u32 *)&hq_policy.veths &&
+	    hq_to_container(skb, &p))
+		return HQ_TC_NEXT;
 	if (!f || f->gen != p.gen) {
-		res = hq_flow_slow(skb, in_ident(skb, &p, st), &p, f, 1);
+		if (veth)
+			res = hq_flow_slow(skb, veth_ident(p.veth, NULL), &p, f,
+					   1);
+		else
+			res = hq_flow_slow(skb, in_ident(skb, &p, st), &p, f,
+					   1);
 		f = flow_get(&p);
 	} else {
 		res = pack_result(f);
@@ -570,7 +650,7 @@ static __always_inline int ingress(struct __sk_buff *skb, __u32 off)
 	if (slot < HQ_MAX_RULES)
 		drop = hq_in_limit(skb, slot, p.l4off, p.key.proto, f);
 	/* The call only where some link has an ingress budget. */
-	if (!drop && *(volatile __u32 *)&hq_policy.in_links)
+	if (!veth && !drop && *(volatile __u32 *)&hq_policy.in_links)
 		drop = hq_link_in_charge(skb, slot, p.key.proto, f);
 	if (slot < HQ_MAX_RULES) {
 		if (st)
@@ -608,14 +688,21 @@ static __always_inline int ingress(struct __sk_buff *skb, __u32 off)
 SEC("tc")
 int hq_tc_ingress(struct __sk_buff *skb)
 {
-	return ingress(skb, ETH_HLEN);
+	return ingress(skb, ETH_HLEN, 0);
 }
 
 /* For devices without a link-layer header (tun, wireguard, ipip). */
 SEC("tc")
 int hq_tc_ingress_l3(struct __sk_buff *skb)
 {
-	return ingress(skb, 0);
+	return ingress(skb, 0, 0);
+}
+
+/* What a container receives, at the TCX egress of its host-side veth. */
+SEC("tc")
+int hq_veth_out(struct __sk_buff *skb)
+{
+	return ingress(skb, ETH_HLEN, 1);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -130,6 +130,8 @@ type hostqosHqFlow struct {
 	BaseRxDrops   uint64
 	InEpoch       uint32
 	LinEpoch      uint32
+	Veth          uint32
+	VethPad       uint32
 }
 
 type hostqosHqFlowKey struct {
@@ -168,18 +170,18 @@ type hostqosHqForget struct {
 }
 
 type hostqosHqIdent struct {
-	_        structs.HostLayout
-	Tgid     uint32
-	Uid      uint32
-	ExeIno   uint64
-	ExeDev   uint32
-	CgLevel  uint32
-	CgOwn    uint64
-	Cg       [8]uint64
-	Comm     [16]int8
-	Qsock    uint32
-	QsockPad uint32
-	Qcookie  uint64
+	_       structs.HostLayout
+	Tgid    uint32
+	Uid     uint32
+	ExeIno  uint64
+	ExeDev  uint32
+	CgLevel uint32
+	CgOwn   uint64
+	Cg      [8]uint64
+	Comm    [16]int8
+	Qsock   uint32
+	Ctr     uint32
+	Qcookie uint64
 }
 
 type hostqosHqIn struct {
@@ -201,7 +203,7 @@ type hostqosHqIn struct {
 type hostqosHqLimits uint32
 
 const (
-	hostqosHqLimitsHQ_ABI_VERSION        hostqosHqLimits = 11
+	hostqosHqLimitsHQ_ABI_VERSION        hostqosHqLimits = 12
 	hostqosHqLimitsHQ_MAX_RULES          hostqosHqLimits = 16384
 	hostqosHqLimitsHQ_MAX_APP_RULES      hostqosHqLimits = 2048
 	hostqosHqLimitsHQ_BITMAP_WORDS       hostqosHqLimits = 32
@@ -228,6 +230,11 @@ const (
 	hostqosHqLimitsHQ_MAX_QSCHED_LINKS   hostqosHqLimits = 256
 	hostqosHqLimitsHQ_QSCHED_BANDS       hostqosHqLimits = 8
 	hostqosHqLimitsHQ_DWCS_WINDOW        hostqosHqLimits = 1024
+	hostqosHqLimitsHQ_MAX_CONTAINERS     hostqosHqLimits = 4096
+	hostqosHqLimitsHQ_CTR_KEY_SHIFT      hostqosHqLimits = 63
+	hostqosHqLimitsHQ_TCI_CLASSIFIED     hostqosHqLimits = 32768
+	hostqosHqLimitsHQ_TCI_MINOR          hostqosHqLimits = 32767
+	hostqosHqLimitsHQ_HTB_MAJOR          hostqosHqLimits = 18513
 )
 
 type hostqosHqLinkIn struct {
@@ -428,6 +435,8 @@ type hostqosHqState struct {
 	_         structs.HostLayout
 	Gen       uint32
 	InLinks   uint32
+	Veths     uint32
+	StatePad  uint32
 	ClockBase uint64
 	Buf       [2]struct {
 		_       structs.HostLayout
@@ -454,6 +463,7 @@ type hostqosHqState struct {
 			W [32]uint64
 		}
 	}
+	_         [56]byte
 	Fcursor   uint64
 	_         [56]byte
 	RefuseSeq uint64
@@ -557,6 +567,7 @@ const (
 	hostqosMapHqAppidx        = "hq_appidx"
 	hostqosMapHqBind          = "hq_bind"
 	hostqosMapHqCg            = "hq_cg"
+	hostqosMapHqCnetns        = "hq_cnetns"
 	hostqosMapHqComm          = "hq_comm"
 	hostqosMapHqExe           = "hq_exe"
 	hostqosMapHqFctr          = "hq_fctr"
@@ -582,6 +593,7 @@ const (
 	hostqosMapHqTss           = "hq_tss"
 	hostqosMapHqTuples        = "hq_tuples"
 	hostqosMapHqUid           = "hq_uid"
+	hostqosMapHqVeth          = "hq_veth"
 	hostqosProgHqConnect4     = "hq_connect4"
 	hostqosProgHqConnect6     = "hq_connect6"
 	hostqosProgHqForgetFlows  = "hq_forget_flows"
@@ -598,6 +610,8 @@ const (
 	hostqosProgHqTcEgressL3   = "hq_tc_egress_l3"
 	hostqosProgHqTcIngress    = "hq_tc_ingress"
 	hostqosProgHqTcIngressL3  = "hq_tc_ingress_l3"
+	hostqosProgHqVethIn       = "hq_veth_in"
+	hostqosProgHqVethOut      = "hq_veth_out"
 	hostqosVarHqBounded       = "hq_bounded"
 	hostqosVarHqFctrN         = "hq_fctr_n"
 	hostqosVarHqMptcp         = "hq_mptcp"
@@ -677,6 +691,8 @@ type hostqosProgramSpecs struct {
 	HqTcEgressL3  *ebpf.ProgramSpec `ebpf:"hq_tc_egress_l3"`
 	HqTcIngress   *ebpf.ProgramSpec `ebpf:"hq_tc_ingress"`
 	HqTcIngressL3 *ebpf.ProgramSpec `ebpf:"hq_tc_ingress_l3"`
+	HqVethIn      *ebpf.ProgramSpec `ebpf:"hq_veth_in"`
+	HqVethOut     *ebpf.ProgramSpec `ebpf:"hq_veth_out"`
 }
 
 // hostqosMapSpecs contains maps before they are loaded into the kernel.
@@ -686,6 +702,7 @@ type hostqosMapSpecs struct {
 	HqAppidx    *ebpf.MapSpec `ebpf:"hq_appidx"`
 	HqBind      *ebpf.MapSpec `ebpf:"hq_bind"`
 	HqCg        *ebpf.MapSpec `ebpf:"hq_cg"`
+	HqCnetns    *ebpf.MapSpec `ebpf:"hq_cnetns"`
 	HqComm      *ebpf.MapSpec `ebpf:"hq_comm"`
 	HqExe       *ebpf.MapSpec `ebpf:"hq_exe"`
 	HqFctr      *ebpf.MapSpec `ebpf:"hq_fctr"`
@@ -711,6 +728,7 @@ type hostqosMapSpecs struct {
 	HqTss       *ebpf.MapSpec `ebpf:"hq_tss"`
 	HqTuples    *ebpf.MapSpec `ebpf:"hq_tuples"`
 	HqUid       *ebpf.MapSpec `ebpf:"hq_uid"`
+	HqVeth      *ebpf.MapSpec `ebpf:"hq_veth"`
 }
 
 // hostqosVariableSpecs contains global variables before they are loaded into the kernel.
@@ -761,6 +779,7 @@ type hostqosMaps struct {
 	HqAppidx    *ebpf.Map `ebpf:"hq_appidx"`
 	HqBind      *ebpf.Map `ebpf:"hq_bind"`
 	HqCg        *ebpf.Map `ebpf:"hq_cg"`
+	HqCnetns    *ebpf.Map `ebpf:"hq_cnetns"`
 	HqComm      *ebpf.Map `ebpf:"hq_comm"`
 	HqExe       *ebpf.Map `ebpf:"hq_exe"`
 	HqFctr      *ebpf.Map `ebpf:"hq_fctr"`
@@ -786,6 +805,7 @@ type hostqosMaps struct {
 	HqTss       *ebpf.Map `ebpf:"hq_tss"`
 	HqTuples    *ebpf.Map `ebpf:"hq_tuples"`
 	HqUid       *ebpf.Map `ebpf:"hq_uid"`
+	HqVeth      *ebpf.Map `ebpf:"hq_veth"`
 }
 
 func (m *hostqosMaps) Close() error {
@@ -793,6 +813,7 @@ func (m *hostqosMaps) Close() error {
 		m.HqAppidx,
 		m.HqBind,
 		m.HqCg,
+		m.HqCnetns,
 		m.HqComm,
 		m.HqExe,
 		m.HqFctr,
@@ -818,6 +839,7 @@ func (m *hostqosMaps) Close() error {
 		m.HqTss,
 		m.HqTuples,
 		m.HqUid,
+		m.HqVeth,
 	)
 }
 
@@ -866,6 +888,8 @@ type hostqosPrograms struct {
 	HqTcEgressL3  *ebpf.Program `ebpf:"hq_tc_egress_l3"`
 	HqTcIngress   *ebpf.Program `ebpf:"hq_tc_ingress"`
 	HqTcIngressL3 *ebpf.Program `ebpf:"hq_tc_ingress_l3"`
+	HqVethIn      *ebpf.Program `ebpf:"hq_veth_in"`
+	HqVethOut     *ebpf.Program `ebpf:"hq_veth_out"`
 }
 
 func (p *hostqosPrograms) Close() error {
@@ -886,6 +910,8 @@ func (p *hostqosPrograms) Close() error {
 		p.HqTcEgressL3,
 		p.HqTcIngress,
 		p.HqTcIngressL3,
+		p.HqVethIn,
+		p.HqVethOut,
 	)
 }
 

@@ -27,10 +27,8 @@ import (
 // programs verified several at a time (one per CPU Go may use), the largest
 // first. The classifier variants for links without an Ethernet header
 // (tunnels, tun devices) are verified when the first such link is attached
-// (loadL3), not at start: most hosts have none.
-
-// lazyPrograms are the programs Open leaves to loadL3.
-var lazyPrograms = map[string]bool{"hq_tc_egress_l3": true, "hq_tc_ingress_l3": true}
+// (loadL3), and the classifiers of containers' veths when the first
+// container is found (loadVeth), not at start: most hosts have none.
 
 // loadObjects creates (or, with opts.Maps.PinPath, adopts) every map of
 // spec and its global variables, then loads the programs for which eager
@@ -193,37 +191,80 @@ func (l *lazyLoader) close() {
 	l.maps = nil
 }
 
-// loadL3 verifies and loads the classifier variants for links without an
-// Ethernet header on first use and returns them (egress, ingress).
-func (d *Datapath) loadL3() (egress, ingress *ebpf.Program, err error) {
+// lazyGroup is a set of programs Open leaves to be verified and loaded
+// together on first use.
+type lazyGroup struct {
+	what  string   // what they are, for logs and errors
+	names []string // their programs
+}
+
+var (
+	// l3Programs: the classifier variants for links without an Ethernet
+	// header (loadL3).
+	l3Programs = lazyGroup{"the classifiers for links without an Ethernet header", []string{"hq_tc_egress_l3", "hq_tc_ingress_l3"}}
+	// vethPrograms: the classifiers of containers' veths (loadVeth).
+	vethPrograms = lazyGroup{"the classifiers of containers' veths", []string{"hq_veth_in", "hq_veth_out"}}
+)
+
+// lazyPrograms are the programs Open leaves to loadLazy.
+var lazyPrograms = func() map[string]bool {
+	m := map[string]bool{}
+	for _, g := range []lazyGroup{l3Programs, vethPrograms} {
+		for _, n := range g.names {
+			m[n] = true
+		}
+	}
+	return m
+}()
+
+// loadLazy verifies and loads the programs of g unless they are loaded
+// (have reports whether they are, called with the loader's lock held).
+func (d *Datapath) loadLazy(g lazyGroup, have func() bool) error {
 	l := d.lazy
 	if l == nil {
-		return nil, nil, errors.New("load the classifiers for links without an Ethernet header: datapath closed")
+		return fmt.Errorf("load %s: datapath closed", g.what)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if d.objs.HqTcEgressL3 != nil && d.objs.HqTcIngressL3 != nil {
-		return d.objs.HqTcEgressL3, d.objs.HqTcIngressL3, nil
+	if have() {
+		return nil
 	}
 	if l.maps == nil {
-		return nil, nil, errors.New("load the classifiers for links without an Ethernet header: datapath closed")
+		return fmt.Errorf("load %s: datapath closed", g.what)
 	}
-	var names []string
-	for name := range lazyPrograms {
-		names = append(names, name)
-	}
-	progs, err := reusePrograms(l.spec, d.progDir, names, l.maps)
+	progs, err := reusePrograms(l.spec, d.progDir, g.names, l.maps)
 	if err != nil {
-		if progs, err = loadPrograms(l.spec, names, l.maps, ebpf.ProgramOptions{}); err != nil {
-			return nil, nil, d.loadError(err)
+		if progs, err = loadPrograms(l.spec, g.names, l.maps, ebpf.ProgramOptions{}); err != nil {
+			return d.loadError(err)
 		}
 		if err := d.pinPrograms(progs, false); err != nil {
 			d.log.Warn("the next start verifies the BPF programs again", "err", err)
 		}
 	}
-	d.log.Info("loaded the classifiers for links without an Ethernet header")
+	d.log.Info("loaded " + g.what)
 	assignPrograms(&d.objs.hostqosPrograms, progs)
+	return nil
+}
+
+// loadL3 verifies and loads the classifier variants for links without an
+// Ethernet header on first use and returns them (egress, ingress).
+func (d *Datapath) loadL3() (egress, ingress *ebpf.Program, err error) {
+	err = d.loadLazy(l3Programs, func() bool { return d.objs.HqTcEgressL3 != nil && d.objs.HqTcIngressL3 != nil })
+	if err != nil {
+		return nil, nil, err
+	}
 	return d.objs.HqTcEgressL3, d.objs.HqTcIngressL3, nil
+}
+
+// loadVeth verifies and loads the classifiers of containers' veths on
+// first use and returns them (in: the veth's ingress, what the container
+// sends; out: its egress, what the container receives).
+func (d *Datapath) loadVeth() (in, out *ebpf.Program, err error) {
+	err = d.loadLazy(vethPrograms, func() bool { return d.objs.HqVethIn != nil && d.objs.HqVethOut != nil })
+	if err != nil {
+		return nil, nil, err
+	}
+	return d.objs.HqVethIn, d.objs.HqVethOut, nil
 }
 
 // loadError explains a failed program load; a verifier's rejection is

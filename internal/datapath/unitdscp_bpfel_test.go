@@ -17,6 +17,8 @@ type unitDscpHqState struct {
 	_         structs.HostLayout
 	Gen       uint32
 	InLinks   uint32
+	Veths     uint32
+	StatePad  uint32
 	ClockBase uint64
 	Buf       [2]struct {
 		_       structs.HostLayout
@@ -43,6 +45,7 @@ type unitDscpHqState struct {
 			W [32]uint64
 		}
 	}
+	_         [56]byte
 	Fcursor   uint64
 	_         [56]byte
 	RefuseSeq uint64

@@ -25,6 +25,8 @@ type unitPoliceHqState struct {
 	_         structs.HostLayout
 	Gen       uint32
 	InLinks   uint32
+	Veths     uint32
+	StatePad  uint32
 	ClockBase uint64
 	Buf       [2]struct {
 		_       structs.HostLayout
@@ -51,6 +53,7 @@ type unitPoliceHqState struct {
 			W [32]uint64
 		}
 	}
+	_         [56]byte
 	Fcursor   uint64
 	_         [56]byte
 	RefuseSeq uint64

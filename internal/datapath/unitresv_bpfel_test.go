@@ -73,6 +73,8 @@ type unitResvHqState struct {
 	_         structs.HostLayout
 	Gen       uint32
 	InLinks   uint32
+	Veths     uint32
+	StatePad  uint32
 	ClockBase uint64
 	Buf       [2]struct {
 		_       structs.HostLayout
@@ -99,6 +101,7 @@ type unitResvHqState struct {
 			W [32]uint64
 		}
 	}
+	_         [56]byte
 	Fcursor   uint64
 	_         [56]byte
 	RefuseSeq uint64

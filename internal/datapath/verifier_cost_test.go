@@ -169,7 +169,7 @@ var frameBudget = map[string]map[string]int{
 		"in_account": 32, "in_ident": 64, "in_police": 32, "link_roll": 32, "police": 32,
 		"qsock_claim": 32, "qsock_release": 32, "qsock_sched": 128, "resv_bind_open": 320,
 		"resv_bind_skb": 128, "resv_flow_class": 32, "resv_flow_forget": 32, "resv_session": 352,
-		"resv_wait_cb": 32,
+		"resv_wait_cb": 32, "hq_to_container": 64, "hq_veth_in": 128, "hq_veth_out": 128,
 	},
 	LoopsBounded: {
 		"forget4_cb": 32, "forget6_cb": 32, "hq_app_match": 128, "hq_bstep_app": 32, "hq_bstep_tss": 96,
@@ -182,6 +182,7 @@ var frameBudget = map[string]map[string]int{
 		"hq_tc_ingress_l3": 128, "in_account": 32, "in_ident": 64, "in_police": 32, "link_roll": 32,
 		"police": 32, "qsock_claim": 32, "qsock_release": 32, "qsock_sched": 128, "resv_bind_open": 288,
 		"resv_bind_skb": 128, "resv_flow_class": 32, "resv_flow_forget": 32, "resv_session": 320,
+		"hq_to_container": 64, "hq_veth_in": 128, "hq_veth_out": 128,
 	},
 }
 

@@ -553,7 +553,7 @@ static long am_word(__u32 k, void *data)
  * Computes into s->app the bitmap of app rules the socket's identity
  * satisfies (words 0..nw-1, nw <= HQ_BITMAP_WORDS); returns whether any
  * bit is set. Cgroups match as the union over the socket's own cgroup and
- * its ancestors. A global function (verified once, on its own: its
+ * its ancestors, and the socket's container (if any) as one more cgroup. A global function (verified once, on its own: its
  * pointers are plain memory that may be NULL), as hq_flow_slow.
  */
 __noinline int hq_app_match(struct hq_scratch *s, __u32 buf,
@@ -601,6 +601,13 @@ __noinline int hq_app_match(struct hq_scratch *s, __u32 buf,
 				break;
 			gk.id = id->cg_own;
 		}
+		m.cg = bpf_map_lookup_elem(&hq_cg, &gk);
+		if (m.cg)
+			hq_loop(nw, HQ_BOUNDED_WORDS, am_cg_word, &m);
+	}
+	/* A container matches as one more cgroup, under its own key. */
+	if (id->ctr) {
+		gk.id = (1ULL << HQ_CTR_KEY_SHIFT) | id->ctr;
 		m.cg = bpf_map_lookup_elem(&hq_cg, &gk);
 		if (m.cg)
 			hq_loop(nw, HQ_BOUNDED_WORDS, am_cg_word, &m);

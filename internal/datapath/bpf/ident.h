@@ -3,7 +3,10 @@
  * Socket identity: the per-socket storage hq_sock_create fills at a
  * socket's birth (hq_sk_ident: who made it, and the qsocket it is), and how
  * a packet finds it: through its own socket, an MPTCP subflow's parent, or
- * on ingress the local socket the stack will deliver it to.
+ * on ingress the local socket the stack will deliver it to. Containers:
+ * the network namespaces whose sockets get an identity besides the
+ * daemon's own (hq_cnetns), and the identity a container's packet takes
+ * at the host side of its veth when its socket has none (hq_veth).
  */
 #ifndef HQ_BPF_IDENT_H
 #define HQ_BPF_IDENT_H
@@ -18,6 +21,83 @@ struct {
 	__type(value, struct hq_ident);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_sk_ident SEC(".maps");
+
+/*
+ * The containers' network namespaces: netns cookie -> container number
+ * (hq_ident.ctr, 1..). hq_sock_create gives the sockets made in them an
+ * identity as it does the daemon's own namespace's. Written by the daemon
+ * as it finds containers.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HQ_MAX_CONTAINERS);
+	__type(key, __u64);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_cnetns SEC(".maps");
+
+/*
+ * The host-side veths of containers: ifindex -> the container's identity
+ * (ctr, and its cgroup where it has one; no exe, comm or uid). A packet
+ * classified at the veth whose socket has no identity of that container
+ * (made before the daemon knew it, or none: forwarded by the container)
+ * takes this one. Written by the daemon.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HQ_MAX_CONTAINERS);
+	__type(key, __u32);
+	__type(value, struct hq_ident);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hq_veth SEC(".maps");
+
+/*
+ * The identity of a container's packet at the host side of veth ifindex:
+ * its socket's (sid) when that socket was made in the container, else
+ * the veth's; NULL when the veth is not a known container's.
+ */
+static __always_inline struct hq_ident *veth_ident(__u32 ifindex,
+						   struct hq_ident *sid)
+{
+	struct hq_ident *vid = bpf_map_lookup_elem(&hq_veth, &ifindex);
+
+	if (!vid)
+		return NULL;
+	if (sid && sid->ctr == vid->ctr)
+		return sid;
+	return vid;
+}
+
+/*
+ * Whether a received packet (p in egress orientation: local = its
+ * destination) is routed on to a container's veth, where hq_veth_out
+ * counts it. Asked only while some container is known and only for a
+ * packet of a flow not in the table yet (later ones find the flow's veth).
+ * A global function: the lookup's parameters stay off its caller's stack.
+ */
+__noinline int hq_to_container(struct __sk_buff *skb, const struct hq_pkt *p)
+{
+	struct bpf_fib_lookup fl = {};
+	long ret;
+
+	if (!skb || !p)
+		return 0;
+	fl.ifindex = skb->ingress_ifindex;
+	fl.l4_protocol = p->key.proto;
+	if (p->key.family == HQ_AF_INET) {
+		fl.family = AF_INET;
+		fl.ipv4_src = p->k4.daddr;
+		fl.ipv4_dst = p->k4.saddr;
+	} else {
+		fl.family = AF_INET6;
+		__builtin_memcpy(fl.ipv6_src, p->key.dst, 16);
+		__builtin_memcpy(fl.ipv6_dst, p->key.src, 16);
+	}
+	ret = bpf_fib_lookup(skb, &fl, sizeof(fl), 0);
+	if (ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return 0;
+	return bpf_map_lookup_elem(&hq_veth, &fl.ifindex) != NULL;
+}
 
 /*
  * The identity of an MPTCP subflow (NULL: sk is none): its MPTCP socket's.

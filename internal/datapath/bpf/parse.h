@@ -25,7 +25,11 @@ struct hq_pkt {
 	__u32 gen;   /* active policy generation */
 	__u32 l4off; /* offset of the L4 header from skb->data */
 	__u32 dscp_in;
-	__u32 pad; /* named, so that parse writes it (see parse) */
+	/*
+	 * The host-side veth of a container's packet (0: the host's own);
+	 * parse writes 0, the veth classifiers the veth's ifindex.
+	 */
+	__u32 veth;
 };
 
 _Static_assert(HQ_OFF(hq_flow_key4, saddr) == HQ_OFF(hq_flow_key, src),
@@ -35,7 +39,7 @@ _Static_assert(HQ_OFF(hq_flow_key4, saddr) == HQ_OFF(hq_flow_key, src),
  * Parses the packet at l3 offset off into p, writing every byte of its
  * flow key (p->k4 for IPv4, p->key for IPv6) and dscp_in. Returns 0 on
  * success, 1 for non-IP, -1 for a malformed/truncated packet. For IPv4 it
- * zeroes the rest of p->key too, and it writes p->pad: p goes to global
+ * zeroes the rest of p->key too, and it writes p->veth: p goes to global
  * functions as plain memory, and 5.15's verifier wants every byte of that
  * written (the caller writes now, len and gen).
  */
@@ -124,7 +128,7 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off,
 		dport = bpf_ntohs(ports[1]);
 	}
 	p->l4off = off;
-	p->pad = 0;
+	p->veth = 0;
 	/* The header both key layouts share. */
 	p->key.family = family;
 	p->key.proto = l4;
