@@ -67,11 +67,16 @@ type Reservation struct {
 	Name string `json:"name" toml:"name"`
 
 	// Session selector: as a rule's (see Rule).
-	Exe    string       `json:"exe,omitempty" toml:"exe,omitzero"`
-	Comm   string       `json:"comm,omitempty" toml:"comm,omitzero"`
-	Cgroup string       `json:"cgroup,omitempty" toml:"cgroup,omitzero"`
-	Unit   string       `json:"unit,omitempty" toml:"unit,omitzero"`
-	User   string       `json:"user,omitempty" toml:"user,omitzero,uid"`
+	Exe    string `json:"exe,omitempty" toml:"exe,omitzero"`
+	Comm   string `json:"comm,omitempty" toml:"comm,omitzero"`
+	Cgroup string `json:"cgroup,omitempty" toml:"cgroup,omitzero"`
+	Unit   string `json:"unit,omitempty" toml:"unit,omitzero"`
+	User   string `json:"user,omitempty" toml:"user,omitzero,uid"`
+	// Container selectors, as a rule's.
+	Container      string `json:"container,omitempty" toml:"container,omitzero"`
+	Image          string `json:"image,omitempty" toml:"image,omitzero"`
+	ContainerLabel string `json:"container_label,omitempty" toml:"container_label,omitzero"`
+
 	Proto  string       `json:"proto,omitempty" toml:"proto,omitzero"`
 	Local  netip.Prefix `json:"local,omitzero" toml:"local,omitzero"`
 	Remote netip.Prefix `json:"remote,omitzero" toml:"remote,omitzero"`
@@ -194,6 +199,7 @@ func (r Reservation) Buffer() Size {
 // selectors, action pass.
 func (r Reservation) SessionRule() Rule {
 	return Rule{Name: r.Name, Exe: r.Exe, Comm: r.Comm, Cgroup: r.Cgroup, Unit: r.Unit, User: r.User,
+		Container: r.Container, Image: r.Image, ContainerLabel: r.ContainerLabel,
 		Proto: r.Proto, Local: r.Local, Remote: r.Remote, LPort: r.LPort, RPort: r.RPort,
 		DSCP: r.DSCP, DSCPIn: NoDSCP, Action: ActionPass}
 }

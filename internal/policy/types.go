@@ -108,6 +108,12 @@ type Rule struct {
 	Cgroup string `json:"cgroup,omitempty" toml:"cgroup,omitzero"` // path relative to the cgroup2 root, e.g. /system.slice/x.service
 	Unit   string `json:"unit,omitempty" toml:"unit,omitzero"`     // systemd unit, e.g. nginx.service
 	User   string `json:"user,omitempty" toml:"user,omitzero,uid"` // user name or numeric uid
+	// Container selectors (containers.md): a container's name (a glob) or
+	// id (12 or more hex digits of it), its image (a glob) and a label
+	// KEY=VALUE. The daemon finds the containers on the host.
+	Container      string `json:"container,omitempty" toml:"container,omitzero"`
+	Image          string `json:"image,omitempty" toml:"image,omitzero"`
+	ContainerLabel string `json:"container_label,omitempty" toml:"container_label,omitzero"`
 
 	// Flow selectors.
 	Proto  string       `json:"proto,omitempty" toml:"proto,omitzero"` // tcp|udp|icmp ("" any); icmp covers icmpv6
@@ -173,6 +179,9 @@ type Policy struct {
 	// RSVP is the config file's [rsvp] table (like Settings, read when
 	// the daemon starts; see RSVP).
 	RSVP RSVP `json:"-" toml:"-"`
+	// Containers is the config file's [containers] table (read when the
+	// daemon starts).
+	Containers ContainerSettings `json:"-" toml:"-"`
 	// Blocks are the config file's drop-list entries (permanent; the API
 	// adds more, with a TTL if asked).
 	Blocks []Block `json:"blocks,omitempty" toml:"block"`

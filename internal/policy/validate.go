@@ -44,11 +44,16 @@ const MaxIfaceNameLen = 15
 // Bounds of string fields (bytes). Names of rules and classes follow
 // nameRE (1..MaxNameLen); links are interface names (MaxIfaceNameLen).
 const (
-	MaxNameLen   = 63   // rule and class names
-	MaxPathLen   = 4095 // exe and cgroup paths: PATH_MAX less its NUL
-	MaxUnitLen   = 255  // systemd unit names
-	MaxUserLen   = 32   // user names (numeric uids are shorter)
-	MaxRunCmdLen = 4096 // the command line shown for a `hostqos run`
+	MaxNameLen = 63   // rule and class names
+	MaxPathLen = 4095 // exe and cgroup paths: PATH_MAX less its NUL
+	MaxUnitLen = 255  // systemd unit names
+	MaxUserLen = 32   // user names (numeric uids are shorter)
+	// Container selectors: a name or id pattern, an image pattern (a
+	// registry path with tag or digest), a label KEY=VALUE.
+	MaxContainerLen = 255
+	MaxImageLen     = 1024
+	MaxLabelLen     = 1024
+	MaxRunCmdLen    = 4096 // the command line shown for a `hostqos run`
 )
 
 // validator collects FieldErrors for one policy.
@@ -261,6 +266,7 @@ func (v *validator) ruleSelectors(obj string, r Rule) {
 		name, val string
 		max       int
 	}{{"exe", r.Exe, MaxPathLen}, {"cgroup", r.Cgroup, MaxPathLen}, {"unit", r.Unit, MaxUnitLen}, {"user", r.User, MaxUserLen},
+		{"container", r.Container, MaxContainerLen}, {"image", r.Image, MaxImageLen}, {"container_label", r.ContainerLabel, MaxLabelLen},
 		{"class", r.Class, MaxNameLen}, {"proto", r.Proto, MaxNameLen}, {"action", string(r.Action), MaxNameLen}} {
 		if msg := checkLen(f.val, f.max); msg != "" {
 			v.add(obj, f.name, f.val, msg, "")
@@ -293,6 +299,7 @@ func (v *validator) ruleSelectors(obj string, r Rule) {
 		}
 		v.add(obj, "unit", r.Unit, "not a systemd unit name", fix)
 	}
+	v.containerSelectors(obj, r)
 	if r.User != "" && !validUser(r.User) {
 		v.add(obj, "user", r.User, "not a user name or numeric uid", "e.g. www-data or 33")
 	}
@@ -474,7 +481,13 @@ func checkExe(exe string) (msg, fix string) {
 // HasAppSelector reports whether the rule selects by app (exe, comm,
 // user, cgroup or unit); such rules count against MaxAppRules.
 func (r Rule) HasAppSelector() bool {
-	return r.Exe != "" || r.Comm != "" || r.Cgroup != "" || r.Unit != "" || r.User != ""
+	return r.Exe != "" || r.Comm != "" || r.Cgroup != "" || r.Unit != "" || r.User != "" || r.HasContainerSelector()
+}
+
+// HasContainerSelector reports whether the rule selects containers (by
+// name or id, image or label).
+func (r Rule) HasContainerSelector() bool {
+	return r.Container != "" || r.Image != "" || r.ContainerLabel != ""
 }
 
 // IsGlob reports whether an exe selector is a pattern rather than one path.
@@ -489,7 +502,7 @@ func validUser(u string) bool {
 
 // HasSelector reports whether the rule sets any selector.
 func (r Rule) HasSelector() bool {
-	return r.Exe != "" || r.Comm != "" || r.Cgroup != "" || r.Unit != "" || r.User != "" ||
+	return r.Exe != "" || r.Comm != "" || r.Cgroup != "" || r.Unit != "" || r.User != "" || r.HasContainerSelector() ||
 		r.Proto != "" || r.Local.IsValid() || r.Remote.IsValid() || !r.LPort.IsZero() || !r.RPort.IsZero() ||
 		r.DSCPIn != NoDSCP
 }
