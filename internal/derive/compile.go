@@ -18,6 +18,7 @@ import (
 func Compile(in Input, x *Expansion) (*Desired, error) {
 	p, view := runtimeView(&in, x.Policy)
 	d := &Desired{Resolved: map[string][]string{}, View: view, QSchedRate: in.QSchedRate}
+	planContainers(in.Containers, d)
 	if err := compileRules(&in, x, p, d); err != nil {
 		return nil, err
 	}
@@ -83,7 +84,7 @@ func compileRules(in *Input, x *Expansion, p *policy.Policy, d *Desired) error {
 		if !runRule[r.Name] && !r.UserRun {
 			inherit = in.Runs
 		}
-		nothing, err := resolveApp(in.Resolver, &dr, r, inherit, d)
+		nothing, err := resolveApp(in.Resolver, &dr, r, inherit, d, in.Containers)
 		if err != nil {
 			return err
 		}
@@ -205,7 +206,7 @@ func inPrio(p int) uint8 { return uint8(min(max(p, 0), 7)) }
 // selectors also match the cgroups of the runs (of those given) that were
 // started inside the cgroups they name. nothing reports a selector that
 // resolves to no file or cgroup: the rule matches nothing now.
-func resolveApp(res Resolver, dr *datapath.Rule, r policy.Rule, runs []Run, d *Desired) (nothing bool, err error) {
+func resolveApp(res Resolver, dr *datapath.Rule, r policy.Rule, runs []Run, d *Desired, cs []Container) (nothing bool, err error) {
 	var notes []string
 	defer func() {
 		if len(notes) > 0 {
@@ -303,6 +304,9 @@ func resolveApp(res Resolver, dr *datapath.Rule, r policy.Rule, runs []Run, d *D
 		dr.Cgroups = append(dr.Cgroups, ref)
 	}
 	if (r.Cgroup != "" || r.Unit != "") && len(dr.Cgroups) == 0 {
+		nothing = true
+	}
+	if r.HasContainerSelector() && resolveContainers(res, dr, r, cs, d, &notes) {
 		nothing = true
 	}
 	return nothing, nil

@@ -65,6 +65,9 @@ type Input struct {
 	QSchedRate uint64
 	// Resolver resolves app selectors (exe files, units, cgroups, users).
 	Resolver Resolver
+	// Containers are the containers found on the host now (container
+	// selectors pick from them).
+	Containers []Container
 }
 
 // Run is a `hostqos run`'s cgroup and the one its process came from.
@@ -130,6 +133,9 @@ type Desired struct {
 	// are what the user should know (selectors that match nothing).
 	Resolved map[string][]string
 	Warnings []string
+	// Containers are the containers' namespaces and veths the datapath
+	// must know.
+	Containers Containers
 }
 
 // Link is one managed link's kernel state.

@@ -39,7 +39,7 @@ func TestResolveExeSaysWhatItCannotResolve(t *testing.T) {
 	defer res.Close()
 	c := &Desired{Resolved: map[string][]string{}}
 	var dr datapath.Rule
-	if nothing, err := resolveApp(res, &dr, policy.Rule{Name: "loop", Exe: loopA}, nil, c); err != nil {
+	if nothing, err := resolveApp(res, &dr, policy.Rule{Name: "loop", Exe: loopA}, nil, c, nil); err != nil {
 		t.Fatal(err)
 	} else if len(dr.Exes) != 0 || !nothing {
 		t.Errorf("unresolvable exe: identities %v, matches nothing %v; want none, and nothing", dr.Exes, nothing)
@@ -53,7 +53,7 @@ func TestResolveExeSaysWhatItCannotResolve(t *testing.T) {
 
 	c = &Desired{Resolved: map[string][]string{}}
 	dr = datapath.Rule{}
-	if _, err := resolveApp(res, &dr, policy.Rule{Name: "glob", Exe: filepath.Join(dir, "*")}, nil, c); err != nil {
+	if _, err := resolveApp(res, &dr, policy.Rule{Name: "glob", Exe: filepath.Join(dir, "*")}, nil, c, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(dr.Exes) != 1 || dr.Exes[0] != want {
@@ -65,7 +65,7 @@ func TestResolveExeSaysWhatItCannotResolve(t *testing.T) {
 
 	c = &Desired{Resolved: map[string][]string{}}
 	dr = datapath.Rule{}
-	if _, err := resolveApp(res, &dr, policy.Rule{Name: "missing", Exe: filepath.Join(dir, "nope")}, nil, c); err != nil {
+	if _, err := resolveApp(res, &dr, policy.Rule{Name: "missing", Exe: filepath.Join(dir, "nope")}, nil, c, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := strings.Join(c.Resolved["missing"], "; "); n != "exe: no such file yet" || len(c.Warnings) != 1 {
@@ -163,7 +163,7 @@ func TestResolveExeCountsFilesOnly(t *testing.T) {
 	} {
 		d := &Desired{Resolved: map[string][]string{}}
 		var dr datapath.Rule
-		if _, err := resolveApp(res, &dr, policy.Rule{Name: "r", Exe: filepath.Join(steam, c.glob)}, nil, d); err != nil {
+		if _, err := resolveApp(res, &dr, policy.Rule{Name: "r", Exe: filepath.Join(steam, c.glob)}, nil, d, nil); err != nil {
 			t.Fatal(err)
 		}
 		if n := strings.Join(d.Resolved["r"], "; "); n != c.note {

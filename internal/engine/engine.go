@@ -90,6 +90,9 @@ type Engine struct {
 	// The kernel's capabilities Start was given (Host); nil without k.
 	qk QSockKernel
 	sk ShieldKernel
+	ck ContainerKernel
+	// containers are the containers found on the host (SetContainers).
+	containers []derive.Container
 
 	// obs samples rates, answers the statistics, watches for new apps
 	// and records the history (package observe, reading observed).
@@ -230,14 +233,14 @@ func (e *Engine) Start(h Host) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	k := h.Kernel
-	e.k, e.qk, e.sk = k, h.QSockets, h.Shield
+	e.k, e.qk, e.sk, e.ck = k, h.QSockets, h.Shield, h.Containers
 	// A new datapath starts its policy generations from zero: the slot
 	// handovers recorded under an earlier one mean nothing to it.
 	if s := e.slots.Clone(); s.ForgetHandoversAfter(k.Generation()) {
 		e.slots = s
 	}
 	if err := e.syncLocked("start", syncChange{}); err != nil {
-		e.k, e.qk, e.sk = nil, nil, nil
+		e.k, e.qk, e.sk, e.ck = nil, nil, nil, nil
 		return err
 	}
 	e.primeReservations(k)
@@ -256,7 +259,7 @@ func (e *Engine) Start(h Host) error {
 func (e *Engine) Detach() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.k, e.qk, e.sk = nil, nil, nil
+	e.k, e.qk, e.sk, e.ck = nil, nil, nil, nil
 	e.links = map[string]int{}
 	e.xdp, e.pushed, e.desired = nil, pushed{}, nil
 }

@@ -12,6 +12,14 @@ func (e *Engine) RSVPSettings() policy.RSVP {
 	return e.base.RSVP
 }
 
+// ContainerSettings is the config file's [containers] table (read when
+// the daemon starts).
+func (e *Engine) ContainerSettings() policy.ContainerSettings {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.base.Containers
+}
+
 // ManagedIfindexes are the interfaces of the managed links set up now.
 func (e *Engine) ManagedIfindexes() []int {
 	e.mu.Lock()

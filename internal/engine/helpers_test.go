@@ -22,9 +22,10 @@ func rule(name string) policy.Rule {
 
 // The fakes are what the engine asks of a kernel and of its capabilities.
 var (
-	_ Kernel       = (*fakehost.FakeKernel)(nil)
-	_ QSockKernel  = (*fakehost.FakeQSockKernel)(nil)
-	_ ShieldKernel = (*fakehost.FakeShieldKernel)(nil)
+	_ Kernel          = (*fakehost.FakeKernel)(nil)
+	_ QSockKernel     = (*fakehost.FakeQSockKernel)(nil)
+	_ ShieldKernel    = (*fakehost.FakeShieldKernel)(nil)
+	_ ContainerKernel = (*fakehost.FakeContainerKernel)(nil)
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

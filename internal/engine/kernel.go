@@ -18,6 +18,9 @@ type Host struct {
 	// Shield is the XDP shield; nil when it did not load: the drop list
 	// and SYN limits are refused and managed links carry no XDP program.
 	Shield ShieldKernel
+	// Containers is the datapath's side of containers; nil: containers
+	// found are listed but their traffic is not told from the host's.
+	Containers ContainerKernel
 }
 
 // Kernel is everything the engine asks of the kernel. host.System is the

@@ -27,6 +27,11 @@ type pushed struct {
 	protected *[]xdp.Protected
 	xdp       map[int]xdp.SynLimits
 	qscheds   *map[int]datapath.QSched
+	// The containers' namespaces (nil = unknown) and veths with their
+	// identity (nil = unknown: the kernel's own list says which to
+	// remove; absent = not set up).
+	cnetns *map[uint64]uint32
+	veths  map[int]datapath.Identity
 }
 
 func (p *pushed) forget() { *p = pushed{} }

@@ -31,6 +31,8 @@ type syncChange struct {
 	m      *store.Merged  // the effective policy
 	base   *policy.Policy // the config file's policy (a reload)
 	shield *shieldState   // the XDP shield's state
+	// containers are the containers found on the host
+	containers *[]derive.Container
 	// save persists the change, with the slot table the derive gave,
 	// once the kernel holds it (an error puts the kernel back); commit
 	// then makes the trigger's own state current.
@@ -68,6 +70,7 @@ func (e *Engine) syncLocked(reason string, n syncChange) error {
 	if n.shield != nil {
 		e.shield = n.shield
 	}
+	e.containers = st.containers
 	if n.commit != nil {
 		n.commit()
 	}
@@ -78,13 +81,14 @@ func (e *Engine) syncLocked(reason string, n syncChange) error {
 
 // engineState is what a derive starts from.
 type engineState struct {
-	m      store.Merged
-	base   *policy.Policy
-	shield *shieldState
+	m          store.Merged
+	base       *policy.Policy
+	shield     *shieldState
+	containers []derive.Container
 }
 
 func (e *Engine) stateWith(n syncChange) engineState {
-	st := engineState{m: e.eff, base: e.base, shield: e.shield}
+	st := engineState{m: e.eff, base: e.base, shield: e.shield, containers: e.containers}
 	if n.m != nil {
 		st.m = *n.m
 	}
@@ -93,6 +97,9 @@ func (e *Engine) stateWith(n syncChange) engineState {
 	}
 	if n.shield != nil {
 		st.shield = n.shield
+	}
+	if n.containers != nil {
+		st.containers = *n.containers
 	}
 	return st
 }
@@ -124,6 +131,7 @@ func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *store.Slots, er
 		Now:        e.cfg.Now(),
 		Ifindexes:  e.ifindexesLocked(st.m.Policy),
 		QSchedRate: e.qschedRateLocked(),
+		Containers: st.containers,
 	}
 	in.OverQuota = e.times.overQuota(st.m.Policy, in.Now)
 	if e.shieldKernel() != nil {
@@ -237,6 +245,9 @@ func (e *Engine) reconcileLocked(d *derive.Desired) error {
 		return err
 	}
 	if err := e.reconcileQSchedsLocked(d); err != nil {
+		return err
+	}
+	if err := e.reconcileContainersLocked(d); err != nil {
 		return err
 	}
 	for name, ifindex := range e.links {

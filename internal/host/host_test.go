@@ -10,9 +10,10 @@ import (
 // The real kernel is everything the engine asks, and its qsocket and
 // shield capabilities.
 var (
-	_ engine.Kernel       = (*host.System)(nil)
-	_ engine.QSockKernel  = (*host.System)(nil)
-	_ engine.ShieldKernel = host.Shield{}
+	_ engine.Kernel          = (*host.System)(nil)
+	_ engine.QSockKernel     = (*host.System)(nil)
+	_ engine.ShieldKernel    = host.Shield{}
+	_ engine.ContainerKernel = (*host.System)(nil)
 )
 
 // TestLookupLink: the real lookup tells an existing interface from a
