@@ -7,7 +7,8 @@
 #                                    tshark for the RSVP wire-format test, gcc/make/pkg-config for
 #                                    libhostqos, python3 for the Python qsocket module, man-db for the
 #                                    manual pages' test, dpkg-dev, lintian and debootstrap for make deb
-#                                    and make test-deb)
+#                                    and make test-deb, podman, runc, docker.io and busybox-static
+#                                    for the container tests)
 #   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate` and `make fmt`: the
 #                                    pinned clang-14 (internal/datapath/gen.go calls it by name),
 #                                    so regenerated objects match the committed ones
@@ -35,6 +36,14 @@ have man || need+=(man-db)              # renders the manual pages (internal/man
 have dpkg-shlibdeps || need+=(dpkg-dev) # make deb (scripts/build-deb.sh)
 have lintian || need+=(lintian)         # make deb checks the package
 have debootstrap || need+=(debootstrap) # make test-deb's chroot (scripts/test-deb.sh)
+# Real container runtimes for the container tests (internal/containers):
+# Debian's Podman with runc (crun refuses hybrid cgroup layouts), Docker's
+# engine (started by scripts/dockerd.sh), busybox-static for the image
+# scripts/container-image.sh builds offline.
+have podman || need+=(podman)
+have runc || need+=(runc)
+have dockerd || need+=(docker.io)
+[[ -x /bin/busybox ]] && ! LC_ALL=C readelf -l /bin/busybox 2>/dev/null | grep -q interpreter || need+=(busybox-static)
 # The BPF compiler is pinned by name: the same clang gives byte-identical
 # objects, which `make check-generated` compares with the committed ones.
 # Change it together with -cc/-strip in internal/datapath/gen.go.
