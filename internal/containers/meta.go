@@ -21,7 +21,16 @@ import (
 type meta struct {
 	name, image string
 	labels      map[string]string
+	// guessed: the runtime did not answer (yet: a container is in the
+	// kernel before it is in its runtime's list); asked again after
+	// reaskGuessed.
+	guessed bool
+	at      time.Time
 }
+
+// reaskGuessed is how often a runtime is asked again about a container it
+// did not know.
+const reaskGuessed = 200 * time.Millisecond
 
 // metaSource answers names, images and labels: a runtime's API if it
 // answers, else its files, else nothing (the name is then the short id).
@@ -58,16 +67,18 @@ func (m *metaSource) forget(keep map[key]bool) {
 
 // get is what is known of container k; refresh re-reads it.
 func (m *metaSource) get(k key, refresh bool) meta {
-	if md, ok := m.cache[k]; ok && !refresh {
-		return md
+	old, cached := m.cache[k]
+	if cached && !refresh && (!old.guessed || time.Since(old.at) < reaskGuessed) {
+		return old
 	}
 	md, ok := m.lookup(k)
 	if !ok {
-		md = meta{name: ShortID(k.id)}
-		if old, ok := m.cache[k]; ok && old.name != ShortID(k.id) {
+		md = meta{name: ShortID(k.id), guessed: true}
+		if cached && !old.guessed {
 			md = old // the runtime stopped answering: keep what it said
 		}
 	}
+	md.at = time.Now()
 	md.name = cut(md.name, MaxNameLen)
 	md.image = cut(md.image, MaxNameLen)
 	md.labels = boundLabels(md.labels)

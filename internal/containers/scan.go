@@ -32,7 +32,7 @@ type scanner struct {
 	bare map[string]int    // bare netns name -> a process in it (cache; -1 none found)
 
 	cur       map[key]Container // published
-	firstSeen map[key]time.Time // candidates seen but not published, when first seen
+	firstSeen map[key]time.Time // candidates, when first seen
 	dirs      map[string]bool   // cgroup directories the last scan visited
 	overflow  int               // containers not tracked by the last scan (MaxContainers)
 	truncated bool
@@ -131,12 +131,12 @@ func (s *scanner) scan(refresh bool) (changed, pending bool) {
 	next := map[key]Container{}
 	seenNS, runtimeNS := map[nsKey]bool{}, map[nsKey]bool{}
 	for k, c := range cands {
+		if _, ok := s.firstSeen[k]; !ok {
+			s.firstSeen[k] = now
+		}
 		pid := firstPID(c.dir)
 		ctr, ok := s.containerAt(k, pid, seenNS, runtimeNS)
 		if !ok {
-			if _, ok := s.firstSeen[k]; !ok {
-				s.firstSeen[k] = now
-			}
 			continue
 		}
 		ctr.Cgroup = c.v2
@@ -152,18 +152,25 @@ func (s *scanner) scan(refresh bool) (changed, pending bool) {
 	keep := map[key]bool{}
 	for k, c := range next {
 		keep[k] = true
-		md := s.meta.get(k, refresh)
-		if k.rt != Netns {
-			c.Name, c.Image, c.Labels = md.name, md.image, md.labels
+		if k.rt == Netns {
+			continue
 		}
+		md := s.meta.get(k, refresh)
+		c.Name, c.Image, c.Labels = md.name, md.image, md.labels
 		next[k] = c
 	}
 	s.meta.forget(keep)
+	// Settling: a candidate not published yet, or published before its
+	// runtime knew it.
 	for k, t := range s.firstSeen {
-		_, stillCand := cands[k]
-		if _, published := next[k]; published || !stillCand {
+		if _, stillCand := cands[k]; !stillCand {
 			delete(s.firstSeen, k)
-		} else if now.Sub(t) < pendingFor {
+			continue
+		}
+		if now.Sub(t) >= pendingFor {
+			continue
+		}
+		if _, published := next[k]; !published || s.meta.cache[k].guessed {
 			pending = true
 		}
 	}
