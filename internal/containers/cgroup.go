@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/hostqos/hostqos/internal/cgroups"
 	"github.com/hostqos/hostqos/internal/mounts"
@@ -87,7 +88,16 @@ func classify(parent, base string, containerdNS func(ns, id string) bool) (Runti
 // maxCgroupDepth levels and maxCgroupDirs directories deep; it does not
 // enter a container's cgroup. dirs gets every other directory visited (the
 // parents whose changes the watcher listens to).
+//
+// Only cgroups owned by the owner of the root count, and the walk does not
+// enter others: a subtree delegated to a user (user@UID.service, rootless
+// containers) is that user's, who could name a directory like a rootful
+// runtime's container and have its rules.
 func walk(root string, containerdNS func(ns, id string) bool, found func(c candidate, rel string), dirs func(abs string)) (truncated bool) {
+	var rootSt syscall.Stat_t
+	if err := syscall.Stat(root, &rootSt); err != nil {
+		return false
+	}
 	type item struct {
 		rel   string
 		depth int
@@ -115,6 +125,9 @@ func walk(root string, containerdNS func(ns, id string) bool, found func(c candi
 			}
 			if visited++; visited > maxCgroupDirs {
 				return true
+			}
+			if info, err := e.Info(); err != nil || info.Sys().(*syscall.Stat_t).Uid != rootSt.Uid {
+				continue // gone meanwhile, or delegated to a user
 			}
 			rel := filepath.Join(it.rel, e.Name())
 			if rt, id, ok := classify(parent, e.Name(), containerdNS); ok {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -412,5 +413,50 @@ func TestWatcherFixture(t *testing.T) {
 	waitFor("removal", func(l []Container) bool { _, ok := byID(l)[fid('a')]; return !ok })
 	if gen, _ := w.Snapshot(); gen == gen0 {
 		t.Error("generation unchanged after changes")
+	}
+}
+
+// TestDelegatedCgroupsIgnored: a cgroup subtree delegated to a user is not
+// searched, so a user cannot pass a cgroup of theirs off as a container.
+func TestDelegatedCgroupsIgnored(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (chown)")
+	}
+	f := newFixture(t)
+	f.proc(400, "self")
+	f.proc(401, "self")
+	f.cgroup(false, "/docker/"+fid('a'), 400)
+	user := filepath.Join(f.cfg.CgroupRoot, "user.slice", "user@1000.service")
+	f.cgroup(false, "/user.slice/user@1000.service/app.slice/docker-"+fid('b')+".scope", 401)
+	if err := os.Chown(user, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	f.cgroup(false, "/system.slice/docker-"+fid('c')+".scope", 401)
+	if err := os.Chown(filepath.Join(f.cfg.CgroupRoot, "system.slice", "docker-"+fid('c')+".scope"), 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	s := f.scanner()
+	s.scan(true)
+	l := s.list()
+	if len(l) != 1 || l[0].ID != fid('a') || !l[0].HostNetwork {
+		t.Fatalf("found %+v, want only the root-owned host-network container %s", l, fid('a')[:12])
+	}
+}
+
+func TestParseBoltLabels(t *testing.T) {
+	cfg := func(id byte, labels string) string {
+		return `{"spec":{"process":{"args":["x"]},"annotations":{"a":"b"}},"id":"` + fid(id) + `","name":"n","labels":` + labels + `,"x":[1,2]}`
+	}
+	data := "\x00\x00" + cfg('a', `{"k":"1"}`) + "\x07\x08" + cfg('b', `{"k":"2","j":"3"}`) +
+		`{"spec":{"truncated` + "\x00\x00" + cfg('a', `{"k":"stale"}`) + `{"spec":{}}` + cfg('c', `null`)
+	got := parseBoltLabels([]byte(data))
+	want := map[string]map[string]string{fid('a'): {"k": "1"}, fid('b'): {"k": "2", "j": "3"}, fid('c'): nil}
+	if len(got) != len(want) {
+		t.Fatalf("got %d configurations %v, want %d", len(got), got, len(want))
+	}
+	for id, labels := range want {
+		if md, ok := got[id]; !ok || !maps.Equal(md.labels, labels) {
+			t.Errorf("%s: got %v (found %v), want %v", id[:12], md.labels, ok, labels)
+		}
 	}
 }

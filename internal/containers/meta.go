@@ -43,10 +43,9 @@ type metaSource struct {
 	listed map[Runtime]map[string]meta
 	// The last failed API call per runtime: not retried for a second.
 	failed map[Runtime]time.Time
-	// Podman's libpod database, cached by size and time.
-	boltStamp [2]int64
-	boltData  []byte
-	warned    map[string]bool
+	// Podman's files.
+	podmanStore, podmanBolt fileCache
+	warned                  map[string]bool
 }
 
 func newMetaSource(cfg Config, log *slog.Logger) *metaSource {
@@ -262,26 +261,62 @@ func (m *metaSource) dockerDisk(id string) (meta, bool) {
 // podmanDisk reads Podman's files: the container store's containers.json
 // has the name and image; the labels are only in libpod's database
 // (libpod/bolt_state.db, a BoltDB file whose values — the container's
-// JSON configuration among them — are stored contiguously).
+// JSON configuration among them — are stored contiguously). Each file is
+// parsed once per change.
 func (m *metaSource) podmanDisk(id string) (meta, bool) {
-	b, err := readBounded(filepath.Join(m.cfg.PodmanStorage, "overlay-containers", "containers.json"), 4*maxFileRead)
-	if err != nil {
+	store := m.podmanStore.load(filepath.Join(m.cfg.PodmanStorage, "overlay-containers", "containers.json"),
+		4*maxFileRead, parsePodmanStore)
+	md, ok := store[id]
+	if !ok {
 		return meta{}, false
 	}
+	md.labels = m.podmanBolt.load(filepath.Join(m.cfg.PodmanStorage, "libpod", "bolt_state.db"),
+		maxBoltRead, parseBoltLabels)[id].labels
+	return md, true
+}
+
+// fileCache is a file parsed into metadata by container id, parsed again
+// when its size or time changes.
+type fileCache struct {
+	stamp [2]int64
+	byID  map[string]meta
+}
+
+func (c *fileCache) load(path string, limit int64, parse func([]byte) map[string]meta) map[string]meta {
+	st, err := os.Stat(path)
+	if err != nil {
+		c.stamp, c.byID = [2]int64{}, nil
+		return nil
+	}
+	stamp := [2]int64{st.Size(), st.ModTime().UnixNano()}
+	if stamp == c.stamp {
+		return c.byID
+	}
+	b, err := readBounded(path, limit)
+	if err != nil {
+		c.stamp, c.byID = [2]int64{}, nil
+		return nil
+	}
+	c.stamp, c.byID = stamp, parse(b)
+	return c.byID
+}
+
+func parsePodmanStore(b []byte) map[string]meta {
 	var list []struct {
 		ID       string   `json:"id"`
 		Names    []string `json:"names"`
 		Metadata string   `json:"metadata"`
 	}
 	if json.Unmarshal(b, &list) != nil {
-		return meta{}, false
+		return nil
 	}
+	out := map[string]meta{}
 	for _, c := range list {
-		if c.ID != id {
+		if !isHexID(c.ID) || len(out) >= MaxContainers {
 			continue
 		}
-		md := meta{name: ShortID(id)}
-		if len(c.Names) > 0 {
+		md := meta{name: ShortID(c.ID)}
+		if len(c.Names) > 0 && c.Names[0] != "" {
 			md.name = c.Names[0]
 		}
 		var extra struct {
@@ -290,64 +325,43 @@ func (m *metaSource) podmanDisk(id string) (meta, bool) {
 		if json.Unmarshal([]byte(c.Metadata), &extra) == nil {
 			md.image = extra.ImageName
 		}
-		md.labels = m.podmanLabels(id)
-		return md, true
+		out[c.ID] = md
 	}
-	return meta{}, false
+	return out
 }
 
 // maxBoltRead bounds the read of libpod's database.
 const maxBoltRead = 64 << 20
 
-// podmanLabels finds the container's configuration in libpod's BoltDB
-// file and returns its labels (nil if not found).
-func (m *metaSource) podmanLabels(id string) map[string]string {
-	path := filepath.Join(m.cfg.PodmanStorage, "libpod", "bolt_state.db")
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil
-	}
-	if stamp := [2]int64{st.Size(), st.ModTime().UnixNano()}; stamp != m.boltStamp {
-		b, err := readBounded(path, maxBoltRead)
-		if err != nil {
-			m.warnOnce("bolt", "cannot read Podman's database for labels", "path", path, "error", err)
-			return nil
-		}
-		m.boltStamp, m.boltData = stamp, b
-	}
-	return boltConfigLabels(m.boltData, id)
-}
-
-// boltConfigLabels finds libpod's JSON configuration of container id in
-// data — an object {"spec":{...},"id":"<id>","name":...,"labels":{...}} —
-// and returns its labels.
-func boltConfigLabels(data []byte, id string) map[string]string {
-	needle := []byte(`"id":"` + id + `","name":`)
-	for off := 0; off < len(data); {
-		i := bytes.Index(data[off:], needle)
+// parseBoltLabels finds libpod's JSON configurations of containers in the
+// bytes of its database — objects {"spec":{...},"id":"<id>",...,
+// "labels":{...},...} — and returns their labels by id. A configuration
+// seen twice (a page BoltDB freed but did not overwrite) counts once: the
+// first that decodes.
+func parseBoltLabels(data []byte) map[string]meta {
+	out := map[string]meta{}
+	marker := []byte(`{"spec":`)
+	for off := 0; off < len(data) && len(out) < MaxContainers; {
+		i := bytes.Index(data[off:], marker)
 		if i < 0 {
-			return nil
+			break
 		}
 		at := off + i
-		off = at + len(needle)
-		// The configuration starts at the last {"spec": before the id
-		// (within a bounded window: a spec is a few tens of KiB).
-		lo := max(0, at-1<<20)
-		start := bytes.LastIndex(data[lo:at], []byte(`{"spec":`))
-		if start < 0 {
-			continue
-		}
+		off = at + len(marker)
 		var cfg struct {
 			ID     string            `json:"id"`
 			Labels map[string]string `json:"labels"`
 		}
-		dec := json.NewDecoder(bytes.NewReader(data[lo+start:]))
-		if dec.Decode(&cfg) != nil || cfg.ID != id {
+		dec := json.NewDecoder(bytes.NewReader(data[at:]))
+		if dec.Decode(&cfg) != nil || !isHexID(cfg.ID) {
 			continue
 		}
-		return cfg.Labels
+		if _, dup := out[cfg.ID]; !dup {
+			out[cfg.ID] = meta{labels: boundLabels(cfg.Labels)}
+		}
+		off = at + int(dec.InputOffset())
 	}
-	return nil
+	return out
 }
 
 // containerdDisk reads the OCI bundle of a containerd task: CRI's and

@@ -176,12 +176,13 @@ func (s *selfNS) inspect(path string) (nsInfo, error) {
 	return info, nil
 }
 
-// pidInNetns is a process whose network namespace is key (0: none), from
-// a walk of procRoot (bounded).
-func pidInNetns(procRoot string, key nsKey) int {
+// pidsByNetns maps network namespaces to a process in each, from a walk
+// of procRoot (bounded).
+func pidsByNetns(procRoot string) map[nsKey]int {
+	out := map[nsKey]int{}
 	entries, err := os.ReadDir(procRoot)
 	if err != nil {
-		return 0
+		return out
 	}
 	n := 0
 	for _, e := range entries {
@@ -192,9 +193,11 @@ func pidInNetns(procRoot string, key nsKey) int {
 		if n++; n > 1<<17 {
 			break
 		}
-		if k, err := statNS(filepath.Join(procRoot, e.Name(), "ns", "net")); err == nil && k == key {
-			return pid
+		if k, err := statNS(filepath.Join(procRoot, e.Name(), "ns", "net")); err == nil {
+			if _, ok := out[k]; !ok {
+				out[k] = pid
+			}
 		}
 	}
-	return 0
+	return out
 }

@@ -243,6 +243,7 @@ func (s *scanner) scanBare(next map[key]Container, seenNS, runtimeNS map[nsKey]b
 		return
 	}
 	seen := map[string]bool{}
+	var byNS map[nsKey]int
 	for _, e := range entries {
 		name := e.Name()
 		if !matchAny(s.cfg.NetnsNames, name) {
@@ -262,9 +263,9 @@ func (s *scanner) scanBare(next map[key]Container, seenNS, runtimeNS map[nsKey]b
 			continue
 		}
 		seen[name] = true
-		// A process in it: the cached one while it stays there; a walk of
-		// all processes when it left, or (for an empty namespace) on
-		// refresh scans only.
+		// A process in it: the cached one while it stays there; else
+		// from one walk of all processes for all such namespaces — for a
+		// new one, and (an empty one) on refresh scans.
 		pid, cached := s.bare[name]
 		if pid > 0 {
 			if pk, err := s.procNS(pid); err != nil || pk != nk {
@@ -272,7 +273,10 @@ func (s *scanner) scanBare(next map[key]Container, seenNS, runtimeNS map[nsKey]b
 			}
 		}
 		if !cached || (pid < 0 && refresh) {
-			if pid = pidInNetns(s.cfg.ProcRoot, nk); pid == 0 {
+			if byNS == nil {
+				byNS = pidsByNetns(s.cfg.ProcRoot)
+			}
+			if pid = byNS[nk]; pid == 0 {
 				pid = -1
 			}
 		}
