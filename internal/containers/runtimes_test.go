@@ -84,6 +84,17 @@ func TestRealRuntimes(t *testing.T) {
 		t.Logf("podman: found with its name %v after `podman run` started; the command took %v",
 			seen.Sub(c.Started).Round(time.Millisecond), c.Ran.Sub(c.Started).Round(time.Millisecond))
 		checkFields(t, c, Podman, labels, "/run/netns/"+p.B.NetnsName, []Veth{{p.IndexA, p.IfA}})
+		// The v1 hierarchy alone finds it too (hosts where a runtime has
+		// no v2 cgroup): then without a cgroup2 path.
+		var v1 []Container
+		p.A.MustDo(t, func() error {
+			var err error
+			v1, err = Scan(Config{CgroupRoot: "-"})
+			return err
+		})
+		if got, ok := find(v1, Podman, c.ID); !ok || got.Cgroup != "" || got.Name != c.Name || !sameNetns(t, got.PID, "/run/netns/"+p.B.NetnsName) {
+			t.Errorf("scan of the v1 hierarchy only: %+v, want the container without a cgroup2 path", v1)
+		}
 		removed(t, c, Podman)
 	})
 	t.Run("docker", func(t *testing.T) {
