@@ -83,6 +83,7 @@ func compareContainers(a, b Container) int {
 // Limits on what a host's users and runtimes can make this package hold.
 const (
 	MaxContainers  = 4096    // containers tracked; more are counted and logged, not tracked
+	maxCandidates  = 16384   // container cgroups looked at (of all network namespaces)
 	MaxLabels      = 64      // labels kept per container (the first in key order)
 	MaxLabelKey    = 128     // bytes of a label key; longer labels are dropped
 	MaxLabelValue  = 256     // bytes of a label value; longer ones are dropped

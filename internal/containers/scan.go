@@ -98,7 +98,7 @@ func (s *scanner) scan(refresh bool) (changed, pending bool) {
 	add := func(c candidate, rel string, v2 bool) {
 		k := key{c.rt, c.id}
 		old, ok := cands[k]
-		if !ok && len(cands) >= MaxContainers {
+		if !ok && len(cands) >= maxCandidates {
 			overflow++
 			return
 		}
@@ -130,13 +130,22 @@ func (s *scanner) scan(refresh bool) (changed, pending bool) {
 
 	next := map[key]Container{}
 	seenNS, runtimeNS := map[nsKey]bool{}, map[nsKey]bool{}
+	noPID := map[key]bool{}
 	for k, c := range cands {
 		if _, ok := s.firstSeen[k]; !ok {
 			s.firstSeen[k] = now
 		}
 		pid := firstPID(c.dir)
+		if pid <= 0 {
+			noPID[k] = true
+			continue
+		}
 		ctr, ok := s.containerAt(k, pid, seenNS, runtimeNS)
 		if !ok {
+			continue // another namespace's (a link event re-checks it)
+		}
+		if len(next) >= MaxContainers {
+			overflow++
 			continue
 		}
 		ctr.Cgroup = c.v2
@@ -160,8 +169,8 @@ func (s *scanner) scan(refresh bool) (changed, pending bool) {
 		next[k] = c
 	}
 	s.meta.forget(keep)
-	// Settling: a candidate not published yet, or published before its
-	// runtime knew it.
+	// Settling: a new cgroup without a process yet, or a container
+	// published before its runtime knew it.
 	for k, t := range s.firstSeen {
 		if _, stillCand := cands[k]; !stillCand {
 			delete(s.firstSeen, k)
@@ -170,7 +179,7 @@ func (s *scanner) scan(refresh bool) (changed, pending bool) {
 		if now.Sub(t) >= pendingFor {
 			continue
 		}
-		if _, published := next[k]; !published || s.meta.cache[k].guessed {
+		if _, published := next[k]; noPID[k] || (published && s.meta.cache[k].guessed) {
 			pending = true
 		}
 	}

@@ -132,9 +132,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.updateWatches()
 	backstop := time.NewTicker(w.s.cfg.Interval)
 	defer backstop.Stop()
+	// One timer for the next scan, armed at the earliest time asked: a
+	// stream of events cannot push the scan back.
 	var timer *time.Timer
 	var timerC <-chan time.Time
+	var due time.Time // zero: not armed
 	schedule := func(d time.Duration) {
+		at := time.Now().Add(d)
+		if !due.IsZero() && !at.Before(due) {
+			return
+		}
+		due = at
 		if timer == nil {
 			timer = time.NewTimer(d)
 			timerC = timer.C
@@ -175,12 +183,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.s.linkChanged(int(u.Index), u.Attrs().NetNsID)
 			schedule(settle)
 		case <-timerC:
+			due = time.Time{}
 			rescan(false)
 		case <-backstop.C:
 			if links == nil {
 				_ = subscribe()
 			}
 			dirtyAll()
+			due = time.Time{}
+			if timer != nil {
+				timer.Stop()
+			}
 			rescan(true)
 		}
 	}
