@@ -42,6 +42,8 @@ const (
 	RouteRSVPSender        = "PUT /v1/rsvp/sessions/{name}/sender"
 	RouteRSVPReserve       = "PUT /v1/rsvp/sessions/{name}/reservation"
 	RouteRemoveRSVPSession = "DELETE /v1/rsvp/sessions/{name}"
+	// RouteContainers lists the containers the daemon found (Container).
+	RouteContainers = "GET /v1/containers"
 )
 
 // Routes returns every route of the API: the table the daemon's tests
@@ -60,5 +62,6 @@ func Routes() []string {
 		RouteQSockInit, RouteQSockets, RouteQSockAttach, RouteQSockChange, RouteQSockInfo, RouteQSockDetach,
 		RouteRTChannels, RouteRTChannel, RouteAdmitRTChannel, RouteCloseRTChannel,
 		RouteBlocks, RouteAddBlock, RouteRemoveBlock, RouteProtected, RouteAddProtected, RouteRemoveProtected,
+		RouteContainers,
 	}
 }

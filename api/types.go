@@ -306,6 +306,11 @@ type AppStat struct {
 	// Exited: the process has exited (its flows stay in the flow table
 	// until they are evicted).
 	Exited bool `json:"exited,omitempty"`
+	// A container (docs/containers.md) is one app, whichever of its
+	// processes sent: its name, runtime and image (PID 0).
+	Container string `json:"container,omitempty"`
+	Runtime   string `json:"runtime,omitempty"`
+	Image     string `json:"image,omitempty"`
 	Counter
 	In Counter `json:"in"` // received side, as in RuleStat
 }
@@ -321,9 +326,14 @@ type FlowStat struct {
 	Exe    string `json:"exe,omitempty"`
 	UID    uint32 `json:"uid"`
 	// Exited: the process that opened the flow has exited.
-	Exited  bool    `json:"exited,omitempty"`
-	AgeSec  float64 `json:"age_s"`
-	IdleSec float64 `json:"idle_s"`
+	Exited bool `json:"exited,omitempty"`
+	// Container, Runtime and Image name the container whose flow it is
+	// ("?": a container that is gone); PID is then a process of it, or 0.
+	Container string  `json:"container,omitempty"`
+	Runtime   string  `json:"runtime,omitempty"`
+	Image     string  `json:"image,omitempty"`
+	AgeSec    float64 `json:"age_s"`
+	IdleSec   float64 `json:"idle_s"`
 	Counter
 	In Counter `json:"in"` // received side, as in RuleStat
 }

@@ -41,6 +41,7 @@ type apiClient interface {
 	Shield() api.ShieldAPI
 	QSockets() api.QSocketsAPI
 	Explain(ctx context.Context, q api.ExplainQuery) (api.Explanation, error)
+	Containers(ctx context.Context) ([]api.Container, error)
 }
 
 var _ apiClient = (*api.Client)(nil)

@@ -25,6 +25,7 @@ type fakeClient struct {
 	resvs   []api.ReservationInfo
 	history api.History
 	explain api.Explanation // what Explain answers
+	ctrs    []api.Container // what Containers answers
 	err     error           // when set, every call fails with it
 	calls   []string        // the calls made, one line each
 }
@@ -81,6 +82,10 @@ func (f *fakeClient) Stats() api.StatsAPI     { return fakeStats{f} }
 func (f *fakeClient) History() api.HistoryAPI { return fakeHistory{f} }
 func (f *fakeClient) Explain(_ context.Context, q api.ExplainQuery) (api.Explanation, error) {
 	return f.explain, f.record("Explain", []any{q}, nil)
+}
+
+func (f *fakeClient) Containers(context.Context) ([]api.Container, error) {
+	return f.ctrs, f.record("Containers", nil, nil)
 }
 
 type fakeHistory struct{ f *fakeClient }

@@ -49,6 +49,7 @@ default /run/hostqos/hostqosd.sock).`,
 	root.AddCommand(newBlockCmd(f), newProtectCmd(f), newQSockCmd(f))
 	root.AddCommand(newTopCmd(f))
 	root.AddCommand(newExplainCmd(f))
+	root.AddCommand(newContainerCmd(f))
 	root.AddCommand(newLabCmds(f)...)
 	applyConventions(f, root)
 	return root

@@ -125,6 +125,9 @@ func selectors(r policy.Rule) string {
 	add("cgroup", r.Cgroup)
 	add("unit", r.Unit)
 	add("user", r.User)
+	add("container", r.Container)
+	add("image", r.Image)
+	add("container_label", r.ContainerLabel)
 	add("proto", r.Proto)
 	if r.Local.IsValid() {
 		add("local", r.Local.String())

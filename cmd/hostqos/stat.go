@@ -195,7 +195,11 @@ func printStats(w io.Writer, kind string, s api.Stats, limit int, hint string) {
 			if limit > 0 && i >= limit {
 				break
 			}
-			rows = append(rows, append([]string{strconv.Itoa(int(a.PID)), a.Comm, orDash(a.Exe), strconv.Itoa(a.Flows),
+			pid, comm, exe := strconv.Itoa(int(a.PID)), a.Comm, orDash(a.Exe)
+			if a.Container != "" { // a container: runtime/name and its image
+				pid, comm, exe = "-", a.Runtime+"/"+a.Container, orDash(a.Image)
+			}
+			rows = append(rows, append([]string{pid, comm, exe, strconv.Itoa(a.Flows),
 				orDash(strings.Join(a.Rules, ","))}, inOutCols(a.Counter, a.In)...))
 		}
 		table(w, append([]string{"PID", "COMM", "EXE", "FLOWS", "RULES"}, inOutHead()...), rows)

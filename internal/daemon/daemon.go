@@ -128,9 +128,10 @@ type Daemon struct {
 	// Start): a reload reads the file's, which apply at the next start.
 	inForce policy.StartTime
 
-	rsvp    *rsvpAgent      // nil: RSVP off ([rsvp] enabled)
-	hist    *history.Store  // nil: no history
-	metrics *metrics.Server // nil: no metrics listener
+	rsvp    *rsvpAgent        // nil: RSVP off ([rsvp] enabled)
+	ctrs    *containerWatcher // nil: containers not looked for
+	hist    *history.Store    // nil: no history
+	metrics *metrics.Server   // nil: no metrics listener
 
 	// Requests at work by idempotency key (see idempotency.go).
 	keyMu    sync.Mutex
@@ -239,7 +240,8 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.mu.Unlock()
 	d.log.Info("classifier attachment", "attach", attach, "loops", d.loops)
 	sys := &host.System{DP: dp, CgRoot: d.cgRoot, Netns: d.netns, Log: d.cfg.Logger, Attach: attach}
-	h := engine.Host{Kernel: sys, QSockets: sys}
+	h := engine.Host{Kernel: sys, QSockets: sys, Containers: sys}
+	d.ctrs = d.openContainers()
 	if shield != nil {
 		h.Shield = host.NewShield(shield)
 	}
@@ -263,6 +265,9 @@ func (d *Daemon) Start(ctx context.Context) error {
 		return err
 	}
 	go d.eng.TagExistingSockets()
+	if d.ctrs != nil {
+		d.runContainers(ctx, d.ctrs)
+	}
 	go d.loop(ctx)
 	go d.quotaLoop(ctx)
 	go d.rtSweepLoop(ctx)
@@ -293,6 +298,7 @@ func (d *Daemon) Stop() {
 		os.Remove(d.cfg.Socket)
 	}
 	d.stopRSVP()
+	d.ctrs.stop()
 	select {
 	case <-d.down: // hostqos down removed the runtime state already
 	default:

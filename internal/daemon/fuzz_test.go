@@ -70,6 +70,8 @@ var fuzzRoutes = []fuzzRoute{
 		`{"service":"controlled-load","flowspec":{"r_Bps":250000,"b_B":3000},"style":"ff"}`}},
 
 	{route: api.RouteStatus, seeds: []string{``}},
+	{route: api.RouteContainers, seeds: []string{``}},
+	{route: api.RouteContainers, user: true, seeds: []string{``}},
 	{route: api.RouteLinks, seeds: []string{``}},
 	{route: api.RouteRemoveLink, in: fuzzParam, seeds: []string{`eth0`, `eth1`, `..`}},
 	{route: api.RouteClasses, seeds: []string{``}},

@@ -365,6 +365,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteReload, mutating(d.handleReload))
 	mux.HandleFunc(api.RouteDown, mutating(d.handleDown))
 	mux.HandleFunc(api.RouteEvents, d.handleEvents)
+	mux.HandleFunc(api.RouteContainers, d.large.bound(d.handleContainers))
 	d.qsockRoutes(mux)
 	d.rsvpRoutes(mux)
 	d.rtRoutes(mux)

@@ -25,6 +25,7 @@ type Container struct {
 	HostNetwork bool
 	NetnsCookie uint64
 	Veths       []int
+	VethNames   []string // the names of Veths, for the views
 }
 
 // ContainerNumber is the number a container with a network namespace of

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/observe"
 	"github.com/hostqos/hostqos/internal/store"
@@ -57,11 +58,12 @@ type ruleSnap struct {
 	slots    *store.Slots
 	objs     []objectRule
 	runOwner map[string]int64
+	ctrs     []derive.Container // replaced on a change, never written
 }
 
 // ruleSnapLocked takes RuleView's snapshot; the caller holds e.mu.
 func (e *Engine) ruleSnapLocked() ruleSnap {
-	s := ruleSnap{k: e.k, eff: e.eff, slots: e.slots}
+	s := ruleSnap{k: e.k, eff: e.eff, slots: e.slots, ctrs: e.containers}
 	if e.k == nil {
 		return s
 	}
@@ -102,7 +104,16 @@ func (s ruleSnap) view() observe.RuleView {
 	for _, o := range s.objs {
 		add(observe.Rule{Name: o.label, Class: o.class, Slot: o.slot, Owner: o.owner, Object: true})
 	}
-	return observe.RuleView{Kernel: s.k, Rules: rules}
+	v := observe.RuleView{Kernel: s.k, Rules: rules}
+	for _, c := range s.ctrs {
+		for _, ifindex := range c.Veths {
+			if v.Containers == nil {
+				v.Containers = map[int]observe.Container{}
+			}
+			v.Containers[ifindex] = observe.Container{Runtime: c.Runtime, Name: c.Name, Image: c.Image}
+		}
+	}
+	return v
 }
 
 // SetHistory makes the engine record a sample in st at every Tick (nil:

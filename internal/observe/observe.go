@@ -71,6 +71,14 @@ type RuleView struct {
 	// policy's order, then the rules the engine made for objects, by
 	// their label.
 	Rules []Rule
+	// Containers are the containers found, by the ifindex of the
+	// host-side veth their flows are classified at (datapath.Flow.Veth).
+	Containers map[int]Container
+}
+
+// Container names a container's flows in the views.
+type Container struct {
+	Runtime, Name, Image string
 }
 
 // Rule is a rule that holds a rule slot, as the views name it.

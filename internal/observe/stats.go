@@ -256,6 +256,13 @@ func (s *sampler) flowStats(v RuleView, uid int64) ([]api.FlowStat, error) {
 			In:      api.Counter{Packets: f.RxPackets, Bytes: f.RxBytes, Drops: f.RxDrops},
 		}
 		fs.Rule = names.of(f)
+		if f.Veth != 0 {
+			if c, ok := v.Containers[f.Veth]; ok {
+				fs.Container, fs.Runtime, fs.Image = c.Name, c.Runtime, c.Image
+			} else {
+				fs.Container = "?" // a container that is gone
+			}
+		}
 		if mono > f.FirstSeenNS && f.FirstSeenNS > 0 {
 			fs.AgeSec = float64(mono-f.FirstSeenNS) / 1e9
 		}
@@ -350,17 +357,29 @@ func (s *sampler) appStats(v RuleView, uid int64) ([]api.AppStat, error) {
 	if err != nil {
 		return nil, err
 	}
-	byPID := map[uint32]*api.AppStat{}
-	var order []uint32
+	// A process is an app; a container is one app, whichever of its
+	// processes the flows are of.
+	type appKey struct {
+		pid       uint32
+		container string
+	}
+	byKey := map[appKey]*api.AppStat{}
+	var order []appKey
 	for _, f := range flows {
-		if f.PID == 0 {
+		k := appKey{pid: f.PID}
+		if f.Container != "" {
+			k = appKey{container: f.Runtime + "/" + f.Container}
+		} else if f.PID == 0 {
 			continue
 		}
-		a, ok := byPID[f.PID]
+		a, ok := byKey[k]
 		if !ok {
 			a = &api.AppStat{PID: f.PID, Comm: f.Comm, Exe: f.Exe, UID: f.UID, Exited: f.Exited}
-			byPID[f.PID] = a
-			order = append(order, f.PID)
+			if f.Container != "" {
+				a = &api.AppStat{Container: f.Container, Runtime: f.Runtime, Image: f.Image}
+			}
+			byKey[k] = a
+			order = append(order, k)
 		}
 		a.Flows++
 		a.Counter.Add(f.Counter)
@@ -370,8 +389,8 @@ func (s *sampler) appStats(v RuleView, uid int64) ([]api.AppStat, error) {
 		}
 	}
 	out := make([]api.AppStat, 0, len(order))
-	for _, p := range order {
-		out = append(out, *byPID[p])
+	for _, k := range order {
+		out = append(out, *byKey[k])
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Bytes+out[i].In.Bytes > out[j].Bytes+out[j].In.Bytes })
 	return out, nil
