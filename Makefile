@@ -96,7 +96,7 @@ SERIAL_TESTS_RE := hostqos/internal/(testutil|testbed|lab|traffic)|cilium/ebpf|v
 # other. A test that sends faster, floods, or times anything finer than
 # a rate belongs to the second.
 INTEGRATION_PKG := github.com/hostqos/hostqos/tests/integration
-PAIRED_TESTS_RE := ^(TestPoliceLimitsUDP|TestVoicePriorityUnderBulk|TestMinBWSharesSaturatedLink|TestMaxBWLimitsTCPGoodput|TestControlledLoadReservation|TestGuaranteedReservationFlowControl|TestKill9KeepsEnforcing|TestQuotaLimitsApp|TestDownloadLimitUDP|TestReservations|TestRuleAppliesToOpenConnection|TestSocketsOpenBeforeDaemonStart)$$
+PAIRED_TESTS_RE := ^(TestPoliceLimitsUDP|TestVoicePriorityUnderBulk|TestMinBWSharesSaturatedLink|TestMaxBWLimitsTCPGoodput|TestControlledLoadReservation|TestGuaranteedReservationFlowControl|TestKill9KeepsEnforcing|TestQuotaLimitsApp|TestDownloadLimitUDP|TestReservations|TestRuleAppliesToOpenConnection|TestSocketsOpenBeforeDaemonStart|TestContainerRule)$$
 # CI runs vet beside the tests (.ci/run: TEST_VET=).
 TEST_VET ?= vet
 test: deps $(TEST_VET) build check-generated check-format

@@ -109,6 +109,12 @@ func TestFrontDoor(t *testing.T) {
 	if w := call(nobodyP, api.RouteStats, "", "", "colour"); w.Code != 404 {
 		t.Errorf("unknown stats: %d", w.Code)
 	}
+	if w := call(nobodyP, api.RouteContainers, "", ""); w.Code != 403 || !strings.Contains(w.Body.String(), "group hostqos") {
+		t.Errorf("nobody lists the host's containers: %d %s", w.Code, w.Body)
+	}
+	if w := call(rootP, api.RouteContainers, "", ""); w.Code != 200 || strings.TrimSpace(w.Body.String()) != "[]" {
+		t.Errorf("root lists no containers: %d %s", w.Code, w.Body)
+	}
 	w = call(nobodyP, api.RouteStatus, "", "")
 	var st api.Status
 	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || !st.Datapath.Loaded || st.Counts.Rules != 1 {

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -162,4 +163,48 @@ func NewPath(tb testing.TB, rtt time.Duration) *Path {
 		ClientV4: PathClient4.Addr(), ServerV4: PathServer4.Addr(), ClientV6: PathClient6.Addr(), ServerV6: PathServer6.Addr()}
 	p.IfClient = p.Client.Iface("router")
 	return p
+}
+
+// Containers is n plain network-namespace containers behind a host that
+// forwards to a server: container i has 198.18.(10+i).2/24 and
+// 2001:db8:(10+i)::2/64 on its veth to the host (which has .1 and ::1 on
+// its end), the host 198.18.2.1/24 towards the server's 198.18.2.2/24
+// (2001:db8:2::1, ::2). Each namespace routes to the others.
+type Containers struct {
+	Host, Server *NetNS
+	Ctrs         []*NetNS
+	CtrV4        []netip.Addr
+	CtrV6        []netip.Addr
+	ServerV4     netip.Addr
+	ServerV6     netip.Addr
+}
+
+// NewContainers makes Containers with n (1..8) containers. It needs root
+// (without it the test is skipped).
+func NewContainers(tb testing.TB, n int) *Containers {
+	tb.Helper()
+	if n < 1 || n > 8 {
+		tb.Fatalf("NewContainers: %d containers, want 1..8", n)
+	}
+	top := testbed.Topology{Name: topology, Nodes: []testbed.NodeSpec{{Name: "host", Router: true}, {Name: "server"}},
+		Links: []testbed.LinkSpec{{A: "host", B: "server",
+			AAddrs: []netip.Prefix{PathRouterS, PathRouterS6}, BAddrs: []netip.Prefix{PathServer4, PathServer6}}}}
+	c := &Containers{ServerV4: PathServer4.Addr(), ServerV6: PathServer6.Addr()}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("ctr%d", i)
+		v4 := netip.AddrFrom4([4]byte{198, 18, byte(10 + i), 2})
+		v6 := netip.MustParseAddr(fmt.Sprintf("2001:db8:%x::2", 0x10+i))
+		top.Nodes = append(top.Nodes, testbed.NodeSpec{Name: name})
+		top.Links = append(top.Links, testbed.LinkSpec{A: name, B: "host",
+			AAddrs: []netip.Prefix{netip.PrefixFrom(v4, 24), netip.PrefixFrom(v6, 64)},
+			BAddrs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(10 + i), 1}), 24),
+				netip.MustParsePrefix(fmt.Sprintf("2001:db8:%x::1/64", 0x10+i))}})
+		c.CtrV4, c.CtrV6 = append(c.CtrV4, v4), append(c.CtrV6, v6)
+	}
+	bed := build(tb, top)
+	c.Host, c.Server = &NetNS{bed.Node("host")}, &NetNS{bed.Node("server")}
+	for i := 0; i < n; i++ {
+		c.Ctrs = append(c.Ctrs, &NetNS{bed.Node(fmt.Sprintf("ctr%d", i))})
+	}
+	return c
 }
