@@ -109,11 +109,34 @@ func TestContainerVeth(t *testing.T) {
 	ctr := []CgroupRef{{ID: ContainerKey(7)}}
 	const minor = 0x101
 	if err := d.Apply(Policy{Rules: []Rule{
+		{Slot: 3, Cgroups: ctr, Proto: 17, RPortFrom: 9400, DSCPIn: -1, DSCP: -1, Reservation: 1},
+		{Slot: 4, Cgroups: ctr, Proto: 17, RPortFrom: 9500, DSCPIn: -1, DSCP: -1, ActionCode: ActDrop},
 		{Slot: 1, Exes: []FileID{self.Exe}, Cgroups: ctr, Proto: 17, DSCPIn: -1, DSCP: 46, ClassID: uint32(HTBMajor)<<16 | minor},
 		{Slot: 2, Cgroups: ctr, Proto: 17, DSCPIn: -1, DSCP: 10},
-	}}); err != nil {
+	}, Reservations: []Reservation{{ID: 1, MaxSessions: 1}}}); err != nil {
 		t.Fatal(err)
 	}
+	// The container's sockets are admitted to its reservation's sessions
+	// as the host's are: the second connect() is refused.
+	p.Client.MustDo(t, func() error {
+		dst := &unix.SockaddrInet4{Port: 9400, Addr: p.ServerV4.As4()}
+		var fds [2]int
+		for i := range fds {
+			fd, err := udpSocket()
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			fds[i] = fd
+		}
+		if err := unix.Connect(fds[0], dst); err != nil {
+			return fmt.Errorf("first session of the container's reservation: %w", err)
+		}
+		if err := unix.Connect(fds[1], dst); err != unix.EPERM {
+			return fmt.Errorf("second session over max_sessions 1: %v, want EPERM", err)
+		}
+		return nil
+	})
 	rx := testutil.NewReceiver(t, p.Server, p.Server.Iface("router"))
 	send := func(fd, port int) testutil.Packet {
 		t.Helper()
@@ -134,6 +157,18 @@ func TestContainerVeth(t *testing.T) {
 	}
 	if pkt := send(oldFD, 9002); pkt.TOS != 10<<2 {
 		t.Errorf("socket without identity (the veth's): TOS %#x, want AF11", pkt.TOS)
+	}
+	// A drop rule drops at the veth, counted.
+	p.Client.MustDo(t, func() error {
+		for i := 0; i < 5; i++ {
+			if err := unix.Sendto(newFD, []byte("x"), 0, &unix.SockaddrInet4{Port: 9500, Addr: p.ServerV4.As4()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if pkt, err := rx.Next(300*time.Millisecond, testutil.UDPTo(9500)); err == nil {
+		t.Errorf("a packet of the container's drop rule arrived: %+v", pkt)
 	}
 	// Through NAT: the mark is the one on the wire, the class still holds.
 	nft := p.Router.Command("nft", "-f", "-")
@@ -162,8 +197,8 @@ func TestContainerVeth(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Counted once, at the veth: the uplink's classifier passes them on.
-	if ctrs[1].Packets != 10 || ctrs[2].Packets != 5 {
-		t.Errorf("rule counters %+v %+v, want 10 and 5 packets", ctrs[1], ctrs[2])
+	if ctrs[1].Packets != 10 || ctrs[2].Packets != 5 || ctrs[4].Drops != 5 {
+		t.Errorf("rule counters %+v %+v %+v, want 10 and 5 packets, 5 drops", ctrs[1], ctrs[2], ctrs[4])
 	}
 	flows, icmp := 0, 0
 	_ = d.Flows(func(f Flow) bool {
@@ -183,8 +218,8 @@ func TestContainerVeth(t *testing.T) {
 		}
 		return true
 	})
-	if flows != 3 || icmp != 1 {
-		t.Errorf("%d UDP flows to the server and %d ICMP flows to the container, want the container's 3 (none under the NAT address) and 1", flows, icmp)
+	if flows != 4 || icmp != 1 {
+		t.Errorf("%d UDP flows to the server and %d ICMP flows to the container, want the container's 4 (none under the NAT address) and 1", flows, icmp)
 	}
 
 	p.Router.MustDo(t, func() error { return d.DetachVeth(veth) })

@@ -164,7 +164,6 @@ func dscpOf(t *testing.T, e *env, class string) int {
 	return -1
 }
 
-
 // TestContainerGuaranteeAndDownload: two plain network-namespace
 // containers behind the daemon's host. One's 4 Mbit/s guarantee holds on
 // the uplink while the other floods it (in class bulk, below the flood's:

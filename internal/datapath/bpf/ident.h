@@ -36,6 +36,13 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hq_cnetns SEC(".maps");
 
+/* Whether a network namespace is the daemon's or a known container's. */
+static __always_inline int netns_served(__u64 ns)
+{
+	return ns == hq_netns_cookie ||
+	       bpf_map_lookup_elem(&hq_cnetns, &ns) != NULL;
+}
+
 /*
  * The host-side veths of containers: ifindex -> the container's identity
  * (ctr, and its cgroup where it has one; no exe, comm or uid). A packet

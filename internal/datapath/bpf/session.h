@@ -272,7 +272,7 @@ static __noinline int resv_session(struct bpf_sock_addr *ctx, __u8 family,
 		return 1;
 	if (why == HQ_REFUSE_SENDMSG && !hq_policy.buf[gen & 1].nsess)
 		return 1;
-	if (bpf_get_netns_cookie(ctx) != hq_netns_cookie)
+	if (!netns_served(bpf_get_netns_cookie(ctx)))
 		return 1;
 	cookie = bpf_get_socket_cookie(ctx);
 	b = bpf_map_lookup_elem(&hq_bind, &cookie);
@@ -390,7 +390,7 @@ static __noinline void resv_bind_open(struct sock *sk, __u8 proto)
 	__u32 gen, rid;
 	__u64 cookie;
 
-	if (BPF_CORE_READ(skc, skc_net.net, net_cookie) != hq_netns_cookie)
+	if (!netns_served(BPF_CORE_READ(skc, skc_net.net, net_cookie)))
 		return;
 	key.proto = proto;
 	key.sport = BPF_CORE_READ(skc, skc_num);
