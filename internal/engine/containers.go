@@ -41,6 +41,7 @@ type ContainerKernel interface {
 func (e *Engine) SetContainers(cs []derive.Container) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.ctrWant = slices.Clone(cs)
 	if reflect.DeepEqual(e.containers, cs) {
 		return
 	}
@@ -50,8 +51,18 @@ func (e *Engine) SetContainers(cs []derive.Container) {
 		return
 	}
 	if err := e.syncLocked("containers", syncChange{containers: &cs}); err != nil {
-		e.log.Warn("apply the containers found", "err", err)
+		e.log.Warn("apply the containers found; the next rescan tries again", "err", err)
 	}
+}
+
+// containerRetryLocked is a rescan's change: the containers last reported
+// when a push of them failed, else none.
+func (e *Engine) containerRetryLocked() syncChange {
+	if e.ctrWant == nil || reflect.DeepEqual(e.ctrWant, e.containers) {
+		return syncChange{}
+	}
+	want := slices.Clone(e.ctrWant)
+	return syncChange{containers: &want}
 }
 
 // Containers are the containers found on the host now.

@@ -91,8 +91,10 @@ type Engine struct {
 	qk QSockKernel
 	sk ShieldKernel
 	ck ContainerKernel
-	// containers are the containers found on the host (SetContainers).
-	containers []derive.Container
+	// containers are the containers found on the host that the kernel
+	// holds (SetContainers); ctrWant the ones last reported, which a
+	// rescan applies when a push of them failed.
+	containers, ctrWant []derive.Container
 
 	// obs samples rates, answers the statistics, watches for new apps
 	// and records the history (package observe, reading observed).
@@ -468,7 +470,7 @@ func (e *Engine) Rescan() {
 	if e.linksChanged() || e.linksDamaged() {
 		before := maps.Clone(e.links)
 		e.pushed.forget() // someone else changed the kernel: write it all
-		err := e.syncLocked("repair", syncChange{})
+		err := e.syncLocked("repair", e.containerRetryLocked())
 		if err == nil {
 			e.publish(linkEvents(before, e.links)...)
 		}
@@ -487,7 +489,7 @@ func (e *Engine) Rescan() {
 		return
 	}
 	rules := e.pushed.rules
-	if err := e.syncLocked("rescan", syncChange{}); err != nil {
+	if err := e.syncLocked("rescan", e.containerRetryLocked()); err != nil {
 		e.log.Warn("rescan", "err", err)
 		return
 	}
