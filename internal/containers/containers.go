@@ -53,6 +53,9 @@ type Container struct {
 	HostNetwork bool              `json:"host_network,omitempty"` // shares the daemon's network namespace
 	NetnsCookie uint64            `json:"netns_cookie,omitempty"` // SO_NETNS_COOKIE of its network namespace (0 with HostNetwork)
 	Veths       []Veth            `json:"veths,omitempty"`
+	// PodUID is the Kubernetes pod the container belongs to, from its
+	// cgroup path as kubelet names it ("" for none).
+	PodUID string `json:"pod_uid,omitempty"`
 }
 
 // ShortID is the first 12 characters of a runtime's id (the id itself for
@@ -73,7 +76,8 @@ func (c Container) clone() Container {
 func (c Container) equal(o Container) bool {
 	return c.Runtime == o.Runtime && c.ID == o.ID && c.Name == o.Name && c.Image == o.Image &&
 		c.Cgroup == o.Cgroup && c.PID == o.PID && c.HostNetwork == o.HostNetwork &&
-		c.NetnsCookie == o.NetnsCookie && maps.Equal(c.Labels, o.Labels) && slices.Equal(c.Veths, o.Veths)
+		c.NetnsCookie == o.NetnsCookie && maps.Equal(c.Labels, o.Labels) && slices.Equal(c.Veths, o.Veths) &&
+		c.PodUID == o.PodUID
 }
 
 func compareContainers(a, b Container) int {

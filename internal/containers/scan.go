@@ -149,6 +149,7 @@ func (s *scanner) scan(refresh bool) (changed, pending bool) {
 			continue
 		}
 		ctr.Cgroup = c.v2
+		ctr.PodUID = PodUIDOf(c.dir)
 		next[k] = ctr
 	}
 	s.scanBare(next, seenNS, runtimeNS, refresh)

@@ -83,7 +83,7 @@ func toDerive(list []containers.Container) []derive.Container {
 	for _, c := range list {
 		dc := derive.Container{
 			Runtime: string(c.Runtime), ID: c.ID, Name: c.Name, Image: c.Image, Labels: c.Labels,
-			Cgroup: c.Cgroup, HostNetwork: c.HostNetwork, NetnsCookie: c.NetnsCookie,
+			Cgroup: c.Cgroup, HostNetwork: c.HostNetwork, NetnsCookie: c.NetnsCookie, PodUID: c.PodUID,
 		}
 		for _, v := range c.Veths {
 			dc.Veths = append(dc.Veths, v.Ifindex)

@@ -26,7 +26,20 @@ type Container struct {
 	NetnsCookie uint64
 	Veths       []int
 	VethNames   []string // the names of Veths, for the views
+	// PodUID is the Kubernetes pod it belongs to ("" for none).
+	PodUID string
 }
+
+// classifiedAtVeth says whether the container's traffic is classified at
+// the host side of its veths: it has a network namespace of its own with
+// a veth into the daemon's.
+func (c Container) classifiedAtVeth() bool {
+	return !c.HostNetwork && c.NetnsCookie != 0 && len(c.Veths) > 0
+}
+
+// Seen says whether the container's traffic can be told from the host's:
+// at its veths, or (on the host's network) by its own cgroup.
+func (c Container) Seen() bool { return c.classifiedAtVeth() || (c.HostNetwork && c.Cgroup != "") }
 
 // ContainerNumber is the number a container with a network namespace of
 // its own has in the datapath (its sockets' hq_ident.ctr, its selector
@@ -56,7 +69,7 @@ type Containers struct {
 func planContainers(cs []Container, d *Desired) {
 	d.Containers = Containers{Netns: map[uint64]uint32{}, Veths: map[int]datapath.Identity{}}
 	for _, c := range cs {
-		if c.HostNetwork || c.NetnsCookie == 0 || len(c.Veths) == 0 {
+		if !c.classifiedAtVeth() {
 			continue
 		}
 		if len(d.Containers.Netns) >= datapath.MaxContainers {
@@ -77,13 +90,17 @@ func planContainers(cs []Container, d *Desired) {
 func resolveContainers(res Resolver, dr *datapath.Rule, r policy.Rule, cs []Container, d *Desired, notes *[]string) (nothing bool) {
 	sel := r.ContainerSelector()
 	var names, unseen []string
+	keys := map[uint64]bool{} // containers of one pod share a namespace
 	for _, c := range cs {
 		if !sel.Matches(c.ID, c.Name, c.Image, c.Labels) {
 			continue
 		}
 		switch {
-		case !c.HostNetwork && c.NetnsCookie != 0 && len(c.Veths) > 0:
-			dr.Cgroups = append(dr.Cgroups, datapath.CgroupRef{ID: datapath.ContainerKey(ContainerNumber(c.NetnsCookie))})
+		case c.classifiedAtVeth():
+			if k := datapath.ContainerKey(ContainerNumber(c.NetnsCookie)); !keys[k] {
+				keys[k] = true
+				dr.Cgroups = append(dr.Cgroups, datapath.CgroupRef{ID: k})
+			}
 		case c.HostNetwork && c.Cgroup != "":
 			ref, err := res.Cgroup(c.Cgroup)
 			if err != nil {

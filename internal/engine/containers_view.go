@@ -23,8 +23,7 @@ func (e *Engine) ContainerList(who Caller) ([]api.Container, error) {
 	out := make([]api.Container, 0, len(cs))
 	for _, c := range cs {
 		a := api.Container{Runtime: c.Runtime, ID: c.ID, Name: c.Name, Image: c.Image, Labels: c.Labels,
-			Cgroup: c.Cgroup, HostNetwork: c.HostNetwork,
-			Seen: (c.HostNetwork && c.Cgroup != "") || (!c.HostNetwork && c.NetnsCookie != 0 && len(c.Veths) > 0)}
+			Cgroup: c.Cgroup, HostNetwork: c.HostNetwork, Seen: c.Seen()}
 		for i, v := range c.Veths {
 			name := ""
 			if i < len(c.VethNames) {
