@@ -121,7 +121,7 @@ func TestEmptyJSONIsAList(t *testing.T) {
 // TestTopEmpty: the full-screen top says why it shows no app: no managed
 // link (the hint), or a filter that hides every app.
 func TestTopEmpty(t *testing.T) {
-	m := &topModel{sort: "rate", open: map[uint32]bool{}, hint: noLinkHint("eth0")}
+	m := &topModel{sort: "rate", hint: noLinkHint("eth0")}
 	m.update(nil, nil, time.Now())
 	text := ""
 	for _, l := range m.lines() {
@@ -132,7 +132,7 @@ func TestTopEmpty(t *testing.T) {
 		!strings.Contains(text, "`hostqos link set eth0 --egress-rate 19mbit`") {
 		t.Errorf("top without a link:\n%s", text)
 	}
-	m = &topModel{sort: "rate", open: map[uint32]bool{}, filter: "zoom"}
+	m = &topModel{sort: "rate", filter: "zoom"}
 	m.update([]api.FlowStat{{PID: 7, Comm: "curl", Counter: api.Counter{RateBps: 1}}}, nil, time.Now())
 	text = ""
 	for _, l := range m.lines() {

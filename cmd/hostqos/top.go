@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -41,7 +42,8 @@ func newTopCmd(f *factory) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "top [--sort rate|bytes|drops|flows|name] [--filter TEXT]",
 		Short: "Live full-screen view of apps and their flows: rates, class, limit, drops; change an app's class or limit, or block it",
-		Long: `top shows the apps (processes) that have flows, each with its flows below it
+		Long: `top shows the apps (processes, and containers: one row each, named
+runtime/name, its image in the EXE column) that have flows, each with its flows below it
 when unfolded: the rate each sends (OUT) and receives (IN) now, bytes each way
 and drops so far, and the rule, class and limit that apply. It refreshes every
 --interval (1s). An app whose process exited leaves once nothing of it flows
@@ -58,7 +60,8 @@ A change makes or changes one rule for the app, named top-<name> (its
 executable's file name, or its command name when the executable cannot be
 read): selector exe (or comm), precedence one above the rules that match the
 app now, so that it decides the app's traffic; it is persistent, like
-'hostqos rule add'. Changing policy needs root or group hostqos: the daemon
+'hostqos rule add'. For a container the rule is top-ctr-<name>, selector
+container (its name). Changing policy needs root or group hostqos: the daemon
 refuses anyone else and top shows the refusal.
 
 When standard output is not a terminal, top prints 'hostqos stat apps' once
@@ -68,7 +71,7 @@ When standard output is not a terminal, top prints 'hostqos stat apps' once
 		RunE:    func(*cobra.Command, []string) error { return o.run() },
 	}
 	c.Flags().StringVar(&o.sort, "sort", "rate", "order apps by "+strings.Join(topSorts, ", "))
-	c.Flags().StringVar(&o.filter, "filter", "", "show only apps whose command, exe, pid, uid or rule contains TEXT")
+	c.Flags().StringVar(&o.filter, "filter", "", "show only apps whose command, exe, pid, uid, rule, container or image contains TEXT")
 	durationFlag(c.Flags(), &o.interval, "interval", "", time.Second, "refresh interval, e.g. 2s (at least 200ms)").
 		within(minRefresh, 0, "want at least 200ms, e.g. 1s")
 	cliflag.AddOutput(c.Flags(), &o.output)
@@ -101,26 +104,48 @@ func (o *topOptions) run() error {
 		return fmt.Errorf("open terminal: %w", err)
 	}
 	defer scr.Fini()
-	m := &topModel{sort: o.sort, filter: o.filter, open: map[uint32]bool{}, iface: o.iface()}
+	m := &topModel{sort: o.sort, filter: o.filter, iface: o.iface()}
 	return m.loop(scr, cl, o.interval)
 }
 
-// topApp is one app of the view: a process and its flows.
+// topApp is one app of the view: a process and its flows, or a container
+// (docs/containers.md) and its flows, whichever of its processes they are.
 type topApp struct {
 	PID, UID  uint32
 	Comm, Exe string
 	Exited    bool // the process has exited
-	Flows     []api.FlowStat
-	Rules     []string // the rules its flows matched
+	// Container, Runtime and Image name a container's row (PID 0).
+	Container, Runtime, Image string
+	Flows                     []api.FlowStat
+	Rules                     []string // the rules its flows matched
 	api.Counter
 	In api.Counter // received
 }
 
-// Name is how top names the app: its executable's file name, else its
-// command name.
+// Name is how top names the app: a container's name, else its
+// executable's file name, else its command name.
 func (a topApp) Name() string {
-	if a.Exe != "" {
+	switch {
+	case a.Container != "":
+		return a.Container
+	case a.Exe != "":
 		return filepath.Base(a.Exe)
+	}
+	return a.Comm
+}
+
+// key tells apps apart across refreshes: its pid, or its container.
+func (a topApp) key() string {
+	if a.Container != "" {
+		return "container " + a.Runtime + "/" + a.Container
+	}
+	return "pid " + strconv.Itoa(int(a.PID))
+}
+
+// label is the APP column: the command, or runtime/name of a container.
+func (a topApp) label() string {
+	if a.Container != "" {
+		return a.Runtime + "/" + a.Container
 	}
 	return a.Comm
 }
@@ -132,8 +157,8 @@ type topModel struct {
 	rules  map[string]api.RuleInfo
 	order  []string // rule names in evaluation order
 	sel    int      // index into apps
-	selPID uint32   // the selected app, kept across refreshes
-	open   map[uint32]bool
+	selKey string   // the selected app (topApp.key), kept across refreshes
+	open   map[string]bool
 	sort   string
 	filter string
 	top    int // first line shown
@@ -186,16 +211,19 @@ func (m *topModel) update(flows []api.FlowStat, rules []api.RuleInfo, at time.Ti
 		m.rules[ri.Rule.Name] = ri
 		m.order = append(m.order, ri.Rule.Name)
 	}
-	byPID := map[uint32]*topApp{}
+	byKey := map[string]*topApp{}
 	var apps []*topApp
 	for _, f := range flows {
-		if f.PID == 0 {
+		n := topApp{PID: f.PID, UID: f.UID, Comm: f.Comm, Exe: f.Exe, Exited: f.Exited}
+		if f.Container != "" { // one row for the container, whichever process sent
+			n = topApp{Container: f.Container, Runtime: f.Runtime, Image: f.Image}
+		} else if f.PID == 0 {
 			continue
 		}
-		a := byPID[f.PID]
+		a := byKey[n.key()]
 		if a == nil {
-			a = &topApp{PID: f.PID, UID: f.UID, Comm: f.Comm, Exe: f.Exe, Exited: f.Exited}
-			byPID[f.PID] = a
+			a = &n
+			byKey[n.key()] = a
 			apps = append(apps, a)
 		}
 		a.Flows = append(a.Flows, f)
@@ -224,12 +252,12 @@ func (m *topModel) update(flows []api.FlowStat, rules []api.RuleInfo, at time.Ti
 	m.sortApps()
 	m.sel = 0
 	for i, a := range m.apps {
-		if a.PID == m.selPID {
+		if a.key() == m.selKey {
 			m.sel = i
 		}
 	}
 	if m.sel < len(m.apps) {
-		m.selPID = m.apps[m.sel].PID
+		m.selKey = m.apps[m.sel].key()
 	}
 }
 
@@ -238,7 +266,11 @@ func (m *topModel) matches(a topApp) bool {
 		return true
 	}
 	f := strings.ToLower(m.filter)
-	for _, s := range append([]string{a.Comm, a.Exe, strconv.Itoa(int(a.PID)), strconv.Itoa(int(a.UID))}, a.Rules...) {
+	fields := []string{a.Comm, a.Exe, strconv.Itoa(int(a.PID)), strconv.Itoa(int(a.UID))}
+	if a.Container != "" {
+		fields = []string{a.Runtime + "/" + a.Container, a.Image}
+	}
+	for _, s := range append(fields, a.Rules...) {
 		if strings.Contains(strings.ToLower(s), f) {
 			return true
 		}
@@ -259,7 +291,10 @@ func (m *topModel) sortApps() {
 		if less(a, b) != less(b, a) {
 			return less(a, b)
 		}
-		return a.PID < b.PID
+		if a.PID != b.PID {
+			return a.PID < b.PID
+		}
+		return a.key() < b.key() // containers (PID 0) by runtime and name
 	})
 }
 
@@ -302,11 +337,16 @@ func (m *topModel) classLimit(a topApp) (class, limit string) {
 
 var topNameRE = regexp.MustCompile(`[^a-z0-9_.-]+`)
 
-// topRuleName is the rule top makes for an app.
+// topRuleName is the rule top makes for an app: top-<name>, or
+// top-ctr-<name> for a container (so that it is not the rule of an
+// executable of the same name).
 func topRuleName(a topApp) string {
 	n := strings.Trim(topNameRE.ReplaceAllString(strings.ToLower(a.Name()), "-"), "-.")
 	if n == "" {
 		n = "pid" + strconv.Itoa(int(a.PID))
+	}
+	if a.Container != "" {
+		n = "ctr-" + n
 	}
 	n = "top-" + n
 	if len(n) > policy.MaxNameLen {
@@ -327,6 +367,9 @@ type topChange struct {
 // change is what a key asks for the app: what is "class", "limit",
 // "block" or "undo", value the class or rate ("" clears the limit).
 func (m *topModel) change(a topApp, what, value string) (topChange, error) {
+	if a.Container == "?" {
+		return topChange{}, errors.New("the container of these flows is gone: no rule can select it by name")
+	}
 	name := topRuleName(a)
 	_, exists := m.rules[name]
 	if what == "undo" {
@@ -390,9 +433,12 @@ func (m *topModel) change(a topApp, what, value string) (topChange, error) {
 			delete(f, k)
 		}
 	}
-	if a.Exe != "" {
+	switch {
+	case a.Container != "":
+		f["container"] = globQuote(a.Container)
+	case a.Exe != "":
 		f["exe"] = a.Exe
-	} else {
+	default:
 		f["comm"] = a.Comm
 	}
 	prec := 0
@@ -403,6 +449,19 @@ func (m *topModel) change(a topApp, what, value string) (topChange, error) {
 	}
 	f["precedence"] = min(prec+1, policy.MaxPrecedence)
 	return topChange{Rule: name, Add: true, Fields: f}, nil
+}
+
+// globQuote makes a name a glob that matches it alone (a container
+// selector is a glob).
+func globQuote(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // describe says what a change does, for the confirmation.
@@ -634,14 +693,17 @@ func (m *topModel) ask(k rune, classes []string, act func(topChange)) {
 func (m *topModel) move(d int) {
 	m.sel = max(0, min(len(m.apps)-1, m.sel+d))
 	if m.sel < len(m.apps) {
-		m.selPID = m.apps[m.sel].PID
+		m.selKey = m.apps[m.sel].key()
 	}
 }
 
 func (m *topModel) toggle() {
 	if m.sel < len(m.apps) {
-		pid := m.apps[m.sel].PID
-		m.open[pid] = !m.open[pid]
+		if m.open == nil {
+			m.open = map[string]bool{}
+		}
+		k := m.apps[m.sel].key()
+		m.open[k] = !m.open[k]
 	}
 }
 
@@ -671,13 +733,18 @@ func (m *topModel) lines() []topLine {
 			rule = ri.Rule.Name
 		}
 		mark := "+"
-		if m.open[a.PID] {
+		open := m.open[a.key()]
+		if open {
 			mark = "-"
 		}
-		out = append(out, topLine{selected: i == m.sel, text: topRow(strconv.Itoa(int(a.PID)), mark+" "+a.Comm, strconv.Itoa(int(a.UID)),
+		pid, uid, exe := strconv.Itoa(int(a.PID)), strconv.Itoa(int(a.UID)), orDash(a.Exe)
+		if a.Container != "" { // a container: no one pid or user; its image
+			pid, uid, exe = "-", "-", orDash(a.Image)
+		}
+		out = append(out, topLine{selected: i == m.sel, text: topRow(pid, mark+" "+a.label(), uid,
 			strconv.Itoa(len(a.Flows)), humanRate(a.RateBps), humanRate(a.In.RateBps), humanBytes(a.Bytes)+"/"+humanBytes(a.In.Bytes),
-			strconv.FormatUint(a.Drops+a.In.Drops, 10), rule, class, limit, orDash(a.Exe))})
-		if m.open[a.PID] {
+			strconv.FormatUint(a.Drops+a.In.Drops, 10), rule, class, limit, exe)})
+		if open {
 			for _, f := range a.Flows {
 				out = append(out, topLine{text: topRow("", "  "+f.Proto, "", "", humanRate(f.RateBps), humanRate(f.In.RateBps), humanBytes(f.Bytes)+"/"+humanBytes(f.In.Bytes),
 					strconv.FormatUint(f.Drops+f.In.Drops, 10), orDash(f.Rule), "", "", f.Local+" → "+f.Remote)})

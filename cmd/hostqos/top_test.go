@@ -29,7 +29,7 @@ func topFlows() []api.FlowStat {
 // rule change top documents (top-<name>, exe or comm selector, precedence
 // above the app's rules) only after a y.
 func TestTopModel(t *testing.T) {
-	m := &topModel{sort: "rate", open: map[uint32]bool{}}
+	m := &topModel{sort: "rate"}
 	m.update(topFlows(), testRules(), time.Now())
 	if len(m.apps) != 2 || m.apps[0].Comm != "restic" || m.apps[1].RateBps != 3e6 || len(m.apps[1].Flows) != 2 {
 		t.Fatalf("apps by rate: %+v", m.apps)
@@ -54,7 +54,7 @@ func TestTopModel(t *testing.T) {
 	m.update(topFlows(), testRules(), time.Now())
 
 	// Select zoom (second by bytes is restic; zoom is first), unfold it.
-	m.sel, m.selPID = 0, 10
+	m.sel, m.selKey = 0, "pid 10"
 	key := func(k tcell.Key, r rune) {
 		m.key(tcell.NewEventKey(k, r, tcell.ModNone), []string{"voice", "bulk"}, nil)
 	}
@@ -136,7 +136,7 @@ func TestTopDropsExitedApps(t *testing.T) {
 	gone := api.FlowStat{Proto: "udp", Local: "198.18.0.1:40009", Remote: "198.18.0.2:53", PID: 30, Comm: "dig", Exited: true, Counter: api.Counter{Bytes: 300}}
 	leaving := api.FlowStat{Proto: "tcp", Local: "198.18.0.1:40010", Remote: "198.18.0.2:80", PID: 31, Comm: "wget", Exited: true,
 		In: api.Counter{RateBps: 1e6, Bytes: 5000}} // its child still receives on the socket
-	m := &topModel{sort: "name", open: map[uint32]bool{}}
+	m := &topModel{sort: "name"}
 	m.update(append(flows, gone, leaving), testRules(), time.Now())
 	var names []string
 	for _, a := range m.apps {
@@ -150,7 +150,7 @@ func TestTopDropsExitedApps(t *testing.T) {
 // TestTopPromptShowsInputErrors: a value the prompt refuses (2mbits at the
 // limit prompt) keeps the prompt, with why, until it is edited.
 func TestTopPromptShowsInputErrors(t *testing.T) {
-	m := &topModel{sort: "rate", open: map[uint32]bool{}}
+	m := &topModel{sort: "rate"}
 	m.update(topFlows(), testRules(), time.Now())
 	var applied []topChange
 	key := func(k tcell.Key, r rune) {
@@ -221,7 +221,7 @@ func TestTopScreenShowsRefusal(t *testing.T) {
 	scr.SetSize(200, 20)
 	var mu sync.Mutex
 	shown := ""
-	m := &topModel{sort: "rate", open: map[uint32]bool{}, drawn: func() {
+	m := &topModel{sort: "rate", drawn: func() {
 		// In the loop's goroutine, right after it drew.
 		cells, w, _ := scr.GetContents()
 		var b strings.Builder
@@ -265,5 +265,109 @@ func TestTopScreenShowsRefusal(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("q does not end top")
+	}
+}
+
+// TestTopContainers: a container is one row, whichever of its processes
+// sent (runtime/name, its image in the EXE column, no pid), and unfolds to
+// its flows; top's actions on it make a rule selecting the container by
+// name (top-ctr-<name>), not an executable of it.
+func TestTopContainers(t *testing.T) {
+	c := func(rate float64, bytes uint64) api.Counter { return api.Counter{RateBps: rate, Bytes: bytes} }
+	db := func(local string, pid uint32, rate float64) api.FlowStat {
+		return api.FlowStat{Proto: "tcp", Local: local, Remote: "198.18.0.9:5432", PID: pid, Comm: "postgres", Exe: "/usr/lib/postgresql/bin/postgres",
+			Container: "db", Runtime: "docker", Image: "docker.io/library/postgres:16", Counter: c(rate, 10)}
+	}
+	flows := append(topFlows(),
+		db("198.19.0.2:40000", 501, 8e6), // a socket made in the container
+		db("198.19.0.2:40001", 0, 6e6),   // classified at its veth: no process known
+		api.FlowStat{Proto: "udp", Local: "198.19.0.3:53", Remote: "198.18.0.9:53", Container: "?", Counter: c(1, 1)}, // a container gone
+	)
+	m := &topModel{sort: "rate"}
+	m.update(flows, testRules(), time.Now())
+	var ctr topApp
+	for _, a := range m.apps {
+		if a.Container == "db" {
+			ctr = a
+		}
+		if a.PID == 501 {
+			t.Errorf("a process of the container has a row of its own: %+v", a)
+		}
+	}
+	if len(ctr.Flows) != 2 || ctr.RateBps != 14e6 {
+		t.Fatalf("container db: %+v (apps %+v)", ctr, m.apps)
+	}
+	if m.apps[0].Container != "db" {
+		t.Errorf("by rate the container (14 mbit/s) is not first: %+v", m.apps[0])
+	}
+	m.sel, m.selKey = 0, m.apps[0].key()
+	m.toggle()
+	ls := m.lines()
+	row := ls[2].text
+	if !strings.HasPrefix(row, "-       - docker/db") || !strings.Contains(row, "docker.io/library/postgres:16") || strings.Contains(row, "501") {
+		t.Errorf("container row %q: want no pid, docker/db, its image", row)
+	}
+	if !strings.Contains(ls[3].text, "198.19.0.2:4000") || !strings.Contains(ls[4].text, "198.19.0.2:4000") {
+		t.Errorf("container db unfolded does not show its two flows: %q", ls[3].text+" | "+ls[4].text)
+	}
+	// The selection stays on the container across a refresh.
+	m.update(flows, testRules(), time.Now())
+	if m.apps[m.sel].Container != "db" {
+		t.Errorf("after a refresh the selection moved to %+v", m.apps[m.sel])
+	}
+	m.filter = "postgres:16"
+	m.update(flows, testRules(), time.Now())
+	if len(m.apps) != 1 || m.apps[0].Container != "db" {
+		t.Errorf("filter by image: %+v", m.apps)
+	}
+	m.filter = ""
+	m.update(flows, testRules(), time.Now())
+
+	var applied []topChange
+	act := func(c topChange) { applied = append(applied, c) }
+	for _, r := range "l5mbit" {
+		m.key(tcell.NewEventKey(tcell.KeyRune, r, tcell.ModNone), nil, act)
+	}
+	m.key(tcell.NewEventKey(tcell.KeyEnter, 0, tcell.ModNone), nil, act)
+	if m.prompt == nil || !strings.Contains(m.prompt.label, "add rule top-ctr-db container=db maxbw=5mbit precedence=1?") {
+		t.Errorf("confirmation of a limit on container db: %+v", m.prompt)
+	}
+	m.key(tcell.NewEventKey(tcell.KeyRune, 'y', tcell.ModNone), nil, act)
+	if len(applied) != 1 {
+		t.Fatalf("limit 5mbit on the container: applied %+v, prompt %+v, status %q", applied, m.prompt, m.status)
+	}
+	ch := applied[0]
+	if !ch.Add || ch.Rule != "top-ctr-db" || ch.Fields["container"] != "db" || ch.Fields["maxbw"] != policy.Rate(5e6) {
+		t.Errorf("limit on container db: %+v", ch)
+	}
+	for _, k := range []string{"exe", "comm"} {
+		if _, has := ch.Fields[k]; has {
+			t.Errorf("the container's rule selects by %s too: %+v", k, ch.Fields)
+		}
+	}
+	// The rule validates: it is what `hostqos rule add top-ctr-db --container db --maxbw 5mbit` makes.
+	r := policy.NewRule(ch.Rule)
+	r.Container, r.MaxBW = ch.Fields["container"].(string), 5e6
+	p := policy.DefaultPolicy()
+	p.Rules = append(p.Rules, r)
+	if err := p.Validate("api"); err != nil {
+		t.Errorf("top's container rule does not validate: %v", err)
+	}
+	// Once it exists, block changes it; undo removes it.
+	rules := append(testRules(), api.RuleInfo{Rule: policy.Rule{Name: "top-ctr-db", Container: "db", MaxBW: 5e6, Precedence: 1}})
+	m.update(flows, rules, time.Now())
+	if ch, err := m.change(ctr, "block", ""); err != nil || ch.Add || ch.Rule != "top-ctr-db" || ch.Fields["action"] != policy.ActionDrop {
+		t.Errorf("block container db: %+v %v", ch, err)
+	}
+	if ch, err := m.change(ctr, "undo", ""); err != nil || !ch.Remove || ch.Rule != "top-ctr-db" {
+		t.Errorf("undo on container db: %+v %v", ch, err)
+	}
+	// A name with glob characters selects that container alone.
+	if ch, err := m.change(topApp{Container: "a*b", Runtime: "netns"}, "class", "bulk"); err != nil || ch.Fields["container"] != `a\*b` {
+		t.Errorf("container a*b: %+v %v", ch, err)
+	}
+	// A container that is gone cannot be named by a rule.
+	if _, err := m.change(topApp{Container: "?"}, "class", "bulk"); err == nil {
+		t.Error("a rule for a container that is gone accepted")
 	}
 }
