@@ -31,7 +31,7 @@ const (
 // HistoryQuery asks for the history of one kind over [Since, Until].
 type HistoryQuery struct {
 	Kind  string        // links, classes, rules, apps or flows
-	Name  string        // one object ("" = all); for flows: an app (comm or exe), rule, class or unit
+	Name  string        // one object ("" = all); for flows: an app (comm, exe or container:RUNTIME/NAME), rule, class or unit
 	Since time.Time     // zero: an hour before Until
 	Until time.Time     // zero: now
 	Step  time.Duration // width of a point (0: the finest the range allows)
@@ -138,28 +138,39 @@ type HistoryPoint struct {
 // HistorySeries is one object's history: its total over the range and its
 // points (only those with traffic).
 type HistorySeries struct {
-	Name   string          `json:"name"`
-	UID    *uint32         `json:"uid,omitempty"` // an app's user
-	Total  HistoryCounters `json:"total"`
-	Points []HistoryPoint  `json:"points,omitempty"`
+	Name string  `json:"name"`
+	UID  *uint32 `json:"uid,omitempty"` // an app's user
+	// An app that is a container (docs/containers.md) is one series,
+	// named container:RUNTIME/NAME, whichever of its processes sent:
+	// its name, runtime and (latest) image. It has no UID.
+	Container string          `json:"container,omitempty"`
+	Runtime   string          `json:"runtime,omitempty"`
+	Image     string          `json:"image,omitempty"`
+	Total     HistoryCounters `json:"total"`
+	Points    []HistoryPoint  `json:"points,omitempty"`
 }
 
 // FlowRecord is a flow that ended: its 5-tuple, app, rule, class, start,
 // end, and counters of each direction.
 type FlowRecord struct {
-	Proto  string    `json:"proto"`
-	Local  string    `json:"local"`
-	Remote string    `json:"remote"`
-	PID    uint32    `json:"pid,omitempty"`
-	Comm   string    `json:"comm,omitempty"`
-	Exe    string    `json:"exe,omitempty"`
-	UID    uint32    `json:"uid"`
-	Cgroup string    `json:"cgroup,omitempty"`
-	Unit   string    `json:"unit,omitempty"`
-	Rule   string    `json:"rule,omitempty"`
-	Class  string    `json:"class,omitempty"`
-	Start  time.Time `json:"start"`
-	End    time.Time `json:"end"`
+	Proto  string `json:"proto"`
+	Local  string `json:"local"`
+	Remote string `json:"remote"`
+	PID    uint32 `json:"pid,omitempty"`
+	Comm   string `json:"comm,omitempty"`
+	Exe    string `json:"exe,omitempty"`
+	UID    uint32 `json:"uid"`
+	Cgroup string `json:"cgroup,omitempty"`
+	Unit   string `json:"unit,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+	Class  string `json:"class,omitempty"`
+	// Container, Runtime and Image name the container whose flow it
+	// was (docs/containers.md).
+	Container string    `json:"container,omitempty"`
+	Runtime   string    `json:"runtime,omitempty"`
+	Image     string    `json:"image,omitempty"`
+	Start     time.Time `json:"start"`
+	End       time.Time `json:"end"`
 	HistoryCounters
 }
 

@@ -114,7 +114,9 @@ year (see docs/observability.md); and the records of flows that ended, with
 their app, rule, class, start, end and bytes each way.
 
 NAME picks one object (for flows: an app's comm or exe, a rule, a class or a
-unit). --since and --until take an RFC 3339 time, a local date and time
+unit). A container is one app, named container:RUNTIME/NAME (e.g.
+container:docker/db), whichever of its processes sent; only root and group
+hostqos see it. --since and --until take an RFC 3339 time, a local date and time
 ("2026-11-22 18:00"), or a duration ago ("2h", "7d"). The table shows each
 series' total over the range; -o json and -o csv give every point. Ordinary
 users see links, classes, the admin's rules, and only their own apps, runs and
@@ -164,6 +166,9 @@ func rawCols(c api.HistoryCounters) []string {
 var rawHead = []string{"bytes_in", "bytes_out", "packets_in", "packets_out", "drops_in", "drops_out"}
 
 func seriesName(s api.HistorySeries) string {
+	if s.Container != "" && s.Image != "" { // container:RUNTIME/NAME and its image
+		return fmt.Sprintf("%s (%s)", s.Name, s.Image)
+	}
 	if s.UID != nil {
 		return fmt.Sprintf("%s (uid %d)", s.Name, *s.UID)
 	}
@@ -179,11 +184,13 @@ func printHistory(w io.Writer, format string, h api.History, hint string) error 
 	case "csv":
 		cw := csv.NewWriter(w)
 		if h.Kind == api.HistoryFlows {
-			_ = cw.Write(append([]string{"proto", "local", "remote", "pid", "comm", "exe", "uid", "unit", "rule", "class", "start", "end"}, rawHead...))
+			// The container's columns come last, after those of before.
+			_ = cw.Write(append(append([]string{"proto", "local", "remote", "pid", "comm", "exe", "uid", "unit", "rule", "class", "start", "end"}, rawHead...),
+				"runtime", "container", "image"))
 			for _, f := range h.Flows {
-				_ = cw.Write(append([]string{f.Proto, f.Local, f.Remote, strconv.Itoa(int(f.PID)), f.Comm, f.Exe,
+				_ = cw.Write(append(append([]string{f.Proto, f.Local, f.Remote, strconv.Itoa(int(f.PID)), f.Comm, f.Exe,
 					strconv.Itoa(int(f.UID)), f.Unit, f.Rule, f.Class, f.Start.Format(time.RFC3339Nano), f.End.Format(time.RFC3339Nano)},
-					rawCols(f.HistoryCounters)...))
+					rawCols(f.HistoryCounters)...), f.Runtime, f.Container, f.Image))
 			}
 		} else {
 			_ = cw.Write(append(append([]string{"name", "time"}, rawHead...), "peak_bytes_in", "peak_bytes_out"))
@@ -203,7 +210,10 @@ func printHistory(w io.Writer, format string, h api.History, hint string) error 
 	} else if h.Kind == api.HistoryFlows {
 		for _, f := range h.Flows {
 			app := "-"
-			if f.PID != 0 {
+			switch {
+			case f.Container != "":
+				app = f.Runtime + "/" + f.Container
+			case f.PID != 0:
 				app = fmt.Sprintf("%s[%d]", f.Comm, f.PID)
 			}
 			rows = append(rows, append([]string{f.Proto, f.Local, f.Remote, app, orDash(f.Rule), orDash(f.Class),

@@ -143,3 +143,26 @@ func TestPlotKeepsPeaks(t *testing.T) {
 		t.Errorf("plot: exit %d %s%s", code, out, errOut)
 	}
 }
+
+// TestStatHistoryContainers: a container's app history is named
+// container:RUNTIME/NAME with its image, and its flow records by
+// runtime/name.
+func TestStatHistoryContainers(t *testing.T) {
+	h := api.History{Kind: "apps", Step: 60, Resolution: "1m", Series: []api.HistorySeries{
+		{Name: "container:docker/db", Container: "db", Runtime: "docker", Image: "postgres:16", Total: api.HistoryCounters{BytesOut: 5e6}}}}
+	c := &fakeClient{history: h}
+	out, errOut, code := runFake(c, "stat", "history", "apps", "container:docker/db")
+	if code != exitOK || !strings.Contains(out, "container:docker/db (postgres:16)") {
+		t.Errorf("apps history of a container (exit %d, %s):\n%s", code, errOut, out)
+	}
+	c.history = api.History{Kind: api.HistoryFlows, Flows: []api.FlowRecord{{Proto: "tcp", Local: "198.19.0.2:40000", Remote: "198.18.0.2:443",
+		Container: "db", Runtime: "docker", Image: "postgres:16", HistoryCounters: api.HistoryCounters{BytesOut: 100}}}}
+	out, _, _ = runFake(c, "stat", "history", "flows")
+	if !strings.Contains(out, "docker/db") {
+		t.Errorf("flow records of a container:\n%s", out)
+	}
+	out, _, _ = runFake(c, "stat", "history", "flows", "-o", "csv")
+	if !strings.Contains(out, ",runtime,container,image\n") || !strings.Contains(out, ",docker,db,postgres:16\n") {
+		t.Errorf("csv flow records of a container:\n%s", out)
+	}
+}

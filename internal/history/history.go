@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,7 +99,32 @@ type Series struct {
 	// Owner is the uid of the only ordinary user who may see the series
 	// (an app's user, the user of a run's rule); -1: everyone.
 	Owner int64
+	// Image is the image of an app that is a container (its Name is
+	// ContainerApp's), kept with the series: the latest one seen.
+	Image string
 	Counters
+}
+
+// containerPrefix starts the name of an app that is a container. No
+// executable's name (an absolute path) or command name (at most 15
+// bytes; the prefix and the shortest runtime/name are 17) can be one.
+const containerPrefix = "container:"
+
+// ContainerApp is the name of the app that is a container
+// (docs/containers.md): container:RUNTIME/NAME, one series whichever of
+// its processes sent.
+func ContainerApp(runtime, name string) string {
+	return containerPrefix + runtime + "/" + name
+}
+
+// ParseContainerApp splits the name of an app that is a container into
+// its runtime and name; ok is false for any other app.
+func ParseContainerApp(app string) (runtime, name string, ok bool) {
+	rest, ok := strings.CutPrefix(app, containerPrefix)
+	if !ok {
+		return "", "", false
+	}
+	return strings.Cut(rest, "/")
 }
 
 // Flow is the record of a flow that ended: the datapath saw no packet of it
@@ -120,8 +146,12 @@ type Flow struct {
 	Unit    string
 	Rule    string
 	Class   string
-	Start   time.Time
-	End     time.Time
+	// Container is the flow's container as an app (ContainerApp; "" for
+	// the host's own), Image its image.
+	Container string
+	Image     string
+	Start     time.Time
+	End       time.Time
 	Counters
 }
 
@@ -250,8 +280,9 @@ type Store struct {
 	once    sync.Once
 
 	// Writer state (the writer goroutine only).
-	ids  map[seriesKey]int64
-	last map[int64]Counters
+	ids    map[seriesKey]int64
+	images map[int64]string // a container app's image, as stored
+	last   map[int64]Counters
 	// lastT is the time (Unix seconds) of each series' last reading this
 	// run: a sample that comes more than a second after it (a sample the
 	// full queue dropped) spreads its amounts over the seconds it covers
@@ -302,7 +333,7 @@ func Open(path string, o Options) (*Store, error) {
 	s := &Store{
 		db: db, path: path, opt: o, log: o.Logger,
 		ch: make(chan item, queueLen), done: make(chan struct{}), stopped: make(chan struct{}),
-		ids: map[seriesKey]int64{}, last: map[int64]Counters{}, lastT: map[int64]int64{}, recording: true,
+		ids: map[seriesKey]int64{}, images: map[int64]string{}, last: map[int64]Counters{}, lastT: map[int64]int64{}, recording: true,
 	}
 	if err := s.init(); err != nil {
 		db.Close()
@@ -324,6 +355,7 @@ CREATE TABLE IF NOT EXISTS series (
 	kind  TEXT NOT NULL,
 	name  TEXT NOT NULL,
 	owner INTEGER NOT NULL,
+	image TEXT NOT NULL DEFAULT '',
 	UNIQUE (kind, name, owner)
 );
 CREATE TABLE IF NOT EXISTS last (
@@ -362,6 +394,7 @@ CREATE TABLE IF NOT EXISTS flows (
 	start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL,
 	bi INTEGER NOT NULL, bo INTEGER NOT NULL, pi INTEGER NOT NULL,
 	po INTEGER NOT NULL, di INTEGER NOT NULL, do INTEGER NOT NULL,
+	container TEXT NOT NULL DEFAULT '', image TEXT NOT NULL DEFAULT '',
 	UNIQUE (proto, local, remote, first_ns)
 );
 CREATE INDEX IF NOT EXISTS flows_end ON flows (end_ms);
@@ -385,10 +418,13 @@ func (s *Store) init() error {
 	if err := s.migratePeaks(); err != nil {
 		return err
 	}
+	if err := s.migrateContainers(); err != nil {
+		return err
+	}
 	if err := s.countEvents(); err != nil {
 		return err
 	}
-	rows, err := s.db.Query(`SELECT s.id, s.kind, s.name, s.owner, l.bi, l.bo, l.pi, l.po, l.di, l.do
+	rows, err := s.db.Query(`SELECT s.id, s.kind, s.name, s.owner, s.image, l.bi, l.bo, l.pi, l.po, l.di, l.do
 		FROM series s LEFT JOIN last l ON l.series = s.id`)
 	if err != nil {
 		return fmt.Errorf("read series: %w", err)
@@ -397,11 +433,15 @@ func (s *Store) init() error {
 	for rows.Next() {
 		var id int64
 		var k seriesKey
+		var image string
 		var f [6]sql.NullInt64
-		if err := rows.Scan(&id, &k.kind, &k.name, &k.owner, &f[0], &f[1], &f[2], &f[3], &f[4], &f[5]); err != nil {
+		if err := rows.Scan(&id, &k.kind, &k.name, &k.owner, &image, &f[0], &f[1], &f[2], &f[3], &f[4], &f[5]); err != nil {
 			return fmt.Errorf("read series: %w", err)
 		}
 		s.ids[k] = id
+		if image != "" {
+			s.images[id] = image
+		}
 		if f[0].Valid {
 			var c [6]uint64
 			for i := range f {
@@ -613,6 +653,25 @@ func (s *Store) migratePeaks() error {
 	return nil
 }
 
+// migrateContainers adds the columns that name containers (a container
+// app's image; a flow record's container and image) to the tables of an
+// older store; its old rows are the host's own.
+func (s *Store) migrateContainers() error {
+	for _, c := range []struct{ table, col string }{{"series", "image"}, {"flows", "container"}, {"flows", "image"}} {
+		var n int
+		if err := s.db.QueryRow(`SELECT count(*) FROM pragma_table_info('`+c.table+`') WHERE name = ?`, c.col).Scan(&n); err != nil {
+			return fmt.Errorf("read %s table: %w", c.table, err)
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := s.db.Exec(`ALTER TABLE ` + c.table + ` ADD COLUMN ` + c.col + ` TEXT NOT NULL DEFAULT ''`); err != nil {
+			return fmt.Errorf("add %s to %s table: %w", c.col, c.table, err)
+		}
+	}
+	return nil
+}
+
 // writeTx writes a batch; it returns the rows and bytes of events added.
 func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 	tx, err := s.db.Begin()
@@ -623,12 +682,14 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 	newIDs := map[seriesKey]int64{}
 	newLast := map[int64]Counters{}
 	newLastT := map[int64]int64{}
+	newImages := map[int64]string{}
 	defer func() {
 		if err != nil {
 			_ = tx.Rollback()
 			return
 		}
 		maps(newIDs, s.ids)
+		maps(newImages, s.images)
 		maps(newLast, s.last)
 		maps(newLastT, s.lastT)
 	}()
@@ -647,7 +708,8 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 	}
 	defer lastSt.Close()
 	flowSt, err := tx.Prepare(`INSERT INTO flows (proto, local, remote, first_ns, pid, comm, exe, uid, cgroup, unit,
-		rule, class, start_ms, end_ms, bi, bo, pi, po, di, do) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		rule, class, start_ms, end_ms, bi, bo, pi, po, di, do, container, image)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (proto, local, remote, first_ns) DO UPDATE SET end_ms = excluded.end_ms,
 		bi = excluded.bi, bo = excluded.bo, pi = excluded.pi, po = excluded.po, di = excluded.di, do = excluded.do`)
 	if err != nil {
@@ -669,6 +731,21 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 		newIDs[k] = v
 		return v, nil
 	}
+	// image keeps a container app's latest image with its series.
+	image := func(sid int64, img string) error {
+		old, ok := newImages[sid]
+		if !ok {
+			old = s.images[sid]
+		}
+		if img == "" || img == old {
+			return nil
+		}
+		if _, err := tx.Exec(`UPDATE series SET image = ? WHERE id = ?`, img, sid); err != nil {
+			return fmt.Errorf("write series image: %w", err)
+		}
+		newImages[sid] = img
+		return nil
+	}
 	for _, it := range batch {
 		switch {
 		case it.sample != nil:
@@ -676,6 +753,9 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 			for _, se := range it.sample.Series {
 				sid, err := id(seriesKey{se.Kind, se.Name, se.Owner})
 				if err != nil {
+					return 0, 0, err
+				}
+				if err := image(sid, se.Image); err != nil {
 					return 0, 0, err
 				}
 				prev, seen := newLast[sid]
@@ -724,7 +804,7 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 				f := fl.Counters.fields()
 				if _, err := flowSt.Exec(fl.Proto, fl.Local, fl.Remote, i64(fl.FirstNS), fl.PID, fl.Comm, fl.Exe, fl.UID,
 					fl.Cgroup, fl.Unit, fl.Rule, fl.Class, fl.Start.UnixMilli(), fl.End.UnixMilli(),
-					i64(f[0]), i64(f[1]), i64(f[2]), i64(f[3]), i64(f[4]), i64(f[5])); err != nil {
+					i64(f[0]), i64(f[1]), i64(f[2]), i64(f[3]), i64(f[4]), i64(f[5]), fl.Container, fl.Image); err != nil {
 					return 0, 0, fmt.Errorf("write flow record: %w", err)
 				}
 			}

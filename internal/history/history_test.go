@@ -242,3 +242,83 @@ func TestPeaksOfAnOlderStore(t *testing.T) {
 		t.Errorf("an old minute row of 6 MB: %+v; want its mean, 100 KB a second, as its peak", h)
 	}
 }
+
+// TestContainerApps: an app that is a container is one series named
+// container:RUNTIME/NAME, with its runtime, name and latest image and no
+// uid; its flow records name it; and a store written before containers
+// were named opens, gains the columns, keeps its rows and records them.
+func TestContainerApps(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "history.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, q := range []string{
+		`CREATE TABLE series (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL, owner INTEGER NOT NULL, UNIQUE (kind, name, owner))`,
+		`CREATE TABLE flows (id INTEGER PRIMARY KEY, proto TEXT NOT NULL, local TEXT NOT NULL, remote TEXT NOT NULL, first_ns INTEGER NOT NULL,
+			pid INTEGER NOT NULL, comm TEXT NOT NULL, exe TEXT NOT NULL, uid INTEGER NOT NULL, cgroup TEXT NOT NULL, unit TEXT NOT NULL,
+			rule TEXT NOT NULL, class TEXT NOT NULL, start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, bi INTEGER NOT NULL, bo INTEGER NOT NULL,
+			pi INTEGER NOT NULL, po INTEGER NOT NULL, di INTEGER NOT NULL, do INTEGER NOT NULL, UNIQUE (proto, local, remote, first_ns))`,
+		`INSERT INTO series VALUES (1, 'apps', '/usr/bin/curl', 1000)`,
+		fmt.Sprintf(`INSERT INTO flows VALUES (1, 'tcp', '198.18.0.1:1', '198.18.0.2:80', 1, 7, 'curl', '/usr/bin/curl', 1000, '', '', '', '',
+			%d, %d, 0, 10, 0, 1, 0, 0)`, now.Add(-time.Minute).UnixMilli(), now.Add(-time.Minute).UnixMilli()),
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	s := open(t, path)
+	defer func() { s.Close() }()
+	app := ContainerApp("docker", "db")
+	if rt, name, ok := ParseContainerApp(app); !ok || rt != "docker" || name != "db" {
+		t.Errorf("ParseContainerApp(%q) = %q, %q, %v", app, rt, name, ok)
+	}
+	if _, _, ok := ParseContainerApp("/usr/bin/curl"); ok {
+		t.Error("/usr/bin/curl parsed as a container")
+	}
+	t0 := now.Add(-10 * time.Second).Truncate(time.Second)
+	for i, img := range []string{"postgres:15", "postgres:16"} { // recreated from a newer image
+		s.Record(Sample{Time: t0.Add(time.Duration(i) * time.Second), Series: []Series{
+			{Kind: KindApps, Name: app, Owner: 0, Image: img, Counters: Counters{BytesOut: uint64(100 * (i + 1))}},
+			{Kind: KindApps, Name: "/usr/bin/curl", Owner: 1000, Counters: Counters{BytesOut: uint64(10 * (i + 1))}},
+		}})
+	}
+	s.Record(Sample{Time: t0.Add(2 * time.Second), Flows: []Flow{{Proto: "udp", Local: "198.19.0.2:5000", Remote: "198.18.0.2:53", FirstNS: 9,
+		Container: app, Image: "postgres:16", Start: t0, End: t0.Add(time.Second), Counters: Counters{BytesOut: 42}}}})
+	flush(t, s)
+	h, err := s.Query(context.Background(), api.HistoryQuery{Kind: KindApps, Since: now.Add(-time.Hour)}, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Series) != 2 {
+		t.Fatalf("apps %+v: want the container and curl", h.Series)
+	}
+	c := h.Series[0]
+	if c.Name != app || c.Container != "db" || c.Runtime != "docker" || c.Image != "postgres:16" || c.UID != nil || c.Total.BytesOut != 200 {
+		t.Errorf("container series %+v; want db of docker, image postgres:16, no uid, 200 bytes out", c)
+	}
+	if cu := h.Series[1]; cu.Name != "/usr/bin/curl" || cu.Container != "" || cu.UID == nil || *cu.UID != 1000 {
+		t.Errorf("curl's series %+v", cu)
+	}
+	h, err = s.Query(context.Background(), api.HistoryQuery{Kind: api.HistoryFlows, Since: now.Add(-time.Hour)}, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Flows) != 2 || h.Flows[0].Container != "db" || h.Flows[0].Runtime != "docker" || h.Flows[0].Image != "postgres:16" ||
+		h.Flows[1].Comm != "curl" || h.Flows[1].Container != "" {
+		t.Errorf("flow records %+v; want the container's (named) and the old curl flow", h.Flows)
+	}
+	h, _ = s.Query(context.Background(), api.HistoryQuery{Kind: api.HistoryFlows, Name: app, Since: now.Add(-time.Hour)}, -1)
+	if len(h.Flows) != 1 || h.Flows[0].BytesOut != 42 {
+		t.Errorf("flow records of %s: %+v", app, h.Flows)
+	}
+	// The image persists across a reopen.
+	s.Close()
+	s = open(t, path)
+	h, _ = s.Query(context.Background(), api.HistoryQuery{Kind: KindApps, Name: app, Since: now.Add(-time.Hour)}, -1)
+	if len(h.Series) != 1 || h.Series[0].Image != "postgres:16" {
+		t.Errorf("after a reopen: %+v", h.Series)
+	}
+}

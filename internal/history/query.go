@@ -126,7 +126,7 @@ func (s *Store) Query(ctx context.Context, q api.HistoryQuery, owner int64) (api
 		args = append(args, q.Name)
 	}
 	args = append(args, from, to)
-	rows, err := s.db.QueryContext(ctx, `SELECT s.name, s.owner, (d.t / ?) * ? AS b,
+	rows, err := s.db.QueryContext(ctx, `SELECT s.name, s.owner, s.image, (d.t / ?) * ? AS b,
 		SUM(d.bi), SUM(d.bo), SUM(d.pi), SUM(d.po), SUM(d.di), SUM(d.do), `+peaks+`
 		FROM `+r.table+` d JOIN series s ON s.id = d.series
 		WHERE `+where+` AND d.t >= ? AND d.t <= ?
@@ -143,9 +143,10 @@ func (s *Store) Query(ctx context.Context, q api.HistoryQuery, owner int64) (api
 	points := 0
 	for rows.Next() {
 		var k key
+		var image string
 		var b, peakIn, peakOut int64
 		var f [6]int64
-		if err := rows.Scan(&k.name, &k.owner, &b, &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &peakIn, &peakOut); err != nil {
+		if err := rows.Scan(&k.name, &k.owner, &image, &b, &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &peakIn, &peakOut); err != nil {
 			return out, fmt.Errorf("query history: %w", err)
 		}
 		i, ok := idx[k]
@@ -153,7 +154,9 @@ func (s *Store) Query(ctx context.Context, q api.HistoryQuery, owner int64) (api
 			i = len(out.Series)
 			idx[k] = i
 			se := api.HistorySeries{Name: k.name}
-			if q.Kind == KindApps && k.owner >= 0 {
+			if rt, name, ok := ParseContainerApp(k.name); ok && q.Kind == KindApps {
+				se.Container, se.Runtime, se.Image = name, rt, image
+			} else if q.Kind == KindApps && k.owner >= 0 {
 				u := uint32(k.owner)
 				se.UID = &u
 			}
@@ -199,7 +202,8 @@ func addAPI(t *api.HistoryCounters, c api.HistoryCounters) {
 
 // Flows answers a query of flow records: those that ended in [Since,
 // Until], newest first, at most api.MaxHistoryFlows. A name selects the
-// flows whose comm, exe, rule, class or unit it is.
+// flows whose comm, exe, container (ContainerApp), rule, class or unit it
+// is.
 func (s *Store) Flows(ctx context.Context, q api.HistoryQuery, owner int64) (api.History, error) {
 	if err := normalize(&q, time.Now()); err != nil {
 		return api.History{}, err
@@ -212,12 +216,12 @@ func (s *Store) Flows(ctx context.Context, q api.HistoryQuery, owner int64) (api
 	where := `end_ms >= ? AND end_ms <= ? AND (? < 0 OR uid = ?)`
 	args := []any{q.Since.UnixMilli(), q.Until.UnixMilli(), owner, owner}
 	if q.Name != "" {
-		where += ` AND (comm = ? OR exe = ? OR rule = ? OR class = ? OR unit = ?)`
-		args = append(args, q.Name, q.Name, q.Name, q.Name, q.Name)
+		where += ` AND (comm = ? OR exe = ? OR rule = ? OR class = ? OR unit = ? OR container = ?)`
+		args = append(args, q.Name, q.Name, q.Name, q.Name, q.Name, q.Name)
 	}
 	args = append(args, limit+1)
 	rows, err := s.db.QueryContext(ctx, `SELECT proto, local, remote, pid, comm, exe, uid, cgroup, unit, rule, class,
-		start_ms, end_ms, bi, bo, pi, po, di, do FROM flows WHERE `+where+` ORDER BY end_ms DESC, id DESC LIMIT ?`, args...)
+		start_ms, end_ms, bi, bo, pi, po, di, do, container, image FROM flows WHERE `+where+` ORDER BY end_ms DESC, id DESC LIMIT ?`, args...)
 	if err != nil {
 		return out, fmt.Errorf("query flow records: %w", err)
 	}
@@ -226,10 +230,12 @@ func (s *Store) Flows(ctx context.Context, q api.HistoryQuery, owner int64) (api
 		var r api.FlowRecord
 		var start, end int64
 		var f [6]int64
+		var ctr string
 		if err := rows.Scan(&r.Proto, &r.Local, &r.Remote, &r.PID, &r.Comm, &r.Exe, &r.UID, &r.Cgroup, &r.Unit,
-			&r.Rule, &r.Class, &start, &end, &f[0], &f[1], &f[2], &f[3], &f[4], &f[5]); err != nil {
+			&r.Rule, &r.Class, &start, &end, &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &ctr, &r.Image); err != nil {
 			return out, fmt.Errorf("query flow records: %w", err)
 		}
+		r.Runtime, r.Container, _ = ParseContainerApp(ctr)
 		r.Start, r.End = time.UnixMilli(start).UTC(), time.UnixMilli(end).UTC()
 		r.HistoryCounters = apiCounters(f)
 		out.Flows = append(out.Flows, r)

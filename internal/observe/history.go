@@ -28,9 +28,10 @@ type HistoryOptions struct {
 	// FlowIdle is how long a flow may go without a packet before it is
 	// recorded as ended (NetFlow's inactive timeout; config flow_idle).
 	FlowIdle time.Duration
-	// MaxApps is how many apps (executable and user) get a name of
-	// their own in history and metrics; the traffic of later ones is
-	// counted as app "other" of their user (config max_apps).
+	// MaxApps is how many apps (executable and user, or container) get
+	// a name of their own in history and metrics; the traffic of later
+	// ones is counted as app "other" of their user (a container's: of
+	// root) (config max_apps).
 	MaxApps int
 }
 
@@ -53,7 +54,7 @@ type recorder struct {
 
 	walked bool // the first walk after start only takes a baseline
 	// appTotal and named: see app.
-	appTotal map[appKey]*history.Counters
+	appTotal map[appKey]*appCount
 	named    int
 	procs    map[uint32]procInfo
 }
@@ -64,9 +65,19 @@ type recorder struct {
 // records (and a heap to match).
 const maxIdleRecords = 4096
 
+// appKey is an app of history and metrics: an executable (or command
+// name) and its user, or a container (history.ContainerApp) whichever of
+// its processes sent, of uid 0: a container is the host's business, and
+// only root and group hostqos see it (as they see containers).
 type appKey struct {
 	name string
 	uid  uint32
+}
+
+// appCount is an app's cumulative counters, and a container's image.
+type appCount struct {
+	history.Counters
+	image string
 }
 
 // procInfo is what a flow record says of its process, read when the
@@ -86,7 +97,7 @@ func (o *Observer) SetHistory(st *history.Store, opt HistoryOptions) {
 		opt.MaxApps = none.Apps()
 	}
 	r := &recorder{store: st, opt: opt,
-		appTotal: map[appKey]*history.Counters{}, procs: map[uint32]procInfo{}}
+		appTotal: map[appKey]*appCount{}, procs: map[uint32]procInfo{}}
 	o.histMu.Lock()
 	o.hist = r
 	o.histMu.Unlock()
@@ -197,12 +208,12 @@ func (o *Observer) readSample(r *recorder) (history.Sample, bool) {
 		}
 	}
 	names := newSlotOwners(rv.Rules)
-	ended := r.walk(k, names, classOf, sm.Time)
+	ended := r.walk(k, rv.Containers, names, classOf, sm.Time)
 	sm.Flows = ended
 	r.mu.Lock()
 	for key, c := range r.appTotal {
 		owner := int64(key.uid)
-		sm.Series = append(sm.Series, history.Series{Kind: history.KindApps, Name: key.name, Owner: owner, Counters: *c})
+		sm.Series = append(sm.Series, history.Series{Kind: history.KindApps, Name: key.name, Owner: owner, Image: c.image, Counters: c.Counters})
 	}
 	r.mu.Unlock()
 	return sm, true
@@ -236,7 +247,9 @@ func monoNow() uint64 {
 
 // walk reads the flow table once: it adds each flow's new traffic to its
 // app's counters and returns the flows that ended since the last walk.
-func (r *recorder) walk(k Kernel, ruleNames slotOwners, classOf map[string]string, now time.Time) []history.Flow {
+// ctrs are the containers by the ifindex of their host-side veth
+// (RuleView.Containers): a flow classified at one is its container's.
+func (r *recorder) walk(k Kernel, ctrs map[int]Container, ruleNames slotOwners, classOf map[string]string, now time.Time) []history.Flow {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	mono := monoNow()
@@ -250,13 +263,15 @@ func (r *recorder) walk(k Kernel, ruleNames slotOwners, classOf map[string]strin
 	idle := uint64(r.opt.FlowIdle)
 	idleRecords := 0
 	err := k.TrackFlows(func(f datapath.Flow, m *datapath.FlowMemo) bool {
-		if r.walked && f.PID != 0 {
+		if r.walked && (f.PID != 0 || f.Veth != 0) {
 			d := flowCounters(f.Counters)
 			if m.Seen {
 				d = d.Delta(flowCounters(m.Counters))
 			}
 			if d != (history.Counters{}) {
-				r.app(k, f).Add(d)
+				if a := r.app(k, ctrs, f); a != nil {
+					a.Add(d)
+				}
 			}
 		}
 		m.Seen, m.Counters, m.LastSeenNS = true, f.Counters, f.LastSeenNS
@@ -264,14 +279,14 @@ func (r *recorder) walk(k Kernel, ruleNames slotOwners, classOf map[string]strin
 			m.Mark != f.LastSeenNS && idleRecords < maxIdleRecords {
 			idleRecords++
 			m.Mark = f.LastSeenNS
-			ended = append(ended, r.flowRecord(k, f, ruleNames, classOf, wall))
+			ended = append(ended, r.flowRecord(k, ctrs, f, ruleNames, classOf, wall))
 		}
 		return true
 	}, func(f datapath.Flow, m datapath.FlowMemo) {
 		// Evicted, or its 5-tuple taken by a new flow: recorded with
 		// its last reading, unless that was recorded already.
 		if m.Mark != m.LastSeenNS {
-			ended = append(ended, r.flowRecord(k, f, ruleNames, classOf, wall))
+			ended = append(ended, r.flowRecord(k, ctrs, f, ruleNames, classOf, wall))
 		}
 	})
 	if err != nil {
@@ -285,14 +300,28 @@ func (r *recorder) walk(k Kernel, ruleNames slotOwners, classOf map[string]strin
 }
 
 // app is the counters of f's app, creating them (or, beyond MaxApps, the
-// "other" app of the flow's user).
-func (r *recorder) app(k Kernel, f datapath.Flow) *history.Counters {
-	name := r.proc(k, f.PID).exe
-	if name == "" {
-		name = f.Comm
+// "other" app of the flow's user); nil for the flow of a container that
+// is gone (no name to count it under).
+func (r *recorder) app(k Kernel, ctrs map[int]Container, f datapath.Flow) *appCount {
+	var key appKey
+	image := ""
+	if f.Veth != 0 {
+		c, ok := ctrs[f.Veth]
+		if !ok {
+			return nil
+		}
+		key, image = appKey{name: history.ContainerApp(c.Runtime, c.Name)}, c.Image
+	} else {
+		name := r.proc(k, f.PID).exe
+		if name == "" {
+			name = f.Comm
+		}
+		key = appKey{name: name, uid: f.UID}
 	}
-	key := appKey{name: name, uid: f.UID}
 	if c, ok := r.appTotal[key]; ok {
+		if image != "" {
+			c.image = image // the latest: a container recreated from another image
+		}
 		return c
 	}
 	if r.named >= r.opt.MaxApps {
@@ -303,7 +332,10 @@ func (r *recorder) app(k Kernel, f datapath.Flow) *history.Counters {
 	} else {
 		r.named++
 	}
-	c := &history.Counters{}
+	c := &appCount{}
+	if key.name != OtherApp {
+		c.image = image
+	}
 	r.appTotal[key] = c
 	return c
 }
@@ -340,7 +372,7 @@ func unitOf(cgroup string) string {
 	return ""
 }
 
-func (r *recorder) flowRecord(k Kernel, f datapath.Flow, ruleNames slotOwners, classOf map[string]string, wall func(uint64) time.Time) history.Flow {
+func (r *recorder) flowRecord(k Kernel, ctrs map[int]Container, f datapath.Flow, ruleNames slotOwners, classOf map[string]string, wall func(uint64) time.Time) history.Flow {
 	rec := history.Flow{Proto: ProtoName(f.Key.Proto), Local: addrPort(f.Key.Local), Remote: addrPort(f.Key.Remote),
 		FirstNS: f.FirstSeenNS, PID: f.PID, Comm: f.Comm, UID: f.UID,
 		Start: wall(f.FirstSeenNS), End: wall(f.LastSeenNS),
@@ -349,6 +381,9 @@ func (r *recorder) flowRecord(k Kernel, f datapath.Flow, ruleNames slotOwners, c
 		p := r.proc(k, f.PID)
 		rec.Exe, rec.Cgroup, rec.Unit = p.exe, p.cgroup, p.unit
 	}
+	if c, ok := ctrs[f.Veth]; ok && f.Veth != 0 {
+		rec.Container, rec.Image = history.ContainerApp(c.Runtime, c.Name), c.Image
+	}
 	if rec.Rule = ruleNames.of(f); rec.Rule != "" {
 		rec.Class = classOf[rec.Rule]
 	}
@@ -356,9 +391,13 @@ func (r *recorder) flowRecord(k Kernel, f datapath.Flow, ruleNames slotOwners, c
 }
 
 // AppCounters are an app's cumulative counters since the daemon started.
+// An app that is a container has its Container, Runtime and Image set (and
+// UID 0); Name is then history.ContainerApp's.
 type AppCounters struct {
 	Name string
 	UID  uint32
+	// Container, Runtime and Image name an app that is a container.
+	Container, Runtime, Image string
 	history.Counters
 }
 
@@ -373,7 +412,11 @@ func (o *Observer) AppTotals() []AppCounters {
 	defer r.mu.Unlock()
 	out := make([]AppCounters, 0, len(r.appTotal))
 	for k, c := range r.appTotal {
-		out = append(out, AppCounters{Name: k.name, UID: k.uid, Counters: *c})
+		a := AppCounters{Name: k.name, UID: k.uid, Counters: c.Counters}
+		if rt, name, ok := history.ParseContainerApp(k.name); ok {
+			a.Container, a.Runtime, a.Image = name, rt, c.image
+		}
+		out = append(out, a)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Name != out[j].Name {

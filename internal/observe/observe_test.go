@@ -28,13 +28,16 @@ type fakeSource struct {
 	order      []string
 	classes    []shaper.ClassSpec
 	classRules []shaper.RuleSpec
+	ctrs       map[int]Container
 }
 
 func (s *fakeSource) LinkView() LinkView {
 	return LinkView{Kernel: s.k, Up: maps.Clone(s.up), Order: s.order, Classes: s.classes, ClassRules: s.classRules}
 }
 
-func (s *fakeSource) RuleView() RuleView { return RuleView{Kernel: s.k, Rules: slices.Clone(s.rules)} }
+func (s *fakeSource) RuleView() RuleView {
+	return RuleView{Kernel: s.k, Rules: slices.Clone(s.rules), Containers: maps.Clone(s.ctrs)}
+}
 
 func newFake(t *testing.T) *fakeSource {
 	return &fakeSource{k: fakehost.NewFakeKernel(t.TempDir()), up: map[string]int{}}
