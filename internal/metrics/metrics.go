@@ -5,7 +5,9 @@
 // package keeps no state and holds no engine lock while it writes.
 //
 // Series are bounded: rules, classes and links by the policy, apps by the
-// engine's max_apps (the others are app "other" of their user).
+// engine's max_apps (the others are app "other" of their user). A
+// container is one app (labels container, runtime and image; empty for a
+// process) and counts against max_apps like any app.
 package metrics
 
 import (
@@ -61,9 +63,10 @@ var (
 	linkReserved   = prometheus.NewDesc("hostqos_link_reserved_bits_per_second", "Guaranteed rates admitted on the link.", []string{"link"}, nil)
 	linkReservable = prometheus.NewDesc("hostqos_link_reservable_bits_per_second", "The link's capacity for guarantees.", []string{"link"}, nil)
 
-	appBytes   = prometheus.NewDesc("hostqos_app_bytes_total", "Bytes of the app (executable and user) since hostqosd started, by direction.", []string{"app", "uid", "direction"}, nil)
-	appPackets = prometheus.NewDesc("hostqos_app_packets_total", "Packets of the app since hostqosd started, by direction.", []string{"app", "uid", "direction"}, nil)
-	appDrops   = prometheus.NewDesc("hostqos_app_drops_total", "Packets of the app dropped by hostqos since hostqosd started, by direction.", []string{"app", "uid", "direction"}, nil)
+	appLabels  = []string{"app", "uid", "container", "runtime", "image", "direction"}
+	appBytes   = prometheus.NewDesc("hostqos_app_bytes_total", "Bytes of the app (executable and user, or a container) since hostqosd started, by direction.", appLabels, nil)
+	appPackets = prometheus.NewDesc("hostqos_app_packets_total", "Packets of the app since hostqosd started, by direction.", appLabels, nil)
+	appDrops   = prometheus.NewDesc("hostqos_app_drops_total", "Packets of the app dropped by hostqos since hostqosd started, by direction.", appLabels, nil)
 
 	dpPackets     = prometheus.NewDesc("hostqos_datapath_packets_total", "Packets the datapath saw.", nil, nil)
 	dpClassified  = prometheus.NewDesc("hostqos_datapath_classified_total", "Packets that matched a rule.", nil, nil)
@@ -158,10 +161,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ch, linkReservable, float64(l.Reservable), l.Name)
 	}
 	for _, a := range e.AppTotals() {
-		uid := strconv.FormatUint(uint64(a.UID), 10)
-		directions(ch, appBytes, a.BytesIn, a.BytesOut, a.Name, uid)
-		directions(ch, appPackets, a.PacketsIn, a.PacketsOut, a.Name, uid)
-		directions(ch, appDrops, a.DropsIn, a.DropsOut, a.Name, uid)
+		// A container: app runtime/name, no uid (its processes' users
+		// are not its own); a process: container, runtime and image
+		// empty (absent to PromQL).
+		app, uid := a.Name, strconv.FormatUint(uint64(a.UID), 10)
+		if a.Container != "" {
+			app, uid = a.Runtime+"/"+a.Container, ""
+		}
+		l := []string{app, uid, a.Container, a.Runtime, a.Image}
+		directions(ch, appBytes, a.BytesIn, a.BytesOut, l...)
+		directions(ch, appPackets, a.PacketsIn, a.PacketsOut, l...)
+		directions(ch, appDrops, a.DropsIn, a.DropsOut, l...)
 	}
 	if h := c.src.History; h != nil {
 		s := h.Stats()
