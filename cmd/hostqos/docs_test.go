@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
 )
 
@@ -440,5 +441,64 @@ func TestDocsNameNoIssues(t *testing.T) {
 				t.Errorf("%s:%d names %q: say what the code does instead:\n%s", filepath.Base(file), i+1, m, l)
 			}
 		}
+	}
+}
+
+// TestContainersDocExamples keeps docs/containers.md true: its commands
+// parse (against a fake daemon), its config file example loads, and the
+// `container list` it shows is what the CLI prints for those containers.
+func TestContainersDocExamples(t *testing.T) {
+	data, err := os.ReadFile("../../docs/containers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```(\\w*)\n(.*?)```").FindAllStringSubmatch(string(data), -1)
+	ctrs := []api.Container{
+		{Runtime: "docker", ID: "3f4e5d6c7b8a9f0e1d2c3b4a", Name: "db", Image: "docker.io/library/postgres:16", Labels: map[string]string{"tier": "db"},
+			Veths: []string{"veth5e1b7c0"}, Rules: []string{"db"}, Seen: true},
+		{Runtime: "docker", ID: "a1b2c3d4e5f6a7b8c9d0e1f2", Name: "metrics", Image: "docker.io/prom/node-exporter:v1.8.2",
+			Cgroup: "/system.slice/docker-a1b2c3d4e5f6.scope", HostNetwork: true, Seen: true},
+		{Runtime: "podman", ID: "77aa88bb99cc00dd11ee22ff", Name: "web", Image: "docker.io/library/nginx:1.27", Labels: map[string]string{"tier": "web"},
+			Veths: []string{"veth3a9c51d"}, Rules: []string{"web"}, Seen: true},
+	}
+	commands, tables, configs := 0, 0, 0
+	for _, b := range blocks {
+		lang, text := b[1], b[2]
+		switch {
+		case lang == "sh":
+			for _, line := range strings.Split(text, "\n") {
+				if !strings.HasPrefix(line, "hostqos ") {
+					continue
+				}
+				var args []string
+				for i, part := range strings.Split(line, "'") { // 'quoted' words have no spaces here
+					if i%2 == 1 {
+						args = append(args, part)
+					} else {
+						args = append(args, strings.Fields(part)...)
+					}
+				}
+				out, errOut, code := runFake(&fakeClient{ctrs: ctrs}, args[1:]...)
+				if code != exitOK {
+					t.Errorf("docs/containers.md: %s: exit %d: %s%s", line, code, out, errOut)
+				}
+				commands++
+			}
+		case lang == "toml":
+			if _, err := policy.Load([]byte(text), "docs/containers.md"); err != nil {
+				t.Errorf("docs/containers.md config example: %v\n%s", err, text)
+			}
+			configs++
+		case strings.HasPrefix(text, "RUNTIME "):
+			var buf strings.Builder
+			printContainers(&buf, ctrs)
+			if buf.String() != text {
+				t.Errorf("docs/containers.md shows\n%s\nhostqos container list prints\n%s", text, buf.String())
+			}
+			tables++
+		}
+	}
+	if commands < 6 || configs != 1 || tables != 1 {
+		t.Errorf("docs/containers.md: %d commands, %d config examples, %d container lists checked", commands, configs, tables)
 	}
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -62,5 +63,44 @@ func TestContainerSelectorValidation(t *testing.T) {
 	}
 	if !ok.Rules[0].HasAppSelector() {
 		t.Error("a container selector is an app selector (it counts against the app rules)")
+	}
+}
+
+// TestContainersTable: [containers] loads its keys strictly (a wrong
+// type, a bad glob, a relative socket path and an unknown key are
+// refused with the line), leaves the defaults when absent, and
+// docs/config.md documents every key in its [containers] section.
+func TestContainersTable(t *testing.T) {
+	p, err := Load([]byte("[containers]\nenabled = false\nnetns = [\"ctr-*\", \"lab?\"]\ndocker_socket = \"-\"\npodman_socket = \"/run/user/0/podman/podman.sock\"\n"), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ContainerSettings{Disabled: true, Netns: []string{"ctr-*", "lab?"}, DockerSocket: "-", PodmanSocket: "/run/user/0/podman/podman.sock"}
+	if c := p.Containers; c.Disabled != want.Disabled || strings.Join(c.Netns, " ") != "ctr-* lab?" || c.DockerSocket != want.DockerSocket || c.PodmanSocket != want.PodmanSocket {
+		t.Errorf("[containers] = %+v, want %+v", c, want)
+	}
+	if p, err := Load([]byte("[[rule]]\nname = \"db\"\ncontainer = \"db\"\n"), "t.toml"); err != nil || p.Containers.Disabled || len(p.Containers.Netns) != 0 {
+		t.Errorf("without [containers]: %+v, %v", p.Containers, err)
+	}
+	for conf, msg := range map[string]string{
+		"[containers]\nenabled = \"yes\"\n":          "t.toml:2",
+		"[containers]\nnetns = [\"a/b\"]\n":          "not a glob of a /run/netns name",
+		"[containers]\ndocker_socket = \"d.sock\"\n": "want the absolute path of a Unix socket",
+		"[containers]\ncri_socket = \"/run/x\"\n":    "cri_socket",
+		"containers = 1\n":                           "want a table",
+	} {
+		if _, err := Load([]byte(conf), "t.toml"); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("Load(%q) = %v; want an error saying %q", conf, err, msg)
+		}
+	}
+	doc, err := os.ReadFile("../../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := docSection(string(doc), "## `[containers]`")
+	for _, k := range containersKeys {
+		if !strings.Contains(sec, "| `"+k+"` |") {
+			t.Errorf("docs/config.md, section [containers]: no row for %s", k)
+		}
 	}
 }

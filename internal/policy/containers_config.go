@@ -27,6 +27,9 @@ type ContainerSettings struct {
 // containersKey is the config file's [containers] table.
 const containersKey = "containers"
 
+// containersKeys are the keys of the [containers] table.
+var containersKeys = []string{"enabled", "netns", "docker_socket", "podman_socket"}
+
 // MaxNetnsGlobs bounds [containers] netns.
 const MaxNetnsGlobs = 64
 
@@ -82,7 +85,7 @@ func (ld *loader) containers(raw map[string]any, p *Policy) {
 				p.Containers.PodmanSocket = s
 			}
 		default:
-			ld.unknownKey(containersKey, k, line(k), []string{"enabled", "netns", "docker_socket", "podman_socket"})
+			ld.unknownKey(containersKey, k, line(k), containersKeys)
 		}
 	}
 }
