@@ -63,7 +63,7 @@ func TestDependencies(t *testing.T) {
 		}
 	}
 	kernelFacing := func(p string) bool {
-		for _, k := range []string{"internal/datapath", "internal/shaper", "internal/host", "internal/lab", "internal/testbed", "internal/testutil"} {
+		for _, k := range []string{"internal/datapath", "internal/shaper", "internal/host", "internal/containers", "internal/lab", "internal/testbed", "internal/testutil"} {
 			if p == mod+k || strings.HasPrefix(p, mod+k+"/") {
 				return true
 			}
@@ -74,7 +74,7 @@ func TestDependencies(t *testing.T) {
 		f := strings.Fields(line)
 		for _, imp := range f[1:] {
 			if kernel(imp) && !kernelFacing(f[0]) {
-				t.Errorf("%s imports %s; only the kernel-facing packages (datapath, shaper, host) and the lab and test helpers may", f[0], imp)
+				t.Errorf("%s imports %s; only the kernel-facing packages (datapath, shaper, host, containers) and the lab and test helpers may", f[0], imp)
 			}
 		}
 	}
