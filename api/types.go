@@ -145,7 +145,11 @@ type LinkStatus struct {
 	Shaping    bool        `json:"shaping"`  // HTB tree in place
 	Reserved   policy.Rate `json:"reserved"`
 	Reservable policy.Rate `json:"reservable_capacity"`
-	Error      string      `json:"error,omitempty"`
+	// Guarantees are who holds Reserved, largest first: classes, rules,
+	// reservations, the scheduled qsockets together and the real-time
+	// channels admitted on the link (one budget per link).
+	Guarantees []policy.Contribution `json:"guarantees,omitempty"`
+	Error      string                `json:"error,omitempty"`
 	// XDP: the XDP shield is on the link (docs/ddos.md); SynSeen and
 	// SynDropped count the pure SYNs it saw and dropped under the
 	// link's SYN limits.

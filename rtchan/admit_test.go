@@ -173,3 +173,18 @@ func TestAnalyzeBusyPeriodBounded(t *testing.T) {
 		t.Errorf("a gap of 1 ns per period: %v (%+v), want refused as utilization of channel rest", err, ae)
 	}
 }
+
+func TestWireRate(t *testing.T) {
+	p := UDPParams(20e6)
+	// 1200 bytes every 2 ms: one packet, its headers on the wire too.
+	if got, want := p.WireRate(Spec{Mmax: 1200, Imin: 2 * time.Millisecond}), int64(1200+p.HeaderBytes)*8*500; got != want {
+		t.Errorf("1200 B / 2 ms: %d bit/s, want %d", got, want)
+	}
+	// 3000 bytes: three packets of at most S = 1400 bytes.
+	if got, want := p.WireRate(Spec{Mmax: 3000, Imin: time.Second}), int64(3000+3*p.HeaderBytes)*8; got != want {
+		t.Errorf("3000 B / s: %d bit/s, want %d", got, want)
+	}
+	if p.WireRate(Spec{Mmax: 100}) != 0 {
+		t.Error("a spec without an interval has no rate")
+	}
+}

@@ -152,3 +152,17 @@ func ceilDiv(a, b int64) int64 {
 	}
 	return (a + b - 1) / b
 }
+
+// WireRate is the long-run rate, in bits per second on the wire (payload
+// and every packet's headers), of a channel sending s.Mmax bytes every
+// s.MinInterval(): what admission counts against the link's budget and
+// the rate of the link's real-time class. 0 for a spec without an
+// interval.
+func (p Params) WireRate(s Spec) int64 {
+	iv := int64(s.MinInterval())
+	if iv <= 0 {
+		return 0
+	}
+	wire := int64(s.Mmax) + int64(p.Packets(s.Mmax))*int64(p.HeaderBytes)
+	return ceilDiv(wire*8*int64(time.Second), iv)
+}

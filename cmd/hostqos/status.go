@@ -235,6 +235,11 @@ func printLinks(w io.Writer, ls []api.LinkStatus) {
 		rows = append(rows, []string{l.Name, rate, in, fmt.Sprintf("%s of %s", l.Reserved, l.Reservable), state})
 	}
 	table(w, []string{"LINK", "EGRESS RATE", "INGRESS RATE", "RESERVED", "STATE"}, rows)
+	for _, l := range ls {
+		if len(l.Guarantees) > 0 && l.EgressRate > 0 {
+			fmt.Fprintf(w, "%s reserved by: %s\n", l.Name, policy.FormatContributions(l.Guarantees))
+		}
+	}
 }
 
 // mountsLine describes the cgroup2 and BPF file systems the daemon uses and

@@ -68,6 +68,10 @@ type Input struct {
 	// Containers are the containers found on the host now (container
 	// selectors pick from them).
 	Containers []Container
+	// RTRates are the admitted real-time channels' wire rates together,
+	// by link (bit/s): each such shaped link gets a real-time leaf of that
+	// rate (shaper.LinkSpec.RT).
+	RTRates map[string]uint64
 }
 
 // Run is a `hostqos run`'s cgroup and the one its process came from.

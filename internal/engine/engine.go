@@ -91,6 +91,9 @@ type Engine struct {
 	qk QSockKernel
 	sk ShieldKernel
 	ck ContainerKernel
+	// rtHeld are the admitted real-time channels' shares of their links'
+	// budgets (budget.go), kept by the channel registry under e.mu.
+	rtHeld map[string][]rtHold
 	// containers are the containers found on the host that the kernel
 	// holds (SetContainers); ctrWant the ones last reported, which a
 	// rescan applies when a push of them failed.
@@ -398,7 +401,10 @@ func (e *Engine) overlayChange(m store.Merged, persist, temp *store.Overlay) syn
 // datapath's capacity and app slots, and, unless force, keeping the
 // shaping admitted guarantees rely on (checkShapingKept).
 func (e *Engine) admitLocked(p *policy.Policy, source string, force bool) error {
-	if err := checkPolicy(p, source); err != nil {
+	if err := p.Validate(source); err != nil {
+		return err
+	}
+	if err := p.AdmitWith(source, e.extraLocked()); err != nil {
 		return err
 	}
 	if err := p.CheckCapacity(source, e.cfg.Loops); err != nil {

@@ -82,7 +82,7 @@ func (e *Engine) admitQSchedLocked(all map[uint32]datapath.QSock, skip uint32, r
 				"declare a lower rate, close other scheduled qsockets, or raise the link's egress_rate")
 		}
 	}
-	return nil
+	return e.admitQSchedBudgetLocked(sum, rate)
 }
 
 // qschedBound is what the scheduled qsockets' rates may sum to on shaped

@@ -15,6 +15,7 @@ import (
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 	"github.com/hostqos/hostqos/internal/units"
+	"github.com/hostqos/hostqos/rtchan"
 )
 
 // qsockets: sockets applications register through the app API
@@ -179,9 +180,24 @@ func (e *Engine) qsockClass(who Caller, p api.QSockParams) (policy.Class, uint32
 	return cl, shaper.ClassLeafID(idx), dscp, nil
 }
 
+// rtClassLocked is the HTB class of a qsocket asking for params p: a
+// process with admitted real-time channels binds its socket to their
+// class (rtchan.DaemonClass), and its datagrams take the link's real-time
+// leaf, at the rate admitted for them, with the class's mark; classid
+// otherwise.
+func (e *Engine) rtClassLocked(who Caller, p api.QSockParams, classid uint32) uint32 {
+	if p.Class == rtchan.DaemonClass && who.PID > 0 && e.rtOwnerLocked(uint32(who.PID)) {
+		return shaper.RTClassID()
+	}
+	return classid
+}
+
 // className is the class whose leaf is classid (its name, or "" when none
-// is).
+// is; the real-time leaf's class is the channels' class).
 func (e *Engine) className(classid uint32) string {
+	if classid == shaper.RTClassID() {
+		return rtchan.DaemonClass
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for name, idx := range e.slots.Classes {
@@ -282,6 +298,7 @@ func (e *Engine) AttachQSock(ctx context.Context, who Caller, fd int, p api.QSoc
 	setQSchedParams(&dq, p)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	dq.ClassID = e.rtClassLocked(who, p, dq.ClassID)
 	if scheduled(dq) {
 		if err := e.admitUserQSched(who, cl, all, 0, dq.Rate); err != nil {
 			return api.QSocket{}, err
@@ -351,6 +368,7 @@ func (e *Engine) ChangeQSock(ctx context.Context, who Caller, fd int, p api.QSoc
 	setQSchedParams(&q, p)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	q.ClassID = e.rtClassLocked(who, p, q.ClassID)
 	if scheduled(q) {
 		all, err := qk.QSocks()
 		if err != nil {

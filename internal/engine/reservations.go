@@ -235,11 +235,13 @@ func (e *Engine) reservationsLocked(name string) ([]api.ReservationInfo, Kernel)
 	defer e.mu.Unlock()
 	p := e.eff.Policy
 	var links []api.ResvLinkAdmission
+	extra := e.publicExtraLocked()
 	for _, l := range p.Links {
 		if l.EgressRate == 0 {
 			continue
 		}
-		la := api.ResvLinkAdmission{Link: l.Name, Capacity: l.Capacity(), Guaranteed: p.GuaranteedOn(l.Name), BufferPool: uint64(l.EffResvBuffer())}
+		held, _ := p.HeldOn(l.Name, extra)
+		la := api.ResvLinkAdmission{Link: l.Name, Capacity: l.Capacity(), Guaranteed: held, BufferPool: uint64(l.EffResvBuffer())}
 		for _, r := range p.Reservations {
 			if r.Link == "" || r.Link == l.Name {
 				la.BufferUsed = units.Add(la.BufferUsed, uint64(r.Buffer()))

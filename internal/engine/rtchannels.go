@@ -283,11 +283,26 @@ func (e *Engine) AdmitRTChannel(who Caller, req api.RTChannelRequest, owner RTOw
 		}
 		return api.RTChannel{}, err
 	}
-	r.next = id
 	name := req.Name
 	if name == "" {
 		name = "rt" + strconv.FormatUint(id, 10)
 	}
+	// The link's one budget: the channel's wire rate beside every other
+	// guarantee on it; admitted, it is the rate of the link's real-time
+	// leaf.
+	hold := rtHold{id: id, name: name, pid: uint32(owner.PID()), rate: policy.Rate(p.WireRate(spec))}
+	e.mu.Lock()
+	err = e.admitRTBudgetLocked(req.Link, policy.Contribution{Kind: "rtchannel", Name: strconv.Quote(name), Rate: hold.rate})
+	if err == nil {
+		err = e.setRTHeldLocked(withHold(e.rtHeld, req.Link, hold))
+	}
+	e.mu.Unlock()
+	if err != nil {
+		uid := who.UID
+		e.Publish(api.Event{Kind: EventRTRefused, Subject: "rtchannel/" + req.Link, UID: &uid, Message: err.Error()})
+		return api.RTChannel{}, err
+	}
+	r.next = id
 	c := &rtChannel{spec: spec, owner: owner, ch: api.RTChannel{ID: id, Name: name, Link: req.Link, PID: owner.PID(), UID: who.UID, Exe: owner.Exe(),
 		MessageBytes: req.MessageBytes, Period: req.Period, Burst: req.Burst, Delay: req.Delay, Since: time.Now()}}
 	r.chans[id] = c
@@ -399,6 +414,12 @@ func (r *rtRegistry) sweepLocked(e *Engine) {
 func (r *rtRegistry) releaseLocked(e *Engine, c *rtChannel, why string) {
 	delete(r.chans, c.ch.ID)
 	c.owner.Close()
+	e.mu.Lock()
+	if err := e.setRTHeldLocked(withoutHold(e.rtHeld, c.ch.ID)); err != nil {
+		e.log.Warn("shrink the real-time leaf of a released channel; the next change does", "link", c.ch.Link, "err", err)
+		e.rtHeld = withoutHold(e.rtHeld, c.ch.ID)
+	}
+	e.mu.Unlock()
 	r.saveLocked(e)
 	uid := c.ch.UID
 	e.Publish(api.Event{Kind: EventRTReleased, Subject: fmt.Sprintf("rtchannel/%d", c.ch.ID), UID: &uid,
@@ -455,6 +476,18 @@ func (e *Engine) RestoreRTChannels(open func(pid int, start uint64) (RTOwner, er
 		req := api.RTChannelRequest{MessageBytes: s.Channel.MessageBytes, Period: s.Channel.Period, Burst: s.Channel.Burst, Delay: s.Channel.Delay}
 		r.chans[s.Channel.ID] = &rtChannel{ch: s.Channel, spec: rtSpec(s.Channel.ID, req), owner: o}
 	}
+	// Their shares of the links' budgets, and the real-time leaves.
+	var held map[string][]rtHold
+	for _, c := range r.sortedLocked() {
+		p, err := e.rtParams(c.ch.Link)
+		if err != nil {
+			continue // the link is gone: nothing to hold there
+		}
+		held = withHold(held, c.ch.Link, rtHold{id: c.ch.ID, name: c.ch.Name, pid: uint32(c.ch.PID), rate: policy.Rate(p.WireRate(c.spec))})
+	}
+	e.mu.Lock()
+	err := e.setRTHeldLocked(held)
+	e.mu.Unlock()
 	r.saveLocked(e)
-	return nil
+	return err
 }

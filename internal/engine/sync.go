@@ -132,6 +132,7 @@ func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *store.Slots, er
 		Ifindexes:  e.ifindexesLocked(st.m.Policy),
 		QSchedRate: e.qschedRateLocked(),
 		Containers: st.containers,
+		RTRates:    e.rtRatesLocked(),
 	}
 	in.OverQuota = e.times.overQuota(st.m.Policy, in.Now)
 	if e.shieldKernel() != nil {

@@ -102,6 +102,7 @@ func (e *Engine) Links() []api.LinkStatus {
 
 func (e *Engine) linkStatusLocked() []api.LinkStatus {
 	var out []api.LinkStatus
+	extra := e.publicExtraLocked()
 	for _, l := range e.eff.Policy.Links {
 		ls := api.LinkStatus{Link: l}
 		if ifindex, ok := e.links[l.Name]; ok && e.k != nil {
@@ -126,7 +127,7 @@ func (e *Engine) linkStatusLocked() []api.LinkStatus {
 			ls.Error = "no such interface now; managed as soon as it appears"
 		}
 		ls.Reservable = l.Capacity()
-		ls.Reserved = e.eff.Policy.GuaranteedOn(l.Name)
+		ls.Reserved, ls.Guarantees = e.eff.Policy.HeldOn(l.Name, extra)
 		out = append(out, ls)
 	}
 	return out

@@ -53,32 +53,44 @@ func (e *AdmissionError) Error() string { return e.Errors.Error() }
 // Unwrap gives the violations.
 func (e *AdmissionError) Unwrap() error { return e.Errors }
 
-// contribution is one object's share of a guarantee total.
-type contribution struct {
-	kind, name string
-	rate       Rate
+// Contribution is one object's share of a link's guarantees: its kind
+// (class, rule, reservation, qsockets, rtchannel), name and rate.
+type Contribution struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	Rate Rate   `json:"rate"`
 }
 
-func (c contribution) String() string { return c.kind + " " + c.name + " " + c.rate.String() }
+func (c Contribution) String() string { return c.Kind + " " + c.Name + " " + c.Rate.String() }
+
+// sortContributions orders contributions largest first (then by kind and
+// name).
+func sortContributions(cs []Contribution) {
+	sort.SliceStable(cs, func(i, j int) bool {
+		if cs[i].Rate != cs[j].Rate {
+			return cs[i].Rate > cs[j].Rate
+		}
+		if cs[i].Kind != cs[j].Kind {
+			return cs[i].Kind < cs[j].Kind
+		}
+		return cs[i].Name < cs[j].Name
+	})
+}
+
+// FormatContributions lists the largest contributions first, at most
+// five, for messages.
+func FormatContributions(cs []Contribution) string { return formatContributions(cs) }
 
 // formatContributions lists the largest contributions first, at most five.
-func formatContributions(cs []contribution) string {
-	sort.SliceStable(cs, func(i, j int) bool {
-		if cs[i].rate != cs[j].rate {
-			return cs[i].rate > cs[j].rate
-		}
-		if cs[i].kind != cs[j].kind {
-			return cs[i].kind < cs[j].kind
-		}
-		return cs[i].name < cs[j].name
-	})
+func formatContributions(cs []Contribution) string {
+	sortContributions(cs)
 	const show = 5
 	parts := make([]string, 0, show+1)
 	for i, c := range cs {
 		if i == show {
 			var rest Rate
 			for _, r := range cs[show:] {
-				rest = units.Add(rest, r.rate)
+				rest = units.Add(rest, r.Rate)
 			}
 			parts = append(parts, fmt.Sprintf("and %d more (%s)", len(cs)-show, rest))
 			break
@@ -89,11 +101,11 @@ func formatContributions(cs []contribution) string {
 }
 
 // guarantees returns every explicit guarantee in the policy and their sum.
-func (p *Policy) guarantees() ([]contribution, Rate) { return p.guaranteesOn("") }
+func (p *Policy) guarantees() ([]Contribution, Rate) { return p.guaranteesOn("") }
 
 // guaranteesOn returns the guarantees counted on link: every one but the
 // reservations admitted on another link only ("": every one).
-func (p *Policy) guaranteesOn(link string) ([]contribution, Rate) {
+func (p *Policy) guaranteesOn(link string) ([]Contribution, Rate) {
 	cs, total := p.classAndRuleGuarantees()
 	rcs, rtotal := p.reservationContributionsOn(link)
 	return append(cs, rcs...), units.Add(total, rtotal)
@@ -103,24 +115,24 @@ func (p *Policy) guaranteesOn(link string) ([]contribution, Rate) {
 // classes' and the pass rules' (their sessions' included). Sums and
 // products saturate (units.Add, units.Mul): a total too large for 64 bits
 // exceeds every capacity instead of wrapping below it.
-func (p *Policy) classAndRuleGuarantees() ([]contribution, Rate) {
-	var cs []contribution
+func (p *Policy) classAndRuleGuarantees() ([]Contribution, Rate) {
+	var cs []Contribution
 	var total Rate
 	for _, c := range p.Classes {
 		if c.MinBW > 0 {
-			cs = append(cs, contribution{"class", c.Name, c.MinBW})
+			cs = append(cs, Contribution{"class", c.Name, c.MinBW})
 			total = units.Add(total, c.MinBW)
 		}
 	}
 	for _, r := range p.Rules {
 		if r.MinBW > 0 && r.EffectiveAction() == ActionPass {
-			cs = append(cs, contribution{"rule", r.Name, r.MinBW})
+			cs = append(cs, Contribution{"rule", r.Name, r.MinBW})
 			total = units.Add(total, r.MinBW)
 		}
 		// Each admitted session's guarantee (Q-Pod): N × per-session minbw.
 		if n := r.MaxSessions; n > 0 && r.PerSessionMinBW > 0 && r.EffectiveAction() == ActionPass {
 			x := units.Mul(Rate(n), r.PerSessionMinBW)
-			cs = append(cs, contribution{"rule", fmt.Sprintf("%s sessions %d × %s", r.Name, n, r.PerSessionMinBW), x})
+			cs = append(cs, Contribution{"rule", fmt.Sprintf("%s sessions %d × %s", r.Name, n, r.PerSessionMinBW), x})
 			total = units.Add(total, x)
 		}
 	}
@@ -141,6 +153,16 @@ func (p *Policy) GuaranteedOn(link string) Rate {
 	return total
 }
 
+// HeldOn is what admission counts against link, extra's included: the
+// total and every contribution, largest first.
+func (p *Policy) HeldOn(link string, extra Extra) (Rate, []Contribution) {
+	cs, total := p.guaranteesOn(link)
+	xcs, xtotal := extra.sum(link)
+	cs = append(cs, xcs...)
+	sortContributions(cs)
+	return units.Add(total, xtotal), cs
+}
+
 // GuaranteesOn is GuaranteedOn with the largest contributions written out
 // ("class voice 4mbit, reservation r 2mbit"), for messages.
 func (p *Policy) GuaranteesOn(link string) (Rate, string) {
@@ -158,11 +180,32 @@ func (l Link) Capacity() Rate {
 // Admit runs admission control over the whole policy (see the comment at
 // the top of admission.go) and returns every violation, as an
 // *AdmissionError whose Errors name source (a file path or "api"), or nil.
-func (p *Policy) Admit(source string) error {
+func (p *Policy) Admit(source string) error { return p.AdmitWith(source, nil) }
+
+// Extra gives the guarantees held on a link outside the policy: the
+// scheduled qsockets' rates and the real-time channels (nil: none).
+type Extra func(link string) []Contribution
+
+// sum is what extra holds on link and its total.
+func (extra Extra) sum(link string) ([]Contribution, Rate) {
+	if extra == nil {
+		return nil, 0
+	}
+	cs := extra(link)
+	var total Rate
+	for _, c := range cs {
+		total = units.Add(total, c.Rate)
+	}
+	return cs, total
+}
+
+// AdmitWith is Admit with the guarantees extra holds on each link counted
+// in the same budget: one admission per link for every kind of guarantee.
+func (p *Policy) AdmitWith(source string, extra Extra) error {
 	var errs Errors
 	// The classes' and rules' part is the same on every link: summed once,
 	// not once per link (100 links × 10,000 rules on every change).
-	var common []contribution
+	var common []Contribution
 	var commonTotal Rate
 	summed := false
 	for i, l := range p.Links {
@@ -174,7 +217,9 @@ func (p *Policy) Admit(source string) error {
 			summed = true
 		}
 		rcs, rtotal := p.reservationContributionsOn(l.Name)
-		cs, total := append(common[:len(common):len(common)], rcs...), units.Add(commonTotal, rtotal)
+		xcs, xtotal := extra.sum(l.Name)
+		cs := append(append(common[:len(common):len(common)], rcs...), xcs...)
+		total := units.Add(units.Add(commonTotal, rtotal), xtotal)
 		capacity := l.Capacity()
 		if total > capacity {
 			errs = append(errs, &FieldError{
@@ -182,7 +227,7 @@ func (p *Policy) Admit(source string) error {
 				Object: objectLabel("link", l.Name, i),
 				Reason: fmt.Sprintf("guarantees %s exceed reservable capacity %s (%s × %s): %s",
 					total, capacity, strconv.FormatFloat(l.ReservableShare(), 'g', -1, 64), l.EgressRate,
-					formatContributions(append([]contribution(nil), cs...))),
+					formatContributions(append([]Contribution(nil), cs...))),
 				Fix: admitFix(p),
 			})
 		}
@@ -192,15 +237,15 @@ func (p *Policy) Admit(source string) error {
 		if c.MaxBW == 0 {
 			continue
 		}
-		var in []contribution
+		var in []Contribution
 		var sum, rules Rate
 		if c.MinBW > 0 {
-			in = append(in, contribution{"class", c.Name, c.MinBW})
+			in = append(in, Contribution{"class", c.Name, c.MinBW})
 			sum = c.MinBW
 		}
 		for _, r := range p.Rules {
 			if r.MinBW > 0 && r.EffectiveAction() == ActionPass && r.EffectiveClass() == c.Name {
-				in = append(in, contribution{"rule", r.Name, r.MinBW})
+				in = append(in, Contribution{"rule", r.Name, r.MinBW})
 				sum = units.Add(sum, r.MinBW)
 				rules = units.Add(rules, r.MinBW)
 			}

@@ -318,21 +318,21 @@ func (v *validator) sessions(obj string, n int, minbw, maxbw Rate) {
 
 // reservationContributions are the reservations' shares of every shaped
 // link's reservable capacity and their sum.
-func (p *Policy) reservationContributions() ([]contribution, Rate) {
+func (p *Policy) reservationContributions() ([]Contribution, Rate) {
 	return p.reservationContributionsOn("")
 }
 
 // reservationContributionsOn are those counted on link: a reservation
 // with a Link only on that one ("" counts every reservation).
-func (p *Policy) reservationContributionsOn(link string) ([]contribution, Rate) {
-	var cs []contribution
+func (p *Policy) reservationContributionsOn(link string) ([]Contribution, Rate) {
+	var cs []Contribution
 	var total Rate
 	for _, r := range p.Reservations {
 		if link != "" && r.Link != "" && r.Link != link {
 			continue
 		}
 		if x := r.Reserved(); x > 0 {
-			cs = append(cs, contribution{"reservation", r.Name, x})
+			cs = append(cs, Contribution{"reservation", r.Name, x})
 			total = units.Add(total, x)
 		}
 	}

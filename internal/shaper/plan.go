@@ -102,7 +102,21 @@ type LinkSpec struct {
 	// host-wide qsocket scheduler, guaranteed and its ceiling, with
 	// QSchedBands band leaves under it (QSchedBandClassID).
 	QSched uint64
+	// RT > 0 gives the link a real-time leaf (RTClassID, bits/s): the
+	// admitted real-time channels' wire rates together, guaranteed and
+	// its ceiling, at the highest priority.
+	RT uint64
 }
+
+// RTMinor is the minor of a link's real-time leaf: the class the
+// real-time channels' datagrams leave in (LinkSpec.RT).
+const RTMinor uint16 = 0x7100
+
+// RTQueueLimit is the packets the real-time leaf's queue holds.
+const RTQueueLimit = 1024
+
+// RTClassID is the classid of the real-time leaf.
+func RTClassID() uint32 { return classID(RTMinor) }
 
 // The qsched subtree: an inner class at QSchedMinor (rate = ceil =
 // LinkSpec.QSched, a guarantee beside the classes') and its band leaves
@@ -433,7 +447,15 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 		qs = max(round8(link.QSched), QSchedBands*MinRate)
 		used = units.Add(used, qs)
 	}
+	var rt uint64
+	if link.RT > 0 {
+		rt = max(round8(link.RT), MinRate)
+		used = units.Add(used, rt)
+	}
 	if used > L {
+		if rt > 0 {
+			return Plan{}, fmt.Errorf("guarantees, rule rates, the qsocket scheduler and the real-time channels' %s exceed the link rate %s", fmtRate(rt), fmtRate(L))
+		}
 		if qs > 0 {
 			return Plan{}, fmt.Errorf("guarantees, rule rates and the qsocket scheduler's %s exceed the link rate %s", fmtRate(qs), fmtRate(L))
 		}
@@ -479,6 +501,11 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 			c.QueueLimit = QSchedQueueLimit
 			p.Classes = append(p.Classes, c)
 		}
+	}
+	if rt > 0 {
+		c := mkClass(RTMinor, RootMinor, rt, rt, 0, true, "real-time channels")
+		c.QueueLimit = RTQueueLimit
+		p.Classes = append(p.Classes, c)
 	}
 	return p, nil
 }

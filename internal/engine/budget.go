@@ -1,0 +1,184 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"sort"
+
+	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/units"
+)
+
+// One admission per link (docs/config.md, "Admission control"). Every
+// guarantee a shaped link carries is admitted against one budget, the
+// link's reservable capacity: the classes' and rules' minbw and the
+// reservations (the policy's, policy.Admit), the scheduled qsockets'
+// declared rates (their qsched class is on every shaped link), and the
+// real-time channels admitted on the link (their wire rates: their own
+// HTB leaf). The per-kind bounds remain as limits inside it (QSchedShare,
+// the channels' D_order test and per-user bounds). A refusal names every
+// contributor and the numbers; nothing half-applies.
+
+// rtHold is a real-time channel's share of its link's budget.
+type rtHold struct {
+	id   uint64
+	name string
+	pid  uint32
+	rate policy.Rate
+}
+
+// extraLocked is what the qsockets and channels hold outside the policy,
+// for policy.AdmitWith (the scheduled qsockets' sum is read once).
+func (e *Engine) extraLocked() policy.Extra {
+	return e.extraWith(policy.Rate(e.qschedRateLocked()))
+}
+
+// extraWith is extraLocked with the scheduled qsockets holding qsched.
+func (e *Engine) extraWith(qsched policy.Rate) policy.Extra {
+	held := e.rtHeld
+	return func(link string) []policy.Contribution {
+		var cs []policy.Contribution
+		if qsched > 0 {
+			cs = append(cs, policy.Contribution{Kind: "qsockets", Name: "scheduled", Rate: qsched})
+		}
+		for _, h := range held[link] {
+			cs = append(cs, policy.Contribution{Kind: "rtchannel", Name: fmt.Sprintf("%d %q of pid %d", h.id, h.name, h.pid), Rate: h.rate})
+		}
+		return cs
+	}
+}
+
+// publicExtraLocked is extraLocked as the views show it to everyone: a
+// channel by its id and name, not its process.
+func (e *Engine) publicExtraLocked() policy.Extra {
+	qsched := policy.Rate(e.qschedRateLocked())
+	held := e.rtHeld
+	return func(link string) []policy.Contribution {
+		var cs []policy.Contribution
+		if qsched > 0 {
+			cs = append(cs, policy.Contribution{Kind: "qsockets", Name: "scheduled", Rate: qsched})
+		}
+		for _, h := range held[link] {
+			cs = append(cs, policy.Contribution{Kind: "rtchannel", Name: fmt.Sprintf("%d %q", h.id, h.name), Rate: h.rate})
+		}
+		return cs
+	}
+}
+
+// budgetRefusal is the error of a guarantee that does not fit link's
+// budget: what it asks, what is held (each contributor), the capacity.
+func budgetRefusal(l policy.Link, asked policy.Contribution, held policy.Rate, cs []policy.Contribution, fix string) error {
+	return &TooManyError{Admission: true, Why: fmt.Sprintf("refuse %s %s of %s on link %s: the link's guarantees would be %s, over its reservable capacity %s (%g × %s); held now: %s; %s",
+		asked.Kind, asked.Name, asked.Rate, l.Name, units.Add(held, asked.Rate), l.Capacity(), l.ReservableShare(), l.EgressRate,
+		policy.FormatContributions(cs), fix)}
+}
+
+// admitRTBudgetLocked checks that a channel of rate fits link's budget
+// beside everything held on it.
+func (e *Engine) admitRTBudgetLocked(link string, asked policy.Contribution) error {
+	for _, l := range e.eff.Policy.Links {
+		if l.Name != link || l.EgressRate == 0 {
+			continue
+		}
+		held, cs := e.eff.Policy.HeldOn(l.Name, e.extraLocked())
+		if units.Add(held, asked.Rate) > l.Capacity() {
+			return budgetRefusal(l, asked, held, cs, "ask for a longer period or smaller messages, or lower a guarantee (hostqos link list shows who holds what)")
+		}
+	}
+	return nil
+}
+
+// admitQSchedBudgetLocked checks that the scheduled qsockets holding sum
+// together (a new or changed one's rate included) fit every shaped link's
+// budget beside the policy's guarantees and the channels.
+func (e *Engine) admitQSchedBudgetLocked(sum, rate uint64) error {
+	extra := e.extraWith(0)
+	for _, l := range e.eff.Policy.Links {
+		if l.EgressRate == 0 {
+			continue
+		}
+		held, cs := e.eff.Policy.HeldOn(l.Name, extra)
+		if units.Add(held, policy.Rate(sum)) > l.Capacity() {
+			asked := policy.Contribution{Kind: "scheduled qsocket", Name: "rate", Rate: policy.Rate(rate)}
+			others := policy.Rate(sum - rate)
+			if others > 0 {
+				cs = append(cs, policy.Contribution{Kind: "qsockets", Name: "scheduled", Rate: others})
+			}
+			return qsockField("rate", units.ExactRate(rate), budgetRefusal(l, asked, units.Add(held, others), cs, "").Error(),
+				"declare a lower rate, close other scheduled qsockets, or lower a guarantee (hostqos link list shows who holds what)")
+		}
+	}
+	return nil
+}
+
+// setRTHeldLocked makes the channels' holds these (by link) and derives
+// the links' real-time leaves again; an error puts the old ones back.
+func (e *Engine) setRTHeldLocked(held map[string][]rtHold) error {
+	prev := e.rtHeld
+	e.rtHeld = held
+	if e.k == nil {
+		return nil
+	}
+	if err := e.syncLocked("rtchannel", syncChange{}); err != nil {
+		e.rtHeld = prev
+		return err
+	}
+	return nil
+}
+
+// rtRatesLocked are the links' real-time leaves' rates (derive.Input).
+func (e *Engine) rtRatesLocked() map[string]uint64 {
+	if len(e.rtHeld) == 0 {
+		return nil
+	}
+	out := make(map[string]uint64, len(e.rtHeld))
+	for link, hs := range e.rtHeld {
+		var sum uint64
+		for _, h := range hs {
+			sum = units.Add(sum, uint64(h.rate))
+		}
+		out[link] = sum
+	}
+	return out
+}
+
+// rtOwnerLocked says whether pid holds an admitted real-time channel: its
+// qsocket in rtchan.DaemonClass goes to the real-time leaf.
+func (e *Engine) rtOwnerLocked(pid uint32) bool {
+	for _, hs := range e.rtHeld {
+		for _, h := range hs {
+			if h.pid == pid {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// withHold is held with h added on link (a copy).
+func withHold(held map[string][]rtHold, link string, h rtHold) map[string][]rtHold {
+	out := maps.Clone(held)
+	if out == nil {
+		out = map[string][]rtHold{}
+	}
+	out[link] = append(append([]rtHold(nil), out[link]...), h)
+	sort.Slice(out[link], func(i, j int) bool { return out[link][i].id < out[link][j].id })
+	return out
+}
+
+// withoutHold is held without channel id (a copy).
+func withoutHold(held map[string][]rtHold, id uint64) map[string][]rtHold {
+	out := make(map[string][]rtHold, len(held))
+	for link, hs := range held {
+		var keep []rtHold
+		for _, h := range hs {
+			if h.id != id {
+				keep = append(keep, h)
+			}
+		}
+		if len(keep) > 0 {
+			out[link] = keep
+		}
+	}
+	return out
+}
