@@ -326,7 +326,13 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 		key = p->key;
 
 	clock_sync();
-	if (!f || f->gen != p->gen) {
+	/*
+	 * A flow is evaluated again under a new policy, and where it is seen
+	 * first at a container's veth after a managed link classified it as
+	 * the host's (before the container was found, or before its veth had
+	 * the classifiers): there it is the container's.
+	 */
+	if (!f || f->gen != p->gen || f->veth != p->veth) {
 		/* The new result, off the stack (see hq_nf). Fails open. */
 		nf = bpf_map_lookup_elem(&hq_nf, &zero);
 		if (!nf)
@@ -389,7 +395,7 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 				}
 			}
 		}
-		if (f->gen != p->gen) {
+		if (f->gen != p->gen || f->veth != nf->veth) {
 			f->classid = nf->classid;
 			f->slot = nf->slot;
 			f->action = nf->action;
@@ -484,7 +490,7 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off,
 	p.now = coarse_ns();
 
 	f = flow_get(&p);
-	if (f && f->gen == p.gen) {
+	if (f && f->gen == p.gen && f->veth == p.veth) {
 		idx = f->cslot;
 		c = bpf_map_lookup_elem(&hq_fctr, &idx);
 		if (c && c->tag == f->tag) {
@@ -628,7 +634,7 @@ static __always_inline int ingress(struct __sk_buff *skb, __u32 off,
 	if (!veth && !f && *(volatile __u32 *)&hq_policy.veths &&
 	    hq_to_container(skb, &p))
 		return HQ_TC_NEXT;
-	if (!f || f->gen != p.gen) {
+	if (!f || f->gen != p.gen || f->veth != p.veth) {
 		if (veth)
 			res = hq_flow_slow(skb, veth_ident(p.veth, NULL), &p, f,
 					   1);

@@ -226,4 +226,29 @@ func TestContainerVeth(t *testing.T) {
 	if attached() {
 		t.Error("veth still attached after DetachVeth")
 	}
+	// A flow the uplink classified as the host's while the veth had no
+	// classifiers (before the container was found) is the container's
+	// from its first packet at the veth once it has them. Routed, not
+	// NATed: the veth and the uplink see the same flow.
+	if out, err := p.Router.Command("nft", "delete", "table", "ip", "hqt").CombinedOutput(); err != nil {
+		t.Fatalf("nft delete: %v: %s", err, out)
+	}
+	if pkt := send(oldFD, 9004); pkt.TOS != 0 {
+		t.Errorf("the container's packet without veth classifiers: TOS %#x, want none (the host's)", pkt.TOS)
+	}
+	for i := 0; i < 4; i++ { // the rest of that batch
+		if _, err := rx.Next(3*time.Second, testutil.UDPTo(9004)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Router.MustDo(t, func() error {
+		if err := d.SetVethIdentity(veth, Identity{Container: 7}); err != nil {
+			return err
+		}
+		return d.AttachVeth(veth)
+	})
+	if pkt := send(oldFD, 9004); pkt.TOS != 10<<2 {
+		t.Errorf("the same flow once the veth has its classifiers: TOS %#x, want AF11 (the container's rule)", pkt.TOS)
+	}
+	p.Router.MustDo(t, func() error { return d.DetachVeth(veth) })
 }
