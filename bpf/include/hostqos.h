@@ -91,13 +91,14 @@ enum hq_limits {
 	 */
 	HQ_CTR_KEY_SHIFT = 63,
 	/*
-	 * skb->tc_index of a container's packet classified at its veth:
-	 * HQ_TCI_CLASSIFIED | the minor of its HTB class under HQ_HTB_MAJOR
-	 * (0: leave skb->priority). The managed link it leaves by sets the
-	 * class and neither counts nor marks it again.
+	 * skb->tc_index of a container's packet classified at its veth: the
+	 * minor of its HTB class under HQ_HTB_MAJOR, or HQ_TCI_NOCLASS when it
+	 * has none there (leave skb->priority); 0 = not classified at a veth.
+	 * HTB minors use all 16 bits but 0 and 0xffff (ACK leaves reach
+	 * 0xbfff). The managed link it leaves by sets the class and neither
+	 * counts nor marks it again.
 	 */
-	HQ_TCI_CLASSIFIED = 0x8000,
-	HQ_TCI_MINOR = 0x7fff,
+	HQ_TCI_NOCLASS = 0xffff,
 	/* Major number of hostqos's HTB root qdisc ("HQ", shaper.Handle). */
 	HQ_HTB_MAJOR = 0x4851,
 };

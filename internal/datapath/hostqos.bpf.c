@@ -464,10 +464,10 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off,
 	st = stats();
 	if (st)
 		st->packets++;
-	if (!veth && (skb->tc_index & HQ_TCI_CLASSIFIED)) {
+	if (!veth && skb->tc_index) {
 		/* Classified, counted and marked at its container's veth. */
-		classid = skb->tc_index & HQ_TCI_MINOR;
-		if (classid)
+		classid = skb->tc_index;
+		if (classid != HQ_TCI_NOCLASS)
 			skb->priority = HQ_HTB_MAJOR << 16 | classid;
 		return HQ_TC_NEXT;
 	}
@@ -550,9 +550,9 @@ classified:
 	}
 	if (veth) {
 		/* Only a class of hostqos's HTB tree can be handed on. */
-		if ((classid >> 16) != HQ_HTB_MAJOR)
-			classid = 0;
-		skb->tc_index = HQ_TCI_CLASSIFIED | (classid & HQ_TCI_MINOR);
+		if ((classid >> 16) != HQ_HTB_MAJOR || !(classid & 0xffff))
+			classid = HQ_TCI_NOCLASS;
+		skb->tc_index = classid & 0xffff;
 	} else if (classid) {
 		skb->priority = classid;
 	}

@@ -232,8 +232,7 @@ const (
 	hostqosHqLimitsHQ_DWCS_WINDOW        hostqosHqLimits = 1024
 	hostqosHqLimitsHQ_MAX_CONTAINERS     hostqosHqLimits = 4096
 	hostqosHqLimitsHQ_CTR_KEY_SHIFT      hostqosHqLimits = 63
-	hostqosHqLimitsHQ_TCI_CLASSIFIED     hostqosHqLimits = 32768
-	hostqosHqLimitsHQ_TCI_MINOR          hostqosHqLimits = 32767
+	hostqosHqLimitsHQ_TCI_NOCLASS        hostqosHqLimits = 65535
 	hostqosHqLimitsHQ_HTB_MAJOR          hostqosHqLimits = 18513
 )
 

@@ -36,6 +36,10 @@ const ContainerKeyBit = uint64(1) << hostqosHqLimitsHQ_CTR_KEY_SHIFT
 // ContainerKey is the cgroup selector key (CgroupRef.ID) of container n.
 func ContainerKey(n uint32) uint64 { return ContainerKeyBit | uint64(n) }
 
+// tciNoClass is the skb->tc_index of a container's packet with no HTB
+// class of hostqos's to hand on (every other value is the class's minor).
+const tciNoClass = uint16(hostqosHqLimitsHQ_TCI_NOCLASS)
+
 // HTBMajor is the major number the datapath gives a container's HTB class
 // on the managed link (the shaper's root handle).
 const HTBMajor = uint16(hostqosHqLimitsHQ_HTB_MAJOR)

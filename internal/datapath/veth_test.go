@@ -26,6 +26,13 @@ func TestContainerVeth(t *testing.T) {
 	if HTBMajor != shaper.Handle {
 		t.Fatalf("the datapath hands on classes under major %#x, the shaper's root is %#x", HTBMajor, shaper.Handle)
 	}
+	// Every minor the shaper gives a class can be handed on in tc_index.
+	for _, id := range []uint32{shaper.AckClassID(shaper.MaxRuleSlot), shaper.RTClassID(), shaper.QSchedBandClassID(shaper.QSchedBands - 1),
+		shaper.SessionClassID(shaper.MaxSessionGroups, shaper.MaxSessionLeaves-1), shaper.RuleClassID(shaper.MaxRuleSlot)} {
+		if m := uint16(id); m == 0 || m == tciNoClass {
+			t.Errorf("class %#x: its minor cannot be handed on in tc_index", id)
+		}
+	}
 	testutil.NeedRoot(t)
 	cgroot := cgroupRoot(t)
 	p := testutil.NewPath(t, 0)
