@@ -443,7 +443,7 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
  * packets at the host side of its veth (veth = 1: TCX ingress there, the
  * container's egress), which counts, polices and marks them there and
  * hands the HTB class to the managed link they leave by in skb->tc_index
- * (HQ_TCI_CLASSIFIED): crossing into the host's namespace clears
+ * (its minor, or HQ_TCI_NOCLASS): crossing into the host's namespace clears
  * skb->mark and skb->priority, and forwarding sets the priority from the
  * TOS, but the tc_index of a packet stays. A container's packet is
  * classified with its socket's identity where the socket was made in the
