@@ -173,7 +173,10 @@ type pathState struct {
 	self    bool       // this node is the session's destination
 	refresh time.Duration
 	expires time.Time // of received state
-	next    time.Time // next refresh of originated state
+	// next refresh this node sends: of originated state, and (a router)
+	// of the state it forwards downstream, with ttl
+	next time.Time
+	ttl  uint8
 }
 
 type resvState struct {
@@ -543,15 +546,22 @@ func (n *Node) handlePath(m *Message, src netip.Addr, now time.Time) []Out {
 		return nil
 	}
 	if m.TTL <= 1 {
+		ps.ttl = 0
 		return nil
 	}
-	// A router forwards every Path it gets: the sender's refreshes carry
-	// the state downstream, with the refresh period this node took.
-	o, err := n.pathOut(k, ps, m.TTL-1)
+	ps.ttl = m.TTL - 1
+	// A router refreshes the state downstream on its own timer, with its
+	// own refresh period R (RFC 2205 §3.7): an upstream refresh that
+	// changes nothing only keeps the state alive here. New or changed
+	// state goes on at once (a trigger message), and the timer restarts.
+	if !fresh {
+		return nil
+	}
+	ps.next = now.Add(n.jitter())
+	o, err := n.pathOut(k, ps, ps.ttl)
 	if err != nil {
 		return nil
 	}
-	o.Msg.Refresh = uint32(ps.refresh / time.Millisecond)
 	return []Out{o}
 }
 
@@ -664,7 +674,8 @@ func (n *Node) resvOne(m *Message, k FlowKey, fs Flowspec, now time.Time) []Out 
 			return n.resvErr(m, k, fs, code, value, now)
 		}
 	}
-	fresh := rs == nil
+	// A confirmation request is a trigger too (a receiver asks once).
+	fresh := rs == nil || rs.fs != fs || rs.style != m.Style || rs.nhop == nil || *rs.nhop != *m.Hop || m.Confirm.IsValid()
 	if rs == nil {
 		rs = &resvState{}
 		n.resvs[k] = rs
@@ -691,11 +702,17 @@ func (n *Node) resvOne(m *Message, k FlowKey, fs Flowspec, now time.Time) []Out 
 		}
 		return nil
 	}
+	// A router refreshes the reservation upstream on its own timer, with
+	// its own R; a new or changed one goes on at once (RFC 2205 §3.7).
+	if !fresh {
+		return nil
+	}
+	rs.next = now.Add(n.jitter())
 	o, err := n.resvOut(k, rs, ps)
+	rs.confirm = netip.Addr{} // asked once, not on this node's refreshes
 	if err != nil {
 		return nil
 	}
-	o.Msg.Refresh = uint32(rs.refresh / time.Millisecond)
 	return []Out{o}
 }
 
@@ -777,6 +794,12 @@ func (n *Node) Tick(now time.Time) []Out {
 			}
 		case ps.phop != nil && now.After(ps.expires):
 			outs = append(outs, n.tearPathLocked(k, "path-timeout")...)
+		case ps.phop != nil && !ps.self && ps.ttl > 0 && !ps.next.IsZero() && !now.Before(ps.next):
+			// A router's own refresh of the state it forwards.
+			ps.next = now.Add(n.jitter())
+			if o, err := n.pathOut(k, ps, ps.ttl); err == nil {
+				outs = append(outs, o)
+			}
 		}
 	}
 	for k, rs := range n.resvs {
@@ -790,6 +813,14 @@ func (n *Node) Tick(now time.Time) []Out {
 			}
 		case rs.nhop != nil && now.After(rs.expires):
 			outs = append(outs, n.tearResvLocked(k, "resv-timeout")...)
+		case rs.nhop != nil && !rs.next.IsZero() && !now.Before(rs.next):
+			// A router's own refresh of the reservation upstream.
+			rs.next = now.Add(n.jitter())
+			if ps := n.paths[k]; ps != nil && ps.phop != nil {
+				if o, err := n.resvOut(k, rs, ps); err == nil {
+					outs = append(outs, o)
+				}
+			}
 		}
 	}
 	return outs
