@@ -8,7 +8,7 @@
 #                                    libhostqos, python3 for the Python qsocket module, man-db for the
 #                                    manual pages' test, dpkg-dev, lintian and debootstrap for make deb
 #                                    and make test-deb, podman, runc, docker.io and busybox-static
-#                                    for the container tests)
+#                                    for the container tests, etcd-server for the Kubernetes tests)
 #   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate` and `make fmt`: the
 #                                    pinned clang-14 (internal/datapath/gen.go calls it by name),
 #                                    so regenerated objects match the committed ones
@@ -44,6 +44,12 @@ have podman || need+=(podman)
 have runc || need+=(runc)
 have dockerd || need+=(docker.io)
 [[ -x /bin/busybox ]] && ! LC_ALL=C readelf -l /bin/busybox 2>/dev/null | grep -q interpreter || need+=(busybox-static)
+# The Kubernetes tests' control plane (internal/kubetest): Debian's etcd
+# (3.4) under a kube-apiserver that scripts/kube-apiserver.sh builds from
+# the k8s.io/kubernetes module. The tests start their own etcd on free
+# loopback ports; the package's own etcd service, where systemd starts
+# it, is not used.
+have etcd || need+=(etcd-server)
 # The BPF compiler is pinned by name: the same clang gives byte-identical
 # objects, which `make check-generated` compares with the committed ones.
 # Change it together with -cc/-strip in internal/datapath/gen.go.
