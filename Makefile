@@ -88,7 +88,12 @@ test test-long: export HOSTQOS_BIN := $(abspath $(BIN))
 # failure in either fails the target. Tests marked parallel (the
 # integration tests that measure nothing) run after a package's others,
 # TEST_PARALLEL at a time: they mostly wait for daemons and namespaces.
-SERIAL_TESTS_RE := hostqos/internal/(testutil|testbed|lab|traffic)|cilium/ebpf|vishvananda/netlink
+# The packages that run a Kubernetes control plane (internal/kubetest) are
+# in the second group too: they start after the pure-Go packages, which
+# leaves .ci/run's build of the kube-apiserver (beside them) the most time
+# before they wait for it, and their API servers' start-up competes with
+# nothing.
+SERIAL_TESTS_RE := hostqos/internal/(testutil|testbed|lab|traffic|kubetest)|cilium/ebpf|vishvananda/netlink
 # The integration tests run in two processes side by side: the measuring
 # tests that send at most 20 Mbit/s and take little CPU (PAIRED_TESTS_RE)
 # one at a time in one, everything else (the measuring tests one at a
