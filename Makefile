@@ -55,7 +55,7 @@ BPF_C := internal/datapath/*.bpf.c internal/datapath/xdp/*.bpf.c internal/datapa
 # set in .clang-format).
 fmt:
 	scripts/install-deps.sh --bpf
-	gofmt -w api rtchan qsock cmd internal tests
+	gofmt -w api rtchan qsock cmd internal tests deploy
 	clang-format -i $(BPF_C)
 
 # The BPF C as `make fmt` leaves it (clang-format, installed by
@@ -68,7 +68,7 @@ check-format:
 vet:
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
-	@test -z "$$(gofmt -l api rtchan qsock cmd internal tests bench 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l api rtchan qsock cmd internal tests bench; exit 1; }
+	@test -z "$$(gofmt -l api rtchan qsock cmd internal tests bench deploy 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l api rtchan qsock cmd internal tests bench deploy; exit 1; }
 
 # Unit tests only (no root needed).
 test-unit:
