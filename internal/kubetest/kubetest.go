@@ -5,14 +5,14 @@
 // system:masters) and service account tokens it signs, authorizes with
 // RBAC, and runs with few admission plugins. No controller-manager,
 // scheduler or kubelet runs: a test makes the ServiceAccounts it needs
-// (ServiceAccount, Namespace) and plays kubelet's part itself; aggregated
-// ClusterRoles (view, edit, admin) are empty for want of the controller
-// that fills them.
+// (ServiceAccount, Namespace) and plays kubelet's part itself (DeletePod
+// ends a pod's deletion as kubelet would); aggregated ClusterRoles (view,
+// edit, admin) are empty for want of the controller that fills them.
 //
 //	cp := kubetest.Start(t)
 //	cp.Apply(t, manifests)                       // CRDs wait until Established
 //	agent := cp.ServiceAccountConfig(t, "hostqos-system", "hostqos")
-//	kubeconfig := cp.WriteKubeconfig(t, agent)      // for the node agent
+//	kubeconfig := cp.WriteKubeconfig(t, agent)   // for the node agent
 //	cp.Stop(t); …; cp.Restart(t)                 // the API server away and back
 //
 // Everything it starts is stopped at the test's cleanup, and on SIGINT or

@@ -18,6 +18,7 @@ import (
 // pod needs the ServiceAccount the harness made; a ServiceAccount's token
 // has only what RBAC gives it; with the API server stopped requests fail,
 // and after Restart what was stored is there and the token still works.
+// A deleted pod stays, marked, until DeletePod plays kubelet's part.
 func TestControlPlane(t *testing.T) {
 	cp := kubetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -90,5 +91,19 @@ rules:
 	cp.Restart(t)
 	if _, err := reader.CoreV1().Pods("app").Get(ctx, "web", metav1.GetOptions{}); err != nil {
 		t.Fatalf("get the pod after the restart, with the token issued before: %v", err)
+	}
+
+	// Deleting a pod bound to a node marks it; kubelet's part (DeletePod)
+	// removes it.
+	if err := cp.Client.CoreV1().Pods("app").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete the pod: %v", err)
+	}
+	got, err := cp.Client.CoreV1().Pods("app").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil || got.DeletionTimestamp == nil {
+		t.Fatalf("after a delete, the pod bound to n1 should stay, marked: %v, %v", err, got)
+	}
+	cp.DeletePod(t, "app", "web")
+	if _, err := cp.Client.CoreV1().Pods("app").Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after DeletePod: got %v, want not found", err)
 	}
 }
