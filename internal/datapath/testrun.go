@@ -100,6 +100,11 @@ func (d *Datapath) TimeRun(frame []byte, repeat uint32) (verdict int32, perRun t
 	return int32(ret), dur, nil
 }
 
+// EgressProgram is the Ethernet egress classifier (hq_tc_egress) itself,
+// for the lab's benchmarks that run it from a program of their own (a
+// tail call); the datapath keeps owning it (Clone it to keep it longer).
+func (d *Datapath) EgressProgram() *ebpf.Program { return d.objs.HqTcEgress }
+
 // TestRunIngress runs the Ethernet ingress classifier on frame once and
 // returns its verdict and the frame after the program ran.
 func (d *Datapath) TestRunIngress(frame []byte) (TestRunResult, error) {

@@ -73,3 +73,24 @@ func BenchmarkPerPacket(b *testing.B) {
 		})
 	}
 }
+
+// TestVeth: the container measurements run each program on its own path
+// (Veth checks the rules counted and the class handed on) and report
+// every figure.
+func TestVeth(t *testing.T) {
+	testutil.NeedRoot(t)
+	r, err := MeasureVeth(100, 1000, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]float64{"empty": r.EmptyNS, "host hit": r.HostHitNS, "veth hit": r.VethHitNS,
+		"host single": r.HostSingleNS, "veth single": r.VethSingleNS, "host first": r.HostFirstNS, "veth first": r.VethFirstNS,
+		"fast path": r.FastPathNS, "tail into empty": r.TailEmptyNS} {
+		if v <= 0 {
+			t.Errorf("%s: %v ns, want > 0 (%+v)", name, v, r)
+		}
+	}
+	if _, err := MeasureVeth(0, 1, 1); err == nil {
+		t.Error("a measurement among 0 flows succeeded")
+	}
+}
