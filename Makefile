@@ -127,7 +127,7 @@ test: deps $(TEST_VET) build check-generated check-format
 # default scenario end to end (two 8 s runs) and the cheap benchmarks in
 # quick mode. They keep the demo and bench tooling from rotting and
 # measure nothing the suite relies on; CI runs them after make test.
-LONG_TESTS := ^(TestDemoShort|TestQuickCheap)$$
+LONG_TESTS := ^(TestDemoShort|TestQuickCheap|TestContainersQuickAll)$$
 test-long: deps build
 	HOSTQOS_LONG_TESTS=1 $(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -run '$(LONG_TESTS)' ./internal/lab/demo ./internal/lab/bench
 

@@ -46,6 +46,9 @@ type Options struct {
 	// ConnectCount overrides the connects per alternative of "connect"
 	// (0 = 2000, quick 300).
 	ConnectCount int
+	// Containers overrides the bare-netns containers of "containers"
+	// daemon-CPU part (0 = 200).
+	Containers int
 	// PlotDir receives the plots of the benchmarks that draw one
 	// ("" = none are saved).
 	PlotDir string
@@ -109,6 +112,7 @@ var suite = []benchmark{
 	{"qsock-video", "QSockets: a 20 fps video on a qsocket (dwcs) and on a plain socket under bulk TCP perturbations (seed Figs. 4–5)", benchQSockVideo},
 	{"qsock-streams", "QSockets: two qsocket video streams (20, 15 fps) and a plain one (20 fps) on an overloaded link (seed Fig. 6)", benchQSockStreams},
 	{"qsock-edf", "QSockets: a sensor's deadline misses per 5 s, edf-lossy vs edf-lossless vs plain socket, bulk TCP from half-way (seed Fig. 7)", benchQSockEDF},
+	{"containers", "Containers as apps: per packet and pps on a container's path vs a host process's, discovery latency, daemon CPU with 200 containers", benchContainers},
 }
 
 // Names lists the benchmarks in the order the suite runs them.
