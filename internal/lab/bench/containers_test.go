@@ -64,7 +64,7 @@ func TestContainersQuick(t *testing.T) {
 	if err := runCtrParts(e, r, []ctrPart{ctrParts[0], ctrParts[2]}); err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
-	checkCtrReport(t, r, 11, []string{"pkt_ns_median_host_hit", "pkt_ns_median_veth_hit", "disc_ms_median_startup", "disc_ms_median_run_to_mark"}, progress.String())
+	checkCtrReport(t, r, 15, []string{"pkt_ns_median_host_hit", "pkt_ns_median_veth_hit", "disc_ms_median_startup", "disc_ms_median_run_to_mark"}, progress.String())
 }
 
 // TestContainersQuickAll runs the whole containers benchmark in quick
@@ -85,7 +85,7 @@ func TestContainersQuickAll(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, progress.String())
 	}
 	r := reports[0]
-	checkCtrReport(t, r, 17, []string{"pkt_ns_median_host_hit", "pps_alt0", "pps_alt2", "disc_ms_median_startup"}, progress.String())
+	checkCtrReport(t, r, 21, []string{"pkt_ns_median_host_hit", "pps_alt0", "pps_alt2", "disc_ms_median_startup"}, progress.String())
 	if r.Metrics["containers"] != 10 || len(r.Notes) != 1 {
 		t.Errorf("the CPU part ran with %v containers and noted %q, want 10 and how long the daemon took to list them", r.Metrics["containers"], r.Notes)
 	}
