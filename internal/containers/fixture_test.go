@@ -460,3 +460,42 @@ func TestParseBoltLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestScanPendingUntilOurNamespace: a new container whose process is not
+// in a namespace of ours yet (a runtime's init joins the cgroup before
+// the container's namespace) is re-checked soon, and found once it is
+// there; one that stays elsewhere stops being re-checked after
+// pendingFor.
+func TestScanPendingUntilOurNamespace(t *testing.T) {
+	f := newFixture(t)
+	f.netns("a", nsInfo{cookie: 1, veths: []Veth{{Ifindex: 3, Name: "v"}}, nsid: 0})
+	f.netns("other", nsInfo{cookie: 2, nsid: -1})
+	f.proc(400, "other")
+	f.cgroup(false, "/libpod_parent/libpod-"+fid('c'), 400)
+	s := f.scanner()
+	if changed, pending := s.scan(true); changed || !pending {
+		t.Fatalf("a new container's process in another namespace: changed %v pending %v, want not changed and pending", changed, pending)
+	}
+	// Its init enters the container's namespace.
+	if err := os.Remove(filepath.Join(f.cfg.ProcRoot, "400", "ns", "net")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(f.ns["a"], filepath.Join(f.cfg.ProcRoot, "400", "ns", "net")); err != nil {
+		t.Fatal(err)
+	}
+	if changed, _ := s.scan(false); !changed || len(byID(s.list())[fid('c')].Veths) != 1 {
+		t.Fatalf("after its process joined a namespace of ours: changed %v, list %+v", changed, s.list())
+	}
+	// A container that stays in another namespace settles.
+	f.proc(401, "other")
+	f.cgroup(false, "/libpod_parent/libpod-"+fid('d'), 401)
+	if _, pending := s.scan(false); !pending {
+		t.Fatal("a second new container elsewhere: not pending")
+	}
+	for k := range s.firstSeen {
+		s.firstSeen[k] = s.firstSeen[k].Add(-pendingFor)
+	}
+	if _, pending := s.scan(false); pending {
+		t.Error("a container elsewhere for longer than pendingFor: still pending")
+	}
+}

@@ -130,7 +130,7 @@ func (s *scanner) scan(refresh bool) (changed, pending bool) {
 
 	next := map[key]Container{}
 	seenNS, runtimeNS := map[nsKey]bool{}, map[nsKey]bool{}
-	noPID := map[key]bool{}
+	noPID, elsewhere := map[key]bool{}, map[key]bool{}
 	for k, c := range cands {
 		if _, ok := s.firstSeen[k]; !ok {
 			s.firstSeen[k] = now
@@ -142,7 +142,13 @@ func (s *scanner) scan(refresh bool) (changed, pending bool) {
 		}
 		ctr, ok := s.containerAt(k, pid, seenNS, runtimeNS)
 		if !ok {
-			continue // another namespace's (a link event re-checks it)
+			// Another namespace's, or not yet ours: a runtime's init
+			// joins the cgroup before it enters the container's
+			// namespace, which no event of ours announces when that
+			// namespace and its veth exist already (Podman's
+			// --network ns:). A link event re-checks it too.
+			elsewhere[k] = true
+			continue
 		}
 		if len(next) >= MaxContainers {
 			overflow++
@@ -170,8 +176,9 @@ func (s *scanner) scan(refresh bool) (changed, pending bool) {
 		next[k] = c
 	}
 	s.meta.forget(keep)
-	// Settling: a new cgroup without a process yet, or a container
-	// published before its runtime knew it.
+	// Settling: a new cgroup without a process yet, or whose process is
+	// not in a namespace of ours yet, or a container published before
+	// its runtime knew it.
 	for k, t := range s.firstSeen {
 		if _, stillCand := cands[k]; !stillCand {
 			delete(s.firstSeen, k)
@@ -180,7 +187,7 @@ func (s *scanner) scan(refresh bool) (changed, pending bool) {
 		if now.Sub(t) >= pendingFor {
 			continue
 		}
-		if _, published := next[k]; noPID[k] || (published && s.meta.cache[k].guessed) {
+		if _, published := next[k]; noPID[k] || elsewhere[k] || (published && s.meta.cache[k].guessed) {
 			pending = true
 		}
 	}
