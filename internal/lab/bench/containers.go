@@ -143,7 +143,7 @@ func ctrList(d *lab.Daemon) ([]api.Container, error) {
 // namespace through the host to rx, with the host set up three ways.
 func ctrPPS(e *env, r *Report) error {
 	dur := e.dur(2*time.Second, 300*time.Millisecond)
-	rounds := e.n(3, 1)
+	rounds := e.n(5, 1)
 	const size = 64
 	p, err := e.ctrPath("benchctrpps")
 	if err != nil {

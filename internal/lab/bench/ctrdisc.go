@@ -646,7 +646,7 @@ func ctrCPU(e *env, r *Report) error {
 		fmt.Sprintf("%+.2f points vs none", median(idle)-median(none)), "≤ 2 % "+mark(median(idle) <= 2))...)
 	r.row(append(append([]string{fmt.Sprintf("daemon CPU, %d containers, %d made and %d removed per second (%% of a core)", n, churn, churn)}, spread(busy, f2)...),
 		fmt.Sprintf("%+.2f points vs none", median(busy)-median(none)), "—")...)
-	r.note("daemon CPU: %d containers made in one batch (%.2f s for ip to make them); after that, a containers.Watcher of the bench's own had found them all within %.2f s and the daemon listed them all, each with its veth, within %.2f s (polled every 50 ms); after the churn (%d made and removed) stopped, the daemon listed the %d live ones within %.2f s", n, made.Seconds(), max(0, watched.Seconds()), found.Seconds(), churned, n, caught.Seconds())
+	r.note("daemon CPU: %d containers made in one batch (%.2f s for ip to make them); after that, a containers.Watcher of the bench's own had found them all within %.2f s and the daemon listed them all, each with its veth, within %.2f s (polled every 50 ms; the daemon's first containers: it verifies and loads the veth classifiers then, and attaches them to each veth); after the churn (%d made and removed) stopped, the daemon listed the %d live ones within %.2f s", n, made.Seconds(), max(0, watched.Seconds()), found.Seconds(), churned, n, caught.Seconds())
 	r.metric("list_s_daemon", found.Seconds())
 	r.metric("list_s_watcher", max(0, watched.Seconds()))
 	r.metric("cpu_pct_median_none", median(none))
