@@ -63,6 +63,12 @@ type Datapath struct {
 	tcxIn  map[int]link.Link // ingress classifier links (ingress.go)
 	// Container veth classifier links (veth.go): TCX ingress, egress.
 	tcxVethIn, tcxVethOut map[int]link.Link
+	// What hq_veth and hq_cnetns hold (nil: not read yet; veth.go),
+	// guarded by ctrMu, so that a change writes what differs instead of
+	// reading the maps whole.
+	ctrMu  sync.Mutex
+	veths  map[uint32]bool
+	cnetns map[uint64]uint32
 	// inLast is the download limit last written per rule slot (nil =
 	// unknown); guarded by mu.
 	inLast map[uint16]inLimit

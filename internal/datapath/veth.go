@@ -106,31 +106,46 @@ func (d *Datapath) VethProgramFDs() (inFD, inID, outFD, outID int, err error) {
 // host side of its veth ifindex when their socket has none of the
 // container's (id.Container must be the container's number).
 func (d *Datapath) SetVethIdentity(ifindex int, id Identity) error {
+	d.ctrMu.Lock()
+	defer d.ctrMu.Unlock()
+	if err := d.readVethsLocked(); err != nil {
+		return err
+	}
 	v := identToBPF(id)
 	if err := d.objs.HqVeth.Put(uint32(ifindex), &v); err != nil {
 		return fmt.Errorf("write container identity of veth %d: %w", ifindex, err)
 	}
-	return d.countVeths()
+	d.veths[uint32(ifindex)] = true
+	d.countVethsLocked()
+	return nil
 }
 
-// countVeths tells the ingress classifier whether any container's veth
-// is known (hq_state.veths): only then does a new flow's first received
-// packet ask the FIB whether it is routed on to a container.
-func (d *Datapath) countVeths() error {
+// readVethsLocked reads hq_veth's keys once (an earlier run's included).
+func (d *Datapath) readVethsLocked() error {
+	if d.veths != nil {
+		return nil
+	}
 	var (
 		k uint32
 		v hostqosHqIdent
-		n uint32
 	)
+	veths := map[uint32]bool{}
 	it := d.objs.HqVeth.Iterate()
 	for it.Next(&k, &v) {
-		n++
+		veths[k] = true
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("count container veths: %w", err)
+		return fmt.Errorf("read container veths: %w", err)
 	}
-	atomic.StoreUint32(&d.stateView().Veths, n)
+	d.veths = veths
 	return nil
+}
+
+// countVethsLocked tells the ingress classifier whether any container's
+// veth is known (hq_state.veths): only then does a new flow's first
+// received packet ask the FIB whether it is routed on to a container.
+func (d *Datapath) countVethsLocked() {
+	atomic.StoreUint32(&d.stateView().Veths, uint32(len(d.veths)))
 }
 
 // AttachVeth attaches the container classifiers to both TCX hooks of the
@@ -202,10 +217,15 @@ func (d *Datapath) DetachVeth(ifindex int) error {
 		delete(h.tcx, ifindex)
 		errs = append(errs, pin.Drop(l))
 	}
+	d.ctrMu.Lock()
+	defer d.ctrMu.Unlock()
 	if err := d.objs.HqVeth.Delete(uint32(ifindex)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		errs = append(errs, fmt.Errorf("forget container identity of veth %d: %w", ifindex, err))
+		d.veths = nil // unknown: read again
+	} else if d.veths != nil {
+		delete(d.veths, uint32(ifindex))
+		d.countVethsLocked()
 	}
-	errs = append(errs, d.countVeths())
 	return errors.Join(errs...)
 }
 
@@ -220,16 +240,13 @@ func (d *Datapath) Veths() ([]int, error) {
 			seen[i] = true
 		}
 	}
-	var (
-		k uint32
-		v hostqosHqIdent
-	)
-	it := d.objs.HqVeth.Iterate()
-	for it.Next(&k, &v) {
-		seen[int(k)] = true
+	d.ctrMu.Lock()
+	defer d.ctrMu.Unlock()
+	if err := d.readVethsLocked(); err != nil {
+		return nil, err
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("list container veths: %w", err)
+	for k := range d.veths {
+		seen[int(k)] = true
 	}
 	return slices.Sorted(maps.Keys(seen)), nil
 }
@@ -241,30 +258,43 @@ func (d *Datapath) SetContainerNetns(want map[uint64]uint32) error {
 	if len(want) > MaxContainers {
 		return fmt.Errorf("write container namespaces: %d, at most %d", len(want), MaxContainers)
 	}
+	d.ctrMu.Lock()
+	defer d.ctrMu.Unlock()
 	m := d.objs.HqCnetns
-	var (
-		k     uint64
-		v     uint32
-		stale []uint64
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if w, ok := want[k]; !ok || w != v {
-			stale = append(stale, k)
+	if d.cnetns == nil { // what an earlier run left, read once
+		have := map[uint64]uint32{}
+		var (
+			k uint64
+			v uint32
+		)
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			have[k] = v
 		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("read container namespaces: %w", err)
+		}
+		d.cnetns = have
 	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read container namespaces: %w", err)
-	}
-	for _, k := range stale {
+	for k, v := range d.cnetns {
+		if w, ok := want[k]; ok && w == v {
+			continue
+		}
 		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			d.cnetns = nil // unknown: read again
 			return fmt.Errorf("forget container namespace %d: %w", k, err)
 		}
+		delete(d.cnetns, k)
 	}
 	for k, v := range want {
+		if have, ok := d.cnetns[k]; ok && have == v {
+			continue
+		}
 		if err := m.Put(k, v); err != nil {
+			d.cnetns = nil
 			return fmt.Errorf("write container namespace %d: %w", k, err)
 		}
+		d.cnetns[k] = v
 	}
 	return nil
 }
