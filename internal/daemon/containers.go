@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"net/http"
+	"os"
+	"syscall"
 
 	"github.com/hostqos/hostqos/internal/containers"
 	"github.com/hostqos/hostqos/internal/derive"
@@ -17,6 +19,9 @@ type containerWatcher struct {
 	w      *containers.Watcher
 	cancel context.CancelFunc
 	done   chan struct{}
+	// preload: verify the container classifiers at start (none found
+	// yet, but containers are expected: expectContainers).
+	preload bool
 }
 
 // openContainers makes the watcher ([containers] of the config file) and
@@ -39,12 +44,47 @@ func (d *Daemon) openContainers() *containerWatcher {
 	}
 	_, list := w.Snapshot()
 	d.eng.SetContainers(toDerive(list))
-	return &containerWatcher{w: w, done: make(chan struct{})}
+	return &containerWatcher{w: w, done: make(chan struct{}), preload: len(list) == 0 && d.expectContainers()}
+}
+
+// runtimeDirs are where the container runtimes keep their state: one of
+// them on the host says containers may start here.
+var runtimeDirs = []string{"/var/lib/docker", "/var/lib/containers/storage", "/run/containerd", "/run/docker.sock"}
+
+// expectContainers says whether containers are likely to start beside
+// this daemon: it runs in the host's initial network namespace (that of
+// PID 1: where runtimes connect their containers) and a runtime is
+// installed. Then the container classifiers are verified in the
+// background at start, not when the first container is found (a first
+// container would wait a few hundred milliseconds for its rules).
+// Daemons in namespaces of their own (tests, per-namespace daemons) leave
+// it to the first container.
+func (d *Daemon) expectContainers() bool {
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/1/ns/net", &st); err != nil || st.Ino != d.netns {
+		return false
+	}
+	for _, p := range runtimeDirs {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // runContainers keeps the engine's containers current until stopped.
 func (d *Daemon) runContainers(ctx context.Context, cw *containerWatcher) {
 	ctx, cw.cancel = context.WithCancel(ctx)
+	if cw.preload {
+		d.mu.Lock()
+		dp := d.dp
+		d.mu.Unlock()
+		go func() {
+			if err := dp.PreloadVeth(); err != nil {
+				d.log.Warn("verify the container classifiers ahead; the first container found waits for them", "err", err)
+			}
+		}()
+	}
 	go func() {
 		if err := cw.w.Run(ctx); err != nil && ctx.Err() == nil {
 			d.log.Error("the container watcher stopped; containers started from now on are not seen", "err", err)

@@ -298,3 +298,11 @@ func (d *Datapath) SetContainerNetns(want map[uint64]uint32) error {
 	}
 	return nil
 }
+
+// PreloadVeth verifies and loads the container classifiers now, so that
+// the first container found does not wait for the verifier (a few
+// hundred milliseconds) before its rules hold.
+func (d *Datapath) PreloadVeth() error {
+	_, _, err := d.loadVeth()
+	return err
+}
