@@ -44,7 +44,11 @@ func (d *Daemon) openContainers() *containerWatcher {
 	}
 	_, list := w.Snapshot()
 	d.eng.SetContainers(toDerive(list))
-	return &containerWatcher{w: w, done: make(chan struct{}), preload: len(list) == 0 && d.expectContainers()}
+	preload := d.expectContainers()
+	if set.PreloadSet {
+		preload = set.Preload
+	}
+	return &containerWatcher{w: w, done: make(chan struct{}), preload: preload && len(list) == 0}
 }
 
 // runtimeDirs are where the container runtimes keep their state: one of

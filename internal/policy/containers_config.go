@@ -22,13 +22,19 @@ type ContainerSettings struct {
 	// for names, images and labels ("" = the runtime's default; "-" =
 	// do not ask).
 	DockerSocket, PodmanSocket string
+	// Preload (with PreloadSet; unset: automatic) verifies the
+	// container classifiers at start, in the background, rather than
+	// when the first container is found (which would wait for the
+	// verifier). Automatic: where containers are expected (the daemon
+	// runs in the host's network namespace and a runtime is installed).
+	PreloadSet, Preload bool
 }
 
 // containersKey is the config file's [containers] table.
 const containersKey = "containers"
 
 // containersKeys are the keys of the [containers] table.
-var containersKeys = []string{"enabled", "netns", "docker_socket", "podman_socket"}
+var containersKeys = []string{"enabled", "netns", "docker_socket", "podman_socket", "preload"}
 
 // MaxNetnsGlobs bounds [containers] netns.
 const MaxNetnsGlobs = 64
@@ -55,6 +61,13 @@ func (ld *loader) containers(raw map[string]any, p *Policy) {
 				continue
 			}
 			p.Containers.Disabled = !b
+		case "preload":
+			b, ok := v.(bool)
+			if !ok {
+				ld.fail(containersKey, k, line(k), v, "want true or false, got "+tomlType(v), "leave it out for the default (when hostqosd runs in the host's network namespace and a runtime is installed)")
+				continue
+			}
+			p.Containers.PreloadSet, p.Containers.Preload = true, b
 		case "netns":
 			list, ok := v.([]any)
 			if !ok {
