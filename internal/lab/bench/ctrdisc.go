@@ -227,6 +227,13 @@ func ctrDiscovery(e *env, r *Report) error {
 		return err
 	}
 	defer d.Stop()
+	// A host's daemon starts well before its containers: let the
+	// preload finish, as it would have.
+	for end := time.Now().Add(30 * time.Second); !strings.Contains(d.Log(), "loaded the classifiers of containers' veths"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			return fmt.Errorf("the daemon did not preload the container classifiers within 30 s:\n%s", d.Log())
+		}
+	}
 	wt, err := watchIn(p.host, containers.Config{})
 	if err != nil {
 		return err
