@@ -58,12 +58,12 @@ func TestQuickCheap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var progress strings.Builder
-	reports, err := Run(ctx, Options{Quick: true, BinDir: bin, ConnectCount: 40, Progress: &progress}, []string{"datapath", "connect"})
+	reports, err := Run(ctx, Options{Quick: true, BinDir: bin, ConnectCount: 40, Progress: &progress}, []string{"datapath", "connect", "echo-rtt"})
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, progress.String())
 	}
-	if len(reports) != 2 {
-		t.Fatalf("got %d reports, want 2", len(reports))
+	if len(reports) != 3 {
+		t.Fatalf("got %d reports, want 3", len(reports))
 	}
 	for _, r := range reports {
 		if r.Error != "" || len(r.Rows) == 0 || len(r.Setup) == 0 {
