@@ -137,11 +137,14 @@ func TestVoiceEcho(t *testing.T) {
 			if r.Calls != 4 || len(r.PerCall) != 4 {
 				t.Fatalf("voice %+v", r)
 			}
-			if r.Sent < 4*20 || r.Received != r.Sent || r.Lost != 0 {
+			// 25 packets a call at 50 pkt/s in 500 ms; a loaded machine
+			// may send fewer (the sender paces by the clock): only a few
+			// are needed to check the echo.
+			if r.Sent < 4*5 || r.Received != r.Sent || r.Lost != 0 {
 				t.Fatalf("sent %d received %d lost %d", r.Sent, r.Received, r.Lost)
 			}
 			for _, c := range r.PerCall {
-				if c.Sent < 20 || c.RTT.N != c.Sent || c.RTT.Min < c.Forward.Min {
+				if c.Sent < 5 || c.RTT.N != c.Sent || c.RTT.Min < c.Forward.Min {
 					t.Fatalf("call %+v", c)
 				}
 			}
