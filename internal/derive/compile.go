@@ -84,8 +84,11 @@ func compileRules(in *Input, x *Expansion, p *policy.Policy, d *Desired) error {
 		if !runRule[r.Name] && !r.UserRun {
 			inherit = in.Runs
 		}
-		nothing, err := resolveApp(in.Resolver, &dr, r, inherit, d, in.Containers)
-		if err != nil {
+		var nothing bool
+		var err error
+		if uid := x.attached[r.Name].pod; uid != "" {
+			nothing = resolvePod(in.Resolver, &dr, r, uid, in.Containers, d)
+		} else if nothing, err = resolveApp(in.Resolver, &dr, r, inherit, d, in.Containers); err != nil {
 			return err
 		}
 		if nothing {

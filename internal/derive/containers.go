@@ -89,10 +89,21 @@ func planContainers(cs []Container, d *Desired) {
 // network by its cgroup. nothing reports that r selects no container now.
 func resolveContainers(res Resolver, dr *datapath.Rule, r policy.Rule, cs []Container, d *Desired, notes *[]string) (nothing bool) {
 	sel := r.ContainerSelector()
+	nothing = selectContainers(res, dr, r, cs, d, notes, func(c Container) bool { return sel.Matches(c.ID, c.Name, c.Image, c.Labels) })
+	if nothing {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("rule %q: %s selects no running container; the rule matches nothing until one starts", r.Name, describeSelector(r)))
+	}
+	return nothing
+}
+
+// selectContainers adds to dr the keys of the containers of cs that match:
+// a container with a namespace of its own by its number, one on the
+// host's network by its cgroup. nothing reports that none matches now.
+func selectContainers(res Resolver, dr *datapath.Rule, r policy.Rule, cs []Container, d *Desired, notes *[]string, match func(Container) bool) (nothing bool) {
 	var names, unseen []string
 	keys := map[uint64]bool{} // containers of one pod share a namespace
 	for _, c := range cs {
-		if !sel.Matches(c.ID, c.Name, c.Image, c.Labels) {
+		if !match(c) {
 			continue
 		}
 		switch {
@@ -121,7 +132,6 @@ func resolveContainers(res Resolver, dr *datapath.Rule, r policy.Rule, cs []Cont
 	}
 	if len(names) == 0 {
 		*notes = append(*notes, "containers: none running")
-		d.Warnings = append(d.Warnings, fmt.Sprintf("rule %q: %s selects no running container; the rule matches nothing until one starts", r.Name, describeSelector(r)))
 		return true
 	}
 	const show = 8

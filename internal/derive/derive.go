@@ -11,7 +11,7 @@
 //
 //  1. Expand: every front door that becomes rules contributes them
 //     (contributors in expand.go: per-session groups of rules,
-//     reservations, protected clients; containers and pods are the next).
+//     reservations, protected clients, Kubernetes pods).
 //     Each contributor owns one key prefix, so the rules it adds can never
 //     take a user rule's name and keep their counter slot across changes.
 //  2. The runtime view: rules outside their schedule are left out, rules
@@ -68,6 +68,8 @@ type Input struct {
 	// Containers are the containers found on the host now (container
 	// selectors pick from them).
 	Containers []Container
+	// Pods are the admitted Kubernetes pods' rules (pods.go).
+	Pods []Pod
 	// RTRates are the admitted real-time channels' wire rates together,
 	// by link (bit/s): each such shaped link gets a real-time leaf of that
 	// rate (shaper.LinkSpec.RT).

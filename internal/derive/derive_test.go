@@ -472,8 +472,8 @@ func TestExpandKeys(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, c := range contributors {
-		if seen[c.prefix] || !strings.HasSuffix(c.prefix, ":") {
-			t.Errorf("contributor %s: prefix %q repeated or without ':'", c.name, c.prefix)
+		if seen[c.prefix] || !strings.HasSuffix(c.prefix, ":") && !strings.HasSuffix(c.prefix, "/") {
+			t.Errorf("contributor %s: prefix %q repeated or without ':' or '/'", c.name, c.prefix)
 		}
 		seen[c.prefix] = true
 	}

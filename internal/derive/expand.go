@@ -13,7 +13,7 @@ import (
 
 // Front doors that become rules. Each contributor adds rules (or session
 // groups) under a key prefix of its own, which no user rule can have
-// (policy names allow no ':'), so the store keeps their slots and ids
+// (policy names allow no ':' or '/'), so the store keeps their slots and ids
 // apart from the user's. The order of the table is the order their rules
 // follow the user's rules in (the evaluation order among rules of one
 // precedence).
@@ -21,6 +21,7 @@ var contributors = []contributor{
 	{name: "session groups", prefix: SessionPrefix, add: sessionGroups},
 	{name: "protected clients", prefix: ProtPrefix, add: protectedClients},
 	{name: "reservations", prefix: ResvPrefix, add: reservations},
+	{name: "kubernetes pods", prefix: PodPrefix, add: pods},
 }
 
 type contributor struct {
@@ -51,7 +52,7 @@ func ProtKey(ap netip.AddrPort) string { return ProtPrefix + ap.String() }
 
 // Contributed reports whether a rule name is one a contributor made (not
 // a user's).
-func Contributed(name string) bool { return strings.Contains(name, ":") }
+func Contributed(name string) bool { return strings.ContainsAny(name, ":/") }
 
 // Expansion is the policy with the contributors' rules in it.
 type Expansion struct {
@@ -69,10 +70,12 @@ type Expansion struct {
 
 // attachment is what a rule of the expansion carries beyond its
 // policy.Rule: the reservation or session group that counts its sessions,
-// and the one link whose HTB tree holds its leaves.
+// the one link whose HTB tree holds its leaves, and the pod whose
+// containers it selects.
 type attachment struct {
 	resv *resvSpec
 	link string // "": every link
+	pod  string // the UID of the pod whose containers the rule selects
 }
 
 // resvSpec is a reservation of the datapath, before its id and the

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/store"
 	"github.com/hostqos/hostqos/internal/units"
 )
 
@@ -15,7 +16,8 @@ import (
 // reservations (the policy's, policy.Admit), the scheduled qsockets'
 // declared rates (their qsched class is on every shaped link), and the
 // real-time channels admitted on the link (their wire rates: their own
-// HTB leaf). The per-kind bounds remain as limits inside it (QSchedShare,
+// HTB leaf), and the Kubernetes pods' guarantees (pods.go; like rules',
+// counted on every shaped link). The per-kind bounds remain as limits inside it (QSchedShare,
 // the channels' D_order test and per-user bounds). A refusal names every
 // contributor and the numbers; nothing half-applies.
 
@@ -27,7 +29,7 @@ type rtHold struct {
 	rate policy.Rate
 }
 
-// extraLocked is what the qsockets and channels hold outside the policy,
+// extraLocked is what the qsockets, channels and pods hold outside the policy,
 // for policy.AdmitWith (the scheduled qsockets' sum is read once).
 func (e *Engine) extraLocked() policy.Extra {
 	return e.extraWith(policy.Rate(e.qschedRateLocked()))
@@ -35,7 +37,14 @@ func (e *Engine) extraLocked() policy.Extra {
 
 // extraWith is extraLocked with the scheduled qsockets holding qsched.
 func (e *Engine) extraWith(qsched policy.Rate) policy.Extra {
+	return e.holdersWith(qsched, e.pods)
+}
+
+// holdersWith is what the scheduled qsockets (holding qsched), the
+// channels and pods hold outside the policy.
+func (e *Engine) holdersWith(qsched policy.Rate, pods map[string]*store.Pod) policy.Extra {
 	held := e.rtHeld
+	podCs := podContributions(pods)
 	return func(link string) []policy.Contribution {
 		var cs []policy.Contribution
 		if qsched > 0 {
@@ -44,7 +53,7 @@ func (e *Engine) extraWith(qsched policy.Rate) policy.Extra {
 		for _, h := range held[link] {
 			cs = append(cs, policy.Contribution{Kind: "rtchannel", Name: fmt.Sprintf("%d %q of pid %d", h.id, h.name, h.pid), Rate: h.rate})
 		}
-		return cs
+		return append(cs, podCs...)
 	}
 }
 
@@ -53,6 +62,7 @@ func (e *Engine) extraWith(qsched policy.Rate) policy.Extra {
 func (e *Engine) publicExtraLocked() policy.Extra {
 	qsched := policy.Rate(e.qschedRateLocked())
 	held := e.rtHeld
+	podCs := podContributions(e.pods)
 	return func(link string) []policy.Contribution {
 		var cs []policy.Contribution
 		if qsched > 0 {
@@ -61,7 +71,7 @@ func (e *Engine) publicExtraLocked() policy.Extra {
 		for _, h := range held[link] {
 			cs = append(cs, policy.Contribution{Kind: "rtchannel", Name: fmt.Sprintf("%d %q", h.id, h.name), Rate: h.rate})
 		}
-		return cs
+		return append(cs, podCs...)
 	}
 }
 

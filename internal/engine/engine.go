@@ -98,6 +98,9 @@ type Engine struct {
 	// holds (SetContainers); ctrWant the ones last reported, which a
 	// rescan applies when a push of them failed.
 	containers, ctrWant []derive.Container
+	// pods are the admitted Kubernetes pods by NAMESPACE/NAME (SetPods),
+	// a section of the persistent state file.
+	pods map[string]*store.Pod
 
 	// obs samples rates, answers the statistics, watches for new apps
 	// and records the history (package observe, reading observed).
@@ -190,6 +193,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := e.eff.Policy.CheckCapacity("state", cfg.Loops); err != nil {
 		return nil, fmt.Errorf("validate policy (config %s with changes in %s): %w", cfg.ConfigPath, cfg.StatePath, err)
 	}
+	e.pods = e.readmitPods(ps.Pods)
 	return e, nil
 }
 

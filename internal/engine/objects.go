@@ -82,11 +82,18 @@ func (e *Engine) AddRule(ctx context.Context, who Caller, r policy.Rule, tempora
 
 // SetRule changes the fields of rule name given in patch (a JSON object).
 func (e *Engine) SetRule(ctx context.Context, who Caller, name string, patch []byte, temporary bool) (policy.Rule, error) {
+	if err := e.refusePodRule(name); err != nil {
+		return policy.Rule{}, err
+	}
 	return set(ctx, e, who, ruleKind, name, patch, temporary)
 }
 
-// RemoveRule removes a rule; the rule of a run goes with its run only.
+// RemoveRule removes a rule; the rule of a run goes with its run only, a
+// Kubernetes pod's with the pod's annotations.
 func (e *Engine) RemoveRule(ctx context.Context, who Caller, name string) error {
+	if err := e.refusePodRule(name); err != nil {
+		return err
+	}
 	return remove(ctx, e, who, ruleKind, name)
 }
 
@@ -277,11 +284,21 @@ func (e *Engine) Rules(who Caller, name string) ([]api.RuleInfo, error) {
 	defer e.mu.Unlock()
 	hidden := e.hiddenRulesLocked(who)
 	var out []api.RuleInfo
-	for _, ru := range e.eff.Policy.OrderedRules() {
+	p := e.eff.Policy
+	if len(e.pods) > 0 {
+		// The pods' rules in their place in the evaluation order.
+		q := *p
+		q.Rules = append(append(make([]policy.Rule, 0, len(p.Rules)+len(e.pods)), p.Rules...), e.podRulesLocked()...)
+		p = &q
+	}
+	for _, ru := range p.OrderedRules() {
 		if (name != "" && ru.Name != name) || hidden[ru.Name] {
 			continue
 		}
 		ri := api.RuleInfo{Rule: ru, Source: e.eff.Sources["rule/"+ru.Name], Slot: -1}
+		if _, ok := e.podOfRuleLocked(ru.Name); ok {
+			ri.Source = PodSource
+		}
 		if s, ok := e.slots.Rules[ru.Name]; ok {
 			ri.Slot = s
 		}

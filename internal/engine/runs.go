@@ -75,6 +75,7 @@ func appSlots(p *policy.Policy) (admin, user int) {
 // admin who meets this has filled that share.
 func (e *Engine) checkAppSlots(p *policy.Policy) error {
 	admin, user := appSlots(p)
+	admin += len(e.pods) // the cluster's pods (pods.go)
 	if admin+user <= datapath.MaxAppRules {
 		return nil
 	}

@@ -33,6 +33,8 @@ type syncChange struct {
 	shield *shieldState   // the XDP shield's state
 	// containers are the containers found on the host
 	containers *[]derive.Container
+	// pods are the admitted Kubernetes pods (pods.go)
+	pods *map[string]*store.Pod
 	// save persists the change, with the slot table the derive gave,
 	// once the kernel holds it (an error puts the kernel back); commit
 	// then makes the trigger's own state current.
@@ -71,6 +73,7 @@ func (e *Engine) syncLocked(reason string, n syncChange) error {
 		e.shield = n.shield
 	}
 	e.containers = st.containers
+	e.pods = st.pods
 	if n.commit != nil {
 		n.commit()
 	}
@@ -85,10 +88,11 @@ type engineState struct {
 	base       *policy.Policy
 	shield     *shieldState
 	containers []derive.Container
+	pods       map[string]*store.Pod
 }
 
 func (e *Engine) stateWith(n syncChange) engineState {
-	st := engineState{m: e.eff, base: e.base, shield: e.shield, containers: e.containers}
+	st := engineState{m: e.eff, base: e.base, shield: e.shield, containers: e.containers, pods: e.pods}
 	if n.m != nil {
 		st.m = *n.m
 	}
@@ -100,6 +104,9 @@ func (e *Engine) stateWith(n syncChange) engineState {
 	}
 	if n.containers != nil {
 		st.containers = *n.containers
+	}
+	if n.pods != nil {
+		st.pods = *n.pods
 	}
 	return st
 }
@@ -133,6 +140,7 @@ func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *store.Slots, er
 		QSchedRate: e.qschedRateLocked(),
 		Containers: st.containers,
 		RTRates:    e.rtRatesLocked(),
+		Pods:       podInputs(st.pods),
 	}
 	in.OverQuota = e.times.overQuota(st.m.Policy, in.Now)
 	if e.shieldKernel() != nil {

@@ -109,11 +109,12 @@ type State struct {
 	Shield *Shield
 	Quota  map[string]*QuotaUsage
 	RT     map[uint64]*RTChannel
+	Pods   map[string]*Pod // the persistent file's Kubernetes pods
 }
 
 // State is what p holds.
 func (p *Persisted) State() State {
-	return State{Overlay: p.Overlay, Slots: p.Slots, Keys: p.Keys, Shield: p.Shield, Quota: p.Quota, RT: p.RTChannels}
+	return State{Overlay: p.Overlay, Slots: p.Slots, Keys: p.Keys, Shield: p.Shield, Quota: p.Quota, RT: p.RTChannels, Pods: p.Pods}
 }
 
 // Open reads the state file at path (snapshot and journal). A file written

@@ -15,8 +15,8 @@ import (
 )
 
 // Sections of a state file beside the overlays, slots and keys: the XDP
-// shield's entries made through the API and the quotas' usage (the
-// persistent file), and the real-time channels admitted host-wide (the
+// shield's entries made through the API, the quotas' usage and the
+// Kubernetes pods' QoS (the persistent file), and the real-time channels admitted host-wide (the
 // runtime file: they belong to running processes). They are written in the
 // same snapshot and journal as the rest, so a change of one is one journal
 // record and a crash loses none of them. Daemons before state version 2
@@ -89,12 +89,30 @@ type RTChannel struct {
 	Start   uint64        `json:"start"`
 }
 
+// Pod is the QoS a Kubernetes pod's annotations ask for and the engine
+// enforces (the node agent, docs/kubernetes.md): kept so that a restart
+// with the API server unreachable enforces the last known.
+type Pod struct {
+	Namespace string      `json:"namespace"`
+	Name      string      `json:"name"`
+	UID       string      `json:"uid"`
+	Class     string      `json:"class,omitempty"`
+	DSCP      policy.DSCP `json:"dscp,omitzero"`
+	MinBW     policy.Rate `json:"minbw,omitempty"`
+	MaxBW     policy.Rate `json:"maxbw,omitempty"`
+	MaxBWIn   policy.Rate `json:"maxbw_in,omitempty"`
+}
+
+// Key is the pod's NAMESPACE/NAME.
+func (p Pod) Key() string { return p.Namespace + "/" + p.Name }
+
 // Journal kinds of the sections.
 const (
 	KindBlock     = "shield.block"     // name: the prefix
 	KindProtected = "shield.protected" // name: address:port
 	KindQuota     = "quota"            // name: the rule
 	KindRTChannel = "rtchannel"        // name: the channel id
+	KindPod       = "k8s.pod"          // name: NAMESPACE/NAME
 )
 
 // diffPtrVals is diffVals over maps of pointers compared by what they
@@ -166,6 +184,11 @@ func (p *Persisted) applySection(op Op) (bool, error) {
 			p.RTChannels = map[uint64]*RTChannel{}
 		}
 		return true, applyKeyed(p.RTChannels, op, parseID)
+	case KindPod:
+		if p.Pods == nil {
+			p.Pods = map[string]*Pod{}
+		}
+		return true, applyKeyed(p.Pods, op, func(s string) (string, error) { return s, nil })
 	}
 	return false, nil
 }
@@ -184,6 +207,7 @@ func diffSections(old, st State, add func(kind, name string, v any, del bool)) {
 	diffPtrVals(KindProtected, os.Protected, ns.Protected, add)
 	diffPtrVals(KindQuota, old.Quota, st.Quota, add)
 	diffPtrVals(KindRTChannel, old.RT, st.RT, add)
+	diffPtrVals(KindPod, old.Pods, st.Pods, add)
 }
 
 // Legacy names the files of the sections that daemons before state

@@ -188,4 +188,17 @@ func TestSectionsJournal(t *testing.T) {
 	if len(p.Shield.Blocks) != 0 || len(p.RTChannels) != 0 || p.Quota["dl"].Used != 2 {
 		t.Errorf("replayed: shield %+v, quota %+v, channels %+v", p.Shield, p.Quota, p.RTChannels)
 	}
+
+	// A Kubernetes pod's QoS: one entry per pod, its DSCP and rates kept.
+	web := Pod{Namespace: "app", Name: "web", UID: "0f0e0d0c-0b0a-0908-0706-050403020100", Class: "bulk", DSCP: 10, MaxBW: 5_000_000, MaxBWIn: 2_000_000}
+	r = next(func(st *State) { st.Pods = map[string]*Pod{web.Key(): &web} })
+	if len(r.Ops) != 1 || r.Ops[0].Kind != KindPod || r.Ops[0].Name != "app/web" {
+		t.Errorf("record %+v, want the pod app/web", r)
+	}
+	if p, err = Read(path); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Pods["app/web"]; got == nil || *got != web {
+		t.Errorf("replayed pod %+v, want %+v", got, web)
+	}
 }

@@ -511,6 +511,7 @@ type Persisted struct {
 	Shield     *Shield                `json:"shield,omitempty"`
 	Quota      map[string]*QuotaUsage `json:"quota,omitempty"`
 	RTChannels map[uint64]*RTChannel  `json:"rtchannels,omitempty"`
+	Pods       map[string]*Pod        `json:"k8s_pods,omitempty"`
 	// Warnings are what reading it found and set aside (a legacy file
 	// that could not be read), for the log.
 	Warnings []string `json:"-"`
@@ -628,7 +629,7 @@ func WriteState(path string, st State) error {
 // dir. epoch names the journal records that continue it (0: none).
 func writeStateEpoch(path string, st State, epoch uint64) error {
 	data, err := json.Marshal(Persisted{Version: stateVersion, Overlay: st.Overlay, Slots: st.Slots, Keys: st.Keys, Journal: epoch,
-		Shield: st.Shield, Quota: st.Quota, RTChannels: st.RT})
+		Shield: st.Shield, Quota: st.Quota, RTChannels: st.RT, Pods: st.Pods})
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
