@@ -82,6 +82,26 @@ type Status struct {
 	// applies them. One line each: `[rsvp] enabled: false in force, true
 	// in the config file`.
 	RestartNeeded []string `json:"restart_needed,omitempty"`
+	// Kubernetes is the node agent's state (nil: [kubernetes] is not in
+	// the config file).
+	Kubernetes *KubernetesStatus `json:"kubernetes,omitempty"`
+}
+
+// KubernetesStatus is the Kubernetes node agent's connection to the API
+// server and its last sync (docs/kubernetes.md).
+type KubernetesStatus struct {
+	// Node is the node whose pods it enforces.
+	Node string `json:"node"`
+	// Connected: the API server answers and the agent's pod cache is
+	// synced. Since is when that last changed; Error why it is not.
+	Connected bool      `json:"connected"`
+	Since     time.Time `json:"since,omitzero"`
+	Error     string    `json:"error,omitempty"`
+	// LastSync is when the pods last went to the engine; Pods are the pods
+	// enforced then, Refused those refused (an Event on each says why).
+	LastSync time.Time `json:"last_sync,omitzero"`
+	Pods     int       `json:"pods"`
+	Refused  int       `json:"refused"`
 }
 
 // DaemonStatus describes the running daemon.

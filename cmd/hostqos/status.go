@@ -64,6 +64,9 @@ func (o *statusOptions) run() error {
 	fmt.Fprintf(w, "mounts:    %s\n", mountsLine(s.Daemon))
 	fmt.Fprintf(w, "policy:    %d links, %d classes, %d rules, %d runs; %d flows in the flow table (generation %d)\n",
 		s.Counts.Links, s.Counts.Classes, s.Counts.Rules, s.Counts.Runs, s.Counts.Flows, s.Daemon.Generation)
+	if k := s.Kubernetes; k != nil {
+		fmt.Fprintf(w, "kubernetes: %s\n", kubernetesLine(k, o.now()))
+	}
 	if len(s.Links) > 0 {
 		fmt.Fprintln(w)
 		printLinks(w, s.Links)
@@ -76,6 +79,26 @@ func (o *statusOptions) run() error {
 	}
 	printRestartNeeded(w, s.RestartNeeded)
 	return nil
+}
+
+// kubernetesLine is the node agent's connection and last sync.
+func kubernetesLine(k *api.KubernetesStatus, now time.Time) string {
+	ago := func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return now.Sub(t).Round(time.Second).String() + " ago"
+	}
+	conn := "connected"
+	if !k.Connected {
+		conn = "NOT connected"
+		if k.Error != "" {
+			conn += " (" + k.Error + ")"
+		}
+		conn += "; enforcing the last known pods"
+	}
+	return fmt.Sprintf("node %s, %s since %s; last sync %s: %d pods enforced, %d refused",
+		k.Node, conn, ago(k.Since), ago(k.LastSync), k.Pods, k.Refused)
 }
 
 // printRestartNeeded lists the start-time settings the config file

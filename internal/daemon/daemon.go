@@ -130,6 +130,7 @@ type Daemon struct {
 
 	rsvp    *rsvpAgent        // nil: RSVP off ([rsvp] enabled)
 	ctrs    *containerWatcher // nil: containers not looked for
+	kube    *kubeAgent        // nil: no [kubernetes], or it did not start
 	hist    *history.Store    // nil: no history
 	metrics *metrics.Server   // nil: no metrics listener
 
@@ -259,7 +260,9 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if err := d.eng.RestoreRTChannels(reopenRTOwner); err != nil {
 		d.log.Warn("restore real-time channels", "err", err)
 	}
+	d.kube = d.startKube(ctx)
 	if err := d.listen(); err != nil {
+		d.kube.stop()
 		d.stopRSVP()
 		d.stopObservability()
 		return err
@@ -298,6 +301,7 @@ func (d *Daemon) Stop() {
 		os.Remove(d.cfg.Socket)
 	}
 	d.stopRSVP()
+	d.kube.stop()
 	d.ctrs.stop()
 	select {
 	case <-d.down: // hostqos down removed the runtime state already

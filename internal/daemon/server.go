@@ -405,6 +405,7 @@ func (d *Daemon) statusFor(who *peer) api.Status {
 	d.eng.Status(*who, &st)
 	st.Datapath.Loops, st.Datapath.Attach, st.Datapath.MPTCPIdentity = d.loops, attach, mptcp
 	st.RestartNeeded = d.restartNeeded()
+	st.Kubernetes = d.kube.status()
 	return st
 }
 

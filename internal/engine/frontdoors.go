@@ -20,6 +20,14 @@ func (e *Engine) ContainerSettings() policy.ContainerSettings {
 	return e.base.Containers
 }
 
+// KubernetesSettings is the config file's [kubernetes] table (read when
+// the daemon starts).
+func (e *Engine) KubernetesSettings() policy.KubernetesSettings {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.base.Kubernetes
+}
+
 // ManagedIfindexes are the interfaces of the managed links set up now.
 func (e *Engine) ManagedIfindexes() []int {
 	e.mu.Lock()

@@ -182,6 +182,9 @@ type Policy struct {
 	// Containers is the config file's [containers] table (read when the
 	// daemon starts).
 	Containers ContainerSettings `json:"-" toml:"-"`
+	// Kubernetes is the config file's [kubernetes] table (read when the
+	// daemon starts).
+	Kubernetes KubernetesSettings `json:"-" toml:"-"`
 	// Blocks are the config file's drop-list entries (permanent; the API
 	// adds more, with a TTL if asked).
 	Blocks []Block `json:"blocks,omitempty" toml:"block"`
