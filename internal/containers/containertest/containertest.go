@@ -107,6 +107,10 @@ type Options struct {
 	Labels map[string]string
 	Cmd    []string // default: sleep 3600
 	Netns  string   // Podman: the path of the network namespace to join (required)
+	// CgroupParent (Podman) is the cgroup the container's goes under, e.g.
+	// /kubepods/besteffort/pod<UID> as kubelet's cgroupfs driver names a
+	// pod's ("": Podman's default).
+	CgroupParent string
 }
 
 func (o Options) args() []string {
@@ -137,6 +141,9 @@ func RunPodman(tb testing.TB, o Options) *Container {
 		tb.Fatal("RunPodman: Options.Netns is required (a namespace the test made)")
 	}
 	args := append(o.args(), PodmanFlags...)
+	if o.CgroupParent != "" {
+		args = append(args, "--cgroup-parent", o.CgroupParent)
+	}
 	args = append(args, "--network", "ns:"+o.Netns, o.Image)
 	return start(tb, "podman", o.Name, append(args, o.cmd()...))
 }
