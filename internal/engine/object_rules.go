@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+
+	"github.com/hostqos/hostqos/internal/derive"
 )
 
 // Rules the engine makes for other objects — a reservation's session rule
@@ -12,8 +14,9 @@ import (
 // show them). The views that report traffic by rule (`stat rules`, `stat
 // flows`, `top`, history's flow records) show their traffic under the
 // object instead, by the object's name as the event stream spells it:
-// "reservation/NAME", "protect/ADDR:PORT". No rule name contains "/", so
-// these never collide with a rule.
+// "reservation/NAME", "protect/ADDR:PORT"; a Kubernetes pod's rule by its
+// own name, "k8s/NAMESPACE/NAME". No rule name contains "/", so these
+// never collide with a rule.
 
 // objectRule is such a rule as the views show it.
 type objectRule struct {
@@ -32,6 +35,8 @@ func objectLabel(rule string) string {
 		return "reservation/" + rule[len("resv:"):]
 	case strings.HasPrefix(rule, "prot:"):
 		return "protect/" + rule[len("prot:"):]
+	case strings.HasPrefix(rule, derive.PodPrefix):
+		return rule // k8s/NAMESPACE/NAME: the pod's rule, named as rule list names it
 	}
 	return ""
 }

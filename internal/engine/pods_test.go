@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hostqos/hostqos/api"
 
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/derive"
@@ -77,6 +80,20 @@ func TestPodsApplyAndRefuse(t *testing.T) {
 	if ri, err := e.Rules(root, "k8s/app/web"); err != nil || len(ri) != 1 || ri[0].Rule.MaxBW != 5e6 || ri[0].Slot < 0 {
 		t.Errorf("rule show k8s/app/web: %+v, %v", ri, err)
 	}
+	env.k.Lock()
+	env.k.Counters = make([]datapath.Counters, 64)
+	env.k.Unlock()
+	var st api.Stats
+	if err := e.Stats(nobody, "rules", &st); err != nil {
+		t.Fatal(err)
+	}
+	var stats []string
+	for _, r := range st.Rules {
+		stats = append(stats, r.Rule+"/"+r.Class)
+	}
+	if !slices.Contains(stats, "k8s/app/web/default") || !slices.Contains(stats, "k8s/app/db/bulk") {
+		t.Errorf("stat rules names %v; want the pods' rules with their classes", stats)
+	}
 
 	// db asks for 60 Mbit/s: 30 (node) + 60 > 80 reservable. Refused
 	// whole: its class change does not apply either, and it keeps its
@@ -94,7 +111,6 @@ func TestPodsApplyAndRefuse(t *testing.T) {
 		!strings.Contains(r.Error(), "80mbit") || !strings.Contains(r.Error(), "rule node 30mbit") {
 		t.Errorf("pod db's refusal: %v; want field minbw naming 90mbit over 80mbit and who holds what", r)
 	}
-	t.Logf("refusal: %v", refused["app/db"])
 	if len(refused) != 1 {
 		t.Errorf("refused %v, want db alone", refused)
 	}
