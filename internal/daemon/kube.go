@@ -20,10 +20,18 @@ type kubeAgent struct {
 
 // startKube starts the agent when the config file has [kubernetes]. An
 // agent that cannot start (no credentials) is logged: the engine keeps
-// enforcing the pods it knew.
+// enforcing the pods it knew. Without [kubernetes] the pods an earlier
+// run enforced are dropped: nothing would keep them current.
 func (d *Daemon) startKube(ctx context.Context) *kubeAgent {
 	set := d.eng.KubernetesSettings()
 	if !set.Enabled {
+		if n := len(d.eng.Pods()); n > 0 {
+			if _, err := d.eng.SetPods(nil); err != nil {
+				d.log.Warn("drop the Kubernetes pods an earlier run enforced", "pods", n, "err", err)
+			} else {
+				d.log.Info("no [kubernetes] in the config file: dropped the Kubernetes pods an earlier run enforced", "pods", n)
+			}
+		}
 		return nil
 	}
 	a, err := kube.New(kube.Config{Kubeconfig: set.Kubeconfig, NodeName: set.NodeName, UserAgent: "hostqosd/" + Version,
