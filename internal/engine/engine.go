@@ -101,6 +101,9 @@ type Engine struct {
 	// pods are the admitted Kubernetes pods by NAMESPACE/NAME (SetPods),
 	// a section of the persistent state file.
 	pods map[string]*store.Pod
+	// podRefused are the reasons of the pods refused at the last SetPods
+	// (each published once).
+	podRefused map[string]string
 
 	// obs samples rates, answers the statistics, watches for new apps
 	// and records the history (package observe, reading observed).

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
@@ -106,19 +107,80 @@ func (e *Engine) SetPods(pods []PodPolicy) (refused map[string]error, err error)
 		p := w.Pod
 		next[k] = &p
 	}
-	if maps.EqualFunc(next, e.pods, func(a, b *store.Pod) bool { return *a == *b }) {
-		return refused, nil
+	if !maps.EqualFunc(next, e.pods, func(a, b *store.Pod) bool { return *a == *b }) {
+		before := e.pods
+		err = e.syncLocked("pods", syncChange{pods: &next, save: func(slots *store.Slots) error {
+			st := e.stPersist.Holds()
+			st.Slots, st.Pods = slots, next
+			_, err := e.stPersist.Write(st)
+			return err
+		}})
+		if err != nil {
+			return nil, err
+		}
+		e.publishPodsLocked(before, next)
 	}
-	err = e.syncLocked("pods", syncChange{pods: &next, save: func(slots *store.Slots) error {
-		st := e.stPersist.Holds()
-		st.Slots, st.Pods = slots, next
-		_, err := e.stPersist.Write(st)
-		return err
-	}})
-	if err != nil {
-		return nil, err
-	}
+	e.publishRefusalsLocked(refused)
 	return refused, nil
+}
+
+// Events of the pods (docs/events.md): applied (new or changed settings in
+// force), removed, and refused (once per pod and reason).
+const (
+	EventPodApplied = "pod.applied"
+	EventPodRefused = "pod.refused"
+	EventPodRemoved = "pod.removed"
+)
+
+// publishPodsLocked publishes what changed from before to after.
+func (e *Engine) publishPodsLocked(before, after map[string]*store.Pod) {
+	for _, k := range store.SortedKeys(after) {
+		if b, ok := before[k]; !ok || *b != *after[k] {
+			e.publish(api.Event{Kind: EventPodApplied, Subject: "pod/" + k, Message: "pod " + k + ": " + describePod(after[k])})
+		}
+	}
+	for _, k := range store.SortedKeys(before) {
+		if _, ok := after[k]; !ok {
+			e.publish(api.Event{Kind: EventPodRemoved, Subject: "pod/" + k, Message: "pod " + k + ": its QoS no longer applies"})
+		}
+	}
+}
+
+// publishRefusalsLocked publishes the refusals whose reason is new, and
+// forgets those of pods no longer refused.
+func (e *Engine) publishRefusalsLocked(refused map[string]error) {
+	now := make(map[string]string, len(refused))
+	for _, k := range store.SortedKeys(refused) {
+		msg := refused[k].Error()
+		now[k] = msg
+		if e.podRefused[k] != msg {
+			e.publish(api.Event{Kind: EventPodRefused, Subject: "pod/" + k, Message: msg})
+		}
+	}
+	e.podRefused = now
+}
+
+// describePod names a pod's settings, for events.
+func describePod(p *store.Pod) string {
+	var parts []string
+	if p.Class != "" {
+		parts = append(parts, "class "+p.Class)
+	}
+	if p.DSCP != policy.NoDSCP {
+		parts = append(parts, "dscp "+p.DSCP.String())
+	}
+	for _, f := range []struct {
+		name string
+		r    policy.Rate
+	}{{"minbw", p.MinBW}, {"maxbw", p.MaxBW}, {"maxbw_in", p.MaxBWIn}} {
+		if f.r > 0 {
+			parts = append(parts, f.name+" "+f.r.String())
+		}
+	}
+	if len(parts) == 0 {
+		return "no settings (the class default)"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Pods are the admitted pods, by NAMESPACE/NAME.

@@ -53,6 +53,11 @@ func TestPodsApplyAndRefuse(t *testing.T) {
 	env := newEnv(t, podConfig)
 	e, _ := env.startContainers(t)
 	e.SetContainers(podContainers)
+	sub, err := e.Subscribe(root, nil, []string{"pod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
 
 	web := webPod()
 	db := PodPolicy{Pod: Pod{Namespace: "app", Name: "db", UID: uidDB, Class: "bulk", DSCP: policy.NoDSCP, MinBW: 40e6}}
@@ -173,6 +178,18 @@ func TestPodsApplyAndRefuse(t *testing.T) {
 	}
 	if _, err := e.Rules(root, "k8s/app/web"); err == nil {
 		t.Error("rule show of a pod that went succeeded")
+	}
+
+	// The event stream: what applied, each refusal once per reason,
+	// what went.
+	var got []string
+	for evs := takeNow(sub); len(evs) > 0; evs = takeNow(sub) {
+		got = append(got, kindsOf(evs)...)
+	}
+	want := []string{"pod.applied pod/app/db", "pod.applied pod/app/web", "pod.applied pod/app/web", "pod.refused pod/app/db",
+		"pod.refused pod/app/web", "pod.refused pod/app/web", "pod.removed pod/app/web"}
+	if !slices.Equal(got, want) {
+		t.Errorf("events\n%v\nwant\n%v", got, want)
 	}
 }
 
