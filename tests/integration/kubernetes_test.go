@@ -147,8 +147,10 @@ func TestKubernetesPodAnnotations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	changed := time.Now()
 	patch(`{"kubernetes.io/egress-bandwidth":"10M"}`)
 	waitRule("the new annotation applied", func(ri api.RuleInfo) bool { return ri.Rule.MaxBW == 10e6 })
+	t.Logf("annotation changed to rule show having it: %v (polled every 100 ms)", time.Since(changed).Round(time.Millisecond))
 	measured(t, "the pod's upload at 10M", upload(10e6, 7910))
 
 	// 45 Mbit/s guaranteed on a 50 Mbit/s link (40 reservable), with a
