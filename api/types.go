@@ -98,7 +98,8 @@ type KubernetesStatus struct {
 	Since     time.Time `json:"since,omitzero"`
 	Error     string    `json:"error,omitempty"`
 	// LastSync is when the pods last went to the engine; Pods are the pods
-	// enforced then, Refused those refused (an Event on each says why).
+	// that asked for QoS then, Refused those of them refused (an Event on
+	// each says why; each keeps what it had).
 	LastSync time.Time `json:"last_sync,omitzero"`
 	Pods     int       `json:"pods"`
 	Refused  int       `json:"refused"`

@@ -97,7 +97,7 @@ func kubernetesLine(k *api.KubernetesStatus, now time.Time) string {
 		}
 		conn += "; enforcing the last known pods"
 	}
-	return fmt.Sprintf("node %s, %s since %s; last sync %s: %d pods enforced, %d refused",
+	return fmt.Sprintf("node %s, %s since %s; last sync %s: %d pods with QoS, %d refused",
 		k.Node, conn, ago(k.Since), ago(k.LastSync), k.Pods, k.Refused)
 }
 

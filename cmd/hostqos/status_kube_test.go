@@ -16,9 +16,9 @@ func TestKubernetesLine(t *testing.T) {
 		want string
 	}{
 		{api.KubernetesStatus{Node: "n1", Connected: true, Since: now.Add(-time.Hour), LastSync: now.Add(-3 * time.Second), Pods: 4, Refused: 1},
-			"node n1, connected since 1h0m0s ago; last sync 3s ago: 4 pods enforced, 1 refused"},
+			"node n1, connected since 1h0m0s ago; last sync 3s ago: 4 pods with QoS, 1 refused"},
 		{api.KubernetesStatus{Node: "n1", Error: "connection refused", Since: now.Add(-10 * time.Second)},
-			"node n1, NOT connected (connection refused); enforcing the last known pods since 10s ago; last sync never: 0 pods enforced, 0 refused"},
+			"node n1, NOT connected (connection refused); enforcing the last known pods since 10s ago; last sync never: 0 pods with QoS, 0 refused"},
 	} {
 		if got := kubernetesLine(&tc.k, now); got != tc.want {
 			t.Errorf("kubernetesLine(%+v) =\n%q, want\n%q", tc.k, got, tc.want)

@@ -322,18 +322,23 @@ func (a *Agent) setConnected(ok bool, why string) {
 	a.st.Connected, a.st.Error = ok, policy.Clip(why)
 }
 
-// syncOrRetry syncs and, on an error of the engine, says when to try
-// again.
+// syncOrRetry syncs and, on an error of the engine or a refusal whose
+// Event had to wait for the rate limit, says when to try again.
 func (a *Agent) syncOrRetry(store cache.Store) <-chan time.Time {
-	if err := a.sync(store); err != nil {
+	deferred, err := a.sync(store)
+	if err != nil {
 		a.log.Warn("apply the node's pods; trying again", "err", err, "after", retryAfter)
+		return time.After(retryAfter)
+	}
+	if deferred {
 		return time.After(retryAfter)
 	}
 	return nil
 }
 
-// sync hands the target every pod of the store and reports its refusals.
-func (a *Agent) sync(store cache.Store) error {
+// sync hands the target every pod of the store and reports its refusals;
+// deferred: one of them waits for the Events' rate limit.
+func (a *Agent) sync(store cache.Store) (deferred bool, err error) {
 	var list []engine.PodPolicy
 	byKey := map[string]*corev1.Pod{}
 	for _, obj := range store.List() {
@@ -350,11 +355,11 @@ func (a *Agent) sync(store cache.Store) error {
 	}
 	refused, err := a.target.SetPods(list)
 	if err != nil {
-		return err
+		return false, err
 	}
 	a.mu.Lock()
 	a.st.LastSync = time.Now()
-	a.st.Pods, a.st.Refused = len(list)-len(refused), len(refused)
+	a.st.Pods, a.st.Refused = len(list), len(refused)
 	reported := map[string]string{}
 	var send []podEvent
 	for key, why := range refused {
@@ -368,7 +373,8 @@ func (a *Agent) sync(store cache.Store) error {
 			continue
 		}
 		if !a.limit.TryAccept() {
-			continue // reported at a later sync
+			deferred = true // reported at the next sync
+			continue
 		}
 		reported[uid] = note
 		send = append(send, podEvent{pod: pod, note: note})
@@ -383,7 +389,7 @@ func (a *Agent) sync(store cache.Store) error {
 			a.forget(string(ev.pod.UID))
 		}
 	}
-	return nil
+	return deferred, nil
 }
 
 // forget makes the next sync report a pod's refusal again.

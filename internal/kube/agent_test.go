@@ -163,7 +163,7 @@ func TestAgentOnAPIServer(t *testing.T) {
 	if !strings.Contains(note, "900mbit") || !strings.Contains(note, "80mbit") || !strings.Contains(note, "node n1") {
 		t.Errorf("the Event's note %q does not name the numbers and the node", note)
 	}
-	if st := a.Status(); st.Refused != 1 || st.Pods != 0 {
+	if st := a.Status(); st.Refused != 1 || st.Pods != 1 {
 		t.Errorf("status after a refusal %+v", st)
 	}
 
