@@ -23,7 +23,8 @@ func goList(t *testing.T, args ...string) []string {
 // TestDependencies keeps the dependency rules of docs/architecture.md
 // true: hostqosd and the public rtchan package link no plotting, no
 // terminal UI and no lab, test or fake code (benchmarks, packet
-// generators, the seed's evaluation, the fake kernels), the CLI links
+// generators, the seed's evaluation, the fake kernels) and not
+// client-go's clientset (every Kubernetes API group), the CLI links
 // neither cilium/ebpf nor netlink, the daemon and the engine import
 // neither themselves, the engine does not import the kernel adapter it
 // drives (internal/host: the engine defines the interfaces, the daemon
@@ -41,6 +42,12 @@ func TestDependencies(t *testing.T) {
 	for name, dir := range map[string]string{"hostqosd": ".", "rtchan": "../../rtchan"} {
 		for _, dep := range goList(t, "-deps", dir) {
 			if tooling(dep) {
+				t.Errorf("%s links %s", name, dep)
+			}
+			// client-go's clientset and informers register every API group
+			// of Kubernetes at start: the node agent has clients of its own
+			// two (internal/kube/client.go).
+			if dep == "k8s.io/client-go/kubernetes/scheme" || dep == "k8s.io/client-go/informers" {
 				t.Errorf("%s links %s", name, dep)
 			}
 		}

@@ -24,8 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -76,10 +74,12 @@ const (
 
 // Agent is the running node agent.
 type Agent struct {
-	cfg    Config
-	log    *slog.Logger
-	node   string
-	client kubernetes.Interface
+	cfg  Config
+	log  *slog.Logger
+	node string
+	// The two API groups the agent uses (client.go).
+	core   *rest.RESTClient // core v1 (pods, /version)
+	evAPI  *rest.RESTClient // events.k8s.io v1
 	target Target
 
 	kick    chan struct{} // a pod changed
@@ -136,8 +136,11 @@ func New(cfg Config, target Target) (*Agent, error) {
 		rc.UserAgent = cfg.UserAgent
 	}
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return watchful{rt, a} })
-	if a.client, err = kubernetes.NewForConfig(rc); err != nil {
-		return nil, fmt.Errorf("make Kubernetes client: %w", err)
+	if a.core, err = restClient(rc, corev1.SchemeGroupVersion, "/api"); err != nil {
+		return nil, err
+	}
+	if a.evAPI, err = restClient(rc, eventsv1.SchemeGroupVersion, "/apis"); err != nil {
+		return nil, err
 	}
 	return a, nil
 }
@@ -207,11 +210,10 @@ func (a *Agent) Run(ctx context.Context) {
 func (a *Agent) runInformer(ctx context.Context) {
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
-	factory := informers.NewSharedInformerFactoryWithOptions(a.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.node).String()
-		}))
-	inf := factory.Core().V1().Pods().Informer()
+	lw := cache.NewFilteredListWatchFromClient(a.core, "pods", metav1.NamespaceAll, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.node).String()
+	})
+	inf := cache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, cache.SharedIndexInformerOptions{})
 	_ = inf.SetTransform(func(obj any) (any, error) {
 		if m, err := meta.Accessor(obj); err == nil {
 			m.SetManagedFields(nil) // never read; most of a pod's bytes
@@ -229,10 +231,14 @@ func (a *Agent) runInformer(ctx context.Context) {
 		UpdateFunc: func(any, any) { kick() },
 		DeleteFunc: func(any) { kick() },
 	})
-	factory.Start(ictx.Done())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		inf.RunWithContext(ictx)
+	}()
 	defer func() {
 		stop()
-		factory.Shutdown()
+		<-ran
 	}()
 	back := make(chan struct{})
 	go a.probe(ictx, back)
@@ -288,7 +294,7 @@ func (a *Agent) probe(ctx context.Context, back chan<- struct{}) {
 			}
 		}
 		pctx, cancel := context.WithTimeout(ctx, probeEvery)
-		_, err := a.client.Discovery().RESTClient().Get().AbsPath("/version").Do(pctx).Raw()
+		_, err := a.core.Get().AbsPath("/version").Do(pctx).Raw()
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -450,7 +456,7 @@ func (a *Agent) writeEvent(ctx context.Context, ev podEvent) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := a.client.EventsV1().Events(ev.pod.Namespace).Create(wctx, e, metav1.CreateOptions{})
+	err := a.evAPI.Post().Namespace(ev.pod.Namespace).Resource("events").Body(e).Do(wctx).Error()
 	if err != nil {
 		return fmt.Errorf("create event: %w", err)
 	}
