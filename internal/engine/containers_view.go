@@ -6,10 +6,12 @@ import (
 	"strconv"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/derive"
 )
 
 // ContainerList is what `hostqos container list` shows: every container
-// found, with the rules whose container selectors match it. Containers are
+// found, with the rules whose container selectors match it (and its
+// Kubernetes pod's rule). Containers are
 // the host's business (names, images and labels say what runs on it): only
 // root and the hostqos group may list them.
 func (e *Engine) ContainerList(who Caller) ([]api.Container, error) {
@@ -19,6 +21,10 @@ func (e *Engine) ContainerList(who Caller) ([]api.Container, error) {
 	e.mu.Lock()
 	cs := slices.Clone(e.containers)
 	rules := slices.Clone(e.eff.Policy.Rules)
+	podRule := make(map[string]string, len(e.pods)) // pod UID -> its rule
+	for k, p := range e.pods {
+		podRule[p.UID] = derive.PodPrefix + k
+	}
 	e.mu.Unlock()
 	out := make([]api.Container, 0, len(cs))
 	for _, c := range cs {
@@ -35,6 +41,9 @@ func (e *Engine) ContainerList(who Caller) ([]api.Container, error) {
 			if r.HasContainerSelector() && r.ContainerSelector().Matches(c.ID, c.Name, c.Image, c.Labels) {
 				a.Rules = append(a.Rules, r.Name)
 			}
+		}
+		if r, ok := podRule[c.PodUID]; ok && c.PodUID != "" {
+			a.Rules = append(a.Rules, r)
 		}
 		out = append(out, a)
 	}

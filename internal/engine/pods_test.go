@@ -85,6 +85,15 @@ func TestPodsApplyAndRefuse(t *testing.T) {
 	if ri, err := e.Rules(root, "k8s/app/web"); err != nil || len(ri) != 1 || ri[0].Rule.MaxBW != 5e6 || ri[0].Slot < 0 {
 		t.Errorf("rule show k8s/app/web: %+v, %v", ri, err)
 	}
+	ctrs, err := e.ContainerList(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range ctrs {
+		if want := "k8s/app/" + c.Name; len(c.Rules) != 1 || c.Rules[0] != want {
+			t.Errorf("container list: %s has rules %v, want its pod's %s", c.Name, c.Rules, want)
+		}
+	}
 	env.k.Lock()
 	env.k.Counters = make([]datapath.Counters, 64)
 	env.k.Unlock()
