@@ -81,6 +81,12 @@ func TestOneAdmissionPerLink(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "rtchannel") {
 		t.Errorf("a rule over the budget beside a channel: %v", err)
 	}
+	// Taking the link's shaping away under the channel is refused naming
+	// it, unless forced.
+	err = e.SetLink(context.Background(), root, "eth0", policy.Link{Name: "eth0"}, LinkChange{})
+	if err == nil || !strings.Contains(err.Error(), "rtchannel") || !strings.Contains(err.Error(), "unenforced") {
+		t.Errorf("removing the link's egress_rate under a channel: %v", err)
+	}
 	// Closed, the channel gives its share and its leaf back.
 	if err := e.CloseRTChannel(root, ch.ID); err != nil {
 		t.Fatal(err)

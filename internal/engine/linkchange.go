@@ -123,7 +123,11 @@ func (e *Engine) checkShapingKept(prev, next *policy.Policy, source string) erro
 		}
 		obj := fmt.Sprintf("link %q", l.Name)
 		if l.EgressRate == 0 {
-			if g, detail := next.GuaranteesOn(l.Name); g > 0 {
+			// The policy's guarantees and those held outside it (the
+			// real-time channels on the link, the pods); the scheduled
+			// qsockets have their own check below.
+			if g, cs := next.HeldOn(l.Name, e.holdersWith(0, e.pods)); g > 0 {
+				detail := policy.FormatContributions(cs)
 				errs = append(errs, &policy.FieldError{Source: source, Object: obj, Field: "egress_rate", Value: "0", Literal: true,
 					Reason: fmt.Sprintf("removing the shaping (egress_rate %s) leaves guarantees %s admitted on the link unenforced (%s): it would reserve 0, marking only",
 						was.EgressRate, g, detail),
