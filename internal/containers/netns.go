@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/hostqos/hostqos/internal/datapath"
+
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -99,21 +101,6 @@ func enter(nsfd int, fn func() error) error {
 	return <-errc
 }
 
-// netnsCookie is SO_NETNS_COOKIE of a socket made in the calling thread's
-// network namespace.
-func netnsCookie() (uint64, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return 0, fmt.Errorf("create socket for netns cookie: %w", err)
-	}
-	defer unix.Close(fd)
-	c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
-	if err != nil {
-		return 0, fmt.Errorf("read netns cookie: %w", err)
-	}
-	return c, nil
-}
-
 // inspect reads the network namespace at path (a /proc/PID/ns/net or a
 // /run/netns entry): its cookie, and its veths whose peer is in the
 // daemon's namespace.
@@ -127,7 +114,7 @@ func (s *selfNS) inspect(path string) (nsInfo, error) {
 	var h *netlink.Handle
 	err = enter(fd, func() error {
 		var err error
-		if info.cookie, err = netnsCookie(); err != nil {
+		if info.cookie, err = datapath.NetnsCookie(); err != nil {
 			return err
 		}
 		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)

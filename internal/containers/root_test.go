@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostqos/hostqos/internal/datapath"
+
 	"github.com/hostqos/hostqos/internal/testutil"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -87,7 +89,7 @@ func cookieOf(t *testing.T, path string) uint64 {
 	var c uint64
 	if err := enter(fd, func() error {
 		var err error
-		c, err = netnsCookie()
+		c, err = datapath.NetnsCookie()
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -43,6 +43,18 @@ func (e *Engine) extraWith(qsched policy.Rate) policy.Extra {
 // holdersWith is what the scheduled qsockets (holding qsched), the
 // channels and pods hold outside the policy.
 func (e *Engine) holdersWith(qsched policy.Rate, pods map[string]*store.Pod) policy.Extra {
+	return e.holders(qsched, pods, false)
+}
+
+// publicExtraLocked is extraLocked as the views show it to everyone: a
+// channel by its id and name, not its process.
+func (e *Engine) publicExtraLocked() policy.Extra {
+	return e.holders(policy.Rate(e.qschedRateLocked()), e.pods, true)
+}
+
+// holders lists the holders outside the policy on each link; public
+// leaves out the process of a channel.
+func (e *Engine) holders(qsched policy.Rate, pods map[string]*store.Pod, public bool) policy.Extra {
 	held := e.rtHeld
 	podCs := podContributions(pods)
 	return func(link string) []policy.Contribution {
@@ -51,25 +63,11 @@ func (e *Engine) holdersWith(qsched policy.Rate, pods map[string]*store.Pod) pol
 			cs = append(cs, policy.Contribution{Kind: "qsockets", Name: "scheduled", Rate: qsched})
 		}
 		for _, h := range held[link] {
-			cs = append(cs, policy.Contribution{Kind: "rtchannel", Name: fmt.Sprintf("%d %q of pid %d", h.id, h.name, h.pid), Rate: h.rate})
-		}
-		return append(cs, podCs...)
-	}
-}
-
-// publicExtraLocked is extraLocked as the views show it to everyone: a
-// channel by its id and name, not its process.
-func (e *Engine) publicExtraLocked() policy.Extra {
-	qsched := policy.Rate(e.qschedRateLocked())
-	held := e.rtHeld
-	podCs := podContributions(e.pods)
-	return func(link string) []policy.Contribution {
-		var cs []policy.Contribution
-		if qsched > 0 {
-			cs = append(cs, policy.Contribution{Kind: "qsockets", Name: "scheduled", Rate: qsched})
-		}
-		for _, h := range held[link] {
-			cs = append(cs, policy.Contribution{Kind: "rtchannel", Name: fmt.Sprintf("%d %q", h.id, h.name), Rate: h.rate})
+			name := fmt.Sprintf("%d %q of pid %d", h.id, h.name, h.pid)
+			if public {
+				name = fmt.Sprintf("%d %q", h.id, h.name)
+			}
+			cs = append(cs, policy.Contribution{Kind: "rtchannel", Name: name, Rate: h.rate})
 		}
 		return append(cs, podCs...)
 	}

@@ -60,15 +60,22 @@ func (k *System) attachLink(ifindex int) error {
 		if err != nil {
 			return err
 		}
-		created, err := shaper.AttachBPF(ifindex, h.dir, fd)
-		if err != nil {
+		if err := k.attachFilter(ifindex, h.dir, fd); err != nil {
 			return err
 		}
-		if created {
-			if err := k.DP.MarkClsactCreated(ifindex); err != nil {
-				return err
-			}
-		}
+	}
+	return nil
+}
+
+// attachFilter puts program fd as hostqos's cls_bpf filter on one hook of
+// ifindex's clsact, recording that hostqos added the clsact when it did.
+func (k *System) attachFilter(ifindex int, dir shaper.Direction, fd int) error {
+	created, err := shaper.AttachBPF(ifindex, dir, fd)
+	if err != nil {
+		return err
+	}
+	if created {
+		return k.DP.MarkClsactCreated(ifindex)
 	}
 	return nil
 }

@@ -26,21 +26,10 @@ func (k *System) AttachVeth(ifindex int, id datapath.Identity) error {
 	if err != nil {
 		return err
 	}
-	for _, h := range []struct {
-		dir shaper.Direction
-		fd  int
-	}{{shaper.Ingress, inFD}, {shaper.Egress, outFD}} {
-		created, err := shaper.AttachBPF(ifindex, h.dir, h.fd)
-		if err != nil {
-			return err
-		}
-		if created {
-			if err := k.DP.MarkClsactCreated(ifindex); err != nil {
-				return err
-			}
-		}
+	if err := k.attachFilter(ifindex, shaper.Ingress, inFD); err != nil {
+		return err
 	}
-	return nil
+	return k.attachFilter(ifindex, shaper.Egress, outFD)
 }
 
 func (k *System) DetachVeth(ifindex int) error {

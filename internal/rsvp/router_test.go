@@ -26,20 +26,6 @@ func TestRouterAgents(t *testing.T) {
 	snd, rtr, rcv := threeNodes(t, refresh)
 	S, D, R2 := snd.addr, rcv.addr, rtr.addr
 
-	wait := func(sd *side, kind string) Event {
-		t.Helper()
-		deadline := time.After(5 * time.Second)
-		for {
-			select {
-			case e := <-sd.events:
-				if e.Kind == kind {
-					return e
-				}
-			case <-deadline:
-				t.Fatalf("no %s upcall", kind)
-			}
-		}
-	}
 	sess := Session{Dest: D, Proto: 17, Port: 5004}
 	k := FlowKey{sess, Filter{Src: S, Port: 4000}}
 	k2 := FlowKey{sess, Filter{Src: S, Port: 4001}}
@@ -49,7 +35,7 @@ func TestRouterAgents(t *testing.T) {
 			t.Fatal(err)
 		}
 		snd.agent.Send(outs)
-		wait(rcv, "path")
+		waitEvent(t, rcv, "path")
 	}
 	if p, _ := rtr.agent.Node.Counts(); p != 2 {
 		t.Fatalf("router holds %d path states, want 2 (it must intercept Path)", p)
@@ -62,7 +48,7 @@ func TestRouterAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	rcv.agent.Send(outs)
-	if e := wait(rcv, "confirm"); e.Node != S {
+	if e := waitEvent(t, rcv, "confirm"); e.Node != S {
 		t.Fatalf("confirmed by %s, want the sender", e.Node)
 	}
 	if !snd.inst.has(k) || !rtr.inst.has(k) {
@@ -76,11 +62,11 @@ func TestRouterAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	rcv.agent.Send(outs)
-	e := wait(rcv, "resv-error")
+	e := waitEvent(t, rcv, "resv-error")
 	if e.Node != R2 || e.Code != ErrAdmission || e.Value != 2 || e.Flowspec.RspecRate != 150000 {
 		t.Fatalf("ResvErr %+v: want the router %s, admission failure, bandwidth unavailable, R 150000", e, R2)
 	}
-	if r := wait(rtr, "resv-refused"); r.Reason != "r: 150000 B/s requested, 50000 of 200000 B/s reservable left" {
+	if r := waitEvent(t, rtr, "resv-refused"); r.Reason != "r: 150000 B/s requested, 50000 of 200000 B/s reservable left" {
 		t.Errorf("router's reason %q", r.Reason)
 	}
 	if snd.inst.has(k2) || rtr.inst.has(k2) {
