@@ -65,10 +65,19 @@ var runtimeDirs = []string{"/var/lib/docker", "/var/lib/containers/storage", "/r
 // it to the first container.
 func (d *Daemon) expectContainers() bool {
 	var st syscall.Stat_t
-	if err := syscall.Stat("/proc/1/ns/net", &st); err != nil || st.Ino != d.netns {
+	if err := syscall.Stat("/proc/1/ns/net", &st); err != nil {
+		return false // not readable (a sandbox): containers are not expected
+	}
+	return containersExpected(d.netns, st.Ino, runtimeDirs)
+}
+
+// containersExpected: a daemon in namespace netns expects containers when
+// it is PID 1's (initNetns) and one of a runtime's dirs exists.
+func containersExpected(netns, initNetns uint64, dirs []string) bool {
+	if netns != initNetns {
 		return false
 	}
-	for _, p := range runtimeDirs {
+	for _, p := range dirs {
 		if _, err := os.Stat(p); err == nil {
 			return true
 		}

@@ -1,8 +1,7 @@
 package daemon
 
 import (
-	"os"
-	"syscall"
+	"path/filepath"
 	"testing"
 )
 
@@ -10,20 +9,21 @@ import (
 // verified at start) only by a daemon in PID 1's network namespace on a
 // host with a container runtime.
 func TestExpectContainers(t *testing.T) {
-	var st syscall.Stat_t
-	if err := syscall.Stat("/proc/1/ns/net", &st); err != nil {
-		t.Skipf("cannot read PID 1's network namespace: %v", err)
-	}
-	runtime := false
-	for _, p := range runtimeDirs {
-		if _, err := os.Stat(p); err == nil {
-			runtime = true
+	dir := t.TempDir()
+	installed := []string{filepath.Join(dir, "none"), dir}
+	absent := []string{filepath.Join(dir, "none")}
+	for _, c := range []struct {
+		netns, init uint64
+		dirs        []string
+		want        bool
+	}{
+		{7, 7, installed, true},
+		{7, 7, absent, false},    // no runtime installed
+		{8, 7, installed, false}, // a namespace of its own
+		{8, 7, absent, false},
+	} {
+		if got := containersExpected(c.netns, c.init, c.dirs); got != c.want {
+			t.Errorf("netns %d, PID 1's %d, dirs %v: expect containers %v, want %v", c.netns, c.init, c.dirs, got, c.want)
 		}
-	}
-	if got := (&Daemon{netns: st.Ino}).expectContainers(); got != runtime {
-		t.Errorf("in PID 1's namespace, a runtime installed %v: expect containers %v", runtime, got)
-	}
-	if (&Daemon{netns: st.Ino + 1}).expectContainers() {
-		t.Error("a daemon in a namespace of its own expects containers")
 	}
 }
