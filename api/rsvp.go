@@ -74,6 +74,9 @@ type RSVPResv struct {
 	Style    string `json:"style"`
 	Flowspec Tspec  `json:"flowspec"`
 	NextHop  string `json:"next_hop,omitempty"`
+	// NextHops is how many next hops' requests are merged into it (their
+	// least upper bound is installed and sent upstream; NextHop is one).
+	NextHops int `json:"next_hops,omitempty"`
 	// Reservation is the host's reservation object that holds it
 	// (hostqos resv show NAME), on the sender and routers.
 	Reservation string  `json:"reservation,omitempty"`
@@ -100,8 +103,13 @@ type RSVPCounters struct {
 	BadTear uint64 `json:"bad_tear"`
 	// NoRoute are ResvErr answers not sent: no route back to the hop.
 	NoRoute uint64 `json:"no_route"`
-	Paths   int    `json:"paths"` // path states held
-	Resvs   int    `json:"resvs"` // reservation states held
+	// Blockaded are Resv requests answered at once with an upstream
+	// refusal still in blockade state; OverNhop are Resvs of one next hop
+	// more than a flow merges.
+	Blockaded uint64 `json:"blockaded"`
+	OverNhop  uint64 `json:"over_nhop_cap"`
+	Paths     int    `json:"paths"` // path states held
+	Resvs     int    `json:"resvs"` // reservation states held
 }
 
 // RSVPStatus is the RSVP agent: its settings, counters, the API's

@@ -289,8 +289,8 @@ func printRSVPStatus(w io.Writer, st api.RSVPStatus) {
 	fmt.Fprintf(w, "RSVP %s, refresh R %s, state lifetime %s\n", role, st.Refresh, st.Lifetime)
 	fmt.Fprintf(w, "messages: %d received, %d malformed, %d from unmanaged links, %d dropped, %d send failures; %d path, %d reservation states\n",
 		c.Received, c.Malformed, c.Foreign, c.Dropped, c.SendFail, c.Paths, c.Resvs)
-	fmt.Fprintf(w, "refused: %d Paths of sessions not here, %d over the previous hop's cap, %d over the source's cap, %d tears not from the state's hop; %d errors without a route back\n",
-		c.NotHere, c.OverHop, c.OverSource, c.BadTear, c.NoRoute)
+	fmt.Fprintf(w, "refused: %d Paths of sessions not here, %d over the previous hop's cap, %d over the source's cap, %d tears not from the state's hop; %d errors without a route back; %d Resvs blockaded, %d over the next hops' cap\n",
+		c.NotHere, c.OverHop, c.OverSource, c.BadTear, c.NoRoute, c.Blockaded, c.OverNhop)
 	if len(st.Sessions) > 0 {
 		var rows [][]string
 		for _, s := range st.Sessions {

@@ -1,11 +1,13 @@
 package rsvp
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 )
@@ -121,6 +123,8 @@ type Counters struct {
 	OverSource uint64 // a new path state over its source address's cap (MaxPerSource)
 	BadTear    uint64 // a PathTear, ResvTear or ResvErr not from the hop that holds the state
 	NoRoute    uint64 // a ResvErr not sent: no route back to the hop that asked
+	Blockaded  uint64 // a Resv answered from blockade state: refused upstream within Kb·R
+	OverNhop   uint64 // a Resv from one next hop more than MaxNextHops for its flow
 }
 
 // Node is one RSVP node's soft state: a sender host, a receiver host or a
@@ -131,6 +135,9 @@ type Node struct {
 	mu    sync.Mutex
 	paths map[FlowKey]*pathState
 	resvs map[FlowKey]*resvState
+	// blocks is the blockade state of flows refused upstream (merge.go);
+	// at most one per path state, forgotten with it.
+	blocks map[FlowKey]blockade
 	// deferRemove: a torn-down reservation's local removal waits in
 	// removals until the messages of the same step are sent
 	// (RemoveDeferred), so a ResvTear goes upstream before this hop's own
@@ -180,12 +187,14 @@ type pathState struct {
 }
 
 type resvState struct {
+	// fs is the receiver's own request (originated here), or the merge
+	// of the next hops' requests: what is installed here and sent
+	// upstream.
 	fs      Flowspec
 	style   Style
-	nhop    *Hop // nil: originated here (receiver host)
-	confirm netip.Addr
-	refresh time.Duration
-	expires time.Time
+	reqs    []*request    // the next hops' requests; none: originated here (receiver host)
+	confirm netip.Addr    // asked in the next message upstream
+	refresh time.Duration // of originated state (the node's own R)
 	next    time.Time
 	filters []Filter // SE: the shared group (for forwarding)
 }
@@ -211,7 +220,7 @@ func NewNode(cfg Config) *Node {
 		cfg.MaxPerSource = MaxState
 	}
 	return &Node{cfg: cfg, paths: map[FlowKey]*pathState{}, resvs: map[FlowKey]*resvState{},
-		perHop: map[netip.Addr]int{}, perSrc: map[netip.Addr]int{}}
+		blocks: map[FlowKey]blockade{}, perHop: map[netip.Addr]int{}, perSrc: map[netip.Addr]int{}}
 }
 
 // MaxPeerRefresh is the longest refresh period this node takes from a
@@ -243,6 +252,7 @@ func (n *Node) addPath(k FlowKey, ps *pathState) {
 func (n *Node) delPath(k FlowKey) {
 	if ps := n.paths[k]; ps != nil {
 		delete(n.paths, k)
+		delete(n.blocks, k)
 		n.account(ps, -1)
 	}
 }
@@ -420,7 +430,7 @@ func (n *Node) tearResvLocked(k FlowKey, event string) []Out {
 	}
 	delete(n.resvs, k)
 	ps := n.paths[k]
-	if rs.nhop != nil {
+	if !rs.originated() {
 		if n.deferRemove {
 			n.removals = append(n.removals, k)
 		} else {
@@ -620,11 +630,13 @@ func (n *Node) handleResvTear(m *Message, src netip.Addr, now time.Time) []Out {
 			if rs == nil {
 				continue
 			}
-			if rs.nhop == nil || *rs.nhop != *m.Hop || src != rs.nhop.Addr || rs.style != m.Style {
+			i := rs.find(m.Hop.Addr)
+			if i < 0 || rs.reqs[i].hop != *m.Hop || src != m.Hop.Addr || rs.style != m.Style {
 				n.badTear(now, "ResvTear", src, m.Hop, k)
 				continue
 			}
-			outs = append(outs, n.tearResvLocked(k, "resv-tear")...)
+			from := rs.reqs[i]
+			outs = append(outs, n.dropRequests(k, rs, func(r *request) bool { return r == from }, "resv-tear", true, now)...)
 		}
 	}
 	return outs
@@ -663,8 +675,41 @@ func (n *Node) resvOne(m *Message, k FlowKey, fs Flowspec, now time.Time) []Out 
 		return n.resvErr(m, k, fs, ErrNoPathInfo, 0, now)
 	}
 	rs := n.resvs[k]
-	if rs == nil || rs.fs != fs {
-		if err := n.cfg.Install.Install(k, fs); err != nil {
+	if rs != nil && rs.style != m.Style {
+		return n.resvErr(m, k, fs, ErrConflictingStyle, 0, now)
+	}
+	if b, ok := n.blockedBy(k, fs, now); ok {
+		// Refused upstream within Kb·R: answered with that refusal, not
+		// installed, not sent upstream again (merge.go).
+		n.count.Blockaded++
+		return n.resvErrAs(m, k, b.qb, b.node, ErrAdmission, b.value, now)
+	}
+	h := *m.Hop
+	i := -1
+	if rs != nil {
+		i = rs.find(h.Addr)
+	}
+	if rs != nil && i < 0 && len(rs.reqs) >= MaxNextHops {
+		n.count.OverNhop++
+		n.refused(now, "over the next hops' cap", h.Addr, k, func() string {
+			return fmt.Sprintf("a Resv refused: %d next hops already ask to reserve this flow, the most a node merges", MaxNextHops)
+		})
+		return n.resvErr(m, k, fs, ErrTrafficControl, 0, now)
+	}
+	req := &request{hop: h, fs: fs, refresh: n.peerRefresh(m.Refresh)}
+	req.expires = now.Add(Lifetime(req.refresh))
+	var reqs []*request
+	if rs != nil {
+		reqs = append(reqs, rs.reqs...)
+	}
+	if i >= 0 {
+		reqs[i] = req
+	} else {
+		reqs = append(reqs, req)
+	}
+	want := merged(reqs)
+	if rs == nil || rs.fs != want {
+		if err := n.cfg.Install.Install(k, want); err != nil {
 			var ae *AdmissionError
 			code, value := uint8(ErrTrafficControl), uint16(0)
 			if errors.As(err, &ae) {
@@ -675,19 +720,16 @@ func (n *Node) resvOne(m *Message, k FlowKey, fs Flowspec, now time.Time) []Out 
 		}
 	}
 	// A confirmation request is a trigger too (a receiver asks once).
-	fresh := rs == nil || rs.fs != fs || rs.style != m.Style || rs.nhop == nil || *rs.nhop != *m.Hop || m.Confirm.IsValid()
+	fresh := rs == nil || rs.fs != want || m.Confirm.IsValid()
 	if rs == nil {
-		rs = &resvState{}
+		rs = &resvState{style: m.Style}
 		n.resvs[k] = rs
 	}
-	h := *m.Hop
-	rs.fs, rs.style, rs.nhop, rs.confirm = fs, m.Style, &h, m.Confirm
-	rs.refresh = n.peerRefresh(m.Refresh)
-	rs.expires = now.Add(Lifetime(rs.refresh))
+	rs.fs, rs.reqs, rs.confirm = want, reqs, m.Confirm
 	if ps.phop == nil {
 		// The sender host: the reservation is complete here.
 		if fresh {
-			f := fs
+			f := want
 			n.cfg.Upcall(Event{Kind: "resv", Key: k, Flowspec: &f})
 		}
 		if m.Confirm.IsValid() {
@@ -722,6 +764,12 @@ func (n *Node) resvOne(m *Message, k FlowKey, fs Flowspec, now time.Time) []Out 
 // address and nothing could be sent: the answer is counted (NoRoute)
 // instead.
 func (n *Node) resvErr(m *Message, k FlowKey, fs Flowspec, code uint8, value uint16, now time.Time) []Out {
+	return n.resvErrAs(m, k, fs, netip.Addr{}, code, value, now)
+}
+
+// resvErrAs is resvErr naming node as the one that refused (invalid: this
+// node).
+func (n *Node) resvErrAs(m *Message, k FlowKey, fs Flowspec, node netip.Addr, code uint8, value uint16, now time.Time) []Out {
 	me, _, err := n.hop(m.Hop.Addr)
 	if err != nil {
 		n.count.NoRoute++
@@ -732,16 +780,16 @@ func (n *Node) resvErr(m *Message, k FlowKey, fs Flowspec, code uint8, value uin
 	}
 	f := fs
 	return []Out{{To: m.Hop.Addr, Msg: &Message{Type: ResvErr, TTL: n.cfg.TTL, Session: k.Session, Hop: me,
-		Error: &ErrorSpec{Node: me.Addr, Code: code, Value: value}, Style: m.Style,
+		Error: &ErrorSpec{Node: cmp.Or(node, me.Addr), Code: code, Value: value}, Style: m.Style,
 		Flows: []FlowDesc{{Flowspec: &f, Filters: []Filter{k.Sender}}}}}}
 }
 
 // handleResvErr passes a ResvErr toward the receiver. It is taken only
 // from the previous hop of the flow's path state (its RSVP_HOP, from that
-// hop's address): the hop the Resv went to. Unlike RFC 2205 (which keeps
-// downstream reservations and leaves the refused request to time out), an
-// admission failure removes this flow's reservation here too, so a
-// refusal anywhere leaves nothing installed on any hop.
+// hop's address): the hop the Resv went to. An admission failure leaves
+// blockade state and removes the requests it blockades here, passing the
+// ResvErr to their next hops; the others stay and their merge goes
+// upstream (merge.go). Other errors go to every next hop.
 func (n *Node) handleResvErr(m *Message, src netip.Addr, now time.Time) []Out {
 	var outs []Out
 	for _, f := range m.Flows {
@@ -756,24 +804,38 @@ func (n *Node) handleResvErr(m *Message, src netip.Addr, now time.Time) []Out {
 				n.badTear(now, "ResvErr", src, m.Hop, k)
 				continue
 			}
-			if rs.nhop == nil {
+			if rs.originated() {
 				// The receiver: tell the application, drop the request.
 				delete(n.resvs, k)
 				n.cfg.Upcall(Event{Kind: "resv-error", Key: k, Flowspec: f.Flowspec, Node: m.Error.Node, Code: m.Error.Code, Value: m.Error.Value})
 				continue
 			}
+			to := rs.reqs
 			if m.Error.Code == ErrAdmission {
-				n.cfg.Install.Remove(k)
-				delete(n.resvs, k)
+				hit := func(*request) bool { return true }
+				if f.Flowspec != nil {
+					qb := *f.Flowspec
+					n.blocks[k] = blockade{qb: qb, until: now.Add(Kb * n.cfg.Refresh), node: m.Error.Node, value: m.Error.Value}
+					hit = func(r *request) bool { return blockades(qb, r.fs) }
+				}
+				to = nil
+				for _, r := range rs.reqs {
+					if hit(r) {
+						to = append(to, r)
+					}
+				}
+				outs = append(outs, n.dropRequests(k, rs, hit, "", false, now)...)
 			}
-			h, _, err := n.hop(rs.nhop.Addr)
-			if err != nil {
-				continue
+			for _, r := range to {
+				h, _, err := n.hop(r.hop.Addr)
+				if err != nil {
+					continue
+				}
+				fwd := *m
+				fwd.Hop = h
+				fwd.Flows = []FlowDesc{{Flowspec: f.Flowspec, Filters: []Filter{flt}}}
+				outs = append(outs, Out{To: r.hop.Addr, Msg: &fwd})
 			}
-			fwd := *m
-			fwd.Hop = h
-			fwd.Flows = []FlowDesc{{Flowspec: f.Flowspec, Filters: []Filter{flt}}}
-			outs = append(outs, Out{To: rs.nhop.Addr, Msg: &fwd})
 		}
 	}
 	return outs
@@ -804,16 +866,16 @@ func (n *Node) Tick(now time.Time) []Out {
 	}
 	for k, rs := range n.resvs {
 		switch {
-		case rs.nhop == nil && !now.Before(rs.next):
+		case rs.originated() && !now.Before(rs.next):
 			rs.next = now.Add(n.jitter())
 			if ps := n.paths[k]; ps != nil {
 				if o, err := n.resvOut(k, rs, ps); err == nil {
 					outs = append(outs, o)
 				}
 			}
-		case rs.nhop != nil && now.After(rs.expires):
-			outs = append(outs, n.tearResvLocked(k, "resv-timeout")...)
-		case rs.nhop != nil && !rs.next.IsZero() && !now.Before(rs.next):
+		case slices.ContainsFunc(rs.reqs, func(r *request) bool { return now.After(r.expires) }):
+			outs = append(outs, n.dropRequests(k, rs, func(r *request) bool { return now.After(r.expires) }, "resv-timeout", true, now)...)
+		case !rs.originated() && !rs.next.IsZero() && !now.Before(rs.next):
 			// A router's own refresh of the reservation upstream.
 			rs.next = now.Add(n.jitter())
 			if ps := n.paths[k]; ps != nil && ps.phop != nil {
@@ -821,6 +883,11 @@ func (n *Node) Tick(now time.Time) []Out {
 					outs = append(outs, o)
 				}
 			}
+		}
+	}
+	for k, b := range n.blocks {
+		if now.After(b.until) {
+			delete(n.blocks, k)
 		}
 	}
 	return outs

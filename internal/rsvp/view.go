@@ -25,6 +25,7 @@ type ResvView struct {
 	Flowspec   Flowspec
 	Style      Style
 	NextHop    netip.Addr // invalid: originated here (this host receives)
+	NextHops   int        // next hops whose requests are merged here (RFC 2205 §2.2)
 	Originated bool       // this host asked for it (the receiver)
 	Installed  bool       // admitted and installed here (sender host, router)
 	Refresh    time.Duration
@@ -79,9 +80,16 @@ func (n *Node) View(want func(Session) bool, offset, limit int) Page {
 		if rs == nil {
 			continue
 		}
-		v := ResvView{Key: k, Flowspec: rs.fs, Style: rs.style, Originated: rs.nhop == nil, Installed: rs.nhop != nil, Refresh: rs.refresh}
-		if rs.nhop != nil {
-			v.NextHop, v.Expires = rs.nhop.Addr, rs.expires
+		v := ResvView{Key: k, Flowspec: rs.fs, Style: rs.style, Originated: rs.originated(), Installed: !rs.originated(), Refresh: rs.refresh}
+		if !rs.originated() {
+			// The merge of the next hops' requests: the first hop's, and
+			// the state lasts as long as the longest-lived request.
+			v.NextHop, v.NextHops, v.Refresh = rs.reqs[0].hop.Addr, len(rs.reqs), rs.reqs[0].refresh
+			for _, r := range rs.reqs {
+				if r.expires.After(v.Expires) {
+					v.Expires = r.expires
+				}
+			}
 		}
 		pg.Resvs = append(pg.Resvs, v)
 	}
@@ -135,5 +143,5 @@ func (n *Node) Reserved(k FlowKey) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	rs := n.resvs[k]
-	return rs != nil && rs.nhop == nil
+	return rs != nil && rs.originated()
 }

@@ -438,6 +438,7 @@ func (f *Front) Status(_ engine.Caller, q api.RSVPListQuery) api.RSVPStatus {
 	c := f.Node.Counters()
 	st.Counters.Dropped, st.Counters.NotHere, st.Counters.OverHop, st.Counters.OverSource = c.Dropped, c.NotHere, c.OverHop, c.OverSource
 	st.Counters.BadTear, st.Counters.NoRoute = c.BadTear, c.NoRoute
+	st.Counters.Blockaded, st.Counters.OverNhop = c.Blockaded, c.OverNhop
 	f.mu.Lock()
 	st.Sessions = make([]api.RSVPSession, 0, len(f.sessions))
 	for _, s := range f.sessions {
@@ -515,7 +516,7 @@ func (f *Front) resvViews(rs []rsvp.ResvView) []api.RSVPResv {
 			v.Role = "receiver"
 		case r.NextHop.IsValid():
 			v.Role = "router"
-			v.NextHop = r.NextHop.String()
+			v.NextHop, v.NextHops = r.NextHop.String(), r.NextHops
 			v.Reservation = ReservationName(r.Key)
 			if src, _, err := f.opts.Local(r.Key.Session.Dest); err == nil && src == r.Key.Sender.Src {
 				v.Role = "sender"
