@@ -95,19 +95,45 @@ func (m *fctrMem) read(ref *FlowRef) (c FlowCounters, ok bool) {
 	if atomic.LoadUint64(&s.Tag) != ref.Tag {
 		return c, false
 	}
-	c.Packets += p
-	c.Bytes += b
-	c.Drops += d
-	c.RxPackets += rp
-	c.RxBytes += rb
-	c.RxDrops += uint64(rd)
-	if last > c.LastSeenNS {
-		c.LastSeenNS = last
-	}
-	if rule != slotNone {
-		c.RuleSlot = int(rule)
-	}
+	c.add(&hostqosHqFctr{Packets: p, Bytes: b, Drops: d, RxPackets: rp, RxBytes: rb, RxDrops: rd, LastNs: last, Rule: rule})
 	return c, true
+}
+
+// add adds a counter slot's counts to c.
+func (c *FlowCounters) add(s *hostqosHqFctr) {
+	c.Packets += s.Packets
+	c.Bytes += s.Bytes
+	c.Drops += s.Drops
+	c.RxPackets += s.RxPackets
+	c.RxBytes += s.RxBytes
+	c.RxDrops += uint64(s.RxDrops)
+	if s.LastNs > c.LastSeenNS {
+		c.LastSeenNS = s.LastNs
+	}
+	if s.Rule != slotNone {
+		c.RuleSlot = int(s.Rule)
+	}
+}
+
+// FlowCountersSyscall is FlowCounters read with a bpf(2) map lookup of
+// the flow's counter slot instead of from the memory-mapped array: the
+// read a sampler without shared memory makes (the benchmarks compare the
+// two under CPU contention, as Q-Pod compares lock-free shared memory
+// with a system call).
+func (d *Datapath) FlowCountersSyscall(ref FlowRef) (c FlowCounters, ok bool, err error) {
+	c.Counters, c.LastSeenNS, c.RuleSlot = ref.base, ref.baseLast, -1
+	if ref.Tag == 0 || ref.Slot >= d.fctrN {
+		return c, false, nil
+	}
+	var s hostqosHqFctr
+	if err := d.objs.HqFctr.Lookup(ref.Slot, &s); err != nil {
+		return c, false, fmt.Errorf("look up flow counter slot %d: %w", ref.Slot, err)
+	}
+	if s.Tag != ref.Tag {
+		return c, false, nil
+	}
+	c.add(&s)
+	return c, true, nil
 }
 
 // FlowCounters reads the counters of the flow behind ref from the shared

@@ -58,6 +58,8 @@ func Helper(args []string, stdout io.Writer) error {
 	cgroup := fs.String("cgroup", "", "cgroup v2 directory to join before opening sockets")
 	warmup := fs.Duration("warmup", time.Second, "download: time before goodput is counted")
 	every := fs.Duration("sample", 0, "download: also record the bytes read every this often (0 = no samples)")
+	pps := fs.Float64("pps", 1000, "cbr: datagrams per second")
+	spin := fs.Bool("spin", false, "cbr: busy-wait between datagrams instead of sleeping")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -81,6 +83,8 @@ func Helper(args []string, stdout io.Writer) error {
 		res, err = helperConnect(ap, *count)
 	case "flows":
 		res, err = helperFlows(ap, *count, *basePort)
+	case "cbr":
+		res, err = helperCBR(ap, *size, *dur, *pps, *spin)
 	case "flows-active":
 		res, err = helperFlowsActive(ap, *count, *basePort, *dur)
 	case "download":
@@ -89,7 +93,7 @@ func Helper(args []string, stdout io.Writer) error {
 		res, err = traffic.RunVoice(context.Background(), traffic.VoiceConfig{
 			To: ap.String(), Calls: *calls, Mode: traffic.VoiceEcho, Duration: *dur, DSCP: traffic.NoDSCP})
 	default:
-		return fmt.Errorf("bench-helper: unknown subcommand %q; use flood, tcp, connect, flows, flows-active, download, voice or qsock-app", sub)
+		return fmt.Errorf("bench-helper: unknown subcommand %q; use flood, cbr, tcp, connect, flows, flows-active, download, voice or qsock-app", sub)
 	}
 	if err != nil {
 		return err
