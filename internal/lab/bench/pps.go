@@ -30,7 +30,7 @@ type ppsAlt struct {
 // six ways.
 func benchPPS(e *env, r *Report) error {
 	dur := e.dur(2*time.Second, 500*time.Millisecond)
-	rounds := e.n(3, 1)
+	rounds := e.n(5, 1)
 	sizes := []int{64, 1400}
 	tb, err := e.pair("benchpps", "tx", "rx")
 	if err != nil {
@@ -54,7 +54,7 @@ func benchPPS(e *env, r *Report) error {
 	r.setup("%s", hostLine())
 	r.setup("sender: one thread, sendmmsg batches of 64 connected-UDP datagrams, as fast as it can, in namespace tx (198.18.0.1), in its own cgroup v2 %s; receiver: a bound, unread UDP socket in namespace rx", cgRel)
 	r.setup("packets counted at the receiver's veth (rx_packets: delivered into rx's stack); the veth receive path runs in softirq on the sending core, so one core carries sender and receiver")
-	r.setup("UDP payload 64 B and 1400 B; %v per measurement, %d round(s), alternatives interleaved within a round; %% of baseline is per round, then the median", dur, rounds)
+	r.setup("UDP payload 64 B and 1400 B; %v per measurement, %d round(s), alternatives interleaved within a round; %% of baseline is per round (each alternative against the baseline of its own round), shown as the median and, in brackets, the lowest and highest round", dur, rounds)
 
 	var d *lab.Daemon
 	stopDaemon := func() error {
@@ -170,7 +170,14 @@ func benchPPS(e *env, r *Report) error {
 		for _, size := range sizes {
 			k := key{ai, size}
 			m := median(pps[k])
-			cells = append(cells, fmt.Sprintf("%.0f k", m/1e3), pct(median(ratio[k])))
+			rs := ratio[k]
+			spread := pct(median(rs))
+			if len(rs) > 1 {
+				spread += fmt.Sprintf(" [%s–%s]", pct(minOf(rs)), pct(maxOf(rs)))
+			}
+			cells = append(cells, fmt.Sprintf("%.0f k", m/1e3), spread)
+			r.metric(fmt.Sprintf("ratio_min_%d_%s", size, key2(ai)), minOf(rs))
+			r.metric(fmt.Sprintf("ratio_max_%d_%s", size, key2(ai)), maxOf(rs))
 			r.metric(fmt.Sprintf("pps_%d_%s", size, key2(ai)), m)
 			r.metric(fmt.Sprintf("ratio_%d_%s", size, key2(ai)), median(ratio[k]))
 		}
