@@ -23,7 +23,7 @@ func benchQSock(e *env, r *Report) error {
 		return fmt.Errorf("build libhostqos examples: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	r.setup("%s", hostLine())
-	r.setup("real hostqosd in a namespace managing the sender's veth (egress_rate 1gbit, an HTB tree); libhostqos (C, -O2) over the API socket; socket/qsocket, qattach, qchange (beside setsockopt(IP_TOS), today's way to mark a socket), qinfo and close/qclose 200 times each; sendto vs qsendto of %d 64-byte UDP datagrams each to the peer, in alternating blocks of 10,000, on one UDP socket, one qsocket (class interactive, fifo) and one qsocket with a per-message scheduler (edf-lossless at 100 Mbit/s, a deadline 1 s ahead on every message: SCM_TXTIME, the host's scheduler deciding each packet)", sends)
+	r.setup("real hostqosd in a namespace managing the sender's veth (egress_rate 10gbit, an HTB tree); libhostqos (C, -O2) over the API socket; socket/qsocket, qattach, qchange (beside setsockopt(IP_TOS), today's way to mark a socket), qinfo and close/qclose 200 times each; sendto vs qsendto of %d 64-byte UDP datagrams each to the peer, in alternating blocks of 10,000, on one UDP socket, one qsocket (class interactive, fifo) and one qsocket with a per-message scheduler (edf-lossless at 4 Gbit/s — far above what one thread of 64-byte sends offers, so its rate never holds a message back and the figure is the scheduler's per-message work —, a deadline 1 s ahead on every message: SCM_TXTIME, the host's scheduler deciding each packet)", sends)
 	r.Columns = []string{"call", "plain socket", "QSockets", "overhead", "target", "seed: sockets / QSockets"}
 	tb, err := e.pair("benchqsock", "app", "peer")
 	if err != nil {
@@ -31,7 +31,7 @@ func benchQSock(e *env, r *Report) error {
 	}
 	defer tb.Close()
 	app := tb.Node("app")
-	d, err := e.daemon(app, fmt.Sprintf("[[link]]\nname = %q\negress_rate = \"1gbit\"\n", app.Iface("peer")))
+	d, err := e.daemon(app, fmt.Sprintf("[[link]]\nname = %q\negress_rate = \"10gbit\"\n", app.Iface("peer")))
 	if err != nil {
 		return err
 	}
