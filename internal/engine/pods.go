@@ -49,6 +49,7 @@ const (
 	maxPodNamespace = 63
 	maxPodName      = 253
 	podUIDLen       = 36
+	maxPodFlow      = 300 // a policy's name and the flow's index
 )
 
 // SetPods makes pods the Kubernetes pods of the node and applies what
@@ -82,30 +83,37 @@ func (e *Engine) SetPods(pods []PodPolicy) (refused map[string]error, err error)
 		}
 	}
 	b := e.newPodBudget(e.eff.Policy)
-	keys := make([]string, 0, len(want))
-	for k := range want {
-		keys = append(keys, k)
+	// A pod's entries (its rule and those of its policies' flows) are
+	// admitted together: one refused, the pod keeps what it had, all of
+	// it.
+	groups := map[string][]string{}
+	for k, w := range want {
+		groups[w.PodKey()] = append(groups[w.PodKey()], k)
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		w := want[k]
-		if w.Err != nil {
-			refused[k] = w.Err
-			continue
+	pks := make([]string, 0, len(groups))
+	for pk := range groups {
+		pks = append(pks, pk)
+		sort.Strings(groups[pk])
+	}
+	sort.Strings(pks)
+	for _, pk := range pks {
+		keys := groups[pk]
+		if err := e.admitPodGroup(b, keys, want, next); err != nil {
+			for _, k := range keys {
+				refused[k] = err
+			}
+			// What the pod had stays, all of it.
+			for k := range next {
+				if next[k].PodKey() == pk {
+					delete(next, k)
+				}
+			}
+			for k, cur := range e.pods {
+				if cur.PodKey() == pk && cur.UID == want[keys[0]].UID && (len(next) < MaxPods) {
+					next[k] = cur
+				}
+			}
 		}
-		if cur, ok := next[k]; ok && *cur == w.Pod {
-			continue
-		}
-		if _, ok := next[k]; !ok && len(next) >= MaxPods {
-			refused[k] = &TooManyError{Why: fmt.Sprintf("pod %s: this node enforces QoS for at most %d pods", k, MaxPods)}
-			continue
-		}
-		if err := b.admit(&w.Pod, next); err != nil {
-			refused[k] = err
-			continue
-		}
-		p := w.Pod
-		next[k] = &p
 	}
 	if !maps.EqualFunc(next, e.pods, func(a, b *store.Pod) bool { return *a == *b }) {
 		before := e.pods
@@ -122,6 +130,48 @@ func (e *Engine) SetPods(pods []PodPolicy) (refused map[string]error, err error)
 	}
 	e.publishRefusalsLocked(refused)
 	return refused, nil
+}
+
+// admitPodGroup admits the entries keys of one pod into next, or none of
+// them (next is then as it was).
+func (e *Engine) admitPodGroup(b *podBudget, keys []string, want map[string]PodPolicy, next map[string]*store.Pod) error {
+	added := map[string]*store.Pod{}
+	var err error
+	for _, k := range keys {
+		w := want[k]
+		if w.Err != nil {
+			err = w.Err
+			break
+		}
+		if cur, ok := next[k]; ok && *cur == w.Pod {
+			continue
+		}
+		if _, ok := next[k]; !ok && len(next) >= MaxPods {
+			err = &TooManyError{Why: fmt.Sprintf("pod %s: this node enforces QoS for at most %d pods and flows of pods", k, MaxPods)}
+			break
+		}
+		if err = b.admit(&w.Pod, next); err != nil {
+			break
+		}
+		if cur, ok := next[k]; ok {
+			added[k] = cur
+		} else {
+			added[k] = nil
+		}
+		p := w.Pod
+		next[k] = &p
+	}
+	if err == nil {
+		return nil
+	}
+	for k, prev := range added {
+		if prev == nil {
+			delete(next, k)
+		} else {
+			next[k] = prev
+		}
+	}
+	return err
 }
 
 // Events of the pods (docs/events.md): applied (new or changed settings in
@@ -219,8 +269,9 @@ func (e *Engine) readmitPods(saved map[string]*store.Pod) map[string]*store.Pod 
 
 // podRule is the rule a pod becomes (derive.PodKey).
 func podRule(p *store.Pod) policy.Rule {
-	r := policy.NewRule(derive.PodKey(p.Namespace, p.Name))
+	r := policy.NewRule(derive.PodPrefix + p.Key())
 	r.Class, r.DSCP = p.Class, p.DSCP
+	r.Proto, r.Remote, r.RPort = p.Proto, p.Remote, p.RPort
 	r.MinBW, r.MaxBW, r.MaxBWIn = p.MinBW, p.MaxBW, p.MaxBWIn
 	r.Precedence = derive.PodPrecedence
 	return r
@@ -297,6 +348,12 @@ func (b *podBudget) admit(p *store.Pod, others map[string]*store.Pod) error {
 		return podError(*p, "name", p.Name, "not a Kubernetes pod name", "")
 	case len(p.UID) != podUIDLen:
 		return podError(*p, "uid", p.UID, "not a pod UID", "")
+	case len(p.Flow) > maxPodFlow || strings.ContainsAny(p.Flow, "/\x00\n"):
+		return podError(*p, "flow", p.Flow, "not a flow name", "")
+	case p.Proto != "" && p.Proto != "tcp" && p.Proto != "udp":
+		return podError(*p, "proto", p.Proto, "not a protocol of a pod's flow", "tcp or udp")
+	case !p.RPort.IsZero() && p.Proto == "":
+		return podError(*p, "rport", p.RPort.String(), "ports need a protocol", "add protocol TCP or UDP")
 	}
 	r := podRule(p)
 	obj := "pod " + p.Key()

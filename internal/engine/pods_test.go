@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -232,4 +233,48 @@ func hasLeaf(env *testEnv, ceil uint64) bool {
 		}
 	}
 	return false
+}
+
+// TestPodFlows: a policy's flow selectors make more rules of the pod
+// (k8s/NAMESPACE/NAME/FLOW) that select its containers' flows to them;
+// they are admitted with the pod's own rule or none of them is (a flow's
+// guarantee over the budget keeps what the pod had, all of it).
+func TestPodFlows(t *testing.T) {
+	env := newEnv(t, podConfig)
+	e, _ := env.startContainers(t)
+	e.SetContainers(podContainers)
+	web := webPod()
+	sip := PodPolicy{Pod: Pod{Namespace: "app", Name: "web", UID: uidWeb, DSCP: 46, Flow: "call.0", Proto: "udp",
+		Remote: netip.MustParsePrefix("198.18.0.0/15"), RPort: policy.PortRange{From: 5060, To: 5061}}}
+	if refused, err := e.SetPods([]PodPolicy{web, sip}); err != nil || len(refused) != 0 {
+		t.Fatalf("SetPods: refused %v, err %v", refused, err)
+	}
+	ri, err := e.Rules(root, "k8s/app/web/call.0")
+	if err != nil || len(ri) != 1 || ri[0].Rule.Proto != "udp" || ri[0].Rule.DSCP != 46 || ri[0].Rule.RPort.From != 5060 || ri[0].Source != "kubernetes" {
+		t.Fatalf("rule show k8s/app/web/call.0: %+v, %v", ri, err)
+	}
+	if got := ruleCgroups(e, env.k, "k8s/app/web/call.0"); len(got) != 1 {
+		t.Errorf("the flow's rule selects %v, want pod web's container", got)
+	}
+	// The flow asks for 60 Mbit/s: 30 (node) + 60 > 80. The pod's own
+	// new ceiling does not apply either.
+	big := sip
+	big.MinBW = 60e6
+	web2 := web
+	web2.MaxBW = 7e6
+	refused, err := e.SetPods([]PodPolicy{web2, big})
+	if err != nil || refused["app/web"] == nil || refused["app/web/call.0"] == nil || !strings.Contains(refused["app/web"].Error(), "90mbit") {
+		t.Fatalf("SetPods over the budget: refused %v, err %v", refused, err)
+	}
+	pods := e.Pods()
+	if pods["app/web"].MaxBW != 5e6 || pods["app/web/call.0"].MinBW != 0 || len(pods) != 2 {
+		t.Errorf("after a refused flow the pod has %+v; want what it had", pods)
+	}
+	// The flow gone: its rule goes.
+	if _, err := e.SetPods([]PodPolicy{web}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Rules(root, "k8s/app/web/call.0"); err == nil {
+		t.Error("the flow's rule stayed after it went")
+	}
 }

@@ -101,10 +101,26 @@ type Pod struct {
 	MinBW     policy.Rate `json:"minbw,omitempty"`
 	MaxBW     policy.Rate `json:"maxbw,omitempty"`
 	MaxBWIn   policy.Rate `json:"maxbw_in,omitempty"`
+	// Flow, when set, names one flow selector of a policy that applies
+	// to the pod's flows it selects only (Proto, Remote, RPort); the
+	// entry is one more rule of the pod, keyed NAMESPACE/NAME/FLOW.
+	Flow   string           `json:"flow,omitempty"`
+	Proto  string           `json:"proto,omitempty"`
+	Remote netip.Prefix     `json:"remote,omitzero"`
+	RPort  policy.PortRange `json:"rport,omitzero"`
 }
 
-// Key is the pod's NAMESPACE/NAME.
-func (p Pod) Key() string { return p.Namespace + "/" + p.Name }
+// Key is the pod's NAMESPACE/NAME, or NAMESPACE/NAME/FLOW for a flow of
+// it.
+func (p Pod) Key() string {
+	if p.Flow != "" {
+		return p.Namespace + "/" + p.Name + "/" + p.Flow
+	}
+	return p.Namespace + "/" + p.Name
+}
+
+// PodKey is the NAMESPACE/NAME of the pod the entry belongs to.
+func (p Pod) PodKey() string { return p.Namespace + "/" + p.Name }
 
 // Journal kinds of the sections.
 const (
