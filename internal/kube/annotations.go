@@ -34,12 +34,25 @@ var Annotations = []string{AnnotationEgress, AnnotationIngress, AnnotationClass,
 // node). A value the agent cannot read refuses the pod (PodPolicy.Err,
 // naming the annotation): it keeps what it had.
 func PodPolicyOf(pod *corev1.Pod) (engine.PodPolicy, bool) {
-	switch {
-	case pod.UID == "", pod.Spec.NodeName == "",
-		pod.Status.Phase == corev1.PodSucceeded, pod.Status.Phase == corev1.PodFailed:
+	if !mayRun(pod) {
 		return engine.PodPolicy{}, false
 	}
-	found := false
+	f, found, errs := annotationFields(pod)
+	if !found {
+		return engine.PodPolicy{}, false
+	}
+	pp := engine.PodPolicy{Pod: engine.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}}
+	f.apply(&pp.Pod)
+	if len(errs) > 0 {
+		pp.Err = errs
+	}
+	return pp, true
+}
+
+// annotationFields are the settings pod's annotations give; found: it
+// has one of them. The values it cannot read are errs, naming the
+// annotation.
+func annotationFields(pod *corev1.Pod) (f podFields, found bool, errs policy.Errors) {
 	for _, a := range Annotations {
 		if _, ok := pod.Annotations[a]; ok {
 			found = true
@@ -47,15 +60,14 @@ func PodPolicyOf(pod *corev1.Pod) (engine.PodPolicy, bool) {
 		}
 	}
 	if !found {
-		return engine.PodPolicy{}, false
+		return f, false, nil
 	}
-	pp := engine.PodPolicy{Pod: engine.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), DSCP: policy.NoDSCP}}
-	var errs policy.Errors
+	key := pod.Namespace + "/" + pod.Name
 	fail := func(annotation, value, reason, fix string) {
-		errs = append(errs, &policy.FieldError{Source: engine.PodSource, Object: "pod " + pp.Key(),
+		errs = append(errs, &policy.FieldError{Source: engine.PodSource, Object: "pod " + key,
 			Field: annotation, Value: policy.Clip(value), Reason: reason, Fix: fix})
 	}
-	rate := func(annotation string, into *policy.Rate) {
+	rate := func(annotation string, into **policy.Rate) {
 		v, ok := pod.Annotations[annotation]
 		if !ok {
 			return
@@ -65,32 +77,29 @@ func PodPolicyOf(pod *corev1.Pod) (engine.PodPolicy, bool) {
 			fail(annotation, v, err.Error(), "e.g. 10M (bits per second, as the bandwidth plugin reads it) or 10mbit")
 			return
 		}
-		*into = r
+		*into = &r
 	}
-	rate(AnnotationEgress, &pp.MaxBW)
-	rate(AnnotationIngress, &pp.MaxBWIn)
-	rate(AnnotationMinBW, &pp.MinBW)
-	rate(AnnotationMaxBW, &pp.MaxBW)
-	rate(AnnotationMaxBWIn, &pp.MaxBWIn)
+	rate(AnnotationEgress, &f.maxbw)
+	rate(AnnotationIngress, &f.maxIn)
+	rate(AnnotationMinBW, &f.minbw)
+	rate(AnnotationMaxBW, &f.maxbw)
+	rate(AnnotationMaxBWIn, &f.maxIn)
 	if v, ok := pod.Annotations[AnnotationDSCP]; ok {
 		d, err := policy.ParseDSCP(v)
 		if err != nil || len(v) > maxAnnotationValue {
 			fail(AnnotationDSCP, v, "not a DSCP", "0..63 or a name such as EF, AF41, CS1")
 		} else {
-			pp.DSCP = d
+			f.dscp = &d
 		}
 	}
 	if v, ok := pod.Annotations[AnnotationClass]; ok {
 		if v == "" || len(v) > maxAnnotationValue {
 			fail(AnnotationClass, v, "not a class name", "a class of the node, e.g. voice, interactive, bulk")
 		} else {
-			pp.Class = v
+			f.class = &v
 		}
 	}
-	if len(errs) > 0 {
-		pp.Err = errs
-	}
-	return pp, true
+	return f, true, errs
 }
 
 // parseRate reads a rate as hostqos writes it (10mbit, 2.5MB/s) or as the
