@@ -103,6 +103,11 @@ type KubernetesStatus struct {
 	LastSync time.Time `json:"last_sync,omitzero"`
 	Pods     int       `json:"pods"`
 	Refused  int       `json:"refused"`
+	// Policies are the QoSPolicies and ClusterQoSPolicies that select a
+	// pod of the node; PolicyError says why the agent reads none (the
+	// CRDs not installed).
+	Policies    int    `json:"policies"`
+	PolicyError string `json:"policy_error,omitempty"`
 }
 
 // DaemonStatus describes the running daemon.

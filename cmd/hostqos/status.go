@@ -97,8 +97,12 @@ func kubernetesLine(k *api.KubernetesStatus, now time.Time) string {
 		}
 		conn += "; enforcing the last known pods"
 	}
-	return fmt.Sprintf("node %s, %s since %s; last sync %s: %d pods with QoS, %d refused",
-		k.Node, conn, ago(k.Since), ago(k.LastSync), k.Pods, k.Refused)
+	line := fmt.Sprintf("node %s, %s since %s; last sync %s: %d pods with QoS, %d refused, %d policies",
+		k.Node, conn, ago(k.Since), ago(k.LastSync), k.Pods, k.Refused, k.Policies)
+	if k.PolicyError != "" {
+		line += "; " + k.PolicyError
+	}
+	return line
 }
 
 // printRestartNeeded lists the start-time settings the config file

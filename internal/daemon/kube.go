@@ -34,7 +34,7 @@ func (d *Daemon) startKube(ctx context.Context) *kubeAgent {
 		}
 		return nil
 	}
-	a, err := kube.New(kube.Config{Kubeconfig: set.Kubeconfig, NodeName: set.NodeName, UserAgent: "hostqosd/" + Version,
+	a, err := kube.New(kube.Config{Kubeconfig: set.Kubeconfig, NodeName: set.NodeName, UserAgent: "hostqosd/" + Version, Version: Version,
 		Logger: d.cfg.Logger.With("component", "kubernetes")}, d.eng)
 	if err != nil {
 		d.log.Error("the Kubernetes node agent did not start; the pods' last known QoS stays in force", "err", err)

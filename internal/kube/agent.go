@@ -15,15 +15,16 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -46,8 +47,10 @@ type Config struct {
 	Kubeconfig string
 	// NodeName is its node ("": $NODE_NAME, else the host name).
 	NodeName string
-	// UserAgent names the agent to the API server.
+	// UserAgent names the agent to the API server; Version is hostqosd's
+	// (its HostQoSNode says it).
 	UserAgent string
+	Version   string
 	Logger    *slog.Logger
 	// REST, if set, is used instead of Kubeconfig (tests).
 	REST *rest.Config
@@ -78,9 +81,21 @@ type Agent struct {
 	log  *slog.Logger
 	node string
 	// The two API groups the agent uses (client.go).
-	core   *rest.RESTClient // core v1 (pods, /version)
-	evAPI  *rest.RESTClient // events.k8s.io v1
+	core   *rest.RESTClient  // core v1 (pods, namespaces, nodes, /version)
+	evAPI  *rest.RESTClient  // events.k8s.io v1
+	dyn    dynamic.Interface // hostqos.io v1alpha1 (unstructured)
 	target Target
+
+	// Of the sync loop alone: the policies read, by UID; the HostQoSNode
+	// last queued; why the cluster's link did not apply.
+	parsed      map[string]parsedPolicy
+	nodeDigest  string
+	nodeWritten time.Time
+	linkErr     string
+	linkDone    string
+	// Of the status writer alone: its HostQoSNode exists.
+	nodeMade bool
+	writes   *writeQueue
 
 	kick    chan struct{} // a pod changed
 	suspect chan struct{} // a watch failed: is the server gone?
@@ -130,6 +145,8 @@ func New(cfg Config, target Target) (*Agent, error) {
 		limit:    flowcontrol.NewTokenBucketRateLimiter(eventQPS, eventBurst),
 		st:       api.KubernetesStatus{Node: node},
 		reported: map[string]string{},
+		parsed:   map[string]parsedPolicy{},
+		writes:   newWriteQueue(),
 	}
 	rc = rest.CopyConfig(rc)
 	if cfg.UserAgent != "" {
@@ -141,6 +158,9 @@ func New(cfg Config, target Target) (*Agent, error) {
 	}
 	if a.evAPI, err = restClient(rc, eventsv1.SchemeGroupVersion, "/apis"); err != nil {
 		return nil, err
+	}
+	if a.dyn, err = dynamic.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("make Kubernetes client for %s: %w", GroupVersion, err)
 	}
 	return a, nil
 }
@@ -198,68 +218,87 @@ func (a *Agent) Status() api.KubernetesStatus {
 // ends.
 func (a *Agent) Run(ctx context.Context) {
 	go a.writeEvents(ctx)
+	go a.writeStatus(ctx)
 	for ctx.Err() == nil {
 		a.runInformer(ctx)
 	}
 }
 
-// runInformer runs one informer until ctx ends or the API server, after
-// it stopped answering, answers again: then the caller starts a fresh
-// one, which lists the node's pods anew (the engine keeps the last known
-// until it has synced).
+// runInformer runs one set of informers until ctx ends or the API
+// server, after it stopped answering, answers again (or begins to serve
+// the CRDs): then the caller starts a fresh set, which lists everything
+// anew (the engine keeps the last known until it has synced).
 func (a *Agent) runInformer(ctx context.Context) {
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
-	lw := cache.NewFilteredListWatchFromClient(a.core, "pods", metav1.NamespaceAll, func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.node).String()
-	})
-	inf := cache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, cache.SharedIndexInformerOptions{})
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		if m, err := meta.Accessor(obj); err == nil {
-			m.SetManagedFields(nil) // never read; most of a pod's bytes
+	served, err := a.policiesServed(ictx)
+	if err != nil {
+		if ictx.Err() != nil {
+			return
 		}
-		return obj, nil
-	})
+		if a.Status().Connected || a.Status().Since.IsZero() {
+			a.log.Warn("the API server does not answer; the node keeps enforcing the last known pods", "err", err)
+		}
+		a.setConnected(false, err.Error())
+		select {
+		case <-ictx.Done():
+		case <-time.After(probeEvery):
+		}
+		return
+	}
+	a.setPolicies(served)
+	a.parsed = map[string]parsedPolicy{}
 	kick := func() {
 		select {
 		case a.kick <- struct{}{}:
 		default:
 		}
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { kick() },
-		UpdateFunc: func(any, any) { kick() },
-		DeleteFunc: func(any) { kick() },
-	})
+	s := a.newInformers(served, kick)
 	ran := make(chan struct{})
-	go func() {
-		defer close(ran)
-		inf.RunWithContext(ictx)
-	}()
+	infs := s.all()
+	for _, inf := range infs {
+		go func() {
+			defer func() { ran <- struct{}{} }()
+			inf.RunWithContext(ictx)
+		}()
+	}
 	defer func() {
 		stop()
-		<-ran
+		for range infs {
+			<-ran
+		}
 	}()
 	back := make(chan struct{})
 	go a.probe(ictx, back)
 	synced := make(chan struct{})
 	go func() {
-		if cache.WaitForCacheSync(ictx.Done(), inf.HasSynced) {
+		if cache.WaitForCacheSync(ictx.Done(), s.hasSynced) {
 			close(synced)
 		}
 	}()
+	var lookAgain <-chan time.Time
+	if !served {
+		lookAgain = time.After(policiesProbeInterval)
+	}
 	var retry <-chan time.Time
 	for {
 		select {
 		case <-ictx.Done():
 			return
 		case <-back:
-			a.log.Info("the API server answers again; listing the node's pods anew")
+			a.log.Info("the API server answers again; listing anew")
 			return
+		case <-lookAgain:
+			if ok, err := a.policiesServed(ictx); err == nil && ok {
+				a.log.Info("the API server serves the hostqos.io CRDs now; listing anew with the policies")
+				return
+			}
+			lookAgain = time.After(policiesProbeInterval)
 		case <-synced:
 			synced = nil
 			a.setConnected(true, "")
-			retry = a.syncOrRetry(inf.GetStore())
+			retry = a.syncOrRetry(s)
 		case <-a.kick:
 			if synced != nil {
 				continue // the first sync takes everything
@@ -273,11 +312,25 @@ func (a *Agent) runInformer(ctx context.Context) {
 			case <-a.kick:
 			default:
 			}
-			retry = a.syncOrRetry(inf.GetStore())
+			retry = a.syncOrRetry(s)
 		case <-retry:
-			retry = a.syncOrRetry(inf.GetStore())
+			retry = a.syncOrRetry(s)
 		}
 	}
+}
+
+// setPolicies notes whether the API server serves the policies.
+func (a *Agent) setPolicies(served bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if served {
+		a.st.PolicyError = ""
+		return
+	}
+	if a.st.PolicyError == "" {
+		a.log.Warn(errPoliciesNotServed.Error())
+	}
+	a.st.PolicyError = errPoliciesNotServed.Error()
 }
 
 // probe asks the API server for its version after a request failed, every
@@ -330,8 +383,8 @@ func (a *Agent) setConnected(ok bool, why string) {
 
 // syncOrRetry syncs and, on an error of the engine or a refusal whose
 // Event had to wait for the rate limit, says when to try again.
-func (a *Agent) syncOrRetry(store cache.Store) <-chan time.Time {
-	deferred, err := a.sync(store)
+func (a *Agent) syncOrRetry(s *informers) <-chan time.Time {
+	deferred, err := a.sync(s)
 	if err != nil {
 		a.log.Warn("apply the node's pods; trying again", "err", err, "after", retryAfter)
 		return time.After(retryAfter)
@@ -342,38 +395,54 @@ func (a *Agent) syncOrRetry(store cache.Store) <-chan time.Time {
 	return nil
 }
 
-// sync hands the target every pod of the store and reports its refusals;
-// deferred: one of them waits for the Events' rate limit.
-func (a *Agent) sync(store cache.Store) (deferred bool, err error) {
-	var list []engine.PodPolicy
-	byKey := map[string]*corev1.Pod{}
-	for _, obj := range store.List() {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			continue
-		}
-		pp, ok := PodPolicyOf(pod)
-		if !ok {
-			continue
-		}
-		list = append(list, pp)
-		byKey[pp.Key()] = pod
-	}
-	refused, err := a.target.SetPods(list)
+// sync hands the target what the caches ask of it, reports its
+// refusals (an Event per pod, a condition per policy) and the node's
+// links; deferred: an Event waits for the rate limit.
+func (a *Agent) sync(s *informers) (deferred bool, err error) {
+	v := a.view(s)
+	m := Map(v)
+	refused, err := a.target.SetPods(m.Pods)
 	if err != nil {
 		return false, err
 	}
-	a.mu.Lock()
-	a.st.LastSync = time.Now()
-	a.st.Pods, a.st.Refused = len(list), len(refused)
-	reported := map[string]string{}
-	var send []podEvent
-	for key, why := range refused {
-		pod := byKey[key]
+	now := time.Now()
+	pods := map[string]bool{}
+	refusedPods := map[string]bool{}
+	// One note per refused pod: its entries' distinct refusals, with who
+	// gave the settings.
+	notes := map[string][]string{}
+	for _, key := range sortedKeys(refused) {
+		pod := m.PodOf[key]
 		if pod == nil {
 			continue
 		}
-		uid, note := string(pod.UID), why.Error()
+		refusedPods[string(pod.UID)] = true
+		n := refused[key].Error()
+		if src := m.Sources[key]; len(src) > 0 && !(len(src) == 1 && src[0] == "annotations") {
+			n += " (settings from " + strings.Join(src, ", ") + ")"
+		}
+		if !slices.Contains(notes[string(pod.UID)], n) {
+			notes[string(pod.UID)] = append(notes[string(pod.UID)], n)
+		}
+	}
+	for _, p := range m.PodOf {
+		pods[string(p.UID)] = true
+	}
+	a.mu.Lock()
+	a.st.LastSync = now
+	a.st.Pods, a.st.Refused, a.st.Policies = len(pods), len(refusedPods), len(m.Selected)
+	reported := map[string]string{}
+	var send []podEvent
+	for _, key := range sortedKeys(refused) {
+		pod := m.PodOf[key]
+		if pod == nil {
+			continue
+		}
+		uid := string(pod.UID)
+		if _, done := reported[uid]; done {
+			continue
+		}
+		note := strings.Join(notes[uid], "; ")
 		if a.reported[uid] == note {
 			reported[uid] = note
 			continue
@@ -395,6 +464,8 @@ func (a *Agent) sync(store cache.Store) (deferred bool, err error) {
 			a.forget(string(ev.pod.UID))
 		}
 	}
+	a.writePolicyStatus(s, v, m, refused)
+	a.writeNodeStatus(now)
 	return deferred, nil
 }
 
@@ -461,4 +532,13 @@ func (a *Agent) writeEvent(ctx context.Context, ev podEvent) error {
 		return fmt.Errorf("create event: %w", err)
 	}
 	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
