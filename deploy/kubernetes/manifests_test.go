@@ -242,7 +242,7 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		} else {
 			w.Stop()
 		}
-		if _, err := agent.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
+		if nodes, err := agent.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=n1"}); err != nil || len(nodes.Items) != 1 {
 			t.Errorf("agent reads its node's labels: %v", err)
 		}
 		if _, err := agent.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
@@ -289,15 +289,15 @@ func TestManifestsOnAPIServer(t *testing.T) {
 			Reason:         "InvalidAnnotation", Message: "x", Type: corev1.EventTypeWarning,
 			Source: corev1.EventSource{Component: "hostqos", Host: "n1"},
 		}
-		if _, err := agent.CoreV1().Events("app").Create(ctx, coreEv, metav1.CreateOptions{}); err != nil {
-			t.Errorf("agent creates an event (core): %v", err)
+		_, err = agent.CoreV1().Events("app").Create(ctx, coreEv, metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("agent creates an event in the core group (it writes events.k8s.io's only): got %v, want forbidden", err)
 		}
 		// Its HostQoSNode: create, then status.
-		hqn := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "hostqos.io/v1alpha1", "kind": "HostQoSNode", "metadata": map[string]any{"name": "n2"},
-		}}
-		if _, err := agentDyn.Resource(hostQoSNodes).Create(ctx, hqn, metav1.CreateOptions{}); err != nil {
-			t.Errorf("agent creates its HostQoSNode: %v", err)
+		hqnApply := `{"apiVersion":"hostqos.io/v1alpha1","kind":"HostQoSNode","metadata":{"name":"n2"}}`
+		if _, err := agentDyn.Resource(hostQoSNodes).Patch(ctx, "n2", types.ApplyPatchType, []byte(hqnApply),
+			metav1.PatchOptions{FieldManager: "hostqos-n2", Force: new(true)}); err != nil {
+			t.Errorf("agent makes its HostQoSNode by server-side apply: %v", err)
 		}
 		nodeStatus := `{"apiVersion":"hostqos.io/v1alpha1","kind":"HostQoSNode","metadata":{"name":"n2"},"status":{` +
 			`"agent":{"version":"dev","lastSync":"2026-01-02T03:04:05Z"},` +
@@ -334,6 +334,10 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		}}
 		_, err = agentDyn.Resource(clusterQoSPolicies).Create(ctx, mine, metav1.CreateOptions{})
 		forbidden("creates a ClusterQoSPolicy", err)
+		_, err = agent.CoreV1().Pods("app").Get(ctx, "call", metav1.GetOptions{})
+		forbidden("gets a pod (it lists and watches its node's)", err)
+		_, err = agentDyn.Resource(qosPolicies).Namespace("app").Get(ctx, "call", metav1.GetOptions{}, "status")
+		forbidden("gets a policy's status", err)
 		forbidden("deletes a HostQoSNode", agentDyn.Resource(hostQoSNodes).Delete(ctx, "n1", metav1.DeleteOptions{}))
 		_, err = agent.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
 		forbidden("lists cluster roles", err)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hostqos/hostqos/api"
 	deploy "github.com/hostqos/hostqos/deploy/kubernetes"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/kube"
@@ -42,6 +43,12 @@ func (r *recorder) SetPods(pods []engine.PodPolicy) (map[string]error, error) {
 		}
 	}
 	return refused, nil
+}
+
+// Links are the target's one link, as the engine would list it.
+func (r *recorder) Links() []api.LinkStatus {
+	return []api.LinkStatus{{Link: policy.Link{Name: "eth0", EgressRate: 100e6}, Reservable: 80e6, Reserved: 2e6,
+		Guarantees: []policy.Contribution{{Kind: "pod", Name: "app/flood", Rate: 2e6}}}}
 }
 
 // last is the last list, by NAMESPACE/NAME, and how many lists came.
