@@ -401,6 +401,7 @@ func (a *Agent) syncOrRetry(s *informers) <-chan time.Time {
 func (a *Agent) sync(s *informers) (deferred bool, err error) {
 	v := a.view(s)
 	m := Map(v)
+	a.applyLink(m) // first: the pods are admitted against the link it sets
 	refused, err := a.target.SetPods(m.Pods)
 	if err != nil {
 		return false, err

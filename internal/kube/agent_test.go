@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,6 +30,9 @@ import (
 type recorder struct {
 	mu    sync.Mutex
 	calls [][]engine.PodPolicy
+	// The link's settings and the patches it was given.
+	link    policy.Link
+	patches []string
 }
 
 func (r *recorder) SetPods(pods []engine.PodPolicy) (map[string]error, error) {
@@ -47,8 +51,35 @@ func (r *recorder) SetPods(pods []engine.PodPolicy) (map[string]error, error) {
 
 // Links are the target's one link, as the engine would list it.
 func (r *recorder) Links() []api.LinkStatus {
-	return []api.LinkStatus{{Link: policy.Link{Name: "eth0", EgressRate: 100e6}, Reservable: 80e6, Reserved: 2e6,
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.link
+	l.Name = "eth0"
+	if l.EgressRate == 0 {
+		l.EgressRate = 100e6
+	}
+	return []api.LinkStatus{{Link: l, Reservable: 80e6, Reserved: 2e6,
 		Guarantees: []policy.Contribution{{Kind: "pod", Name: "app/flood", Rate: 2e6}}}}
+}
+
+// PatchLink takes the link's settings as the engine does.
+func (r *recorder) PatchLink(_ context.Context, _ engine.Caller, name string, patch []byte, _ engine.LinkChange) (policy.Link, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if name != "eth0" {
+		return policy.Link{}, fmt.Errorf("no link %s", name)
+	}
+	if err := json.Unmarshal(patch, &r.link); err != nil {
+		return policy.Link{}, err
+	}
+	r.patches = append(r.patches, string(patch))
+	return r.link, nil
+}
+
+func (r *recorder) linkPatches() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.patches)
 }
 
 // last is the last list, by NAMESPACE/NAME, and how many lists came.

@@ -117,6 +117,7 @@ spec:
   nodeSelector: {matchLabels: {zone: a}}
   minbw: 2M
   maxbwIn: 20mbit
+  link: {egressRate: 50mbit, reservable: 0.5}
 ---
 apiVersion: hostqos.io/v1alpha1
 kind: ClusterQoSPolicy
@@ -153,6 +154,12 @@ spec:
 			s, msg, _ := condition(get(p.res, p.ns, p.name))
 			return s == "True" && strings.Contains(msg, "node n1"), s + ": " + msg
 		})
+	}
+	if p := rec.linkPatches(); len(p) != 1 || p[0] != `{"egress_rate":"50mbit","reservable":0.5}` {
+		t.Errorf("the node's link was patched with %q; want gold's link once", p)
+	}
+	if _, msg, _ := condition(get("clusterqospolicies", "", "gold")); !strings.Contains(msg, "link") {
+		t.Errorf("gold's condition %q does not say the node's link took its settings", msg)
 	}
 	if _, _, found := condition(get("clusterqospolicies", "", "zone-b")); found {
 		t.Error("node n1 wrote an entry in zone-b's status: it selects no pod of the node")
@@ -229,6 +236,19 @@ spec:
 		got, _ := rec.last()
 		return got["app/flood"].MinBW == 2e6, fmt.Sprintf("%+v", got["app/flood"])
 	})
+	// A link rate of auto is not supported yet: gold refused on the node,
+	// the link as it was.
+	if _, err := cp.Dynamic.Resource(kube.GroupVersion.WithResource("clusterqospolicies")).Patch(ctx, "gold", types.MergePatchType,
+		[]byte(`{"spec":{"link":{"egressRate":"auto"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "gold refused for auto", func() (bool, string) {
+		s, msg, _ := condition(get("clusterqospolicies", "", "gold"))
+		return s == "False" && strings.Contains(msg, "auto"), s + ": " + msg
+	})
+	if p := rec.linkPatches(); len(p) != 1 {
+		t.Errorf("link patches %q after auto; want none more", p)
+	}
 	if st := a.Status(); st.PolicyError != "" || st.Policies != 2 || st.Refused != 0 {
 		t.Errorf("status %+v; want 2 policies (call, gold), none refused", st)
 	}
