@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/kube"
 )
 
@@ -66,3 +67,9 @@ func (k *kubeAgent) status() *api.KubernetesStatus {
 	st := k.a.Status()
 	return &st
 }
+
+// The engine takes the cluster's link settings and gives its links.
+var (
+	_ kube.LinkSetter = (*engine.Engine)(nil)
+	_ kube.LinkSource = (*engine.Engine)(nil)
+)
