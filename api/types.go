@@ -108,6 +108,9 @@ type KubernetesStatus struct {
 	// CRDs not installed).
 	Policies    int    `json:"policies"`
 	PolicyError string `json:"policy_error,omitempty"`
+	// Requests counts the requests the agent sent the API server since
+	// it started (a watch is one).
+	Requests uint64 `json:"requests"`
 }
 
 // DaemonStatus describes the running daemon.

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,6 +103,8 @@ type Agent struct {
 	events  chan podEvent
 	limit   flowcontrol.RateLimiter
 
+	requests atomic.Uint64 // sent to the API server
+
 	mu sync.Mutex
 	st api.KubernetesStatus
 	// reported are the refusals an Event was sent for, by pod UID (only
@@ -174,6 +177,7 @@ type watchful struct {
 }
 
 func (w watchful) RoundTrip(r *http.Request) (*http.Response, error) {
+	w.a.requests.Add(1)
 	resp, err := w.rt.RoundTrip(r)
 	if err != nil && r.Context().Err() == nil {
 		select {
@@ -211,7 +215,9 @@ func (a *Agent) Node() string { return a.node }
 func (a *Agent) Status() api.KubernetesStatus {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.st
+	st := a.st
+	st.Requests = a.requests.Load()
+	return st
 }
 
 // Run watches the node's pods and syncs them to the target until ctx

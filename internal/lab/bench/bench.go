@@ -113,6 +113,7 @@ var suite = []benchmark{
 	{"qsock-streams", "QSockets: two qsocket video streams (20, 15 fps) and a plain one (20 fps) on an overloaded link (seed Fig. 6)", benchQSockStreams},
 	{"qsock-edf", "QSockets: a sensor's deadline misses per 5 s, edf-lossy vs edf-lossless vs plain socket, bulk TCP from half-way (seed Fig. 7)", benchQSockEDF},
 	{"containers", "Containers as apps: per packet and pps on a container's path vs a host process's, discovery latency, daemon CPU with 200 containers", benchContainers},
+	{"kube", "Kubernetes node agent: policy change to enforcement, memory and CPU with 500 pods and 100 policies, API requests at steady state", benchKube},
 	{"echo-rtt", "UDP echo round trip with and without hostqos on the echoing host (Q-Pod Table 8)", benchEchoRTT},
 	{"throughput", "Bulk TCP through a veth shaped by HTB at 1/10/40 Gbit/s: goodput and CPU per Gbit/s, hostqos vs plain tc HTB vs no QoS", benchThroughput},
 	{"qpod-load", "Reading a flow's counters lock-free (mmap) vs by system call under CPU load (Q-Pod Figs. 9–14)", benchQPodLoad},
