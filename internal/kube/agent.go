@@ -277,12 +277,17 @@ func (a *Agent) runInformer(ctx context.Context) {
 	}()
 	back := make(chan struct{})
 	go a.probe(ictx, back)
-	synced := make(chan struct{})
-	go func() {
-		if cache.WaitForCacheSync(ictx.Done(), s.hasSynced) {
-			close(synced)
-		}
-	}()
+	synced, coreSynced := make(chan struct{}), make(chan struct{})
+	for ch, done := range map[chan struct{}]cache.InformerSynced{synced: s.hasSynced, coreSynced: s.coreSynced} {
+		go func() {
+			if cache.WaitForCacheSync(ictx.Done(), done) {
+				close(ch)
+			}
+		}()
+	}
+	// The policies not listed policyGrace after the rest: the agent
+	// cannot list them (its RBAC); it enforces the annotations meanwhile.
+	var grace <-chan time.Time
 	var lookAgain <-chan time.Time
 	if !served {
 		lookAgain = time.After(policiesProbeInterval)
@@ -301,8 +306,22 @@ func (a *Agent) runInformer(ctx context.Context) {
 				return
 			}
 			lookAgain = time.After(policiesProbeInterval)
+		case <-coreSynced:
+			coreSynced = nil
+			if synced != nil {
+				grace = time.After(policyGrace)
+			}
+		case <-grace:
+			grace = nil
+			if synced == nil {
+				continue
+			}
+			synced = nil // the policies apply when their informers have listed them
+			a.setPolicyError(errPoliciesNotListed)
+			a.setConnected(true, "")
+			retry = a.syncOrRetry(s)
 		case <-synced:
-			synced = nil
+			synced, grace = nil, nil
 			a.setConnected(true, "")
 			retry = a.syncOrRetry(s)
 		case <-a.kick:
@@ -323,6 +342,20 @@ func (a *Agent) runInformer(ctx context.Context) {
 			retry = a.syncOrRetry(s)
 		}
 	}
+}
+
+// setPolicyError says why the agent enforces no policy ("": it does).
+func (a *Agent) setPolicyError(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg != "" && a.st.PolicyError != msg {
+		a.log.Warn(msg)
+	}
+	a.st.PolicyError = msg
 }
 
 // setPolicies notes whether the API server serves the policies.
@@ -405,6 +438,10 @@ func (a *Agent) syncOrRetry(s *informers) <-chan time.Time {
 // refusals (an Event per pod, a condition per policy) and the node's
 // links; deferred: an Event waits for the rate limit.
 func (a *Agent) sync(s *informers) (deferred bool, err error) {
+	if s.qos != nil && s.hasSynced() && a.Status().PolicyError != "" {
+		a.log.Info("the policies are listed; enforcing them")
+		a.setPolicyError(nil)
+	}
 	v := a.view(s)
 	m := Map(v)
 	a.applyLink(m) // first: the pods are admitted against the link it sets

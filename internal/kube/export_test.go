@@ -9,3 +9,11 @@ func SetPoliciesProbeInterval(d time.Duration) func() {
 	policiesProbeInterval = d
 	return func() { policiesProbeInterval = old }
 }
+
+// SetPolicyGrace sets how long the first sync waits for the policies
+// (tests); it returns a function that puts it back.
+func SetPolicyGrace(d time.Duration) func() {
+	old := policyGrace
+	policyGrace = d
+	return func() { policyGrace = old }
+}

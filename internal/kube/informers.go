@@ -26,7 +26,11 @@ var (
 	resClusterQoSPolicy   = GroupVersion.WithResource("clusterqospolicies")
 	resHostQoSNode        = GroupVersion.WithResource("hostqosnodes")
 	errPoliciesNotServed  = errors.New("the API server does not serve hostqos.io/v1alpha1 (the CRDs in deploy/kubernetes are not installed); enforcing the pods' annotations only, and looking again every 30 s")
+	errPoliciesNotListed  = errors.New("the agent cannot list the QoSPolicies and ClusterQoSPolicies (does its ClusterRole grant list and watch? see deploy/kubernetes/rbac.yaml); enforcing the pods' annotations, and the policies once it can list them")
 	policiesProbeInterval = 30 * time.Second
+	// policyGrace is how long the first sync waits for the policies after
+	// the pods, namespaces and node are listed.
+	policyGrace = 30 * time.Second
 )
 
 // informers are the agent's caches of the cluster: the node's pods, the
@@ -42,6 +46,10 @@ func (s *informers) all() []cache.SharedIndexInformer {
 		out = append(out, s.qos, s.cluster)
 	}
 	return out
+}
+
+func (s *informers) coreSynced() bool {
+	return s.pods.HasSynced() && s.namespaces.HasSynced() && s.node.HasSynced()
 }
 
 func (s *informers) hasSynced() bool {

@@ -292,3 +292,65 @@ spec:
 		return got["app/web"].DSCP == 34 && got["app/web"].MaxBW == 5e6 && st.PolicyError == "", fmt.Sprintf("%+v %+v", got, st)
 	})
 }
+
+// TestAgentWithoutPolicyRBAC: an agent whose ClusterRole does not let it
+// list the policies enforces the pods' annotations after a grace period
+// and says why it enforces no policy; granted the policies, it enforces
+// them.
+func TestAgentWithoutPolicyRBAC(t *testing.T) {
+	defer kube.SetPolicyGrace(time.Second)()
+	cp := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cp.Apply(t, deploy.CRDs)
+	cp.Namespace(t, "app")
+	cp.EnsureServiceAccount(t, "app", "limited")
+	cp.Apply(t, `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: limited}
+rules:
+- {apiGroups: [""], resources: [pods, nodes, namespaces], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: limited}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: limited}
+subjects: [{kind: ServiceAccount, name: limited, namespace: app}]
+`)
+	if _, err := cp.Client.CoreV1().Pods("app").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "app", Labels: map[string]string{"app": "web"}, Annotations: map[string]string{kube.AnnotationEgress: "5M"}},
+		Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/c"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cp.Apply(t, "apiVersion: hostqos.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: web, namespace: app}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  dscp: AF41\n")
+	rec := &recorder{}
+	a, err := kube.New(kube.Config{NodeName: "n1", REST: cp.ServiceAccountConfig(t, "app", "limited"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(actx) }()
+	defer func() { stop(); <-done }()
+	eventually(t, "the annotation enforced without the policies", func() (bool, string) {
+		got, _ := rec.last()
+		st := a.Status()
+		return got["app/web"].MaxBW == 5e6 && strings.Contains(st.PolicyError, "cannot list"), fmt.Sprintf("%+v %+v", got, st)
+	})
+	cp.Apply(t, `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: limited}
+rules:
+- {apiGroups: [""], resources: [pods, nodes, namespaces], verbs: [list, watch]}
+- {apiGroups: [hostqos.io], resources: [qospolicies, clusterqospolicies], verbs: [list, watch]}
+`)
+	eventually(t, "the policy enforced once the agent may list it", func() (bool, string) {
+		got, _ := rec.last()
+		st := a.Status()
+		return got["app/web"].DSCP == 34 && st.PolicyError == "", fmt.Sprintf("%+v %+v", got, st)
+	})
+}
