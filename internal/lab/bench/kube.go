@@ -179,7 +179,7 @@ func benchKube(e *env, r *Report) error {
 	r.row("daemon CPU at steady state, 1 pod (% of a core, median)", f2(median(base)), "—")
 	r.row("daemon CPU at steady state, 501 pods, 101 policies (% of a core, median)", f2(median(busy)), "≤ 2 % "+mark(median(busy) <= 2))
 	r.row("agent's requests to the API server at steady state (per minute)", f1(perMin), "—")
-	r.note("the requests a minute are the agent's own count (every request its client sends, a watch being one); at steady state nothing changes, so they are the watches' periodic renewals (client-go ends each watch after 5–10 minutes) and the HostQoSNode's lastSync, refreshed once a minute")
+	r.note("the requests a minute are the agent's own count (every request its client sends, a watch being one) over the windows; at steady state nothing changes and the agent writes nothing (the HostQoSNode's lastSync is refreshed, at most once a minute, only when the agent syncs), so what remains are the renewals of its 5 watches (pods, namespaces, node and the two policy kinds), which client-go ends after 5–10 minutes each: about 0.5–1 a minute over a long run, and none in windows this short when no watch happens to end")
 	r.metric("rss_growth_mb", growth)
 	r.metric("cpu_pct_median_base", median(base))
 	r.metric("cpu_pct_median_500", median(busy))
