@@ -438,7 +438,7 @@ func (e *Engine) refusePodRule(name string) error {
 	if !ok {
 		return &NotFoundError{What: "rule", Name: name}
 	}
-	return &BadRequestError{fmt.Errorf("rule %q belongs to the Kubernetes cluster (pod %s); change the pod's annotations (kubernetes.io/egress-bandwidth, hostqos.io/class, …) instead", policy.Clip(name), policy.Clip(p.Key()))}
+	return &BadRequestError{fmt.Errorf("rule %q belongs to the Kubernetes cluster (pod %s); change the pod's annotations (kubernetes.io/egress-bandwidth, hostqos.io/class, …) or the QoSPolicy that selects it instead", policy.Clip(name), policy.Clip(p.Key()))}
 }
 
 // podRulesLocked are the admitted pods' rules as the policy's rules are
