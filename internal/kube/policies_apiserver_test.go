@@ -254,55 +254,16 @@ spec:
 	}
 }
 
-// TestAgentWithoutCRDs: without the CRDs the agent enforces the pods'
-// annotations and says the policies are not served; once they are, it
-// reads them.
-func TestAgentWithoutCRDs(t *testing.T) {
+// TestAgentWithoutPolicies: an agent enforces the pods' annotations and
+// says why it enforces no policy, first without the CRDs, then with them
+// but with a ClusterRole that does not let it list the policies (after a
+// grace period); granted the policies, it enforces them.
+func TestAgentWithoutPolicies(t *testing.T) {
 	defer kube.SetPoliciesProbeInterval(time.Second)()
-	cp := kubetest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cp.Apply(t, deploy.RBAC)
-	cp.Namespace(t, "app")
-	if _, err := cp.Client.CoreV1().Pods("app").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "app", Labels: map[string]string{"app": "web"}, Annotations: map[string]string{kube.AnnotationEgress: "5M"}},
-		Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/c"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{}
-	a := startAgent(t, cp, rec)
-	eventually(t, "the annotation enforced without the CRDs", func() (bool, string) {
-		got, _ := rec.last()
-		st := a.Status()
-		return got["app/web"].MaxBW == 5e6 && st.Connected && strings.Contains(st.PolicyError, "CRDs"), fmt.Sprintf("%+v %+v", got, st)
-	})
-	cp.Apply(t, deploy.CRDs)
-	cp.Apply(t, `
-apiVersion: hostqos.io/v1alpha1
-kind: QoSPolicy
-metadata: {name: web, namespace: app}
-spec:
-  podSelector: {matchLabels: {app: web}}
-  dscp: AF41
-`)
-	eventually(t, "the policy read once the CRDs are there", func() (bool, string) {
-		got, _ := rec.last()
-		st := a.Status()
-		return got["app/web"].DSCP == 34 && got["app/web"].MaxBW == 5e6 && st.PolicyError == "", fmt.Sprintf("%+v %+v", got, st)
-	})
-}
-
-// TestAgentWithoutPolicyRBAC: an agent whose ClusterRole does not let it
-// list the policies enforces the pods' annotations after a grace period
-// and says why it enforces no policy; granted the policies, it enforces
-// them.
-func TestAgentWithoutPolicyRBAC(t *testing.T) {
 	defer kube.SetPolicyGrace(time.Second)()
 	cp := kubetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cp.Apply(t, deploy.CRDs)
 	cp.Namespace(t, "app")
 	cp.EnsureServiceAccount(t, "app", "limited")
 	cp.Apply(t, `
@@ -324,7 +285,6 @@ subjects: [{kind: ServiceAccount, name: limited, namespace: app}]
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cp.Apply(t, "apiVersion: hostqos.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: web, namespace: app}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  dscp: AF41\n")
 	rec := &recorder{}
 	a, err := kube.New(kube.Config{NodeName: "n1", REST: cp.ServiceAccountConfig(t, "app", "limited"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, rec)
@@ -335,11 +295,22 @@ subjects: [{kind: ServiceAccount, name: limited, namespace: app}]
 	done := make(chan struct{})
 	go func() { defer close(done); a.Run(actx) }()
 	defer func() { stop(); <-done }()
-	eventually(t, "the annotation enforced without the policies", func() (bool, string) {
+	eventually(t, "the annotation enforced without the CRDs", func() (bool, string) {
+		got, _ := rec.last()
+		st := a.Status()
+		return got["app/web"].MaxBW == 5e6 && st.Connected && strings.Contains(st.PolicyError, "CRDs"), fmt.Sprintf("%+v %+v", got, st)
+	})
+
+	// The CRDs installed, the policies not listable.
+	cp.Apply(t, deploy.CRDs)
+	cp.Apply(t, "apiVersion: hostqos.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: web, namespace: app}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  dscp: AF41\n")
+	eventually(t, "the annotation enforced, the policies not listable", func() (bool, string) {
 		got, _ := rec.last()
 		st := a.Status()
 		return got["app/web"].MaxBW == 5e6 && strings.Contains(st.PolicyError, "cannot list"), fmt.Sprintf("%+v %+v", got, st)
 	})
+
+	// Granted: enforced.
 	cp.Apply(t, `
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -351,6 +322,6 @@ rules:
 	eventually(t, "the policy enforced once the agent may list it", func() (bool, string) {
 		got, _ := rec.last()
 		st := a.Status()
-		return got["app/web"].DSCP == 34 && st.PolicyError == "", fmt.Sprintf("%+v %+v", got, st)
+		return got["app/web"].DSCP == 34 && got["app/web"].MaxBW == 5e6 && st.PolicyError == "", fmt.Sprintf("%+v %+v", got, st)
 	})
 }
