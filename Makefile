@@ -14,7 +14,7 @@ LDFLAGS  := -X github.com/hostqos/hostqos/internal/daemon.Version=$(VERSION) -X 
 TEST_TIMEOUT ?= 600s
 TEST_PARALLEL ?= 8
 
-.PHONY: all build lib deps generate check-generated check-format test test-long test-unit vet fmt fuzz fuzz-ci bench demo unit completion install uninstall man deb test-deb clean
+.PHONY: all build lib deps generate check-generated check-format check-web-assets test test-long test-unit vet fmt fuzz fuzz-ci bench demo unit completion install uninstall man deb test-deb clean
 
 all: build
 
@@ -50,6 +50,13 @@ check-generated: generate
 # headers of their concerns, the tests' programs that run one header's
 # helpers alone, and the ABI.
 BPF_C := internal/datapath/*.bpf.c internal/datapath/xdp/*.bpf.c internal/datapath/bpf/*.h internal/datapath/bpf/tests/*.bpf.c bpf/include/hostqos.h
+
+# The web view's vendored JavaScript (internal/web/assets/vendor) as npm
+# installs it from internal/web/ui/package-lock.json: rebuilt in a scratch
+# directory and diffed (skips without npm; internal/web's tests check the
+# files against the lockfile either way). scripts/web-assets.sh re-vendors.
+check-web-assets:
+	scripts/web-assets.sh --check
 
 # Format the Go code (gofmt) and the BPF C (clang-format, kernel style as
 # set in .clang-format).
@@ -104,7 +111,7 @@ INTEGRATION_PKG := github.com/hostqos/hostqos/tests/integration
 PAIRED_TESTS_RE := ^(TestPoliceLimitsUDP|TestVoicePriorityUnderBulk|TestMinBWSharesSaturatedLink|TestMaxBWLimitsTCPGoodput|TestControlledLoadReservation|TestGuaranteedReservationFlowControl|TestKill9KeepsEnforcing|TestQuotaLimitsApp|TestDownloadLimitUDP|TestReservations|TestRuleAppliesToOpenConnection|TestSocketsOpenBeforeDaemonStart|TestContainerRule)$$
 # CI runs vet beside the tests (.ci/run: TEST_VET=).
 TEST_VET ?= vet
-test: deps $(TEST_VET) build check-generated check-format
+test: deps $(TEST_VET) build check-generated check-format check-web-assets
 	@pkgs=$$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' $(PKGS)) || exit 1; \
 	unit=$$(echo "$$pkgs" | grep -Ev '$(SERIAL_TESTS_RE)' | cut -d' ' -f1); \
 	serial=$$(echo "$$pkgs" | grep -E '$(SERIAL_TESTS_RE)' | cut -d' ' -f1); \

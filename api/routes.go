@@ -62,6 +62,6 @@ func Routes() []string {
 		RouteQSockInit, RouteQSockets, RouteQSockAttach, RouteQSockChange, RouteQSockInfo, RouteQSockDetach,
 		RouteRTChannels, RouteRTChannel, RouteAdmitRTChannel, RouteCloseRTChannel,
 		RouteBlocks, RouteAddBlock, RouteRemoveBlock, RouteProtected, RouteAddProtected, RouteRemoveProtected,
-		RouteContainers,
+		RouteContainers, RouteWebToken,
 	}
 }

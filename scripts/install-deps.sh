@@ -8,7 +8,8 @@
 #                                    libhostqos, python3 for the Python qsocket module, man-db for the
 #                                    manual pages' test, dpkg-dev, lintian and debootstrap for make deb
 #                                    and make test-deb, podman, runc, docker.io and busybox-static
-#                                    for the container tests, etcd-server for the Kubernetes tests)
+#                                    for the container tests, etcd-server for the Kubernetes tests,
+#                                    chromium for the web view's browser test)
 #   scripts/install-deps.sh --bpf    also the BPF toolchain for `make generate` and `make fmt`: the
 #                                    pinned clang-14 (internal/datapath/gen.go calls it by name),
 #                                    so regenerated objects match the committed ones
@@ -50,6 +51,9 @@ have dockerd || need+=(docker.io)
 # loopback ports; the package's own etcd service, where systemd starts
 # it, is not used.
 have etcd || need+=(etcd-server)
+# The web view's browser test drives Debian's Chromium headless
+# (tests/integration/web_test.go, through the DevTools protocol).
+have chromium || need+=(chromium)
 # The BPF compiler is pinned by name: the same clang gives byte-identical
 # objects, which `make check-generated` compares with the committed ones.
 # Change it together with -cc/-strip in internal/datapath/gen.go.

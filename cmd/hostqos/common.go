@@ -42,6 +42,7 @@ type apiClient interface {
 	QSockets() api.QSocketsAPI
 	Explain(ctx context.Context, q api.ExplainQuery) (api.Explanation, error)
 	Containers(ctx context.Context) ([]api.Container, error)
+	WebToken(ctx context.Context) (api.WebLogin, error)
 }
 
 var _ apiClient = (*api.Client)(nil)

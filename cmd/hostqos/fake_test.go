@@ -88,6 +88,10 @@ func (f *fakeClient) Containers(context.Context) ([]api.Container, error) {
 	return f.ctrs, f.record("Containers", nil, nil)
 }
 
+func (f *fakeClient) WebToken(context.Context) (api.WebLogin, error) {
+	return api.WebLogin{URL: "http://127.0.0.1:9465/?token=0123", Base: "http://127.0.0.1:9465/", Token: "0123"}, f.record("WebToken", nil, nil)
+}
+
 type fakeHistory struct{ f *fakeClient }
 
 func (h fakeHistory) Get(_ context.Context, q api.HistoryQuery) (api.History, error) {

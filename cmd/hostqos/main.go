@@ -50,6 +50,7 @@ default /run/hostqos/hostqosd.sock).`,
 	root.AddCommand(newTopCmd(f))
 	root.AddCommand(newExplainCmd(f))
 	root.AddCommand(newContainerCmd(f))
+	root.AddCommand(newWebCmd(f))
 	root.AddCommand(newLabCmds(f)...)
 	applyConventions(f, root)
 	return root

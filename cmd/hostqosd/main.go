@@ -73,6 +73,7 @@ func newFlags() (*flag.FlagSet, *flags) {
 	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", daemon.DefaultMaxConnsPerUser, "API connections one ordinary user may hold at once; more are refused at once (root and group hostqos are not limited)")
 	fs.IntVar(&cfg.MaxUserConns, "max-user-conns", daemon.DefaultMaxUserConns, "API connections all ordinary users together may hold at once")
 	fs.StringVar(&cfg.Settings.MetricsListen, "metrics-listen", "", "serve Prometheus metrics on this host:port at /metrics, e.g. 127.0.0.1:9464 (overrides metrics_listen; default: no listener)")
+	fs.StringVar(&cfg.WebListen, "web-listen", "", "serve the local web view on this host:port, e.g. 127.0.0.1:9465 (overrides [web] listen; default: no web view); hostqos web prints its URL with a login token")
 	fs.IntVar(&cfg.Settings.MaxApps, "max-apps", 0, "apps named in history and metrics; the others are app \"other\" of their user (overrides max_apps; default 100)")
 	fs.StringVar(&cfg.Settings.HistoryRaw, "history-raw", "", "keep per-second history this long (overrides history_raw; default 1h)")
 	fs.StringVar(&cfg.Settings.HistoryMinutes, "history-minutes", "", "keep per-minute history this long (overrides history_minutes; default 30d)")
@@ -165,6 +166,10 @@ func main() {
 	}
 	if cfg.MaxUserConns < 1 || cfg.MaxUserConns > 1<<16 {
 		fmt.Fprintf(os.Stderr, "hostqosd: flag --max-user-conns = %d: want 1 … 65536\n", cfg.MaxUserConns)
+		os.Exit(2)
+	}
+	if cfg.WebListen != "" && !policy.CheckWebListen(cfg.WebListen) {
+		fmt.Fprintf(os.Stderr, "hostqosd: flag --web-listen = %q: want HOST:PORT with an IP address or localhost, e.g. 127.0.0.1:9465\n", cfg.WebListen)
 		os.Exit(2)
 	}
 	if err := cfg.Settings.Validate("flags"); err != nil {

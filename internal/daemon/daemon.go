@@ -29,6 +29,7 @@ import (
 	"github.com/hostqos/hostqos/internal/host"
 	"github.com/hostqos/hostqos/internal/metrics"
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/web"
 )
 
 // Version is set at build time.
@@ -84,6 +85,9 @@ type Config struct {
 	// kernel has it, else bounded), bpf_loop or bounded
 	// (datapath.ResolveLoops); the bounded one holds smaller policies.
 	Loops string
+	// WebListen is the web view's address (--web-listen); it overrides
+	// the config file's [web] listen.
+	WebListen string
 }
 
 // Daemon is a running hostqosd: the process around the engine — its
@@ -133,6 +137,7 @@ type Daemon struct {
 	kube    *kubeAgent        // nil: no [kubernetes], or it did not start
 	hist    *history.Store    // nil: no history
 	metrics *metrics.Server   // nil: no metrics listener
+	web     *web.Server       // nil: no web view; guarded by mu
 
 	// Requests at work by idempotency key (see idempotency.go).
 	keyMu    sync.Mutex
@@ -294,6 +299,7 @@ func (d *Daemon) Wait(ctx context.Context) {
 // daemon loses nothing); the policies of running `hostqos run` programs
 // stay.
 func (d *Daemon) Stop() {
+	d.stopWeb()
 	if d.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		_ = d.srv.Shutdown(ctx) // let answers in flight (e.g. to down) go out

@@ -72,6 +72,7 @@ var fuzzRoutes = []fuzzRoute{
 	{route: api.RouteStatus, seeds: []string{``}},
 	{route: api.RouteContainers, seeds: []string{``}},
 	{route: api.RouteContainers, user: true, seeds: []string{``}},
+	{route: api.RouteWebToken, seeds: []string{``, `{}`}},
 	{route: api.RouteLinks, seeds: []string{``}},
 	{route: api.RouteRemoveLink, in: fuzzParam, seeds: []string{`eth0`, `eth1`, `..`}},
 	{route: api.RouteClasses, seeds: []string{``}},

@@ -51,8 +51,13 @@ func (d *Daemon) listen() error {
 	if err != nil {
 		return err
 	}
+	h := d.routes()
+	if err := d.startWeb(h); err != nil {
+		ln.Close()
+		return err
+	}
 	srv := &http.Server{
-		Handler:           d.routes(),
+		Handler:           h,
 		ReadHeaderTimeout: apiReadHeaderTimeout,
 		ReadTimeout:       apiReadTimeout,
 		WriteTimeout:      apiWriteTimeout,
@@ -366,6 +371,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc(api.RouteDown, mutating(d.handleDown))
 	mux.HandleFunc(api.RouteEvents, d.handleEvents)
 	mux.HandleFunc(api.RouteContainers, d.large.bound(d.handleContainers))
+	mux.HandleFunc(api.RouteWebToken, d.handleWebToken)
 	d.qsockRoutes(mux)
 	d.rsvpRoutes(mux)
 	d.rtRoutes(mux)

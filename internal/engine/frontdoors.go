@@ -28,6 +28,14 @@ func (e *Engine) KubernetesSettings() policy.KubernetesSettings {
 	return e.base.Kubernetes
 }
 
+// WebSettings is the config file's [web] table, as the engine last read
+// it.
+func (e *Engine) WebSettings() policy.WebSettings {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.base.Web
+}
+
 // ManagedIfindexes are the interfaces of the managed links set up now.
 func (e *Engine) ManagedIfindexes() []int {
 	e.mu.Lock()

@@ -102,7 +102,7 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 	settings := settingsKeys()
 	for _, k := range sortedKeys(raw) {
 		switch _, section := top.byKey[k]; {
-		case section, settings[k], k == rsvpKey, k == containersKey, k == kubernetesKey:
+		case section, settings[k], k == rsvpKey, k == containersKey, k == kubernetesKey, k == webKey:
 		case k == builtinClassesKey:
 			b, ok := raw[k].(bool)
 			if !ok {
@@ -111,13 +111,14 @@ func (ld *loader) policy(raw map[string]any) *Policy {
 			}
 			builtins = b
 		default:
-			ld.unknownKey("", k, ld.loc[keyLoc{"", -1, k}], append(append(slices.Clip(top.names), builtinClassesKey, rsvpKey, containersKey, kubernetesKey), fieldsOf(reflect.TypeOf(Settings{}), "toml").names...))
+			ld.unknownKey("", k, ld.loc[keyLoc{"", -1, k}], append(append(slices.Clip(top.names), builtinClassesKey, rsvpKey, containersKey, kubernetesKey, webKey), fieldsOf(reflect.TypeOf(Settings{}), "toml").names...))
 		}
 	}
 	ld.settings(raw, p)
 	ld.rsvp(raw, p)
 	ld.containers(raw, p)
 	ld.kubernetes(raw, p)
+	ld.web(raw, p)
 	if builtins {
 		p.Classes = DefaultClasses()
 	}

@@ -185,6 +185,9 @@ type Policy struct {
 	// Kubernetes is the config file's [kubernetes] table (read when the
 	// daemon starts).
 	Kubernetes KubernetesSettings `json:"-" toml:"-"`
+	// Web is the config file's [web] table (read when the daemon
+	// starts).
+	Web WebSettings `json:"-" toml:"-"`
 	// Blocks are the config file's drop-list entries (permanent; the API
 	// adds more, with a TTL if asked).
 	Blocks []Block `json:"blocks,omitempty" toml:"block"`
