@@ -37,7 +37,8 @@ func TestDependencies(t *testing.T) {
 	tooling := func(p string) bool {
 		return strings.HasPrefix(p, "gonum.org/") || strings.HasPrefix(p, "github.com/gdamore/tcell") ||
 			p == "github.com/hostqos/hostqos/internal/plot" || strings.HasPrefix(p, "github.com/hostqos/hostqos/internal/lab") ||
-			strings.HasPrefix(p, "github.com/hostqos/hostqos/internal/test") || p == "github.com/hostqos/hostqos/internal/host/fakehost"
+			strings.HasPrefix(p, "github.com/hostqos/hostqos/internal/test") || p == "github.com/hostqos/hostqos/internal/host/fakehost" ||
+			strings.HasPrefix(p, "github.com/chromedp/") // the web view's browser test drives chromium
 	}
 	for name, dir := range map[string]string{"hostqosd": ".", "rtchan": "../../rtchan"} {
 		for _, dep := range goList(t, "-deps", dir) {
