@@ -19,6 +19,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 	"sync"
@@ -221,6 +222,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			writeError(w, http.StatusForbidden, "cross-site request refused")
 			return
 		}
+		// Every answer is sent within writeTimeout (a stream moves its
+		// deadline on with each event).
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTimeout))
 		next.ServeHTTP(w, r)
 	})
 }
@@ -460,7 +464,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	target := "/v1/events"
 	if k := q.Get("kind"); k != "" {
-		target += "?kind=" + clipQuery(k)
+		target += "?" + url.Values{"kind": {clip(k)}}.Encode()
 	}
 	_, end, ok := s.startStream(w, r)
 	if !ok {
@@ -481,13 +485,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.cfg.API.ServeHTTP(&sseWriter{w: w}, s.cfg.As(sub, loginOf(r).caller))
-}
-
-func clipQuery(s string) string {
-	if len(s) > 256 {
-		s = s[:256]
-	}
-	return strings.NewReplacer("&", "", "#", "", " ", "").Replace(s)
 }
 
 // sseWriter turns an answer of JSON lines into server-sent events.

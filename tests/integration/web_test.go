@@ -174,7 +174,8 @@ func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 // sending to a receiver, Debian's chromium headless on the page that
 // `hostqos web` logs into: the apps table shows both apps with the rates
 // the receiver measures (within 10 %); on one app's page a click on "Set
-// limit", a value and Apply (the confirmation) change its limit, and what
+// limit", a value and Apply (the confirmation) change its limit (a value
+// the daemon refuses first: its message shows in the dialog), and what
 // the receiver gets follows within 2 s; the history chart renders points
 // from the history store; a screenshot of each view is saved and not
 // blank. Then nobody's login (from `hostqos web` run as nobody) is
@@ -251,9 +252,18 @@ func TestWebViewInBrowser(t *testing.T) {
 	// A click changes beta's limit: its page, Set limit, 2mbit, Apply.
 	if err := chromedp.Do(ctx, chromedp.Click(`#apps tbody tr[data-name="web-beta"]`), chromedp.WaitVisible(`#act-limit`),
 		chromedp.Click(`#act-limit`), chromedp.WaitVisible(`#confirm-value`),
-		script(`document.querySelector("#confirm-value").value = ""`), chromedp.SendKeys(`#confirm-value`, "2mbit"),
-		chromedp.WaitVisible(`#confirm-ok`)); err != nil {
+		script(`document.querySelector("#confirm-value").value = ""`), chromedp.SendKeys(`#confirm-value`, "2mbits"),
+		chromedp.Click(`#confirm-ok`)); err != nil {
 		t.Fatalf("open the limit dialog: %v", err)
+	}
+	// A value the daemon refuses: its message stays in the dialog.
+	eventually(t, 5*time.Second, "the dialog shows the daemon's refusal of 2mbits", func() (bool, string) {
+		msg, err := chromedp.Run(ctx, chromedp.Text(`#confirm-error`))
+		return err == nil && strings.Contains(msg, "unknown rate unit"), fmt.Sprintf("%q %v", msg, err)
+	})
+	screenshot(t, ctx, shots, "refused")
+	if err := chromedp.Do(ctx, script(`document.querySelector("#confirm-value").value = ""`), chromedp.SendKeys(`#confirm-value`, "2mbit")); err != nil {
+		t.Fatal(err)
 	}
 	if plan, err := chromedp.Run(ctx, chromedp.Text(`#confirm-plan`)); err != nil || !strings.Contains(plan, "change rule beta") {
 		t.Errorf("the confirmation says %q (%v); want it to name rule beta", plan, err)

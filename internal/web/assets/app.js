@@ -37,8 +37,13 @@ async function apiError(r) {
   let body;
   try { body = await r.json(); } catch (e) { return r.status + " " + r.statusText; }
   let s = body.error || (r.status + " " + r.statusText);
+  // Each field error as the CLI prints it: object: field F = "V": reason; fix.
   for (const f of body.fields || []) {
-    s += "\n" + [f.field, f.value && ("= " + f.value), f.reason, f.fix && ("(" + f.fix + ")")].filter(Boolean).join(" ");
+    let line = f.Object ? f.Object + ": " : "";
+    if (f.Field) line += "field " + f.Field + (f.Value ? " = " + (f.Literal ? f.Value : JSON.stringify(f.Value)) : "") + ": ";
+    line += f.Reason || "";
+    if (f.Fix) line += "; " + f.Fix;
+    s += "\n" + line;
   }
   return s;
 }
@@ -84,9 +89,13 @@ function appName(a) {
   return a.comm;
 }
 
+// appKind: a process, a container, or a container of a Kubernetes pod
+// (the node agent's rule k8s/NAMESPACE/NAME selects it).
 function appKind(a) {
   if (!a.container) return a.exited ? "process (exited)" : "process";
-  return a.runtime === "kubernetes" || a.runtime === "pod" ? "pod" : "container (" + (a.runtime || "?") + ")";
+  const pod = (a.rules || []).map((n) => state.rules[n]).find((r) => r && r.source === "kubernetes");
+  if (pod) return "pod " + pod.rule.name.replace(/^k8s\//, "");
+  return "container (" + (a.runtime || "?") + ")";
 }
 
 function ruleOf(a) {
@@ -313,7 +322,7 @@ function confirmAction(text, input, make) {
   const update = () => {
     try { const p = make(input && input.value); $("#confirm-plan").textContent = p.text + ": " + JSON.stringify(p.body || {}); } catch (e) { $("#confirm-plan").textContent = e.message; }
   };
-  if (input) input.addEventListener("input", update);
+  if (input) input.addEventListener("input", () => { $("#confirm-error").textContent = ""; update(); });
   update();
   const ok = $("#confirm-ok");
   const onOK = async (ev) => {
