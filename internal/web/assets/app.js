@@ -64,11 +64,16 @@ async function send(method, path, body) {
   return r.status === 204 ? null : r.json();
 }
 
+let msgTimer = null;
+
+// showMsg shows a message under the header; a success goes after 5 s.
 function showMsg(text, ok) {
   const m = $("#msg");
   m.textContent = text;
   m.className = ok ? "msg ok" : "msg";
   m.hidden = !text;
+  clearTimeout(msgTimer);
+  if (ok) msgTimer = setTimeout(() => { m.hidden = true; }, 5000);
 }
 
 // ---- state ----
