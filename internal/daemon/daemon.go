@@ -346,7 +346,7 @@ func (d *Daemon) Reload(force bool) error {
 // startTime are the start-time settings as the config file (and the
 // flags over it) give them now.
 func (d *Daemon) startTime() policy.StartTime {
-	return policy.StartTime{Settings: d.settings(), RSVP: d.eng.RSVPSettings()}
+	return policy.StartTime{Settings: d.settings(), RSVP: d.eng.RSVPSettings(), Web: policy.WebSettings{Listen: d.webListen()}}
 }
 
 // restartNeeded lists the start-time settings the config file changed

@@ -6,11 +6,13 @@ import (
 )
 
 // StartTime is what hostqosd reads from the config file only when it
-// starts: the top-level settings (history, metrics, event limits) and the
-// [rsvp] table. A reload reads them too, but they apply at the next start.
+// starts: the top-level settings (history, metrics, event limits), the
+// [rsvp] table and the [web] table. A reload reads them too, but they
+// apply at the next start.
 type StartTime struct {
 	Settings Settings
 	RSVP     RSVP
+	Web      WebSettings
 }
 
 // Changes lists the settings whose value in file (the config file now)
@@ -28,6 +30,7 @@ func (s StartTime) Changes(file StartTime) []string {
 	}
 	diff("", reflect.ValueOf(s.Settings), reflect.ValueOf(file.Settings))
 	diff("[rsvp] ", reflect.ValueOf(s.RSVP), reflect.ValueOf(file.RSVP))
+	diff("[web] ", reflect.ValueOf(s.Web), reflect.ValueOf(file.Web))
 	return out
 }
 

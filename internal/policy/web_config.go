@@ -10,7 +10,7 @@ import (
 type WebSettings struct {
 	// Listen is the TCP address (host:port) the web view is served on;
 	// "" (no [web] table, or no listen in it): no web view.
-	Listen string
+	Listen string `toml:"listen"`
 }
 
 // webKey is the config file's [web] table.
