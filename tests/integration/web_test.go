@@ -126,6 +126,21 @@ func (s *countingSink) rate(d time.Duration) float64 {
 	return float64(s.n.Load()-a) * 8 / time.Since(t0).Seconds()
 }
 
+// startBrowser starts headless chromium for the test (ended at cleanup);
+// its context ends after limit.
+func startBrowser(t *testing.T, chromium string, limit time.Duration) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.WindowSize(1400, 900), chromedp.Flag("disable-gpu", true), chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(cancelBrowser)
+	ctx, cancelAll := context.WithTimeout(ctx, limit)
+	t.Cleanup(cancelAll)
+	return ctx
+}
+
 // screenshot saves the page as docs/img/web-NAME.png (with
 // HOSTQOS_UPDATE_SCREENSHOTS=1; else in the test's directory) and fails
 // when it is blank: fewer than 1 % of its pixels differ from the
@@ -199,14 +214,7 @@ func TestWebViewInBrowser(t *testing.T) {
 	host := e.forwardToNode(webListen)
 	base := "http://" + host + "/"
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.WindowSize(1400, 900), chromedp.Flag("disable-gpu", true), chromedp.UserDataDir(t.TempDir()))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	defer cancelBrowser()
-	ctx, cancelAll := context.WithTimeout(ctx, 75*time.Second)
-	defer cancelAll()
+	ctx := startBrowser(t, chromium, 75*time.Second)
 	shots := t.TempDir()
 
 	// Log in: the URL with the token; the page sets the cookie and drops
@@ -384,4 +392,72 @@ func urlEscape(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestWebViewShowsContainer: a container (a network-namespace container
+// declared in [containers], behind the host hostqosd runs on) sending TCP
+// through the host is one row of the apps table, marked a container of
+// its runtime, with its rule, limit and a rate near the receiver's (20 %:
+// see below); a screenshot is saved.
+func TestWebViewShowsContainer(t *testing.T) {
+	chromium := chromiumPath(t)
+	c := newCtrEnv(t)
+	c.writeConfig(c.config("100mbit", fmt.Sprintf("\n[web]\nlisten = %q\n", webListen)))
+	c.startDaemon()
+	eventually(t, 5*time.Second, "the container found", func() (bool, string) {
+		cs := c.containers()
+		return len(cs) == 1 && cs[0].Seen, fmt.Sprintf("%+v", cs)
+	})
+	c.hostqos("rule", "add", "ctr", "--container", c.ctrName, "--class", "bulk", "--maxbw", "5mbit")
+	to := serverAddr(c) + ":7520"
+	recv := c.countingSink(to)
+	cmd := c.ctr.Command(hostqosBin(), "tool", "tcp-send", "--to", to, "--duration", "60s")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	var login api.WebLogin
+	c.hostqosJSON(&login, "web", "-o", "json")
+	base := "http://" + c.forwardToNode(webListen) + "/"
+	ctx := startBrowser(t, chromium, 45*time.Second)
+	row := `#apps tbody tr[data-name="` + c.ctrName + `"]`
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"?token="+login.Token), chromedp.WaitVisible(row)); err != nil {
+		t.Fatalf("the container's row: %v", err)
+	}
+	measured(t, "the container's rate in the table", func(int) (bool, string) {
+		time.Sleep(2 * time.Second)
+		var wg sync.WaitGroup
+		var r float64
+		wg.Add(1)
+		go func() { defer wg.Done(); r = recv.rate(5 * time.Second) }()
+		var w float64
+		for i := 0; i < 5; i++ {
+			time.Sleep(time.Second)
+			a, err := chromedp.Run(ctx, chromedp.AttributeValue(row+` td.out`, "data-bps"))
+			if err != nil {
+				return false, err.Error()
+			}
+			v, _ := strconv.ParseFloat(a.Value, 64)
+			w += v / 5
+		}
+		wg.Wait()
+		msg := fmt.Sprintf("container: table %.2f Mbit/s, receiver %.2f", w/1e6, r/1e6)
+		t.Log(msg)
+		// The daemon's per-second rate of a container's forwarded flow
+		// swings more than a host process's (3.3 to 5.1 Mbit/s seen
+		// around a steady 4.8 at the receiver): the table is held to the
+		// receiver within 20 % over 5 s here; the apps' 10 % is above.
+		return r > 1e6 && abs(w-r) <= 0.2*r, msg
+	})
+	text, err := chromedp.Run(ctx, chromedp.Text(row))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"container (netns)", "ctr", "bulk", "5mbit"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the container's row %q does not say %q", text, want)
+		}
+	}
+	screenshot(t, ctx, t.TempDir(), "container")
 }

@@ -156,7 +156,7 @@ function renderApps() {
     const out = field(a, "out"), inb = field(a, "in");
     const tr = el("tr", { "data-app": appKey(a), "data-name": appName(a) },
       el("td", { text: appName(a) }), el("td", { text: appKind(a) }), el("td", { text: a.pid ? String(a.pid) : "-" }),
-      el("td", { text: String(a.uid) }), el("td", { text: String(a.flows) }), el("td", { text: field(a, "rule") || "-" }),
+      el("td", { text: a.container ? "-" : String(a.uid) }), el("td", { text: String(a.flows) }), el("td", { text: field(a, "rule") || "-" }),
       el("td", { text: classOf(a) }), el("td", { text: markOf(a) }), el("td", { text: field(a, "limit") || "-" }),
       el("td", { text: field(a, "guarantee") || "-" }),
       el("td", { className: "num out", text: fmtRate(out), "data-bps": String(out) }),
@@ -207,7 +207,7 @@ function renderAppSummary() {
   $("#app-title").textContent = state.current;
   const tb = $("#app-summary tbody");
   if (!a) { tb.replaceChildren(el("tr", {}, el("td", { text: "not sending now" }))); return; }
-  const kv = [["Kind", appKind(a)], ["PID", a.pid ? String(a.pid) : "-"], ["User", String(a.uid)], ["Image", a.image || "-"],
+  const kv = [["Kind", appKind(a)], ["PID", a.pid ? String(a.pid) : "-"], ["User", a.container ? "-" : String(a.uid)], ["Image", a.image || "-"],
     ["Rules", (a.rules || []).join(", ") || "-"], ["Class", classOf(a)], ["Mark", markOf(a)],
     ["Limit", field(a, "limit") || "-"], ["Guarantee", field(a, "guarantee") || "-"],
     ["Out", fmtRate(field(a, "out"))], ["In", fmtRate(field(a, "in"))], ["Drops", fmtCount(field(a, "drops"))]];
