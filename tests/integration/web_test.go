@@ -192,8 +192,8 @@ func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 // limit", a value and Apply (the confirmation) change its limit (a value
 // the daemon refuses first: its message shows in the dialog), and what
 // the receiver gets follows within 2 s; the history chart renders points
-// from the history store; a screenshot of each view is saved and not
-// blank. Then nobody's login (from `hostqos web` run as nobody) is
+// from the history store; the reservations and links views show a
+// reservation; a screenshot of each view is saved and not blank. Then nobody's login (from `hostqos web` run as nobody) is
 // refused the change of root's rule with the API's message.
 func TestWebViewInBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
@@ -318,6 +318,8 @@ func TestWebViewInBrowser(t *testing.T) {
 	}
 	t.Logf("alpha's chart: %s points", pts.Value)
 	screenshot(t, ctx, shots, "app")
+	// A reservation for the reservations and links views to show.
+	e.hostqos("resv", "add", "video", "--service", "guaranteed", "--proto", "udp", "--rport", "5004", "--rate", "1mbit", "--burst", "16KiB")
 	for _, v := range []string{"links", "reservations", "sockets", "events", "explain"} {
 		if err := chromedp.Do(ctx, setHash("#"+v), chromedp.WaitVisible(`#view-`+v)); err != nil {
 			t.Fatalf("view %s: %v", v, err)
@@ -326,8 +328,12 @@ func TestWebViewInBrowser(t *testing.T) {
 			e.hostqos("rule", "set", "alpha", "--maxbw", "7mbit")
 			_ = chromedp.Do(ctx, chromedp.WaitVisible(`#events tbody tr`))
 		}
-		if v == "links" {
-			_ = chromedp.Do(ctx, chromedp.WaitVisible(`#links tbody td`))
+		if v == "links" || v == "reservations" {
+			// The reservation is in the table (and in the link's guarantees).
+			eventually(t, 5*time.Second, "the reservation in view "+v, func() (bool, string) {
+				text, err := chromedp.Run(ctx, chromedp.Text(`#`+v+` tbody`))
+				return err == nil && strings.Contains(text, "video"), fmt.Sprintf("%q %v", text, err)
+			})
 		}
 		screenshot(t, ctx, shots, v)
 	}

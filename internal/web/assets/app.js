@@ -440,6 +440,20 @@ async function loadList(path, table, pick) {
   } catch (e) { genericTable($(table), [{ error: e.message }]); }
 }
 
+// reservationRow is what the reservations table shows of one (hostqos
+// resv list's columns and its counters).
+function reservationRow(r) {
+  const v = r.reservation || {}, c = r.counters || {};
+  return {
+    name: v.name, service: v.service, source: r.source,
+    selects: [v.proto, v.local && "local " + v.local, v.remote && "remote " + v.remote, v.lport && "lport " + v.lport,
+      v.rport && "rport " + v.rport, v.exe, v.comm, v.container && "container " + v.container].filter(Boolean).join(" ") || "-",
+    rate: v.rate, burst: v.burst, reserved: r.admission && r.admission.reserved, sockets: (r.sockets || []).length,
+    conformant_packets: c.conformant_packets, nonconformant_packets: c.nonconformant_packets,
+    problems: [r.error].concat(r.broken || []).filter(Boolean).join("; "),
+  };
+}
+
 let eventsSource = null;
 
 function startEvents() {
@@ -486,7 +500,7 @@ function route() {
       every(loadFlows, 2000);
       break;
     case "links": every(loadLinks, 2000); break;
-    case "reservations": every(() => loadList("/v1/reservations", "#reservations"), 2000); break;
+    case "reservations": every(() => loadList("/v1/reservations", "#reservations", reservationRow), 2000); break;
     case "sockets":
       every(() => { loadList("/v1/qsockets", "#qsockets"); loadList("/v1/rtchannels", "#rtchannels"); }, 2000);
       break;
