@@ -188,7 +188,8 @@ func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 // TestWebViewInBrowser: hostqosd with [web] in a test namespace, two apps
 // sending to a receiver, Debian's chromium headless on the page that
 // `hostqos web` logs into: the apps table shows both apps with the rates
-// the receiver measures (within 10 %); on one app's page a click on "Set
+// the receiver measures (within 10 %), sorted by a click on a column and
+// filtered by a class; on one app's page a click on "Set
 // limit", a value and Apply (the confirmation) change its limit (a value
 // the daemon refuses first: its message shows in the dialog), and what
 // the receiver gets follows within 2 s; the history chart renders points
@@ -256,6 +257,36 @@ func TestWebViewInBrowser(t *testing.T) {
 		return ok, msg
 	})
 	screenshot(t, ctx, shots, "apps")
+
+	// Sorting by a column's header, and the filter.
+	names := func() string {
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll("#apps tbody tr")).map((r) => r.dataset.name).join(",")`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(`#apps th[data-sort="name"]`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); got != "web-alpha,web-beta" {
+		t.Errorf("sorted by name: %s", got)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(`#apps th[data-sort="name"]`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); got != "web-beta,web-alpha" {
+		t.Errorf("sorted by name, descending: %s", got)
+	}
+	if err := chromedp.Do(ctx, chromedp.SendKeys(`#filter`, "bulk")); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); got != "web-beta" {
+		t.Errorf("filtered by bulk (beta's class): %s", got)
+	}
+	if err := chromedp.Do(ctx, script(`document.querySelector("#filter").value = ""; document.querySelector("#filter").dispatchEvent(new Event("input"))`)); err != nil {
+		t.Fatal(err)
+	}
 
 	// A click changes beta's limit: its page, Set limit, 2mbit, Apply.
 	if err := chromedp.Do(ctx, chromedp.Click(`#apps tbody tr[data-name="web-beta"]`), chromedp.WaitVisible(`#act-limit`),
