@@ -20,6 +20,9 @@
 //	   │               max(8 kbit, link/1000) when only MaxBW is set — not a
 //	   │               guarantee), ceil = MaxBW (or the class ceil),
 //	   │               prio = class priority
+//	   │  └─ H:7200+n  class of a rule shaped to a Tspec (reservation n,
+//	   │     │         TspecShape): rate = ceil = r, burst = cburst = b
+//	   │     └─ H:100+s its leaf: rate r, burst b, ceil p, cburst M
 //	   ├─ ...
 //	   └─ H:8000+s ACK leaf of rule slot s, for rules with a download
 //	               limit (see AckSpec): rate = ceil = AckRate(limit),

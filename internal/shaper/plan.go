@@ -91,6 +91,48 @@ type RuleSpec struct {
 	Sessions                   int
 	SessionGroup               uint16
 	SessionMinBW, SessionMaxBW uint64
+	// Tspec (with Sessions 0) shapes the rule's traffic to a token-bucket
+	// specification instead of MinBW/MaxBW: see TspecShape.
+	Tspec *TspecShape
+}
+
+// TspecShape is the traffic specification a rule's leaf shapes to
+// (guaranteed service shaped to its Tspec, RFC 2210 units: IP packets).
+// HTB holds a class to two buckets at once: its rate with burst and its
+// ceil with cburst. The leaf gets rate = r, burst = b and ceil = p,
+// cburst = one packet, so what leaves stays within b + r·t and M + p·t.
+// A leaf whose rate bucket is empty borrows from its parent, so the leaf
+// hangs from a class of its own (TspecMinor(ID)) with rate = ceil = r and
+// the same burst: charged with the same bytes, its bucket empties with
+// the leaf's and it never lends. HTB counts L2 frames (IP + 14 bytes):
+// rates and buckets are scaled by (M + 14)/M, which makes a stream of
+// M-byte packets leave at exactly r and any smaller packets below it.
+// One packet may overdraw a bucket; a GSO packet is up to the link's
+// GSO cap (GSOCap), so the burst is cut by what that adds over one
+// frame and the bucket never lets more than b + M out at once.
+type TspecShape struct {
+	ID              uint16 // 1..MaxTspecShapes: its class is TspecMinor(ID)
+	Rate, Peak      uint64 // r and p, bits/s of IP packets; Peak 0: no peak term
+	Bucket, MaxUnit uint32 // b and M, bytes
+}
+
+// TspecBase + id (1..MaxTspecShapes) is the minor of the class a leaf
+// shaped to a Tspec hangs from.
+const (
+	TspecBase      uint16 = 0x7200
+	MaxTspecShapes        = 255
+	ethHeader             = frameBytes - 1500
+)
+
+// TspecMinor is the minor of the parent class of the leaf shaped to Tspec
+// id.
+func TspecMinor(id uint16) uint16 { return TspecBase + id }
+
+// tspecFrames is x (bytes or bits/s of IP packets of at most M bytes)
+// scaled to the frames HTB counts, rounded up.
+func tspecFrames(x uint64, M uint32) uint64 {
+	m := uint64(max(M, 1))
+	return units.Mul(x, m+ethHeader)/m + 1
 }
 
 // LinkSpec is the managed link.
@@ -259,6 +301,38 @@ type rulePlan struct {
 	token bool // rate is a token rate, not a guarantee
 	// Per-session leaves (spec.Sessions > 0): each one's rate and ceiling.
 	sessRate, sessCeil uint64
+	// Shaped to a Tspec (spec.Tspec): the leaf's buckets in frame bytes.
+	burst, cburst uint32
+}
+
+// planTspec gives rp, a rule shaped to its Tspec on a link of rate L,
+// its rate, ceiling and buckets in frame bytes (see TspecShape).
+func planTspec(rp *rulePlan, L uint64) error {
+	ts := rp.spec.Tspec
+	switch {
+	case rp.spec.Sessions > 0:
+		return fmt.Errorf("a Tspec and per-session leaves together")
+	case ts.ID == 0 || ts.ID > MaxTspecShapes:
+		return fmt.Errorf("Tspec id %d outside 1..%d", ts.ID, MaxTspecShapes)
+	case ts.Rate < MinRate:
+		return fmt.Errorf("token rate %s below the %s minimum", fmtRate(ts.Rate), fmtRate(MinRate))
+	case ts.Peak != 0 && ts.Peak < ts.Rate:
+		return fmt.Errorf("peak rate %s below the token rate %s", fmtRate(ts.Peak), fmtRate(ts.Rate))
+	case ts.MaxUnit == 0 || ts.Bucket < ts.MaxUnit:
+		return fmt.Errorf("bucket %d bytes smaller than the maximum packet size %d", ts.Bucket, ts.MaxUnit)
+	}
+	frame := uint64(ts.MaxUnit) + ethHeader
+	rp.rate = round8(tspecFrames(ts.Rate, ts.MaxUnit) + 7)
+	rp.ceil = rp.rate
+	overdraw := max(frame, uint64(GSOCap(L)))
+	burst := tspecFrames(uint64(ts.Bucket), ts.MaxUnit) + frame
+	burst = max(burst-min(burst, overdraw), frame)
+	rp.burst, rp.cburst = uint32(min(burst, 1<<30)), uint32(min(burst, 1<<30))
+	if ts.Peak != 0 {
+		rp.ceil = max(round8(tspecFrames(ts.Peak, ts.MaxUnit)+7), rp.rate)
+		rp.cburst = uint32(frame)
+	}
+	return nil
 }
 
 // planSessions gives the session leaves of rp their rate and ceiling: an
@@ -381,6 +455,18 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 			return Plan{}, fmt.Errorf("%s: minbw %s exceeds maxbw %s", name, fmtRate(r.MinBW), fmtRate(r.MaxBW))
 		}
 		rp := &rulePlan{spec: r, ceil: cp.ceil}
+		if r.Tspec != nil {
+			if err := planTspec(rp, L); err != nil {
+				return Plan{}, fmt.Errorf("%s: %w", name, err)
+			}
+			if rp.rate > cp.ceil {
+				return Plan{}, fmt.Errorf("%s: token rate %s exceeds the ceiling %s of class %q", name, fmtRate(rp.rate), fmtRate(cp.ceil), cp.spec.Name)
+			}
+			rp.ceil = min(rp.ceil, cp.ceil)
+			explicit = units.Add(explicit, rp.rate)
+			cp.rules = append(cp.rules, rp)
+			continue
+		}
 		if r.MaxBW != 0 && round8(r.MaxBW) < cp.ceil {
 			rp.ceil = round8(r.MaxBW)
 		}
@@ -477,6 +563,14 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 			mkClass(LeafBase+i, InnerBase+i, cp.share, cp.ceil, prio, true, label+" general"))
 		for _, rp := range cp.rules {
 			minor := RuleBase + rp.spec.Slot
+			if ts := rp.spec.Tspec; ts != nil {
+				parent := mkClass(TspecMinor(ts.ID), InnerBase+i, rp.rate, rp.rate, prio, false, fmt.Sprintf("rule %d tspec", rp.spec.Slot))
+				parent.Burst, parent.Cburst = rp.burst, rp.burst
+				leaf := mkClass(minor, TspecMinor(ts.ID), rp.rate, rp.ceil, prio, true, fmt.Sprintf("rule %d", rp.spec.Slot))
+				leaf.Burst, leaf.Cburst, leaf.QueueLimit = rp.burst, rp.cburst, rp.spec.QueueLimit
+				p.Classes = append(p.Classes, parent, leaf)
+				continue
+			}
 			leaf := mkClass(minor, InnerBase+i, rp.rate, rp.ceil, prio, rp.spec.Sessions == 0, fmt.Sprintf("rule %d", rp.spec.Slot))
 			if rp.spec.Sessions == 0 {
 				leaf.QueueLimit = rp.spec.QueueLimit

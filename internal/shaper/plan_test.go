@@ -55,11 +55,15 @@ func checkInvariants(t *testing.T, p Plan) {
 		}
 		if c.ParentMinor != 0 {
 			sums[c.ParentMinor] += c.Rate
-			if par := m[c.ParentMinor]; c.Ceil > par.Ceil {
+			// A leaf shaped to a Tspec: its ceil is the peak rate, above
+			// its parent's (which never lends), its cburst one frame.
+			tspec := c.ParentMinor > TspecBase && c.ParentMinor <= TspecBase+MaxTspecShapes
+			if par := m[c.ParentMinor]; c.Ceil > par.Ceil && !tspec {
 				t.Errorf("%s: ceil %d above parent ceil %d", c.Label, c.Ceil, par.Ceil)
 			}
 		}
-		if c.Burst < frameBytes || c.Cburst < c.Burst || c.Quantum < frameBytes || c.Quantum > maxQuantum {
+		tspec := c.ParentMinor > TspecBase && c.ParentMinor <= TspecBase+MaxTspecShapes
+		if c.Burst < frameBytes || (c.Cburst < c.Burst && !tspec) || c.Quantum < frameBytes || c.Quantum > maxQuantum {
 			t.Errorf("%s: burst %d cburst %d quantum %d", c.Label, c.Burst, c.Cburst, c.Quantum)
 		}
 	}
@@ -280,6 +284,54 @@ func TestBuildBursts(t *testing.T) {
 		wantQ := max(uint64(frameBytes), min(rate/800, maxQuantum))
 		if uint64(c.Quantum) != wantQ {
 			t.Errorf("rate %s: quantum %d, want %d", fmtRate(rate), c.Quantum, wantQ)
+		}
+	}
+}
+
+// TestBuildTspec: a rule shaped to a Tspec gets a leaf at r (in frames:
+// × (M+14)/M) with burst b less the GSO overdraft, ceil p with a
+// one-frame cburst, under a class of its own at rate = ceil = r that
+// never lends; without a peak both buckets are (r, b).
+func TestBuildTspec(t *testing.T) {
+	link := LinkSpec{Ifindex: 2, Name: "eth0", Rate: 100 * mbit}
+	rules := []RuleSpec{
+		{Slot: 5, Class: 0, MinBW: 2 * mbit, MaxBW: 2 * mbit, QueueLimit: 40,
+			Tspec: &TspecShape{ID: 3, Rate: 2 * mbit, Peak: 4 * mbit, Bucket: 16000, MaxUnit: 1500}},
+		{Slot: 6, Class: 1, MinBW: mbit, MaxBW: mbit, Tspec: &TspecShape{ID: 4, Rate: mbit, Bucket: 30000, MaxUnit: 1000}},
+	}
+	p, err := Build(link, defaultClasses(), rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, p)
+	m := byMinor(t, p)
+	gso := uint64(GSOCap(link.Rate))
+	par, leaf := m[TspecMinor(3)], m[RuleBase+5]
+	wantRate := round8(2*mbit*1514/1500 + 8)
+	if par.ParentMinor != InnerBase+0 || par.Leaf || par.Rate != wantRate || par.Ceil != wantRate || par.Burst != par.Cburst {
+		t.Errorf("tspec class %+v, want rate = ceil = %d under the voice class, burst = cburst", par, wantRate)
+	}
+	wantBurst := uint32(16000*1514/1500 + 1 + 1514 - gso)
+	if leaf.ParentMinor != TspecMinor(3) || !leaf.Leaf || leaf.Rate != wantRate || leaf.Ceil != round8(4*mbit*1514/1500+8) ||
+		leaf.Burst != wantBurst || leaf.Cburst != 1514 || leaf.QueueLimit != 40 || par.Burst != leaf.Burst {
+		t.Errorf("tspec leaf %+v, want rate %d, burst %d (b + M − the %d-byte GSO cap), ceil p, cburst one frame, its parent's burst", leaf, wantRate, wantBurst, gso)
+	}
+	// No peak: the ceil bucket is the rate bucket.
+	if l := m[RuleBase+6]; l.Ceil != l.Rate || l.Cburst != l.Burst || l.ParentMinor != TspecMinor(4) {
+		t.Errorf("tspec leaf without a peak %+v, want ceil = rate, cburst = burst", l)
+	}
+	// A bucket smaller than the GSO overdraft keeps one frame.
+	p, err = Build(link, defaultClasses(), []RuleSpec{{Slot: 5, Class: 0, MinBW: mbit, Tspec: &TspecShape{ID: 1, Rate: mbit, Bucket: 1500, MaxUnit: 1500}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := byMinor(t, p)[RuleBase+5]; l.Burst != 1514 {
+		t.Errorf("burst %d for b = M under a %d-byte GSO cap, want one frame", l.Burst, gso)
+	}
+	for _, bad := range []TspecShape{{ID: 0, Rate: mbit, Bucket: 1500, MaxUnit: 1500}, {ID: 1, Rate: mbit, Peak: kbit * 500, Bucket: 1500, MaxUnit: 1500},
+		{ID: 1, Rate: mbit, Bucket: 1000, MaxUnit: 1500}} {
+		if _, err := Build(link, defaultClasses(), []RuleSpec{{Slot: 5, Class: 0, MinBW: mbit, Tspec: &bad}}); err == nil {
+			t.Errorf("Tspec %+v built, want an error", bad)
 		}
 	}
 }
