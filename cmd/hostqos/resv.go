@@ -28,6 +28,8 @@ func resvFlags() fieldFlags {
 		{"max-unit", "max_unit", "Tspec maximum packet size M in bytes (IP packet; default 1500; at most the links' MTU)", sizeValue()},
 		{"service-rate", "service_rate", "Rspec service rate R ≥ r of guaranteed service (default r)", rateValue()},
 		{"slack", "slack_us", "Rspec slack term S in microseconds (guaranteed service)", intValue(0, math.MaxInt, "want microseconds ≥ 0")},
+		{"enforce", "enforce", "shape (senders wait until they conform to the Tspec; default of guaranteed) or police (the excess is sent as best effort; default of controlled load)",
+			enumValue(string(policy.EnforceShape), string(policy.EnforcePolice))},
 		{"dscp", "dscp", "DSCP of conformant packets (default: EF for guaranteed, the interactive class's for controlled load)", dscpValue()},
 	}, sessionFlags())
 }
@@ -48,10 +50,15 @@ a refusal names the numbers and changes nothing. Sockets are bound when they
 connect, and when the reservation is added if they are open already.
 
   guaranteed       traffic inside the Tspec is never dropped on the host;
-                   excess is shaped to the service rate R (the sender blocks)
+                   senders are shaped to the Tspec (they block until what
+                   they send conforms: r, b and p)
   controlled-load  traffic inside the Tspec gets the reserved rate; excess is
                    sent as best effort
   best-effort      the Tspec is counted, nothing is reserved
+
+--enforce shape|police overrides the service's default (shape for
+guaranteed, police for controlled load). A reservation needs a link with an
+egress rate to enforce it: without one it is refused.
 
 See docs/reservations.md.`,
 	}
@@ -87,6 +94,7 @@ func newResvChangeCmd(f *factory, add bool) *cobra.Command {
 		Short: "Ask for a reservation (admission-controlled)",
 		Example: `  hostqos resv add rtp --service guaranteed --proto udp --rport 5004 --rate 2mbit --burst 16KiB --max-unit 1400
   hostqos resv add video --service controlled-load --exe /usr/bin/ffmpeg --rate 4mbit --burst 64KiB --peak 10mbit
+  hostqos resv add feed --service guaranteed --enforce police --proto udp --rport 6000 --rate 1mbit --burst 8KiB
   hostqos resv add calls --service controlled-load --proto tcp --rport 5060 --rate 2mbit --burst 16KiB --max-sessions 20 --per-session-minbw 100kbit`,
 		Args: cobra.ExactArgs(1),
 	}

@@ -197,6 +197,12 @@ func attachReservation(in *Input, a attachment, r policy.Rule, dr *datapath.Rule
 		// rule's own class is the sessions' parent).
 		dr.ClassID = shaper.ClassLeafID(int(dr.ServiceClass))
 	}
+	if spec != nil && rv.shape && spec.Sessions == 0 && int(res.ID) <= shaper.MaxTspecShapes && res.Rate*8 >= shaper.MinRate {
+		// Shaped: the leaf holds what leaves to the Tspec itself (r, b,
+		// p, M), not to R with a short burst.
+		spec.Tspec = &shaper.TspecShape{ID: res.ID, Rate: res.Rate * 8, Peak: res.Peak * 8,
+			Bucket: uint32(min(res.Bucket, 1<<30)), MaxUnit: res.MaxUnit}
+	}
 	dr.Reservation = res.ID
 	d.Datapath.Reservations = append(d.Datapath.Reservations, res)
 	return nil

@@ -191,8 +191,13 @@ func TestDeriveReservations(t *testing.T) {
 			spec = s
 		}
 	}
-	if spec.QueueLimit != queue || spec.MinBW != uint64(g.EffServiceRate()) || spec.MaxBW != uint64(g.EffServiceRate()) {
-		t.Errorf("guaranteed reservation's leaf %+v: want rate = ceiling = R, queue %d", spec, queue)
+	if spec.QueueLimit != queue || spec.MinBW != uint64(g.EffServiceRate()) || spec.MaxBW != uint64(g.EffServiceRate()) ||
+		spec.Tspec == nil || *spec.Tspec != (shaper.TspecShape{ID: gr.Reservation, Rate: 2e6, Bucket: 16000, MaxUnit: 1500}) {
+		t.Errorf("guaranteed reservation's leaf %+v (Tspec %+v): want it shaped to the Tspec, queue %d", spec, spec.Tspec, queue)
+	}
+	l0p, _ := d.Link("eth0")
+	if !hasMinor(l0p.Plan, shaper.TspecMinor(gr.Reservation)) {
+		t.Error("the shaped reservation's leaf has no class of its own above it")
 	}
 	l0, _ := d.Link("eth0")
 	l1, _ := d.Link("eth1")
@@ -205,6 +210,41 @@ func TestDeriveReservations(t *testing.T) {
 	}
 	if cr.DSCP != 34 {
 		t.Errorf("controlled-load rule DSCP %d, want interactive's", cr.DSCP)
+	}
+}
+
+// TestDeriveEnforcement: enforce picks shaping or policing whatever the
+// service: a policed guaranteed reservation is demoted beyond its Tspec
+// and guaranteed R in a leaf that may borrow; a shaped controlled-load one
+// gets flow control and a leaf shaped to its Tspec.
+func TestDeriveEnforcement(t *testing.T) {
+	p := basePolicy(policy.Link{Name: "eth0", EgressRate: 20e6})
+	g := policy.NewReservation("gp")
+	g.Service, g.Enforce, g.Rate, g.ServiceRate, g.Burst, g.Proto = policy.ServiceGuaranteed, policy.EnforcePolice, 1e6, 2e6, 8000, "udp"
+	c := policy.NewReservation("cs")
+	c.Service, c.Enforce, c.Rate, c.Peak, c.Burst, c.Proto = policy.ServiceControlledLoad, policy.EnforceShape, 1e6, 4e6, 8000, "tcp"
+	p.Reservations = []policy.Reservation{g, c}
+	in := testInput(p, nil)
+	d, err := Derive(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := map[uint16]shaper.RuleSpec{}
+	for _, s := range d.Rules {
+		specs[s.Slot] = s
+	}
+	byID := map[uint16]datapath.Reservation{}
+	for _, rv := range d.Datapath.Reservations {
+		byID[rv.ID] = rv
+	}
+	gr, cr := rule(t, in, d, ResvKey("gp")), rule(t, in, d, ResvKey("cs"))
+	if rv, s := byID[gr.Reservation], specs[gr.Slot]; rv.Service != datapath.ServiceControlledLoad || rv.SendBuffer != 0 || rv.DemoteClassID == 0 ||
+		s.Tspec != nil || s.MinBW != 2e6 || s.MaxBW != 0 || gr.DSCP != 46 {
+		t.Errorf("policed guaranteed reservation %+v, leaf %+v: want the excess demoted, R guaranteed, class voice", rv, s)
+	}
+	if rv, s := byID[cr.Reservation], specs[cr.Slot]; rv.Service != datapath.ServiceGuaranteed || rv.SendBuffer == 0 ||
+		s.Tspec == nil || s.Tspec.Rate != 1e6 || s.Tspec.Peak != 4e6 || s.QueueLimit == 0 || cr.DSCP != 34 {
+		t.Errorf("shaped controlled-load reservation %+v, leaf %+v: want flow control and a leaf shaped to (r, b, p), class interactive", rv, s)
 	}
 }
 

@@ -81,8 +81,9 @@ type attachment struct {
 // resvSpec is a reservation of the datapath, before its id and the
 // default class's leaf are known.
 type resvSpec struct {
-	key string // its id's key (ResvKeys)
-	r   datapath.Reservation
+	key   string // its id's key (ResvKeys)
+	shape bool   // shaped to its Tspec (its leaf: shaper.TspecShape)
+	r     datapath.Reservation
 	// sessionGroup: a rule's session limit only (no Tspec); it applies
 	// while the rule passes traffic unpoliced.
 	sessionGroup bool
@@ -162,11 +163,14 @@ const ResvPrecedence = policy.MaxPrecedence
 // reservations: each reservation becomes a rule (ResvKey) with its
 // session selector, evaluated before the other rules, that names a
 // datapath reservation: its Tspec in bytes/s and bytes, its service, its
-// session limit and, for guaranteed service, the send buffer of its
-// sockets. The rule's HTB leaf is the reservation's: guaranteed at rate =
-// ceiling = R with a queue of at least ⌈b/m⌉ packets
-// (datapath.FlowControl); controlled load guaranteed r, excess demoted to
-// the default class.
+// session limit and, when it is shaped, the send buffer of its sockets.
+// The rule's HTB leaf is the reservation's. Shaped (the default of
+// guaranteed service): every packet goes to the leaf, which holds it to
+// the Tspec (shaper.TspecShape, attached by attachReservation) with a
+// queue of at least ⌈b/m⌉ packets (datapath.FlowControl), so its senders
+// wait. Policed (the default of controlled load): the leaf is guaranteed
+// what was reserved (R or r), the excess is demoted to the default
+// class.
 func reservations(_ *Input, x *Expansion) {
 	p := x.Policy
 	for _, rv := range p.Reservations {
@@ -181,13 +185,18 @@ func reservations(_ *Input, x *Expansion) {
 			}}
 		switch rv.Service {
 		case policy.ServiceGuaranteed:
-			ru.MinBW, ru.MaxBW = rv.EffServiceRate(), rv.EffServiceRate()
 			ru.Class = classOr(p, guaranteedClass)
+		case policy.ServiceControlledLoad:
+			ru.Class = classOr(p, controlledLoadClass)
+		}
+		switch rv.EffEnforce() {
+		case policy.EnforceShape:
+			ru.MinBW, ru.MaxBW = rv.Reserved(), rv.Reserved()
 			spec.r.Service = datapath.ServiceGuaranteed
 			spec.r.SendBuffer, _ = datapath.FlowControl(spec.r.Bucket, spec.r.MinUnit, spec.r.MaxSessions)
-		case policy.ServiceControlledLoad:
-			ru.MinBW = rv.Rate
-			ru.Class = classOr(p, controlledLoadClass)
+			spec.shape = true
+		case policy.EnforcePolice:
+			ru.MinBW = rv.Reserved()
 			spec.r.Service = datapath.ServiceControlledLoad
 		}
 		if rv.MaxSessions > 0 && rv.PerSessionMaxBW > 0 && ru.MaxBW == 0 {

@@ -414,6 +414,9 @@ func (e *Engine) admitLocked(p *policy.Policy, source string, force bool) error 
 	if err := p.AdmitWith(source, e.extraLocked()); err != nil {
 		return err
 	}
+	if err := checkEnforceable(e.eff.Policy, p, source); err != nil {
+		return err
+	}
 	if err := p.CheckCapacity(source, e.cfg.Loops); err != nil {
 		return err
 	}

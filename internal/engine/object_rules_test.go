@@ -19,6 +19,10 @@ func TestObjectRulesInViews(t *testing.T) {
 	env := newEnv(t, protConfig)
 	e, _ := env.startShield(t)
 	ctx := context.Background()
+	// A reservation needs a shaped link to enforce it.
+	if err := e.SetLink(ctx, root, "eth0", policy.Link{Name: "eth0", EgressRate: 100_000_000}, LinkChange{}); err != nil {
+		t.Fatal(err)
+	}
 	g := testResv("g", policy.ServiceControlledLoad, 1_000_000)
 	if _, err := e.AddReservation(ctx, root, g, false); err != nil {
 		t.Fatal(err)

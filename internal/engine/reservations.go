@@ -263,6 +263,9 @@ func (e *Engine) reservationsLocked(name string) ([]api.ReservationInfo, Kernel)
 		if s, ok := e.slots.Rules[resvRuleName(r.Name)]; ok {
 			ri.Slot = s
 		}
+		if why := p.Unenforced(r); why != "" {
+			ri.Broken = append(ri.Broken, "not enforced: "+why)
+		}
 		for _, l := range links {
 			if l.MTU > 0 && uint64(r.EffMaxUnit()) > uint64(l.MTU) {
 				ri.Broken = append(ri.Broken, fmt.Sprintf("M = %d above the MTU %d of link %s", uint64(r.EffMaxUnit()), l.MTU, l.Link))
@@ -302,6 +305,9 @@ func (e *Engine) watchReservations() {
 	for _, r := range e.eff.Policy.Reservations {
 		if r.Service == policy.ServiceBestEffort {
 			continue
+		}
+		if why := e.eff.Policy.Unenforced(r); why != "" {
+			now[r.Name+"\x00not enforced: "+why] = true
 		}
 		for _, name := range store.SortedKeys(e.links) {
 			if mtu, err := e.k.LinkMTU(e.links[name]); err == nil && uint64(r.EffMaxUnit()) > uint64(mtu) {

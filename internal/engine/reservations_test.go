@@ -272,17 +272,23 @@ per_session_minbw = "100kbit"
 	if sess == nil || sess.MaxSessions != 3 || sess.Rate != 0 {
 		t.Fatalf("session limit %+v", sess)
 	}
-	// The guaranteed leaf: rate = ceil = R, a queue of at least ⌈b/m⌉ = 160.
+	// The guaranteed leaf: shaped to the Tspec (r = 2 Mbit/s, p = 8 Mbit/s
+	// in frames of M = 1400: × 1414/1400), under a class of its own, a
+	// queue of at least ⌈b/m⌉ = 160.
 	tree := env.k.Trees[2]
 	slot := e.slots.Rules["resv:g"]
-	var leaf *shaper.HTBClass
+	var leaf, parent *shaper.HTBClass
 	for i := range tree.Classes {
 		if tree.Classes[i].Minor == uint16(shaper.RuleClassID(uint16(slot))&0xffff) {
 			leaf = &tree.Classes[i]
 		}
+		if tree.Classes[i].Minor == shaper.TspecMinor(uint16(e.slots.Resv["resv:g"]+1)) {
+			parent = &tree.Classes[i]
+		}
 	}
-	if leaf == nil || leaf.Rate != 3_000_000 || leaf.Ceil != 3_000_000 || leaf.QueueLimit < 160 {
-		t.Fatalf("guaranteed leaf %+v", leaf)
+	if leaf == nil || parent == nil || leaf.ParentMinor != parent.Minor || leaf.Rate < 2_020_000 || leaf.Rate > 2_020_016 ||
+		leaf.Ceil < 8_080_000 || leaf.Ceil > 8_080_016 || leaf.Cburst != 1414 || leaf.QueueLimit < 160 || parent.Ceil != leaf.Rate {
+		t.Fatalf("guaranteed leaf %+v under %+v", leaf, parent)
 	}
 	// Ids stay when others come and go.
 	id := e.slots.Resv["resv:g"]

@@ -20,17 +20,18 @@ var tomlSamples = map[reflect.Type]struct {
 	toml string
 	want any
 }{
-	reflect.TypeOf(""):          {`"x"`, "x"},
-	reflect.TypeOf(Action("")):  {`"drop"`, ActionDrop},
-	reflect.TypeOf(0):           {`7`, 7},
-	reflect.TypeOf(0.0):         {`0.5`, 0.5},
-	reflect.TypeOf(false):       {`true`, true},
-	reflect.TypeOf(Service("")): {`"guaranteed"`, ServiceGuaranteed},
-	rateType:                    {`"1.5mbit"`, Rate(1_500_000)},
-	sizeType:                    {`"64KiB"`, Size(64 << 10)},
-	dscpType:                    {`"AF41"`, DSCP(34)},
-	portsType:                   {`"1000-2000"`, PortRange{1000, 2000}},
-	prefixType:                  {`"198.18.0.0/15"`, netip.MustParsePrefix("198.18.0.0/15")},
+	reflect.TypeOf(""):              {`"x"`, "x"},
+	reflect.TypeOf(Action("")):      {`"drop"`, ActionDrop},
+	reflect.TypeOf(0):               {`7`, 7},
+	reflect.TypeOf(0.0):             {`0.5`, 0.5},
+	reflect.TypeOf(false):           {`true`, true},
+	reflect.TypeOf(Service("")):     {`"guaranteed"`, ServiceGuaranteed},
+	reflect.TypeOf(Enforcement("")): {`"police"`, EnforcePolice},
+	rateType:                        {`"1.5mbit"`, Rate(1_500_000)},
+	sizeType:                        {`"64KiB"`, Size(64 << 10)},
+	dscpType:                        {`"AF41"`, DSCP(34)},
+	portsType:                       {`"1000-2000"`, PortRange{1000, 2000}},
+	prefixType:                      {`"198.18.0.0/15"`, netip.MustParsePrefix("198.18.0.0/15")},
 }
 
 // TestEveryFieldLoads is the claim of fields.go checked field by field: a

@@ -17,8 +17,8 @@ type Service string
 // The services.
 const (
 	// ServiceGuaranteed: traffic inside the Tspec is never dropped on the
-	// host; traffic outside it is shaped (delayed) to the service rate R,
-	// through its own HTB leaf and the sender's flow control.
+	// host; by default its senders are shaped to the Tspec (they wait in
+	// send() until what they send conforms), see Enforcement.
 	ServiceGuaranteed Service = "guaranteed"
 	// ServiceControlledLoad: traffic inside the Tspec gets the reserved
 	// rate; excess goes out as best effort (never dropped for being
@@ -27,6 +27,23 @@ const (
 	// ServiceBestEffort: the Tspec is counted (conformant or not), nothing
 	// is reserved.
 	ServiceBestEffort Service = "best-effort"
+)
+
+// Enforcement is how the host holds a reservation's senders to its Tspec
+// (the seed makes shaping a choice per session, §III-C/D).
+type Enforcement string
+
+// The enforcements.
+const (
+	// EnforceShape: what leaves conforms to the Tspec (r, b, p, M): the
+	// reservation's HTB leaf holds it to both buckets and a sender that
+	// goes faster waits in send() (its send buffer fills), nothing is
+	// dropped. The default of guaranteed service.
+	EnforceShape Enforcement = "shape"
+	// EnforcePolice: each packet is checked against the Tspec as it
+	// leaves; what conforms gets the reservation's rate and DSCP, the
+	// excess is sent as best effort. The default of controlled load.
+	EnforcePolice Enforcement = "police"
 )
 
 // Reservation defaults and bounds.
@@ -95,6 +112,9 @@ type Reservation struct {
 	// slack S in microseconds.
 	ServiceRate Rate `json:"service_rate,omitempty" toml:"service_rate,omitzero"`
 	Slack       int  `json:"slack_us,omitempty" toml:"slack_us,omitzero"`
+	// Enforce chooses shaping or policing ("": the service's default,
+	// EffEnforce); best effort has nothing to enforce.
+	Enforce Enforcement `json:"enforce,omitempty" toml:"enforce,omitzero"`
 	// DSCP marks the reservation's conformant packets (unset: the class
 	// voice's for guaranteed, video's for controlled load).
 	DSCP DSCP `json:"dscp,omitzero" toml:"dscp,omitzero"`
@@ -159,6 +179,20 @@ func (r Reservation) EffServiceRate() Rate {
 	return r.Rate
 }
 
+// EffEnforce is Enforce with the service's default: shape for guaranteed
+// service, police for controlled load, "" for best effort.
+func (r Reservation) EffEnforce() Enforcement {
+	switch {
+	case r.Service == ServiceBestEffort:
+		return ""
+	case r.Enforce != "":
+		return r.Enforce
+	case r.Service == ServiceGuaranteed:
+		return EnforceShape
+	}
+	return EnforcePolice
+}
+
 // Reserved is what admission control counts against a link: R for
 // guaranteed service, r for controlled load, nothing for best effort.
 func (r Reservation) Reserved() Rate {
@@ -204,6 +238,31 @@ func (r Reservation) SessionRule() Rule {
 		DSCP: r.DSCP, DSCPIn: NoDSCP, Action: ActionPass}
 }
 
+// Unenforced says why nothing can enforce reservation r under p ("" when
+// something can): a guaranteed or controlled-load reservation is enforced
+// by the HTB tree of a shaped link (one with an egress_rate): its own link,
+// or any managed link when it names none. Best effort needs nothing.
+func (p *Policy) Unenforced(r Reservation) string {
+	if r.Service != ServiceGuaranteed && r.Service != ServiceControlledLoad {
+		return ""
+	}
+	if r.Link != "" {
+		if l, ok := p.Link(r.Link); ok && l.EgressRate == 0 {
+			return fmt.Sprintf("its link %s has no egress_rate, so nothing shapes or polices it there", r.Link)
+		}
+		return ""
+	}
+	for _, l := range p.Links {
+		if l.EgressRate > 0 {
+			return ""
+		}
+	}
+	if len(p.Links) == 0 {
+		return "no link is managed, so nothing shapes or polices it"
+	}
+	return "no managed link has an egress_rate, so nothing shapes or polices it"
+}
+
 // EffResvBuffer is the link's buffer pool for reservations.
 func (l Link) EffResvBuffer() Size {
 	if l.ResvBuffer == 0 {
@@ -233,6 +292,13 @@ func (v *validator) reservations(p *Policy) {
 			v.add(obj, "service", string(r.Service), "unknown service", "use guaranteed, controlled-load or best-effort")
 		}
 		v.tspec(obj, r)
+		switch {
+		case r.Enforce == "":
+		case r.Enforce != EnforceShape && r.Enforce != EnforcePolice:
+			v.add(obj, "enforce", string(r.Enforce), "unknown enforcement", "use shape (senders wait until they conform) or police (the excess is sent as best effort), or leave it out for the service's default")
+		case r.Service == ServiceBestEffort:
+			v.add(obj, "enforce", string(r.Enforce), "best-effort service reserves nothing to enforce", "remove enforce, or use service guaranteed or controlled-load")
+		}
 		if r.Link != "" && !slices.ContainsFunc(p.Links, func(l Link) bool { return l.Name == r.Link }) {
 			v.add(obj, "link", r.Link, "not a managed link", "name a [[link]] of the policy, or leave link out to admit on every shaped link")
 		}

@@ -114,6 +114,8 @@ func TestValidateReservation(t *testing.T) {
 		{"per-session without count", func(r *Reservation) { r.PerSessionMinBW = 1000 }, "set without max_sessions"},
 		{"sessions over the reservation", func(r *Reservation) { r.MaxSessions, r.PerSessionMinBW = 11, 100_000 },
 			"11 sessions × 100kbit = 1.1mbit exceed the reservation's 1mbit"},
+		{"unknown enforcement", func(r *Reservation) { r.Enforce = "drop" }, `enforce = "drop": unknown enforcement`},
+		{"enforcing best effort", func(r *Reservation) { r.Service, r.Enforce = ServiceBestEffort, EnforceShape }, "best-effort service reserves nothing to enforce"},
 		{"more sessions than leaves", func(r *Reservation) { r.MaxSessions, r.PerSessionMaxBW = 33, 100_000 },
 			"max_sessions = 33: above 32 with per-session bandwidth"},
 	} {

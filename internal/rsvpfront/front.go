@@ -88,7 +88,7 @@ func New(e *engine.Engine, o Options) *Front {
 	if o.MaxSessions <= 0 {
 		o.MaxSessions = policy.DefaultRSVPMaxSessions
 	}
-	f := &Front{inst: &Installer{E: e, Route: o.Route}, opts: o, sessions: map[string]*rsvpSession{},
+	f := &Front{inst: &Installer{E: e, Route: o.Route, Local: o.Local}, opts: o, sessions: map[string]*rsvpSession{},
 		byKey: map[rsvp.Session]string{}, pending: make(chan rsvp.Session, 256)}
 	f.Node = rsvp.NewNode(rsvp.Config{Local: o.Local, Install: f.inst, Upcall: f.upcall, Refresh: o.Refresh, Router: o.Router,
 		MaxPerHop: o.MaxPathsPerHop, MaxPerSource: o.MaxPathsPerSource, Log: o.Log})

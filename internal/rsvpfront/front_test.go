@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/events"
 	"github.com/hostqos/hostqos/internal/rsvp"
@@ -178,12 +179,17 @@ func TestRSVPThreeHops(t *testing.T) {
 		}
 		leaf := false
 		for _, c := range n.r.env.k.Trees[3].Classes {
-			if c.Leaf && c.Rate == 2_200_000 && c.Ceil == 2_200_000 {
+			if c.Leaf && c.Rate == 2_200_000 { // R, policed: a router has no sender to hold back
 				leaf = true
 			}
 		}
 		if !leaf {
 			t.Errorf("no 2.2mbit leaf on the router's eth1: %+v", n.r.env.k.Trees[3].Classes)
+		}
+		for _, rv := range n.r.env.k.Rules.Reservations {
+			if rv.ID == r.Reservation && (rv.Service != datapath.ServiceControlledLoad || rv.SendBuffer != 0) {
+				t.Errorf("router's reservation %+v: want it policed (a forwarded flow has no sender to hold back)", rv)
+			}
 		}
 	}
 	if !found {

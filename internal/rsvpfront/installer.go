@@ -28,6 +28,19 @@ type Installer struct {
 	// reservation is admitted on (and gets its HTB leaf on) that link
 	// only, when it is managed (RSVPOptions.Route).
 	Route func(dst netip.Addr) (int, error)
+	// Local is the node's address toward a destination (Options.Local);
+	// nil: every flow is taken for one of this host's senders.
+	Local func(dst netip.Addr) (netip.Addr, bool, error)
+}
+
+// forwarded reports whether the flow's sender is another host: this node
+// only routes it.
+func (i *Installer) forwarded(k rsvp.FlowKey) bool {
+	if i.Local == nil {
+		return false
+	}
+	src, _, err := i.Local(k.Session.Dest)
+	return err == nil && src != k.Sender.Src
 }
 
 // outLink is the managed link toward dst, "" when unknown or unmanaged
@@ -121,6 +134,12 @@ func (i *Installer) Install(k rsvp.FlowKey, fs rsvp.Flowspec) error {
 		return &rsvp.AdmissionError{Value: 2, Reason: err.Error()}
 	}
 	r.Link = i.outLink(k.Session.Dest)
+	if i.forwarded(k) {
+		// A router has no sender to hold back (no socket, no flow
+		// control): it serves the flow at what was reserved (R) and sends
+		// what exceeds the Tspec as best effort (RFC 2212, policing).
+		r.Enforce = policy.EnforcePolice
+	}
 	ctx, cancel := i.ctx()
 	defer cancel()
 	if _, _, err := i.E.PutReservation(ctx, rsvpCaller, r, true); err != nil {

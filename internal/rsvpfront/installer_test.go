@@ -101,7 +101,7 @@ egress_rate = "10mbit"
 	leaves := func(ifindex int) int {
 		n := 0
 		for _, c := range env.k.Trees[ifindex].Classes {
-			if strings.HasPrefix(c.Label, "rule ") {
+			if c.Leaf && strings.HasPrefix(c.Label, "rule ") {
 				n++
 			}
 		}
