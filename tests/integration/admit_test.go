@@ -193,7 +193,8 @@ func TestRTChannelsAsNobody(t *testing.T) {
 // reservation's 2 Mbit/s leaf) stays as it was (it turned the link into
 // "mark only", exit 0). Taking the shaping away under those guarantees is
 // refused with the numbers, a rate cut under them too (forced or not: no
-// over-commit); --force removes the shaping.
+// over-commit); --force removes the shaping, and the reservation stays,
+// reported as not enforced, while a new one is refused.
 func TestLinkSetKeepsShaping(t *testing.T) {
 	parallel(t)
 	e := newEnv(t)
@@ -228,7 +229,9 @@ burst = "16KiB"
 		for _, want := range []*regexp.Regexp{
 			regexp.MustCompile(`class htb 4851:1 root rate 10Mbit ceil 10Mbit`),
 			regexp.MustCompile(`(?m)^class htb 4851:\S+ parent \S+ (leaf \S+ )?prio 0 rate 4Mbit`), // voice's general leaf
-			regexp.MustCompile(`(?m)^class htb 4851:\S+ parent \S+ (leaf \S+ )?prio 0 rate 2Mbit`), // the reservation's
+			// The reservation's leaf, shaped to its Tspec: r in frames of
+			// M = 1500 bytes (× 1514/1500).
+			regexp.MustCompile(`(?m)^class htb 4851:\S+ parent \S+ (leaf \S+ )?prio 0 rate 2018Kbit`),
 		} {
 			if !want.MatchString(tc) {
 				t.Errorf("%s: the HTB tree has no %s:\n%s", what, want, tc)
@@ -284,5 +287,14 @@ burst = "16KiB"
 	e.hostqosJSON(&ls, "link", "list")
 	if len(ls) != 1 || ls[0].EgressRate != 0 || ls[0].SynRate != 2000 {
 		t.Errorf("after the forced removal: %+v, want the link marked only, its SYN limits kept", ls)
+	}
+	// The reservation stays, reported as not enforced; a new one is
+	// refused.
+	if out := e.hostqos("resv", "show", "rtp"); !strings.Contains(out, "not enforced: no managed link has an egress_rate") {
+		t.Errorf("resv show after the forced removal does not say the reservation is not enforced:\n%s", out)
+	}
+	if out, err := e.hostqosErr("resv", "add", "more", "--service", "guaranteed", "--proto", "udp", "--rport", "5006", "--rate", "1mbit", "--burst", "16KiB"); err == nil ||
+		!strings.Contains(out, "cannot be enforced") {
+		t.Errorf("a reservation added with nothing to enforce it: %v\n%s", err, out)
 	}
 }
