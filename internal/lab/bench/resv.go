@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -413,10 +414,11 @@ func benchResvGoodput(e *env, r *Report) error {
 	const beCap = 10_000_000
 	rates := []uint64{0, 2_000_000, 4_000_000, 6_000_000, 8_000_000, 10_000_000}
 	dur := e.dur(3*time.Second, time.Second)
+	skip := dur / 3
 	modes := []string{"none", "policing (CL)", "session shaping (GS)", "link shaping only"}
 	r.setup("two namespaces over a veth at 1 Gbit/s; HTB on the sender: best effort capped at 10 Mbit/s (as the seed's best-effort VC), a reservation's own leaf at r (rate = ceil = r) in a separate class")
-	r.setup("none: no reservation, all traffic best effort; policing: controlled-load reservation, conformant packets to the leaf, the excess demoted to best effort; session shaping: guaranteed reservation (R = r), leaf queue and SO_SNDBUF from datapath.FlowControl(b = 64000, m = 1000, 1 session): the sender blocks; link shaping only: the flow sent to the leaf with no reservation (kernel default queue)")
-	r.setup("UDP: one blocking sender of 1000-byte datagrams as fast as it can; TCP: one stream; SO_SNDBUF 4 MiB before connect (net.core.wmem_max permitting; a guaranteed reservation replaces it at connect); %v per point, goodput = payload bytes the receiver read / %v", dur, dur)
+	r.setup("none: no reservation, all traffic best effort; policing: controlled-load reservation, conformant packets to the leaf, the excess demoted to best effort; session shaping: guaranteed reservation (R = r) shaped to its Tspec (HTB leaf rate r with burst b, ceil p = 2r with a one-frame cburst, under a class at rate = ceil = r: shaper.TspecShape, M = 1500), leaf queue and SO_SNDBUF from datapath.FlowControl(b = 64000, m = 1000, 1 session): the sender blocks; link shaping only: the flow sent to the leaf with no reservation (kernel default queue)")
+	r.setup("UDP: one blocking sender of 1000-byte datagrams as fast as it can; TCP: one stream; SO_SNDBUF 4 MiB before connect (net.core.wmem_max permitting; a guaranteed reservation replaces it at connect); %v per point after the receiver has been quiet for 300 ms (what the previous point queued has drained); goodput = payload bytes the receiver read from %v after the start to the end / that time", dur, skip)
 	type key struct {
 		proto string
 		mode  int
@@ -450,22 +452,25 @@ func benchResvGoodput(e *env, r *Report) error {
 				if err := resvMode(rb, m, rate, port, beCap); err != nil {
 					return fmt.Errorf("set up %s at %s: %w", modes[mi], fmtBits(rate), err)
 				}
-				var got uint64
-				if proto == "udp" {
-					before := hole.bytes.Load()
-					if err := blast(rb, port, dur, false); err != nil {
-						return err
-					}
-					time.Sleep(200 * time.Millisecond)
-					got = hole.bytes.Load() - before
-				} else {
-					before := ln.bytes.Load()
-					if err := blast(rb, port, dur, true); err != nil {
-						return err
-					}
-					got = ln.bytes.Load() - before
+				counter := &hole.bytes
+				if proto == "tcp" {
+					counter = &ln.bytes
 				}
-				good[key{proto, mi, rate}] = float64(got) * 8 / dur.Seconds()
+				// What the previous point left queued arrives before this
+				// one starts, not inside its window.
+				quiesce(counter, 300*time.Millisecond, 5*time.Second)
+				// Goodput in the window from skip after the start (the
+				// bucket's first burst, TCP's start) to the end.
+				done := make(chan error, 1)
+				go func() { done <- blast(rb, port, dur, proto == "tcp") }()
+				time.Sleep(skip)
+				t0, before := time.Now(), counter.Load()
+				time.Sleep(dur - skip)
+				got, el := counter.Load()-before, time.Since(t0)
+				if err := <-done; err != nil {
+					return err
+				}
+				good[key{proto, mi, rate}] = float64(got) * 8 / el.Seconds()
 			}
 		}
 	}
@@ -534,7 +539,8 @@ func resvMode(rb *resvBed, mode int, rate uint64, port int, beCap uint64) error 
 		pol.Rules = []datapath.Rule{rule}
 		pol.Reservations = []datapath.Reservation{{ID: 1, Service: datapath.ServiceGuaranteed, Rate: rate / 8, Bucket: 64000,
 			MinUnit: 1000, MaxUnit: 1500, ClassID: rule.ClassID, DSCP: -1, DemoteDSCP: -1, SendBuffer: sndbuf}}
-		specs = []shaper.RuleSpec{{Slot: slot, Class: 1, MinBW: rate, MaxBW: rate, QueueLimit: queue}}
+		specs = []shaper.RuleSpec{{Slot: slot, Class: 1, MinBW: rate, MaxBW: rate, QueueLimit: queue,
+			Tspec: &shaper.TspecShape{ID: 1, Rate: rate, Peak: 2 * rate, Bucket: 64000, MaxUnit: 1500}}}
 	case 3:
 		pol.Rules = []datapath.Rule{rule}
 		specs = []shaper.RuleSpec{{Slot: slot, Class: 1, MinBW: rate, MaxBW: rate}}
@@ -581,6 +587,19 @@ func blast(rb *resvBed, port int, dur time.Duration, tcp bool) error {
 		_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 	}
 	return nil
+}
+
+// quiesce waits until counter has not moved for quiet (at most max).
+func quiesce(counter *atomic.Uint64, quiet, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for last := counter.Load(); time.Now().Before(deadline); {
+		time.Sleep(quiet)
+		now := counter.Load()
+		if now == last {
+			return
+		}
+		last = now
+	}
 }
 
 func fmtBits(v uint64) string { return fmt.Sprintf("%g Mbit/s", float64(v)/1e6) }
