@@ -163,11 +163,17 @@ func (e *env) helperCmd(node *testbed.Node, exe, sub string, args ...string) *ex
 // startHelper starts a helper and returns a wait function that decodes its
 // answer.
 func (e *env) startHelper(node *testbed.Node, exe string, sub string, args ...string) (func(out any) error, error) {
+	wait, _, err := e.startHelperPID(node, exe, sub, args...)
+	return wait, err
+}
+
+// startHelperPID is startHelper that also returns the helper's pid.
+func (e *env) startHelperPID(node *testbed.Node, exe string, sub string, args ...string) (func(out any) error, int, error) {
 	cmd := e.helperCmd(node, exe, sub, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start helper %s: %w", sub, err)
+		return nil, 0, fmt.Errorf("start helper %s: %w", sub, err)
 	}
 	return func(out any) error {
 		if err := cmd.Wait(); err != nil {
@@ -180,7 +186,7 @@ func (e *env) startHelper(node *testbed.Node, exe string, sub string, args ...st
 			return fmt.Errorf("decode output of helper %s: %w (%q)", sub, err, stdout.String())
 		}
 		return nil
-	}, nil
+	}, cmd.Process.Pid, nil
 }
 
 // run runs a command in node and returns an error with its output.

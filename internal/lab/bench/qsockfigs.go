@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hostqos/hostqos/internal/plot"
 	"github.com/hostqos/hostqos/internal/testbed"
 )
@@ -27,6 +29,9 @@ import (
 const (
 	qaRecv = "198.18.0.2:7400"
 	qaSink = "198.18.0.2:5600"
+	// qaFlood is where the perturbation's UDP flood goes: no one listens
+	// (the peer drops it), it only loads app's link.
+	qaFlood = "198.18.0.2:5700"
 
 	videoFPS = 20
 	// The video qsocket's DWCS attributes (docs/qsockets.md's worked
@@ -61,6 +66,7 @@ type qaRun struct {
 	ftp  string
 	t0   int64
 	stop []func()
+	pids []int // the senders'
 }
 
 func (e *env) qaStart(name string, linkRate string) (*qaRun, error) {
@@ -115,10 +121,11 @@ func (q *qaRun) Close() {
 func (q *qaRun) sender(app, mode string, stream int, dur time.Duration, extra ...string) (func(*appSendResult) error, error) {
 	args := append([]string{"--to", qaRecv, "--app", app, "--mode", mode, "--socket", q.sock,
 		"--stream", strconv.Itoa(stream), "--start", strconv.FormatInt(q.t0, 10), "--duration", dur.String()}, extra...)
-	wait, err := q.e.startHelper(q.app, q.exe, "qsock-app", args...)
+	wait, pid, err := q.e.startHelperPID(q.app, q.exe, "qsock-app", args...)
 	if err != nil {
 		return nil, err
 	}
+	q.pids = append(q.pids, pid)
 	return func(r *appSendResult) error { return wait(r) }, nil
 }
 
@@ -128,7 +135,7 @@ func (q *qaRun) sender(app, mode string, stream int, dur time.Duration, extra ..
 // (their results, in order) and the perturbation to end, lets the last
 // packets arrive, and returns the first error of any of them.
 func (q *qaRun) finish(waits []func(*appSendResult) error, at, end time.Duration) ([]appSendResult, error) {
-	waitF, errF := q.ftpAt(at, end)
+	waitF, errF := q.perturbAt(at, end, true, true)
 	res := make([]appSendResult, len(waits))
 	errs := []error{errF}
 	for i, w := range waits {
@@ -144,6 +151,78 @@ func (q *qaRun) finish(waits []func(*appSendResult) error, at, end time.Duration
 func (q *qaRun) ftpAt(at, end time.Duration) (func(any) error, error) {
 	sleepUntilMono(q.t0 + at.Nanoseconds())
 	return q.e.startHelper(q.app, q.ftp, "tcp", "--to", qaSink, "--duration", (end - at).String(), "--streams", strconv.Itoa(ftpStreams))
+}
+
+// The perturbation beyond the FTP. The seed's FTP ran on a 400 MHz host
+// whose CPU it shared with the senders; here a bulk TCP upload hardly
+// loads a host queue (TCP small queues) and nothing loads the senders'
+// CPU, so neither the plain socket nor lossless EDF missed anything.
+// Two more loads make the perturbation what the seed's was:
+//   - flood: a UDP flood in class default at twice the link's rate (as
+//     an unresponsive sender, e.g. a UDP file transfer, would), which fills
+//     the default class's queue the plain socket shares;
+//   - stalls: the senders lose the CPU for stallOff in every stallEvery
+//     (stopped and continued, SIGSTOP/SIGCONT, all three alike), as a
+//     host busy with other work deschedules them; a reading whose
+//     deadline passes in a stall is late, unless lossy EDF drops it.
+const (
+	floodRate  = 20_000_000 // bit/s, twice the qsock benchmarks' 10 Mbit/s link
+	stallEvery = 100 * time.Millisecond
+	stallOff   = 40 * time.Millisecond
+)
+
+// perturbAt starts, at t = at, the FTP and (if asked) the UDP flood and
+// the senders' stalls, until t = end; its wait returns the first error.
+func (q *qaRun) perturbAt(at, end time.Duration, flood, stall bool) (func(any) error, error) {
+	waitF, err := q.ftpAt(at, end)
+	if err != nil {
+		return nil, err
+	}
+	waits := []func(any) error{waitF}
+	if flood {
+		w, err := q.e.startHelper(q.app, q.ftp, "flood", "--to", qaFlood, "--size", "1000", "--batch", "8",
+			"--rate", strconv.Itoa(floodRate), "--duration", (end - at).String())
+		if err != nil {
+			_ = waitF(nil)
+			return nil, err
+		}
+		waits = append(waits, w)
+	}
+	done := make(chan struct{})
+	if stall {
+		pids := append([]int(nil), q.pids...)
+		go func() {
+			defer close(done)
+			stallUntilMono(pids, q.t0+end.Nanoseconds())
+		}()
+	} else {
+		close(done)
+	}
+	return func(any) error {
+		var errs []error
+		for _, w := range waits {
+			errs = append(errs, w(nil))
+		}
+		<-done
+		return errors.Join(errs...)
+	}, nil
+}
+
+// stallUntilMono stops and continues pids (stallOff in every stallEvery)
+// until the monotonic time end (ns), leaving them running.
+func stallUntilMono(pids []int, end int64) {
+	signal := func(sig unix.Signal) {
+		for _, p := range pids {
+			_ = unix.Kill(p, sig)
+		}
+	}
+	defer signal(unix.SIGCONT)
+	for monoNS() < end {
+		signal(unix.SIGSTOP)
+		time.Sleep(stallOff)
+		signal(unix.SIGCONT)
+		time.Sleep(stallEvery - stallOff)
+	}
 }
 
 // ---- analysis (pure: tested without traffic) ----
@@ -414,7 +493,7 @@ func benchQSockVideo(e *env, r *Report) error {
 	r.setup("namespaces app → peer over a veth; the real hostqosd manages app's link with egress_rate %s (the bottleneck: the seed's 10 Mbit/s host NIC); the receiver in peer stamps each message on arrival (SO_TIMESTAMPNS)", link)
 	r.setup("video: %d fps, group of pictures %s, I %d B, P %d B, B %d B (%.0f kbit/s of payload), each frame cut into messages of ≤ %d B, deadline = the next frame's time", videoFPS, videoGOP, videoFrameBytes['I'], videoFrameBytes['P'], videoFrameBytes['B'], videoBitrate(videoFPS)/1e3, appMsgMax)
 	r.setup("two senders side by side for %v, the same frames at the same times: a qsocket (class interactive, scheduler dwcs: ipg %v, oln/old %d/%d, rate %.0f Mbit/s; I frames non-droppable, drop priority B 2, P 1, frames marked) and a plain UDP socket (no rule: class default)", dur, time.Second/videoFPS, videoOLN, videoOLD, videoRate/1e6)
-	r.setup("perturbation (the seed's FTP): a bulk TCP upload over %d connections (class default) starts at %v, a second one at %v, both to the end", ftpStreams, p1, p2)
+	r.setup("perturbation (the seed's FTP, on a host whose CPU it shared): a bulk TCP upload over %d connections (class default) and a UDP flood at %.0f Mbit/s (class default) start at %v; a second upload at %v, from when on both senders lose the CPU for %v in every %v (SIGSTOP/SIGCONT); all to the end", ftpStreams, floodRate/1e6, p1, p2, stallOff, stallEvery)
 	r.setup("delivered fps = frames whose every message arrived, per second of arrival; inter-frame time = between consecutive delivered frames; jitter = mean |inter-frame time − %d ms|", 1000/videoFPS)
 
 	waitQ, err := q.sender("video", "dwcs", 1, dur, "--fps", strconv.Itoa(videoFPS), "--class", "interactive",
@@ -428,11 +507,11 @@ func benchQSockVideo(e *env, r *Report) error {
 		_ = waitQ(&appSendResult{})
 		return err
 	}
-	waitF1, err1 := q.ftpAt(p1, dur)
+	waitF1, err1 := q.perturbAt(p1, dur, true, false)
 	var waitF2 func(any) error
 	var err2 error
 	if err1 == nil {
-		waitF2, err2 = q.ftpAt(p2, dur)
+		waitF2, err2 = q.perturbAt(p2, dur, false, true)
 	}
 	var resQ, resP appSendResult
 	errs := []error{err1, err2, waitQ(&resQ), waitP(&resP)}
@@ -560,7 +639,7 @@ func benchQSockStreams(e *env, r *Report) error {
 		offered += videoBitrate(s.fps)
 	}
 	r.setup("%s", hostLine())
-	r.setup("namespaces app → peer over a veth; the real hostqosd manages app's link with egress_rate %s; the three streams offer %.0f kbit/s of payload and a bulk TCP upload over %d connections (class default) runs from the start to the end: the link is overloaded", link, offered/1e3, ftpStreams)
+	r.setup("namespaces app → peer over a veth; the real hostqosd manages app's link with egress_rate %s; the three streams offer %.0f kbit/s of payload and a bulk TCP upload over %d connections (class default) runs from the start to the end with a UDP flood at %.0f Mbit/s (class default) and stalls of the senders (no CPU for %v in every %v, SIGSTOP/SIGCONT): the link is overloaded and the host busy", link, offered/1e3, ftpStreams, floodRate/1e6, stallOff, stallEvery)
 	r.setup("video as in qsock-video (group of pictures %s, I/P/B %d/%d/%d B, messages ≤ %d B); streams 1 and 2 are qsockets (class interactive, dwcs with ipg = their frame period, oln/old %d/%d, rate %.0f Mbit/s each, I frames non-droppable), stream 3 a plain UDP socket (class default); all three side by side for %v", videoGOP, videoFrameBytes['I'], videoFrameBytes['P'], videoFrameBytes['B'], appMsgMax, videoOLN, videoOLD, rate/1e6, dur)
 	var waits []func(*appSendResult) error
 	for i, s := range streams {
@@ -629,7 +708,7 @@ func benchQSockEDF(e *env, r *Report) error {
 	r.setup("%s", hostLine())
 	r.setup("namespaces app → peer over a veth; the real hostqosd manages app's link with egress_rate %s; the receiver in peer stamps each reading on arrival (SO_TIMESTAMPNS) and compares with the deadline it carries (CLOCK_MONOTONIC, one clock for the host)", link)
 	r.setup("sensor: 200-byte readings at random gaps of 5 … 25 ms (aperiodic, ≈ 67/s), each with a random deadline 5 … 30 ms after it is generated; three senders side by side for %v with the same readings at the same times: qsockets (class interactive, rate 1 Mbit/s each) with edf-lossy and edf-lossless, and a plain UDP socket (class default)", dur)
-	r.setup("perturbation (the seed's FTP): a bulk TCP upload over %d connections (class default) from %v to the end; misses per %v interval by generation time: late = arrived after its deadline, lost = never arrived (dropped at the source by edf-lossy, or on the way)", ftpStreams, pAt, every)
+	r.setup("perturbation (the seed's FTP, on a host whose CPU it shared) from %v to the end: a bulk TCP upload over %d connections and a UDP flood at %.0f Mbit/s (both class default), and the three senders lose the CPU for %v in every %v (SIGSTOP/SIGCONT); misses per %v interval by generation time: late = arrived after its deadline, lost = never arrived (dropped at the source by edf-lossy, or on the way)", pAt, ftpStreams, floodRate/1e6, stallOff, stallEvery, every)
 	var waits []func(*appSendResult) error
 	for i, a := range alts {
 		w, err := q.sender("sensor", a.mode, i+1, dur, "--class", "interactive", "--seed", "7", "--rate", "1000000",
