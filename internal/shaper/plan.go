@@ -313,7 +313,7 @@ func planTspec(rp *rulePlan, L uint64) error {
 	case rp.spec.Sessions > 0:
 		return fmt.Errorf("a Tspec and per-session leaves together")
 	case ts.ID == 0 || ts.ID > MaxTspecShapes:
-		return fmt.Errorf("Tspec id %d outside 1..%d", ts.ID, MaxTspecShapes)
+		return fmt.Errorf("id %d of the Tspec outside 1..%d", ts.ID, MaxTspecShapes)
 	case ts.Rate < MinRate:
 		return fmt.Errorf("token rate %s below the %s minimum", fmtRate(ts.Rate), fmtRate(MinRate))
 	case ts.Peak != 0 && ts.Peak < ts.Rate:
