@@ -189,6 +189,12 @@ func printResv(w io.Writer, ri api.ReservationInfo) {
 	if r.Service == policy.ServiceGuaranteed {
 		fmt.Fprintf(w, "rspec:     R=%d B/s (%s) S=%d µs\n", t.ServiceRate, r.EffServiceRate(), t.Slack)
 	}
+	switch r.EffEnforce() {
+	case policy.EnforceShape:
+		fmt.Fprintf(w, "enforce:   shape (senders wait until they conform to the Tspec)\n")
+	case policy.EnforcePolice:
+		fmt.Fprintf(w, "enforce:   police (beyond the Tspec: best effort)\n")
+	}
 	if r.MaxSessions > 0 {
 		fmt.Fprintf(w, "sessions:  at most %d", r.MaxSessions)
 		if r.PerSessionMinBW > 0 {
