@@ -74,6 +74,9 @@ type Input struct {
 	// by link (bit/s): each such shaped link gets a real-time leaf of that
 	// rate (shaper.LinkSpec.RT).
 	RTRates map[string]uint64
+	// RTOwners split each link's real-time leaf by the processes that own
+	// its channels (shaper.LinkSpec.RTOwners).
+	RTOwners map[string][]shaper.RTOwner
 }
 
 // Run is a `hostqos run`'s cgroup and the one its process came from.

@@ -40,7 +40,7 @@ func planLinks(in *Input, p *policy.Policy, d *Desired) error {
 		}
 		if l.EgressRate > 0 {
 			// shaper.Build names the link in its errors.
-			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate), QSched: in.QSchedRate, RT: in.RTRates[l.Name]},
+			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate), QSched: in.QSchedRate, RT: in.RTRates[l.Name], RTOwners: in.RTOwners[l.Name]},
 				d.Classes, d.rulesOn(l.Name))
 			if err != nil {
 				return err

@@ -3,9 +3,11 @@ package engine
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/shaper"
 	"github.com/hostqos/hostqos/internal/store"
 	"github.com/hostqos/hostqos/internal/units"
 )
@@ -122,16 +124,73 @@ func (e *Engine) admitQSchedBudgetLocked(sum, rate uint64) error {
 // setRTHeldLocked makes the channels' holds these (by link) and derives
 // the links' real-time leaves again; an error puts the old ones back.
 func (e *Engine) setRTHeldLocked(held map[string][]rtHold) error {
-	prev := e.rtHeld
-	e.rtHeld = held
+	prev, prevIDs := e.rtHeld, e.rtOwnerIDs
+	e.rtHeld, e.rtOwnerIDs = held, rtOwnerIDs(prevIDs, held)
 	if e.k == nil {
 		return nil
 	}
 	if err := e.syncLocked("rtchannel", syncChange{}); err != nil {
-		e.rtHeld = prev
+		e.rtHeld, e.rtOwnerIDs = prev, prevIDs
 		return err
 	}
 	return nil
+}
+
+// rtOwnerIDs numbers the processes holding channels in held: those
+// numbered in prev keep their number, the others take the lowest free one
+// (a new map). Numbers go up to shaper.MaxRTOwners; the last one is
+// shared by every process beyond (their channels share one leaf, as
+// every process's did before leaves were per process).
+func rtOwnerIDs(prev map[uint32]uint16, held map[string][]rtHold) map[uint32]uint16 {
+	var pids []uint32
+	seen := map[uint32]bool{}
+	for _, hs := range held {
+		for _, h := range hs {
+			if !seen[h.pid] {
+				seen[h.pid] = true
+				pids = append(pids, h.pid)
+			}
+		}
+	}
+	slices.Sort(pids)
+	out := map[uint32]uint16{}
+	used := map[uint16]bool{}
+	for _, p := range pids {
+		if id, ok := prev[p]; ok {
+			out[p], used[id] = id, true
+		}
+	}
+	next := uint16(1)
+	for _, p := range pids {
+		if _, ok := out[p]; ok {
+			continue
+		}
+		for used[next] && int(next) < shaper.MaxRTOwners {
+			next++
+		}
+		out[p], used[next] = next, true
+	}
+	return out
+}
+
+// rtOwnersLocked are the links' real-time leaves by owning process
+// (derive.Input): each numbered owner's channels' rates on the link.
+func (e *Engine) rtOwnersLocked() map[string][]shaper.RTOwner {
+	if len(e.rtHeld) == 0 {
+		return nil
+	}
+	out := make(map[string][]shaper.RTOwner, len(e.rtHeld))
+	for link, hs := range e.rtHeld {
+		by := map[uint16]uint64{}
+		for _, h := range hs {
+			id := e.rtOwnerIDs[h.pid]
+			by[id] = units.Add(by[id], uint64(h.rate))
+		}
+		for _, id := range slices.Sorted(maps.Keys(by)) {
+			out[link] = append(out[link], shaper.RTOwner{ID: id, Rate: by[id]})
+		}
+	}
+	return out
 }
 
 // rtRatesLocked are the links' real-time leaves' rates (derive.Input).

@@ -182,12 +182,12 @@ func (e *Engine) qsockClass(who Caller, p api.QSockParams) (policy.Class, uint32
 
 // rtClassLocked is the HTB class of a qsocket asking for params p: a
 // process with admitted real-time channels binds its socket to their
-// class (rtchan.DaemonClass), and its datagrams take the link's real-time
-// leaf, at the rate admitted for them, with the class's mark; classid
-// otherwise.
+// class (rtchan.DaemonClass), and its datagrams take its own leaf under
+// the link's real-time class, guaranteed the rate admitted for its
+// channels, with the class's mark; classid otherwise.
 func (e *Engine) rtClassLocked(who Caller, p api.QSockParams, classid uint32) uint32 {
 	if p.Class == rtchan.DaemonClass && who.PID > 0 && e.rtOwnerLocked(uint32(who.PID)) {
-		return shaper.RTClassID()
+		return shaper.RTOwnerClassID(e.rtOwnerIDs[uint32(who.PID)])
 	}
 	return classid
 }
@@ -195,7 +195,7 @@ func (e *Engine) rtClassLocked(who Caller, p api.QSockParams, classid uint32) ui
 // className is the class whose leaf is classid (its name, or "" when none
 // is; the real-time leaf's class is the channels' class).
 func (e *Engine) className(classid uint32) string {
-	if classid == shaper.RTClassID() {
+	if m := uint16(classid & 0xffff); classid>>16 == shaper.RTClassID()>>16 && m >= shaper.RTMinor && m <= shaper.RTMinor+shaper.MaxRTOwners {
 		return rtchan.DaemonClass
 	}
 	e.mu.Lock()

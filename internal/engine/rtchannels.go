@@ -418,6 +418,7 @@ func (r *rtRegistry) releaseLocked(e *Engine, c *rtChannel, why string) {
 	if err := e.setRTHeldLocked(withoutHold(e.rtHeld, c.ch.ID)); err != nil {
 		e.log.Warn("shrink the real-time leaf of a released channel; the next change does", "link", c.ch.Link, "err", err)
 		e.rtHeld = withoutHold(e.rtHeld, c.ch.ID)
+		e.rtOwnerIDs = rtOwnerIDs(e.rtOwnerIDs, e.rtHeld)
 	}
 	e.mu.Unlock()
 	r.saveLocked(e)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/shaper"
 	"github.com/hostqos/hostqos/rtchan"
 )
 
@@ -261,5 +262,66 @@ egress_rate = "100mbit"
 		if _, err := e.AdmitRTChannel(root, c.req, &fakeOwner{pid: 9}); !errors.As(err, &fe) || fe.Field != c.field {
 			t.Errorf("%+v: %v, want field %s refused", c.req, err, c.field)
 		}
+	}
+}
+
+// TestRTChannelOwnerLeaves: every process holding channels on a link gets
+// a leaf of its own under the link's real-time class, guaranteed its own
+// channels' rate, and its channel socket (a qsocket in the channels'
+// class) goes to that leaf; a process keeps its leaf while another comes
+// and goes.
+func TestRTChannelOwnerLeaves(t *testing.T) {
+	env := newEnv(t, rtConfig)
+	env.cfg.MaxUserRTUtilization = 1
+	e := env.start(t)
+	small := func(name string) api.RTChannelRequest {
+		r := rtReq(name)
+		r.MessageBytes = 1200
+		return r
+	}
+	a, b := &fakeOwner{pid: 100}, &fakeOwner{pid: 200}
+	if _, err := e.AdmitRTChannel(alice, small("a1"), a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.AdmitRTChannel(alice, small("a2"), a); err != nil {
+		t.Fatal(err)
+	}
+	cb, err := e.AdmitRTChannel(nobody, small("b"), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaves := func() map[uint16]shaper.HTBClass {
+		out := map[uint16]shaper.HTBClass{}
+		for _, c := range env.k.Snapshot().Trees[2].Classes {
+			if c.Minor >= shaper.RTMinor && c.Minor <= shaper.RTMinor+shaper.MaxRTOwners {
+				out[c.Minor] = c
+			}
+		}
+		return out
+	}
+	l := leaves()
+	one := l[shaper.RTMinor+1].Rate
+	if cls := l[shaper.RTMinor]; cls.Leaf || len(l) != 3 || one == 0 || l[shaper.RTMinor+2].Rate*2 != one ||
+		cls.Rate != one+l[shaper.RTMinor+2].Rate || l[shaper.RTMinor+1].Ceil != cls.Rate {
+		t.Fatalf("real-time classes %+v: want an inner class over a leaf per process, each guaranteed its channels' rate", l)
+	}
+	e.mu.Lock()
+	ca, cbID := e.rtClassLocked(Caller{UID: alice.UID, PID: 100}, api.QSockParams{Class: rtchan.DaemonClass}, 7),
+		e.rtClassLocked(Caller{UID: nobody.UID, PID: 200}, api.QSockParams{Class: rtchan.DaemonClass}, 7)
+	e.mu.Unlock()
+	if ca != shaper.RTOwnerClassID(1) || cbID != shaper.RTOwnerClassID(2) || e.className(ca) != rtchan.DaemonClass {
+		t.Errorf("channel sockets' classes %x, %x: want each process's own leaf", ca, cbID)
+	}
+	// The first process goes; the second keeps its leaf.
+	a.dead = true
+	e.SweepRTChannels()
+	if l := leaves(); len(l) != 2 || l[shaper.RTMinor+2].Rate == 0 {
+		t.Errorf("after the first process exited: %+v, want the second's leaf only", l)
+	}
+	if err := e.CloseRTChannel(nobody, cb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if l := leaves(); len(l) != 0 {
+		t.Errorf("no channels: real-time classes %+v", l)
 	}
 }

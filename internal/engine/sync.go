@@ -140,6 +140,7 @@ func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *store.Slots, er
 		QSchedRate: e.qschedRateLocked(),
 		Containers: st.containers,
 		RTRates:    e.rtRatesLocked(),
+		RTOwners:   e.rtOwnersLocked(),
 		Pods:       podInputs(st.pods),
 	}
 	in.OverQuota = e.times.overQuota(st.m.Policy, in.Now)

@@ -32,6 +32,11 @@
 // egress rate that needs ACK leaves gets PassThrough: a root class and one
 // default leaf H:7f00 at PassRate, and the ACK leaves.
 //
+// The real-time class H:7100 (LinkSpec.RT: the admitted real-time
+// channels' wire rates, rate = ceil, prio 0) is a leaf, or, with
+// LinkSpec.RTOwners, an inner class with a leaf H:7100+n per process
+// owning channels (guaranteed its channels' rates, ceil the class's).
+//
 // Session leaves of reservations (H:4100 and up, under their rule's class)
 // are described at SessionBase.
 //

@@ -148,7 +148,28 @@ type LinkSpec struct {
 	// admitted real-time channels' wire rates together, guaranteed and
 	// its ceiling, at the highest priority.
 	RT uint64
+	// RTOwners (with RT) split the real-time class by the processes that
+	// own its channels: RTMinor becomes an inner class (rate = ceil = RT)
+	// and each owner gets a leaf of its own (RTOwnerClassID(ID)),
+	// guaranteed its channels' wire rates (Rate, summing to RT) and
+	// borrowing up to RT what the others leave. A process that sends more
+	// than its channels were admitted with queues in its own leaf: the
+	// others keep their rates.
+	RTOwners []RTOwner
 }
+
+// RTOwner is a process's share of a link's real-time class.
+type RTOwner struct {
+	ID   uint16 // 1..MaxRTOwners, the same on every link
+	Rate uint64 // bits/s
+}
+
+// MaxRTOwners is the number of processes with real-time leaves of their
+// own (minors RTMinor+1 … RTMinor+MaxRTOwners).
+const MaxRTOwners = 255
+
+// RTOwnerClassID is the classid of the real-time leaf of owner id.
+func RTOwnerClassID(id uint16) uint32 { return classID(RTMinor + id) }
 
 // RTMinor is the minor of a link's real-time leaf: the class the
 // real-time channels' datagrams leave in (LinkSpec.RT).
@@ -536,6 +557,11 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 	var rt uint64
 	if link.RT > 0 {
 		rt = max(round8(link.RT), MinRate)
+		var owners uint64 // each owner's leaf has at least MinRate
+		for _, o := range link.RTOwners {
+			owners = units.Add(owners, max(round8(o.Rate), MinRate))
+		}
+		rt = max(rt, owners)
 		used = units.Add(used, rt)
 	}
 	if used > L {
@@ -596,7 +622,22 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 			p.Classes = append(p.Classes, c)
 		}
 	}
-	if rt > 0 {
+	if rt > 0 && len(link.RTOwners) > 0 {
+		owners := append([]RTOwner(nil), link.RTOwners...)
+		sort.Slice(owners, func(i, j int) bool { return owners[i].ID < owners[j].ID })
+		leaves := make([]HTBClass, 0, len(owners))
+		for i, o := range owners {
+			if o.ID == 0 || o.ID > MaxRTOwners || i > 0 && owners[i-1].ID == o.ID {
+				return Plan{}, fmt.Errorf("real-time owner id %d: outside 1..%d or used twice", o.ID, MaxRTOwners)
+			}
+			r := max(round8(o.Rate), MinRate)
+			c := mkClass(RTMinor+o.ID, RTMinor, r, rt, 0, true, fmt.Sprintf("real-time channels of owner %d", o.ID))
+			c.QueueLimit = RTQueueLimit
+			leaves = append(leaves, c)
+		}
+		p.Classes = append(p.Classes, mkClass(RTMinor, RootMinor, rt, rt, 0, false, "real-time channels"))
+		p.Classes = append(p.Classes, leaves...)
+	} else if rt > 0 {
 		c := mkClass(RTMinor, RootMinor, rt, rt, 0, true, "real-time channels")
 		c.QueueLimit = RTQueueLimit
 		p.Classes = append(p.Classes, c)

@@ -335,3 +335,39 @@ func TestBuildTspec(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildRTOwners: with owners the real-time class is an inner class at
+// the channels' total and every owning process has a leaf guaranteed its
+// own channels' rate, borrowing up to the total; without, one leaf.
+func TestBuildRTOwners(t *testing.T) {
+	link := LinkSpec{Ifindex: 2, Name: "eth0", Rate: 10 * mbit, RT: 3 * mbit,
+		RTOwners: []RTOwner{{ID: 2, Rate: 2 * mbit}, {ID: 1, Rate: mbit}}}
+	p, err := Build(link, defaultClasses(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, p)
+	m := byMinor(t, p)
+	if c := m[RTMinor]; c.Leaf || c.Rate != 3*mbit || c.Ceil != 3*mbit {
+		t.Errorf("real-time class %+v, want an inner class at 3 Mbit/s", c)
+	}
+	for id, rate := range map[uint16]uint64{1: mbit, 2: 2 * mbit} {
+		c := m[RTMinor+id]
+		if !c.Leaf || c.ParentMinor != RTMinor || c.Rate != rate || c.Ceil != 3*mbit || c.Prio != 0 || c.QueueLimit != RTQueueLimit ||
+			RTOwnerClassID(id) != classID(RTMinor+id) {
+			t.Errorf("owner %d leaf %+v, want rate %d, ceil 3 Mbit/s, prio 0", id, c, rate)
+		}
+	}
+	link.RTOwners = nil
+	p, err = Build(link, defaultClasses(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := byMinor(t, p)[RTMinor]; !c.Leaf || c.Rate != 3*mbit {
+		t.Errorf("real-time leaf without owners %+v", c)
+	}
+	link.RTOwners = []RTOwner{{ID: 1, Rate: mbit}, {ID: 1, Rate: mbit}}
+	if _, err := Build(link, defaultClasses(), nil); err == nil {
+		t.Error("an owner id used twice was built")
+	}
+}
