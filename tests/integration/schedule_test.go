@@ -30,21 +30,23 @@ func TestScheduleInDaemon(t *testing.T) {
 	e.hostqos("link", "set", e.iface())
 	e.hostqos("rule", "add", "nightly", "--proto", "udp", "--rport", "7500-7509", "--action", "drop",
 		"--schedule", window(-60, 60), "--timezone", "UTC")
-	send := func(port int) (sent, got uint64) {
+	send := func(port int) (drops, got, sent uint64) {
 		t.Helper()
 		to := fmt.Sprintf("%s:%d", serverV4.Addr(), port)
 		sink, endSink := e.udpSinkEnd(to, 3*time.Second)
 		e.runApp(hostqosBin(), "tool", "udp-send", "--to", to, "--rate", "1mbit", "--size", "500", "--duration", "1s")
 		endSink()
 		r := waitResult(t, sink, 10*time.Second)
-		return e.ruleStat("nightly").Drops, r.Packets
+		// sent: what the app says it sent (its FIN); a loaded machine's
+		// sender falls behind its 250 a second.
+		return e.ruleStat("nightly").Drops, r.Packets, r.Expected
 	}
 	var ri api.RuleInfo
 	e.hostqosJSON(&ri, "rule", "show", "nightly")
 	if ri.Schedule == nil || !ri.Schedule.Active {
 		t.Fatalf("schedule %s holding now: %+v", ri.Rule.Schedule, ri.Schedule)
 	}
-	if drops, got := send(7500); got != 0 || drops == 0 {
+	if drops, got, _ := send(7500); got != 0 || drops == 0 {
 		t.Fatalf("inside the window: receiver got %d packets, rule dropped %d; want all dropped", got, drops)
 	}
 	time.Sleep(1500 * time.Millisecond) // a tick sees the rule on
@@ -55,8 +57,8 @@ func TestScheduleInDaemon(t *testing.T) {
 		return ri.Schedule != nil && !ri.Schedule.Active, fmt.Sprintf("%+v", ri.Schedule)
 	})
 	before := e.ruleStat("nightly").Drops
-	if drops, got := send(7501); got < 200 || drops != before {
-		t.Errorf("outside the window: receiver got %d of 250 packets, rule dropped %d more; want them delivered", got, drops-before)
+	if drops, got, sent := send(7501); got == 0 || got < sent*9/10 || drops != before {
+		t.Errorf("outside the window: receiver got %d of %d packets sent, rule dropped %d more; want them delivered", got, sent, drops-before)
 	}
 	out := e.hostqos("events", "--kind", "schedule", "--since", "0", "--count", "2")
 	if !strings.Contains(out, "schedule.off") || !strings.Contains(out, "rule/nightly") {
