@@ -137,6 +137,20 @@ type DaemonStatus struct {
 	// PinsDieWithDaemon: that bpffs lives in a mount namespace of the
 	// daemon's own, so the pinned datapath goes away when it exits.
 	PinsDieWithDaemon bool `json:"pins_die_with_daemon,omitempty"`
+	// Work counts what the daemon asked of the kernel and the file
+	// systems since it started; an idle daemon asks for nothing
+	// (DESIGN.md, the event-driven engine).
+	Work DaemonWork `json:"work"`
+}
+
+// DaemonWork counts the daemon's costly reads since it started.
+type DaemonWork struct {
+	// NetlinkDumps are the netlink dumps (qdisc, class and filter lists)
+	// of the shaper.
+	NetlinkDumps uint64 `json:"netlink_dumps"`
+	// SelectorReads are the app selectors (exe files, unit cgroups)
+	// resolved against the file systems.
+	SelectorReads uint64 `json:"selector_reads"`
 }
 
 // DatapathStatus reports the BPF side.

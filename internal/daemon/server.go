@@ -22,8 +22,10 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/apps"
+	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/shaper"
 )
 
 type credKey struct{}
@@ -412,6 +414,7 @@ func (d *Daemon) statusFor(who *peer) api.Status {
 	st.Datapath.Loops, st.Datapath.Attach, st.Datapath.MPTCPIdentity = d.loops, attach, mptcp
 	st.RestartNeeded = d.restartNeeded()
 	st.Kubernetes = d.kube.status()
+	st.Daemon.Work = api.DaemonWork{NetlinkDumps: shaper.Dumps(), SelectorReads: derive.SelectorReads()}
 	return st
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -58,7 +59,18 @@ func (r *SystemResolver) Close() {
 // unitSearchDepth is how deep below the cgroup2 root a unit is looked for.
 const unitSearchDepth = 6
 
+// selectorReads counts the app selectors resolved against the file
+// systems (an exe selector's files, a unit's cgroups); SelectorReads reads
+// it. An idle daemon resolves none: the count is how a test and a
+// benchmark see that.
+var selectorReads atomic.Uint64
+
+// SelectorReads is the number of exe and unit selectors resolved against
+// the file systems since the process started.
+func SelectorReads() uint64 { return selectorReads.Load() }
+
 func (r *SystemResolver) Exe(pattern string) (ExeResolution, error) {
+	selectorReads.Add(1)
 	if r.files == nil {
 		fi, err := datapath.NewFileIdentifier()
 		if err != nil {
@@ -70,6 +82,7 @@ func (r *SystemResolver) Exe(pattern string) (ExeResolution, error) {
 }
 
 func (r *SystemResolver) Unit(unit string) ([]string, error) {
+	selectorReads.Add(1)
 	return cgroups.FindUnit(r.CgroupRoot, unit, unitSearchDepth)
 }
 

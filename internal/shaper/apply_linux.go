@@ -28,6 +28,7 @@ func retryDump[T any](dump func() (T, error)) (T, error) {
 		err error
 	)
 	for range dumpTries {
+		dumps.Add(1)
 		v, err = dump()
 		if !errors.Is(err, netlink.ErrDumpInterrupted) {
 			return v, err
