@@ -29,6 +29,7 @@ import (
 	"github.com/hostqos/hostqos/internal/host"
 	"github.com/hostqos/hostqos/internal/metrics"
 	"github.com/hostqos/hostqos/internal/policy"
+	"github.com/hostqos/hostqos/internal/watch"
 	"github.com/hostqos/hostqos/internal/web"
 )
 
@@ -251,6 +252,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if shield != nil {
 		h.Shield = host.NewShield(shield)
 	}
+	d.startWatches(ctx)
 	if err := d.eng.Start(h); err != nil {
 		return fmt.Errorf("apply policy: %w", err)
 	}
@@ -407,8 +409,35 @@ func (d *Daemon) loop(ctx context.Context) {
 			return
 		case <-t.C:
 			d.eng.Tick()
+		case <-d.eng.Woken():
+			d.eng.Refresh()
 		}
 	}
+}
+
+// startWatches tells the engine of changes it does not make itself
+// (package watch): interfaces, hostqos's root and clsact qdiscs and
+// filters, and the directories of exe selectors, until the daemon goes
+// down. A watch that cannot start leaves that part to the engine's audit
+// and polling.
+func (d *Daemon) startWatches(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer cancel()
+		select {
+		case <-ctx.Done():
+		case <-d.down:
+		}
+	}()
+	if err := watch.Netlink(ctx, d.log, d.eng.Wake); err != nil {
+		d.log.Warn("watch links; changes by others are found by the audit each minute", "err", err)
+	}
+	dirs, err := watch.NewDirs(ctx, d.log, d.eng.Wake)
+	if err != nil {
+		d.log.Warn("watch exe selector directories; exe selectors are resolved again each second", "err", err)
+		return
+	}
+	d.eng.SetSelectorWatcher(dirs)
 }
 
 // quotaLoop counts the quotas between ticks while one may be used up soon

@@ -141,7 +141,15 @@ type Engine struct {
 	rtSaved map[uint64]*store.RTChannel
 	blocks  blockMemo
 	xdp     map[string]int
-	resvW   resvWatch // the reservation poller's memory (Tick only)
+	resvW   resvWatch    // the reservation poller's memory (Tick only)
+	rf      refreshState // what Refresh decides from (refresh.go)
+	status  statusMemo   // what the status derives from the policy (views.go)
+	// timed says whether policy has a rule with a quota or a schedule
+	// (hasTimedLocked).
+	timed struct {
+		policy *policy.Policy
+		any    bool
+	}
 	// identify resolves a process's app identity for explanations (nil:
 	// identifyProcess; tests give their own).
 	identify func(pid int, cgRoot string) (*observe.AppIdentity, error)
@@ -166,6 +174,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Now = time.Now
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, links: map[string]int{}}
+	e.rf.wakeC = make(chan struct{}, 1)
 	e.obs = observe.New(observed{e}, cfg.Now)
 	e.events = e.newEvents(events.Limits{}, time.Now)
 	var err error
@@ -461,7 +470,7 @@ func (e *Engine) Reload(force bool) error {
 }
 
 // Tick is the periodic work: sampling counters for rates, reaping finished
-// runs, and repairing (Rescan).
+// runs, and repairing what asked for it (Refresh).
 func (e *Engine) Tick() {
 	e.obs.Sample()
 	e.obs.RecordHistory()
@@ -469,7 +478,7 @@ func (e *Engine) Tick() {
 	e.publish(e.obs.ScanApps()...)
 	e.ReapRuns()
 	e.ExpireShield()
-	e.Rescan()
+	e.Refresh()
 	e.watchReservations()
 	e.pollReservations()
 	e.FlushEvents(false)
@@ -487,12 +496,15 @@ func (e *Engine) Rescan() {
 	if e.k == nil {
 		return
 	}
+	e.rf.auditAt = time.Now().Add(auditEvery)
 	if e.linksChanged() || e.linksDamaged() {
 		before := maps.Clone(e.links)
 		e.pushed.forget() // someone else changed the kernel: write it all
 		err := e.syncLocked("repair", e.containerRetryLocked())
 		if err == nil {
 			e.publish(linkEvents(before, e.links)...)
+		} else {
+			e.rf.woken.Store(true) // tried again at the next tick
 		}
 		msg := ""
 		if err != nil {
@@ -511,6 +523,7 @@ func (e *Engine) Rescan() {
 	rules := e.pushed.rules
 	if err := e.syncLocked("rescan", e.containerRetryLocked()); err != nil {
 		e.log.Warn("rescan", "err", err)
+		e.rf.woken.Store(true) // tried again at the next tick
 		return
 	}
 	if rules != nil && e.pushed.rules != rules {

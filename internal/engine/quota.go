@@ -124,6 +124,10 @@ func (e *Engine) tickTimesLocked() []api.Event {
 		return nil
 	}
 	t := e.times
+	if !e.hasTimedLocked() && len(t.usage) == 0 && len(t.on) == 0 && len(t.pace) == 0 && t.view == "" && !t.dirty {
+		t.due = quotaCheckMax
+		return nil // no quota or schedule: nothing to count or switch
+	}
 	now := e.cfg.Now()
 	cs, cerr := e.k.RuleCounters()
 	if cerr != nil {
@@ -397,6 +401,24 @@ func (e *Engine) quotaStatusLocked(r policy.Rule, ri *api.RuleInfo) {
 		}
 		ri.Schedule = ss
 	}
+}
+
+// hasTimedLocked reports whether a rule of the effective policy has a
+// quota or a schedule (remembered per policy: an idle tick does not walk
+// every rule).
+func (e *Engine) hasTimedLocked() bool {
+	if e.timed.policy != e.eff.Policy {
+		e.timed.policy, e.timed.any = e.eff.Policy, false
+		for _, r := range e.eff.Policy.Rules {
+			_, q := r.QuotaOf()
+			_, _, s := r.ScheduleOf()
+			if q || s {
+				e.timed.any = true
+				break
+			}
+		}
+	}
+	return e.timed.any
 }
 
 // viewChangedLocked reports whether the runtime view (the rules that are

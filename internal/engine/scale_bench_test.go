@@ -50,3 +50,19 @@ func BenchmarkRescan100x10k(b *testing.B) {
 		e.Rescan()
 	}
 }
+
+// BenchmarkTick100x10k is the idle daemon's work each second: 100 shaped
+// links and 10,000 rules, nothing changed and nothing asking for a
+// derive.
+func BenchmarkTick100x10k(b *testing.B) {
+	env := newEnv(b, scaleConfig(100, 10000))
+	for i := 0; i < 100; i++ {
+		env.k.Ifindexes[fmt.Sprintf("link%d", i)] = 10 + i
+	}
+	e := env.start(b)
+	e.Tick() // the first audit
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		e.Tick()
+	}
+}

@@ -26,6 +26,7 @@ func TestStats(t *testing.T) {
 	e.Tick()
 	k.Counters[slot] = datapath.Counters{Packets: 20, Bytes: 3000}
 	k.ClassCounters[2] = []shaper.ClassStats{{Minor: shaper.ClassLeafMinor(voice), Packets: 9, Bytes: 900, Backlog: 3}}
+	k.EgressPackets += 4
 	e.Tick()
 
 	var st api.Stats
@@ -81,7 +82,7 @@ func TestStats(t *testing.T) {
 	}
 	var s api.Status
 	e.Status(nobody, &s)
-	if s.Counts.Flows != 4 || s.Datapath.Packets != 10 {
+	if s.Counts.Flows != 4 || s.Datapath.Packets != 14 {
 		t.Errorf("status counts %+v datapath %+v", s.Counts, s.Datapath)
 	}
 

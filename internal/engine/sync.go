@@ -78,6 +78,7 @@ func (e *Engine) syncLocked(reason string, n syncChange) error {
 		n.commit()
 	}
 	e.times.view = d.View
+	e.derivedLocked()
 	e.startUsageLocked(e.counterReader())
 	return nil
 }
@@ -149,7 +150,8 @@ func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *store.Slots, er
 	}
 	res := derive.NewSystemResolver(e.k.CgroupRoot())
 	defer res.Close()
-	in.Resolver = res
+	rec := &recordingResolver{Resolver: res}
+	in.Resolver = rec
 	x := derive.Expand(in)
 	slots := e.slots
 	if !slots.Holds(x.Policy, x.ResvKeys) {
@@ -163,6 +165,7 @@ func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *store.Slots, er
 	if err != nil {
 		return nil, nil, err
 	}
+	e.rf.pending, e.rf.pendingQSched = rec.rec, in.QSchedRate
 	return d, slots, nil
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/observe"
+	"github.com/hostqos/hostqos/internal/policy"
 )
 
 // Status fills in what the engine knows of st (the datapath, links,
@@ -60,7 +62,7 @@ func (e *Engine) statusLocked(who Caller, st *api.Status) Kernel {
 	hidden := e.hiddenRulesLocked(who)
 	st.Counts.Rules = len(e.eff.Policy.Rules) - len(hidden)
 	st.Counts.Runs = len(e.temp.Runs) - len(hidden) // a hidden rule is another user's run
-	st.Warnings = append(st.Warnings, e.eff.Policy.Warnings()...)
+	st.Warnings = append(st.Warnings, e.statusMemoLocked().warnings...)
 	if w := e.obs.HistoryWarning(); w != "" {
 		st.Warnings = append(st.Warnings, w)
 	}
@@ -107,14 +109,16 @@ func (e *Engine) linkStatusLocked() []api.LinkStatus {
 		ls := api.LinkStatus{Link: l}
 		if ifindex, ok := e.links[l.Name]; ok && e.k != nil {
 			ls.Ifindex = ifindex
-			attached, err := e.k.LinkAttached(ifindex)
-			ls.Attached = attached || err != nil // unknown is not reported as detached
+			// From what the pushes left, not from the kernel: someone
+			// else's change is an event that repairs it (refresh.go).
+			attached, known := e.pushed.attached[ifindex]
+			ls.Attached = attached || !known // unknown is not reported as detached
 			if !ls.Attached {
 				ls.Error = "hostqos's classifier is not attached in the kernel (detached by someone else?); the daemon puts it back within a second"
 			}
 			if l.EgressRate > 0 {
-				owned, err := e.k.Shaped(ifindex)
-				ls.Shaping = owned || err != nil // unknown is not reported as removed
+				plan, known := e.pushed.plans[ifindex]
+				ls.Shaping = plan != nil || !known // unknown is not reported as removed
 				if !ls.Shaping {
 					ls.Error = "hostqos's HTB root is not on the link (removed by someone else?); the daemon rebuilds it within a second unless another root qdisc took its place"
 				}
@@ -127,7 +131,7 @@ func (e *Engine) linkStatusLocked() []api.LinkStatus {
 			ls.Error = "no such interface now; managed as soon as it appears"
 		}
 		ls.Reservable = l.Capacity()
-		ls.Reserved, ls.Guarantees = e.eff.Policy.HeldOn(l.Name, extra)
+		ls.Reserved, ls.Guarantees = e.heldOnLocked(l.Name, extra)
 		out = append(out, ls)
 	}
 	return out
@@ -191,4 +195,44 @@ func (e *Engine) LinkTotals() []LinkCounters {
 		out = append(out, lc)
 	}
 	return out
+}
+
+// statusMemo is what the status derives from the effective policy alone,
+// kept until the policy changes (status is asked often; a policy of
+// 10,000 rules is not walked for each answer): the policy's warnings and,
+// by link, the guarantees held there with the holders outside the policy
+// they were summed with.
+type statusMemo struct {
+	policy   *policy.Policy
+	warnings []string
+	held     map[string]heldOn
+}
+
+type heldOn struct {
+	extra []policy.Contribution
+	rate  policy.Rate
+	cs    []policy.Contribution
+}
+
+func (e *Engine) statusMemoLocked() *statusMemo {
+	if e.status.policy != e.eff.Policy {
+		e.status = statusMemo{policy: e.eff.Policy, warnings: e.eff.Policy.Warnings(), held: map[string]heldOn{}}
+	}
+	return &e.status
+}
+
+// heldOnLocked is the policy's HeldOn, from the memo while neither the
+// policy nor the link's holders outside it changed.
+func (e *Engine) heldOnLocked(link string, extra policy.Extra) (policy.Rate, []policy.Contribution) {
+	m := e.statusMemoLocked()
+	var x []policy.Contribution
+	if extra != nil {
+		x = extra(link)
+	}
+	if h, ok := m.held[link]; ok && slices.Equal(h.extra, x) {
+		return h.rate, h.cs
+	}
+	rate, cs := e.eff.Policy.HeldOn(link, extra)
+	m.held[link] = heldOn{extra: x, rate: rate, cs: cs}
+	return rate, cs
 }

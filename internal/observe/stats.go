@@ -39,6 +39,10 @@ type sampler struct {
 	exeCache map[uint32]string
 
 	in inRates // the received side of classes and links (stats_in.go)
+	// egressPrev is the classifier's packet count at the last sample
+	// (egressSeen: one was read).
+	egressPrev uint64
+	egressSeen bool
 	// netDev reads the interface counters (ReadNetDev; tests replace it).
 	netDev func() map[string]history.Counters
 }
@@ -79,9 +83,20 @@ func (s *sampler) sample(v LinkView) {
 		}
 		s.rulePrev, s.ruleAt = cs, now
 	}
-	s.sampleIn(now, dp)
+	dst, derr := dp.Stats()
+	if derr == nil {
+		s.sampleIn(now, dst)
+	}
+	// The classifier sees every packet a managed link sends before its
+	// HTB tree does: when it saw none since the last sample, the classes
+	// of a link whose queues were empty then counted nothing since.
+	quiet := derr == nil && s.egressSeen && dst.Packets == s.egressPrev
+	s.egressSeen, s.egressPrev = derr == nil, dst.Packets
 	seen := map[[2]int]bool{}
 	for _, ifindex := range v.Up {
+		if quiet && s.classesIdle(ifindex, seen) {
+			continue
+		}
 		st, err := dp.ClassStats(ifindex)
 		if err != nil {
 			continue
@@ -103,6 +118,34 @@ func (s *sampler) sample(v LinkView) {
 		}
 	}
 	s.classAt = now
+}
+
+// classesIdle reports whether a link's HTB classes are those read at the
+// last sample, with nothing queued then, so that (no packet having reached
+// the link since) their counters did not move: their rates are zero and no
+// netlink dump of the classes is needed (an idle daemon makes none). It
+// marks the link's classes seen. Called with s.mu held.
+func (s *sampler) classesIdle(ifindex int, seen map[[2]int]bool) bool {
+	known := false
+	for k, c := range s.classPrev {
+		if k[0] != ifindex {
+			continue
+		}
+		if c.Backlog != 0 {
+			return false
+		}
+		known = true
+	}
+	if !known {
+		return false
+	}
+	for k := range s.classPrev {
+		if k[0] == ifindex {
+			seen[k] = true
+			s.classRate[k] = [2]float64{}
+		}
+	}
+	return true
 }
 
 // ruleStats are the rules' counters and rates, without the rules in hidden

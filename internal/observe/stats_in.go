@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/policy"
 )
@@ -32,11 +33,7 @@ type inRates struct {
 
 // sampleIn updates the rates of the unmatched received traffic. Called
 // with s.mu held.
-func (s *sampler) sampleIn(now time.Time, k Kernel) {
-	st, err := k.Stats()
-	if err != nil {
-		return
-	}
+func (s *sampler) sampleIn(now time.Time, st datapath.Stats) {
 	cur := [2]uint64{st.RxUnmatchedBytes, st.RxUnmatchedPackets}
 	if !s.in.noneAt.IsZero() {
 		dt := now.Sub(s.in.noneAt).Seconds()

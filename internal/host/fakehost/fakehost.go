@@ -43,6 +43,9 @@ type FakeKernel struct {
 	// RxUnmatched are the received counters of traffic no rule matched
 	// (Stats: RxUnmatchedPackets, RxUnmatchedBytes, RxUnmatchedDrops).
 	RxUnmatched datapath.Counters
+	// EgressPackets are the packets the classifier saw (Stats().Packets
+	// is 10 more): a test that moves class counters moves it too.
+	EgressPackets uint64
 	// ResvCounters, BindingList and Refusals are what the reservation
 	// readers return (Refusals: every refusal so far, Seq 1, 2, ...).
 	ResvCounters map[uint16]datapath.ResvCounters
@@ -353,7 +356,7 @@ func (f *FakeKernel) Stats() (datapath.Stats, error) {
 	if err := f.call("Stats", ""); err != nil {
 		return datapath.Stats{}, err
 	}
-	return datapath.Stats{Packets: 10, Classified: 5, RxUnmatchedPackets: f.RxUnmatched.RxPackets,
+	return datapath.Stats{Packets: 10 + f.EgressPackets, Classified: 5, RxUnmatchedPackets: f.RxUnmatched.RxPackets,
 		RxUnmatchedBytes: f.RxUnmatched.RxBytes, RxUnmatchedDrops: f.RxUnmatched.RxDrops}, nil
 }
 
