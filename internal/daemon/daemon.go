@@ -411,6 +411,8 @@ func (d *Daemon) loop(ctx context.Context) {
 			d.eng.Tick()
 		case <-d.eng.Woken():
 			d.eng.Refresh()
+		case <-d.eng.BindWanted():
+			d.eng.BindOpenSockets()
 		}
 	}
 }

@@ -398,13 +398,6 @@ func (d *Datapath) Apply(p Policy) error {
 		// at the latest because their Tspec epoch restarts the times.
 		d.log.Warn("reset state of removed reservations", "err", err)
 	}
-	if nresv > 0 {
-		// Sockets opened before their reservation are bound now, not
-		// at their next packet.
-		if err := d.bindOpenSockets(); err != nil {
-			d.log.Warn("bind open sockets to reservations", "err", err)
-		}
-	}
 	d.log.Info("policy applied", "generation", gen+1, "rules", len(c.rules), "app_rules", c.appRules,
 		"tuples", len(c.tuples[0])+len(c.tuples[1]))
 	return nil

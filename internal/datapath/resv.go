@@ -587,11 +587,14 @@ func FlowControl(bucket uint64, minUnit, sessions uint32) (sndbuf, queue uint32)
 	return uint32(s / 2), uint32(min(max(q, n*perEff), 1<<24))
 }
 
-// bindOpenSockets binds the connected TCP and UDP sockets of the calling
+// BindOpenSockets binds the connected TCP and UDP sockets of the calling
 // thread's network namespace that the active policy puts under a
 // reservation and that are not bound yet (sockets opened before their
-// reservation): it runs the iter/tcp and iter/udp programs once.
-func (d *Datapath) bindOpenSockets() error {
+// reservation): it runs the iter/tcp and iter/udp programs once. Apply
+// does not: the classifier binds such a socket at its next packet, and a
+// walk of every socket is worth it only after a reservation was added or
+// changed (the engine calls it then, after answering).
+func (d *Datapath) BindOpenSockets() error {
 	for _, p := range []struct {
 		name string
 		prog *ebpf.Program

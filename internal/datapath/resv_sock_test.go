@@ -262,7 +262,12 @@ func TestSessionAdmission(t *testing.T) {
 		},
 	}
 	// Applied in A: the early socket is bound at once, before it sends.
-	b.p.A.MustDo(t, func() error { return b.d.Apply(pol) })
+	b.p.A.MustDo(t, func() error {
+		if err := b.d.Apply(pol); err != nil {
+			return err
+		}
+		return b.d.BindOpenSockets()
+	})
 	if bs, _ := b.d.Bindings(); countBound(bs, 3) != 1 {
 		t.Errorf("socket open before its reservation not bound when the policy was applied: %+v", bs)
 	}

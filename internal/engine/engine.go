@@ -141,9 +141,10 @@ type Engine struct {
 	rtSaved map[uint64]*store.RTChannel
 	blocks  blockMemo
 	xdp     map[string]int
-	resvW   resvWatch    // the reservation poller's memory (Tick only)
-	rf      refreshState // what Refresh decides from (refresh.go)
-	status  statusMemo   // what the status derives from the policy (views.go)
+	resvW   resvWatch     // the reservation poller's memory (Tick only)
+	rf      refreshState  // what Refresh decides from (refresh.go)
+	bindC   chan struct{} // BindWanted (reservations.go)
+	status  statusMemo    // what the status derives from the policy (views.go)
 	// timed says whether policy has a rule with a quota or a schedule
 	// (hasTimedLocked).
 	timed struct {
@@ -175,6 +176,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, links: map[string]int{}}
 	e.rf.wakeC = make(chan struct{}, 1)
+	e.bindC = make(chan struct{}, 1)
 	e.obs = observe.New(observed{e}, cfg.Now)
 	e.events = e.newEvents(events.Limits{}, time.Now)
 	var err error

@@ -75,6 +75,9 @@ type Kernel interface {
 	// after seq since and the seq to pass next time.
 	ReservationCounters() (map[uint16]datapath.ResvCounters, error)
 	Bindings() ([]datapath.Binding, error)
+	// BindOpenSockets binds the open sockets that the applied policy puts
+	// under a reservation and that are not bound yet.
+	BindOpenSockets() error
 	SessionRefusals(since uint64) ([]datapath.Refusal, uint64, error)
 	// TagExistingSockets gives an identity to the sockets of this network
 	// namespace opened before the datapath was loaded, and returns how many

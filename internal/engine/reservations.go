@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/hostqos/hostqos/internal/store"
 
 	"github.com/hostqos/hostqos/api"
+	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/derive"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/units"
@@ -345,4 +347,55 @@ func cutNUL(s string) (string, string, bool) {
 		}
 	}
 	return s, "", false
+}
+
+// Sockets opened before their reservation are bound by the classifier at
+// their next packet; binding them at once walks every TCP and UDP socket
+// of the namespace, so it is done only after a reservation was added or
+// changed, and off the change's path: the engine asks for it (BindWanted)
+// and the daemon calls BindOpenSockets once the answer is on its way.
+
+// wantBind asks for a BindOpenSockets (capacity 1: asks coalesce).
+func (e *Engine) wantBind() {
+	select {
+	case e.bindC <- struct{}{}:
+	default:
+	}
+}
+
+// BindWanted is signalled when a reservation was added or changed.
+func (e *Engine) BindWanted() <-chan struct{} { return e.bindC }
+
+// BindOpenSockets binds the open sockets the applied reservations cover
+// and that are not bound yet (Kernel.BindOpenSockets), without the
+// engine's lock.
+func (e *Engine) BindOpenSockets() {
+	e.mu.Lock()
+	k := e.k
+	e.mu.Unlock()
+	if k == nil {
+		return
+	}
+	if err := k.BindOpenSockets(); err != nil {
+		e.log.Warn("bind open sockets to reservations", "err", err)
+	}
+}
+
+// newReservations reports whether now holds a reservation that was not in
+// was as it is.
+func newReservations(was, now []datapath.Reservation) bool {
+	if len(now) == 0 {
+		return false
+	}
+	old := make(map[uint16]int, len(was))
+	for i, r := range was {
+		old[r.ID] = i
+	}
+	for _, r := range now {
+		i, ok := old[r.ID]
+		if !ok || !reflect.DeepEqual(was[i], r) {
+			return true
+		}
+	}
+	return false
 }

@@ -339,3 +339,55 @@ func TestReservationEventsFromKernel(t *testing.T) {
 		t.Fatalf("nobody sees %+v", ri[0].Sockets)
 	}
 }
+
+// TestBindOnlyForNewReservations: the walk that binds open sockets is
+// asked for after a reservation is added or changed, and not for a
+// removal or a rule change while reservations are held; the engine never
+// walks on a change's path.
+func TestBindOnlyForNewReservations(t *testing.T) {
+	env := newEnv(t, resvConfig)
+	e := env.start(t)
+	ctx := context.Background()
+	wanted := func() bool {
+		select {
+		case <-e.BindWanted():
+			return true
+		default:
+			return false
+		}
+	}
+	wanted()
+	if _, err := e.AddReservation(ctx, root, testResv("a", policy.ServiceGuaranteed, 1_000_000), false); err != nil {
+		t.Fatal(err)
+	}
+	if !wanted() {
+		t.Error("no bind asked for after a reservation was added")
+	}
+	if n := len(env.k.CallsOf("BindOpenSockets")); n != 0 {
+		t.Errorf("the change walked the sockets %d times on its path", n)
+	}
+	r := rule("plain")
+	r.RPort = policy.PortRange{From: 7000, To: 7000}
+	if _, err := e.AddRule(ctx, root, r, false); err != nil {
+		t.Fatal(err)
+	}
+	if wanted() {
+		t.Error("a rule change asked for a bind")
+	}
+	if _, err := e.SetReservation(ctx, root, "a", []byte(`{"rate":"2mbit"}`), false); err != nil {
+		t.Fatal(err)
+	}
+	if !wanted() {
+		t.Error("no bind asked for after a reservation changed")
+	}
+	if err := e.RemoveReservation(ctx, root, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if wanted() {
+		t.Error("a removal asked for a bind")
+	}
+	e.BindOpenSockets()
+	if n := len(env.k.CallsOf("BindOpenSockets")); n != 1 {
+		t.Errorf("BindOpenSockets walked %d times, want 1", n)
+	}
+}

@@ -238,9 +238,16 @@ func (e *Engine) reconcileLocked(d *derive.Desired) error {
 		e.pushed.setPlan(l.Ifindex, l.Plan)
 	}
 	if !e.pushed.rulesAre(d.Datapath) {
+		var was []datapath.Reservation
+		if e.pushed.rules != nil {
+			was = e.pushed.rules.Reservations
+		}
 		e.pushed.rules = nil
 		if err := e.k.ApplyRules(d.Datapath); err != nil {
 			return fmt.Errorf("apply datapath rules: %w", err)
+		}
+		if newReservations(was, d.Datapath.Reservations) {
+			e.wantBind()
 		}
 		rules := d.Datapath
 		e.pushed.rules = &rules

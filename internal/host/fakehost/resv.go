@@ -76,3 +76,10 @@ func (f *FakeKernel) SetSendBuffer(pid uint32, cookie uint64, size int) (int, er
 	f.SendBuffers[cookie] = 2 * size
 	return old, nil
 }
+
+// BindOpenSockets records the call.
+func (f *FakeKernel) BindOpenSockets() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.call("BindOpenSockets", "")
+}
