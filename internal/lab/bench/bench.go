@@ -98,6 +98,7 @@ var suite = []benchmark{
 	{"ruleadd", "Rule-add latency with 1/100 managed links and 10/10,000 rules", benchRuleAdd},
 	{"memory", "Daemon memory over 10,000 policy changes at 10 and 2,000 rules", benchMemory},
 	{"idle", "Idle daemon: CPU, RSS, netlink dumps and status latency at 10 / 10,000 rules and 1 / 100 links", benchIdle},
+	{"startup", "Daemon start and restart with adoption at 10 and 10,000 rules", benchStartup},
 	{"resv-cost", "Reservation component costs (seed Table II): policing, bind at connect, backpressure", benchResvCost},
 	{"resv-latency", "UDP round trips best effort vs reserved (seed Table III)", benchResvLatency},
 	{"resv-goodput", "Goodput vs reserved rate: none, policing, session shaping, link shaping (seed Figs. 6–8)", benchResvGoodput},
