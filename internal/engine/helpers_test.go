@@ -12,6 +12,7 @@ import (
 	"github.com/hostqos/hostqos/internal/store"
 
 	"github.com/hostqos/hostqos/internal/derive"
+	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/host/fakehost"
 	"github.com/hostqos/hostqos/internal/policy"
 )
@@ -75,6 +76,8 @@ func (env *testEnv) start(t testing.TB) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The fake's links are not this host's interfaces.
+	e.obs.SetNetDev(func() map[string]history.Counters { return map[string]history.Counters{} })
 	if err := e.Start(Host{Kernel: env.k}); err != nil {
 		t.Fatal(err)
 	}

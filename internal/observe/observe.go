@@ -15,6 +15,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/history"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
@@ -131,6 +132,14 @@ func New(src Source, now func() time.Time) *Observer {
 // Sample reads the rule and class counters and updates their rates (the
 // engine's Tick, every second).
 func (o *Observer) Sample() { o.s.sample(o.src.LinkView()) }
+
+// SetNetDev replaces the reader of the interfaces' counters (ReadNetDev),
+// for tests whose links are not this host's interfaces.
+func (o *Observer) SetNetDev(f func() map[string]history.Counters) {
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	o.s.netDev = f
+}
 
 // RuleStats are the rules' counters and rates, without the rules in hidden
 // and the objects' rules of other users than uid (uid < 0: everyone's).

@@ -39,6 +39,13 @@ type sampler struct {
 	exeCache map[uint32]string
 
 	in inRates // the received side of classes and links (stats_in.go)
+	// ctrs is the last reading of the rule counters, with the packets
+	// the classifiers had seen then (ruleCounters).
+	ctrs struct {
+		cs   []datapath.Counters
+		seen [2]uint64
+		ok   bool
+	}
 	// egressPrev is the classifier's packet count at the last sample
 	// (egressSeen: one was read).
 	egressPrev uint64
@@ -66,12 +73,22 @@ func (s *sampler) sample(v LinkView) {
 		return
 	}
 	now := time.Now()
-	cs, err := dp.RuleCounters()
-	dev := s.netDev()
+	cs, err := s.ruleCounters(dp)
+	s.mu.Lock()
+	netDev := s.netDev
+	s.mu.Unlock()
+	dev := netDev()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	devPrev := s.in.devPrev
 	s.sampleDev(now, dev, v.Up)
-	if err == nil {
+	switch {
+	case err == nil && len(cs) > 0 && len(s.rulePrev) > 0 && &cs[0] == &s.rulePrev[0]:
+		// The same reading (nothing counted since): every rate is zero.
+		clear(s.ruleRate)
+		clear(s.ruleRateIn)
+		s.ruleAt = now
+	case err == nil:
 		if s.rulePrev != nil {
 			dt := now.Sub(s.ruleAt).Seconds()
 			for i := range cs {
@@ -90,11 +107,15 @@ func (s *sampler) sample(v LinkView) {
 	// The classifier sees every packet a managed link sends before its
 	// HTB tree does: when it saw none since the last sample, the classes
 	// of a link whose queues were empty then counted nothing since.
+	// So did those of a link whose interface sent nothing since.
 	quiet := derr == nil && s.egressSeen && dst.Packets == s.egressPrev
 	s.egressSeen, s.egressPrev = derr == nil, dst.Packets
 	seen := map[[2]int]bool{}
-	for _, ifindex := range v.Up {
-		if quiet && s.classesIdle(ifindex, seen) {
+	for name, ifindex := range v.Up {
+		c, ok := dev[name]
+		p, okp := devPrev[name]
+		linkQuiet := ok && okp && c.PacketsOut == p.PacketsOut && c.DropsOut == p.DropsOut
+		if (quiet || linkQuiet) && s.classesIdle(ifindex, seen) {
 			continue
 		}
 		st, err := dp.ClassStats(ifindex)
@@ -118,6 +139,31 @@ func (s *sampler) sample(v LinkView) {
 		}
 	}
 	s.classAt = now
+}
+
+// ruleCounters reads the rules' counters, or gives those of the last
+// reading when the classifiers saw no packet since: a rule counts only
+// packets the egress and ingress programs see, so with 10,000 rules an
+// idle daemon does not read 10,000 per-CPU slots several times a second.
+// The slice is shared: callers only read it.
+func (s *sampler) ruleCounters(dp Kernel) ([]datapath.Counters, error) {
+	st, serr := dp.Stats()
+	seen := [2]uint64{st.Packets, st.RxPackets}
+	s.mu.Lock()
+	if serr == nil && s.ctrs.ok && s.ctrs.seen == seen {
+		cs := s.ctrs.cs
+		s.mu.Unlock()
+		return cs, nil
+	}
+	s.mu.Unlock()
+	cs, err := dp.RuleCounters()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.ctrs.cs, s.ctrs.seen, s.ctrs.ok = cs, seen, serr == nil
+	s.mu.Unlock()
+	return cs, nil
 }
 
 // classesIdle reports whether a link's HTB classes are those read at the
@@ -156,7 +202,7 @@ func (s *sampler) ruleStats(v RuleView, hidden map[string]bool, uid int64) ([]ap
 	if dp == nil {
 		return nil, fmt.Errorf("read rule counters: datapath not loaded")
 	}
-	cs, err := dp.RuleCounters()
+	cs, err := s.ruleCounters(dp)
 	if err != nil {
 		return nil, fmt.Errorf("read rule counters: %w", err)
 	}

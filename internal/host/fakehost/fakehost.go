@@ -43,8 +43,9 @@ type FakeKernel struct {
 	// RxUnmatched are the received counters of traffic no rule matched
 	// (Stats: RxUnmatchedPackets, RxUnmatchedBytes, RxUnmatchedDrops).
 	RxUnmatched datapath.Counters
-	// EgressPackets are the packets the classifier saw (Stats().Packets
-	// is 10 more): a test that moves class counters moves it too.
+	// EgressPackets are packets the classifier saw besides those of the
+	// rules' Counters (Stats().Packets is 10 more than both): a test that
+	// moves class counters alone moves it too.
 	EgressPackets uint64
 	// ResvCounters, BindingList and Refusals are what the reservation
 	// readers return (Refusals: every refusal so far, Seq 1, 2, ...).
@@ -356,7 +357,13 @@ func (f *FakeKernel) Stats() (datapath.Stats, error) {
 	if err := f.call("Stats", ""); err != nil {
 		return datapath.Stats{}, err
 	}
-	return datapath.Stats{Packets: 10 + f.EgressPackets, Classified: 5, RxUnmatchedPackets: f.RxUnmatched.RxPackets,
+	// As the classifiers count: every packet a rule counts is one they
+	// saw.
+	var tx, rx uint64
+	for _, c := range f.Counters {
+		tx, rx = tx+c.Packets, rx+c.RxPackets
+	}
+	return datapath.Stats{Packets: 10 + f.EgressPackets + tx, RxPackets: rx + f.RxUnmatched.RxPackets, Classified: 5, RxUnmatchedPackets: f.RxUnmatched.RxPackets,
 		RxUnmatchedBytes: f.RxUnmatched.RxBytes, RxUnmatchedDrops: f.RxUnmatched.RxDrops}, nil
 }
 
