@@ -174,6 +174,11 @@ type Sample struct {
 	Time   time.Time
 	Series []Series
 	Flows  []Flow // flows that ended since the last sample
+	// Unchanged are kinds whose series the sample leaves out because
+	// none of them changed since the previous sample (an idle daemon
+	// with 10,000 rules does not hand over 10,000 equal readings a
+	// second); their next readings' amounts cover the time since.
+	Unchanged []string
 }
 
 // Options are the store's retention and sizes; zero fields take the
@@ -288,6 +293,10 @@ type Store struct {
 	// full queue dropped) spreads its amounts over the seconds it covers
 	// when it updates a roll-up's busiest second.
 	lastT map[int64]int64
+	// unchangedT is, by kind, the time of the last sample that left the
+	// kind's series out as unchanged (Sample.Unchanged): each of them was
+	// read then as it was before.
+	unchangedT map[string]int64
 	// The events table's rows and bytes (budget.go).
 	events, eventBytes int64
 	lastWarn           time.Time
@@ -333,7 +342,7 @@ func Open(path string, o Options) (*Store, error) {
 	s := &Store{
 		db: db, path: path, opt: o, log: o.Logger,
 		ch: make(chan item, queueLen), done: make(chan struct{}), stopped: make(chan struct{}),
-		ids: map[seriesKey]int64{}, images: map[int64]string{}, last: map[int64]Counters{}, lastT: map[int64]int64{}, recording: true,
+		ids: map[seriesKey]int64{}, images: map[int64]string{}, last: map[int64]Counters{}, lastT: map[int64]int64{}, unchangedT: map[string]int64{}, recording: true,
 	}
 	if err := s.init(); err != nil {
 		db.Close()
@@ -682,6 +691,7 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 	newIDs := map[seriesKey]int64{}
 	newLast := map[int64]Counters{}
 	newLastT := map[int64]int64{}
+	newUnchangedT := map[string]int64{}
 	newImages := map[int64]string{}
 	defer func() {
 		if err != nil {
@@ -692,6 +702,7 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 		maps(newImages, s.images)
 		maps(newLast, s.last)
 		maps(newLastT, s.lastT)
+		maps(newUnchangedT, s.unchangedT)
 	}()
 	var st [3]*sql.Stmt
 	for i, table := range []string{"s1", "m1", "h1"} {
@@ -750,6 +761,9 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 		switch {
 		case it.sample != nil:
 			t := it.sample.Time.Unix()
+			for _, k := range it.sample.Unchanged {
+				newUnchangedT[k] = t
+			}
 			for _, se := range it.sample.Series {
 				sid, err := id(seriesKey{se.Kind, se.Name, se.Owner})
 				if err != nil {
@@ -772,10 +786,16 @@ func (s *Store) writeTx(batch []item) (evRows, evBytes int64, err error) {
 				}
 				newLast[sid] = se.Counters
 				secs := int64(1) // the seconds this reading's amounts cover
-				if lt, ok := newLastT[sid]; ok {
-					secs = max(1, t-lt)
-				} else if lt, ok := s.lastT[sid]; ok {
-					secs = max(1, t-lt)
+				lt, ok := newLastT[sid]
+				if !ok {
+					lt, ok = s.lastT[sid]
+				}
+				if ok {
+					ut, uok := newUnchangedT[se.Kind]
+					if !uok {
+						ut = s.unchangedT[se.Kind]
+					}
+					secs = max(1, t-max(lt, ut))
 				}
 				newLastT[sid] = t
 				f := se.Counters.fields()

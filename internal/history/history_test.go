@@ -322,3 +322,32 @@ func TestContainerApps(t *testing.T) {
 		t.Errorf("after a reopen: %+v", h.Series)
 	}
 }
+
+// TestUnchangedSeriesLeftOut: samples that leave the rules out as
+// unchanged (an idle daemon) write nothing for them, and the next reading
+// that counts is the busiest second of its own, not spread over the idle
+// seconds before it.
+func TestUnchangedSeriesLeftOut(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "history.db"))
+	defer s.Close()
+	t0 := time.Now().Add(-5 * time.Minute).Truncate(time.Minute)
+	web := func(out uint64) []Series {
+		return []Series{{Kind: KindRules, Name: "web", Owner: -1, Counters: Counters{BytesOut: out}}}
+	}
+	s.Record(Sample{Time: t0, Series: web(100e3)})
+	for sec := 1; sec < 30; sec++ {
+		s.Record(Sample{Time: t0.Add(time.Duration(sec) * time.Second), Unchanged: []string{KindRules, KindClasses}})
+	}
+	s.Record(Sample{Time: t0.Add(30 * time.Second), Series: web(100e3 + 600e3)})
+	flush(t, s)
+	h, err := s.Query(context.Background(), api.HistoryQuery{Kind: KindRules, Since: t0, Until: t0.Add(59 * time.Second), Step: time.Minute}, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Series) != 1 || len(h.Series[0].Points) != 1 {
+		t.Fatalf("%+v", h)
+	}
+	if p := h.Series[0].Points[0]; p.BytesOut != 700e3 || p.PeakBytesOut != 600e3 {
+		t.Errorf("%d bytes out, busiest second %d; want 700000 and 600000", p.BytesOut, p.PeakBytesOut)
+	}
+}

@@ -57,6 +57,11 @@ type recorder struct {
 	appTotal map[appKey]*appCount
 	named    int
 	procs    map[uint32]procInfo
+	// mark is what the last sample saw of the sampler (marked: one was
+	// taken); while it holds, the rules' and classes' series are left
+	// out as unchanged.
+	mark   samplerMark
+	marked bool
 }
 
 // maxIdleRecords is how many flows that fell idle a walk records at most;
@@ -182,7 +187,16 @@ func (o *Observer) readSample(r *recorder) (history.Sample, bool) {
 		owners[rule.Name], classOf[rule.Name] = rule.Owner, rule.Class
 	}
 	sm := history.Sample{Time: time.Now()}
-	if rs, err := o.s.ruleStats(rv, nil, -1); err == nil {
+	m, ok := o.s.mark(k)
+	r.mu.Lock()
+	unchanged := ok && r.marked && m == r.mark
+	r.mark, r.marked = m, ok
+	r.mu.Unlock()
+	if unchanged {
+		// Nothing counted since the last sample: no rule or class
+		// series changed (a rule added since shows once it counts).
+		sm.Unchanged = []string{history.KindRules, history.KindClasses}
+	} else if rs, err := o.s.ruleStats(rv, nil, -1); err == nil {
 		for _, rule := range rs {
 			owner, ok := owners[rule.Rule]
 			if !ok {
@@ -193,7 +207,7 @@ func (o *Observer) readSample(r *recorder) (history.Sample, bool) {
 					BytesIn: rule.In.Bytes, PacketsIn: rule.In.Packets, DropsIn: rule.In.Drops}})
 		}
 	}
-	if cs, err := o.s.classStats(lv, rv); err == nil {
+	if cs, err := o.classStatsUnless(unchanged, lv, rv); err == nil {
 		for _, c := range classTotals(cs) {
 			sm.Series = append(sm.Series, history.Series{Kind: history.KindClasses, Name: c.Class, Owner: -1,
 				Counters: history.Counters{BytesOut: c.Bytes, PacketsOut: c.Packets, DropsOut: c.Drops,
@@ -217,6 +231,14 @@ func (o *Observer) readSample(r *recorder) (history.Sample, bool) {
 	}
 	r.mu.Unlock()
 	return sm, true
+}
+
+// classStatsUnless is the classes' statistics, none when unchanged.
+func (o *Observer) classStatsUnless(unchanged bool, lv LinkView, rv RuleView) ([]api.ClassStat, error) {
+	if unchanged {
+		return nil, nil
+	}
+	return o.s.classStats(lv, rv)
 }
 
 // classTotals sums each class over the links.

@@ -39,6 +39,8 @@ type sampler struct {
 	exeCache map[uint32]string
 
 	in inRates // the received side of classes and links (stats_in.go)
+	// classReads counts the readings of a link's classes (mark).
+	classReads uint64
 	// ctrs is the last reading of the rule counters, with the packets
 	// the classifiers had seen then (ruleCounters).
 	ctrs struct {
@@ -122,6 +124,7 @@ func (s *sampler) sample(v LinkView) {
 		if err != nil {
 			continue
 		}
+		s.classReads++
 		dt := now.Sub(s.classAt).Seconds()
 		for _, c := range st {
 			k := [2]int{ifindex, int(c.Minor)}
@@ -164,6 +167,31 @@ func (s *sampler) ruleCounters(dp Kernel) ([]datapath.Counters, error) {
 	s.ctrs.cs, s.ctrs.seen, s.ctrs.ok = cs, seen, serr == nil
 	s.mu.Unlock()
 	return cs, nil
+}
+
+// samplerMark is what a reader saw of the sampler's counters: the rule
+// counters' reading (its first element) and the class readings so far.
+type samplerMark struct {
+	first      *datapath.Counters
+	n          int
+	classReads uint64
+}
+
+// mark refreshes the rule counters (ruleCounters) and tells what the
+// sampler holds now; two equal marks mean that no rule or class counter
+// changed between them.
+func (s *sampler) mark(k Kernel) (samplerMark, bool) {
+	cs, err := s.ruleCounters(k)
+	if err != nil {
+		return samplerMark{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := samplerMark{n: len(cs), classReads: s.classReads}
+	if len(cs) > 0 {
+		m.first = &cs[0]
+	}
+	return m, true
 }
 
 // classesIdle reports whether a link's HTB classes are those read at the
