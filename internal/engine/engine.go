@@ -145,6 +145,13 @@ type Engine struct {
 	rf      refreshState  // what Refresh decides from (refresh.go)
 	bindC   chan struct{} // BindWanted (reservations.go)
 	status  statusMemo    // what the status derives from the policy (views.go)
+	// ruleView is the rule view last built, for the sync that derived
+	// desired (observed.RuleView).
+	ruleView struct {
+		desired *derive.Desired
+		k       Kernel
+		view    observe.RuleView
+	}
 	// timed says whether policy has a rule with a quota or a schedule
 	// (hasTimedLocked).
 	timed struct {
