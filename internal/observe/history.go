@@ -62,6 +62,38 @@ type recorder struct {
 	// out as unchanged.
 	mark   samplerMark
 	marked bool
+	// maps are the rules' owners, classes and slot owners, for the rule
+	// list they were made of (the engine hands the same list until it
+	// changes).
+	maps struct {
+		first   *Rule
+		n       int
+		owners  map[string]int64
+		classOf map[string]string
+		names   slotOwners
+	}
+}
+
+// ruleMaps are the owners, classes and slot owners of rules, made again
+// only when the list is another.
+func (r *recorder) ruleMaps(rules []Rule) (map[string]int64, map[string]string, slotOwners) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var first *Rule
+	if len(rules) > 0 {
+		first = &rules[0]
+	}
+	m := &r.maps
+	if m.owners == nil || m.first != first || m.n != len(rules) {
+		m.first, m.n = first, len(rules)
+		m.owners = make(map[string]int64, len(rules))
+		m.classOf = make(map[string]string, len(rules))
+		for _, rule := range rules {
+			m.owners[rule.Name], m.classOf[rule.Name] = rule.Owner, rule.Class
+		}
+		m.names = newSlotOwners(rules)
+	}
+	return m.owners, m.classOf, m.names
 }
 
 // maxIdleRecords is how many flows that fell idle a walk records at most;
@@ -181,11 +213,7 @@ func (o *Observer) readSample(r *recorder) (history.Sample, bool) {
 	for name := range lv.Up {
 		linkNames = append(linkNames, name)
 	}
-	owners := make(map[string]int64, len(rv.Rules))
-	classOf := make(map[string]string, len(rv.Rules))
-	for _, rule := range rv.Rules {
-		owners[rule.Name], classOf[rule.Name] = rule.Owner, rule.Class
-	}
+	owners, classOf, names := r.ruleMaps(rv.Rules)
 	sm := history.Sample{Time: time.Now()}
 	m, ok := o.s.mark(k)
 	r.mu.Lock()
@@ -221,7 +249,6 @@ func (o *Observer) readSample(r *recorder) (history.Sample, bool) {
 			sm.Series = append(sm.Series, history.Series{Kind: history.KindLinks, Name: name, Owner: -1, Counters: c})
 		}
 	}
-	names := newSlotOwners(rv.Rules)
 	ended := r.walk(k, rv.Containers, names, classOf, sm.Time)
 	sm.Flows = ended
 	r.mu.Lock()
