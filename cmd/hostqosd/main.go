@@ -62,7 +62,7 @@ func newFlags() (*flag.FlagSet, *flags) {
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "Unix socket of the API")
 	fs.StringVar(&cfg.Attach, "attach", "auto", "how the classifier is attached to links: tcx (Linux 6.6+), clsact (cls_bpf on a clsact qdisc, any kernel), or auto (tcx where the kernel has it)")
 	fs.StringVar(&cfg.Loops, "loops", "auto", fmt.Sprintf("loops of the BPF rule search: bpf_loop (Linux 5.17+), bounded (Linux 5.12+; at most %d rules without and %d with app selectors), or auto (bpf_loop where the kernel has it)", policy.BoundedFlowRules, policy.BoundedAppRules))
-	fs.IntVar(&cfg.FlowTableSize, "flow-table-size", 65536, "entries of each flow table (LRU; one for IPv4, one for IPv6)")
+	fs.IntVar(&cfg.FlowTableSize, "flow-table-size", 131072, "entries of each flow table (LRU; one for IPv4, one for IPv6)")
 	fs.IntVar(&cfg.MaxRunsPerUser, "max-runs-per-user", daemon.DefaultMaxRunsPerUser, "hostqos runs one ordinary user (not root, not group hostqos) may have at once")
 	fs.IntVar(&cfg.MaxUserRuns, "max-user-runs", daemon.DefaultMaxUserRuns, fmt.Sprintf("hostqos runs of all ordinary users together (at most %d); the other app-selector slots of the %d are kept for admin rules", policy.MaxAppRules/2, policy.MaxAppRules))
 	fs.IntVar(&cfg.MaxQSocksPerUser, "max-qsocks-per-user", engine.DefaultMaxQSocksPerUser, "qsockets (sockets registered through libhostqos and the app API) one ordinary user may have open at once")
