@@ -1,10 +1,7 @@
 package engine
 
 import (
-	"path/filepath"
-	"reflect"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -48,49 +45,14 @@ type refreshState struct {
 	qsched  uint64        // the qsocket scheduler's rate of the last derive
 	// resolved are the resolutions of the last derive's app selectors;
 	// polled the selectors of them no watch covers.
-	resolved selectorRecord
-	polled   selectorRecord
+	resolved derive.Resolutions
+	polled   derive.Resolutions
 	// pending are the resolutions and the rate of the derive under way.
-	pending       selectorRecord
+	pending       derive.Resolutions
 	pendingQSched uint64
 	watcher       SelectorWatcher
 	unwatched     map[string]bool
 	watched       *policy.Policy // the policy whose directories are watched
-}
-
-// selectorRecord is what app selectors resolved to.
-type selectorRecord struct {
-	exe  map[string]derive.ExeResolution
-	unit map[string][]string
-}
-
-// recordingResolver is a Resolver that records what each exe and unit
-// selector resolved to.
-type recordingResolver struct {
-	derive.Resolver
-	rec selectorRecord
-}
-
-func (r *recordingResolver) Exe(pattern string) (derive.ExeResolution, error) {
-	res, err := r.Resolver.Exe(pattern)
-	if err == nil {
-		if r.rec.exe == nil {
-			r.rec.exe = map[string]derive.ExeResolution{}
-		}
-		r.rec.exe[pattern] = res
-	}
-	return res, err
-}
-
-func (r *recordingResolver) Unit(unit string) ([]string, error) {
-	cgs, err := r.Resolver.Unit(unit)
-	if err == nil {
-		if r.rec.unit == nil {
-			r.rec.unit = map[string][]string{}
-		}
-		r.rec.unit[unit] = cgs
-	}
-	return cgs, err
 }
 
 // Wake asks for a Refresh that derives again (a watched link, qdisc,
@@ -155,7 +117,7 @@ func (e *Engine) watchSelectorsLocked() {
 	e.rf.watched = e.eff.Policy
 	dirs := map[string]bool{}
 	for _, r := range e.eff.Policy.Rules {
-		if d, ok := exeWatchDir(r.Exe); ok {
+		if d, ok := derive.ExeWatchDir(r.Exe); ok {
 			dirs[d] = true
 		}
 	}
@@ -167,56 +129,30 @@ func (e *Engine) watchSelectorsLocked() {
 	e.rf.unwatched = e.rf.watcher.Watch(list)
 }
 
-// exeWatchDir is the directory whose entries decide what an exe selector
-// resolves to, when one directory does (no glob in its directory part).
-func exeWatchDir(pattern string) (string, bool) {
-	if pattern == "" {
-		return "", false
-	}
-	dir := filepath.Dir(pattern)
-	if strings.ContainsAny(dir, "*?[\\") {
-		return "", false
-	}
-	return dir, true
-}
-
 // pollSetLocked are the last derive's selectors no watch covers: units,
 // and exe selectors without a watched directory.
-func (e *Engine) pollSetLocked() selectorRecord {
-	var out selectorRecord
-	for pattern, res := range e.rf.resolved.exe {
-		if d, ok := exeWatchDir(pattern); ok && e.rf.watcher != nil && !e.rf.unwatched[d] {
+func (e *Engine) pollSetLocked() derive.Resolutions {
+	var out derive.Resolutions
+	for pattern, res := range e.rf.resolved.Exe {
+		if d, ok := derive.ExeWatchDir(pattern); ok && e.rf.watcher != nil && !e.rf.unwatched[d] {
 			continue
 		}
-		if out.exe == nil {
-			out.exe = map[string]derive.ExeResolution{}
+		if out.Exe == nil {
+			out.Exe = map[string]derive.ExeResolution{}
 		}
-		out.exe[pattern] = res
+		out.Exe[pattern] = res
 	}
-	out.unit = e.rf.resolved.unit
+	out.Unit = e.rf.resolved.Unit
 	return out
 }
 
 // polledMovedLocked resolves the polled selectors again and reports
-// whether any resolves otherwise than at the last derive (or cannot be
-// resolved now: the derive then says why).
+// whether any resolves otherwise than at the last derive.
 func (e *Engine) polledMovedLocked() bool {
-	if len(e.rf.polled.exe) == 0 && len(e.rf.polled.unit) == 0 {
+	if e.rf.polled.Empty() {
 		return false
 	}
 	res := derive.NewSystemResolver(e.k.CgroupRoot())
 	defer res.Close()
-	for pattern, was := range e.rf.polled.exe {
-		now, err := res.Exe(pattern)
-		if err != nil || !reflect.DeepEqual(now, was) {
-			return true
-		}
-	}
-	for unit, was := range e.rf.polled.unit {
-		now, err := res.Unit(unit)
-		if err != nil || !slices.Equal(now, was) {
-			return true
-		}
-	}
-	return false
+	return e.rf.polled.Moved(res)
 }

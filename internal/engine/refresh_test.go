@@ -56,8 +56,8 @@ func TestRefreshIdle(t *testing.T) {
 	if n := asked(env); n != 0 {
 		t.Errorf("idle refreshes asked the kernel %d times: %v", n, env.k.Calls)
 	}
-	if len(e.rf.polled.exe) != 0 {
-		t.Errorf("a watched exe selector is polled: %v", e.rf.polled.exe)
+	if len(e.rf.polled.Exe) != 0 {
+		t.Errorf("a watched exe selector is polled: %v", e.rf.polled.Exe)
 	}
 
 	e.Wake()
@@ -82,7 +82,7 @@ func TestRefreshPollsUnwatched(t *testing.T) {
 	e := env.start(t)
 	e.SetSelectorWatcher(&dirWatcher{missing: map[string]bool{dir: true}})
 	e.Refresh()
-	if _, ok := e.rf.polled.exe[exe]; !ok {
+	if _, ok := e.rf.polled.Exe[exe]; !ok {
 		t.Fatalf("the unwatched selector is not polled: %v", e.rf.polled)
 	}
 	env.k.Calls = nil

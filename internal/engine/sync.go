@@ -150,7 +150,7 @@ func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *store.Slots, er
 	}
 	res := derive.NewSystemResolver(e.k.CgroupRoot())
 	defer res.Close()
-	rec := &recordingResolver{Resolver: res}
+	rec := &derive.Recorder{Resolver: res}
 	in.Resolver = rec
 	x := derive.Expand(in)
 	slots := e.slots
@@ -165,7 +165,7 @@ func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *store.Slots, er
 	if err != nil {
 		return nil, nil, err
 	}
-	e.rf.pending, e.rf.pendingQSched = rec.rec, in.QSchedRate
+	e.rf.pending, e.rf.pendingQSched = rec.Got, in.QSchedRate
 	return d, slots, nil
 }
 
