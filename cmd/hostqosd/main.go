@@ -14,6 +14,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/daemon"
+	"github.com/hostqos/hostqos/internal/datapath"
 	"github.com/hostqos/hostqos/internal/engine"
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/units"
@@ -62,7 +63,7 @@ func newFlags() (*flag.FlagSet, *flags) {
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "Unix socket of the API")
 	fs.StringVar(&cfg.Attach, "attach", "auto", "how the classifier is attached to links: tcx (Linux 6.6+), clsact (cls_bpf on a clsact qdisc, any kernel), or auto (tcx where the kernel has it)")
 	fs.StringVar(&cfg.Loops, "loops", "auto", fmt.Sprintf("loops of the BPF rule search: bpf_loop (Linux 5.17+), bounded (Linux 5.12+; at most %d rules without and %d with app selectors), or auto (bpf_loop where the kernel has it)", policy.BoundedFlowRules, policy.BoundedAppRules))
-	fs.IntVar(&cfg.FlowTableSize, "flow-table-size", 131072, "entries of each flow table (LRU; one for IPv4, one for IPv6)")
+	fs.IntVar(&cfg.FlowTableSize, "flow-table-size", 0, fmt.Sprintf("entries of each flow table (LRU; one for IPv4, one for IPv6); 0 = from the host's memory: %d on hosts of about 2.6 GiB or more, fewer on smaller ones (the tables take about %d bytes of kernel memory per entry, at most a sixteenth of the memory), at least %d", datapath.MaxAutoFlowTable, datapath.FlowEntryBytes, datapath.MinAutoFlowTable))
 	fs.IntVar(&cfg.MaxRunsPerUser, "max-runs-per-user", daemon.DefaultMaxRunsPerUser, "hostqos runs one ordinary user (not root, not group hostqos) may have at once")
 	fs.IntVar(&cfg.MaxUserRuns, "max-user-runs", daemon.DefaultMaxUserRuns, fmt.Sprintf("hostqos runs of all ordinary users together (at most %d); the other app-selector slots of the %d are kept for admin rules", policy.MaxAppRules/2, policy.MaxAppRules))
 	fs.IntVar(&cfg.MaxQSocksPerUser, "max-qsocks-per-user", engine.DefaultMaxQSocksPerUser, "qsockets (sockets registered through libhostqos and the app API) one ordinary user may have open at once")
@@ -134,9 +135,19 @@ func main() {
 	}
 	cfg.Logger = slog.New(h)
 	slog.SetDefault(cfg.Logger)
-	if cfg.FlowTableSize < 1024 || cfg.FlowTableSize > 1<<24 {
-		fmt.Fprintf(os.Stderr, "hostqosd: flag --flow-table-size = %d: want 1024 … 16777216\n", cfg.FlowTableSize)
+	if cfg.FlowTableSize != 0 && (cfg.FlowTableSize < 1024 || cfg.FlowTableSize > 1<<24) {
+		fmt.Fprintf(os.Stderr, "hostqosd: flag --flow-table-size = %d: want 1024 … 16777216, or 0 to size the tables from the host's memory\n", cfg.FlowTableSize)
 		os.Exit(2)
+	}
+	if cfg.FlowTableSize == 0 {
+		mem, err := datapath.MemTotal()
+		cfg.FlowTableSize = datapath.AutoFlowTable(mem)
+		if err != nil {
+			cfg.FlowTableSize = datapath.MaxAutoFlowTable
+			cfg.Logger.Warn("flow tables sized without knowing the host's memory", "error", err, "entries", cfg.FlowTableSize)
+		} else {
+			cfg.Logger.Info("flow tables sized from the host's memory", "entries", cfg.FlowTableSize, "mem_mib", mem>>20)
+		}
 	}
 	if err := daemon.CheckRunLimits(cfg.MaxRunsPerUser, cfg.MaxUserRuns); err != nil {
 		fmt.Fprintln(os.Stderr, "hostqosd:", err)
