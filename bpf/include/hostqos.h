@@ -101,6 +101,17 @@ enum hq_limits {
 	HQ_TCI_NOCLASS = 0xffff,
 	/* Major number of hostqos's HTB root qdisc ("HQ", shaper.Handle). */
 	HQ_HTB_MAJOR = 0x4851,
+	/*
+	 * Flow queueing (shaper.FlowQueues): the general leaf of service
+	 * class i (minor HQ_LEAF_BASE + i) is an inner class whose children
+	 * are HQ_FQ_BASE + i * HQ_FQ_STRIDE + k: k = 0 the sparse-flow leaf,
+	 * k = 1..HQ_FQ_BUCKETS the flow buckets (see fq.h).
+	 */
+	HQ_LEAF_BASE = 0x40,
+	HQ_MAX_CLASS = 63,
+	HQ_FQ_BASE = 0xc000,
+	HQ_FQ_STRIDE = 16,
+	HQ_FQ_BUCKETS = 8,
 };
 
 #define HQ_CG_LEVEL_WALK 32 /* bound of the walk that finds the own level */
@@ -383,7 +394,8 @@ struct hq_flow {
 	 * are classified and counted at (0: a flow of the host's own).
 	 */
 	__u32 veth;
-	__u32 veth_pad;
+	/* Flow queueing state (fq.h); 0 = not seen by it yet. */
+	__u32 fq;
 };
 
 /*
@@ -660,7 +672,13 @@ struct hq_buf {
 	__u16 nsess;	  /* of them, with a session limit */
 	__u32 napp;	  /* rules with app selectors (app bits 0..napp-1) */
 	__u32 ntuples[2]; /* tuples per family: IPv4, IPv6 */
-	__u32 pad;
+	/*
+	 * Flow queueing: the minor of the default class's general leaf when
+	 * the shaped links' class leaves are flow-queued (unclassified
+	 * packets go there), 0 = off.
+	 */
+	__u16 fq_default;
+	__u16 fq_pad;
 	struct hq_bitmap r_exe; /* rules that have an exe selector */
 	struct hq_bitmap r_comm;
 	struct hq_bitmap r_uid;

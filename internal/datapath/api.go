@@ -117,6 +117,11 @@ type Policy struct {
 	// priority).
 	LinksIn    []LinkIn
 	InPrioNone uint8
+	// FlowQueueDefault turns flow queueing on: the shaped links' class
+	// leaves are flow-queued (shaper.FlowQueues) and this is the minor of
+	// the default class's general leaf, where unclassified packets go.
+	// 0 = off.
+	FlowQueueDefault uint16
 }
 
 // Options configure Open.

@@ -121,6 +121,7 @@
 #include "bpf/session.h"
 #include "bpf/qsock.h"
 #include "bpf/rxlimit.h"
+#include "bpf/fq.h"
 
 /*
  * Never read: these make types no map or variable uses part of the
@@ -458,7 +459,7 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off,
 	struct hq_stats *st;
 	struct hq_counters *rc;
 	__u32 slot, classid, idx;
-	__u64 res;
+	__u64 res, prev;
 	int action, dscp, ret;
 
 	st = stats();
@@ -488,6 +489,7 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off,
 	p.len = skb->len;
 	p.gen = *(volatile __u32 *)&hq_policy.gen;
 	p.now = coarse_ns();
+	prev = p.now; /* the flow's packet before, for flow queueing */
 
 	f = flow_get(&p);
 	if (f && f->gen == p.gen && f->veth == p.veth) {
@@ -497,6 +499,7 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off,
 			/* The common case: one flow hit, two atomic adds. */
 			__sync_fetch_and_add(&c->packets, 1);
 			__sync_fetch_and_add(&c->bytes, p.len);
+			prev = c->last_ns;
 			c->last_ns = p.now;
 			res = police_result(pack_result(f), p.len, p.now);
 			if (res_action(res) == HQ_ACT_DROP)
@@ -548,6 +551,10 @@ classified:
 		if (idx)
 			classid = idx;
 	}
+	/* Flow queueing needs the entry the slow path made or updated. */
+	if (!f && *(volatile __u16 *)&hq_policy.buf[p.gen & 1].fq_default)
+		f = flow_get(&p);
+	classid = fq_classid(classid, p.gen, f, p.now, prev, p.len);
 	if (veth) {
 		/* Only a class of hostqos's HTB tree can be handed on. */
 		if ((classid >> 16) != HQ_HTB_MAJOR || !(classid & 0xffff))

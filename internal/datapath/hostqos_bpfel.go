@@ -131,7 +131,7 @@ type hostqosHqFlow struct {
 	InEpoch       uint32
 	LinEpoch      uint32
 	Veth          uint32
-	VethPad       uint32
+	Fq            uint32
 }
 
 type hostqosHqFlowKey struct {
@@ -234,6 +234,11 @@ const (
 	hostqosHqLimitsHQ_CTR_KEY_SHIFT      hostqosHqLimits = 63
 	hostqosHqLimitsHQ_TCI_NOCLASS        hostqosHqLimits = 65535
 	hostqosHqLimitsHQ_HTB_MAJOR          hostqosHqLimits = 18513
+	hostqosHqLimitsHQ_LEAF_BASE          hostqosHqLimits = 64
+	hostqosHqLimitsHQ_MAX_CLASS          hostqosHqLimits = 63
+	hostqosHqLimitsHQ_FQ_BASE            hostqosHqLimits = 49152
+	hostqosHqLimitsHQ_FQ_STRIDE          hostqosHqLimits = 16
+	hostqosHqLimitsHQ_FQ_BUCKETS         hostqosHqLimits = 8
 )
 
 type hostqosHqLinkIn struct {
@@ -438,14 +443,15 @@ type hostqosHqState struct {
 	StatePad  uint32
 	ClockBase uint64
 	Buf       [2]struct {
-		_       structs.HostLayout
-		Nrules  uint32
-		Nresv   uint16
-		Nsess   uint16
-		Napp    uint32
-		Ntuples [2]uint32
-		Pad     uint32
-		R_exe   struct {
+		_         structs.HostLayout
+		Nrules    uint32
+		Nresv     uint16
+		Nsess     uint16
+		Napp      uint32
+		Ntuples   [2]uint32
+		FqDefault uint16
+		FqPad     uint16
+		R_exe     struct {
 			_ structs.HostLayout
 			W [32]uint64
 		}

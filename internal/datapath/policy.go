@@ -388,6 +388,7 @@ func (d *Datapath) Apply(p Policy) error {
 	hb.R_cg.W = c.rCg
 	hb.Nresv = nresv
 	hb.Nsess = nsess
+	hb.FqDefault = p.FlowQueueDefault
 	// The atomic store orders the buffer writes above before the flip.
 	atomic.StoreUint32(&st.Gen, gen+1)
 	for _, v := range c.resv {

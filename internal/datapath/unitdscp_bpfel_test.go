@@ -21,14 +21,15 @@ type unitDscpHqState struct {
 	StatePad  uint32
 	ClockBase uint64
 	Buf       [2]struct {
-		_       structs.HostLayout
-		Nrules  uint32
-		Nresv   uint16
-		Nsess   uint16
-		Napp    uint32
-		Ntuples [2]uint32
-		Pad     uint32
-		R_exe   struct {
+		_         structs.HostLayout
+		Nrules    uint32
+		Nresv     uint16
+		Nsess     uint16
+		Napp      uint32
+		Ntuples   [2]uint32
+		FqDefault uint16
+		FqPad     uint16
+		R_exe     struct {
 			_ structs.HostLayout
 			W [32]uint64
 		}

@@ -77,6 +77,9 @@ type Input struct {
 	// RTOwners split each link's real-time leaf by the processes that own
 	// its channels (shaper.LinkSpec.RTOwners).
 	RTOwners map[string][]shaper.RTOwner
+	// FlowQueues gives every shaped link flow queueing inside its
+	// classes (shaper.LinkSpec.FlowQueues).
+	FlowQueues bool
 }
 
 // Run is a `hostqos run`'s cgroup and the one its process came from.

@@ -40,12 +40,15 @@ func planLinks(in *Input, p *policy.Policy, d *Desired) error {
 		}
 		if l.EgressRate > 0 {
 			// shaper.Build names the link in its errors.
-			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate), QSched: in.QSchedRate, RT: in.RTRates[l.Name], RTOwners: in.RTOwners[l.Name]},
-				d.Classes, d.rulesOn(l.Name))
+			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate), QSched: in.QSchedRate, RT: in.RTRates[l.Name],
+				RTOwners: in.RTOwners[l.Name], FlowQueues: in.FlowQueues}, d.Classes, d.rulesOn(l.Name))
 			if err != nil {
 				return err
 			}
 			ld.Plan = &plan
+			if in.FlowQueues {
+				d.Datapath.FlowQueueDefault = plan.DefaultClassMinor()
+			}
 		} else if len(d.Acks) > 0 {
 			plan := shaper.PassThrough(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name})
 			ld.Plan = &plan

@@ -143,6 +143,7 @@ func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *store.Slots, er
 		RTRates:    e.rtRatesLocked(),
 		RTOwners:   e.rtOwnersLocked(),
 		Pods:       podInputs(st.pods),
+		FlowQueues: e.base.Settings.FlowQueues(),
 	}
 	in.OverQuota = e.times.overQuota(st.m.Policy, in.Now)
 	if e.shieldKernel() != nil {

@@ -401,9 +401,12 @@ func (x *explainer) linkLeaves(ifindex int, plan *shaper.Plan) *linkLeaves {
 	if ll, ok := x.linkLeaf[ifindex]; ok {
 		return ll
 	}
-	ll := &linkLeaves{leaf: map[uint16]shaper.HTBClass{}, fallback: plan.DefaultMinor, flows: map[uint16]int{}}
+	ll := &linkLeaves{leaf: map[uint16]shaper.HTBClass{}, fallback: plan.DefaultClassMinor(), flows: map[uint16]int{}}
 	for _, c := range plan.Classes {
-		if c.Leaf {
+		// A flow-queued general leaf stands for its children.
+		_, fq := shaper.IsFQMinor(c.Minor)
+		general := c.Minor >= shaper.LeafBase && c.Minor <= shaper.LeafBase+shaper.MaxClass
+		if (c.Leaf && !fq) || general {
 			ll.leaf[c.Minor] = c
 		}
 	}

@@ -314,6 +314,18 @@ func (s *sampler) classStats(v LinkView, rv RuleView) ([]api.ClassStat, error) {
 				rr := s.classRate[k]
 				row.RateBps += rr[0]
 				row.PktRate += rr[1]
+				// A flow-queued general leaf is an inner class: its
+				// children hold the queues and count the drops.
+				for j := 0; j <= shaper.FQBuckets; j++ {
+					if c.Index < 0 || m != int(shaper.ClassLeafMinor(c.Index)) {
+						break
+					}
+					if fq, ok := s.classPrev[[2]int{ifindex, int(shaper.FQMinor(c.Index, j))}]; ok {
+						row.Drops += fq.Drops
+						row.Overlimits += fq.Overlimits
+						row.Backlog += fq.Backlog
+					}
+				}
 			}
 			out = append(out, row)
 		}

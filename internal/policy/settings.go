@@ -48,7 +48,20 @@ type Settings struct {
 	// FlowIdle is how long a flow may be silent before it is recorded as
 	// ended ("15s").
 	FlowIdle string `toml:"flow_idle" json:"flow_idle,omitempty"`
+	// FlowQueueing is how each class's traffic is queued on a shaped
+	// link: "htb" (the default: flow queueing built from HTB leaves, see
+	// docs/concepts.md) or "off" (one FIFO per class).
+	FlowQueueing string `toml:"flow_queueing" json:"flow_queueing,omitempty"`
 }
+
+// Flow queueing modes (Settings.FlowQueueing).
+const (
+	FlowQueueingHTB = "htb"
+	FlowQueueingOff = "off"
+)
+
+// FlowQueues reports whether shaped links get flow queueing.
+func (s Settings) FlowQueues() bool { return s.FlowQueueing != FlowQueueingOff }
 
 // Defaults and ranges of the settings.
 var (
@@ -216,6 +229,10 @@ func (s Settings) Validate(source string) error {
 			errs = append(errs, &FieldError{Source: source, Field: c.key, Value: strconv.Itoa(c.v), Literal: true,
 				Reason: fmt.Sprintf("want %d … %d", c.low, c.high)})
 		}
+	}
+	if s.FlowQueueing != "" && s.FlowQueueing != FlowQueueingHTB && s.FlowQueueing != FlowQueueingOff {
+		errs = append(errs, &FieldError{Source: source, Field: "flow_queueing", Value: Clip(s.FlowQueueing),
+			Reason: "not a flow queueing mode", Fix: `write "htb" (flow queueing, the default) or "off" (one FIFO per class)`})
 	}
 	if s.MetricsListen != "" {
 		if _, port, err := net.SplitHostPort(s.MetricsListen); err != nil || port == "" {

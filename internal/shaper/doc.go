@@ -69,7 +69,20 @@
 // classes borrow) is max(frame, rate/8/100) bytes clamped to 200000, set
 // explicitly so the kernel's r2q heuristics never warn.
 //
-// Leaves keep HTB's default pfifo (limit = txqueuelen).
+// Leaves keep HTB's default pfifo (limit = txqueuelen), but those with a
+// QueueLimit.
+//
+// # Flow queueing
+//
+// With LinkSpec.FlowQueues the general leaf H:40+i of every class is an
+// inner class (same rate, ceil and prio) with leaves H:c000+16i (sparse
+// flows: a quarter of the share) and H:c001+16i … H:c008+16i (flow
+// buckets: equal parts of the rest), all with the class's ceil and prio
+// and short pfifos (FQSparseQueue, FQBucketQueue, handles
+// QueueMajor = 0x1000 + minor - FQBase). The tree's default class is then
+// the default class's sparse leaf (non-IP frames). The datapath keeps
+// writing general-leaf classids into its results and turns them into a
+// child per packet (bpf/fq.h); ClassIDFor and friends are unchanged.
 //
 // # Ownership
 //

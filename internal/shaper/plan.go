@@ -156,6 +156,47 @@ type LinkSpec struct {
 	// than its channels were admitted with queues in its own leaf: the
 	// others keep their rates.
 	RTOwners []RTOwner
+	// FlowQueues makes the general leaf of every class an inner class
+	// with a sparse-flow leaf and FQBuckets flow buckets under it (see
+	// FQMinor and "Flow queueing" in the package comment).
+	FlowQueues bool
+}
+
+// Flow queueing: with LinkSpec.FlowQueues the general leaf LeafBase+i of
+// class i is an inner class (same rate, ceiling and priority) with the
+// leaves FQMinor(i, 0) (sparse flows) and FQMinor(i, 1..FQBuckets) (flow
+// buckets). The datapath picks the child (bpf/fq.h).
+const FQBase uint16 = 0xc000
+
+// FQStride minors per class, FQBuckets flow buckets per class.
+const (
+	FQStride  = 16
+	FQBuckets = 8
+	// FQSparseQueue and FQBucketQueue are the packets the sparse leaf
+	// and each bucket hold: short, so that a bulk flow's own queue stays
+	// short too.
+	FQSparseQueue = 128
+	FQBucketQueue = 256
+	// fqQueueMajorBase + (minor - FQBase) is the major handle of a flow
+	// queueing leaf's pfifo (QueueMajor).
+	fqQueueMajorBase uint16 = 0x1000
+)
+
+// FQMinor is the minor of child k (0 = sparse, 1..FQBuckets = bucket) of
+// the general leaf of class index idx.
+func FQMinor(idx, k int) uint16 { return FQBase + uint16(idx*FQStride+k) }
+
+// IsFQMinor reports whether minor is a flow queueing leaf, and whose
+// (the class's general leaf minor).
+func IsFQMinor(minor uint16) (uint16, bool) {
+	if minor < FQBase || minor >= FQBase+uint16((MaxClass+1)*FQStride) {
+		return 0, false
+	}
+	k := int(minor-FQBase) % FQStride
+	if k > FQBuckets {
+		return 0, false
+	}
+	return LeafBase + (minor-FQBase)/FQStride, true
 }
 
 // RTOwner is a process's share of a link's real-time class.
@@ -235,7 +276,22 @@ type HTBClass struct {
 const queueMajorBase = 0x5000
 
 // QueueMajor is the major handle of the queue of leaf minor.
-func QueueMajor(minor uint16) uint16 { return queueMajorBase + minor }
+func QueueMajor(minor uint16) uint16 {
+	if minor >= FQBase {
+		return fqQueueMajorBase + (minor - FQBase)
+	}
+	return queueMajorBase + minor
+}
+
+// DefaultClassMinor is the minor of the default class's general leaf (an
+// inner class with flow queueing) or, for a tree without classes, its
+// default leaf.
+func (p Plan) DefaultClassMinor() uint16 {
+	if parent, ok := IsFQMinor(p.DefaultMinor); ok {
+		return parent
+	}
+	return p.DefaultMinor
+}
 
 // ClassIDFor returns the HTB classid (Handle<<16 | minor) of the general leaf
 // of service class index class: the value the datapath writes into
@@ -249,7 +305,7 @@ func ClassIDFor(plan Plan, class int) uint32 {
 			}
 		}
 	}
-	return classID(plan.DefaultMinor)
+	return classID(plan.DefaultClassMinor())
 }
 
 // RuleClassID returns the classid of the leaf of rule slot slot.
@@ -578,6 +634,11 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 	}
 
 	p := Plan{Link: link, DefaultMinor: LeafBase + uint16(def.spec.Index)}
+	if link.FlowQueues {
+		// A leaf: what the datapath does not steer (non-IP) waits with
+		// the sparse flows.
+		p.DefaultMinor = FQMinor(def.spec.Index, 0)
+	}
 	p.Link.Rate = L
 	p.Classes = append(p.Classes, mkClass(RootMinor, 0, L, L, 0, false, "link "+linkName(link)))
 	for _, cp := range order {
@@ -586,7 +647,10 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 		prio := cp.spec.Priority
 		p.Classes = append(p.Classes,
 			mkClass(InnerBase+i, RootMinor, cp.share+cp.ruleSum, cp.ceil, prio, false, label),
-			mkClass(LeafBase+i, InnerBase+i, cp.share, cp.ceil, prio, true, label+" general"))
+			mkClass(LeafBase+i, InnerBase+i, cp.share, cp.ceil, prio, !link.FlowQueues, label+" general"))
+		if link.FlowQueues {
+			p.Classes = append(p.Classes, fqLeaves(cp.spec.Index, cp.share, cp.ceil, prio, label)...)
+		}
 		for _, rp := range cp.rules {
 			minor := RuleBase + rp.spec.Slot
 			if ts := rp.spec.Tspec; ts != nil {
@@ -756,6 +820,32 @@ func splitImplicit(order []*classPlan, def *classPlan, rest uint64) error {
 		remaining -= add
 	}
 	return nil
+}
+
+// fqLeaves are the flow queueing leaves under the general leaf of class
+// idx, whose rate is share: the sparse leaf gets a quarter of it, the
+// buckets equal parts of the rest (each at least MinRate, so below
+// (1+FQBuckets)·MinRate their rates sum to more than share: HTB then
+// lends them the difference), all with the class's ceiling and priority.
+// The sparse leaf is served first because sparse flows stay within its
+// rate: HTB sends classes within their own rate before borrowing ones.
+func fqLeaves(idx int, share, ceil uint64, prio int, label string) []HTBClass {
+	parent := LeafBase + uint16(idx)
+	sparse := max(round8(share/4), MinRate)
+	bucket := MinRate
+	if share > sparse {
+		bucket = max(round8((share-sparse)/FQBuckets), MinRate)
+	}
+	out := make([]HTBClass, 0, 1+FQBuckets)
+	c := mkClass(FQMinor(idx, 0), parent, min(sparse, ceil), ceil, prio, true, label+" sparse flows")
+	c.QueueLimit = FQSparseQueue
+	out = append(out, c)
+	for k := 1; k <= FQBuckets; k++ {
+		c := mkClass(FQMinor(idx, k), parent, min(bucket, ceil), ceil, prio, true, fmt.Sprintf("%s flow bucket %d", label, k))
+		c.QueueLimit = FQBucketQueue
+		out = append(out, c)
+	}
+	return out
 }
 
 func mkClass(minor, parent uint16, rate, ceil uint64, prio int, leaf bool, label string) HTBClass {

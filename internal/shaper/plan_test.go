@@ -68,7 +68,10 @@ func checkInvariants(t *testing.T, p Plan) {
 		}
 	}
 	for parent, sum := range sums {
-		if sum > m[parent].Rate && parent != QSchedMinor { // its bands 0..6 each have its rate
+		// The qsched bands 0..6 each have the class's rate; flow queueing
+		// leaves have MinRate each even under a smaller general leaf.
+		tiny := parent >= LeafBase && parent <= LeafBase+MaxClass && m[parent].Rate < (1+FQBuckets)*MinRate
+		if sum > m[parent].Rate && parent != QSchedMinor && !tiny {
 			t.Errorf("children of %s sum to %d > its rate %d", m[parent].Label, sum, m[parent].Rate)
 		}
 	}
@@ -369,5 +372,63 @@ func TestBuildRTOwners(t *testing.T) {
 	link.RTOwners = []RTOwner{{ID: 1, Rate: mbit}, {ID: 1, Rate: mbit}}
 	if _, err := Build(link, defaultClasses(), nil); err == nil {
 		t.Error("an owner id used twice was built")
+	}
+}
+
+// With flow queueing every class's general leaf is an inner class with a
+// sparse leaf and the buckets under it, each with a short queue of its
+// own; unsteered packets default to the default class's sparse leaf;
+// class ids the datapath is given stay the general leaves'.
+func TestBuildFlowQueues(t *testing.T) {
+	classes := []ClassSpec{
+		{Name: "default", Index: 0, Priority: 3, Default: true},
+		{Name: "voice", Index: 1, Priority: 0, MinBW: 8000},
+		{Name: "bulk", Index: 2, Priority: 5, MaxBW: 2_000_000},
+	}
+	p, err := Build(LinkSpec{Name: "eth0", Rate: 7_000_000, FlowQueues: true}, classes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, p)
+	m := byMinor(t, p)
+	for _, c := range classes {
+		gen := m[LeafBase+uint16(c.Index)]
+		if gen.Leaf {
+			t.Errorf("class %s: general leaf is still a leaf", c.Name)
+		}
+		for k := 0; k <= FQBuckets; k++ {
+			ch, ok := m[FQMinor(c.Index, k)]
+			if !ok {
+				t.Fatalf("class %s: no flow queueing leaf %d", c.Name, k)
+			}
+			if !ch.Leaf || ch.ParentMinor != gen.Minor || ch.Prio != gen.Prio || ch.Ceil != gen.Ceil || ch.QueueLimit == 0 {
+				t.Errorf("class %s leaf %d: %+v under %+v", c.Name, k, ch, gen)
+			}
+			if parent, ok := IsFQMinor(ch.Minor); !ok || parent != gen.Minor {
+				t.Errorf("IsFQMinor(%x) = %x, %v", ch.Minor, parent, ok)
+			}
+			if q := QueueMajor(ch.Minor); q == Handle || q >= queueMajorBase {
+				t.Errorf("queue major %x of %x collides with another range", q, ch.Minor)
+			}
+		}
+		if m[FQMinor(c.Index, 0)].Rate < m[FQMinor(c.Index, 1)].Rate {
+			t.Errorf("class %s: sparse leaf's rate below a bucket's", c.Name)
+		}
+	}
+	if p.DefaultMinor != FQMinor(0, 0) || p.DefaultClassMinor() != LeafBase {
+		t.Errorf("default minor %x (class %x)", p.DefaultMinor, p.DefaultClassMinor())
+	}
+	if got := ClassIDFor(p, 9); got != classID(LeafBase) {
+		t.Errorf("unknown class maps to %x, want the default general leaf", got)
+	}
+	if _, ok := IsFQMinor(FQMinor(0, FQBuckets+1)); ok {
+		t.Error("a minor past the buckets counts as a flow queueing leaf")
+	}
+	plain, err := Build(LinkSpec{Name: "eth0", Rate: 7_000_000}, classes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain.Classes)+len(classes)*(1+FQBuckets) != len(p.Classes) {
+		t.Errorf("%d classes with flow queueing, %d without", len(p.Classes), len(plain.Classes))
 	}
 }
