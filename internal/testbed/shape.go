@@ -38,7 +38,7 @@ const (
 // shape puts the rate limit (and DiffServ classes) on iface's egress:
 // HTB and its classes through netlink, leaf FIFOs and u32 DSCP filters
 // through one `tc -batch` run inside the namespace.
-func (n *Node) shape(iface string, rate uint64, diffserv bool) error {
+func (n *Node) shape(iface string, rate uint64, queue int, diffserv bool) error {
 	lk, err := n.h.LinkByName(iface)
 	if err != nil {
 		return fmt.Errorf("find %s in %s: %w", iface, n.Name, err)
@@ -66,6 +66,9 @@ func (n *Node) shape(iface string, rate uint64, diffserv bool) error {
 		fmt.Fprintf(&batch, "qdisc add dev %s parent 1:%x handle %x: pfifo limit %d\n", iface, minor, minor, max(limit, 4))
 	}
 	limit := queuePackets(rate)
+	if queue > 0 {
+		limit = queue
+	}
 	if !diffserv {
 		if err := class(0, RateOnlyClass, rate, rate, 0); err != nil {
 			return err

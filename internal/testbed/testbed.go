@@ -65,7 +65,14 @@ type LinkSpec struct {
 	// in the link's router end (B if both are routers), so one end must
 	// be a router; see delay.go.
 	DelayAtoB, DelayBtoA time.Duration
+	// QueueAtoB and QueueBtoA are the packets the FIFO behind that
+	// direction's rate holds (0: QueueTime's worth at the rate; at most
+	// MaxQueue). A rate can change at run time: see SetRate.
+	QueueAtoB, QueueBtoA int
 }
+
+// MaxQueue bounds a link's FIFO (packets).
+const MaxQueue = 100000
 
 // Option changes how Build works.
 type Option func(*options)
@@ -174,6 +181,14 @@ func (t *Topology) validate() error {
 				return fmt.Errorf("link %d (%s-%s) delay %v: one end must be a router (the delay line runs there); insert a router node", i, l.A, l.B, d)
 			}
 		}
+		for _, q := range []int{l.QueueAtoB, l.QueueBtoA} {
+			if q < 0 || q > MaxQueue {
+				return fmt.Errorf("link %d (%s-%s) queue %d: must be 0 (from the rate) .. %d packets", i, l.A, l.B, q, MaxQueue)
+			}
+		}
+		if (l.QueueAtoB != 0 && l.RateAtoB == 0) || (l.QueueBtoA != 0 && l.RateBtoA == 0) {
+			return fmt.Errorf("link %d (%s-%s): a queue length needs the direction's rate", i, l.A, l.B)
+		}
 		for _, r := range []uint64{l.RateAtoB, l.RateBtoA} {
 			if r != 0 && (r < 8000 || r > 100e9) {
 				return fmt.Errorf("link %d (%s-%s) rate %d: must be 0 (unlimited) or 8 kbit/s .. 100 gbit/s", i, l.A, l.B, r)
@@ -252,12 +267,12 @@ func (tb *Testbed) build(t Topology) error {
 	}
 	for _, l := range tb.links {
 		if l.spec.RateAtoB > 0 {
-			if err := l.aNode.shape(l.aIf, l.spec.RateAtoB, l.spec.DiffServAtoB); err != nil {
+			if err := l.aNode.shape(l.aIf, l.spec.RateAtoB, l.spec.QueueAtoB, l.spec.DiffServAtoB); err != nil {
 				return err
 			}
 		}
 		if l.spec.RateBtoA > 0 {
-			if err := l.bNode.shape(l.bIf, l.spec.RateBtoA, l.spec.DiffServBtoA); err != nil {
+			if err := l.bNode.shape(l.bIf, l.spec.RateBtoA, l.spec.QueueBtoA, l.spec.DiffServBtoA); err != nil {
 				return err
 			}
 		}
