@@ -202,6 +202,20 @@ type LinkStatus struct {
 	// IngressLevels is how the link's ingress_rate is shared now: the
 	// class priorities that received anything in the last epoch (200 ms).
 	IngressLevels []IngressLevel `json:"ingress_levels,omitempty"`
+	// EgressAuto and IngressAuto are the automatic rates of a link whose
+	// egress_rate or ingress_rate is "auto" (docs/autorate.md).
+	EgressAuto  *AutoRate `json:"egress_auto,omitempty"`
+	IngressAuto *AutoRate `json:"ingress_auto,omitempty"`
+}
+
+// AutoRate is an automatic link rate: the rate in force, the capacity
+// estimate (0: none yet), and the last change.
+type AutoRate struct {
+	InForce  uint64     `json:"rate_in_force_bps"`
+	Estimate uint64     `json:"estimate_bps"`
+	Changes  uint64     `json:"changes"`
+	Reason   string     `json:"reason,omitempty"` // of the last change
+	Changed  *time.Time `json:"changed,omitempty"`
 }
 
 // IngressLevel is one class priority of a link's ingress budget: what it

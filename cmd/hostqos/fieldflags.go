@@ -146,7 +146,12 @@ func value[T comparable](typ string, parse func(string) (T, error)) *parsed[T] {
 
 // The values of the flag tables.
 
-func rateValue() *parsed[policy.Rate]       { return value("rate", policy.ParseRate) }
+func rateValue() *parsed[policy.Rate] { return value("rate", policy.ParseRate) }
+func linkRateValue() *parsed[policy.LinkRate] {
+	p := value("rate|auto", policy.ParseLinkRate)
+	p.values = []string{"auto"}
+	return p
+}
 func sizeValue() *parsed[policy.Size]       { return value("size", policy.ParseSize) }
 func dscpValue() *parsed[policy.DSCP]       { return value("dscp", policy.ParseDSCP) }
 func portsValue() *parsed[policy.PortRange] { return value("N[-M]", policy.ParsePortRange) }

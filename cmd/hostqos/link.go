@@ -35,7 +35,40 @@ type linkSetOptions struct {
 	output cliflag.Output
 	name   string
 	flags  changeFlags
+	bounds autoBoundFlags
 	force  bool
+}
+
+// autoBoundFlags are --min and --max: the bounds of the automatic rate(s)
+// set in the same command (--egress-rate auto, --ingress-rate auto).
+type autoBoundFlags struct{ min, max *parsed[policy.Rate] }
+
+func (b *autoBoundFlags) register(cmd *cobra.Command) {
+	b.min, b.max = rateValue(), rateValue()
+	cmd.Flags().Var(b.min, "min", "with --egress-rate auto or --ingress-rate auto: the lowest rate it may set (default 1mbit)")
+	cmd.Flags().Var(b.max, "max", "with --egress-rate auto or --ingress-rate auto: the highest rate it may set (default 1gbit)")
+}
+
+// apply turns --min and --max into the fields of the directions set to
+// auto in fields.
+func (b *autoBoundFlags) apply(cmd *cobra.Command, fields api.Fields) error {
+	given := map[string]*parsed[policy.Rate]{"min": b.min, "max": b.max}
+	for _, name := range []string{"min", "max"} {
+		if !cmd.Flags().Changed(name) {
+			continue
+		}
+		n := 0
+		for _, dir := range []string{"egress", "ingress"} {
+			if r, ok := fields[dir+"_rate"].(policy.LinkRate); ok && r.Auto() {
+				fields[dir+"_"+name] = given[name].field()
+				n++
+			}
+		}
+		if n == 0 {
+			return fmt.Errorf("--%s %s: bounds an automatic rate: give --egress-rate auto or --ingress-rate auto with it", name, given[name].raw)
+		}
+	}
+	return nil
 }
 
 // linkFlags is the flag table of link set; a flag given as 0 (or "")
@@ -51,8 +84,8 @@ func linkFlags() fieldFlags {
 		}).zeroClears()
 	}
 	return fieldFlags{
-		{"egress-rate", "egress_rate", "egress capacity to shape at, e.g. 20mbit (units: bit, kbit, mbit, gbit); 0 stops shaping", rateValue().zeroClears()},
-		{"ingress-rate", "ingress_rate", "download budget shared by class priority, a little below the downlink's bottleneck, e.g. 95mbit; 0 for none", rateValue().zeroClears()},
+		{"egress-rate", "egress_rate", "egress capacity to shape at, e.g. 20mbit (units: bit, kbit, mbit, gbit), or auto to find and follow it (docs/autorate.md); 0 stops shaping", linkRateValue().zeroClears()},
+		{"ingress-rate", "ingress_rate", "download budget shared by class priority, a little below the downlink's bottleneck, e.g. 95mbit; 0 for none", linkRateValue().zeroClears()},
 		{"reservable", "reservable", "fraction of the rate guarantees may claim (default 0.8); 0 for the default",
 			value("fraction", func(v string) (float64, error) {
 				if v == "0" {
@@ -72,7 +105,7 @@ func linkFlags() fieldFlags {
 func newLinkSetCmd(f *factory) *cobra.Command {
 	o := &linkSetOptions{io: f.io, client: f.client}
 	set := &cobra.Command{
-		Use:   "set IFACE [--egress-rate RATE] [--ingress-rate RATE] [--reservable FRACTION] [--syn-rate N/s] [--syn-rate-per-source N/s] [--force]",
+		Use:   "set IFACE [--egress-rate RATE|auto [--min RATE] [--max RATE]] [--ingress-rate RATE] [--reservable FRACTION] [--syn-rate N/s] [--syn-rate-per-source N/s] [--force]",
 		Short: "Manage an interface: classify and mark its egress, and shape it at RATE",
 		Long: `set makes IFACE a managed link, or changes one. Its egress traffic is
 classified, marked and counted; with --egress-rate hostqos also builds an HTB
@@ -84,6 +117,13 @@ link is marked, not shaped.
 set changes only the flags given and keeps the link's other settings, as rule
 set and class set do; a flag given as 0 (or "") clears its setting: --egress-rate
 0 stops shaping.
+
+--egress-rate auto has the daemon find the uplink's capacity and follow it,
+shaping just below it: it cuts fast when the round trips of the host's TCP
+connections grow, probes up slowly while the link is busy, and holds while it
+is idle, within --min and --max (defaults 1mbit and 1gbit). hostqos status
+and hostqos stat links show the rate in force and the estimate; each change
+is a link.rate event. See docs/autorate.md.
 
 --ingress-rate is the link's download budget (received frames): set it a little
 below the downlink's bottleneck (e.g. 95 % of your downlink) and the classes'
@@ -105,14 +145,19 @@ while minbw or reservations count on the link, or lowered under the scheduled
 qsockets' rates) is refused, naming what is admitted and what the link would
 reserve; --force applies it. A rate below the guarantees themselves is refused
 even with --force: lower them first.`,
-		Example: "  hostqos link set eth0 --egress-rate 20mbit\n  hostqos link set eth0 --egress-rate 19mbit --ingress-rate 95mbit\n  hostqos link set eth0 --syn-rate 2000/s   # keeps the rates\n  hostqos link set wg0 --egress-rate 1gbit --reservable 0.9",
+		Example: "  hostqos link set eth0 --egress-rate 20mbit\n  hostqos link set wlan0 --egress-rate auto --min 2mbit --max 50mbit\n  hostqos link set eth0 --egress-rate 19mbit --ingress-rate 95mbit\n  hostqos link set eth0 --syn-rate 2000/s   # keeps the rates\n  hostqos link set wg0 --egress-rate 1gbit --reservable 0.9",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.name = args[0]
-			return o.run(o.flags.fields(cmd))
+			fields := o.flags.fields(cmd)
+			if err := o.bounds.apply(cmd, fields); err != nil {
+				return err
+			}
+			return o.run(fields)
 		},
 	}
 	o.flags.register(set, linkFlags(), "change")
+	o.bounds.register(set)
 	cliflag.AddOutput(set.Flags(), &o.output)
 	set.Flags().BoolVar(&o.force, "force", false, "apply a change that takes away shaping admitted guarantees rely on (removes the rate under minbw or reservations, or lowers it under the scheduled qsockets' rates)")
 	return set

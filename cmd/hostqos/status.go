@@ -246,7 +246,7 @@ func printLinks(w io.Writer, ls []api.LinkStatus) {
 	for _, l := range ls {
 		rate := "mark only"
 		if l.EgressRate > 0 {
-			rate = l.EgressRate.String()
+			rate = autoRateText(l.EgressRate, l.EgressAuto)
 		}
 		state := "attached"
 		if !l.Attached {
@@ -257,7 +257,7 @@ func printLinks(w io.Writer, ls []api.LinkStatus) {
 		}
 		in := "-"
 		if l.IngressRate > 0 {
-			in = l.IngressRate.String()
+			in = autoRateText(l.IngressRate, l.IngressAuto)
 		}
 		rows = append(rows, []string{l.Name, rate, in, fmt.Sprintf("%s of %s", l.Reserved, l.Reservable), state})
 	}
@@ -267,6 +267,19 @@ func printLinks(w io.Writer, ls []api.LinkStatus) {
 			fmt.Fprintf(w, "%s reserved by: %s\n", l.Name, policy.FormatContributions(l.Guarantees))
 		}
 	}
+}
+
+// autoRateText is a link rate; an automatic one with its rate in force
+// and estimate: "auto: 7.2mbit (est. 8mbit)".
+func autoRateText(r policy.LinkRate, a *api.AutoRate) string {
+	if !r.Auto() || a == nil {
+		return r.String()
+	}
+	s := "auto: " + policy.Rate(a.InForce).String()
+	if a.Estimate > 0 {
+		s += " (est. " + policy.Rate(a.Estimate).String() + ")"
+	}
+	return s
 }
 
 // mountsLine describes the cgroup2 and BPF file systems the daemon uses and

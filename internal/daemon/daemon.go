@@ -281,6 +281,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	go d.loop(ctx)
 	go d.quotaLoop(ctx)
 	go d.rtSweepLoop(ctx)
+	go d.autorateLoop(ctx)
 	links, rules := d.eng.Counts()
 	d.log.Info("hostqosd running", "socket", d.cfg.Socket, "adopted", d.adopted, "netns", d.netns,
 		"links", links, "rules", rules)

@@ -77,6 +77,10 @@ type Input struct {
 	// RTOwners split each link's real-time leaf by the processes that own
 	// its channels (shaper.LinkSpec.RTOwners).
 	RTOwners map[string][]shaper.RTOwner
+	// AutoRates are the rates in force of the links whose egress_rate or
+	// ingress_rate is "auto" (bits/s; a direction without one starts at
+	// its maximum).
+	AutoRates map[string]LinkRates
 	// FlowQueues gives every shaped link flow queueing inside its
 	// classes (shaper.LinkSpec.FlowQueues).
 	FlowQueues bool
@@ -169,4 +173,33 @@ type Link struct {
 // key of the expansion must have one).
 func Derive(in Input) (*Desired, error) {
 	return Compile(in, Expand(in))
+}
+
+// LinkRates are a link's automatic rates in force (0: not estimated yet).
+type LinkRates struct{ Egress, Ingress uint64 }
+
+// EgressRate is the rate link l's egress is shaped at: its egress_rate,
+// or for "auto" the rate in force (at first its maximum).
+func (in *Input) EgressRate(l policy.Link) uint64 {
+	if !l.EgressRate.Auto() {
+		return uint64(l.EgressRate)
+	}
+	if r := in.AutoRates[l.Name].Egress; r > 0 {
+		return r
+	}
+	_, hi := policy.AutoBounds(l.EgressMin, l.EgressMax)
+	return uint64(hi)
+}
+
+// IngressRate is link l's ingress budget: its ingress_rate, or for
+// "auto" the rate in force (at first its maximum).
+func (in *Input) IngressRate(l policy.Link) uint64 {
+	if !l.IngressRate.Auto() {
+		return uint64(l.IngressRate)
+	}
+	if r := in.AutoRates[l.Name].Ingress; r > 0 {
+		return r
+	}
+	_, hi := policy.AutoBounds(l.IngressMin, l.IngressMax)
+	return uint64(hi)
 }

@@ -36,11 +36,11 @@ func planLinks(in *Input, p *policy.Policy, d *Desired) error {
 		}
 		ld := Link{Name: l.Name, Ifindex: ifindex, Syn: SynLimits(l)}
 		if l.IngressRate > 0 {
-			d.Datapath.LinksIn = append(d.Datapath.LinksIn, datapath.LinkIn{Ifindex: ifindex, Rate: uint64(l.IngressRate)})
+			d.Datapath.LinksIn = append(d.Datapath.LinksIn, datapath.LinkIn{Ifindex: ifindex, Rate: in.IngressRate(l)})
 		}
 		if l.EgressRate > 0 {
 			// shaper.Build names the link in its errors.
-			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: uint64(l.EgressRate), QSched: in.QSchedRate, RT: in.RTRates[l.Name],
+			plan, err := shaper.Build(shaper.LinkSpec{Ifindex: ifindex, Name: l.Name, Rate: in.EgressRate(l), QSched: in.QSchedRate, RT: in.RTRates[l.Name],
 				RTOwners: in.RTOwners[l.Name], FlowQueues: in.FlowQueues}, d.Classes, d.rulesOn(l.Name))
 			if err != nil {
 				return err

@@ -79,7 +79,7 @@ func (e *Engine) holders(qsched policy.Rate, pods map[string]*store.Pod, public 
 // budget: what it asks, what is held (each contributor), the capacity.
 func budgetRefusal(l policy.Link, asked policy.Contribution, held policy.Rate, cs []policy.Contribution, fix string) error {
 	return &TooManyError{Admission: true, Why: fmt.Sprintf("refuse %s %s of %s on link %s: the link's guarantees would be %s, over its reservable capacity %s (%g × %s); held now: %s; %s",
-		asked.Kind, asked.Name, asked.Rate, l.Name, units.Add(held, asked.Rate), l.Capacity(), l.ReservableShare(), l.EgressRate,
+		asked.Kind, asked.Name, asked.Rate, l.Name, units.Add(held, asked.Rate), l.Capacity(), l.ReservableShare(), l.EgressFloor(),
 		policy.FormatContributions(cs), fix)}
 }
 

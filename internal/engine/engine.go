@@ -81,7 +81,9 @@ type Engine struct {
 	// before the first).
 	desired *derive.Desired
 	links   map[string]int // managed link name → ifindex currently set up
-	pushed  pushed         // what the pushes left in the kernel (see pushed)
+	// auto are the automatic link rates in force (autorate.go), by link.
+	auto   map[string]*autoLink
+	pushed pushed // what the pushes left in the kernel (see pushed)
 	// lastLinkErr is the last error of setting up links again in Rescan,
 	// so that a lasting problem is logged once.
 	lastLinkErr string

@@ -87,7 +87,7 @@ func (e *Engine) admitQSchedLocked(all map[uint32]datapath.QSock, skip uint32, r
 
 // qschedBound is what the scheduled qsockets' rates may sum to on shaped
 // link l: QSchedShare of its egress rate.
-func qschedBound(l policy.Link) uint64 { return units.Mul(uint64(l.EgressRate), QSchedShare) / 100 }
+func qschedBound(l policy.Link) uint64 { return units.Mul(uint64(l.EgressFloor()), QSchedShare) / 100 }
 
 // reshapeQSchedLocked syncs after the scheduled qsockets changed (only
 // what differs is written: the links' qsched classes and schedulers).

@@ -482,7 +482,7 @@ func (e *Engine) InitQSockLink(ctx context.Context, who Caller, req api.QSockIni
 		if err != nil {
 			return qsockField("egress_rate", req.EgressRate, err.Error(), "a rate such as 100mbit")
 		}
-		l.EgressRate = r
+		l.EgressRate = policy.LinkRate(r)
 	}
 	return e.SetLink(ctx, who, req.Link, l, LinkChange{})
 }

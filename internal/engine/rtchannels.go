@@ -144,7 +144,7 @@ func (e *Engine) rtParams(link string) (rtchan.Params, error) {
 		if l.EgressRate == 0 {
 			return rtchan.Params{}, rtField("link", link, "the link has no egress_rate: nothing to admit against", "set one: hostqos link set "+link+" --egress-rate 100mbit")
 		}
-		return rtchan.UDPParams(int64(l.EgressRate)), nil
+		return rtchan.UDPParams(int64(l.EgressFloor())), nil
 	}
 	return rtchan.Params{}, rtField("link", link, "not a managed link", "manage it first: hostqos link set "+link+" --egress-rate RATE")
 }

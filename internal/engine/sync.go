@@ -144,6 +144,7 @@ func (e *Engine) deriveLocked(st engineState) (*derive.Desired, *store.Slots, er
 		RTOwners:   e.rtOwnersLocked(),
 		Pods:       podInputs(st.pods),
 		FlowQueues: e.base.Settings.FlowQueues(),
+		AutoRates:  e.autoRatesLocked(),
 	}
 	in.OverQuota = e.times.overQuota(st.m.Policy, in.Now)
 	if e.shieldKernel() != nil {

@@ -130,6 +130,7 @@ func (e *Engine) linkStatusLocked() []api.LinkStatus {
 		} else {
 			ls.Error = "no such interface now; managed as soon as it appears"
 		}
+		e.autoStatusLocked(&ls, l)
 		ls.Reservable = l.Capacity()
 		ls.Reserved, ls.Guarantees = e.heldOnLocked(l.Name, extra)
 		out = append(out, ls)

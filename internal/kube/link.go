@@ -62,7 +62,7 @@ func (a *Agent) applyLink(m Mapping) {
 	same := cur != nil
 	for _, f := range []struct {
 		field, v string
-		cur      policy.Rate
+		cur      policy.LinkRate
 	}{{"egress_rate", l.EgressRate, rateOf(cur, true)}, {"ingress_rate", l.IngressRate, rateOf(cur, false)}} {
 		if f.v == "" {
 			continue
@@ -77,7 +77,7 @@ func (a *Agent) applyLink(m Mapping) {
 			return
 		}
 		patch[f.field] = r
-		same = same && r == f.cur
+		same = same && policy.LinkRate(r) == f.cur
 	}
 	if l.Reservable != nil {
 		patch["reservable"] = *l.Reservable
@@ -105,7 +105,7 @@ func (a *Agent) applyLink(m Mapping) {
 	a.log.Info("set the node's link from the cluster", "policy", m.LinkFrom, "link", name, "settings", string(body))
 }
 
-func rateOf(l *policy.Link, egress bool) policy.Rate {
+func rateOf(l *policy.Link, egress bool) policy.LinkRate {
 	switch {
 	case l == nil:
 		return 0

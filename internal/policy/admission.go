@@ -171,10 +171,11 @@ func (p *Policy) GuaranteesOn(link string) (Rate, string) {
 }
 
 // Capacity is the total that guarantees may claim on the link:
-// ReservableShare × EgressRate, rounded to the nearest bit per second.
-// It is 0 for a link without an EgressRate.
+// ReservableShare × EgressFloor (an automatic rate's minimum), rounded
+// to the nearest bit per second. It is 0 for a link without an
+// EgressRate.
 func (l Link) Capacity() Rate {
-	return Rate(math.Round(l.ReservableShare() * float64(l.EgressRate)))
+	return Rate(math.Round(l.ReservableShare() * float64(l.EgressFloor())))
 }
 
 // Admit runs admission control over the whole policy (see the comment at
@@ -294,7 +295,7 @@ func (p *Policy) Warnings() []string {
 			continue
 		}
 		for _, c := range p.Classes {
-			if c.MaxBW > l.EgressRate {
+			if !l.EgressRate.Auto() && c.MaxBW > Rate(l.EgressRate) {
 				ws = append(ws, fmt.Sprintf("class %q: maxbw %s exceeds link %q egress_rate %s; it is capped at the link rate there", c.Name, c.MaxBW, l.Name, l.EgressRate))
 			}
 		}

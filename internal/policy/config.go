@@ -354,7 +354,14 @@ const uidOption = "uid"
 // tomlValueDecoders decode the policy's value types: strings with units,
 // names or numbers, each with its own messages.
 var tomlValueDecoders = map[reflect.Type]tomlDecoder{
-	rateType:   decodeTOMLRate,
+	rateType: decodeTOMLRate,
+	reflect.TypeOf(LinkRate(0)): func(key string, v any, dst reflect.Value) (string, string) {
+		if t, ok := v.(string); ok && strings.EqualFold(strings.TrimSpace(t), "auto") {
+			dst.SetUint(uint64(RateAuto))
+			return "", ""
+		}
+		return decodeTOMLRate(key, v, dst)
+	},
 	sizeType:   decodeTOMLSize,
 	dscpType:   decodeTOMLDSCP,
 	portsType:  decodeTOMLPorts,

@@ -28,6 +28,7 @@ var tomlSamples = map[reflect.Type]struct {
 	reflect.TypeOf(Service("")):     {`"guaranteed"`, ServiceGuaranteed},
 	reflect.TypeOf(Enforcement("")): {`"police"`, EnforcePolice},
 	rateType:                        {`"1.5mbit"`, Rate(1_500_000)},
+	reflect.TypeOf(LinkRate(0)):     {`"auto"`, RateAuto},
 	sizeType:                        {`"64KiB"`, Size(64 << 10)},
 	dscpType:                        {`"AF41"`, DSCP(34)},
 	portsType:                       {`"1000-2000"`, PortRange{1000, 2000}},

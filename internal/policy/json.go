@@ -245,6 +245,8 @@ func wantOf(t reflect.Type) string {
 	switch t {
 	case rateType:
 		return "a rate such as \"10mbit\" or a whole number of bits/s"
+	case reflect.TypeOf(LinkRate(0)):
+		return "\"auto\", a rate such as \"10mbit\" or a whole number of bits/s"
 	case sizeType:
 		return "a size such as \"64KiB\" or a whole number of bytes"
 	case dscpType:

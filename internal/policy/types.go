@@ -35,8 +35,14 @@ const (
 type Link struct {
 	Name string `json:"name" toml:"name"`
 	// EgressRate is the link's egress capacity; the HTB root is built at this
-	// rate. Zero means "mark and count only, no shaping".
-	EgressRate Rate `json:"egress_rate" toml:"egress_rate,omitzero"`
+	// rate. Zero means "mark and count only, no shaping"; RateAuto
+	// ("auto") means the daemon finds the capacity and follows it within
+	// EgressMin .. EgressMax (docs/autorate.md).
+	EgressRate LinkRate `json:"egress_rate" toml:"egress_rate,omitzero"`
+	// EgressMin and EgressMax bound an automatic egress rate (0: the
+	// defaults DefaultAutoMin and DefaultAutoMax).
+	EgressMin Rate `json:"egress_min,omitempty" toml:"egress_min,omitzero"`
+	EgressMax Rate `json:"egress_max,omitempty" toml:"egress_max,omitzero"`
 	// Reservable is the fraction of EgressRate that guarantees (minbw) may
 	// claim in total. Zero means the default, DefaultReservable.
 	Reservable float64 `json:"reservable" toml:"reservable,omitzero"`
@@ -57,7 +63,10 @@ type Link struct {
 	// advertises, UDP by dropping the excess — so that no queue forms at
 	// the bottleneck and a voice download is not queued behind bulk.
 	// Zero: none.
-	IngressRate Rate `json:"ingress_rate,omitempty" toml:"ingress_rate,omitzero"`
+	IngressRate LinkRate `json:"ingress_rate,omitempty" toml:"ingress_rate,omitzero"`
+	// IngressMin and IngressMax bound an automatic ingress rate.
+	IngressMin Rate `json:"ingress_min,omitempty" toml:"ingress_min,omitzero"`
+	IngressMax Rate `json:"ingress_max,omitempty" toml:"ingress_max,omitzero"`
 }
 
 // MaxSynRate bounds the SYN limits of a link (SYNs per second).

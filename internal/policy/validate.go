@@ -161,7 +161,13 @@ func (v *validator) links(p *Policy) {
 	seen := map[string]bool{}
 	for i, l := range p.Links {
 		obj := objectLabel("link", l.Name, i)
-		v.maxRates(obj, rateField{"egress_rate", l.EgressRate}, rateField{"ingress_rate", l.IngressRate})
+		for _, f := range []rateField{{"egress_rate", Rate(l.EgressRate)}, {"ingress_rate", Rate(l.IngressRate)}} {
+			if f.r != Rate(RateAuto) {
+				v.maxRates(obj, f)
+			}
+		}
+		v.autoBounds(obj, "egress", l.EgressRate, l.EgressMin, l.EgressMax)
+		v.autoBounds(obj, "ingress", l.IngressRate, l.IngressMin, l.IngressMax)
 		if err := checkIfaceName(l.Name); err != "" {
 			v.add(obj, "name", l.Name, err, "")
 		} else if seen[l.Name] {
@@ -176,7 +182,7 @@ func (v *validator) links(p *Policy) {
 				v.addNum(obj, f.name, strconv.Itoa(f.v), fmt.Sprintf("must be 0 (no limit) .. %d SYNs per second", MaxSynRate), "e.g. 1000; leave it out for no limit")
 			}
 		}
-		if l.IngressRate != 0 && (l.IngressRate < MinMaxBWIn || l.IngressRate > MaxMaxBWIn) {
+		if in := l.IngressFloor(); l.IngressRate != 0 && (in < MinMaxBWIn || in > MaxMaxBWIn) {
 			v.addNum(obj, "ingress_rate", l.IngressRate.String(), fmt.Sprintf("must be %s .. %s", MinMaxBWIn, MaxMaxBWIn),
 				"set it a little below the downlink's bottleneck, e.g. 95mbit for 100 Mbit/s; leave it out for none")
 		}

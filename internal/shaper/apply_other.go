@@ -5,6 +5,7 @@ package shaper
 import (
 	"errors"
 	"net/netip"
+	"time"
 )
 
 // ErrForeignQdisc is wrapped by Apply's error when the link's root qdisc
@@ -52,3 +53,20 @@ func DetachBPF(ifindex int, dir Direction, removeClsact bool) error { return err
 
 // RouteIfindex is only supported on Linux.
 func RouteIfindex(dst netip.Addr) (int, error) { return 0, errUnsupported }
+
+// TCPPath is only filled on Linux.
+type TCPPath struct {
+	Remote       netip.Addr
+	Cookie       uint64
+	RTT, MinRTT  time.Duration
+	DeliveryRate uint64
+	AppLimited   bool
+	BytesAcked   uint64
+	Retrans      uint32
+}
+
+// TCPPaths is only supported on Linux.
+func TCPPaths(limit int) ([]TCPPath, error) { return nil, errUnsupported }
+
+// LinkTxBytes is only supported on Linux.
+func LinkTxBytes(ifindex int) (uint64, error) { return 0, errUnsupported }
