@@ -125,7 +125,7 @@ func (e *Engine) SetAutoRate(name string, dir int, rate, estimate uint64, reason
 	}
 	e.mu.Unlock()
 	field := [2]string{"egress", "ingress"}[dir]
-	e.Publish(api.Event{Kind: "link.rate", Subject: "link/" + name,
+	e.Publish(api.Event{Kind: EventLinkRate, Subject: "link/" + name,
 		Message: fmt.Sprintf("link %q %s rate %s (%s; estimate %s)", name, field, policy.Rate(rate), reason, policy.Rate(estimate)),
 		Fields:  map[string]any{"direction": field, "rate_bps": rate, "estimate_bps": estimate, "reason": reason, "previous_bps": prev.rate}})
 	return nil

@@ -46,6 +46,8 @@ func (e *Engine) judgeLink(name string) (linkVerdict, int) {
 const (
 	EventLinkUp   = "link.up"
 	EventLinkDown = "link.down"
+	// EventLinkRate: an automatic link rate changed (autorate.go).
+	EventLinkRate = "link.rate"
 )
 
 // linkEvents are the link.up / link.down events of a repair that set

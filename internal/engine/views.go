@@ -184,6 +184,8 @@ type LinkCounters struct {
 	Name string
 	history.Counters
 	Reserved, Reservable uint64 // bit/s
+	// Auto are the automatic rates by direction ("egress", "ingress").
+	Auto map[string]api.AutoRate
 }
 
 // LinkTotals reads the managed links' interface counters.
@@ -193,6 +195,14 @@ func (e *Engine) LinkTotals() []LinkCounters {
 	out := make([]LinkCounters, 0, len(ls))
 	for _, l := range ls {
 		lc := LinkCounters{Name: l.Name, Counters: dev[l.Name], Reserved: uint64(l.Reserved), Reservable: uint64(l.Reservable)}
+		for dir, a := range map[string]*api.AutoRate{"egress": l.EgressAuto, "ingress": l.IngressAuto} {
+			if a != nil {
+				if lc.Auto == nil {
+					lc.Auto = map[string]api.AutoRate{}
+				}
+				lc.Auto[dir] = *a
+			}
+		}
 		out = append(out, lc)
 	}
 	return out

@@ -62,6 +62,9 @@ var (
 	linkDrops      = prometheus.NewDesc("hostqos_link_drops_total", "Packets the managed link's interface dropped, by direction.", []string{"link", "direction"}, nil)
 	linkReserved   = prometheus.NewDesc("hostqos_link_reserved_bits_per_second", "Guaranteed rates admitted on the link.", []string{"link"}, nil)
 	linkReservable = prometheus.NewDesc("hostqos_link_reservable_bits_per_second", "The link's capacity for guarantees.", []string{"link"}, nil)
+	linkAutoRate   = prometheus.NewDesc("hostqos_link_rate_bits_per_second", "The automatic rate in force of a link whose rate is auto, by direction.", []string{"link", "direction"}, nil)
+	linkAutoEst    = prometheus.NewDesc("hostqos_link_capacity_estimate_bits_per_second", "The capacity estimate of a link whose rate is auto (0: none yet), by direction.", []string{"link", "direction"}, nil)
+	linkAutoChg    = prometheus.NewDesc("hostqos_link_rate_changes_total", "Changes of the automatic rate of a link whose rate is auto, by direction.", []string{"link", "direction"}, nil)
 
 	appLabels  = []string{"app", "uid", "container", "runtime", "image", "direction"}
 	appBytes   = prometheus.NewDesc("hostqos_app_bytes_total", "Bytes of the app (executable and user, or a container) since hostqosd started, by direction.", appLabels, nil)
@@ -159,6 +162,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		directions(ch, linkDrops, l.DropsIn, l.DropsOut, l.Name)
 		gauge(ch, linkReserved, float64(l.Reserved), l.Name)
 		gauge(ch, linkReservable, float64(l.Reservable), l.Name)
+		for dir, a := range l.Auto {
+			gauge(ch, linkAutoRate, float64(a.InForce), l.Name, dir)
+			gauge(ch, linkAutoEst, float64(a.Estimate), l.Name, dir)
+			counter(ch, linkAutoChg, a.Changes, l.Name, dir)
+		}
 	}
 	for _, a := range e.AppTotals() {
 		// A container: app runtime/name, no uid (its processes' users

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,4 +109,7 @@ func TestAutoEgressFollowsStepDown(t *testing.T) {
 		t.Fatalf("4× step down not followed within 8 s: %+v", a)
 	}
 	t.Log(e.hostqos("status"))
+	if out := e.hostqos("events", "--since", "0", "--kind", "link.rate", "--count", "2"); !strings.Contains(out, "link.rate") {
+		t.Errorf("no link.rate event: %s", out)
+	}
 }
