@@ -120,6 +120,7 @@ var suite = []benchmark{
 	{"throughput", "Bulk TCP through a veth shaped by HTB at 1/10/40 Gbit/s: goodput and CPU per Gbit/s, hostqos vs plain tc HTB vs no QoS", benchThroughput},
 	{"qpod-load", "Reading a flow's counters lock-free (mmap) vs by system call under CPU load (Q-Pod Figs. 9–14)", benchQPodLoad},
 	{"web", "Web view: the page's initial load, and the live view's refresh cost to the daemon with 1,000 flows", benchWeb},
+	{"flowqueue", "Flow queueing: an unmarked sparse flow behind 4 uploads of its class at 5/20/100 Mbit/s, one FIFO per class vs hostqos flow queueing", benchFlowQueue},
 	{"autorate", "Link capacity tracking: a bottleneck stepping 30 → 8 → 20 Mbit/s behind 40 ms, no shaping vs static too high vs too low vs egress_rate auto", benchAutorate},
 }
 

@@ -22,16 +22,24 @@ func benchDatapath(e *env, r *Report) error {
 	r.setup("policy: 10 rules, the packet matches the last (remote 198.18.0.0/15 → DSCP EF, HTB classid, counters); flow table pre-filled to 10 / 10k / 100k entries")
 	r.setup("the repeats reuse one skb: after the first run the DSCP already has its value, so the DSCP write and checksum fix-up (a few ns) are not in the figure")
 	r.setup("policing: the same at 100k flows with a policer on the matching rule (100 gbit, 1 GiB bucket: every packet conforms, so each run takes the whole path: policer lookup, conformance test on the tick-resolution time, compare-and-swap charge)")
+	r.setup("flow queueing: the same at 100k flows with the matching rule's class a class's general leaf and flow queueing on (the classifier picks the sparse leaf or the flow's bucket: one read-modify-write of the flow entry's fq word)")
 	const policed = -100_000 // key of the policed measurements
+	const fq = -1            // key of the flow-queueing measurements
 	empty := []float64{}
 	cls := map[int][]float64{}
 	net := map[int][]float64{}
 	for i := 0; i < rounds; i++ {
-		for _, n := range append(sizes, policed) {
+		for _, n := range append(sizes, policed, fq) {
 			if err := e.ctx.Err(); err != nil {
 				return err
 			}
-			res, err := dpbench.MeasurePerPacket(max(n, -n), repeat, n < 0)
+			var res dpbench.PerPacketResult
+			var err error
+			if n == fq {
+				res, err = dpbench.MeasurePerPacketFQ(100_000, repeat)
+			} else {
+				res, err = dpbench.MeasurePerPacket(max(n, -n), repeat, n < 0)
+			}
 			if err != nil {
 				return fmt.Errorf("measure per-packet cost at %d flows (policer %v): %w", max(n, -n), n < 0, err)
 			}
@@ -59,6 +67,10 @@ func benchDatapath(e *env, r *Report) error {
 		fmt.Sprintf("%s (%s)", f1(median(net[policed])), f1(minOf(net[policed]))), "≤ 100 ns "+mark(median(net[policed]) <= 100), "")
 	r.metric("classifier_police_ns_median_100000", median(cls[policed]))
 	r.metric("net_police_ns_median_100000", median(net[policed]))
+	r.row("hostqos classifier + flow queueing", "100000", f1(median(cls[fq])), f1(minOf(cls[fq])),
+		fmt.Sprintf("%s (%s)", f1(median(net[fq])), f1(minOf(net[fq]))), "≤ 60 ns "+mark(median(net[fq]) <= 60), "")
+	r.metric("classifier_fq_ns_median_100000", median(cls[fq]))
+	r.metric("net_fq_ns_median_100000", median(net[fq]))
 	r.note("net = classifier − empty program, per round; 'min' is the best round (least disturbed by other load on the machine)")
 	return nil
 }

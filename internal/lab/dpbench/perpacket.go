@@ -94,6 +94,17 @@ func onScratch(flows int, measure func(*datapath.Datapath) (PerPacketResult, err
 // packet conforms and is charged: the full policing path). It replaces
 // d's policy.
 func PerPacket(d *datapath.Datapath, flows int, repeat uint32, police bool) (PerPacketResult, error) {
+	return perPacket(d, flows, repeat, police, false)
+}
+
+// MeasurePerPacketFQ is MeasurePerPacket with flow queueing on (the
+// matching rule's class a class's general leaf, which the classifier turns
+// into a sparse leaf or a flow bucket per packet: bpf/fq.h).
+func MeasurePerPacketFQ(flows int, repeat uint32) (PerPacketResult, error) {
+	return onScratch(flows, func(d *datapath.Datapath) (PerPacketResult, error) { return perPacket(d, flows, repeat, false, true) })
+}
+
+func perPacket(d *datapath.Datapath, flows int, repeat uint32, police, fq bool) (PerPacketResult, error) {
 	if flows < 1 {
 		return PerPacketResult{}, errors.New("measure per-packet cost: flows must be >= 1")
 	}
@@ -111,6 +122,11 @@ func PerPacket(d *datapath.Datapath, flows int, repeat uint32, police bool) (Per
 		last.PoliceRate, last.PoliceBurst = 100e9, 1<<30
 		action = datapath.ActPolice
 	}
+	if fq {
+		// Class 1's general leaf; the default class is class 0.
+		last.ClassID = uint32(datapath.HTBMajor)<<16 | 0x41
+		p.FlowQueueDefault = 0x40
+	}
 	p.Rules = append(p.Rules, last)
 	if err := d.Apply(p); err != nil {
 		return PerPacketResult{}, err
@@ -120,7 +136,7 @@ func PerPacket(d *datapath.Datapath, flows int, repeat uint32, police bool) (Per
 	frame := xdpgen.BuildFrame(xdpgen.FrameSpec{Src: src, Dst: dst, Proto: 6, SPort: 40000, DPort: 443, Payload: 64})
 
 	// Populate the table with other flows at the current generation.
-	if err := d.FillFlows4(flows-1, datapath.FlowFill{Slot: 9, Action: action, DSCP: 46, ClassID: 0x10010}); err != nil {
+	if err := d.FillFlows4(flows-1, datapath.FlowFill{Slot: 9, Action: action, DSCP: 46, ClassID: last.ClassID}); err != nil {
 		return PerPacketResult{}, err
 	}
 	// First run inserts the measured flow; the rest hit it.
