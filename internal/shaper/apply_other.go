@@ -56,13 +56,15 @@ func RouteIfindex(dst netip.Addr) (int, error) { return 0, errUnsupported }
 
 // TCPPath is only filled on Linux.
 type TCPPath struct {
-	Remote       netip.Addr
-	Cookie       uint64
-	RTT, MinRTT  time.Duration
-	DeliveryRate uint64
-	AppLimited   bool
-	BytesAcked   uint64
-	Retrans      uint32
+	Remote        netip.Addr
+	Cookie        uint64
+	RTT, MinRTT   time.Duration
+	DeliveryRate  uint64
+	AppLimited    bool
+	BytesAcked    uint64
+	Retrans       uint32
+	RcvRTT        time.Duration
+	BytesReceived uint64
 }
 
 // TCPPaths is only supported on Linux.

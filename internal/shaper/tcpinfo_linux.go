@@ -21,6 +21,10 @@ type TCPPath struct {
 	AppLimited   bool   // the rate sample was limited by the application
 	BytesAcked   uint64
 	Retrans      uint32 // total retransmissions
+	// Receive side: the receiver's round-trip estimate (0: none yet) and
+	// the bytes received.
+	RcvRTT        time.Duration
+	BytesReceived uint64
 }
 
 // TCPPaths reads the established TCP connections of the calling thread's
@@ -49,6 +53,7 @@ func TCPPaths(limit int) ([]TCPPath, error) {
 				RTT: time.Duration(ti.Rtt) * time.Microsecond, MinRTT: time.Duration(ti.Min_rtt) * time.Microsecond,
 				DeliveryRate: ti.Delivery_rate, AppLimited: ti.Delivery_rate_app_limited != 0,
 				BytesAcked: ti.Bytes_acked, Retrans: ti.Total_retrans,
+				RcvRTT: time.Duration(ti.Rcv_rtt) * time.Microsecond, BytesReceived: ti.Bytes_received,
 			})
 		}
 	}

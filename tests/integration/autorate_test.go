@@ -12,23 +12,30 @@ import (
 	"github.com/hostqos/hostqos/internal/testbed"
 	"github.com/hostqos/hostqos/internal/testutil"
 	"github.com/hostqos/hostqos/internal/testutil/daemontest"
+	"github.com/hostqos/hostqos/internal/traffic"
 )
 
 // newSteppingEnv is client — router — server with 20 ms each way between
 // router and server and a bottleneck of rate with a 1000-packet FIFO on
 // the router's egress toward the server (a modem's), unknown to the
 // client, where the daemon runs.
-func newSteppingEnv(t *testing.T, rate uint64) (*env, *testbed.Testbed) {
+// With down, the bottleneck is the router's egress toward the client
+// instead (the downlink).
+func newSteppingEnv(t *testing.T, rate uint64, down bool) (*env, *testbed.Testbed) {
 	t.Helper()
 	testutil.NeedRoot(t)
 	mp := netip.MustParsePrefix
+	up := testbed.LinkSpec{A: "client", B: "router", AAddrs: []netip.Prefix{mp("198.18.31.1/24")}, BAddrs: []netip.Prefix{mp("198.18.31.2/24")}}
+	far := testbed.LinkSpec{A: "router", B: "server", AAddrs: []netip.Prefix{mp("198.18.32.1/24")}, BAddrs: []netip.Prefix{mp("198.18.32.2/24")},
+		DelayAtoB: 20 * time.Millisecond, DelayBtoA: 20 * time.Millisecond}
+	if down {
+		up.RateBtoA, up.QueueBtoA = rate, 1000
+	} else {
+		far.RateAtoB, far.QueueAtoB = rate, 1000
+	}
 	tb, err := testbed.Build(testbed.Topology{Name: "autorate",
 		Nodes: []testbed.NodeSpec{{Name: "client"}, {Name: "router", Router: true}, {Name: "server"}},
-		Links: []testbed.LinkSpec{
-			{A: "client", B: "router", AAddrs: []netip.Prefix{mp("198.18.31.1/24")}, BAddrs: []netip.Prefix{mp("198.18.31.2/24")}},
-			{A: "router", B: "server", AAddrs: []netip.Prefix{mp("198.18.32.1/24")}, BAddrs: []netip.Prefix{mp("198.18.32.2/24")},
-				RateAtoB: rate, QueueAtoB: 1000, DelayAtoB: 20 * time.Millisecond, DelayBtoA: 20 * time.Millisecond},
-		}})
+		Links: []testbed.LinkSpec{up, far}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,18 +52,25 @@ func newSteppingEnv(t *testing.T, rate uint64) (*env, *testbed.Testbed) {
 }
 
 // egressAuto is the automatic egress rate of link name now.
-func (e *env) egressAuto(name string) api.AutoRate {
+func (e *env) egressAuto(name string) api.AutoRate { return e.autoRate(name, false) }
+
+// autoRate is the automatic egress (or ingress) rate of link name now.
+func (e *env) autoRate(name string, ingress bool) api.AutoRate {
 	e.t.Helper()
 	ls, err := e.cli.Links().List(context.Background())
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	for _, l := range ls {
-		if l.Name == name && l.EgressAuto != nil {
-			return *l.EgressAuto
+		a := l.EgressAuto
+		if ingress {
+			a = l.IngressAuto
+		}
+		if l.Name == name && a != nil {
+			return *a
 		}
 	}
-	e.t.Fatalf("link %s has no automatic egress rate: %+v", name, ls)
+	e.t.Fatalf("link %s has no automatic rate (ingress %v): %+v", name, ingress, ls)
 	return api.AutoRate{}
 }
 
@@ -66,7 +80,7 @@ func (e *env) egressAuto(name string) api.AutoRate {
 // the step being told to anyone), reported in the link's status and as
 // link.rate events; the rate never leaves [--min, --max].
 func TestAutoEgressFollowsStepDown(t *testing.T) {
-	e, tb := newSteppingEnv(t, 30_000_000)
+	e, tb := newSteppingEnv(t, 30_000_000, false)
 	e.startDaemon()
 	ifc := e.client.Iface("router")
 	bulk := e.app("upload-app")
@@ -111,5 +125,60 @@ func TestAutoEgressFollowsStepDown(t *testing.T) {
 	t.Log(e.hostqos("status"))
 	if out := e.hostqos("events", "--since", "0", "--kind", "link.rate", "--count", "2"); !strings.Contains(out, "link.rate") {
 		t.Errorf("no link.rate event: %s", out)
+	}
+}
+
+// TestAutoIngressFollowsStepDown: the same for downloads with
+// --ingress-rate auto: the downlink's 4× step down brings the download
+// budget in force to within 15 % of the new capacity.
+func TestAutoIngressFollowsStepDown(t *testing.T) {
+	e, tb := newSteppingEnv(t, 30_000_000, true)
+	e.startDaemon()
+	ifc := e.client.Iface("router")
+	e.hostqos("link", "set", ifc, "--ingress-rate", "auto", "--min", "1mbit", "--max", "40mbit")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sink *traffic.TCPSink
+	if err := e.client.Do(func() (err error) {
+		sink, err = traffic.ListenTCPSink(ctx, traffic.TCPSinkConfig{Listen: "198.18.31.1:7401", Duration: 90 * time.Second})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = sink.Run(ctx) }()
+	go func() {
+		_ = e.server.Do(func() error {
+			_, err := traffic.SendBulk(ctx, traffic.BulkConfig{To: "198.18.31.1:7401", Streams: 4, Duration: 45 * time.Second, DSCP: traffic.NoDSCP})
+			return err
+		})
+	}()
+	watch := func(d time.Duration, ok func(r uint64) bool) (time.Duration, api.AutoRate) {
+		start := time.Now()
+		var a api.AutoRate
+		for time.Since(start) < d {
+			a = e.autoRate(ifc, true)
+			if a.InForce > 40_000_000 || a.InForce < 1_000_000 {
+				t.Fatalf("budget in force %d outside [min, max]", a.InForce)
+			}
+			if ok(a.InForce) {
+				return time.Since(start), a
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return -1, a
+	}
+	at, a := watch(20*time.Second, func(r uint64) bool { return r <= 31_000_000 && r >= 20_000_000 })
+	t.Logf("at 30 Mbit/s: budget in force %d after %v, estimate %d, %d changes (%s)", a.InForce, at, a.Estimate, a.Changes, a.Reason)
+	if at < 0 {
+		t.Fatalf("the budget did not settle at the 30 Mbit/s downlink: %+v", a)
+	}
+	time.Sleep(3 * time.Second)
+	if err := tb.SetRate("router", "client", 7_500_000); err != nil {
+		t.Fatal(err)
+	}
+	at, a = watch(10*time.Second, func(r uint64) bool { return r <= 7_500_000*115/100 && r >= 7_500_000*85/100 })
+	t.Logf("4× step down to 7.5 Mbit/s followed after %v: budget in force %d, estimate %d, %d changes (%s)", at, a.InForce, a.Estimate, a.Changes, a.Reason)
+	if at < 0 {
+		t.Fatalf("4× downlink step down not followed within 10 s: %+v", a)
 	}
 }
