@@ -74,8 +74,11 @@ type Status struct {
 	Daemon   DaemonStatus   `json:"daemon"`
 	Datapath DatapathStatus `json:"datapath"`
 	Links    []LinkStatus   `json:"links"`
-	Counts   Counts         `json:"counts"`
-	Warnings []string       `json:"warnings,omitempty"`
+	// AutoLinks are the links the daemon manages on its own because the
+	// policy manages none (the default routes' interfaces; auto_links).
+	AutoLinks []string `json:"auto_links,omitempty"`
+	Counts    Counts   `json:"counts"`
+	Warnings  []string `json:"warnings,omitempty"`
 	// RestartNeeded lists the settings hostqosd reads only when it starts
 	// (the top-level settings, [rsvp]) whose value in the config file
 	// differs from the one in force: a reload read them, a restart

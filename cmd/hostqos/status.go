@@ -70,6 +70,9 @@ func (o *statusOptions) run() error {
 	if len(s.Links) > 0 {
 		fmt.Fprintln(w)
 		printLinks(w, s.Links)
+		if len(s.AutoLinks) > 0 {
+			fmt.Fprintln(w, autoLinksNote(s.AutoLinks))
+		}
 	} else {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, noLinkHint(o.iface()))
@@ -267,6 +270,14 @@ func printLinks(w io.Writer, ls []api.LinkStatus) {
 			fmt.Fprintf(w, "%s reserved by: %s\n", l.Name, policy.FormatContributions(l.Guarantees))
 		}
 	}
+}
+
+// autoLinksNote says what the zero-configuration start chose and how to
+// change it.
+func autoLinksNote(names []string) string {
+	return fmt.Sprintf("no link configured: hostqos manages %s (the default route's interface) on its own, counting and marking its traffic without shaping; "+
+		"shape it with `hostqos link set %s --egress-rate auto` (or a rate), or set auto_links = \"off\" in the config file to manage nothing",
+		strings.Join(names, ", "), names[0])
 }
 
 // autoRateText is a link rate; an automatic one with its rate in force

@@ -82,8 +82,11 @@ type Engine struct {
 	desired *derive.Desired
 	links   map[string]int // managed link name → ifindex currently set up
 	// auto are the automatic link rates in force (autorate.go), by link.
-	auto   map[string]*autoLink
-	pushed pushed // what the pushes left in the kernel (see pushed)
+	auto map[string]*autoLink
+	// autoChosen are the links the zero-configuration start manages
+	// (autolinks.go).
+	autoChosen []string
+	pushed     pushed // what the pushes left in the kernel (see pushed)
 	// lastLinkErr is the last error of setting up links again in Rescan,
 	// so that a lasting problem is logged once.
 	lastLinkErr string

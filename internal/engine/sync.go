@@ -109,6 +109,7 @@ func (e *Engine) stateWith(n syncChange) engineState {
 	if n.pods != nil {
 		st.pods = *n.pods
 	}
+	st.m = e.withAutoLinksLocked(st.m, st.base)
 	return st
 }
 

@@ -57,6 +57,7 @@ func (e *Engine) statusLocked(who Caller, st *api.Status) Kernel {
 		}
 	}
 	st.Links = e.linkStatusLocked()
+	st.AutoLinks = slices.Clone(e.autoChosen)
 	st.Counts.Links = len(e.eff.Policy.Links)
 	st.Counts.Classes = len(e.eff.Policy.Classes)
 	hidden := e.hiddenRulesLocked(who)

@@ -55,6 +55,10 @@ func (k *System) AttachLink(ifindex int) error              { return k.attachLin
 func (k *System) DetachLink(ifindex int) error              { return k.detachLink(ifindex) }
 func (k *System) LinkAttached(ifindex int) (bool, error)    { return k.linkAttached(ifindex) }
 func (k *System) LookupLink(name string) (int, bool, error) { return LookupLink(name) }
+
+// DefaultRouteLinks are the interfaces of the default routes (the
+// zero-configuration start's choice).
+func (k *System) DefaultRouteLinks() ([]string, error) { return shaper.DefaultRouteLinks() }
 func (k *System) RuleCounters() ([]datapath.Counters, error) {
 	return k.DP.UsedRuleCounters()
 }

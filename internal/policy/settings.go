@@ -52,7 +52,18 @@ type Settings struct {
 	// link: "htb" (the default: flow queueing built from HTB leaves, see
 	// docs/concepts.md) or "off" (one FIFO per class).
 	FlowQueueing string `toml:"flow_queueing" json:"flow_queueing,omitempty"`
+	// AutoLinks is what the daemon does while the policy manages no
+	// link: "observe" (the default) manages the interfaces of the default
+	// routes to count and mark their traffic, without shaping; "off"
+	// manages nothing.
+	AutoLinks string `toml:"auto_links" json:"auto_links,omitempty"`
 }
+
+// AutoLinks modes (Settings.AutoLinks).
+const (
+	AutoLinksObserve = "observe"
+	AutoLinksOff     = "off"
+)
 
 // Flow queueing modes (Settings.FlowQueueing).
 const (
@@ -233,6 +244,10 @@ func (s Settings) Validate(source string) error {
 	if s.FlowQueueing != "" && s.FlowQueueing != FlowQueueingHTB && s.FlowQueueing != FlowQueueingOff {
 		errs = append(errs, &FieldError{Source: source, Field: "flow_queueing", Value: Clip(s.FlowQueueing),
 			Reason: "not a flow queueing mode", Fix: `write "htb" (flow queueing, the default) or "off" (one FIFO per class)`})
+	}
+	if s.AutoLinks != "" && s.AutoLinks != AutoLinksObserve && s.AutoLinks != AutoLinksOff {
+		errs = append(errs, &FieldError{Source: source, Field: "auto_links", Value: Clip(s.AutoLinks),
+			Reason: "not a mode", Fix: `write "observe" (manage the default routes' interfaces while no link is managed, the default) or "off"`})
 	}
 	if s.MetricsListen != "" {
 		if _, port, err := net.SplitHostPort(s.MetricsListen); err != nil || port == "" {

@@ -72,3 +72,6 @@ func TCPPaths(limit int) ([]TCPPath, error) { return nil, errUnsupported }
 
 // LinkTxBytes is only supported on Linux.
 func LinkTxBytes(ifindex int) (uint64, error) { return 0, errUnsupported }
+
+// DefaultRouteLinks is only supported on Linux.
+func DefaultRouteLinks() ([]string, error) { return nil, errUnsupported }
