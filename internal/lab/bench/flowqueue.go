@@ -28,12 +28,8 @@ func benchFlowQueue(e *env, r *Report) error {
 	if err != nil {
 		return err
 	}
-	bulkExe, err := e.app("hqb-bulk")
-	if err != nil {
-		return err
-	}
 	r.setup("%s", hostLine())
-	r.setup("namespaces snd → rcv over a veth; hostqosd on snd with the link's egress_rate R; no rules: a bulk app's %d TCP uploads and a voice app's G.729 call (50 pkt/s, 32-byte payload) to a UDP echo in rcv are all in class default", fqStreams)
+	r.setup("namespaces snd → rcv over a veth; hostqosd on snd with the link's egress_rate R; no rules: %d TCP uploads (the benchmark process's) and a voice app's G.729 call (50 pkt/s, 32-byte payload) to a UDP echo in rcv are all in class default", fqStreams)
 	r.setup("idle: the call alone for %v; loaded: the uploads started %v before a call of %v", idleDur, warm, loadDur)
 	r.setup("FIFO: flow_queueing = \"off\" (the class's general leaf is one pfifo); hostqos FQ: flow_queueing = \"htb\" (sparse leaf + 8 flow buckets per class); fq_codel: not on this kernel")
 	r.setup("share = the uploads' goodput at the sink / (R × 1448/1514); fairness = slowest / fastest upload")
@@ -43,7 +39,7 @@ func benchFlowQueue(e *env, r *Report) error {
 			if err := e.ctx.Err(); err != nil {
 				return err
 			}
-			res, err := fqRun(e, rate, mode, voiceExe, bulkExe, idleDur, loadDur, warm)
+			res, err := fqRun(e, rate, mode, voiceExe, idleDur, loadDur, warm)
 			if err != nil {
 				return fmt.Errorf("%d Mbit/s, flow_queueing %s: %w", rate/1e6, mode, err)
 			}
@@ -70,7 +66,7 @@ type fqResult struct {
 	share, fair  float64
 }
 
-func fqRun(e *env, rate uint64, mode, voiceExe, bulkExe string, idleDur, loadDur, warm time.Duration) (*fqResult, error) {
+func fqRun(e *env, rate uint64, mode, voiceExe string, idleDur, loadDur, warm time.Duration) (*fqResult, error) {
 	tb, err := e.pair("benchfq", "snd", "rcv")
 	if err != nil {
 		return nil, err
@@ -105,13 +101,18 @@ func fqRun(e *env, rate uint64, mode, voiceExe, bulkExe string, idleDur, loadDur
 	if res.idle, err = fqVoice(e, snd, voiceExe, idleDur); err != nil {
 		return nil, fmt.Errorf("idle: %w", err)
 	}
-	wait, err := e.startHelper(snd, bulkExe, "tcp", "--to", fqSink, "--duration", (warm + loadDur + time.Second).String(), "--streams", fmt.Sprint(fqStreams))
-	if err != nil {
-		return nil, err
-	}
+	// The uploads speak the sink's protocol (traffic.SendBulk), from
+	// this process in snd: with no rules, who sends does not matter.
+	bulkDone := make(chan error, 1)
+	go func() {
+		bulkDone <- snd.Do(func() error {
+			_, err := traffic.SendBulk(ctx, traffic.BulkConfig{To: fqSink, Streams: fqStreams, Duration: warm + loadDur + time.Second, DSCP: traffic.NoDSCP})
+			return err
+		})
+	}()
 	time.Sleep(warm)
 	res.loaded, err = fqVoice(e, snd, voiceExe, loadDur)
-	werr := wait(nil)
+	werr := <-bulkDone
 	if err != nil {
 		return nil, fmt.Errorf("loaded: %w", err)
 	}
