@@ -39,8 +39,9 @@ func TestFlowQueueingSparseFlowBehindUploads(t *testing.T) {
 		msg := fmt.Sprintf("pinger p99 %.2f ms busy, %.2f ms idle (loss %.3f); uploads %.2f Mbit/s = %.2f of the link, streams %.2f … %.2f Mbit/s",
 			busy.RTT.P99, idle.RTT.P99, busy.Loss, r.GoodputBps/1e6, use, lo/1e6, hi/1e6)
 		t.Log(msg)
-		// Bounds with room for a shared 2-core machine; the figures
-		// measured are in bench/RESULTS.md.
-		return busy.Received > 0 && busy.RTT.P99 <= idle.RTT.P99+20 && use >= 0.85 && hi <= 1.25*lo, msg
+		// Bounds with room for a shared 2-core machine (a stalled idle
+		// sample does not widen them past 30 ms; one FIFO gives ≈ 210
+		// ms); the figures measured are in bench/RESULTS.md.
+		return busy.Received > 0 && busy.RTT.P99 <= min(idle.RTT.P99, 10)+20 && use >= 0.85 && hi <= 1.25*lo, msg
 	})
 }
