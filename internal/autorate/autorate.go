@@ -133,8 +133,15 @@ type Estimator struct {
 	next     int
 	calm     int
 	lastCut  time.Time
-	excess   float64 // bits sent beyond what the path delivered since the last cut
+	cutDelay time.Duration // the delay that triggered the last cut (0: a deficit)
+	excess   float64       // bits sent beyond what the path delivered since the last cut
 }
+
+// drainHold is how long after a cut on delay no further cut comes while
+// the delay keeps falling: the queue beyond the host is draining, and
+// cutting again for the queue the first cut already drains would spiral
+// the rate down.
+const drainHold = 5 * time.Second
 
 // New starts an estimator at p.Start (or p.Max).
 func New(p Params) (*Estimator, error) {
@@ -208,7 +215,7 @@ func (e *Estimator) Step(now time.Time, s Sample) Decision {
 	}
 	out := Decision{Rate: e.rate, Estimate: e.estimate}
 	switch {
-	case n >= e.p.Need && delayed && now.Sub(e.lastCut) >= e.p.Refractory:
+	case n >= e.p.Need && delayed && now.Sub(e.lastCut) >= e.p.Refractory && !e.draining(now, s):
 		// The path's rate, less what empties the queue the deficit
 		// built beyond the host within DrainTime.
 		d := float64(s.Delivered)
@@ -217,6 +224,10 @@ func (e *Estimator) Step(now time.Time, s Sample) Decision {
 		out.Reason = "cut"
 		e.excess = 0
 		e.lastCut = now
+		e.cutDelay = 0
+		if !s.Saturated {
+			e.cutDelay = s.Delay
+		}
 		for i := range e.delayed {
 			e.delayed[i] = false
 		}
@@ -228,6 +239,14 @@ func (e *Estimator) Step(now time.Time, s Sample) Decision {
 		}
 	}
 	return out
+}
+
+// draining reports whether the last cut came on delay, not long ago, the
+// delay has fallen since (by a tenth at least) and the rate in force is
+// below what the path delivers (so the queue does drain).
+func (e *Estimator) draining(now time.Time, s Sample) bool {
+	return e.cutDelay > 0 && !s.Saturated && now.Sub(e.lastCut) < drainHold && s.Delay < e.cutDelay*9/10 &&
+		e.rate < s.Delivered
 }
 
 func (e *Estimator) set(out *Decision, r uint64) {

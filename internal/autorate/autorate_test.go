@@ -104,3 +104,26 @@ func TestBoundsChecked(t *testing.T) {
 		t.Error("zero bounds accepted")
 	}
 }
+
+// After a cut on delay, a queue beyond the host that is still draining
+// (its delay falling) brings no further cut: the rate does not spiral
+// down while the bottleneck's FIFO empties.
+func TestNoSpiralWhileDraining(t *testing.T) {
+	e, _ := New(Params{Min: mbit, Max: 40 * mbit, Start: 30 * mbit})
+	now := time.Unix(0, 0)
+	delay := 800 * time.Millisecond // a full modem FIFO after a step down
+	cuts := 0
+	for i := 0; i < 25; i++ { // 5 s
+		now = now.Add(tick)
+		d := e.Step(now, Sample{Flows: 4, Delay: delay, Delivered: 7_500_000, Sent: min(e.Rate(), 7_500_000), Dt: tick})
+		if d.Changed && d.Reason == "cut" {
+			cuts++
+		}
+		if cuts > 0 {
+			delay -= 30 * time.Millisecond // draining
+		}
+	}
+	if cuts != 1 || e.Rate() < 6*mbit {
+		t.Errorf("%d cuts, rate %d while the queue drains; want one cut to about 0.86 of 7.5 Mbit/s", cuts, e.Rate())
+	}
+}

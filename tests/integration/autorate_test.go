@@ -77,8 +77,9 @@ func (e *env) autoRate(name string, ingress bool) api.AutoRate {
 // TestAutoEgressFollowsStepDown: with --egress-rate auto and 4 uploads
 // running, a 4× step down of a bottleneck the host does not know about
 // brings the rate in force to within 15 % of the new capacity (without
-// the step being told to anyone), reported in the link's status and as
-// link.rate events; the rate never leaves [--min, --max].
+// the step being told to anyone), and a step up back to 85 % of it,
+// reported in the link's status and as link.rate events; the rate never
+// leaves [--min, --max].
 func TestAutoEgressFollowsStepDown(t *testing.T) {
 	e, tb := newSteppingEnv(t, 30_000_000, false)
 	e.startDaemon()
@@ -121,6 +122,15 @@ func TestAutoEgressFollowsStepDown(t *testing.T) {
 	t.Logf("4× step down to 7.5 Mbit/s followed after %v: rate in force %d, estimate %d, %d changes (%s)", at, a.InForce, a.Estimate, a.Changes, a.Reason)
 	if at < 0 {
 		t.Fatalf("4× step down not followed within 8 s: %+v", a)
+	}
+	// A step up to 20 Mbit/s: the acceptance figure is 10 s.
+	if err := tb.SetRate("router", "server", 20_000_000); err != nil {
+		t.Fatal(err)
+	}
+	at, a = watch(20*time.Second, func(r uint64) bool { return r >= 20_000_000*85/100 })
+	t.Logf("step up to 20 Mbit/s followed after %v: rate in force %d, estimate %d, %d changes (%s)", at, a.InForce, a.Estimate, a.Changes, a.Reason)
+	if at < 0 {
+		t.Fatalf("step up not followed within 20 s: %+v", a)
 	}
 	t.Log(e.hostqos("status"))
 	if out := e.hostqos("events", "--since", "0", "--kind", "link.rate", "--count", "2"); !strings.Contains(out, "link.rate") {
