@@ -17,8 +17,10 @@ import (
 // it names, or on the node's one managed link when it names none. It is a
 // persistent change of the link, as `hostqos link set` makes: it stays
 // when the API server is gone, across restarts, and when the policy goes
-// (until the config file or another policy changes it). "auto" rates are
-// not supported yet: the policy is refused on the node with that reason.
+// (until the config file or another policy changes it). A rate "auto"
+// makes the node find the link's capacity and follow it
+// (docs/autorate.md), within the link's own egress_min/egress_max (and
+// ingress_min/ingress_max).
 
 // LinkSetter changes a link (the engine's PatchLink): a Target that has
 // it takes the cluster's link settings.
@@ -67,14 +69,14 @@ func (a *Agent) applyLink(m Mapping) {
 		if f.v == "" {
 			continue
 		}
-		if f.v == "auto" {
-			a.linkErr = fmt.Sprintf("link %s: %s auto is not supported on this node yet; give a rate", name, f.field)
-			return
-		}
-		r, err := parseRate(f.v)
-		if err != nil {
-			a.linkErr = fmt.Sprintf("link %s: %s %q: %v", name, f.field, policy.Clip(f.v), err)
-			return
+		r := policy.RateAuto
+		if f.v != "auto" {
+			rate, err := parseRate(f.v)
+			if err != nil {
+				a.linkErr = fmt.Sprintf("link %s: %s %q: %v", name, f.field, policy.Clip(f.v), err)
+				return
+			}
+			r = policy.LinkRate(rate)
 		}
 		patch[f.field] = r
 		same = same && policy.LinkRate(r) == f.cur

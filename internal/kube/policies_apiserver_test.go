@@ -236,18 +236,17 @@ spec:
 		got, _ := rec.last()
 		return got["app/flood"].MinBW == 2e6, fmt.Sprintf("%+v", got["app/flood"])
 	})
-	// A link rate of auto is not supported yet: gold refused on the node,
-	// the link as it was.
+	// A link rate of auto: the node's link follows its capacity.
 	if _, err := cp.Dynamic.Resource(kube.GroupVersion.WithResource("clusterqospolicies")).Patch(ctx, "gold", types.MergePatchType,
 		[]byte(`{"spec":{"link":{"egressRate":"auto"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "gold refused for auto", func() (bool, string) {
-		s, msg, _ := condition(get("clusterqospolicies", "", "gold"))
-		return s == "False" && strings.Contains(msg, "auto"), s + ": " + msg
+	eventually(t, "gold's link set to auto", func() (bool, string) {
+		p := rec.linkPatches()
+		return len(p) == 2 && strings.Contains(p[1], `"egress_rate":"auto"`), fmt.Sprintf("%q", p)
 	})
-	if p := rec.linkPatches(); len(p) != 1 {
-		t.Errorf("link patches %q after auto; want none more", p)
+	if s, msg, _ := condition(get("clusterqospolicies", "", "gold")); s != "True" {
+		t.Errorf("gold with an auto rate: %s: %s; want admitted", s, msg)
 	}
 	if st := a.Status(); st.PolicyError != "" || st.Policies != 2 || st.Refused != 0 {
 		t.Errorf("status %+v; want 2 policies (call, gold), none refused", st)
