@@ -32,8 +32,13 @@ import (
 //     window of old consecutive messages lacks more than oln, the
 //     non-droppable messages all arrive, and the bulk transfer takes the
 //     rest of the link.
+//
+// The plain socket is the baseline of one FIFO per class: with flow
+// queueing its stream would be a flow of its own beside the bulk's
+// (TestFlowQueueingSparseFlowBehindUploads), so it runs without.
 func TestQSockScheduling(t *testing.T) {
 	e := newEnv(t)
+	e.writeConfig("flow_queueing = \"off\"\n")
 	e.startDaemon()
 	const link = 10_000_000
 	e.hostqos("link", "set", e.iface(), "--egress-rate", "10mbit")
