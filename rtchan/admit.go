@@ -107,6 +107,10 @@ func (e *AdmissionError) Error() string {
 // every local user cannot afford.
 const MaxBusyMessages = 1 << 14
 
+// maxPastBound bounds the steps the response-time iteration takes after
+// it has passed a channel's bound, to report its worst case in a refusal.
+const maxPastBound = 1 << 10
+
 // Analyze runs the extended D_order test over a set of real-time channels
 // (best-effort specs are skipped). Channels get fixed priorities in order of
 // their local delay bound (ties keep the given order), each channel's
@@ -140,7 +144,7 @@ func (p Params) Analyze(specs []Spec) ([]ChannelBound, error) {
 		if s.BestEffort {
 			continue
 		}
-		items = append(items, item{idx: i, spec: s, st: p.Service(s.Mmax), imin: s.MinInterval(), bound: s.Delay - p.NetDelay})
+		items = append(items, item{idx: i, spec: s, st: p.Service(s.Mmax), imin: s.MinInterval(), bound: p.Requested(s)})
 	}
 	sort.SliceStable(items, func(a, b int) bool { return items[a].bound < items[b].bound })
 	out := make([]ChannelBound, len(specs))
@@ -182,7 +186,11 @@ func (p Params) Analyze(specs []Spec) ([]ChannelBound, error) {
 			for _, h := range items[:prio] {
 				w += h.st.Ts
 			}
-			for w-time.Duration(q)*it.imin <= it.bound {
+			// w only grows: once past the bound the channel has failed,
+			// and the iteration goes on only to report the worst case
+			// itself (at most maxPastBound more steps; the utilization
+			// below 1 makes it converge).
+			for past := 0; past < maxPastBound; {
 				next := it.st.Tw + time.Duration(q+1)*it.st.Ts
 				for _, h := range items[:prio] {
 					next += time.Duration(ceilDiv(int64(w), int64(h.imin))) * h.st.Ts
@@ -190,7 +198,10 @@ func (p Params) Analyze(specs []Spec) ([]ChannelBound, error) {
 				if next == w {
 					break
 				}
-				w = next // w only grows: once past the bound it has failed
+				w = next
+				if w-time.Duration(q)*it.imin > it.bound {
+					past++
+				}
 			}
 			r := w - time.Duration(q)*it.imin
 			worst = max(worst, r)

@@ -145,7 +145,7 @@ func (c *core) addChannel(spec Spec, dest string) *channel {
 	}
 	if ch.rt {
 		ch.imin = int64(spec.MinInterval())
-		ch.local = int64(spec.Delay - c.p.NetDelay)
+		ch.local = int64(c.p.Requested(spec))
 	}
 	ch.pktcap = spec.Bmax * ch.npmax
 	ch.h = &handler{ch: ch, state: hIdle}

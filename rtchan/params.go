@@ -78,6 +78,16 @@ func SeedParams() Params {
 // parts are paid.
 func (p Params) Csw() time.Duration { return p.CswXK + p.CswEDF }
 
+// Requested is the local delay bound channel s is tested against on this
+// link: the bound it was given if established (s.Bound), otherwise what
+// the end-to-end bound leaves to this link, s.Delay − NetDelay − s.Upstream.
+func (p Params) Requested(s Spec) time.Duration {
+	if s.Bound > 0 {
+		return s.Bound
+	}
+	return s.Delay - p.NetDelay - s.Upstream
+}
+
 // Ccsp is the total cost of one preemption, C_cm + C_sw.
 func (p Params) Ccsp() time.Duration { return p.Ccm + p.Csw() }
 

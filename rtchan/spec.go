@@ -22,8 +22,19 @@ type Spec struct {
 	// (Bmax) and the packet queue (Bmax·N_pkts).
 	Bmax int `json:"bmax"`
 	// Delay is the end-to-end delay bound of a message, measured from its
-	// logical arrival time. The host's local bound is Delay - Params.NetDelay.
+	// logical arrival time. What a link may take of it is
+	// Params.Requested: Delay less Params.NetDelay less Upstream.
 	Delay time.Duration `json:"delay,omitempty"`
+	// Upstream is the part of Delay the hops before this link on the
+	// channel's route take: the sum of their worst-case response times
+	// while the channel is being set up (0 at the sender).
+	Upstream time.Duration `json:"upstream,omitempty"`
+	// Bound is the local delay bound the channel was given when it was
+	// established on this link (LocalBounds); 0 for a channel being
+	// admitted. An established channel keeps it: a later channel is
+	// admitted only if this one's worst-case response time stays within
+	// it, and its messages' deadlines are logical arrival + Bound.
+	Bound time.Duration `json:"bound,omitempty"`
 	// BestEffort makes a best-effort channel: no rate, no delay bound, no
 	// admission test; served FIFO after current real-time traffic.
 	BestEffort bool `json:"best_effort,omitempty"`
@@ -56,6 +67,9 @@ func (s Spec) Validate() error {
 	}
 	if s.Delay <= 0 {
 		return fmt.Errorf("check spec %q: delay=%v must be positive for a real-time channel", s.Name, s.Delay)
+	}
+	if s.Upstream < 0 || s.Bound < 0 {
+		return fmt.Errorf("check spec %q: upstream=%v and bound=%v must not be negative", s.Name, s.Upstream, s.Bound)
 	}
 	return nil
 }
