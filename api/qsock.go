@@ -61,6 +61,11 @@ type QSockParams struct {
 	IPGMicros uint32 `json:"ipg_us,omitempty"`
 	OLN       uint32 `json:"oln,omitempty"`
 	OLD       uint32 `json:"old,omitempty"`
+	// RTChannel, with Class rtchan.DaemonClass, names the real-time
+	// channel (its id) whose datagrams the socket carries: they leave in
+	// the channel's own leaf, at the rate it was admitted with. Only the
+	// channel's process may name it.
+	RTChannel uint64 `json:"rt_channel,omitempty"`
 }
 
 // QSockInit prepares a link for qsockets (qsockinit): it is managed by

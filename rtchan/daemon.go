@@ -16,8 +16,10 @@ import (
 // With UseDaemon it first asks hostqosd, which runs the same D_order test
 // (Params.Admit) over every channel on the link, of every process, and
 // holds the channel for this process until Close or until the process
-// exits; the host's socket is then bound to DaemonClass. When no daemon runs (its socket is absent or refuses), the host
-// admits locally only, as before.
+// exits; the channel then sends on a socket of its own bound to
+// DaemonClass naming the channel (its own leaf on the link). When no
+// daemon runs (its socket is absent), the host admits locally only and
+// every channel sends on the host's socket, as before.
 
 // DaemonClass is the class the host's socket is bound to once hostqosd
 // admitted a channel: voice, the highest strict priority of the default
@@ -31,34 +33,36 @@ type hostAdmission struct {
 	link   string
 	mu     sync.Mutex
 	ids    map[ChannelID]uint64 // local channel → the daemon's
-	bound  bool                 // the socket is a qsocket in DaemonClass
 }
 
-// bind makes the host's socket a qsocket in DaemonClass (once): every
-// channel's datagrams leave in that class's HTB leaf with its mark.
-func (a *hostAdmission) bind(conn *net.UDPConn) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.bound {
-		return nil
-	}
-	raw, err := conn.SyscallConn()
+// channelConn opens the socket channel id (the daemon's number) sends on:
+// a UDP socket of its own beside conn (same network namespace, same local
+// address, another port) bound as a qsocket to DaemonClass naming the
+// channel, so that its datagrams leave in the channel's own leaf of the
+// link's real-time class, at the rate the channel was admitted with.
+func (a *hostAdmission) channelConn(conn *net.UDPConn, id uint64) (*net.UDPConn, error) {
+	c, err := socketBeside(conn)
 	if err != nil {
-		return fmt.Errorf("bind channel socket to class %s: %w", DaemonClass, err)
+		return nil, fmt.Errorf("open the socket of channel %d: %w", id, err)
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("bind the socket of channel %d to class %s: %w", id, DaemonClass, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var aerr error
 	if err := raw.Control(func(fd uintptr) {
-		_, aerr = a.client.QSockets().Attach(ctx, int(fd), api.QSockParams{Class: DaemonClass})
+		_, aerr = a.client.QSockets().Attach(ctx, int(fd), api.QSockParams{Class: DaemonClass, RTChannel: id})
 	}); err != nil {
 		aerr = err
 	}
 	if aerr != nil {
-		return fmt.Errorf("bind channel socket to class %s: %w", DaemonClass, aerr)
+		c.Close()
+		return nil, fmt.Errorf("bind the socket of channel %d to class %s: %w", id, DaemonClass, aerr)
 	}
-	a.bound = true
-	return nil
+	return c, nil
 }
 
 // UseDaemon makes every later real-time Create ask hostqosd (at socket;

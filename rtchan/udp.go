@@ -168,6 +168,7 @@ type udpLink struct {
 	p        Params
 	clk      *rclock
 	dests    map[ChannelID]*net.UDPAddr
+	conns    map[ChannelID]*net.UDPConn // channels admitted by hostqosd: their own sockets
 	buf      []byte
 	nextFree int64
 	errs     uint64
@@ -194,7 +195,11 @@ func (l *udpLink) transmit(pk *packet, now int64) int64 {
 	} else {
 		clear(b[WireHeader:])
 	}
-	if _, err := l.conn.WriteToUDP(b, l.dests[m.ch.id]); err != nil {
+	conn := l.conn
+	if c, ok := l.conns[m.ch.id]; ok {
+		conn = c
+	}
+	if _, err := conn.WriteToUDP(b, l.dests[m.ch.id]); err != nil {
 		l.errs++
 		if l.errs == 1 || l.errs%1000 == 0 {
 			l.log.Warn("send datagram", "channel", m.ch.id, "errors", l.errs, "err", err)
@@ -232,7 +237,7 @@ func NewUDPHost(conn *net.UDPConn, p Params, pol Policy) (*UDPHost, error) {
 		return nil, fmt.Errorf("check params: packet size %d does not fit a UDP datagram", p.S)
 	}
 	clk := newRclock()
-	link := &udpLink{conn: conn, p: p, clk: clk, dests: map[ChannelID]*net.UDPAddr{}, log: slog.Default().With("component", "rtchan")}
+	link := &udpLink{conn: conn, p: p, clk: clk, dests: map[ChannelID]*net.UDPAddr{}, conns: map[ChannelID]*net.UDPConn{}, log: slog.Default().With("component", "rtchan")}
 	h := &UDPHost{clk: clk, p: p, link: link, admitted: map[ChannelID]Spec{}}
 	h.c = newCore(clk, p, pol, false, link)
 	go clk.loop()
@@ -253,12 +258,13 @@ func (h *UDPHost) Create(dest string, spec Spec) (ChannelID, error) {
 		return -1, fmt.Errorf("check spec %q: mmax %d needs more than 65535 packets", spec.Name, spec.Mmax)
 	}
 	var hostID uint64
+	var own *net.UDPConn // the channel's own socket, when hostqosd admitted it
 	if h.host != nil && !spec.BestEffort {
 		if hostID, err = h.host.admit(spec); err != nil {
 			return -1, err
 		}
 		if hostID != 0 {
-			if err := h.host.bind(h.link.conn); err != nil {
+			if own, err = h.host.channelConn(h.link.conn, hostID); err != nil {
 				_ = h.host.release(hostID)
 				return -1, err
 			}
@@ -279,6 +285,9 @@ func (h *UDPHost) Create(dest string, spec Spec) (ChannelID, error) {
 		}
 		ch := h.c.addChannel(spec, dest)
 		h.link.dests[ch.id] = addr
+		if own != nil {
+			h.link.conns[ch.id] = own
+		}
 		if !spec.BestEffort {
 			h.admitted[ch.id] = spec
 		}
@@ -288,6 +297,7 @@ func (h *UDPHost) Create(dest string, spec Spec) (ChannelID, error) {
 		h.host.keep(id, hostID)
 	} else if hostID != 0 {
 		_ = h.host.release(hostID) // not admitted here: give the link back
+		own.Close()
 	}
 	if err2 != nil {
 		return -1, err2
@@ -317,7 +327,9 @@ func (h *UDPHost) Send(id ChannelID, msg []byte) error {
 	return err
 }
 
-// Close tears channel id down (rtc_close); queued messages are still sent.
+// Close tears channel id down (rtc_close); queued messages are still sent
+// (a channel admitted by hostqosd keeps its socket until Shutdown, for
+// them).
 func (h *UDPHost) Close(id ChannelID) error {
 	var err error
 	if err2 := h.clk.do(func() {
@@ -375,13 +387,16 @@ func (h *UDPHost) MaxTimerLateness() time.Duration {
 	return d
 }
 
-// Shutdown stops the host and closes its socket.
+// Shutdown stops the host and closes its sockets.
 func (h *UDPHost) Shutdown() error {
 	var err error
 	h.once.Do(func() {
 		close(h.clk.stop)
 		<-h.clk.done
 		err = h.link.conn.Close()
+		for _, c := range h.link.conns {
+			c.Close()
+		}
 	})
 	return err
 }

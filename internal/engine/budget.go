@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
@@ -25,10 +26,12 @@ import (
 
 // rtHold is a real-time channel's share of its link's budget.
 type rtHold struct {
-	id   uint64
-	name string
-	pid  uint32
-	rate policy.Rate
+	id    uint64
+	name  string
+	pid   uint32
+	rate  policy.Rate
+	burst uint32        // bytes on the wire of a burst of Bmax messages
+	bound time.Duration // the local delay bound (its leaf's priority rank)
 }
 
 // extraLocked is what the qsockets, channels and pods hold outside the policy,
@@ -136,58 +139,78 @@ func (e *Engine) setRTHeldLocked(held map[string][]rtHold) error {
 	return nil
 }
 
-// rtOwnerIDs numbers the processes holding channels in held: those
-// numbered in prev keep their number, the others take the lowest free one
-// (a new map). Numbers go up to shaper.MaxRTOwners; the last one is
-// shared by every process beyond (their channels share one leaf, as
-// every process's did before leaves were per process).
-func rtOwnerIDs(prev map[uint32]uint16, held map[string][]rtHold) map[uint32]uint16 {
-	var pids []uint32
-	seen := map[uint32]bool{}
+// rtOwnerIDs numbers the channels in held, each with a leaf of its own:
+// those numbered in prev keep their number, the others take the lowest
+// free one (a new map). Numbers go up to shaper.MaxRTOwners; the last one
+// is shared by every channel beyond (they share one leaf, as every
+// channel of a process did before leaves were per channel).
+func rtOwnerIDs(prev map[uint64]uint16, held map[string][]rtHold) map[uint64]uint16 {
+	var ids []uint64
 	for _, hs := range held {
 		for _, h := range hs {
-			if !seen[h.pid] {
-				seen[h.pid] = true
-				pids = append(pids, h.pid)
-			}
+			ids = append(ids, h.id)
 		}
 	}
-	slices.Sort(pids)
-	out := map[uint32]uint16{}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	out := map[uint64]uint16{}
 	used := map[uint16]bool{}
-	for _, p := range pids {
-		if id, ok := prev[p]; ok {
-			out[p], used[id] = id, true
+	for _, id := range ids {
+		if n, ok := prev[id]; ok {
+			out[id], used[n] = n, true
 		}
 	}
 	next := uint16(1)
-	for _, p := range pids {
-		if _, ok := out[p]; ok {
+	for _, id := range ids {
+		if _, ok := out[id]; ok {
 			continue
 		}
 		for used[next] && int(next) < shaper.MaxRTOwners {
 			next++
 		}
-		out[p], used[next] = next, true
+		out[id], used[next] = next, true
 	}
 	return out
 }
 
-// rtOwnersLocked are the links' real-time leaves by owning process
-// (derive.Input): each numbered owner's channels' rates on the link.
+// rtMaxPrio is the lowest HTB priority a channel's leaf takes: the
+// channels on a link ranked by local delay bound take 0, 1, … and every
+// one past the eighth rank shares 7.
+const rtMaxPrio = 7
+
+// rtOwnersLocked are the links' real-time leaves, one per channel
+// (derive.Input): its wire rate, its burst, and the HTB priority of its
+// local delay bound's rank among the link's channels (equal bounds, equal
+// rank), so that HTB serves the channels that can send in the order the
+// D_order test assumed. Channels sharing a leaf number (past
+// shaper.MaxRTOwners) share its rate and its best priority.
 func (e *Engine) rtOwnersLocked() map[string][]shaper.RTOwner {
 	if len(e.rtHeld) == 0 {
 		return nil
 	}
 	out := make(map[string][]shaper.RTOwner, len(e.rtHeld))
 	for link, hs := range e.rtHeld {
-		by := map[uint16]uint64{}
+		bounds := make([]time.Duration, 0, len(hs))
 		for _, h := range hs {
-			id := e.rtOwnerIDs[h.pid]
-			by[id] = units.Add(by[id], uint64(h.rate))
+			bounds = append(bounds, h.bound)
 		}
-		for _, id := range slices.Sorted(maps.Keys(by)) {
-			out[link] = append(out[link], shaper.RTOwner{ID: id, Rate: by[id]})
+		slices.Sort(bounds)
+		bounds = slices.Compact(bounds)
+		by := map[uint16]*shaper.RTOwner{}
+		for _, h := range hs {
+			n := e.rtOwnerIDs[h.id]
+			prio := min(slices.Index(bounds, h.bound), rtMaxPrio)
+			o := by[n]
+			if o == nil {
+				o = &shaper.RTOwner{ID: n, Prio: prio}
+				by[n] = o
+			}
+			o.Rate = units.Add(o.Rate, uint64(h.rate))
+			o.Burst = uint32(min(uint64(o.Burst)+uint64(h.burst), 1<<30))
+			o.Prio = min(o.Prio, prio)
+		}
+		for _, n := range slices.Sorted(maps.Keys(by)) {
+			out[link] = append(out[link], *by[n])
 		}
 	}
 	return out
@@ -209,17 +232,34 @@ func (e *Engine) rtRatesLocked() map[string]uint64 {
 	return out
 }
 
-// rtOwnerLocked says whether pid holds an admitted real-time channel: its
-// qsocket in rtchan.DaemonClass goes to the real-time leaf.
-func (e *Engine) rtOwnerLocked(pid uint32) bool {
+// rtLeafLocked is the classid of the leaf of channel id held by pid, or
+// false when pid holds no such channel.
+func (e *Engine) rtLeafLocked(pid uint32, id uint64) (uint32, bool) {
 	for _, hs := range e.rtHeld {
 		for _, h := range hs {
-			if h.pid == pid {
-				return true
+			if h.pid == pid && h.id == id {
+				return shaper.RTOwnerClassID(e.rtOwnerIDs[id]), true
 			}
 		}
 	}
-	return false
+	return 0, false
+}
+
+// rtFirstLeafLocked is the leaf of pid's lowest-numbered channel, for a
+// socket bound to the channels' class without naming one.
+func (e *Engine) rtFirstLeafLocked(pid uint32) (uint32, bool) {
+	first := uint64(0)
+	for _, hs := range e.rtHeld {
+		for _, h := range hs {
+			if h.pid == pid && (first == 0 || h.id < first) {
+				first = h.id
+			}
+		}
+	}
+	if first == 0 {
+		return 0, false
+	}
+	return shaper.RTOwnerClassID(e.rtOwnerIDs[first]), true
 }
 
 // withHold is held with h added on link (a copy).

@@ -99,10 +99,10 @@ type Engine struct {
 	// rtHeld are the admitted real-time channels' shares of their links'
 	// budgets (budget.go), kept by the channel registry under e.mu.
 	rtHeld map[string][]rtHold
-	// rtOwnerIDs number the processes that hold channels (their leaves
-	// under each link's real-time class, shaper.RTOwnerClassID), stable
-	// while a process holds any.
-	rtOwnerIDs map[uint32]uint16
+	// rtOwnerIDs number the admitted channels (their leaves under each
+	// link's real-time class, shaper.RTOwnerClassID), stable while the
+	// channel is held.
+	rtOwnerIDs map[uint64]uint16
 	// containers are the containers found on the host that the kernel
 	// holds (SetContainers); ctrWant the ones last reported, which a
 	// rescan applies when a push of them failed.

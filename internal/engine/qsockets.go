@@ -181,15 +181,32 @@ func (e *Engine) qsockClass(who Caller, p api.QSockParams) (policy.Class, uint32
 }
 
 // rtClassLocked is the HTB class of a qsocket asking for params p: a
-// process with admitted real-time channels binds its socket to their
-// class (rtchan.DaemonClass), and its datagrams take its own leaf under
-// the link's real-time class, guaranteed the rate admitted for its
-// channels, with the class's mark; classid otherwise.
-func (e *Engine) rtClassLocked(who Caller, p api.QSockParams, classid uint32) uint32 {
-	if p.Class == rtchan.DaemonClass && who.PID > 0 && e.rtOwnerLocked(uint32(who.PID)) {
-		return shaper.RTOwnerClassID(e.rtOwnerIDs[uint32(who.PID)])
+// process with admitted real-time channels binds each channel's socket to
+// their class (rtchan.DaemonClass) naming the channel (p.RTChannel), and
+// its datagrams take the channel's own leaf under the link's real-time
+// class, guaranteed the rate the channel was admitted with, with the
+// class's mark. A socket in that class naming no channel takes the leaf
+// of its process's first channel; classid otherwise. Naming a channel the
+// caller's process does not hold is refused.
+func (e *Engine) rtClassLocked(who Caller, p api.QSockParams, classid uint32) (uint32, error) {
+	if p.RTChannel != 0 {
+		if p.Class != rtchan.DaemonClass {
+			return 0, qsockField("class", p.Class, "a real-time channel's socket leaves in the channels' class",
+				fmt.Sprintf("ask for class %s with rt_channel, or leave rt_channel out", rtchan.DaemonClass))
+		}
+		leaf, ok := e.rtLeafLocked(uint32(max(who.PID, 0)), p.RTChannel)
+		if !ok {
+			return 0, qsockField("rt_channel", strconv.FormatUint(p.RTChannel, 10), "no real-time channel of that id belongs to the calling process",
+				"name a channel this process was admitted (hostqos rtchan list), or leave rt_channel out")
+		}
+		return leaf, nil
 	}
-	return classid
+	if p.Class == rtchan.DaemonClass && who.PID > 0 {
+		if leaf, ok := e.rtFirstLeafLocked(uint32(who.PID)); ok {
+			return leaf, nil
+		}
+	}
+	return classid, nil
 }
 
 // className is the class whose leaf is classid (its name, or "" when none
@@ -298,7 +315,9 @@ func (e *Engine) AttachQSock(ctx context.Context, who Caller, fd int, p api.QSoc
 	setQSchedParams(&dq, p)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	dq.ClassID = e.rtClassLocked(who, p, dq.ClassID)
+	if dq.ClassID, err = e.rtClassLocked(who, p, dq.ClassID); err != nil {
+		return api.QSocket{}, err
+	}
 	if scheduled(dq) {
 		if err := e.admitUserQSched(who, cl, all, 0, dq.Rate); err != nil {
 			return api.QSocket{}, err
@@ -368,7 +387,9 @@ func (e *Engine) ChangeQSock(ctx context.Context, who Caller, fd int, p api.QSoc
 	setQSchedParams(&q, p)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	q.ClassID = e.rtClassLocked(who, p, q.ClassID)
+	if q.ClassID, err = e.rtClassLocked(who, p, q.ClassID); err != nil {
+		return api.QSocket{}, err
+	}
 	if scheduled(q) {
 		all, err := qk.QSocks()
 		if err != nil {

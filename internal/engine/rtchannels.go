@@ -202,6 +202,16 @@ func (r *rtRegistry) admitUserRTLocked(e *Engine, who Caller, p rtchan.Params, l
 	return nil
 }
 
+// rtHoldOf is channel id's share of its link: its wire rate, a burst of
+// Bmax messages as HTB counts them (every packet with its IPv4/UDP, rtchan
+// and Ethernet headers) and its local delay bound.
+func rtHoldOf(p rtchan.Params, id uint64, name string, pid uint32, spec rtchan.Spec) rtHold {
+	const ether = 14
+	msg := int64(spec.Mmax) + int64(p.Packets(spec.Mmax))*int64(p.HeaderBytes+ether)
+	return rtHold{id: id, name: name, pid: pid, rate: policy.Rate(p.WireRate(spec)),
+		burst: uint32(min(int64(spec.Bmax)*msg, 1<<30)), bound: p.Requested(spec)}
+}
+
 func rtSpec(id uint64, req api.RTChannelRequest) rtchan.Spec {
 	return rtchan.Spec{Name: "#" + strconv.FormatUint(id, 10), Mmax: req.MessageBytes, Imin: req.Period, Bmax: req.Burst, Delay: req.Delay}
 }
@@ -290,7 +300,7 @@ func (e *Engine) AdmitRTChannel(who Caller, req api.RTChannelRequest, owner RTOw
 	// The link's one budget: the channel's wire rate beside every other
 	// guarantee on it; admitted, it is the rate of the link's real-time
 	// leaf.
-	hold := rtHold{id: id, name: name, pid: uint32(owner.PID()), rate: policy.Rate(p.WireRate(spec))}
+	hold := rtHoldOf(p, id, name, uint32(owner.PID()), spec)
 	e.mu.Lock()
 	err = e.admitRTBudgetLocked(req.Link, policy.Contribution{Kind: "rtchannel", Name: strconv.Quote(name), Rate: hold.rate})
 	if err == nil {
@@ -484,7 +494,7 @@ func (e *Engine) RestoreRTChannels(open func(pid int, start uint64) (RTOwner, er
 		if err != nil {
 			continue // the link is gone: nothing to hold there
 		}
-		held = withHold(held, c.ch.Link, rtHold{id: c.ch.ID, name: c.ch.Name, pid: uint32(c.ch.PID), rate: policy.Rate(p.WireRate(c.spec))})
+		held = withHold(held, c.ch.Link, rtHoldOf(p, c.ch.ID, c.ch.Name, uint32(c.ch.PID), c.spec))
 	}
 	e.mu.Lock()
 	err := e.setRTHeldLocked(held)

@@ -265,11 +265,12 @@ egress_rate = "100mbit"
 	}
 }
 
-// TestRTChannelOwnerLeaves: every process holding channels on a link gets
-// a leaf of its own under the link's real-time class, guaranteed its own
-// channels' rate, and its channel socket (a qsocket in the channels'
-// class) goes to that leaf; a process keeps its leaf while another comes
-// and goes.
+// TestRTChannelOwnerLeaves: every channel on a link gets a leaf of its
+// own under the link's real-time class, guaranteed its own rate with a
+// bucket of its burst, at the HTB priority of its local bound's rank; a
+// channel socket (a qsocket in the channels' class naming its channel)
+// goes to that channel's leaf, only its own process may name it, and a
+// channel keeps its leaf while another comes and goes.
 func TestRTChannelOwnerLeaves(t *testing.T) {
 	env := newEnv(t, rtConfig)
 	env.cfg.MaxUserRTUtilization = 1
@@ -280,10 +281,14 @@ func TestRTChannelOwnerLeaves(t *testing.T) {
 		return r
 	}
 	a, b := &fakeOwner{pid: 100}, &fakeOwner{pid: 200}
-	if _, err := e.AdmitRTChannel(alice, small("a1"), a); err != nil {
+	a1, err := e.AdmitRTChannel(alice, small("a1"), a)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.AdmitRTChannel(alice, small("a2"), a); err != nil {
+	tight := small("a2")
+	tight.Delay /= 2 // a tighter local bound: a better rank
+	a2, err := e.AdmitRTChannel(alice, tight, a)
+	if err != nil {
 		t.Fatal(err)
 	}
 	cb, err := e.AdmitRTChannel(nobody, small("b"), b)
@@ -301,23 +306,43 @@ func TestRTChannelOwnerLeaves(t *testing.T) {
 	}
 	l := leaves()
 	one := l[shaper.RTMinor+1].Rate
-	if cls := l[shaper.RTMinor]; cls.Leaf || len(l) != 3 || one == 0 || l[shaper.RTMinor+2].Rate*2 != one ||
-		cls.Rate != one+l[shaper.RTMinor+2].Rate || l[shaper.RTMinor+1].Ceil != cls.Rate {
-		t.Fatalf("real-time classes %+v: want an inner class over a leaf per process, each guaranteed its channels' rate", l)
+	if cls := l[shaper.RTMinor]; cls.Leaf || len(l) != 4 || one == 0 || l[shaper.RTMinor+2].Rate != one || l[shaper.RTMinor+3].Rate != one ||
+		cls.Rate != 3*one || l[shaper.RTMinor+1].Ceil != cls.Rate {
+		t.Fatalf("real-time classes %+v: want an inner class over a leaf per channel, each guaranteed its rate", l)
 	}
-	e.mu.Lock()
-	ca, cbID := e.rtClassLocked(Caller{UID: alice.UID, PID: 100}, api.QSockParams{Class: rtchan.DaemonClass}, 7),
-		e.rtClassLocked(Caller{UID: nobody.UID, PID: 200}, api.QSockParams{Class: rtchan.DaemonClass}, 7)
-	e.mu.Unlock()
-	if ca != shaper.RTOwnerClassID(1) || cbID != shaper.RTOwnerClassID(2) || e.className(ca) != rtchan.DaemonClass {
-		t.Errorf("channel sockets' classes %x, %x: want each process's own leaf", ca, cbID)
+	// a2's bound ranks first (prio 0); a1 and b share the second.
+	if l[shaper.RTMinor+2].Prio != 0 || l[shaper.RTMinor+1].Prio != 1 || l[shaper.RTMinor+3].Prio != 1 {
+		t.Errorf("leaf priorities a1 %d, a2 %d, b %d: want 1, 0, 1", l[shaper.RTMinor+1].Prio, l[shaper.RTMinor+2].Prio, l[shaper.RTMinor+3].Prio)
 	}
-	// The first process goes; the second keeps its leaf.
+	// A burst of one 1,200-byte message with its headers.
+	if l[shaper.RTMinor+1].Burst < 1200+64+14 {
+		t.Errorf("leaf burst %d: want at least a message", l[shaper.RTMinor+1].Burst)
+	}
+	voice := func(pid int, ch uint64) (uint32, error) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.rtClassLocked(Caller{UID: alice.UID, PID: pid}, api.QSockParams{Class: rtchan.DaemonClass, RTChannel: ch}, 7)
+	}
+	if c, err := voice(100, a2.ID); err != nil || c != shaper.RTOwnerClassID(2) || e.className(c) != rtchan.DaemonClass {
+		t.Errorf("a2's socket: class %x (%v), want its own leaf", c, err)
+	}
+	if c, err := voice(200, cb.ID); err != nil || c != shaper.RTOwnerClassID(3) {
+		t.Errorf("b's socket: class %x (%v), want its own leaf", c, err)
+	}
+	if c, err := voice(100, 0); err != nil || c != shaper.RTOwnerClassID(1) {
+		t.Errorf("a socket naming no channel: class %x (%v), want its process's first channel's leaf", c, err)
+	}
+	var fe *policy.FieldError
+	if _, err := voice(100, cb.ID); !errors.As(err, &fe) || fe.Field != "rt_channel" {
+		t.Errorf("naming another process's channel: %v, want field rt_channel refused", err)
+	}
+	// The first process goes; the second's channel keeps its leaf.
 	a.dead = true
 	e.SweepRTChannels()
-	if l := leaves(); len(l) != 2 || l[shaper.RTMinor+2].Rate == 0 {
+	if l := leaves(); len(l) != 2 || l[shaper.RTMinor+3].Rate == 0 {
 		t.Errorf("after the first process exited: %+v, want the second's leaf only", l)
 	}
+	_ = a1
 	if err := e.CloseRTChannel(nobody, cb.ID); err != nil {
 		t.Fatal(err)
 	}

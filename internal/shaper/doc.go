@@ -34,8 +34,9 @@
 //
 // The real-time class H:7100 (LinkSpec.RT: the admitted real-time
 // channels' wire rates, rate = ceil, prio 0) is a leaf, or, with
-// LinkSpec.RTOwners, an inner class with a leaf H:7100+n per process
-// owning channels (guaranteed its channels' rates, ceil the class's).
+// LinkSpec.RTOwners, an inner class with a leaf H:7100+n per channel
+// (guaranteed its wire rate with a bucket of its burst, ceil the class's,
+// at the HTB priority of its local delay bound's rank).
 //
 // Session leaves of reservations (H:4100 and up, under their rule's class)
 // are described at SessionBase.

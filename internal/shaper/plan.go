@@ -148,12 +148,13 @@ type LinkSpec struct {
 	// admitted real-time channels' wire rates together, guaranteed and
 	// its ceiling, at the highest priority.
 	RT uint64
-	// RTOwners (with RT) split the real-time class by the processes that
-	// own its channels: RTMinor becomes an inner class (rate = ceil = RT)
-	// and each owner gets a leaf of its own (RTOwnerClassID(ID)),
-	// guaranteed its channels' wire rates (Rate, summing to RT) and
-	// borrowing up to RT what the others leave. A process that sends more
-	// than its channels were admitted with queues in its own leaf: the
+	// RTOwners (with RT) split the real-time class into a leaf per
+	// admitted channel: RTMinor becomes an inner class (rate = ceil = RT)
+	// and each channel gets a leaf of its own (RTOwnerClassID(ID)),
+	// guaranteed its wire rate (Rate, summing to RT) with a bucket of its
+	// burst (Burst), at the priority of its local delay bound (Prio), and
+	// borrowing up to RT what the others leave. A channel whose socket
+	// sends more than it was admitted with queues in its own leaf: the
 	// others keep their rates.
 	RTOwners []RTOwner
 	// FlowQueues makes the general leaf of every class an inner class
@@ -199,14 +200,16 @@ func IsFQMinor(minor uint16) (uint16, bool) {
 	return LeafBase + (minor-FQBase)/FQStride, true
 }
 
-// RTOwner is a process's share of a link's real-time class.
+// RTOwner is one real-time channel's leaf in a link's real-time class.
 type RTOwner struct {
-	ID   uint16 // 1..MaxRTOwners, the same on every link
-	Rate uint64 // bits/s
+	ID    uint16 // 1..MaxRTOwners, the same on every link
+	Rate  uint64 // bits/s
+	Burst uint32 // bytes the leaf's bucket holds (at least burstBytes(Rate))
+	Prio  int    // HTB priority 0..7: the rank of the channel's local bound
 }
 
-// MaxRTOwners is the number of processes with real-time leaves of their
-// own (minors RTMinor+1 … RTMinor+MaxRTOwners).
+// MaxRTOwners is the number of real-time channels with leaves of their
+// own on a link (minors RTMinor+1 … RTMinor+MaxRTOwners).
 const MaxRTOwners = 255
 
 // RTOwnerClassID is the classid of the real-time leaf of owner id.
@@ -692,10 +695,15 @@ func build(link LinkSpec, classes []ClassSpec, rules []RuleSpec) (Plan, error) {
 		leaves := make([]HTBClass, 0, len(owners))
 		for i, o := range owners {
 			if o.ID == 0 || o.ID > MaxRTOwners || i > 0 && owners[i-1].ID == o.ID {
-				return Plan{}, fmt.Errorf("real-time owner id %d: outside 1..%d or used twice", o.ID, MaxRTOwners)
+				return Plan{}, fmt.Errorf("real-time leaf id %d: outside 1..%d or used twice", o.ID, MaxRTOwners)
+			}
+			if o.Prio < 0 || o.Prio > 7 {
+				return Plan{}, fmt.Errorf("real-time leaf %d: priority %d outside 0..7", o.ID, o.Prio)
 			}
 			r := max(round8(o.Rate), MinRate)
-			c := mkClass(RTMinor+o.ID, RTMinor, r, rt, 0, true, fmt.Sprintf("real-time channels of owner %d", o.ID))
+			c := mkClass(RTMinor+o.ID, RTMinor, r, rt, o.Prio, true, fmt.Sprintf("real-time channel leaf %d", o.ID))
+			c.Burst = max(c.Burst, min(o.Burst, 1<<30))
+			c.Cburst = max(c.Cburst, c.Burst)
 			c.QueueLimit = RTQueueLimit
 			leaves = append(leaves, c)
 		}

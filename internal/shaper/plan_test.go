@@ -339,12 +339,13 @@ func TestBuildTspec(t *testing.T) {
 	}
 }
 
-// TestBuildRTOwners: with owners the real-time class is an inner class at
-// the channels' total and every owning process has a leaf guaranteed its
-// own channels' rate, borrowing up to the total; without, one leaf.
+// TestBuildRTOwners: with channel leaves the real-time class is an inner
+// class at the channels' total and every channel has a leaf guaranteed
+// its rate, with its burst and priority, borrowing up to the total;
+// without, one leaf.
 func TestBuildRTOwners(t *testing.T) {
 	link := LinkSpec{Ifindex: 2, Name: "eth0", Rate: 10 * mbit, RT: 3 * mbit,
-		RTOwners: []RTOwner{{ID: 2, Rate: 2 * mbit}, {ID: 1, Rate: mbit}}}
+		RTOwners: []RTOwner{{ID: 2, Rate: 2 * mbit, Prio: 1}, {ID: 1, Rate: mbit, Burst: 40000}}}
 	p, err := Build(link, defaultClasses(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -354,11 +355,11 @@ func TestBuildRTOwners(t *testing.T) {
 	if c := m[RTMinor]; c.Leaf || c.Rate != 3*mbit || c.Ceil != 3*mbit {
 		t.Errorf("real-time class %+v, want an inner class at 3 Mbit/s", c)
 	}
-	for id, rate := range map[uint16]uint64{1: mbit, 2: 2 * mbit} {
+	for id, want := range map[uint16]RTOwner{1: {Rate: mbit, Burst: 40000}, 2: {Rate: 2 * mbit, Burst: burstBytes(2 * mbit), Prio: 1}} {
 		c := m[RTMinor+id]
-		if !c.Leaf || c.ParentMinor != RTMinor || c.Rate != rate || c.Ceil != 3*mbit || c.Prio != 0 || c.QueueLimit != RTQueueLimit ||
-			RTOwnerClassID(id) != classID(RTMinor+id) {
-			t.Errorf("owner %d leaf %+v, want rate %d, ceil 3 Mbit/s, prio 0", id, c, rate)
+		if !c.Leaf || c.ParentMinor != RTMinor || c.Rate != want.Rate || c.Ceil != 3*mbit || c.Prio != want.Prio || c.Burst != want.Burst ||
+			c.QueueLimit != RTQueueLimit || RTOwnerClassID(id) != classID(RTMinor+id) {
+			t.Errorf("channel leaf %d %+v, want %+v under a 3 Mbit/s ceiling", id, c, want)
 		}
 	}
 	link.RTOwners = nil
@@ -371,7 +372,11 @@ func TestBuildRTOwners(t *testing.T) {
 	}
 	link.RTOwners = []RTOwner{{ID: 1, Rate: mbit}, {ID: 1, Rate: mbit}}
 	if _, err := Build(link, defaultClasses(), nil); err == nil {
-		t.Error("an owner id used twice was built")
+		t.Error("a leaf id used twice was built")
+	}
+	link.RTOwners = []RTOwner{{ID: 1, Rate: mbit, Prio: 8}}
+	if _, err := Build(link, defaultClasses(), nil); err == nil {
+		t.Error("a leaf at priority 8 was built")
 	}
 }
 

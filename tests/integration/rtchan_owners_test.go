@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,14 +16,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/rtchan"
 )
 
-// rtchanFloodMain is the test binary as a misbehaving process: it opens a
-// real-time channel through the daemon (HQ_IT_LINK, to HQ_IT_DEST) and
-// then writes on the channel's socket as fast as the socket takes it,
-// far beyond the 1000 B every 10 ms it declared, until killed.
-func rtchanFloodMain(sock string) int {
+// rtchanSteadyMain is the test binary as a second process with a
+// compliant real-time channel: it opens one through the daemon
+// (HQ_IT_LINK, to HQ_IT_DEST) and sends a 1000-byte message every 12 ms
+// (within the 10 ms declared), each ending in its sequence number and
+// send time, until killed.
+func rtchanSteadyMain(sock string) int {
 	conn, err := net.ListenUDP("udp4", nil)
 	if err != nil {
 		fmt.Println("STATUS listen:", err)
@@ -34,20 +37,21 @@ func rtchanFloodMain(sock string) int {
 		return 1
 	}
 	h.UseDaemon(sock, os.Getenv("HQ_IT_LINK"))
-	dest := os.Getenv("HQ_IT_DEST")
-	if _, err := h.Create(dest, rtChanSpec("flood")); err != nil {
+	id, err := h.Create(os.Getenv("HQ_IT_DEST"), rtChanSpec("steady"))
+	if err != nil {
 		fmt.Println("STATUS create:", err)
 		return 1
 	}
-	to, err := net.ResolveUDPAddr("udp4", dest)
-	if err != nil {
-		fmt.Println("STATUS dest:", err)
-		return 1
-	}
 	fmt.Println("READY")
-	msg := make([]byte, 1000)
-	for {
-		_, _ = conn.WriteToUDP(msg, to)
+	buf := make([]byte, 1000)
+	start := time.Now()
+	for i := 0; ; i++ {
+		if d := time.Until(start.Add(time.Duration(i) * 12 * time.Millisecond)); d > 0 {
+			time.Sleep(d)
+		}
+		binary.BigEndian.PutUint32(buf[len(buf)-12:], uint32(i))
+		binary.BigEndian.PutUint64(buf[len(buf)-8:], uint64(time.Now().UnixNano()))
+		_ = h.Send(id, buf)
 	}
 }
 
@@ -62,11 +66,14 @@ func rtChanSpec(name string) rtchan.Spec {
 }
 
 // TestRTChannelsContained: two processes hold real-time channels on a 10
-// Mbit/s link flooded by best-effort UDP at twice its rate; one of them
-// writes on its channel socket as fast as it can, far beyond what it
-// declared. The other's messages all arrive within its channel's local
-// delay bound (by the receiver's kernel timestamps): the misbehaving
-// process queues in a leaf of its own and cannot take its share.
+// Mbit/s link flooded by best-effort UDP at twice its rate. This process
+// holds two: "good", compliant, and "bad", whose socket it writes on as
+// fast as the socket takes it, far beyond what the channel declared; the
+// other process holds "steady", compliant. Every message of both
+// compliant channels arrives within its local delay bound (by the
+// receiver's kernel timestamps): the misbehaving channel queues in a leaf
+// of its own and takes neither the other process's share nor that of
+// its own process's other channel.
 func TestRTChannelsContained(t *testing.T) {
 	e := newEnv(t)
 	e.startDaemon()
@@ -80,26 +87,26 @@ func TestRTChannelsContained(t *testing.T) {
 	_, stopBulk := e.resvSink(bulkPort)
 	defer stopBulk()
 
-	// The misbehaving process.
+	// The other process, with its compliant channel.
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	flood := e.client.Command(self)
-	flood.Env = append(os.Environ(), attackerEnv+"=rtchan-flood", "HQ_IT_SOCKET="+e.d.Socket, "HQ_IT_LINK="+e.iface(),
-		fmt.Sprintf("HQ_IT_DEST=%s:%d", serverV4.Addr(), floodPort))
-	out, err := flood.StdoutPipe()
+	steady := e.client.Command(self)
+	steady.Env = append(os.Environ(), attackerEnv+"=rtchan-steady", "HQ_IT_SOCKET="+e.d.Socket, "HQ_IT_LINK="+e.iface(),
+		fmt.Sprintf("HQ_IT_DEST=%s:%d", serverV4.Addr(), rtSteadyPort))
+	out, err := steady.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	flood.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := flood.Start(); err != nil {
+	steady.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := steady.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(-flood.Process.Pid, syscall.SIGKILL); _ = flood.Wait() })
+	t.Cleanup(func() { _ = syscall.Kill(-steady.Process.Pid, syscall.SIGKILL); _ = steady.Wait() })
 	line, _ := bufio.NewReader(out).ReadString('\n')
 	if !strings.HasPrefix(line, "READY") {
-		t.Fatalf("the misbehaving process: %q", line)
+		t.Fatalf("the other process: %q", line)
 	}
 
 	// Best effort at twice the link's rate.
@@ -127,8 +134,7 @@ func TestRTChannelsContained(t *testing.T) {
 	}()
 	defer func() { close(stop); wg.Wait() }()
 
-	// The compliant process (this one): a message every 12 ms, each
-	// carrying its send time at its end.
+	// This process: a compliant channel and a misbehaving one.
 	var conn *net.UDPConn
 	if err := e.client.Do(func() (err error) { conn, err = net.ListenUDP("udp4", nil); return err }); err != nil {
 		t.Fatal(err)
@@ -143,33 +149,76 @@ func TestRTChannelsContained(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the compliant channel: %v", err)
 	}
+	if _, err := h.Create(fmt.Sprintf("%s:%d", serverV4.Addr(), floodPort), rtChanSpec("bad")); err != nil {
+		t.Fatalf("the misbehaving channel: %v", err)
+	}
 	var chans []struct {
+		ID    uint64        `json:"id"`
 		Name  string        `json:"name"`
 		Bound time.Duration `json:"bound_ns"`
 	}
 	e.hostqosJSON(&chans, "rtchan", "list")
-	var bound time.Duration
+	bounds := map[string]time.Duration{}
+	var badID uint64
 	for _, c := range chans {
-		if c.Name == "good" {
-			bound = c.Bound
+		bounds[c.Name] = c.Bound
+		if c.Name == "bad" {
+			badID = c.ID
 		}
 	}
-	if len(chans) != 2 || bound <= 0 {
-		t.Fatalf("channels %+v: want the two processes' channels", chans)
+	if len(chans) != 3 || bounds["good"] <= 0 || bounds["steady"] <= 0 || badID == 0 {
+		t.Fatalf("channels %+v: want the two processes' three channels", chans)
 	}
+	// The misbehaving channel: a socket of this process bound to the
+	// channels' class naming "bad", written as fast as it takes.
+	var bad *net.UDPConn
+	if err := e.client.Do(func() (err error) { bad, err = net.ListenUDP("udp4", nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	raw, err := bad.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aerr error
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := raw.Control(func(fd uintptr) {
+		_, aerr = api.NewClient(e.d.Socket).QSockets().Attach(ctx, int(fd), api.QSockParams{Class: rtchan.DaemonClass, RTChannel: badID})
+	}); err != nil || aerr != nil {
+		t.Fatalf("bind the misbehaving channel's socket: %v %v", err, aerr)
+	}
+	to := &net.UDPAddr{IP: serverV4.Addr().AsSlice(), Port: floodPort}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		msg := make([]byte, 1000)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = bad.WriteToUDP(msg, to)
+		}
+	}()
 	time.Sleep(500 * time.Millisecond) // the flood and the bulk fill their queues
 
-	measured(t, "a compliant channel beside a misbehaving process", func(int) (bool, string) {
-		return rtContainedAttempt(t, e, h, id, bound)
+	measured(t, "two processes' compliant channels beside a misbehaving one", func(int) (bool, string) {
+		return rtContainedAttempt(t, e, h, id, bounds["good"], bounds["steady"])
 	})
 }
 
-// rtContainedAttempt sends the compliant channel's messages once and
-// checks they all arrived within bound.
-func rtContainedAttempt(t *testing.T, e *env, h *rtchan.UDPHost, id rtchan.ChannelID, bound time.Duration) (bool, string) {
-	const msgs = 300
-	// The receiver: the compliant channel's datagrams with their kernel
-	// arrival time; the misbehaving one's and the bulk are only counted.
+// rtSteadyPort is where the other process's compliant channel sends.
+const rtSteadyPort = 7804
+
+// rtArrival is a compliant message's delay, by its sequence number.
+type rtArrival map[uint32]time.Duration
+
+// rtReceive reads the datagrams arriving on port (of the server) until
+// its socket is closed, recording each one's delay from the send time it
+// carries to its kernel arrival time.
+func rtReceive(t *testing.T, e *env, port int) (got rtArrival, stop func()) {
 	var rfd int
 	resvDo(t, e.server.Do, func() (err error) {
 		if rfd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
@@ -177,10 +226,10 @@ func rtContainedAttempt(t *testing.T, e *env, h *rtchan.UDPHost, id rtchan.Chann
 		}
 		_ = unix.SetsockoptInt(rfd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
 		_ = unix.SetsockoptInt(rfd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
-		return unix.Bind(rfd, &unix.SockaddrInet4{Port: rtGoodPort, Addr: serverV4.Addr().As4()})
+		return unix.Bind(rfd, &unix.SockaddrInet4{Port: port, Addr: serverV4.Addr().As4()})
 	})
 	_ = unix.SetsockoptTimeval(rfd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 200000})
-	got := map[uint32]time.Duration{}
+	got = rtArrival{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -209,6 +258,27 @@ func rtContainedAttempt(t *testing.T, e *env, h *rtchan.UDPHost, id rtchan.Chann
 			got[seq] = at.Sub(time.Unix(0, sent))
 		}
 	}()
+	return got, func() { unix.Close(rfd); <-done } // the reader's next receive fails
+}
+
+// lateness is how many of got came after bound, and the worst delay.
+func (got rtArrival) lateness(bound time.Duration) (late int, worst time.Duration) {
+	for _, d := range got {
+		worst = max(worst, d)
+		if d > bound {
+			late++
+		}
+	}
+	return late, worst.Round(10 * time.Microsecond)
+}
+
+// rtContainedAttempt sends the compliant channel's messages once, watches
+// the other process's for as long, and checks they all arrived within
+// their bounds.
+func rtContainedAttempt(t *testing.T, e *env, h *rtchan.UDPHost, id rtchan.ChannelID, bound, steadyBound time.Duration) (bool, string) {
+	const msgs = 300
+	got, stopGood := rtReceive(t, e, rtGoodPort)
+	other, stopOther := rtReceive(t, e, rtSteadyPort)
 	buf := make([]byte, 1000)
 	dropped := 0
 	start := time.Now()
@@ -230,24 +300,31 @@ func rtContainedAttempt(t *testing.T, e *env, h *rtchan.UDPHost, id rtchan.Chann
 		}
 	}
 	time.Sleep(time.Second) // the last messages' way
-	unix.Close(rfd)         // the reader's next receive fails
-	<-done
-	var worst time.Duration
-	late := 0
-	for _, d := range got {
-		worst = max(worst, d)
-		if d > bound {
-			late++
-		}
-	}
+	stopGood()
+	stopOther()
+	late, worst := got.lateness(bound)
 	var missing []uint32
 	for i := uint32(0); i < msgs && len(missing) < 10; i++ {
 		if _, ok := got[i]; !ok {
 			missing = append(missing, i)
 		}
 	}
-	msg := fmt.Sprintf("%d of %d sent arrived (%d dropped by the sending library's queue, missing %v), %d after the %v bound, worst %v",
-		len(got), msgs-dropped, dropped, missing, late, bound, worst.Round(10*time.Microsecond))
+	// The other process's messages: those between the first and the last
+	// seen, all of them (its library may drop one it could not send in
+	// time, as ours: counted apart, at most a tenth).
+	lo, hi := uint32(1<<32-1), uint32(0)
+	for s := range other {
+		lo, hi = min(lo, s), max(hi, s)
+	}
+	otherLate, otherWorst := other.lateness(steadyBound)
+	otherMissing := 0
+	if len(other) > 0 {
+		otherMissing = int(hi-lo+1) - len(other)
+	}
+	msg := fmt.Sprintf("good: %d of %d sent arrived (%d dropped by the sending library's queue, missing %v), %d after the %v bound, worst %v; "+
+		"steady (the other process): %d arrived, %d missing, %d after the %v bound, worst %v",
+		len(got), msgs-dropped, dropped, missing, late, bound, worst, len(other), otherMissing, otherLate, steadyBound, otherWorst)
 	t.Log(msg)
-	return len(got) == msgs-dropped && late == 0 && dropped <= msgs/10, msg + "; want all, on time"
+	return len(got) == msgs-dropped && late == 0 && dropped <= msgs/10 &&
+		len(other) >= msgs/2 && otherLate == 0 && otherMissing <= msgs/10, msg + "; want all, on time"
 }

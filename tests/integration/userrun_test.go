@@ -429,8 +429,8 @@ func attackerMain() int {
 		return eventFloodMain()
 	case "qsched": // admit_test.go
 		return qschedAttack(sock)
-	case "rtchan-flood": // rtchan_owners_test.go
-		return rtchanFloodMain(sock)
+	case "rtchan-steady": // rtchan_owners_test.go
+		return rtchanSteadyMain(sock)
 	case "opath", "overlimit": // apilimits_test.go
 		return apiLimitsAttack(mode)
 	case "get":
