@@ -174,9 +174,13 @@ func rtOwnerIDs(prev map[uint64]uint16, held map[string][]rtHold) map[uint64]uin
 }
 
 // rtMaxPrio is the lowest HTB priority a channel's leaf takes: the
-// channels on a link ranked by local delay bound take 0, 1, … and every
-// one past the eighth rank shares 7.
-const rtMaxPrio = 7
+// channels with the tightest local bound on a link take 0, every other 1.
+// HTB serves the leaves that may send by priority across the whole tree,
+// so a channel's leaf must rank above the guaranteed shares of the
+// classes best effort uses (default 2, bulk 4 in the default policy):
+// only priorities 0 (voice's) and 1 (interactive's) are free for
+// channels.
+const rtMaxPrio = 1
 
 // rtOwnersLocked are the links' real-time leaves, one per channel
 // (derive.Input): its wire rate, its burst, and the HTB priority of its
