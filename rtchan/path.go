@@ -75,3 +75,70 @@ func LocalBounds(delay, net time.Duration, hops []HopResponse) ([]time.Duration,
 	out[0] += slack % n
 	return out, nil
 }
+
+// Hop is one link of a channel's route as its admission sees it: the
+// link's parameters and the real-time channels it already carries.
+type Hop struct {
+	Link        string
+	Params      Params
+	Established []Spec
+}
+
+// RouteError is a refusal on a route: the link that refused (empty when
+// the sum of the links' bounds failed at the receiver) and why.
+type RouteError struct {
+	Link string
+	Err  error // an *AdmissionError or a *PathError
+}
+
+func (e *RouteError) Error() string {
+	if e.Link == "" {
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("on link %s: %v", e.Link, e.Err)
+}
+
+func (e *RouteError) Unwrap() error { return e.Err }
+
+// EstablishRoute is the seed's channel establishment over a route
+// (section 2.2), as one computation: each link in turn admits the channel
+// against what its end-to-end bound leaves (Upstream: the worst-case
+// response times of the links before), the receiver sums them
+// (LocalBounds, the network's share being the last link's NetDelay), and
+// each link then checks the bound it is given, which may rank the
+// channel higher there, still holds for every channel it carries. (The
+// links' own tests already keep the sum within the bound when they share
+// one NetDelay; the receiver's sum is what holds it when they do not.) It
+// returns the channel's spec as each link keeps it (Bound set) or the
+// first refusal as a *RouteError; it keeps nothing itself, so a refusal
+// anywhere leaves every link as it was. A signalling protocol runs the
+// same steps with a message between the links.
+func EstablishRoute(route []Hop, s Spec) ([]Spec, error) {
+	if len(route) == 0 || len(route) > MaxHops {
+		return nil, fmt.Errorf("establish channel %q: a route has 1 … %d links, not %d", s.Name, MaxHops, len(route))
+	}
+	s.Upstream, s.Bound = 0, 0
+	hops := make([]HopResponse, len(route))
+	for i, h := range route {
+		res, err := h.Params.Admit(h.Established, s)
+		if err != nil {
+			return nil, &RouteError{Link: h.Link, Err: err}
+		}
+		hops[i] = HopResponse{Link: h.Link, Response: res[len(res)-1].Response}
+		s.Upstream += hops[i].Response
+	}
+	bounds, err := LocalBounds(s.Delay, route[len(route)-1].Params.NetDelay, hops)
+	if err != nil {
+		return nil, &RouteError{Err: err}
+	}
+	out := make([]Spec, len(route))
+	for i, h := range route {
+		k := s
+		k.Upstream, k.Bound = 0, bounds[i]
+		if _, err := h.Params.Admit(h.Established, k); err != nil {
+			return nil, &RouteError{Link: h.Link, Err: err}
+		}
+		out[i] = k
+	}
+	return out, nil
+}

@@ -128,3 +128,34 @@ func TestEstablishedKeepsItsBound(t *testing.T) {
 		t.Errorf("refusal %q does not name the numbers", err)
 	}
 }
+
+// TestEstablishRoute: the route of TestRouteSeedTable3 as one
+// establishment: the bounds each link keeps; over three links (the third
+// the receiver's) the channel is refused at the receiver, which has 60 −
+// 2 × 26.3383 = 7.3234 ms left and needs at least T_w + T_s = 12.1993 ms;
+// a saturated link refuses by name.
+func TestEstablishRoute(t *testing.T) {
+	p := SeedParams()
+	hop := func(name string) Hop { return Hop{Link: name, Params: p, Established: SeedSpecs()[1:3]} }
+	route := []Hop{hop("sender"), hop("router")}
+	ch := Spec{Name: "route", Mmax: 60 * KB, Bmax: 1, Imin: 50 * time.Millisecond, Delay: 60 * time.Millisecond}
+	kept, err := EstablishRoute(route, ch)
+	if err != nil || len(kept) != 2 || kept[0].Bound != 30*time.Millisecond || kept[1].Bound != 30*time.Millisecond {
+		t.Fatalf("60 ms over two links: %+v (%v), want 30 ms kept on each", kept, err)
+	}
+	_, err = EstablishRoute(append(route, hop("receiver")), ch)
+	var re *RouteError
+	var ae *AdmissionError
+	if !errors.As(err, &re) || re.Link != "receiver" || !errors.As(err, &ae) || ae.Bound != 7323400 || ae.Response != 12199300 {
+		t.Fatalf("60 ms over three links: %v, want refused at the receiver: 12.1993ms over 7.3234ms", err)
+	}
+	if !strings.HasPrefix(err.Error(), "on link receiver: ") {
+		t.Errorf("refusal %q does not name the link", err)
+	}
+	// A link that cannot carry it at all refuses by name.
+	route[1].Established = append(route[1].Established, Spec{Name: "hog", Mmax: 60 * KB, Bmax: 1, Imin: 15 * time.Millisecond, Delay: time.Second})
+	_, err = EstablishRoute(route, ch)
+	if !errors.As(err, &re) || re.Link != "router" {
+		t.Fatalf("a saturated second link: %v, want refused naming link router", err)
+	}
+}
