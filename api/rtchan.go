@@ -20,8 +20,11 @@ const (
 // one message of MessageBytes every Period, bursts of Burst messages, each
 // delivered within Delay of its logical arrival.
 type RTChannelRequest struct {
-	Name         string        `json:"name,omitempty"`
-	Link         string        `json:"link"`
+	Name string `json:"name,omitempty"`
+	Link string `json:"link"`
+	// Destination is the receiver, "ip:port" (optional): where the
+	// channel's messages go, shown with the channel.
+	Destination  string        `json:"destination,omitempty"`
 	MessageBytes int           `json:"message_bytes"`
 	Period       time.Duration `json:"period_ns"`
 	Burst        int           `json:"burst"`
@@ -34,6 +37,7 @@ type RTChannel struct {
 	ID           uint64        `json:"id"`
 	Name         string        `json:"name"`
 	Link         string        `json:"link"`
+	Destination  string        `json:"destination,omitempty"`
 	PID          int           `json:"pid"`
 	UID          uint32        `json:"uid"`
 	Exe          string        `json:"exe"`

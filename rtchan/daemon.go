@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -74,10 +75,10 @@ func (h *UDPHost) UseDaemon(socket, link string) {
 }
 
 // admit asks the daemon; 0 without an error means no daemon runs.
-func (a *hostAdmission) admit(spec Spec) (uint64, error) {
+func (a *hostAdmission) admit(spec Spec, dest *net.UDPAddr) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ch, err := a.client.RTChannels().Admit(ctx, api.RTChannelRequest{Name: spec.Name, Link: a.link, MessageBytes: spec.Mmax, Period: spec.MinInterval(), Burst: spec.Bmax, Delay: spec.Delay})
+	ch, err := a.client.RTChannels().Admit(ctx, api.RTChannelRequest{Name: spec.Name, Link: a.link, Destination: receiver(dest), MessageBytes: spec.Mmax, Period: spec.MinInterval(), Burst: spec.Bmax, Delay: spec.Delay})
 	if errors.Is(err, api.ErrDaemonDown) {
 		return 0, nil
 	}
@@ -85,6 +86,18 @@ func (a *hostAdmission) admit(spec Spec) (uint64, error) {
 		return 0, fmt.Errorf("admit channel %q host-wide: %w", spec.Name, err)
 	}
 	return ch.ID, nil
+}
+
+// receiver is dest as the daemon takes it, ip:port ("" when unknown).
+func receiver(dest *net.UDPAddr) string {
+	if dest == nil {
+		return ""
+	}
+	ap := dest.AddrPort()
+	if !ap.Addr().IsValid() {
+		return ""
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
 }
 
 func (a *hostAdmission) release(id uint64) error {

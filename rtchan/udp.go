@@ -260,7 +260,7 @@ func (h *UDPHost) Create(dest string, spec Spec) (ChannelID, error) {
 	var hostID uint64
 	var own *net.UDPConn // the channel's own socket, when hostqosd admitted it
 	if h.host != nil && !spec.BestEffort {
-		if hostID, err = h.host.admit(spec); err != nil {
+		if hostID, err = h.host.admit(spec, addr); err != nil {
 			return -1, err
 		}
 		if hostID != 0 {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -111,6 +112,11 @@ func ValidateRTChannel(req api.RTChannelRequest) error {
 	}
 	if req.Link == "" {
 		errs = append(errs, rtField("link", req.Link, "no link given", "name a managed link (hostqos link list)"))
+	}
+	if req.Destination != "" {
+		if ap, err := netip.ParseAddrPort(req.Destination); err != nil || ap.Port() == 0 || !ap.Addr().IsValid() || ap.Addr().IsUnspecified() {
+			errs = append(errs, rtField("destination", req.Destination, "not a receiver's address and port", "give ip:port, e.g. 198.18.0.2:7000 or [2001:db8::2]:7000, or leave it out"))
+		}
 	}
 	if req.MessageBytes <= 0 || req.MessageBytes > maxRTMessage {
 		errs = append(errs, rtField("message_bytes", strconv.Itoa(req.MessageBytes), "a message is 1 byte … 1 MiB", "give the largest message the channel sends"))
@@ -313,7 +319,7 @@ func (e *Engine) AdmitRTChannel(who Caller, req api.RTChannelRequest, owner RTOw
 		return api.RTChannel{}, err
 	}
 	r.next = id
-	c := &rtChannel{spec: spec, owner: owner, ch: api.RTChannel{ID: id, Name: name, Link: req.Link, PID: owner.PID(), UID: who.UID, Exe: owner.Exe(),
+	c := &rtChannel{spec: spec, owner: owner, ch: api.RTChannel{ID: id, Name: name, Link: req.Link, Destination: req.Destination, PID: owner.PID(), UID: who.UID, Exe: owner.Exe(),
 		MessageBytes: req.MessageBytes, Period: req.Period, Burst: req.Burst, Delay: req.Delay, Since: time.Now()}}
 	r.chans[id] = c
 	r.saveLocked(e)

@@ -258,6 +258,9 @@ egress_rate = "100mbit"
 		{"period_ns", api.RTChannelRequest{Link: "eth0", MessageBytes: 100, Period: time.Nanosecond, Burst: 1, Delay: time.Second}},
 		{"burst", api.RTChannelRequest{Link: "eth0", MessageBytes: 100, Period: time.Second, Burst: 65536, Delay: time.Second}},
 		{"delay_ns", api.RTChannelRequest{Link: "eth0", MessageBytes: 100, Period: time.Second, Burst: 1, Delay: 11 * time.Second}},
+		{"destination", api.RTChannelRequest{Link: "eth0", Destination: "198.18.0.2", MessageBytes: 100, Period: time.Second, Burst: 1, Delay: time.Second}},
+		{"destination", api.RTChannelRequest{Link: "eth0", Destination: "0.0.0.0:7000", MessageBytes: 100, Period: time.Second, Burst: 1, Delay: time.Second}},
+		{"destination", api.RTChannelRequest{Link: "eth0", Destination: "host:7000", MessageBytes: 100, Period: time.Second, Burst: 1, Delay: time.Second}},
 	} {
 		if _, err := e.AdmitRTChannel(root, c.req, &fakeOwner{pid: 9}); !errors.As(err, &fe) || fe.Field != c.field {
 			t.Errorf("%+v: %v, want field %s refused", c.req, err, c.field)
@@ -278,12 +281,16 @@ func TestRTChannelOwnerLeaves(t *testing.T) {
 	small := func(name string) api.RTChannelRequest {
 		r := rtReq(name)
 		r.MessageBytes = 1200
+		r.Destination = "198.18.0.2:7000"
 		return r
 	}
 	a, b := &fakeOwner{pid: 100}, &fakeOwner{pid: 200}
 	a1, err := e.AdmitRTChannel(alice, small("a1"), a)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if a1.Destination != "198.18.0.2:7000" {
+		t.Errorf("admitted channel's destination %q, want the request's", a1.Destination)
 	}
 	tight := small("a2")
 	tight.Delay /= 2 // a tighter local bound: a better rank
@@ -342,7 +349,6 @@ func TestRTChannelOwnerLeaves(t *testing.T) {
 	if l := leaves(); len(l) != 2 || l[shaper.RTMinor+3].Rate == 0 {
 		t.Errorf("after the first process exited: %+v, want the second's leaf only", l)
 	}
-	_ = a1
 	if err := e.CloseRTChannel(nobody, cb.ID); err != nil {
 		t.Fatal(err)
 	}
