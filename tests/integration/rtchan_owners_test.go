@@ -43,12 +43,14 @@ func rtchanSteadyMain(sock string) int {
 		return 1
 	}
 	fmt.Println("READY")
-	buf := make([]byte, 1000)
-	start := time.Now()
+	var last time.Time
 	for i := 0; ; i++ {
-		if d := time.Until(start.Add(time.Duration(i) * 12 * time.Millisecond)); d > 0 {
-			time.Sleep(d)
-		}
+		// At least 12 ms after the previous one, never sooner even when a
+		// sleep overran: the library never holds a message to its logical
+		// arrival time, so the time it carries is that arrival.
+		time.Sleep(time.Until(last.Add(12 * time.Millisecond)))
+		last = time.Now()
+		buf := make([]byte, 1000) // the library sends it later: not reused
 		binary.BigEndian.PutUint32(buf[len(buf)-12:], uint32(i))
 		binary.BigEndian.PutUint64(buf[len(buf)-8:], uint64(time.Now().UnixNano()))
 		_ = h.Send(id, buf)
@@ -279,16 +281,19 @@ func rtContainedAttempt(t *testing.T, e *env, h *rtchan.UDPHost, id rtchan.Chann
 	const msgs = 300
 	got, stopGood := rtReceive(t, e, rtGoodPort)
 	other, stopOther := rtReceive(t, e, rtSteadyPort)
-	buf := make([]byte, 1000)
 	dropped := 0
-	start := time.Now()
+	var last time.Time
 	for i := 0; i < msgs; i++ {
-		// 12 ms apart: within the 10 ms declared even when a sleep of
-		// this loop overruns (the library holds a message that comes
-		// early to its logical arrival time, one at a time).
-		if d := time.Until(start.Add(time.Duration(i) * 12 * time.Millisecond)); d > 0 {
-			time.Sleep(d)
-		}
+		// At least 12 ms after the previous one, never sooner even when a
+		// sleep overran: within the 10 ms declared, so the library never
+		// holds a message to its logical arrival time and the time it
+		// carries is that arrival.
+		time.Sleep(time.Until(last.Add(12 * time.Millisecond)))
+		last = time.Now()
+		// A buffer per message: Send does not copy it, and a message
+		// held to its logical arrival time would otherwise leave with
+		// the next one's number.
+		buf := make([]byte, 1000)
 		binary.BigEndian.PutUint32(buf[len(buf)-12:], uint32(i))
 		binary.BigEndian.PutUint64(buf[len(buf)-8:], uint64(time.Now().UnixNano()))
 		if err := h.Send(id, buf); errors.Is(err, rtchan.ErrQueueFull) {
