@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/cgroups"
@@ -121,11 +122,18 @@ func benchPPS(e *env, r *Report) error {
 		{"nftables mark + tc u32 + HTB 10gbit", 34, both(nftUp, tcUp), both(nftDown, tcDown)},
 	}
 
+	stats, err := enableProgStats()
+	if err != nil {
+		return err
+	}
+	defer stats.Close()
+
 	type key struct {
 		alt  int
 		size int
 	}
 	pps := map[key][]float64{}
+	runNS := map[key][]float64{}
 	ratio := map[key][]float64{}
 	dscps := map[int]map[int]int{}
 	for round := 0; round < rounds; round++ {
@@ -138,13 +146,37 @@ func benchPPS(e *env, r *Report) error {
 				_ = alt.down()
 				return fmt.Errorf("set up %q: %w", alt.name, err)
 			}
-			for _, size := range sizes {
+			// hostqos's egress classifier on the sender's link, whose
+			// run time the kernel measures in the flood itself.
+			var prog *ebpf.Program
+			if d != nil {
+				if prog, err = pinnedProgram(d.BPFFS, "tcx_egress_", "hq_tc_egress"); err != nil {
+					_ = alt.down()
+					return err
+				}
+			}
+			once := func(size int) error {
+				var before progRun
+				if prog != nil {
+					var err error
+					if before, err = progStats(prog); err != nil {
+						return err
+					}
+				}
 				v, seen, err := ppsOnce(e, tx, rx, rxIf, sender, cgAbs, dst, size, dur)
 				if err != nil {
-					_ = alt.down()
 					return fmt.Errorf("%s, %d B: %w", alt.name, size, err)
 				}
 				k := key{ai, size}
+				if prog != nil {
+					after, err := progStats(prog)
+					if err != nil {
+						return err
+					}
+					if dr := after.sub(before); dr.runs > 0 {
+						runNS[k] = append(runNS[k], dr.perRun())
+					}
+				}
 				pps[k] = append(pps[k], v)
 				if ai == 0 {
 					base[size] = v
@@ -158,13 +190,26 @@ func benchPPS(e *env, r *Report) error {
 				for ds, n := range seen {
 					dscps[ai][ds] += n
 				}
+				return nil
+			}
+			for _, size := range sizes {
+				if err = once(size); err != nil {
+					break
+				}
+			}
+			if prog != nil {
+				prog.Close()
+			}
+			if err != nil {
+				_ = alt.down()
+				return err
 			}
 			if err := alt.down(); err != nil {
 				return fmt.Errorf("tear down %q: %w", alt.name, err)
 			}
 		}
 	}
-	r.Columns = []string{"alternative", "64 B: pps", "64 B: % of baseline", "1400 B: pps", "1400 B: % of baseline", "DSCP at receiver", "target (64 B)", "anchor"}
+	r.Columns = []string{"alternative", "64 B: pps", "64 B: % of baseline", "1400 B: pps", "1400 B: % of baseline", "64 B: in-traffic ns/pkt", "DSCP at receiver", "target (64 B)", "anchor"}
 	for ai, alt := range alts {
 		cells := []string{alt.name}
 		for _, size := range sizes {
@@ -180,7 +225,15 @@ func benchPPS(e *env, r *Report) error {
 			r.metric(fmt.Sprintf("ratio_max_%d_%s", size, key2(ai)), maxOf(rs))
 			r.metric(fmt.Sprintf("pps_%d_%s", size, key2(ai)), m)
 			r.metric(fmt.Sprintf("ratio_%d_%s", size, key2(ai)), median(ratio[k]))
+			if len(runNS[k]) > 0 {
+				r.metric(fmt.Sprintf("inns_%d_%s", size, key2(ai)), median(runNS[k]))
+			}
 		}
+		inNS := "—"
+		if ns := runNS[key{ai, 64}]; len(ns) > 0 {
+			inNS = fmt.Sprintf("%.1f %s", median(ns), mark(median(ns) <= 80))
+		}
+		cells = append(cells, inNS)
 		cells = append(cells, dscpSummary(dscps[ai], alt.wantDSCP))
 		target, anchor := "—", ""
 		if ai == 1 || ai == 3 {
@@ -192,6 +245,7 @@ func benchPPS(e *env, r *Report) error {
 	}
 	r.note("¹ this kernel has no act_pedit/act_skbedit, so tc alone cannot rewrite DSCP; the last row adds the nftables mark to make tc's setup equivalent to hostqos + HTB")
 	r.note("nftables resolves `socket cgroupv2` paths under /sys/fs/cgroup; on this hybrid-layout host the ruleset is loaded from a private mount namespace where the cgroup2 mount is bound there (the rule stores the cgroup id, so it then works everywhere)")
+	r.note("in-traffic ns/pkt: the kernel's own run-time statistics of the egress classifier hq_tc_egress on the sender's link (BPF_ENABLE_STATS, i.e. kernel.bpf_stats_enabled, on for the benchmark only): run_time_ns / run_cnt over each 64 B flood, median of the rounds; target ≤ 80 ns. It includes part of the kernel's sched_clock() around each run, and is the figure the datapath benchmark's synthetic test-run flow hit should be set beside")
 	r.note("DSCP at receiver: DSCP of the packets the unread receive socket kept (the first few hundred of each run) — checks that each alternative really marked")
 	return nil
 }
