@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
@@ -89,4 +91,53 @@ func progStats(p *ebpf.Program) (progRun, error) {
 		return progRun{}, fmt.Errorf("read program statistics: %w", err)
 	}
 	return progRun{ns: uint64(s.Runtime.Nanoseconds()), runs: s.RunCount}, nil
+}
+
+// emptyTC is an egress classifier that does nothing (TCX_NEXT), attached
+// to iface in node: the floor of the in-traffic measurement (the program
+// dispatch and the kernel's own timing of it).
+type emptyTC struct {
+	prog *ebpf.Program
+	l    link.Link
+}
+
+func (t *emptyTC) up(node interface{ Do(func() error) error }, iface string) error {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:    "hqb_empty_tc",
+		Type:    ebpf.SchedCLS,
+		License: "GPL",
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R0, -1), // TCX_NEXT
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("load empty tc program: %w", err)
+	}
+	err = node.Do(func() error {
+		ifi, err := net.InterfaceByName(iface)
+		if err != nil {
+			return err
+		}
+		t.l, err = link.AttachTCX(link.TCXOptions{Interface: ifi.Index, Program: prog, Attach: ebpf.AttachTCXEgress})
+		return err
+	})
+	if err != nil {
+		prog.Close()
+		return fmt.Errorf("attach empty tc program to %s: %w", iface, err)
+	}
+	t.prog = prog
+	return nil
+}
+
+func (t *emptyTC) down() error {
+	if t.l != nil {
+		t.l.Close()
+		t.l = nil
+	}
+	if t.prog != nil {
+		t.prog.Close()
+		t.prog = nil
+	}
+	return nil
 }
