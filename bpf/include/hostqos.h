@@ -695,7 +695,12 @@ struct hq_state {
 	__u32 gen;
 	__u32 in_links; /* links with an ingress budget (hq_link_in) */
 	__u32 veths;	/* containers' veths (hq_veth) */
-	__u32 state_pad;
+	/*
+	 * Bumped whenever a flow entry's cached result, generation or veth
+	 * changes, or an entry is inserted: a socket's copy of its flow
+	 * (hq_sk_flow) is only good under the epoch it was made in.
+	 */
+	__u32 flow_epoch;
 	/* coarse ns - jiffies * tick ns, measured once; 0 = not yet */
 	__u64 clock_base;
 	struct hq_buf buf[2];

@@ -80,6 +80,8 @@
  *                                counter slot; programs (hq_forget_flows
  *                                for the daemon)
  * hq_flows6          flow.h      IPv6 flows; as hq_flows4
+ * hq_sk_flow         flow.h      a socket's copy of its flow's result
+ *                                (not pinned); egress
  * hq_fctr            flow.h      flow counter slots (memory-mapped by the
  *                                daemon); programs
  * hq_fkey            flow.h      each counter slot's flow key; programs
@@ -374,6 +376,7 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 				/* Counted below through nf, the entry's copy. */
 				f = nf;
 				fresh = 1;
+				flow_changed();
 			} else if (err != -17 /* EEXIST: raced */) {
 				if (st)
 					st->flow_insert_fail++;
@@ -406,6 +409,7 @@ __noinline __u64 hq_flow_slow(struct __sk_buff *skb, struct hq_ident *id,
 			__builtin_memcpy(f->comm, nf->comm, HQ_COMM_LEN);
 			f->veth = nf->veth;
 			f->gen = p->gen;
+			flow_changed();
 		}
 	}
 
@@ -458,7 +462,9 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off,
 	struct hq_fctr *c;
 	struct hq_stats *st;
 	struct hq_counters *rc;
-	__u32 slot, classid, idx;
+	struct hq_skflow *skf;
+	struct bpf_sock *sk;
+	__u32 slot, classid, idx, epoch = 0;
 	__u64 res, prev;
 	int action, dscp, ret;
 
@@ -491,17 +497,55 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off,
 	p.now = coarse_ns();
 	prev = p.now; /* the flow's packet before, for flow queueing */
 
+	/*
+	 * The host's own socket, without flow queueing: its copy of its flow
+	 * (hq_sk_flow) spares the flow table lookup. The epoch is read before
+	 * the flow entry a new copy is made from.
+	 */
+	sk = NULL;
+	if (!veth && !*(volatile __u16 *)&hq_policy.buf[p.gen & 1].fq_default) {
+		sk = skflow_sock(skb);
+		epoch = flow_epoch();
+	}
+	if (sk) {
+		skf = bpf_sk_storage_get(&hq_sk_flow, sk, 0, 0);
+		if (skf && skf->gen == p.gen && skf->epoch == epoch &&
+		    skflow_same(skf, &p.key)) {
+			idx = skf->cslot;
+			c = bpf_map_lookup_elem(&hq_fctr, &idx);
+			if (c && c->tag == skf->tag) {
+				res = skf->res;
+				f = NULL;
+				goto hit;
+			}
+		}
+	}
 	f = flow_get(&p);
 	if (f && f->gen == p.gen && f->veth == p.veth) {
 		idx = f->cslot;
 		c = bpf_map_lookup_elem(&hq_fctr, &idx);
 		if (c && c->tag == f->tag) {
+			res = pack_result(f);
+			if (sk && skflow_keeps(res)) {
+				skf = bpf_sk_storage_get(
+					&hq_sk_flow, sk, 0,
+					BPF_SK_STORAGE_GET_F_CREATE);
+				if (skf) {
+					skf->key = p.key;
+					skf->res = res;
+					skf->tag = f->tag;
+					skf->gen = p.gen;
+					skf->epoch = epoch;
+					skf->cslot = idx;
+				}
+			}
+hit:
 			/* The common case: one flow hit, two atomic adds. */
 			__sync_fetch_and_add(&c->packets, 1);
 			__sync_fetch_and_add(&c->bytes, p.len);
 			prev = c->last_ns;
 			c->last_ns = p.now;
-			res = police_result(pack_result(f), p.len, p.now);
+			res = police_result(res, p.len, p.now);
 			if (res_action(res) == HQ_ACT_DROP)
 				__sync_fetch_and_add(&c->drops, 1);
 			goto classified;

@@ -435,12 +435,23 @@ const (
 	hostqosHqServiceHQ_SVC_BEST_EFFORT     hostqosHqService = 3
 )
 
+type hostqosHqSkflow struct {
+	_     structs.HostLayout
+	Key   hostqosHqFlowKey
+	Res   uint64
+	Tag   uint64
+	Gen   uint32
+	Epoch uint32
+	Cslot uint32
+	Pad   uint32
+}
+
 type hostqosHqState struct {
 	_         structs.HostLayout
 	Gen       uint32
 	InLinks   uint32
 	Veths     uint32
-	StatePad  uint32
+	FlowEpoch uint32
 	ClockBase uint64
 	Buf       [2]struct {
 		_         structs.HostLayout
@@ -593,6 +604,7 @@ const (
 	hostqosMapHqRuleResv      = "hq_rule_resv"
 	hostqosMapHqRules         = "hq_rules"
 	hostqosMapHqScratch       = "hq_scratch"
+	hostqosMapHqSkFlow        = "hq_sk_flow"
 	hostqosMapHqSkIdent       = "hq_sk_ident"
 	hostqosMapHqTnodes        = "hq_tnodes"
 	hostqosMapHqTss           = "hq_tss"
@@ -728,6 +740,7 @@ type hostqosMapSpecs struct {
 	HqRuleResv  *ebpf.MapSpec `ebpf:"hq_rule_resv"`
 	HqRules     *ebpf.MapSpec `ebpf:"hq_rules"`
 	HqScratch   *ebpf.MapSpec `ebpf:"hq_scratch"`
+	HqSkFlow    *ebpf.MapSpec `ebpf:"hq_sk_flow"`
 	HqSkIdent   *ebpf.MapSpec `ebpf:"hq_sk_ident"`
 	HqTnodes    *ebpf.MapSpec `ebpf:"hq_tnodes"`
 	HqTss       *ebpf.MapSpec `ebpf:"hq_tss"`
@@ -805,6 +818,7 @@ type hostqosMaps struct {
 	HqRuleResv  *ebpf.Map `ebpf:"hq_rule_resv"`
 	HqRules     *ebpf.Map `ebpf:"hq_rules"`
 	HqScratch   *ebpf.Map `ebpf:"hq_scratch"`
+	HqSkFlow    *ebpf.Map `ebpf:"hq_sk_flow"`
 	HqSkIdent   *ebpf.Map `ebpf:"hq_sk_ident"`
 	HqTnodes    *ebpf.Map `ebpf:"hq_tnodes"`
 	HqTss       *ebpf.Map `ebpf:"hq_tss"`
@@ -839,6 +853,7 @@ func (m *hostqosMaps) Close() error {
 		m.HqRuleResv,
 		m.HqRules,
 		m.HqScratch,
+		m.HqSkFlow,
 		m.HqSkIdent,
 		m.HqTnodes,
 		m.HqTss,

@@ -18,7 +18,7 @@ type unitDscpHqState struct {
 	Gen       uint32
 	InLinks   uint32
 	Veths     uint32
-	StatePad  uint32
+	FlowEpoch uint32
 	ClockBase uint64
 	Buf       [2]struct {
 		_         structs.HostLayout

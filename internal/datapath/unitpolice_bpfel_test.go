@@ -26,7 +26,7 @@ type unitPoliceHqState struct {
 	Gen       uint32
 	InLinks   uint32
 	Veths     uint32
-	StatePad  uint32
+	FlowEpoch uint32
 	ClockBase uint64
 	Buf       [2]struct {
 		_         structs.HostLayout

@@ -80,6 +80,82 @@ struct {
 } hq_nf SEC(".maps");
 
 /*
+ * A socket's copy of its flow's cache entry (hq_sk_flow), for the egress
+ * classifier of the host's own sockets: a packet of the socket whose key
+ * is key, under generation gen and flow epoch epoch, whose counter slot
+ * cslot still carries tag, takes res without looking the flow table up.
+ * Only for results that need nothing else of the entry (not a qsocket's
+ * or a reservation's, not with flow queueing on).
+ */
+struct hq_skflow {
+	struct hq_flow_key key; /* the hq_pkt key union: IPv4 zero-padded */
+	__u64 res;
+	__u64 tag;
+	__u32 gen;
+	__u32 epoch;
+	__u32 cslot;
+	__u32 pad;
+};
+
+/*
+ * The socket copies. Not pinned: a cache, empty after a restart, whose
+ * storage the kernel frees with each socket.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct hq_skflow);
+} hq_sk_flow SEC(".maps");
+
+/*
+ * A flow entry's cached result, generation or veth changed, or an entry
+ * was inserted (one whose key a socket's copy may name, after the LRU
+ * dropped the entry): every socket's copy is stale.
+ */
+static __always_inline void flow_changed(void)
+{
+	__sync_fetch_and_add(&hq_policy.flow_epoch, 1);
+}
+
+/* The flow epoch now; read before the flow entry a copy is made from. */
+static __always_inline __u32 flow_epoch(void)
+{
+	return *(volatile __u32 *)&hq_policy.flow_epoch;
+}
+
+/* Whether a result may be kept in a socket's copy (see hq_skflow). */
+static __always_inline int skflow_keeps(__u64 res)
+{
+	__u8 a = (__u8)(res >> 48);
+
+	return a != HQ_ACT_QSOCK && a != HQ_ACT_RESV;
+}
+
+/*
+ * The full socket an egress packet was sent by (NULL: none, or not a full
+ * socket): forwarded packets have none.
+ */
+static __always_inline struct bpf_sock *skflow_sock(struct __sk_buff *skb)
+{
+	struct bpf_sock *sk = skb->sk;
+
+	if (!sk)
+		return NULL;
+	return bpf_sk_fullsock(sk);
+}
+
+/* Whether copy s is of the flow with key k (both 40 bytes, zero-padded). */
+static __always_inline int skflow_same(const struct hq_skflow *s,
+				       const struct hq_flow_key *k)
+{
+	const __u64 *a = (const __u64 *)&s->key, *b = (const __u64 *)k;
+
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] &&
+	       a[4] == b[4];
+}
+
+/*
  * The flow of a parsed packet, NULL for none. Two call sites: the verifier
  * inlines a lookup only where the map is known. The empty asm keeps clang
  * from merging them into one call on a map pointer chosen at run time.
@@ -262,8 +338,10 @@ struct hq_forget_scan {
  */
 static __always_inline void forget_flow(struct hq_flow *f, __u32 gen)
 {
-	if (f->gen == gen)
+	if (f->gen == gen) {
 		f->gen = gen - 1;
+		flow_changed();
+	}
 }
 
 static long forget4_cb(struct bpf_map *map, struct hq_flow_key4 *k,

@@ -8,6 +8,7 @@
 #ifndef HQ_BPF_QSOCK_H
 #define HQ_BPF_QSOCK_H
 
+#include "flow.h"
 #include "ident.h"
 #include "result.h"
 
@@ -355,8 +356,10 @@ __noinline __u64 hq_qsock_result(struct __sk_buff *skb, __u64 res,
 	gen = p->gen;
 	q = bpf_map_lookup_elem(&hq_qsock, &qid);
 	if (!q || !q->cookie || q->cookie != bpf_get_socket_cookie(skb)) {
-		if (f)
+		if (f) {
 			f->gen = gen - 1;
+			flow_changed();
+		}
 		return HQ_RES_NONE;
 	}
 	classid = q->classid;
