@@ -147,6 +147,7 @@ static __always_inline void set_dscp(struct __sk_buff *skb, __u32 off,
 
 	if (family == HQ_AF_INET) {
 		struct iphdr *ip = data + off;
+		__u32 sum;
 		__u16 oldw, neww;
 		__u8 tos;
 
@@ -159,8 +160,15 @@ static __always_inline void set_dscp(struct __sk_buff *skb, __u32 off,
 		oldw = bpf_htons(((__u16)((__u8 *)ip)[0] << 8) | ip->tos);
 		neww = bpf_htons(((__u16)((__u8 *)ip)[0] << 8) | tos);
 		ip->tos = tos;
-		bpf_l3_csum_replace(skb, off + offsetof(struct iphdr, check),
-				    oldw, neww, 2);
+		/*
+		 * The header checksum updated in place (RFC 1624, eqn. 3:
+		 * HC' = ~(~HC + ~m + m')), as bpf_l3_csum_replace would, without
+		 * the helper call: the header is writable already.
+		 */
+		sum = (__u16)~ip->check + (__u16)~oldw + (__u32)neww;
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		ip->check = (__u16)~sum;
 	} else {
 		__u8 *b = data + off;
 		__u8 tc, ntc;
