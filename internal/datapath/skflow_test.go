@@ -21,7 +21,7 @@ func TestSocketFlowCopy(t *testing.T) {
 	dir := testutil.TempPinDir(t)
 
 	var d *Datapath
-	var fdC, fdU int
+	var fdC, fdU, fd6 int
 	p.A.MustDo(t, func() error {
 		var err error
 		if d, err = Open(Options{BPFFSDir: dir, CgroupPath: cgroot}); err != nil {
@@ -33,6 +33,9 @@ func TestSocketFlowCopy(t *testing.T) {
 		if fdU, err = udpSocket(); err != nil {
 			return err
 		}
+		if fd6, err = unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
 		ifi, err := net.InterfaceByName(p.IfA)
 		if err != nil {
 			return err
@@ -42,6 +45,7 @@ func TestSocketFlowCopy(t *testing.T) {
 	t.Cleanup(func() { d.Close() })
 	defer unix.Close(fdC)
 	defer unix.Close(fdU)
+	defer unix.Close(fd6)
 
 	b4 := testutil.PairB4.Addr().As4()
 	to := func(port int) *unix.SockaddrInet4 { return &unix.SockaddrInet4{Port: port, Addr: b4} }
@@ -96,6 +100,7 @@ func TestSocketFlowCopy(t *testing.T) {
 		return Policy{Rules: []Rule{
 			{Slot: 1, Proto: 17, RPortFrom: 9999, RPortTo: 9999, DSCPIn: -1, DSCP: int8(dscp9999), ActionCode: act},
 			{Slot: 2, Proto: 17, RPortFrom: 9998, RPortTo: 9998, DSCPIn: -1, DSCP: 18},
+			{Slot: 3, Proto: 17, RPortFrom: 9997, RPortTo: 9997, DSCPIn: -1, DSCP: 26},
 		}}
 	}
 
@@ -198,5 +203,27 @@ func TestSocketFlowCopy(t *testing.T) {
 	}
 	if f := flow(9998); f.Packets != 4 {
 		t.Errorf("flow to :9998: %d packets, want 4", f.Packets)
+	}
+
+	// IPv6: the copy holds the whole key.
+	b6 := &unix.SockaddrInet6{Port: 9997, Addr: testutil.PairB6.Addr().As16()}
+	if err := unix.Connect(fd6, b6); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		err := unix.Sendto(fd6, []byte("x"), 0, nil)
+		if err == unix.ECONNREFUSED {
+			err = unix.Sendto(fd6, []byte("x"), 0, nil)
+		}
+		if err != nil {
+			t.Fatalf("send over IPv6: %v", err)
+		}
+		expect(9997, 26)
+	}
+	if err := d.objs.HqSkFlow.Lookup(int32(fd6), &c); err != nil {
+		t.Errorf("the IPv6 socket has no copy of its flow: %v", err)
+	}
+	if f := flow(9997); f.Packets != 4 || f.RuleSlot != 3 {
+		t.Errorf("IPv6 flow after 4 packets: %d packets, rule %d", f.Packets, f.RuleSlot)
 	}
 }
