@@ -466,7 +466,7 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off,
 	struct bpf_sock *sk;
 	__u32 slot, classid, idx, epoch = 0;
 	__u64 res, prev;
-	int action, dscp, ret;
+	int action, dscp, ret, copies;
 
 	st = stats();
 	if (st)
@@ -502,21 +502,22 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off,
 	 * (hq_sk_flow) spares the flow table lookup. The epoch is read before
 	 * the flow entry a new copy is made from.
 	 */
-	sk = NULL;
+	copies = 0;
 	if (!veth && !*(volatile __u16 *)&hq_policy.buf[p.gen & 1].fq_default) {
-		sk = skflow_sock(skb);
+		copies = 1;
 		epoch = flow_epoch();
-	}
-	if (sk) {
-		skf = bpf_sk_storage_get(&hq_sk_flow, sk, 0, 0);
-		if (skf && skf->gen == p.gen && skf->epoch == epoch &&
-		    skflow_same(skf, &p.key)) {
-			idx = skf->cslot;
-			c = bpf_map_lookup_elem(&hq_fctr, &idx);
-			if (c && c->tag == skf->tag) {
-				res = skf->res;
-				f = NULL;
-				goto hit;
+		sk = skflow_sock(skb);
+		if (sk) {
+			skf = bpf_sk_storage_get(&hq_sk_flow, sk, 0, 0);
+			if (skf && skf->gen == p.gen && skf->epoch == epoch &&
+			    skflow_same(skf, &p.key)) {
+				idx = skf->cslot;
+				c = bpf_map_lookup_elem(&hq_fctr, &idx);
+				if (c && c->tag == skf->tag) {
+					res = skf->res;
+					f = NULL;
+					goto hit;
+				}
 			}
 		}
 	}
@@ -526,7 +527,13 @@ static __always_inline int egress(struct __sk_buff *skb, __u32 off,
 		c = bpf_map_lookup_elem(&hq_fctr, &idx);
 		if (c && c->tag == f->tag) {
 			res = pack_result(f);
-			if (sk && skflow_keeps(res)) {
+			/*
+			 * The socket is found again: 5.15's verifier loses
+			 * track of a flag spilled across the lookup.
+			 */
+			sk = copies && skflow_keeps(res) ? skflow_sock(skb)
+							 : NULL;
+			if (sk) {
 				skf = bpf_sk_storage_get(
 					&hq_sk_flow, sk, 0,
 					BPF_SK_STORAGE_GET_F_CREATE);
