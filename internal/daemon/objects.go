@@ -68,6 +68,10 @@ type objectRoutes[T, Info any] struct {
 	// find lists the objects the caller may see; key, if not "", picks
 	// one (a *engine.NotFoundError if there is none).
 	find func(who peer, key string) ([]Info, error)
+	// changed, if not nil, is find for the answer of a change (answerObject):
+	// the object from the engine's state, without the kernel reads a
+	// listing makes.
+	changed func(key string) ([]Info, error)
 	// blank is what an add's or put's body is decoded over (the kind's
 	// "unset" sentinels); nil: the zero T.
 	blank func() T
@@ -190,6 +194,15 @@ func (o *objectRoutes[T, Info]) answerChange(w http.ResponseWriter, r *http.Requ
 	case answerResult:
 		writeJSON(w, code, res)
 	case answerObject:
+		if o.changed != nil {
+			out, err := o.changed(key)
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			writeJSON(w, code, out[0])
+			return
+		}
 		o.writeFound(w, r, code, key)
 	case answerList:
 		o.writeFound(w, r, code, "")
@@ -237,15 +250,16 @@ func objectRoutesOf(e *engine.Engine) []router {
 			},
 			removeObj: func(c change) error { return e.RemoveRule(c.ctx, c.who, c.key) },
 		},
-		// A reservation's change answers with the reservation as listed
-		// after it: its admission figures.
+		// A reservation's change answers with the reservation after it:
+		// its admission figures (its counters and sockets: a listing).
 		&objectRoutes[policy.Reservation, api.ReservationInfo]{
 			list: api.RouteReservations, show: api.RouteReservation, add: api.RouteAddReservation,
 			patch: api.RouteSetReservation, remove: api.RouteRemoveReservation,
 			key: "name", large: true, created: http.StatusCreated, answer: answerObject,
-			find:   e.Reservations,
-			blank:  func() policy.Reservation { return policy.NewReservation("") },
-			nameOf: func(r policy.Reservation) string { return r.Name },
+			find:    e.Reservations,
+			changed: e.ReservationAdmitted,
+			blank:   func() policy.Reservation { return policy.NewReservation("") },
+			nameOf:  func(r policy.Reservation) string { return r.Name },
 			addObj: func(c change, r policy.Reservation) (any, error) {
 				return e.AddReservation(c.ctx, c.who, r, c.temporary)
 			},

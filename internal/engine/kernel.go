@@ -30,8 +30,10 @@ type Host struct {
 type Kernel interface {
 	// ApplyRules makes the datapath's rules those of p (one generation).
 	ApplyRules(p datapath.Policy) error
-	// Shape builds (or updates) a link's HTB tree from a plan.
-	Shape(plan shaper.Plan) error
+	// Shape builds (or updates) a link's HTB tree from a plan; was, if
+	// not nil, is the plan the link's tree was last made from (only the
+	// difference is written, without reading the tree).
+	Shape(plan shaper.Plan, was *shaper.Plan) error
 	// Unshape removes hostqos's HTB root from a link.
 	Unshape(ifindex int) error
 	// Shaped reports whether hostqos's HTB root is on a link.

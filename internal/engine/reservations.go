@@ -232,6 +232,18 @@ func (e *Engine) Reservations(who Caller, name string) ([]api.ReservationInfo, e
 	return out, nil
 }
 
+// ReservationAdmitted is reservation name as Reservations lists it but
+// from the engine's state alone (its admission figures, no kernel
+// counters or sockets): the answer to a change, which must not wait on
+// reads of every link's classes.
+func (e *Engine) ReservationAdmitted(name string) ([]api.ReservationInfo, error) {
+	out, _ := e.reservationsLocked(name)
+	if len(out) == 0 {
+		return nil, &NotFoundError{What: "reservation", Name: name}
+	}
+	return out, nil
+}
+
 func (e *Engine) reservationsLocked(name string) ([]api.ReservationInfo, Kernel) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -228,9 +228,10 @@ func (e *Engine) reconcileLocked(d *derive.Desired) error {
 		if e.pushed.planIs(l.Ifindex, l.Plan) {
 			continue
 		}
+		was := e.pushed.plans[l.Ifindex] // nil: unknown, the shaper reads the tree
 		delete(e.pushed.plans, l.Ifindex)
 		if l.Plan != nil {
-			if err := e.k.Shape(*l.Plan); err != nil {
+			if err := e.k.Shape(*l.Plan, was); err != nil {
 				return err // the shaper names the link and its step
 			}
 		} else if owned, _ := e.k.Shaped(l.Ifindex); owned {

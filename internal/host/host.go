@@ -45,9 +45,14 @@ func (k *System) shaperLog() shaper.Option {
 }
 
 func (k *System) ApplyRules(p datapath.Policy) error { return k.DP.Apply(p) }
-func (k *System) Shape(plan shaper.Plan) error       { return shaper.Apply(plan, k.shaperLog()) }
-func (k *System) Unshape(ifindex int) error          { return shaper.Remove(ifindex, k.shaperLog()) }
-func (k *System) Shaped(ifindex int) (bool, error)   { return shaper.Owned(ifindex) }
+func (k *System) Shape(plan shaper.Plan, was *shaper.Plan) error {
+	if was != nil {
+		return shaper.ApplyFrom(*was, plan, k.shaperLog())
+	}
+	return shaper.Apply(plan, k.shaperLog())
+}
+func (k *System) Unshape(ifindex int) error        { return shaper.Remove(ifindex, k.shaperLog()) }
+func (k *System) Shaped(ifindex int) (bool, error) { return shaper.Owned(ifindex) }
 func (k *System) ClassStats(ifindex int) ([]shaper.ClassStats, error) {
 	return shaper.Stats(ifindex)
 }

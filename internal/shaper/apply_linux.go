@@ -202,9 +202,24 @@ func Apply(plan Plan, opts ...Option) error {
 	return err
 }
 
+// ApplyFrom is Apply on a link that holds the tree was (what an earlier
+// Apply of was left there): it writes only the difference, with targeted
+// operations and no dump of the tree. If the kernel turns out not to hold
+// was (an operation fails), ApplyFrom undoes what it did and does what
+// Apply does; nothing is torn down on the assumption.
+func ApplyFrom(was, plan Plan, opts ...Option) error {
+	_, err := applyFrom(&was, plan, newOptions(opts))
+	return err
+}
+
 // apply is Apply returning the number of kernel changes it made.
 func apply(plan Plan, o options) (int, error) {
-	ops, err := applyPlan(plan, o)
+	return applyFrom(nil, plan, o)
+}
+
+// applyFrom is apply from the tree was (nil: unknown, read it).
+func applyFrom(was *Plan, plan Plan, o options) (int, error) {
+	ops, err := applyPlan(was, plan, o)
 	if err != nil {
 		return 0, fmt.Errorf("apply HTB plan to %s: %w", linkName(plan.Link), err)
 	}
@@ -212,7 +227,7 @@ func apply(plan Plan, o options) (int, error) {
 }
 
 // applyPlan does apply's work; its errors do not name the link (apply does).
-func applyPlan(plan Plan, o options) (int, error) {
+func applyPlan(was *Plan, plan Plan, o options) (int, error) {
 	if err := checkPlan(plan); err != nil {
 		return 0, err
 	}
@@ -229,6 +244,25 @@ func applyPlan(plan Plan, o options) (int, error) {
 		return 0, fmt.Errorf("look up link: ifindex %d is now %s", plan.Link.Ifindex, link.Attrs().Name)
 	}
 	t := &txn{log: o.log, h: h, link: link}
+	if was != nil && was.Link.Ifindex == plan.Link.Ifindex && was.Link.Name == plan.Link.Name {
+		// Only the difference, with no dump. Any error (the kernel does
+		// not hold was) undoes it and falls back to reading the tree.
+		err := t.syncKnown(plan, knownOf(*was))
+		if err == nil {
+			err = setGSO(o.log, h, link, GSOCap(plan.Link.Rate))
+		}
+		if err == nil {
+			if t.ops > 0 {
+				o.log.Info("HTB tree updated", "link", link.Attrs().Name, "changes", t.ops, "classes", len(plan.Classes))
+			}
+			return t.ops, nil
+		}
+		if rerr := t.rollback(); rerr != nil {
+			o.log.Warn("undo HTB changes before reading the tree", "link", link.Attrs().Name, "err", rerr)
+		}
+		o.log.Debug("HTB tree is not the one applied last; reading it", "link", link.Attrs().Name, "err", err)
+		t = &txn{log: o.log, h: h, link: link}
+	}
 	if err := t.sync(plan); err != nil {
 		if rerr := t.rollback(); rerr != nil {
 			err = fmt.Errorf("%w (rolling back: %v)", err, rerr)
@@ -287,7 +321,14 @@ func (t *txn) sync(plan Plan) error {
 		return fmt.Errorf("root qdisc %s %s not created by hostqos: %w",
 			root.Type(), netlink.HandleStr(root.Attrs().Handle), ErrForeignQdisc)
 	}
+	_, err = t.syncClasses(plan, have)
+	return err
+}
 
+// syncClasses makes the classes have (by minor) into plan's; it returns
+// the minors of the classes it added (new, or deleted and made again:
+// their queues are the kernel's default).
+func (t *txn) syncClasses(plan Plan, have map[uint16]kclass) (map[uint16]bool, error) {
 	want := make(map[uint16]kclass, len(plan.Classes))
 	for _, c := range plan.Classes {
 		want[c.Minor] = toKernel(c)
@@ -316,24 +357,26 @@ func (t *txn) sync(plan Plan) error {
 	dels = parentsFirst(dels)
 	for i := len(dels) - 1; i >= 0; i-- {
 		if err := t.delClass(dels[i]); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	added := map[uint16]bool{}
 	for _, c := range plan.Classes {
 		w := want[c.Minor]
 		old, exists := have[c.Minor]
 		switch {
 		case !exists || del[c.Minor]:
 			if err := t.addClass(w); err != nil {
-				return err
+				return nil, err
 			}
+			added[c.Minor] = true
 		case !sameParams(w, old):
 			if err := t.changeClass(w, old); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	return nil
+	return added, nil
 }
 
 // parentsFirst orders classes so that every parent precedes its children

@@ -25,6 +25,9 @@ type ClassStats struct {
 // Apply is only supported on Linux.
 func Apply(plan Plan, opts ...Option) error { return errUnsupported }
 
+// ApplyFrom is only supported on Linux.
+func ApplyFrom(was, plan Plan, opts ...Option) error { return errUnsupported }
+
 // Remove is only supported on Linux.
 func Remove(ifindex int, opts ...Option) error { return errUnsupported }
 

@@ -176,7 +176,7 @@ func (f *FakeKernel) ApplyRules(p datapath.Policy) error {
 	return nil
 }
 
-func (f *FakeKernel) Shape(plan shaper.Plan) error {
+func (f *FakeKernel) Shape(plan shaper.Plan, _ *shaper.Plan) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("Shape", plan.Link.Ifindex); err != nil {
