@@ -55,7 +55,18 @@ func (t Keys) With(key string, e *KeyEntry, now time.Time) Keys {
 		}
 	}
 	n[key] = e
-	if len(n) > maxKeys {
+	switch {
+	case len(n) == maxKeys+1:
+		// The usual case of a full table: drop the oldest, without
+		// sorting the table on every change.
+		oldest := ""
+		for k, v := range n {
+			if k != key && (oldest == "" || v.At < n[oldest].At) {
+				oldest = k
+			}
+		}
+		delete(n, oldest)
+	case len(n) > maxKeys:
 		keys := make([]string, 0, len(n))
 		for k := range n {
 			keys = append(keys, k)
