@@ -63,7 +63,7 @@ enum hq_limits {
 	/* A policer's cost per byte is kept in 1/2^HQ_POLICE_SHIFT ns. */
 	HQ_POLICE_SHIFT = 16,
 	/* Reservation ids 1..HQ_MAX_RESV-1 (0 = none); see struct hq_resv. */
-	HQ_MAX_RESV = 256,
+	HQ_MAX_RESV = 10240,
 	/* Per-session leaves of one reservation (bits of sess_used). */
 	HQ_SESSION_LEAVES = 32,
 	/* Sockets bound to reservations at once (hq_bind). */

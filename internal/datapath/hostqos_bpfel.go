@@ -222,7 +222,7 @@ const (
 	hostqosHqLimitsHQ_UID_ENTRIES        hostqosHqLimits = 4096
 	hostqosHqLimitsHQ_CG_ENTRIES         hostqosHqLimits = 8192
 	hostqosHqLimitsHQ_POLICE_SHIFT       hostqosHqLimits = 16
-	hostqosHqLimitsHQ_MAX_RESV           hostqosHqLimits = 256
+	hostqosHqLimitsHQ_MAX_RESV           hostqosHqLimits = 10240
 	hostqosHqLimitsHQ_SESSION_LEAVES     hostqosHqLimits = 32
 	hostqosHqLimitsHQ_BIND_ENTRIES       hostqosHqLimits = 65536
 	hostqosHqLimitsHQ_REFUSALS           hostqosHqLimits = 64
