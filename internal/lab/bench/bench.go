@@ -106,6 +106,7 @@ var suite = []benchmark{
 	{"xdpdrop", "Drop list: hostqos XDP vs an nftables drop rule, 10 and 100,000 prefixes", benchXDPDrop},
 	{"synflood", "SYN flood: an unlisted client's connections without throttling, with nftables, with hostqos", benchSYNFlood},
 	{"resv-api", "Reservation add and remove latency through the API (seed Table IV)", benchResvAPI},
+	{"resv-scale", "Reservations held on one host from 1 to 10,000: add latency and daemon memory", benchResvScale},
 	{"download", "TCP download vs configured limit, IFB + HTB vs hostqos maxbw_in, 0 and 40 ms RTT (Crossbow Table 1)", benchDownload},
 	{"download-compete", "Two competing TCP downloads, maxbw_in set on one mid-run (Crossbow Fig. 3)", benchDownloadCompete},
 	{"rsvp-signal", "Reservation across one RSVP router through three hostqosd: reserve → active, remove → gone (seed Table IV with signalling)", benchRSVPSignal},
