@@ -316,6 +316,15 @@ func (e *Engine) watchReservations() {
 		return
 	}
 	now := map[string]bool{}
+	links := store.SortedKeys(e.links)
+	mtus := make(map[string]int, len(links)) // read once, not once per reservation
+	if len(e.eff.Policy.Reservations) > 0 {
+		for _, name := range links {
+			if mtu, err := e.k.LinkMTU(e.links[name]); err == nil {
+				mtus[name] = mtu
+			}
+		}
+	}
 	for _, r := range e.eff.Policy.Reservations {
 		if r.Service == policy.ServiceBestEffort {
 			continue
@@ -323,8 +332,8 @@ func (e *Engine) watchReservations() {
 		if why := e.eff.Policy.Unenforced(r); why != "" {
 			now[r.Name+"\x00not enforced: "+why] = true
 		}
-		for _, name := range store.SortedKeys(e.links) {
-			if mtu, err := e.k.LinkMTU(e.links[name]); err == nil && uint64(r.EffMaxUnit()) > uint64(mtu) {
+		for _, name := range links {
+			if mtu, ok := mtus[name]; ok && uint64(r.EffMaxUnit()) > uint64(mtu) {
 				now[r.Name+"\x00"+fmt.Sprintf("M = %d is above the MTU %d of link %s", uint64(r.EffMaxUnit()), mtu, name)] = true
 			}
 		}

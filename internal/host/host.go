@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/apps"
@@ -98,13 +99,14 @@ func (k *System) SessionRefusals(since uint64) ([]datapath.Refusal, uint64, erro
 	return k.DP.SessionRefusals(since)
 }
 
-// LinkMTU is the MTU of an interface of the daemon's network namespace.
+// LinkMTU is the MTU of an interface of the daemon's network namespace
+// (one link request; net.InterfaceByIndex would list every interface).
 func (k *System) LinkMTU(ifindex int) (int, error) {
-	ifc, err := net.InterfaceByIndex(ifindex)
+	l, err := netlink.LinkByIndex(ifindex)
 	if err != nil {
 		return 0, fmt.Errorf("read MTU of interface %d: %w", ifindex, err)
 	}
-	return ifc.MTU, nil
+	return l.Attrs().MTU, nil
 }
 
 // SetSendBuffer sets the send buffer of a socket of another process.
