@@ -9,11 +9,13 @@ import (
 	"math/bits"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/hostqos/hostqos/internal/datapath/pin"
 )
@@ -593,12 +595,20 @@ func FlowControl(bucket uint64, minUnit, sessions uint32) (sndbuf, queue uint32)
 // reservation): it runs the iter/tcp and iter/udp programs once. Apply
 // does not: the classifier binds such a socket at its next packet, and a
 // walk of every socket is worth it only after a reservation was added or
-// changed (the engine calls it then, after answering).
-func (d *Datapath) BindOpenSockets() error {
+// changed (the engine calls it then, after answering). protos (IPPROTO_TCP,
+// IPPROTO_UDP; 0 or none: both) limits it to the walks of those protocols.
+func (d *Datapath) BindOpenSockets(protos ...uint8) error {
+	walk := func(proto uint8) bool {
+		return len(protos) == 0 || slices.Contains(protos, 0) || slices.Contains(protos, proto)
+	}
 	for _, p := range []struct {
-		name string
-		prog *ebpf.Program
-	}{{"TCP", d.objs.HqIterBindTcp}, {"UDP", d.objs.HqIterBindUdp}} {
+		name  string
+		proto uint8
+		prog  *ebpf.Program
+	}{{"TCP", unix.IPPROTO_TCP, d.objs.HqIterBindTcp}, {"UDP", unix.IPPROTO_UDP, d.objs.HqIterBindUdp}} {
+		if !walk(p.proto) {
+			continue
+		}
 		it, err := link.AttachIter(link.IterOptions{Program: p.prog})
 		if err != nil {
 			return fmt.Errorf("bind open %s sockets: attach iterator: %w", p.name, err)

@@ -146,10 +146,11 @@ type Engine struct {
 	rtSaved map[uint64]*store.RTChannel
 	blocks  blockMemo
 	xdp     map[string]int
-	resvW   resvWatch     // the reservation poller's memory (Tick only)
-	rf      refreshState  // what Refresh decides from (refresh.go)
-	bindC   chan struct{} // BindWanted (reservations.go)
-	status  statusMemo    // what the status derives from the policy (views.go)
+	resvW   resvWatch      // the reservation poller's memory (Tick only)
+	rf      refreshState   // what Refresh decides from (refresh.go)
+	bindC   chan struct{}  // BindWanted (reservations.go)
+	binds   map[uint8]bool // the protocols the next BindOpenSockets walks
+	status  statusMemo     // what the status derives from the policy (views.go)
 	// ruleView is the rule view last built, for the sync that derived
 	// desired (observed.RuleView).
 	ruleView struct {

@@ -79,7 +79,7 @@ type Kernel interface {
 	Bindings() ([]datapath.Binding, error)
 	// BindOpenSockets binds the open sockets that the applied policy puts
 	// under a reservation and that are not bound yet.
-	BindOpenSockets() error
+	BindOpenSockets(protos ...uint8) error
 	SessionRefusals(since uint64) ([]datapath.Refusal, uint64, error)
 	// TagExistingSockets gives an identity to the sockets of this network
 	// namespace opened before the datapath was loaded, and returns how many

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 
 	"github.com/hostqos/hostqos/internal/store"
 
@@ -376,8 +378,17 @@ func cutNUL(s string) (string, string, bool) {
 // changed, and off the change's path: the engine asks for it (BindWanted)
 // and the daemon calls BindOpenSockets once the answer is on its way.
 
-// wantBind asks for a BindOpenSockets (capacity 1: asks coalesce).
-func (e *Engine) wantBind() {
+// wantBindLocked asks for a BindOpenSockets (capacity 1: asks coalesce)
+// of the protocols of the rules that name the reservations ids.
+func (e *Engine) wantBindLocked(rules []datapath.Rule, ids map[uint16]bool) {
+	if e.binds == nil {
+		e.binds = map[uint8]bool{}
+	}
+	for _, r := range rules {
+		if r.Reservation != 0 && ids[r.Reservation] {
+			e.binds[r.Proto] = true // 0: any, both walks
+		}
+	}
 	select {
 	case e.bindC <- struct{}{}:
 	default:
@@ -393,30 +404,36 @@ func (e *Engine) BindWanted() <-chan struct{} { return e.bindC }
 func (e *Engine) BindOpenSockets() {
 	e.mu.Lock()
 	k := e.k
+	protos := slices.Sorted(maps.Keys(e.binds))
+	e.binds = nil
 	e.mu.Unlock()
-	if k == nil {
+	if k == nil || len(protos) == 0 {
 		return
 	}
-	if err := k.BindOpenSockets(); err != nil {
+	if err := k.BindOpenSockets(protos...); err != nil {
 		e.log.Warn("bind open sockets to reservations", "err", err)
 	}
 }
 
-// newReservations reports whether now holds a reservation that was not in
-// was as it is.
-func newReservations(was, now []datapath.Reservation) bool {
+// newReservations are the ids of the reservations of now that were not in
+// was as they are.
+func newReservations(was, now []datapath.Reservation) map[uint16]bool {
 	if len(now) == 0 {
-		return false
+		return nil
 	}
 	old := make(map[uint16]int, len(was))
 	for i, r := range was {
 		old[r.ID] = i
 	}
+	var ids map[uint16]bool
 	for _, r := range now {
 		i, ok := old[r.ID]
 		if !ok || !reflect.DeepEqual(was[i], r) {
-			return true
+			if ids == nil {
+				ids = map[uint16]bool{}
+			}
+			ids[r.ID] = true
 		}
 	}
-	return false
+	return ids
 }

@@ -387,7 +387,13 @@ func TestBindOnlyForNewReservations(t *testing.T) {
 		t.Error("a removal asked for a bind")
 	}
 	e.BindOpenSockets()
+	if c := env.k.CallsOf("BindOpenSockets"); len(c) != 1 {
+		t.Errorf("BindOpenSockets walked %d times, want 1", len(c))
+	} else if c[0] != "BindOpenSockets [17]" {
+		t.Errorf("a UDP reservation's bind was %q, want the UDP walk alone", c[0])
+	}
+	e.BindOpenSockets() // nothing asked since: no walk
 	if n := len(env.k.CallsOf("BindOpenSockets")); n != 1 {
-		t.Errorf("BindOpenSockets walked %d times, want 1", n)
+		t.Errorf("BindOpenSockets walked %d times with nothing asked, want 1 in all", n)
 	}
 }

@@ -250,8 +250,8 @@ func (e *Engine) reconcileLocked(d *derive.Desired) error {
 		if err := e.k.ApplyRules(d.Datapath); err != nil {
 			return fmt.Errorf("apply datapath rules: %w", err)
 		}
-		if newReservations(was, d.Datapath.Reservations) {
-			e.wantBind()
+		if ids := newReservations(was, d.Datapath.Reservations); len(ids) > 0 {
+			e.wantBindLocked(d.Datapath.Rules, ids)
 		}
 		rules := d.Datapath
 		e.pushed.rules = &rules

@@ -94,7 +94,7 @@ func (k *System) ReservationCounters() (map[uint16]datapath.ResvCounters, error)
 	return k.DP.ReservationCounters()
 }
 func (k *System) Bindings() ([]datapath.Binding, error) { return k.DP.Bindings() }
-func (k *System) BindOpenSockets() error                { return k.DP.BindOpenSockets() }
+func (k *System) BindOpenSockets(protos ...uint8) error { return k.DP.BindOpenSockets(protos...) }
 func (k *System) SessionRefusals(since uint64) ([]datapath.Refusal, uint64, error) {
 	return k.DP.SessionRefusals(since)
 }

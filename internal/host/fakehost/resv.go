@@ -77,9 +77,9 @@ func (f *FakeKernel) SetSendBuffer(pid uint32, cookie uint64, size int) (int, er
 	return old, nil
 }
 
-// BindOpenSockets records the call.
-func (f *FakeKernel) BindOpenSockets() error {
+// BindOpenSockets records the call and the protocols it walks.
+func (f *FakeKernel) BindOpenSockets(protos ...uint8) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.call("BindOpenSockets", "")
+	return f.call("BindOpenSockets", fmt.Sprint(protos))
 }
