@@ -115,7 +115,10 @@ func TestGuaranteedReservationFlowControl(t *testing.T) {
 	const (
 		R       = 4_000_000
 		payload = 1000
-		frame   = payload + 8 + 20 + 14 // as HTB counts
+		// The reservation is shaped to its Tspec, whose r counts IP
+		// datagrams (RFC 2210): the leaf's frame rate is scaled so that
+		// IP bytes leave at r.
+		ipLen = payload + 8 + 20
 		dur     = 3 * time.Second
 	)
 	e.hostqos("resv", "add", "gs", "--service", "guaranteed", "--proto", "udp", "--rport", "7400-7409",
@@ -142,7 +145,7 @@ func TestGuaranteedReservationFlowControl(t *testing.T) {
 			if !blocking {
 				d = time.Second
 			}
-			sent, eagain, inSend, took, err := sendPaced(fd, payload, 3*R*payload/frame, d)
+			sent, eagain, inSend, took, err := sendPaced(fd, payload, 3*R*payload/ipLen, d)
 			unix.Close(fd)
 			if err != nil {
 				t.Fatalf("%s: send: %v", name, err)
@@ -152,7 +155,7 @@ func TestGuaranteedReservationFlowControl(t *testing.T) {
 			if want := int64(sent * payload); got.Load() != want {
 				t.Errorf("%s: the receiver got %d bytes of %d sent", name, got.Load(), want)
 			}
-			rate := float64(sent*frame*8) / took.Seconds()
+			rate := float64(sent*ipLen*8) / took.Seconds()
 			msg := fmt.Sprintf("%d sent, %d EAGAIN, %v in send() of %v, %.3f × R", sent, eagain, inSend.Round(time.Millisecond), took.Round(time.Millisecond), rate/R)
 			t.Logf("%s: %s", name, msg)
 			if !blocking {
