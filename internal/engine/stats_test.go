@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/hostqos/hostqos/api"
 	"github.com/hostqos/hostqos/internal/datapath"
+	"github.com/hostqos/hostqos/internal/policy"
 	"github.com/hostqos/hostqos/internal/shaper"
 )
 
@@ -109,4 +111,38 @@ func exitedPID(t *testing.T) uint32 {
 		t.Skipf("cannot run true: %v", err)
 	}
 	return uint32(c.Process.Pid)
+}
+
+// TestStatsRuleAddedWhileIdle: the rule counters are read again only when
+// the classifiers saw packets, and a reading is only as long as the slots
+// in use then; a rule added while nothing moved is still listed, at zero.
+func TestStatsRuleAddedWhileIdle(t *testing.T) {
+	env := newEnv(t, shapedConfig)
+	e := env.start(t)
+	k := env.k
+	slot := e.slots.Rules["a"]
+	k.Counters = make([]datapath.Counters, slot+1) // the slots in use
+	k.Counters[slot] = datapath.Counters{Packets: 10, Bytes: 1000}
+	e.Tick()
+	if _, err := e.AddRule(context.Background(), root, policy.Rule{Name: "late", Proto: "udp", DSCP: policy.NoDSCP, DSCPIn: policy.NoDSCP}, false); err != nil {
+		t.Fatal(err)
+	}
+	late := e.slots.Rules["late"]
+	if late < len(k.Counters) {
+		t.Fatalf("the new rule's slot %d is within the old reading's %d", late, len(k.Counters))
+	}
+	// The kernel now reports the new slot too; no packet moved.
+	k.Counters = append(k.Counters, make([]datapath.Counters, late+1-len(k.Counters))...)
+	e.Tick()
+	var st api.Stats
+	if err := e.Stats(root, "rules", &st); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, r := range st.Rules {
+		got[r.Rule] = r.Packets
+	}
+	if p, ok := got["late"]; !ok || p != 0 || got["a"] != 10 {
+		t.Errorf("rule stats %+v; want a with 10 packets and late with none", st.Rules)
+	}
 }

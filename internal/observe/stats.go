@@ -75,7 +75,7 @@ func (s *sampler) sample(v LinkView) {
 		return
 	}
 	now := time.Now()
-	cs, err := s.ruleCounters(dp)
+	cs, err := s.ruleCounters(dp, 0)
 	s.mu.Lock()
 	netDev := s.netDev
 	s.mu.Unlock()
@@ -148,12 +148,14 @@ func (s *sampler) sample(v LinkView) {
 // reading when the classifiers saw no packet since: a rule counts only
 // packets the egress and ingress programs see, so with 10,000 rules an
 // idle daemon does not read 10,000 per-CPU slots several times a second.
-// The slice is shared: callers only read it.
-func (s *sampler) ruleCounters(dp Kernel) ([]datapath.Counters, error) {
+// The slice is shared: callers only read it. A reading shorter than need
+// slots (it covers the slots in use when it was made) is made again: a
+// rule added since, while no packet moved, would be missing from it.
+func (s *sampler) ruleCounters(dp Kernel, need int) ([]datapath.Counters, error) {
 	st, serr := dp.Stats()
 	seen := [2]uint64{st.Packets, st.RxPackets}
 	s.mu.Lock()
-	if serr == nil && s.ctrs.ok && s.ctrs.seen == seen {
+	if serr == nil && s.ctrs.ok && s.ctrs.seen == seen && len(s.ctrs.cs) >= need {
 		cs := s.ctrs.cs
 		s.mu.Unlock()
 		return cs, nil
@@ -181,7 +183,7 @@ type samplerMark struct {
 // sampler holds now; two equal marks mean that no rule or class counter
 // changed between them.
 func (s *sampler) mark(k Kernel) (samplerMark, bool) {
-	cs, err := s.ruleCounters(k)
+	cs, err := s.ruleCounters(k, 0)
 	if err != nil {
 		return samplerMark{}, false
 	}
@@ -230,7 +232,11 @@ func (s *sampler) ruleStats(v RuleView, hidden map[string]bool, uid int64) ([]ap
 	if dp == nil {
 		return nil, fmt.Errorf("read rule counters: datapath not loaded")
 	}
-	cs, err := s.ruleCounters(dp)
+	need := 0
+	for _, r := range v.Rules {
+		need = max(need, r.Slot+1)
+	}
+	cs, err := s.ruleCounters(dp, need)
 	if err != nil {
 		return nil, fmt.Errorf("read rule counters: %w", err)
 	}
