@@ -119,7 +119,7 @@ func TestGuaranteedReservationFlowControl(t *testing.T) {
 		// datagrams (RFC 2210): the leaf's frame rate is scaled so that
 		// IP bytes leave at r.
 		ipLen = payload + 8 + 20
-		dur     = 3 * time.Second
+		dur   = 3 * time.Second
 	)
 	e.hostqos("resv", "add", "gs", "--service", "guaranteed", "--proto", "udp", "--rport", "7400-7409",
 		"--rate", "4mbit", "--burst", "6000", "--min-unit", "500", "--max-sessions", "2")
