@@ -51,8 +51,26 @@ func newSteppingEnv(t *testing.T, rate uint64, down bool) (*env, *testbed.Testbe
 	return e, tb
 }
 
-// egressAuto is the automatic egress rate of link name now.
-func (e *env) egressAuto(name string) api.AutoRate { return e.autoRate(name, false) }
+// watchAutoRate polls link name's automatic egress (or ingress) rate
+// for up to d until ok holds of the rate in force, and returns how long
+// that took (-1: it did not) and the last reading; a rate outside the
+// tests' [1mbit, 40mbit] bounds fails the test at once.
+func (e *env) watchAutoRate(name string, ingress bool, d time.Duration, ok func(r uint64) bool) (time.Duration, api.AutoRate) {
+	e.t.Helper()
+	start := time.Now()
+	var a api.AutoRate
+	for time.Since(start) < d {
+		a = e.autoRate(name, ingress)
+		if a.InForce > 40_000_000 || a.InForce < 1_000_000 {
+			e.t.Fatalf("rate in force %d outside [min, max]", a.InForce)
+		}
+		if ok(a.InForce) {
+			return time.Since(start), a
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return -1, a
+}
 
 // autoRate is the automatic egress (or ingress) rate of link name now.
 func (e *env) autoRate(name string, ingress bool) api.AutoRate {
@@ -92,19 +110,7 @@ func TestAutoEgressFollowsStepDown(t *testing.T) {
 	e.start(bulk, "tool", "tcp-send", "--to", to, "--streams", "4", "--duration", "45s")
 
 	watch := func(d time.Duration, ok func(r uint64) bool) (time.Duration, api.AutoRate) {
-		start := time.Now()
-		var a api.AutoRate
-		for time.Since(start) < d {
-			a = e.egressAuto(ifc)
-			if a.InForce > 40_000_000 || a.InForce < 1_000_000 {
-				t.Fatalf("rate in force %d outside [min, max]", a.InForce)
-			}
-			if ok(a.InForce) {
-				return time.Since(start), a
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		return -1, a
+		return e.watchAutoRate(ifc, false, d, ok)
 	}
 	// Settle below 30 Mbit/s first.
 	at, a := watch(20*time.Second, func(r uint64) bool { return r <= 30_000_000 && r >= 20_000_000 })
@@ -163,19 +169,7 @@ func TestAutoIngressFollowsStepDown(t *testing.T) {
 		})
 	}()
 	watch := func(d time.Duration, ok func(r uint64) bool) (time.Duration, api.AutoRate) {
-		start := time.Now()
-		var a api.AutoRate
-		for time.Since(start) < d {
-			a = e.autoRate(ifc, true)
-			if a.InForce > 40_000_000 || a.InForce < 1_000_000 {
-				t.Fatalf("budget in force %d outside [min, max]", a.InForce)
-			}
-			if ok(a.InForce) {
-				return time.Since(start), a
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		return -1, a
+		return e.watchAutoRate(ifc, true, d, ok)
 	}
 	at, a := watch(20*time.Second, func(r uint64) bool { return r <= 31_000_000 && r >= 20_000_000 })
 	t.Logf("at 30 Mbit/s: budget in force %d after %v, estimate %d, %d changes (%s)", a.InForce, at, a.Estimate, a.Changes, a.Reason)
